@@ -1,0 +1,1 @@
+//! Task manifests: parsing and validation (being written).

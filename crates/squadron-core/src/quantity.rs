@@ -1,0 +1,1 @@
+//! Durations and byte sizes as written in manifests (being written).
