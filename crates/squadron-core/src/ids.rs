@@ -20,7 +20,10 @@ pub fn check_name(field: &str, value: &str) -> Result<(), ValidationError> {
     if value.len() > NAME_BYTES_MAX {
         return Err(ValidationError::new(
             field,
-            format!("must be at most {NAME_BYTES_MAX} bytes, got {}", value.len()),
+            format!(
+                "must be at most {NAME_BYTES_MAX} bytes, got {}",
+                value.len()
+            ),
         ));
     }
     let mut chars = value.chars();
@@ -238,7 +241,10 @@ impl FromStr for Generation {
     type Err = ValidationError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         s.parse().map(Self).map_err(|_| {
-            ValidationError::new("generation", format!("must be a non-negative integer, got {s:?}"))
+            ValidationError::new(
+                "generation",
+                format!("must be a non-negative integer, got {s:?}"),
+            )
         })
     }
 }

@@ -63,8 +63,15 @@ pub const ASSIGNMENTS_PER_BATCH_MAX: usize = 1_024;
 pub const WORKER_CAPACITY_MAX: u32 = 1_024;
 /// Labels on a worker or in a manifest's metadata.
 pub const LABELS_MAX: usize = 64;
-/// A worker that has not heartbeated for this long is lost.
-pub const WORKER_TTL_MS_DEFAULT: u64 = 90_000;
+/// Heartbeat interval a worker may declare; it is lost after three silent intervals.
+pub const WORKER_HEARTBEAT_INTERVAL_MS_MIN: u64 = 100;
+pub const WORKER_HEARTBEAT_INTERVAL_MS_MAX: u64 = 600_000;
+/// Heartbeats a worker may miss before it is lost.
+pub const WORKER_MISSED_HEARTBEATS_MAX: u64 = 3;
+/// Length of an operator name or a free-text reason.
+pub const REASON_BYTES_MAX: usize = 1_024;
+/// Length of an artifact name.
+pub const ARTIFACT_NAME_BYTES_MAX: usize = 256;
 /// Length of a worker's advertised address.
 pub const ADDRESS_BYTES_MAX: usize = 256;
 
@@ -72,3 +79,120 @@ pub const ADDRESS_BYTES_MAX: usize = 256;
 pub const IDEMPOTENCY_RECORDS_MAX: usize = 100_000;
 /// Age after which an idempotency record may be pruned.
 pub const IDEMPOTENCY_RETENTION_MS: u64 = 24 * 60 * 60 * 1_000;
+
+// Task manifests. Durations in milliseconds, sizes in bytes; defaults follow the lifecycle
+// seed's timeout and retry tables.
+
+/// Size of a manifest as submitted, checked before it is parsed.
+pub const MANIFEST_BYTES_MAX: usize = 512 * 1024;
+/// Length of `metadata.name`.
+pub const TASK_NAME_BYTES_MAX: usize = 256;
+/// Length of a label key.
+pub const LABEL_KEY_BYTES_MAX: usize = 63;
+/// Length of a label value.
+pub const LABEL_VALUE_BYTES_MAX: usize = 256;
+/// Length of `repository.url`.
+pub const REPO_URL_BYTES_MAX: usize = 2_048;
+/// Length of `repository.branch`; git refuses longer ref names on common file systems.
+pub const GIT_BRANCH_BYTES_MAX: usize = 255;
+/// Shortest abbreviated commit id git resolves by default.
+pub const GIT_COMMIT_DIGITS_MIN: usize = 7;
+/// Longest commit id (SHA-256 object format).
+pub const GIT_COMMIT_DIGITS_MAX: usize = 64;
+/// Length of `repository.subpath`.
+pub const REPO_SUBPATH_BYTES_MAX: usize = 1_024;
+/// Length of the agent prompt.
+pub const PROMPT_BYTES_MAX: usize = 256 * 1024;
+/// Length of `agent.model`.
+pub const MODEL_BYTES_MAX: usize = 128;
+/// Smallest `agent.max_turns`.
+pub const AGENT_TURNS_MIN: u32 = 1;
+/// Largest `agent.max_turns`.
+pub const AGENT_TURNS_MAX: u32 = 10_000;
+/// Entries in `agent.allowed_tools`.
+pub const ALLOWED_TOOLS_MAX: usize = 64;
+/// Length of one allowed tool name.
+pub const TOOL_NAME_BYTES_MAX: usize = 128;
+/// Length of `agent.script` for the script provider.
+pub const SCRIPT_BYTES_MAX: usize = 64 * 1024;
+/// Smallest `vm.cpus`.
+pub const SANDBOX_CPUS_MIN: u32 = 1;
+/// Largest `vm.cpus`.
+pub const SANDBOX_CPUS_MAX: u32 = 256;
+/// Smallest `vm.memory`.
+pub const SANDBOX_MEMORY_BYTES_MIN: u64 = 16 << 20;
+/// Largest `vm.memory`.
+pub const SANDBOX_MEMORY_BYTES_MAX: u64 = 1 << 40;
+/// Smallest `vm.disk`.
+pub const SANDBOX_DISK_BYTES_MIN: u64 = 1 << 30;
+/// Largest `vm.disk`.
+pub const SANDBOX_DISK_BYTES_MAX: u64 = 16 << 40;
+/// Entries in `startup_profile.credential_refs`.
+pub const CREDENTIAL_REFS_MAX: usize = 32;
+/// Entries in `startup_profile.readiness.probes`.
+pub const READINESS_PROBES_MAX: usize = 32;
+/// Length of `startup_profile.session.workdir`.
+pub const WORKDIR_BYTES_MAX: usize = 1_024;
+/// Narrowest session terminal.
+pub const TERMINAL_COLS_MIN: u16 = 20;
+/// Widest session terminal.
+pub const TERMINAL_COLS_MAX: u16 = 1_000;
+/// Shortest session terminal.
+pub const TERMINAL_ROWS_MIN: u16 = 5;
+/// Tallest session terminal.
+pub const TERMINAL_ROWS_MAX: u16 = 1_000;
+
+/// `lifecycle.timeout` when omitted: the whole task.
+pub const TASK_TIMEOUT_MS_DEFAULT: u64 = 24 * 60 * 60 * 1_000;
+/// Shortest `lifecycle.timeout`.
+pub const TASK_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Longest `lifecycle.timeout`.
+pub const TASK_TIMEOUT_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1_000;
+/// `lifecycle.stage_timeout` when omitted.
+pub const STAGE_TIMEOUT_MS_DEFAULT: u64 = 15 * 60 * 1_000;
+/// Shortest `lifecycle.stage_timeout`.
+pub const STAGE_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Longest `lifecycle.stage_timeout`.
+pub const STAGE_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+/// `lifecycle.provision_timeout` when omitted.
+pub const PROVISION_TIMEOUT_MS_DEFAULT: u64 = 10 * 60 * 1_000;
+/// Shortest `lifecycle.provision_timeout`.
+pub const PROVISION_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Longest `lifecycle.provision_timeout`.
+pub const PROVISION_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+/// `lifecycle.hang_timeout` when omitted: this long without output counts as a hang.
+pub const HANG_TIMEOUT_MS_DEFAULT: u64 = 30 * 60 * 1_000;
+/// Shortest `lifecycle.hang_timeout`.
+pub const HANG_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Longest `lifecycle.hang_timeout`.
+pub const HANG_TIMEOUT_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1_000;
+/// `lifecycle.cancel_grace` when omitted: SIGTERM to SIGKILL.
+pub const CANCEL_GRACE_MS_DEFAULT: u64 = 30 * 1_000;
+/// Longest `lifecycle.cancel_grace` (the shortest is zero).
+pub const CANCEL_GRACE_MS_MAX: u64 = 60 * 60 * 1_000;
+/// Entries in `lifecycle.artifact_patterns`.
+pub const ARTIFACT_PATTERNS_MAX: usize = 64;
+/// Length of one artifact pattern.
+pub const ARTIFACT_PATTERN_BYTES_MAX: usize = 256;
+/// Entries in `lifecycle.success_exit_codes`.
+pub const SUCCESS_EXIT_CODES_MAX: usize = 32;
+/// Largest process exit code (the smallest is zero).
+pub const EXIT_CODE_MAX: i32 = 255;
+/// Largest `max` of one retry policy.
+pub const RETRIES_MAX: u32 = 100;
+/// Entries in one retry policy's `backoff`.
+pub const RETRY_BACKOFF_ENTRIES_MAX: usize = 16;
+/// Longest single backoff delay.
+pub const RETRY_BACKOFF_MS_MAX: u64 = 60 * 60 * 1_000;
+/// Git clone retries when omitted.
+pub const CLONE_RETRIES_DEFAULT: u32 = 3;
+/// Git clone backoff when omitted.
+pub const CLONE_BACKOFF_MS_DEFAULT: [u64; 3] = [5_000, 10_000, 20_000];
+/// Sandbox provision retries when omitted.
+pub const PROVISION_RETRIES_DEFAULT: u32 = 2;
+/// Sandbox provision backoff when omitted.
+pub const PROVISION_BACKOFF_MS_DEFAULT: [u64; 2] = [10_000, 30_000];
+/// Agent connect retries when omitted: with 2s apart, about five minutes.
+pub const AGENT_CONNECT_RETRIES_DEFAULT: u32 = 30;
+/// Agent connect backoff when omitted.
+pub const AGENT_CONNECT_BACKOFF_MS_DEFAULT: [u64; 1] = [2_000];

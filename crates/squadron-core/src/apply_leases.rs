@@ -1,0 +1,715 @@
+//! Runtime leases (INV-3 … INV-6), takeovers (INV-8, INV-9) and reap evidence.
+//!
+//! A lease is `Active` while it is the profile's writer, `Fenced` once it lost that authority
+//! but its process is not yet proved gone, and `Released` or `Reaped` when it has ended. Both
+//! `Active` and `Fenced` hold a project slot (INV-5): a slot is freed only by a release or by
+//! reap evidence, never by time alone, so admission cannot be fooled by a process that outlived
+//! its lease.
+
+use crate::capsule::CapsuleDraft;
+use crate::command::NextHolder;
+use crate::ids::{Generation, LeaseId, ProfileId, WorkerId};
+use crate::lease::{
+    EvidenceSource, FenceReason, FencingToken, LeaseHolder, LeaseState, ReapEvidence, RuntimeLease,
+};
+use crate::limits::{
+    LEASE_TTL_MS_MAX, LEASE_TTL_MS_MIN, RENEWALS_PER_BATCH_MAX, TERMINAL_LEASES_PER_PROFILE_KEPT,
+};
+use crate::provider::Provider;
+use crate::rejection::Rejection;
+use crate::response::{LeaseGrant, Outcome, RenewalResult};
+use crate::roster::RosterStatus;
+use crate::state::State;
+use crate::worker::WorkerStatus;
+
+pub(crate) fn check_ttl(field: &str, ttl_ms: u64) -> Result<(), Rejection> {
+    if !(LEASE_TTL_MS_MIN..=LEASE_TTL_MS_MAX).contains(&ttl_ms) {
+        return Err(Rejection::invalid(
+            field,
+            format!("must be between {LEASE_TTL_MS_MIN} and {LEASE_TTL_MS_MAX} ms, got {ttl_ms}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that evidence proves this exact lease generation quiescent.
+fn check_evidence(lease: &RuntimeLease, ev: &ReapEvidence) -> Result<(), Rejection> {
+    ev.validate()?;
+    if ev.lease != lease.id || ev.generation != lease.generation {
+        return Err(Rejection::EvidenceRefused {
+            reason: format!(
+                "evidence is for lease {} generation {}, not lease {} generation {}",
+                ev.lease, ev.generation, lease.id, lease.generation
+            ),
+        });
+    }
+    if ev.populated {
+        return Err(Rejection::EvidenceRefused {
+            reason: "the cgroup was still populated; only populated 0 proves quiescence".into(),
+        });
+    }
+    if let Some(cgroup) = &lease.holder.cgroup {
+        if cgroup != &ev.cgroup {
+            return Err(Rejection::EvidenceRefused {
+                reason: format!(
+                    "evidence names cgroup {:?} but the lease runs in {cgroup:?}",
+                    ev.cgroup
+                ),
+            });
+        }
+    }
+    if ev.observed_at_ms < lease.granted_at_ms {
+        return Err(Rejection::EvidenceRefused {
+            reason: "evidence was observed before the lease was granted".into(),
+        });
+    }
+    if !matches!(ev.source, EvidenceSource::CgroupEvents) {
+        return Err(Rejection::EvidenceRefused {
+            reason: "operator evidence comes only from decommissioning the worker".into(),
+        });
+    }
+    Ok(())
+}
+
+impl State {
+    /// INV-6: the token names the profile's current active lease, same generation.
+    pub(crate) fn check_fence(
+        &self,
+        token: &FencingToken,
+        now: u64,
+        require_unexpired: bool,
+    ) -> Result<&RuntimeLease, Rejection> {
+        let profile = self.profile_ref(token.profile)?;
+        let fenced = |reason: String| Rejection::Fenced {
+            reason,
+            current_lease: profile.live_lease,
+            current_generation: profile.generation,
+        };
+        if token.generation != profile.generation {
+            return Err(fenced(format!(
+                "generation {} is not the current generation {}",
+                token.generation, profile.generation
+            )));
+        }
+        if profile.live_lease != Some(token.lease) {
+            return Err(fenced(format!(
+                "lease {} is not the profile's active lease",
+                token.lease
+            )));
+        }
+        let lease = self.lease_ref(token.lease)?;
+        assert_eq!(
+            lease.generation, profile.generation,
+            "INV-3: live lease generation"
+        );
+        assert_eq!(
+            lease.state,
+            LeaseState::Active,
+            "INV-4: live lease must be active"
+        );
+        if require_unexpired && lease.is_expired(now) {
+            return Err(Rejection::LeaseExpired {
+                expired_at_ms: lease.expires_at_ms,
+            });
+        }
+        Ok(lease)
+    }
+
+    /// Admission of a new generation. `replacing` is the lease a takeover moves on from (its
+    /// activity does not make the profile busy) and `freed_slots` the slots that takeover frees
+    /// in the same command.
+    #[allow(clippy::too_many_arguments)]
+    fn check_admission(
+        &self,
+        profile_id: ProfileId,
+        expected: Generation,
+        provider: Provider,
+        holder: &LeaseHolder,
+        ttl_ms: u64,
+        replacing: Option<LeaseId>,
+        freed_slots: u32,
+    ) -> Result<(), Rejection> {
+        holder.validate()?;
+        check_ttl("ttl_ms", ttl_ms)?;
+        let profile = self.profile_ref(profile_id)?;
+        if !profile.providers.contains(&provider) {
+            return Err(Rejection::ProviderNotAllowed {
+                provider,
+                allowed: profile.providers.clone(),
+            });
+        }
+        // INV-3: compare-and-swap on the generation the caller expects.
+        if expected != profile.generation {
+            return Err(Rejection::StaleGeneration {
+                expected,
+                current: profile.generation,
+            });
+        }
+        // INV-4: one writer. A live lease other than the one being replaced makes it busy.
+        if let Some(live) = profile.live_lease.filter(|l| Some(*l) != replacing) {
+            let lease = self.lease_ref(live)?;
+            return Err(Rejection::ProfileBusy {
+                lease: live,
+                generation: lease.generation,
+                state: lease.state.name().into(),
+            });
+        }
+        let project = self.project_ref(&(profile.tenant.clone(), profile.project.clone()))?;
+        // INV-1: the launch runs in the project's one sandbox or not at all.
+        let Some(sandbox) = &project.sandbox else {
+            return Err(Rejection::NoSandbox);
+        };
+        if sandbox.worker != holder.worker {
+            return Err(Rejection::SandboxMismatch {
+                sandbox_worker: sandbox.worker.to_string(),
+            });
+        }
+        let worker = self.worker_ref(&holder.worker)?;
+        if worker.status != WorkerStatus::Alive {
+            return Err(Rejection::WorkerUnavailable {
+                reason: format!("worker {} is {:?}", worker.id, worker.status),
+            });
+        }
+        // INV-5: fail closed. Fenced leases still count: their processes are not proved gone.
+        let held = project.slots_held.saturating_sub(freed_slots);
+        if held >= project.max_active {
+            return Err(Rejection::CapacityFull {
+                held,
+                max: project.max_active,
+            });
+        }
+        Ok(())
+    }
+
+    /// Grants the next generation. Callers have run `check_admission`.
+    fn grant(
+        &mut self,
+        now: u64,
+        profile_id: ProfileId,
+        provider: Provider,
+        holder: LeaseHolder,
+        ttl_ms: u64,
+    ) -> LeaseGrant {
+        let id = self.next_lease_id;
+        self.next_lease_id = id.next();
+        let profile = self
+            .profiles
+            .get_mut(&profile_id)
+            .expect("admission checked the profile");
+        assert!(
+            profile.live_lease.is_none(),
+            "INV-4: grant over a live lease"
+        );
+        let generation = profile.generation.successor();
+        profile.generation = generation;
+        profile.live_lease = Some(id);
+        let project_key = (profile.tenant.clone(), profile.project.clone());
+        let expires_at_ms = now.saturating_add(ttl_ms);
+        self.leases.insert(
+            id,
+            RuntimeLease {
+                id,
+                profile: profile_id,
+                tenant: project_key.0.clone(),
+                project: project_key.1.clone(),
+                generation,
+                provider,
+                holder,
+                ttl_ms,
+                granted_at_ms: now,
+                renewed_at_ms: now,
+                expires_at_ms,
+                state: LeaseState::Active,
+            },
+        );
+        self.lease_expiry.insert((expires_at_ms, id));
+        let project = self
+            .projects
+            .get_mut(&project_key)
+            .expect("admission checked the project");
+        project.slots_held += 1;
+        assert!(
+            project.slots_held <= project.max_active,
+            "INV-5 violated: {} slots held, max {}",
+            project.slots_held,
+            project.max_active
+        );
+        project.stats.leases_granted += 1;
+        project.stats.peak_slots_held = project.stats.peak_slots_held.max(project.slots_held);
+        self.publish_roster(
+            now,
+            profile_id,
+            RosterStatus::Active {
+                provider,
+                generation,
+            },
+        );
+        LeaseGrant {
+            profile: profile_id,
+            lease: id,
+            generation,
+            expires_at_ms,
+        }
+    }
+
+    /// Active → Fenced: the lease loses its authority but keeps its slot.
+    fn fence(&mut self, now: u64, lease_id: LeaseId, reason: FenceReason) {
+        let lease = self
+            .leases
+            .get_mut(&lease_id)
+            .expect("caller checked lease");
+        assert_eq!(
+            lease.state,
+            LeaseState::Active,
+            "only an active lease is fenced"
+        );
+        lease.state = LeaseState::Fenced { at_ms: now, reason };
+        self.lease_expiry.remove(&(lease.expires_at_ms, lease_id));
+        let (profile_id, generation) = (lease.profile, lease.generation);
+        let profile = self
+            .profiles
+            .get_mut(&profile_id)
+            .expect("lease has a profile");
+        if profile.live_lease == Some(lease_id) {
+            profile.live_lease = None;
+        }
+        profile.fenced_unreaped.insert(lease_id);
+        self.publish_roster(now, profile_id, RosterStatus::Fenced { generation });
+    }
+
+    /// Active or Fenced → Released or Reaped: frees the slot.
+    fn end(&mut self, now: u64, lease_id: LeaseId, terminal: LeaseState) {
+        assert!(terminal.is_terminal(), "end needs a terminal state");
+        let lease = self
+            .leases
+            .get_mut(&lease_id)
+            .expect("caller checked lease");
+        assert!(lease.state.holds_slot(), "lease already ended");
+        if lease.state == LeaseState::Active {
+            self.lease_expiry.remove(&(lease.expires_at_ms, lease_id));
+        }
+        lease.state = terminal;
+        let profile_id = lease.profile;
+        let profile = self
+            .profiles
+            .get_mut(&profile_id)
+            .expect("lease has a profile");
+        if profile.live_lease == Some(lease_id) {
+            profile.live_lease = None;
+        }
+        profile.fenced_unreaped.remove(&lease_id);
+        profile.past_leases.push_back(lease_id);
+        let mut pruned = Vec::new();
+        while profile.past_leases.len() > TERMINAL_LEASES_PER_PROFILE_KEPT {
+            if let Some(old) = profile.past_leases.pop_front() {
+                pruned.push(old);
+            }
+        }
+        let project_key = (profile.tenant.clone(), profile.project.clone());
+        let idle = profile.live_lease.is_none();
+        for old in pruned {
+            self.leases.remove(&old);
+        }
+        let project = self
+            .projects
+            .get_mut(&project_key)
+            .expect("lease has a project");
+        project.slots_held = project
+            .slots_held
+            .checked_sub(1)
+            .expect("INV-5 accounting: slot count underflow");
+        if idle {
+            self.publish_roster(now, profile_id, RosterStatus::Idle);
+        }
+    }
+
+    pub(crate) fn acquire_lease(
+        &mut self,
+        now: u64,
+        profile: ProfileId,
+        expected: Generation,
+        provider: Provider,
+        holder: LeaseHolder,
+        ttl_ms: u64,
+    ) -> Result<Outcome, Rejection> {
+        self.check_admission(profile, expected, provider, &holder, ttl_ms, None, 0)?;
+        // A fenced generation whose process is not proved gone blocks a plain acquire: only a
+        // crash takeover with evidence (INV-9) or a graceful takeover (INV-8) moves past it.
+        if let Some(unreaped) = self.unreaped_lease_of(profile) {
+            let lease = self.lease_ref(unreaped)?;
+            return Err(Rejection::ProfileBusy {
+                lease: unreaped,
+                generation: lease.generation,
+                state: lease.state.name().into(),
+            });
+        }
+        Ok(Outcome::LeaseGranted(
+            self.grant(now, profile, provider, holder, ttl_ms),
+        ))
+    }
+
+    /// The fenced lease of the profile's current generation, if it still awaits reap evidence.
+    /// Older fenced generations were passed by graceful takeovers and hold their own slots.
+    fn unreaped_lease_of(&self, profile: ProfileId) -> Option<LeaseId> {
+        let p = self.profiles.get(&profile)?;
+        let newest = *p.fenced_unreaped.last()?;
+        (self.leases.get(&newest)?.generation == p.generation).then_some(newest)
+    }
+
+    pub(crate) fn renew_lease(
+        &mut self,
+        now: u64,
+        fence: FencingToken,
+        ttl_ms: u64,
+    ) -> Result<Outcome, Rejection> {
+        check_ttl("ttl_ms", ttl_ms)?;
+        self.check_fence(&fence, now, true)?;
+        Ok(Outcome::LeaseRenewed {
+            expires_at_ms: self.renew(now, fence.lease, ttl_ms),
+        })
+    }
+
+    fn renew(&mut self, now: u64, lease_id: LeaseId, ttl_ms: u64) -> u64 {
+        let lease = self.leases.get_mut(&lease_id).expect("fence checked lease");
+        self.lease_expiry.remove(&(lease.expires_at_ms, lease_id));
+        lease.renewed_at_ms = now;
+        lease.ttl_ms = ttl_ms;
+        // Renewal never shortens a lease: a delayed heartbeat must not cut a later one short.
+        lease.expires_at_ms = lease.expires_at_ms.max(now.saturating_add(ttl_ms));
+        self.lease_expiry.insert((lease.expires_at_ms, lease_id));
+        lease.expires_at_ms
+    }
+
+    pub(crate) fn renew_leases(
+        &mut self,
+        now: u64,
+        worker: &WorkerId,
+        fences: Vec<FencingToken>,
+        ttl_ms: u64,
+    ) -> Result<Outcome, Rejection> {
+        check_ttl("ttl_ms", ttl_ms)?;
+        if fences.is_empty() || fences.len() > RENEWALS_PER_BATCH_MAX {
+            return Err(Rejection::invalid(
+                "fences",
+                format!(
+                    "must hold between 1 and {RENEWALS_PER_BATCH_MAX} leases, got {}",
+                    fences.len()
+                ),
+            ));
+        }
+        self.worker_ref(worker)?;
+        let mut results = Vec::with_capacity(fences.len());
+        for fence in fences {
+            let checked = self.check_fence(&fence, now, true).and_then(|lease| {
+                if &lease.holder.worker == worker {
+                    Ok(())
+                } else {
+                    Err(Rejection::Fenced {
+                        reason: format!("lease {} is held by another worker", lease.id),
+                        current_lease: Some(lease.id),
+                        current_generation: lease.generation,
+                    })
+                }
+            });
+            let result = checked.map(|()| self.renew(now, fence.lease, ttl_ms));
+            results.push(RenewalResult {
+                lease: fence.lease,
+                result,
+            });
+        }
+        Ok(Outcome::LeasesRenewed { results })
+    }
+
+    pub(crate) fn release_lease(
+        &mut self,
+        now: u64,
+        fence: FencingToken,
+    ) -> Result<Outcome, Rejection> {
+        // The holder may release after expiry: it says its process has stopped, which frees
+        // the slot sooner than waiting for a sweep, a fence and reap evidence.
+        self.check_fence(&fence, now, false)?;
+        self.end(now, fence.lease, LeaseState::Released { at_ms: now });
+        Ok(Outcome::LeaseReleased)
+    }
+
+    pub(crate) fn fence_lease_cmd(
+        &mut self,
+        now: u64,
+        fence: FencingToken,
+        reason: FenceReason,
+    ) -> Result<Outcome, Rejection> {
+        if matches!(reason, FenceReason::Takeover | FenceReason::Decommissioned) {
+            return Err(Rejection::invalid(
+                "reason",
+                "takeover and decommission fence through their own commands",
+            ));
+        }
+        let lease = self.check_fence(&fence, now, false)?;
+        if reason == FenceReason::Expired && !lease.is_expired(now) {
+            return Err(Rejection::LeaseNotExpired {
+                expires_at_ms: lease.expires_at_ms,
+            });
+        }
+        self.fence(now, fence.lease, reason);
+        Ok(Outcome::LeaseFenced)
+    }
+
+    pub(crate) fn record_reap_evidence(
+        &mut self,
+        now: u64,
+        profile: ProfileId,
+        evidence: ReapEvidence,
+    ) -> Result<Outcome, Rejection> {
+        self.profile_ref(profile)?;
+        let lease = self.lease_ref(evidence.lease)?;
+        if lease.profile != profile {
+            return Err(Rejection::EvidenceRefused {
+                reason: format!("lease {} belongs to another profile", lease.id),
+            });
+        }
+        check_evidence(lease, &evidence)?;
+        match &lease.state {
+            LeaseState::Fenced { .. } => {}
+            // The process is gone and the lease ran out: fence and reap in one step.
+            LeaseState::Active if lease.is_expired(now) => {
+                self.fence(now, evidence.lease, FenceReason::Expired);
+            }
+            LeaseState::Active => {
+                return Err(Rejection::EvidenceRefused {
+                    reason: format!(
+                        "lease {} is active until {} ms; release or fence it first",
+                        lease.id, lease.expires_at_ms
+                    ),
+                })
+            }
+            LeaseState::Released { .. } | LeaseState::Reaped { .. } => {
+                return Err(Rejection::EvidenceRefused {
+                    reason: format!("lease {} has already ended", lease.id),
+                })
+            }
+        }
+        let lease_id = evidence.lease;
+        self.end(
+            now,
+            lease_id,
+            LeaseState::Reaped {
+                at_ms: now,
+                evidence,
+            },
+        );
+        Ok(Outcome::EvidenceRecorded { slot_freed: true })
+    }
+
+    pub(crate) fn graceful_takeover(
+        &mut self,
+        now: u64,
+        fence: FencingToken,
+        draft: CapsuleDraft,
+        next: NextHolder,
+        old_evidence: Option<ReapEvidence>,
+    ) -> Result<Outcome, Rejection> {
+        // INV-8, step 1: the writer is current, and its capsule verifies against the chain.
+        let old = self.check_fence(&fence, now, true)?.clone();
+        let capsule = self.prepare_capsule(&old, draft)?;
+        if let Some(ev) = &old_evidence {
+            check_evidence(&old, ev)?;
+        }
+        let freed = u32::from(old_evidence.is_some());
+        self.check_admission(
+            fence.profile,
+            fence.generation,
+            next.provider,
+            &next.holder,
+            next.ttl_ms,
+            Some(old.id),
+            freed,
+        )?;
+        // All checks passed; mutate in the order the invariant names.
+        let head = (capsule.sequence, capsule.digest);
+        self.append_capsule(capsule);
+        self.fence(now, old.id, FenceReason::Takeover);
+        if let Some(evidence) = old_evidence {
+            self.end(
+                now,
+                old.id,
+                LeaseState::Reaped {
+                    at_ms: now,
+                    evidence,
+                },
+            );
+        }
+        let grant = self.grant(now, fence.profile, next.provider, next.holder, next.ttl_ms);
+        self.bump_takeovers(fence.profile, true);
+        Ok(Outcome::TookOver {
+            capsule: Some(head),
+            fenced: old.id,
+            old_reaped: freed == 1,
+            grant,
+        })
+    }
+
+    pub(crate) fn crash_takeover(
+        &mut self,
+        now: u64,
+        profile: ProfileId,
+        lease_id: LeaseId,
+        generation: Generation,
+        next: NextHolder,
+        evidence: Option<ReapEvidence>,
+    ) -> Result<Outcome, Rejection> {
+        let p = self.profile_ref(profile)?;
+        if generation != p.generation {
+            return Err(Rejection::StaleGeneration {
+                expected: generation,
+                current: p.generation,
+            });
+        }
+        let old = self.lease_ref(lease_id)?.clone();
+        if old.profile != profile || old.generation != generation {
+            return Err(Rejection::TakeoverBlocked {
+                reason: format!("lease {lease_id} is not generation {generation} of {profile}"),
+            });
+        }
+        let no_evidence = || Rejection::TakeoverBlocked {
+            reason: format!(
+                "no reap evidence for generation {generation}: its cgroup must be shown empty \
+                 (populated 0), or its worker decommissioned by an operator"
+            ),
+        };
+        // INV-9: expiry first, then evidence for this exact generation, then the grant.
+        let must_fence = match &old.state {
+            LeaseState::Active if !old.is_expired(now) => {
+                return Err(Rejection::LeaseNotExpired {
+                    expires_at_ms: old.expires_at_ms,
+                })
+            }
+            LeaseState::Active => true,
+            LeaseState::Fenced { .. } => false,
+            LeaseState::Reaped { .. } => {
+                if evidence.is_some() {
+                    return Err(Rejection::EvidenceRefused {
+                        reason: format!("lease {lease_id} was already reaped"),
+                    });
+                }
+                false
+            }
+            LeaseState::Released { .. } => {
+                return Err(Rejection::TakeoverBlocked {
+                    reason: format!(
+                        "lease {lease_id} was released; acquire with expected generation \
+                         {generation}"
+                    ),
+                })
+            }
+        };
+        let already_reaped = matches!(old.state, LeaseState::Reaped { .. });
+        match &evidence {
+            Some(ev) => check_evidence(&old, ev)?,
+            None if already_reaped => {}
+            None => return Err(no_evidence()),
+        }
+        let freed = u32::from(!already_reaped);
+        self.check_admission(
+            profile,
+            generation,
+            next.provider,
+            &next.holder,
+            next.ttl_ms,
+            Some(lease_id),
+            freed,
+        )?;
+        if must_fence {
+            self.fence(now, lease_id, FenceReason::Expired);
+        }
+        if let Some(evidence) = evidence {
+            self.end(
+                now,
+                lease_id,
+                LeaseState::Reaped {
+                    at_ms: now,
+                    evidence,
+                },
+            );
+        }
+        let grant = self.grant(now, profile, next.provider, next.holder, next.ttl_ms);
+        self.bump_takeovers(profile, false);
+        Ok(Outcome::TookOver {
+            capsule: None,
+            fenced: lease_id,
+            old_reaped: true,
+            grant,
+        })
+    }
+
+    fn bump_takeovers(&mut self, profile: ProfileId, graceful: bool) {
+        let p = &self.profiles[&profile];
+        let key = (p.tenant.clone(), p.project.clone());
+        if let Some(project) = self.projects.get_mut(&key) {
+            if graceful {
+                project.stats.takeovers_graceful += 1;
+            } else {
+                project.stats.takeovers_crash += 1;
+            }
+        }
+    }
+
+    /// Fences every active lease whose expiry has passed. Returns them in expiry order.
+    pub(crate) fn fence_expired(&mut self, now: u64) -> Vec<LeaseId> {
+        let expired: Vec<LeaseId> = self
+            .lease_expiry
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .map(|(_, id)| *id)
+            .collect();
+        for id in &expired {
+            self.fence(now, *id, FenceReason::Expired);
+        }
+        expired
+    }
+
+    /// Fences and reaps, on an operator's word, every slot-holding lease held by a worker.
+    pub(crate) fn reap_leases_of_worker(
+        &mut self,
+        now: u64,
+        worker: &WorkerId,
+        operator: &str,
+        reason: &str,
+    ) -> Vec<LeaseId> {
+        let held: Vec<LeaseId> = self
+            .leases
+            .values()
+            .filter(|l| &l.holder.worker == worker && l.state.holds_slot())
+            .map(|l| l.id)
+            .collect();
+        for id in &held {
+            let lease = &self.leases[id];
+            let evidence = ReapEvidence {
+                lease: *id,
+                generation: lease.generation,
+                cgroup: lease
+                    .holder
+                    .cgroup
+                    .clone()
+                    .unwrap_or_else(|| format!("worker:{worker}")),
+                populated: false,
+                observed_at_ms: now,
+                source: EvidenceSource::OperatorDecommission {
+                    operator: operator.to_string(),
+                    reason: reason.to_string(),
+                },
+            };
+            if lease.state == LeaseState::Active {
+                self.fence(now, *id, FenceReason::Decommissioned);
+            }
+            self.end(
+                now,
+                *id,
+                LeaseState::Reaped {
+                    at_ms: now,
+                    evidence,
+                },
+            );
+        }
+        held
+    }
+}

@@ -1,0 +1,278 @@
+//! A full check of every invariant the state can show on its own. Tests and property tests run
+//! it after every step; snapshot decoding runs it before installing. Apply itself asserts the
+//! cheap local forms inline, so production never pays for a full scan per command.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::apply_tasks::queue_key;
+use crate::lease::LeaseState;
+use crate::state::State;
+use crate::task::TaskState;
+
+impl State {
+    /// Returns the first broken invariant, named by its id.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.check_projects_and_profiles()?;
+        self.check_leases()?;
+        self.check_capsules()?;
+        self.check_mailboxes()?;
+        self.check_tasks()?;
+        self.idempotency.check()
+    }
+
+    fn check_projects_and_profiles(&self) -> Result<(), String> {
+        for ((tenant, project), p) in &self.projects {
+            if (&p.tenant, &p.project) != (tenant, project) {
+                return Err(format!(
+                    "INV-2: project {tenant}/{project} stored under another key"
+                ));
+            }
+            if p.profiles.len() > p.max_profiles as usize {
+                return Err(format!(
+                    "INV-2: project {tenant}/{project} holds {} profiles, max {}",
+                    p.profiles.len(),
+                    p.max_profiles
+                ));
+            }
+            if let Some(s) = &p.sandbox {
+                if !self.workers.contains_key(&s.worker) {
+                    return Err(format!(
+                        "INV-1: sandbox of {tenant}/{project} on unknown worker"
+                    ));
+                }
+            }
+        }
+        if self.profile_index.len() != self.profiles.len() {
+            return Err("INV-2: profile index and profiles differ in size".into());
+        }
+        for ((tenant, project, key), id) in &self.profile_index {
+            let p = self
+                .profiles
+                .get(id)
+                .ok_or_else(|| format!("INV-2: index names missing profile {id}"))?;
+            if (&p.tenant, &p.project, &p.key) != (tenant, project, key) {
+                return Err(format!("INV-2: profile {id} indexed under another key"));
+            }
+            let owner = self
+                .projects
+                .get(&(tenant.clone(), project.clone()))
+                .ok_or_else(|| format!("INV-2: profile {id} in a missing project"))?;
+            if !owner.profiles.contains(id) {
+                return Err(format!("INV-2: project does not list its profile {id}"));
+            }
+            if *id >= self.next_profile_id {
+                return Err(format!("profile id {id} not below the allocator"));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_leases(&self) -> Result<(), String> {
+        let mut slots: BTreeMap<(&_, &_), u32> = BTreeMap::new();
+        let mut active_per_profile: BTreeMap<_, u32> = BTreeMap::new();
+        let mut expiry = BTreeSet::new();
+        let mut last_generation: BTreeMap<_, _> = BTreeMap::new();
+        for (id, lease) in &self.leases {
+            if lease.id != *id || *id >= self.next_lease_id {
+                return Err(format!(
+                    "lease {id} stored under another id or above the allocator"
+                ));
+            }
+            let profile = self
+                .profiles
+                .get(&lease.profile)
+                .ok_or_else(|| format!("lease {id} of missing profile"))?;
+            // INV-3: generations rise with lease ids, never repeat, never pass the profile's.
+            if let Some(prev) = last_generation.insert(lease.profile, lease.generation) {
+                if lease.generation <= prev {
+                    return Err(format!(
+                        "INV-3: lease {id} has generation {} after {prev}",
+                        lease.generation
+                    ));
+                }
+            }
+            if lease.generation > profile.generation || lease.generation.get() == 0 {
+                return Err(format!(
+                    "INV-3: lease {id} generation outside the profile's range"
+                ));
+            }
+            if lease.state.holds_slot() {
+                *slots.entry((&lease.tenant, &lease.project)).or_default() += 1;
+            }
+            match &lease.state {
+                LeaseState::Active => {
+                    *active_per_profile.entry(lease.profile).or_default() += 1;
+                    if profile.live_lease != Some(*id) {
+                        return Err(format!(
+                            "INV-4: active lease {id} is not its profile's live"
+                        ));
+                    }
+                    if lease.generation != profile.generation {
+                        return Err(format!("INV-3: active lease {id} is not the newest"));
+                    }
+                    expiry.insert((lease.expires_at_ms, *id));
+                }
+                LeaseState::Fenced { .. } => {
+                    if !profile.fenced_unreaped.contains(id) {
+                        return Err(format!("INV-9: fenced lease {id} not tracked as unreaped"));
+                    }
+                }
+                LeaseState::Reaped { evidence, .. } => {
+                    if evidence.lease != *id
+                        || evidence.generation != lease.generation
+                        || evidence.populated
+                    {
+                        return Err(format!("INV-9: lease {id} reaped on wrong evidence"));
+                    }
+                }
+                LeaseState::Released { .. } => {}
+            }
+        }
+        for (id, p) in &self.profiles {
+            if active_per_profile.get(id).copied().unwrap_or(0) > 1 {
+                return Err(format!(
+                    "INV-4: profile {id} has more than one active lease"
+                ));
+            }
+            if let Some(live) = p.live_lease {
+                match self.leases.get(&live) {
+                    Some(l) if l.state == LeaseState::Active => {}
+                    _ => return Err(format!("INV-4: profile {id} live lease {live} not active")),
+                }
+            }
+            for f in &p.fenced_unreaped {
+                match self.leases.get(f) {
+                    Some(l) if matches!(l.state, LeaseState::Fenced { .. }) => {}
+                    _ => return Err(format!("INV-9: profile {id} tracks {f} as unreaped")),
+                }
+            }
+        }
+        if expiry != self.lease_expiry {
+            return Err("INV-5: the expiry index does not match the active leases".into());
+        }
+        for ((tenant, project), p) in &self.projects {
+            let counted = slots.get(&(tenant, project)).copied().unwrap_or(0);
+            if counted != p.slots_held {
+                return Err(format!(
+                    "INV-5: {tenant}/{project} counts {} slots, leases hold {counted}",
+                    p.slots_held
+                ));
+            }
+            if counted > p.max_active {
+                return Err(format!(
+                    "INV-5: {tenant}/{project} holds {counted} slots, max {}",
+                    p.max_active
+                ));
+            }
+            if counted > 0 && p.sandbox.is_none() {
+                return Err(format!(
+                    "INV-1: {tenant}/{project} has leases but no sandbox"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_capsules(&self) -> Result<(), String> {
+        for (id, p) in &self.profiles {
+            let mut prev: Option<&crate::capsule::ContinuityCapsule> = None;
+            for c in &p.capsules {
+                if !c.verify() {
+                    return Err(format!(
+                        "INV-7: capsule {} of {id} fails its digest",
+                        c.sequence
+                    ));
+                }
+                if let Some(before) = prev {
+                    if c.sequence != before.sequence + 1 || c.previous != Some(before.digest) {
+                        return Err(format!("INV-7: chain of {id} breaks at {}", c.sequence));
+                    }
+                } else if c.sequence == 1 && c.previous.is_some() {
+                    return Err(format!("INV-7: first capsule of {id} names a previous"));
+                }
+                prev = Some(c);
+            }
+            let head = p.capsule_head.map(|h| (h.sequence, h.digest));
+            if head != prev.map(|c| (c.sequence, c.digest)) {
+                return Err(format!(
+                    "INV-7: capsule head of {id} is not the last capsule"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_mailboxes(&self) -> Result<(), String> {
+        if self.mailboxes.len() != self.profiles.len() {
+            return Err("mailboxes and profiles differ".into());
+        }
+        for (id, m) in &self.mailboxes {
+            if m.acked_through >= m.next_seq {
+                return Err(format!("mailbox {id} acknowledged past its head"));
+            }
+            for seq in m.messages.keys() {
+                if *seq <= m.acked_through || *seq >= m.next_seq {
+                    return Err(format!(
+                        "mailbox {id} holds message {seq} outside its window"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_tasks(&self) -> Result<(), String> {
+        let mut pending = BTreeSet::new();
+        let mut assigned: BTreeMap<_, BTreeSet<_>> = BTreeMap::new();
+        for (id, t) in &self.tasks {
+            if t.id != *id || *id >= self.next_task_id {
+                return Err(format!(
+                    "task {id} stored under another id or above the allocator"
+                ));
+            }
+            if !t.entered_at_ms.contains_key(&t.state) {
+                return Err(format!(
+                    "INV-10: task {id} has no entry time for {}",
+                    t.state
+                ));
+            }
+            match t.state {
+                TaskState::Pending => {
+                    if t.worker.is_some() {
+                        return Err(format!("INV-10: pending task {id} has a worker"));
+                    }
+                    pending.insert(queue_key(t));
+                }
+                s if s.is_assigned() => {
+                    let w = t
+                        .worker
+                        .clone()
+                        .ok_or_else(|| format!("INV-10: task {id} in {s} without a worker"))?;
+                    assigned.entry(w).or_default().insert(*id);
+                }
+                TaskState::Completed => {
+                    let code = t.exit_code.unwrap_or(-1);
+                    if !t.spec.lifecycle.success_exit_codes.contains(&code) {
+                        return Err(format!("INV-10: task {id} completed with exit code {code}"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if pending != self.pending {
+            return Err("INV-10: the pending queue does not match the PENDING tasks".into());
+        }
+        for (wid, w) in &self.workers {
+            let expect = assigned.remove(wid).unwrap_or_default();
+            if expect != w.tasks {
+                return Err(format!(
+                    "INV-10: worker {wid} task set disagrees with the tasks"
+                ));
+            }
+        }
+        if let Some((wid, _)) = assigned.into_iter().next() {
+            return Err(format!("INV-10: tasks assigned to unknown worker {wid}"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! Responses: what applying a command answered. Replicated with the command, so every node
+//! (and every retry of an idempotent command) gives the same answer.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{Digest, Generation, LeaseId, ProfileId, TaskId};
+use crate::rejection::Rejection;
+use crate::task::TaskState;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    Ok(Outcome),
+    Rejected(Rejection),
+}
+
+impl Response {
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Response::Ok(_))
+    }
+
+    pub fn rejection(&self) -> Option<&Rejection> {
+        match self {
+            Response::Ok(_) => None,
+            Response::Rejected(r) => Some(r),
+        }
+    }
+}
+
+impl From<Result<Outcome, Rejection>> for Response {
+    fn from(r: Result<Outcome, Rejection>) -> Self {
+        match r {
+            Ok(o) => Response::Ok(o),
+            Err(e) => Response::Rejected(e),
+        }
+    }
+}
+
+/// A granted lease, as acquire and takeover answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    pub profile: ProfileId,
+    pub lease: LeaseId,
+    pub generation: Generation,
+    pub expires_at_ms: u64,
+}
+
+/// One renewal of a batched renewal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewalResult {
+    pub lease: LeaseId,
+    pub result: Result<u64, Rejection>,
+}
+
+/// One assignment of a scheduling batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssignmentResult {
+    pub task: TaskId,
+    pub result: Result<(), Rejection>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    pub leases_fenced: Vec<LeaseId>,
+    pub workers_lost: Vec<String>,
+    pub tasks_requeued: Vec<TaskId>,
+    pub tasks_failed: Vec<TaskId>,
+    pub idempotency_pruned: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    ProjectCreated,
+    SandboxAttached,
+    SandboxDetached,
+    ProfileCreated {
+        profile: ProfileId,
+    },
+    CapabilityManifestSet {
+        version: u64,
+    },
+    McpUseGranted,
+    McpUseRevoked,
+    LeaseGranted(LeaseGrant),
+    LeaseRenewed {
+        expires_at_ms: u64,
+    },
+    LeasesRenewed {
+        results: Vec<RenewalResult>,
+    },
+    LeaseReleased,
+    LeaseFenced,
+    /// `slot_freed` is true when the evidence ended a fenced lease.
+    EvidenceRecorded {
+        slot_freed: bool,
+    },
+    TookOver {
+        capsule: Option<(u64, Digest)>,
+        fenced: LeaseId,
+        old_reaped: bool,
+        grant: LeaseGrant,
+    },
+    CapsuleCommitted {
+        sequence: u64,
+        digest: Digest,
+    },
+    MessagePosted {
+        seq: u64,
+    },
+    MessagesAcked {
+        acked_through: u64,
+    },
+    TaskSubmitted {
+        task: TaskId,
+    },
+    TasksAssigned {
+        results: Vec<AssignmentResult>,
+    },
+    TransitionRecorded {
+        state: TaskState,
+    },
+    ProgressRecorded,
+    /// A queued task ended at once; an assigned one is asked to stop.
+    CancelAccepted {
+        state: TaskState,
+    },
+    WorkerRegistered,
+    WorkerHeartbeatRecorded,
+    WorkerDecommissioned {
+        leases_reaped: Vec<LeaseId>,
+        tasks_requeued: Vec<TaskId>,
+        tasks_failed: Vec<TaskId>,
+    },
+    Swept(SweepReport),
+}

@@ -1,0 +1,231 @@
+//! Mailboxes, roster deltas and the scheduling function.
+
+use super::*;
+use crate::command::Assignment;
+use crate::limits::MAILBOX_MESSAGES_MAX;
+use crate::mailbox::{MessageKind, MessagePayload, MessageSender};
+use crate::roster::RosterStatus;
+use crate::scheduler::schedule;
+
+fn post(to: ProfileId, kind: MessageKind, body: &str) -> Command {
+    Command::PostMessage {
+        to,
+        sender: MessageSender::Operator("alice".into()),
+        kind,
+        body: body.into(),
+    }
+}
+
+#[test]
+fn mailbox_sequence_is_monotonic_and_ack_is_fenced() {
+    let mut fx = Fx::new();
+    let a = fx.profile("a");
+    let g = fx.acquire(a);
+    let s1 = fx.ok(post(a, MessageKind::Handoff, "review auth.rs"));
+    let s2 = fx.ok(post(a, MessageKind::Note, "tests are red"));
+    assert_eq!(s1, Outcome::MessagePosted { seq: 1 });
+    assert_eq!(s2, Outcome::MessagePosted { seq: 2 });
+    let r = fx.rejected(Command::AckMessages {
+        fence: token(&g),
+        through_seq: 3,
+    });
+    assert_eq!(r, Rejection::AckBeyondHead { last_seq: 2 });
+    fx.ok(Command::AckMessages {
+        fence: token(&g),
+        through_seq: 1,
+    });
+    let m = fx.state.mailbox(a).unwrap();
+    assert_eq!(m.acked_through, 1);
+    assert_eq!(m.messages.keys().copied().collect::<Vec<_>>(), vec![2]);
+    // Acknowledged messages stay acknowledged; the sequence never goes back.
+    fx.ok(Command::AckMessages {
+        fence: token(&g),
+        through_seq: 0,
+    });
+    assert_eq!(fx.state.mailbox(a).unwrap().acked_through, 1);
+    assert_eq!(
+        fx.ok(post(a, MessageKind::Note, "more")),
+        Outcome::MessagePosted { seq: 3 }
+    );
+}
+
+#[test]
+fn lifecycle_noise_is_not_relayed() {
+    let mut fx = Fx::new();
+    let a = fx.profile("a");
+    assert_eq!(
+        fx.rejected(post(a, MessageKind::Handoff, "Waiting for first tool...")),
+        Rejection::LifecycleNoise
+    );
+    assert_eq!(
+        fx.rejected(post(a, MessageKind::Lifecycle, "compiling")),
+        Rejection::LifecycleNoise
+    );
+    assert!(matches!(
+        fx.rejected(post(a, MessageKind::RosterDelta, "forged")),
+        Rejection::Invalid(_)
+    ));
+}
+
+#[test]
+fn mailbox_is_bounded() {
+    let mut fx = Fx::new();
+    let a = fx.profile("a");
+    for i in 0..MAILBOX_MESSAGES_MAX {
+        fx.state.apply(CommandEnvelope {
+            at_ms: fx.now,
+            idempotency_key: None,
+            command: post(a, MessageKind::Note, &format!("note {i}")),
+        });
+    }
+    assert_eq!(
+        fx.rejected(post(a, MessageKind::Note, "one too many")),
+        Rejection::MailboxFull {
+            max: MAILBOX_MESSAGES_MAX
+        }
+    );
+}
+
+#[test]
+fn roster_deltas_reach_every_peer_mailbox_by_revision() {
+    let mut fx = Fx::new();
+    let a = fx.profile("a");
+    let b = fx.profile("b");
+    let c = fx.profile("c");
+    let rev_before = fx
+        .state
+        .project(&tenant(), &project())
+        .unwrap()
+        .roster
+        .revision;
+    let g = fx.acquire(a);
+    let roster = &fx.state.project(&tenant(), &project()).unwrap().roster;
+    assert_eq!(roster.revision, rev_before + 1);
+    for peer in [b, c] {
+        let last = fx
+            .state
+            .mailbox(peer)
+            .unwrap()
+            .messages
+            .values()
+            .last()
+            .unwrap();
+        let MessagePayload::Roster(delta) = &last.payload else {
+            panic!("{last:?}")
+        };
+        assert_eq!(delta.revision, rev_before + 1);
+        assert_eq!(
+            delta.entry.status,
+            RosterStatus::Active {
+                provider: Provider::Codex,
+                generation: g.generation
+            }
+        );
+    }
+    // The subject itself is not told about its own change.
+    assert!(fx
+        .state
+        .mailbox(a)
+        .unwrap()
+        .messages
+        .values()
+        .all(|m| !matches!(&m.payload, MessagePayload::Roster(d) if d.entry.profile == a)));
+    // A renewal is not a roster change.
+    fx.ok(Command::RenewLease {
+        fence: token(&g),
+        ttl_ms: TTL,
+    });
+    assert_eq!(
+        fx.state
+            .project(&tenant(), &project())
+            .unwrap()
+            .roster
+            .revision,
+        rev_before + 1
+    );
+    let roster = &fx.state.project(&tenant(), &project()).unwrap().roster;
+    assert_eq!(roster.deltas_since(rev_before).unwrap().len(), 1);
+    assert_eq!(roster.snapshot().entries.len(), 3);
+}
+
+#[test]
+fn scheduler_takes_priority_then_age_and_matches_runtime() {
+    let mut fx = Fx::new();
+    let low = fx.submit("metadata:\n  name: low\n  labels: {priority: low}\n");
+    let normal = fx.submit("");
+    let high = fx.submit("metadata:\n  name: hi\n  labels: {priority: high}\n");
+    let kvm = fx.submit("vm:\n  runtime: kvm\n");
+    let queue: Vec<_> = fx.state.pending_queue().collect();
+    assert_eq!(queue, vec![high, normal, kvm, low]);
+    // w1 has two free slots and no kvm: high and normal go, kvm is skipped, low waits.
+    let plan = schedule(&fx.state, 10);
+    assert_eq!(
+        plan,
+        vec![
+            Assignment {
+                task: high,
+                worker: worker()
+            },
+            Assignment {
+                task: normal,
+                worker: worker()
+            }
+        ]
+    );
+    fx.ok(Command::AssignTasks { assignments: plan });
+    assert!(schedule(&fx.state, 10).is_empty(), "the worker is full");
+}
+
+#[test]
+fn scheduler_spreads_by_free_slots_and_skips_silent_workers() {
+    let mut fx = Fx::new();
+    let w2 = WorkerId::new("w2").unwrap();
+    fx.register_worker(w2.clone());
+    let t1 = fx.submit("");
+    let t2 = fx.submit("");
+    let plan = schedule(&fx.state, 10);
+    assert_eq!(plan.len(), 2);
+    assert_ne!(plan[0].worker, plan[1].worker, "{plan:?}");
+    assert_eq!((plan[0].task, plan[1].task), (t1, t2));
+    fx.advance(WORKER_TTL);
+    fx.apply(Command::WorkerHeartbeat { worker: w2.clone() });
+    let plan = schedule(&fx.state, 10);
+    assert!(plan.iter().all(|a| a.worker == w2), "{plan:?}");
+}
+
+#[test]
+fn project_placed_tasks_go_to_the_sandbox_worker_only() {
+    let mut fx = Fx::new();
+    fx.profile("a");
+    let w2 = WorkerId::new("w2").unwrap();
+    fx.register_worker(w2.clone());
+    let t =
+        fx.submit("placement:\n  kind: project\n  tenant: acme\n  project: web\n  profile: a\n");
+    let Outcome::TasksAssigned { results } = fx.ok(Command::AssignTasks {
+        assignments: vec![Assignment {
+            task: t,
+            worker: w2,
+        }],
+    }) else {
+        panic!()
+    };
+    assert!(matches!(
+        results[0].result,
+        Err(Rejection::SandboxMismatch { .. })
+    ));
+    let plan = schedule(&fx.state, 10);
+    assert_eq!(
+        plan,
+        vec![Assignment {
+            task: t,
+            worker: worker()
+        }]
+    );
+    // A project-placed task must name an existing profile.
+    let r = fx.rejected(Command::SubmitTask {
+        spec: Box::new(spec(
+            "placement:\n  kind: project\n  tenant: acme\n  project: web\n  profile: ghost\n",
+        )),
+    });
+    assert!(matches!(r, Rejection::NotFound { .. }));
+}
