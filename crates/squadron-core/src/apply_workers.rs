@@ -169,6 +169,21 @@ impl State {
         })
     }
 
+    /// True when a sweep at `now_ms` would change something; lets the leader skip idle sweeps
+    /// instead of writing an entry every interval.
+    pub fn sweep_due(&self, now_ms: u64) -> bool {
+        let now = now_ms.max(self.clock_ms);
+        self.lease_expiry.first().is_some_and(|(at, _)| *at <= now)
+            || self
+                .workers
+                .values()
+                .any(|w| w.status == WorkerStatus::Alive && w.is_silent(now))
+            || self
+                .idempotency
+                .oldest_at()
+                .is_some_and(|at| at.saturating_add(crate::limits::IDEMPOTENCY_RETENTION_MS) <= now)
+    }
+
     pub(crate) fn sweep(&mut self, now: u64) -> Result<Outcome, Rejection> {
         let leases_fenced = self.fence_expired(now);
         let silent: Vec<WorkerId> = self

@@ -19,6 +19,8 @@ pub const CAPSULE_ENCODING_PREFIX_V1: &[u8] = b"squadron/capsule/v1\n";
 
 /// The working state a capsule carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
 pub struct CapsulePayload {
     /// Canonical task state, as the agent chooses to write it.
     pub task_state: String,
@@ -34,6 +36,7 @@ pub struct CapsulePayload {
 /// What a writer submits: the chain position it believes in and the payload. The core computes
 /// the digest; `expected_digest`, when given, must equal it ("commit and verify").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CapsuleDraft {
     pub sequence: u64,
     pub previous: Option<Digest>,

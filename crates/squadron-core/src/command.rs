@@ -28,6 +28,7 @@ pub struct CommandEnvelope {
 
 /// One grant request inside a takeover: the provider to start and who holds the new lease.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NextHolder {
     pub provider: Provider,
     pub holder: LeaseHolder,
@@ -36,6 +37,8 @@ pub struct NextHolder {
 
 /// What a worker reports with a transition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[serde(default)]
 pub struct TransitionDetail {
     /// Required when leaving RUNNING for COMPLETING.
     pub exit_code: Option<i32>,
@@ -45,6 +48,7 @@ pub struct TransitionDetail {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Assignment {
     pub task: TaskId,
     pub worker: WorkerId,

@@ -76,6 +76,11 @@ impl IdempotencyLedger {
         }
     }
 
+    /// When the oldest record was written.
+    pub fn oldest_at(&self) -> Option<u64> {
+        self.by_age.first().map(|(at, _)| *at)
+    }
+
     /// Drops records older than the retention; returns how many went.
     pub fn prune(&mut self, now_ms: u64) -> u64 {
         let mut pruned = 0;

@@ -10,6 +10,7 @@ use crate::validation_error::ValidationError;
 /// The triple every fenced operation carries (INV-6). It is accepted only while it names the
 /// profile's current active lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FencingToken {
     pub profile: ProfileId,
     pub lease: LeaseId,
@@ -18,6 +19,7 @@ pub struct FencingToken {
 
 /// Who holds a lease: the worker that launched the provider and a descriptor of the process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LeaseHolder {
     pub worker: WorkerId,
     /// Free-form process descriptor (`pid 4242 on host-a`), for operators.
@@ -91,6 +93,7 @@ pub enum EvidenceSource {
 /// Proof that the process of one exact lease generation is gone (INV-9). PID matching alone is
 /// never evidence: only the emptied cgroup (or an audited operator decision) is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ReapEvidence {
     pub lease: LeaseId,
     pub generation: Generation,

@@ -12,8 +12,9 @@ use crate::state::State;
 /// can take now is skipped, so it does not hold back those behind it.
 ///
 /// The result is a proposal: `AssignTasks` re-checks every entry when it is applied.
-pub fn schedule(state: &State, max: usize) -> Vec<Assignment> {
-    let now = state.clock_ms();
+pub fn schedule(state: &State, now_ms: u64, max: usize) -> Vec<Assignment> {
+    // The leader's clock, never behind the state's: apply re-checks with the stamped time.
+    let now = now_ms.max(state.clock_ms());
     let mut free: BTreeMap<&WorkerId, u32> = state
         .workers()
         .filter(|w| w.accepts_work(now))

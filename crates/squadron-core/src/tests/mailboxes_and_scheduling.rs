@@ -158,7 +158,7 @@ fn scheduler_takes_priority_then_age_and_matches_runtime() {
     let queue: Vec<_> = fx.state.pending_queue().collect();
     assert_eq!(queue, vec![high, normal, kvm, low]);
     // w1 has two free slots and no kvm: high and normal go, kvm is skipped, low waits.
-    let plan = schedule(&fx.state, 10);
+    let plan = schedule(&fx.state, fx.now, 10);
     assert_eq!(
         plan,
         vec![
@@ -173,7 +173,10 @@ fn scheduler_takes_priority_then_age_and_matches_runtime() {
         ]
     );
     fx.ok(Command::AssignTasks { assignments: plan });
-    assert!(schedule(&fx.state, 10).is_empty(), "the worker is full");
+    assert!(
+        schedule(&fx.state, fx.now, 10).is_empty(),
+        "the worker is full"
+    );
 }
 
 #[test]
@@ -183,13 +186,13 @@ fn scheduler_spreads_by_free_slots_and_skips_silent_workers() {
     fx.register_worker(w2.clone());
     let t1 = fx.submit("");
     let t2 = fx.submit("");
-    let plan = schedule(&fx.state, 10);
+    let plan = schedule(&fx.state, fx.now, 10);
     assert_eq!(plan.len(), 2);
     assert_ne!(plan[0].worker, plan[1].worker, "{plan:?}");
     assert_eq!((plan[0].task, plan[1].task), (t1, t2));
     fx.advance(WORKER_TTL);
     fx.apply(Command::WorkerHeartbeat { worker: w2.clone() });
-    let plan = schedule(&fx.state, 10);
+    let plan = schedule(&fx.state, fx.now, 10);
     assert!(plan.iter().all(|a| a.worker == w2), "{plan:?}");
 }
 
@@ -213,7 +216,7 @@ fn project_placed_tasks_go_to_the_sandbox_worker_only() {
         results[0].result,
         Err(Rejection::SandboxMismatch { .. })
     ));
-    let plan = schedule(&fx.state, 10);
+    let plan = schedule(&fx.state, fx.now, 10);
     assert_eq!(
         plan,
         vec![Assignment {
@@ -228,4 +231,22 @@ fn project_placed_tasks_go_to_the_sandbox_worker_only() {
         )),
     });
     assert!(matches!(r, Rejection::NotFound { .. }));
+}
+
+#[test]
+fn sweep_is_due_only_when_it_would_change_something() {
+    let mut fx = Fx::new();
+    let p = fx.profile("a");
+    assert!(!fx.state.sweep_due(fx.now));
+    let g = fx.acquire(p);
+    assert!(!fx.state.sweep_due(fx.now + TTL - 1));
+    assert!(fx.state.sweep_due(g.expires_at_ms));
+    fx.advance(TTL);
+    fx.register_worker(worker());
+    fx.ok(Command::Sweep);
+    assert!(!fx.state.sweep_due(fx.now));
+    assert!(
+        fx.state.sweep_due(fx.now + WORKER_TTL),
+        "a silent worker is due"
+    );
 }
