@@ -255,7 +255,8 @@ impl State {
                 return Err(illegal("leaving RUNNING needs the provider's exit code"))
             }
             TaskState::Completed => {
-                let code = task.exit_code.unwrap_or(-1);
+                // The code the task ends with is the one this report records, if it brings one.
+                let code = detail.exit_code.or(task.exit_code).unwrap_or(-1);
                 if !task.spec.lifecycle.success_exit_codes.contains(&code) {
                     return Err(illegal(&format!(
                         "exit code {code} is not one of the task's success codes"

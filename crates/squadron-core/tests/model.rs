@@ -228,6 +228,10 @@ enum Expect {
     Rejected(Rej),
     /// An idempotent retry: the first answer, unchanged.
     Replay(Response),
+    /// COMPLETING -> COMPLETED carrying an exit code other than the one recorded when the
+    /// task left RUNNING. The design leaves open whether this is refused or accepted; either
+    /// way a COMPLETED task must end with a success exit code (checked separately).
+    CompletedWithNewExitCode(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -469,6 +473,12 @@ impl Model {
             },
             _ => match self.apply_one(cmd) {
                 Ok(o) => Expect::Ok(o),
+                Err(Rej::Kind("either")) => match cmd {
+                    Command::ReportTransition { task, .. } => Expect::CompletedWithNewExitCode(
+                        self.task_idx(*task).expect("reported task"),
+                    ),
+                    _ => unreachable!("only reports are open"),
+                },
                 Err(r) => Expect::Rejected(r),
             },
         }
@@ -713,7 +723,16 @@ impl Model {
                         current: mt.state,
                     }));
                 }
-                let allowed = worker_may_move(mt.state, *to)
+                let legal = worker_may_move(mt.state, *to);
+                if legal
+                    && *to == TaskState::Completed
+                    && detail.exit_code.is_some()
+                    && detail.exit_code != mt.exit_code
+                {
+                    // Open: `apply` turns this into Expect::CompletedWithNewExitCode.
+                    return Err(Rej::Kind("either"));
+                }
+                let allowed = legal
                     && match to {
                         TaskState::Completing => detail.exit_code.is_some(),
                         TaskState::Completed => mt.exit_code == Some(0),
@@ -939,6 +958,8 @@ enum To {
 enum Op {
     Acquire {
         p: usize,
+        /// Prefer a profile that can be granted (no live lease, nothing unreaped).
+        idle: bool,
         gen: Gen,
         next: Next,
     },
@@ -1042,6 +1063,8 @@ struct Mix {
     /// Percentage of steps that carry an idempotency key.
     keyed: u32,
     max_len: usize,
+    /// Largest forward time step, ms.
+    dt_max: i64,
 }
 
 const BALANCED: Mix = Mix {
@@ -1059,7 +1082,8 @@ const BALANCED: Mix = Mix {
     report: 10,
     cancel: 2,
     keyed: 15,
-    max_len: 100,
+    max_len: 80,
+    dt_max: 3_000,
 };
 
 const LEASES: Mix = Mix {
@@ -1078,6 +1102,7 @@ const LEASES: Mix = Mix {
     cancel: 1,
     keyed: 10,
     max_len: 100,
+    dt_max: 3_000,
 };
 
 const CAPSULES: Mix = Mix {
@@ -1096,6 +1121,7 @@ const CAPSULES: Mix = Mix {
     cancel: 0,
     keyed: 10,
     max_len: 80,
+    dt_max: 1_500,
 };
 
 const TASKS: Mix = Mix {
@@ -1109,11 +1135,18 @@ const TASKS: Mix = Mix {
     commit: 0,
     sweep: 2,
     submit: 8,
-    assign: 7,
+    assign: 10,
     report: 22,
     cancel: 3,
     keyed: 10,
     max_len: 80,
+    dt_max: 3_000,
+};
+
+/// Shorter sequences: every step also runs a second replica and compares snapshot bytes.
+const REPLICAS: Mix = Mix {
+    max_len: 60,
+    ..BALANCED
 };
 
 const IDEMPOTENT: Mix = Mix {
@@ -1226,10 +1259,11 @@ fn op(mix: Mix) -> BoxedStrategy<Op> {
             mix.acquire,
             (
                 any_p(),
+                prop::bool::weighted(0.75),
                 prop_oneof![8 => Just(Gen::Right), 1 => Just(Gen::Behind), 1 => Just(Gen::Ahead)],
                 next(),
             )
-                .prop_map(|(p, gen, next)| Op::Acquire { p, gen, next })
+                .prop_map(|(p, idle, gen, next)| Op::Acquire { p, idle, gen, next })
                 .boxed(),
         ),
         (
@@ -1370,7 +1404,7 @@ fn key_use(keyed: u32) -> impl Strategy<Value = KeyUse> {
 
 fn steps(mix: Mix) -> impl Strategy<Value = Vec<Step>> {
     let step = (
-        prop_oneof![9 => 0i64..=3_000, 1 => -3_000i64..0],
+        prop_oneof![9 => 0i64..=mix.dt_max, 1 => -3_000i64..0],
         key_use(mix.keyed),
         op(mix),
     )
@@ -1561,8 +1595,14 @@ impl Model {
     fn resolve(&self, op: &Op, now: u64) -> Command {
         let n = self.n_profiles();
         match op {
-            Op::Acquire { p, gen, next } => {
-                let p = p % n;
+            Op::Acquire { p, idle, gen, next } => {
+                let p = if *idle {
+                    self.pick(*p, |m, q| {
+                        m.profiles[q].live.is_none() && !m.unreaped_current(q)
+                    })
+                } else {
+                    p % n
+                };
                 let g = self.profiles[p].generation;
                 let expected = match gen {
                     Gen::Right => g,
@@ -1694,11 +1734,7 @@ impl Model {
                     from,
                     to,
                     detail: TransitionDetail {
-                        exit_code: if to == TaskState::Completed {
-                            None
-                        } else {
-                            *exit
-                        }, // TEMP-AVOID
+                        exit_code: *exit,
                         error: None,
                         artifacts: Vec::new(),
                     },
@@ -1713,6 +1749,9 @@ impl Model {
 }
 
 // --- running a sequence ------------------------------------------------------------------------
+
+/// INV-12: how often (in steps) the replica is reinstalled from its snapshot.
+const SNAPSHOT_EVERY: usize = 4;
 
 /// What one test checks beyond the model.
 #[derive(Debug, Clone, Copy, Default)]
@@ -1888,7 +1927,6 @@ impl Run {
         };
         let ctx = format!("step {i}: {} at {at_ms} ms (key {key:?})", command.name());
 
-        let t0 = std::time::Instant::now();
         // The log encoding round-trips every envelope.
         let encoded = encode_command(&env);
         assert_eq!(
@@ -1897,11 +1935,20 @@ impl Run {
             "INV-12: command codec round trip, {ctx}"
         );
 
-        tick(0, t0);
-        let t0 = std::time::Instant::now();
+        // The leader skips idle sweeps: a sweep is due exactly when an active lease has expired
+        // by command time (no worker goes silent and no idempotency record ages out here).
+        let expired_active = self
+            .model
+            .leases
+            .values()
+            .any(|l| l.state == MLeaseState::Active && now >= l.expires_at);
+        assert_eq!(
+            self.core.sweep_due(at_ms),
+            expired_active,
+            "INV-5/INV-9: sweep_due judges expiry by command time, {ctx}"
+        );
+
         let pre = self.core.clone();
-        tick(1, t0);
-        let t0 = std::time::Instant::now();
         let pre_live: Vec<(Option<u64>, u64)> = self
             .model
             .profiles
@@ -1909,13 +1956,9 @@ impl Run {
             .map(|p| (p.live, p.generation))
             .collect();
         let response = self.core.apply(env.clone());
-        tick(2, t0);
-        let t0 = std::time::Instant::now();
         if let Err(e) = self.core.check_invariants() {
             panic!("check_invariants failed ({e}) after {ctx}\ncommand {command:#?}");
         }
-        tick(3, t0);
-        let t0 = std::time::Instant::now();
         assert_eq!(
             decode_response(&encode_response(&response)).as_ref(),
             Ok(&response),
@@ -1934,31 +1977,10 @@ impl Run {
             None => self.model.apply(&command),
         };
         check_response(&expect, &response, &ctx, &command);
-        {
-            let label = match (&expect, &response) {
-                (Expect::Replay(_), _) => "REPLAY".to_string(),
-                (_, Response::Ok(Outcome::TookOver { old_reaped, .. })) => {
-                    format!("ok reaped={old_reaped}")
-                }
-                (_, Response::Ok(Outcome::TasksAssigned { results })) => format!(
-                    "ok {:?}",
-                    results
-                        .iter()
-                        .map(|r| r.result.as_ref().map_err(kind).err())
-                        .collect::<Vec<_>>()
-                ),
-                (_, Response::Ok(Outcome::TransitionRecorded { state })) => {
-                    format!("ok -> {state}")
-                }
-                (_, Response::Ok(Outcome::Swept(r))) => {
-                    format!("ok fenced {}", r.leases_fenced.len().min(2))
-                }
-                (_, Response::Ok(_)) => "ok".to_string(),
-                (_, Response::Rejected(r)) => kind(r),
-            };
-            let mut m = STATS.lock().expect("stats");
-            *m.entry(format!("{:<20} {}", command.name(), label))
-                .or_default() += 1;
+        if let (Expect::CompletedWithNewExitCode(t), true) = (&expect, response.is_ok()) {
+            let task = self.core.task(task_id(*t)).expect("reported task");
+            self.model.tasks[*t].state = TaskState::Completed;
+            self.model.tasks[*t].exit_code = task.exit_code;
         }
 
         // INV-11: a keyed first attempt records exactly its answer.
@@ -1983,11 +2005,14 @@ impl Run {
 
         // A refused command, a replay and a reused key change nothing but the clock (and a
         // refused first attempt its ledger record, checked above).
-        tick(4, t0);
-        let t0 = std::time::Instant::now();
-        let unchanged = matches!(expect, Expect::Replay(_) | Expect::Rejected(_));
+        let replay = matches!(expect, Expect::Replay(_));
+        self.check_step(&pre, &pre_live, &command, &response, replay, &ctx);
+        self.check_agreement(&ctx);
+
+        let unchanged = matches!(expect, Expect::Replay(_) | Expect::Rejected(_))
+            || (matches!(expect, Expect::CompletedWithNewExitCode(_)) && !response.is_ok());
         if unchanged {
-            let mut expected = pre.clone();
+            let mut expected = pre;
             assert!(
                 !expected.apply(noop(at_ms)).is_ok(),
                 "the clock-moving no-op must be refused"
@@ -2010,39 +2035,46 @@ impl Run {
             }
         }
 
-        tick(5, t0);
-        let t0 = std::time::Instant::now();
-        let replay = matches!(expect, Expect::Replay(_));
-        self.check_step(&pre, &pre_live, &command, &response, replay, &ctx);
-        self.check_agreement(&ctx);
-
-        tick(6, t0);
-        let t0 = std::time::Instant::now();
         if self.checks.replicas {
-            let replica = self.replica.take().expect("replica");
-            let q = std::time::Instant::now();
-            let bytes = encode_snapshot(&replica);
-            eprintln!("Q enc {}", q.elapsed().as_micros());
-            let q = std::time::Instant::now();
-            let mut restored = decode_snapshot(&bytes).expect("INV-12: snapshot decodes");
-            eprintln!("Q dec {}", q.elapsed().as_micros());
-            let q = std::time::Instant::now();
+            self.check_replica(
+                env,
+                &response,
+                i % SNAPSHOT_EVERY == SNAPSHOT_EVERY - 1,
+                &ctx,
+            );
+        }
+    }
+
+    /// INV-12: the replica applies the same envelope, answers alike and holds byte-identical
+    /// state (the snapshot encoding is what `state_digest` hashes). At a `restart`, it is
+    /// reinstalled from its own snapshot, which must decode to the same state, and the
+    /// digests are compared.
+    fn check_replica(
+        &mut self,
+        env: CommandEnvelope,
+        response: &Response,
+        restart: bool,
+        ctx: &str,
+    ) {
+        let mut replica = self.replica.take().expect("replica");
+        let r2 = replica.apply(env);
+        assert_eq!(&r2, response, "INV-12: replicas answer alike, {ctx}");
+        let bytes = encode_snapshot(&replica);
+        assert!(
+            bytes == encode_snapshot(&self.core),
+            "INV-12: replicas that applied the same index hold byte-identical state, {ctx}"
+        );
+        if restart {
+            let restored = decode_snapshot(&bytes).expect("INV-12: snapshot decodes");
             assert!(restored == replica, "INV-12: snapshot round trip, {ctx}");
-            eprintln!("Q eq {}", q.elapsed().as_micros());
-            let q = std::time::Instant::now();
-            let r2 = restored.apply(env);
-            assert_eq!(r2, response, "INV-12: replicas answer alike, {ctx}");
-            eprintln!("Q apply {}", q.elapsed().as_micros());
-            let q = std::time::Instant::now();
             assert_eq!(
                 state_digest(&restored),
                 state_digest(&self.core),
-                "INV-12: replicas that applied the same index hold identical state, {ctx}"
+                "INV-12: state digests of replicas agree, {ctx}"
             );
-            eprintln!("Q dig {}", q.elapsed().as_micros());
-            self.replica = Some(restored);
+            replica = restored;
         }
-        tick(7, t0);
+        self.replica = Some(replica);
     }
 
     /// Per-step checks that compare the state before and after one command.
@@ -2290,6 +2322,16 @@ impl Run {
                 i + 1
             );
         }
+        for t in core.tasks(Some(TaskState::Completed)) {
+            assert!(
+                t.spec
+                    .lifecycle
+                    .is_success_exit_code(t.exit_code.unwrap_or(-1)),
+                "INV-10: task {} is COMPLETED with exit code {:?}, not a success code, {ctx}",
+                t.id,
+                t.exit_code
+            );
+        }
         assert_eq!(
             core.pending_queue().collect::<Vec<_>>(),
             model.pending_queue(),
@@ -2333,6 +2375,18 @@ fn check_response(expect: &Expect, got: &Response, ctx: &str, command: &Command)
             &Response::Rejected(Rejection::IdempotencyKeyReused),
             "INV-11: a key reused for another command is refused, {ctx}"
         ),
+        (Expect::CompletedWithNewExitCode(_), Response::Ok(o)) => assert_eq!(
+            o,
+            &Outcome::TransitionRecorded {
+                state: TaskState::Completed
+            },
+            "INV-10: {ctx}"
+        ),
+        (Expect::CompletedWithNewExitCode(_), Response::Rejected(r)) => assert_eq!(
+            kind(r),
+            "IllegalTransition",
+            "INV-10: a COMPLETED report with a new exit code may only be refused as illegal, {ctx}"
+        ),
         (Expect::Ok(o), Response::Ok(g)) => {
             assert_eq!(g, o, "{inv}: core and model disagree on the outcome, {ctx}")
         }
@@ -2363,45 +2417,23 @@ fn check_response(expect: &Expect, got: &Response, ctx: &str, command: &Command)
     }
 }
 
-static T: std::sync::Mutex<[u128; 8]> = std::sync::Mutex::new([0; 8]);
-fn tick(i: usize, t: std::time::Instant) {
-    T.lock().expect("t")[i] += t.elapsed().as_micros();
-}
-static STATS: std::sync::Mutex<BTreeMap<String, u64>> = std::sync::Mutex::new(BTreeMap::new());
-fn dump() {
-    if let Ok(path) = std::env::var("MODEL_STATS") {
-        let m = STATS.lock().expect("s");
-        let mut out = String::new();
-        for (k, v) in m.iter() {
-            out.push_str(&format!("{v:>7} {k}\n"));
-        }
-        std::fs::write(path, out).expect("w");
-    }
-}
 fn run(u: &Universe, steps: &[Step], checks: Checks) {
-    let tr = std::time::Instant::now();
     let mut r = Run::new(u, checks);
-    tick(0, tr);
     for (i, s) in steps.iter().enumerate() {
         r.step(i, s);
     }
-    if std::env::var("MODEL_SIZE").is_ok() {
-        eprintln!(
-            "SIZE {} steps {} leases {} tasks {} msgs {}",
-            encode_snapshot(&r.core).len(),
-            steps.len(),
-            r.core.leases().count(),
-            r.core.tasks(None).count(),
-            r.core
-                .profiles()
-                .map(|p| r.core.mailbox(p.id).map_or(0, |m| m.messages.len()))
-                .sum::<usize>()
+    if let Some(replica) = &r.replica {
+        assert_eq!(
+            state_digest(replica),
+            state_digest(&r.core),
+            "INV-12: final state digests of replicas agree"
         );
-    }
-    dump();
-    eprintln!("RUN {}", tr.elapsed().as_micros());
-    if std::env::var("MODEL_T").is_ok() {
-        eprintln!("T {:?}", T.lock().expect("t"));
+        let back = decode_snapshot(&encode_snapshot(&r.core)).expect("INV-12: snapshot decodes");
+        assert_eq!(
+            state_digest(&back),
+            state_digest(&r.core),
+            "INV-12: snapshot round trip keeps the digest"
+        );
     }
 }
 
@@ -2438,7 +2470,75 @@ proptest! {
     /// command, answers alike and holds the same digest; every envelope and response
     /// round-trips through the log codec.
     #[test]
-    fn inv_12_replicas_agree_and_snapshots_round_trip(u in universe(), s in steps(BALANCED)) {
+    fn inv_12_replicas_agree_and_snapshots_round_trip(u in universe(), s in steps(REPLICAS)) {
         run(&u, &s, Checks { replicas: true });
     }
+}
+
+/// INV-10, found by the model test: a worker reports COMPLETING -> COMPLETED with an exit code
+/// other than the success code it recorded on leaving RUNNING. The report must be refused, or
+/// the task must still end with a success exit code; a COMPLETED task with exit code 1 breaks
+/// the invariant `check_invariants` enforces.
+#[test]
+fn inv_10_completed_task_keeps_a_success_exit_code() {
+    let mut s = State::new();
+    let mut apply = |command: Command| {
+        s.apply(CommandEnvelope {
+            at_ms: SETUP_AT_MS,
+            idempotency_key: None,
+            command,
+        })
+    };
+    let w = worker_id(0);
+    assert!(apply(Command::RegisterWorker {
+        worker: w.clone(),
+        address: "10.0.0.0:7000".into(),
+        runtimes: vec![RuntimeKind::Process],
+        capacity: WORKER_CAPACITY,
+        labels: BTreeMap::new(),
+        heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+    })
+    .is_ok());
+    assert!(apply(Command::SubmitTask {
+        spec: Box::new(specs()[0].clone()),
+    })
+    .is_ok());
+    assert!(apply(Command::AssignTasks {
+        assignments: vec![Assignment {
+            task: task_id(0),
+            worker: w.clone(),
+        }],
+    })
+    .is_ok());
+    let mut report = |from, to, exit_code| {
+        apply(Command::ReportTransition {
+            task: task_id(0),
+            worker: w.clone(),
+            attempt: 1,
+            from,
+            to,
+            detail: TransitionDetail {
+                exit_code,
+                error: None,
+                artifacts: Vec::new(),
+            },
+        })
+    };
+    use TaskState::*;
+    for (from, to, exit) in [
+        (Staging, Provisioning, None),
+        (Provisioning, Ready, None),
+        (Ready, Running, None),
+        (Running, Completing, Some(0)),
+    ] {
+        assert!(report(from, to, exit).is_ok(), "{from} -> {to}");
+    }
+    let last = report(Completing, Completed, Some(1));
+    let task = s.task(task_id(0)).expect("task");
+    assert!(
+        !last.is_ok() || task.exit_code == Some(0),
+        "INV-10: COMPLETED accepted with exit code {:?}: {last:?}",
+        task.exit_code
+    );
+    assert_eq!(s.check_invariants(), Ok(()));
 }
