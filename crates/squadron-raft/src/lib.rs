@@ -1,0 +1,14 @@
+//! Raft between control nodes: openraft's configuration, the versioned wire encoding of its
+//! RPCs, the gRPC client side (`GrpcNetworkFactory`) and server side (`RaftGrpcService`).
+
+pub mod config;
+pub mod network;
+pub mod service;
+pub mod wire;
+
+pub use config::RaftTimeouts;
+pub use network::GrpcNetworkFactory;
+pub use service::RaftGrpcService;
+
+/// The Raft handle of a control node.
+pub type RaftNode = openraft::Raft<squadron_store::TypeConfig>;

@@ -1,0 +1,136 @@
+//! The client side of Raft RPC: one lazily connected gRPC channel per peer.
+
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use squadron_proto::v1::raft_service_client::RaftServiceClient;
+use squadron_proto::v1::RaftPayload;
+use squadron_store::{NodeAddr, NodeId, TypeConfig};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::wire;
+
+/// How long establishing a connection to a peer may take.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+
+/// Builds one [`GrpcNetwork`] per peer.
+#[derive(Debug, Clone, Default)]
+pub struct GrpcNetworkFactory;
+
+impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
+    type Network = GrpcNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> Self::Network {
+        let channel = Endpoint::from_shared(format!("http://{}", node.grpc))
+            .map(|e| {
+                e.connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
+                    .tcp_nodelay(true)
+                    .connect_lazy()
+            })
+            .map_err(|e| e.to_string());
+        GrpcNetwork {
+            target,
+            node: node.clone(),
+            channel,
+        }
+    }
+}
+
+/// The connection to one peer.
+#[derive(Debug)]
+pub struct GrpcNetwork {
+    target: NodeId,
+    node: NodeAddr,
+    /// An address that does not parse is kept as the error, reported on every call.
+    channel: Result<Channel, String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+type Rpc<T, E> = Result<T, RPCError<NodeId, NodeAddr, E>>;
+
+impl GrpcNetwork {
+    async fn call<Req, Resp, E>(&self, kind: RpcKind, req: &Req, option: &RPCOption) -> Rpc<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let channel = self
+            .channel
+            .clone()
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&TransportError(e))))?;
+        let data = wire::encode(req)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;
+        let mut request = tonic::Request::new(RaftPayload { data });
+        request.set_timeout(option.hard_ttl());
+        let mut client = RaftServiceClient::new(channel)
+            .max_decoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX)
+            .max_encoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX);
+        let reply = match kind {
+            RpcKind::Append => client.append_entries(request).await,
+            RpcKind::Vote => client.vote(request).await,
+            RpcKind::Snapshot => client.install_snapshot(request).await,
+        };
+        let reply = reply.map_err(|status| {
+            let err = TransportError(format!("{}: {}", status.code(), status.message()));
+            match status.code() {
+                tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&err)),
+                _ => RPCError::Network(NetworkError::new(&err)),
+            }
+        })?;
+        let result: Result<Resp, E> = wire::decode(&reply.into_inner().data)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;
+        result.map_err(|e| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                e,
+            ))
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RpcKind {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl RaftNetwork<TypeConfig> for GrpcNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        self.call(RpcKind::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        self.call(RpcKind::Snapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Rpc<VoteResponse<NodeId>, RaftError<NodeId>> {
+        self.call(RpcKind::Vote, &rpc, &option).await
+    }
+}

@@ -1,0 +1,210 @@
+//! A control node's configuration file (TOML).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use squadron_raft::RaftTimeouts;
+
+/// Largest configuration file read.
+pub const CONFIG_BYTES_MAX: u64 = 1024 * 1024;
+
+/// One member of the initial cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    pub id: u64,
+    /// `host:port` of the member's REST API.
+    pub rest: String,
+    /// `host:port` of the member's gRPC API.
+    pub grpc: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    pub node_id: u64,
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+    pub rest_listen: SocketAddr,
+    pub grpc_listen: SocketAddr,
+    /// What other nodes and clients should dial; defaults to the listen addresses.
+    #[serde(default)]
+    pub advertise_rest: Option<String>,
+    #[serde(default)]
+    pub advertise_grpc: Option<String>,
+    pub data_dir: PathBuf,
+    /// The voters a brand-new cluster starts with. Used once: the member with the lowest id
+    /// initialises the cluster when its data directory is new. Empty for a node that will be
+    /// added later as a learner.
+    #[serde(default)]
+    pub initial_members: Vec<MemberConfig>,
+    #[serde(default)]
+    pub raft: RaftTimeouts,
+    #[serde(default)]
+    pub server: ServerSettings,
+}
+
+/// HTTP and leader-loop settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Largest request body accepted by REST.
+    pub body_bytes_max: usize,
+    /// How often the leader proposes a sweep (lease expiry, lost workers).
+    pub sweep_interval_ms: u64,
+    /// How often the leader runs the scheduler.
+    pub schedule_interval_ms: u64,
+    /// How long a request waits for a leader, a forward or a read index.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            body_bytes_max: 1024 * 1024,
+            sweep_interval_ms: 1_000,
+            schedule_interval_ms: 500,
+            request_timeout_ms: 5_000,
+        }
+    }
+}
+
+fn default_cluster_name() -> String {
+    "squadron".into()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is larger than {CONFIG_BYTES_MAX} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: String, reason: String },
+}
+
+impl NodeConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let meta = std::fs::metadata(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        if meta.len() > CONFIG_BYTES_MAX {
+            return Err(ConfigError::TooLarge { path: path.into() });
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let mut config: NodeConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        // A relative data dir is relative to the config file, so configs are portable.
+        if config.data_dir.is_relative() {
+            if let Some(parent) = path.parent() {
+                config.data_dir = parent.join(&config.data_dir);
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: String| ConfigError::Invalid {
+            field: field.into(),
+            reason,
+        };
+        if self.node_id == 0 {
+            return Err(invalid("node_id", "must be a positive integer".into()));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, m) in self.initial_members.iter().enumerate() {
+            if m.id == 0 || !seen.insert(m.id) {
+                return Err(invalid(
+                    &format!("initial_members[{i}].id"),
+                    format!("must be a positive, unique id, got {}", m.id),
+                ));
+            }
+            for (field, addr) in [("rest", &m.rest), ("grpc", &m.grpc)] {
+                if addr.parse::<SocketAddr>().is_err() && !addr.contains(':') {
+                    return Err(invalid(
+                        &format!("initial_members[{i}].{field}"),
+                        format!("must be host:port, got {addr:?}"),
+                    ));
+                }
+            }
+        }
+        if !self.initial_members.is_empty() && !seen.contains(&self.node_id) {
+            return Err(invalid(
+                "initial_members",
+                format!("must include this node ({})", self.node_id),
+            ));
+        }
+        if self.server.body_bytes_max < 1024 {
+            return Err(invalid(
+                "server.body_bytes_max",
+                "must be at least 1024".into(),
+            ));
+        }
+        for (field, v) in [
+            ("server.sweep_interval_ms", self.server.sweep_interval_ms),
+            (
+                "server.schedule_interval_ms",
+                self.server.schedule_interval_ms,
+            ),
+            ("server.request_timeout_ms", self.server.request_timeout_ms),
+        ] {
+            if !(10..=600_000).contains(&v) {
+                return Err(invalid(field, format!("must be 10..=600000 ms, got {v}")));
+            }
+        }
+        self.raft
+            .to_openraft(&self.cluster_name)
+            .map_err(|reason| invalid("raft", reason))?;
+        Ok(())
+    }
+
+    pub fn rest_addr(&self) -> String {
+        self.advertise_rest
+            .clone()
+            .unwrap_or_else(|| self.rest_listen.to_string())
+    }
+
+    pub fn grpc_addr(&self) -> String {
+        self.advertise_grpc
+            .clone()
+            .unwrap_or_else(|| self.grpc_listen.to_string())
+    }
+
+    /// A single-node configuration, for `squadron dev`.
+    pub fn single_node(
+        data_dir: PathBuf,
+        rest_listen: SocketAddr,
+        grpc_listen: SocketAddr,
+    ) -> Self {
+        let member = MemberConfig {
+            id: 1,
+            rest: rest_listen.to_string(),
+            grpc: grpc_listen.to_string(),
+        };
+        Self {
+            node_id: 1,
+            cluster_name: default_cluster_name(),
+            rest_listen,
+            grpc_listen,
+            advertise_rest: None,
+            advertise_grpc: None,
+            data_dir,
+            initial_members: vec![member],
+            raft: RaftTimeouts::default(),
+            server: ServerSettings::default(),
+        }
+    }
+}

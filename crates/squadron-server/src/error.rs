@@ -1,0 +1,106 @@
+//! REST errors: `{code, message}` with the HTTP status from the core's one error table.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use squadron_core::error_code::ErrorCode;
+use squadron_core::{Rejection, ValidationError};
+
+/// Seconds a client is asked to wait before retrying when no leader is known.
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// The body of every error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The field at fault, for invalid input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The core's rejection, for business refusals, so clients can act on its values
+    /// (the current generation, the slot counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection: Option<Rejection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            body: ErrorBody {
+                code,
+                message: message.into(),
+                field: None,
+                rejection: None,
+            },
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ValidationError::new(field, reason).into()
+    }
+
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, what)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unavailable, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        self.body.code
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        Self {
+            body: ErrorBody {
+                code: ErrorCode::InvalidArgument,
+                message: e.to_string(),
+                field: Some(e.field),
+                rejection: None,
+            },
+        }
+    }
+}
+
+impl From<Rejection> for ApiError {
+    fn from(r: Rejection) -> Self {
+        if let Rejection::Invalid(e) = r {
+            return e.into();
+        }
+        Self {
+            body: ErrorBody {
+                code: r.code(),
+                message: r.to_string(),
+                field: None,
+                rejection: Some(r),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.body.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let unavailable = self.body.code == ErrorCode::Unavailable;
+        let mut response = (status, axum::Json(self.body)).into_response();
+        if unavailable {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        }
+        response
+    }
+}

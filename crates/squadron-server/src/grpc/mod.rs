@@ -1,0 +1,94 @@
+//! gRPC services for agents and workers. They are served by the leader only: a follower
+//! answers UNAVAILABLE with the leader's gRPC address in the `x-squadron-leader` metadata, so
+//! the client reconnects there instead of paying a forward on every call.
+
+mod agent;
+mod worker;
+
+pub use agent::AgentGrpc;
+pub use worker::WorkerGrpc;
+
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::IdempotencyKey;
+use squadron_core::{Command, Outcome, Response, ValidationError};
+use tonic::metadata::MetadataValue;
+use tonic::{Code, Status};
+
+use crate::error::ApiError;
+use crate::node::{ControlNode, IDEMPOTENCY_HEADER};
+
+/// Metadata key naming the leader's gRPC address on a follower's refusal.
+pub const LEADER_METADATA: &str = "x-squadron-leader";
+/// Metadata key naming the error-table code of a refusal.
+pub const ERROR_CODE_METADATA: &str = "x-squadron-error-code";
+
+pub fn status(code: ErrorCode, message: impl Into<String>) -> Status {
+    let mut s = Status::new(Code::from_i32(code.grpc_code()), message.into());
+    if let Ok(v) = MetadataValue::try_from(code.as_str()) {
+        s.metadata_mut().insert(ERROR_CODE_METADATA, v);
+    }
+    s
+}
+
+impl From<ApiError> for Status {
+    fn from(e: ApiError) -> Self {
+        let message = match &e.body.field {
+            Some(f) => format!("{} (field {f})", e.body.message),
+            None => e.body.message.clone(),
+        };
+        status(e.body.code, message)
+    }
+}
+
+pub fn invalid(e: ValidationError) -> Status {
+    ApiError::from(e).into()
+}
+
+/// Refuses on a follower, naming the leader.
+pub fn require_leader(node: &ControlNode) -> Result<(), Status> {
+    if node.is_leader() {
+        return Ok(());
+    }
+    let mut s = status(
+        ErrorCode::Unavailable,
+        "this node is not the leader; reconnect to the address in x-squadron-leader",
+    );
+    if let Some((id, addr)) = node.leader() {
+        if let Ok(v) = MetadataValue::try_from(addr.grpc.as_str()) {
+            s.metadata_mut().insert(LEADER_METADATA, v);
+        }
+        if let Ok(v) = MetadataValue::try_from(id.to_string().as_str()) {
+            s.metadata_mut().insert("x-squadron-leader-id", v);
+        }
+    }
+    Err(s)
+}
+
+fn key_of<T>(request: &tonic::Request<T>) -> Result<Option<IdempotencyKey>, Status> {
+    match request.metadata().get(IDEMPOTENCY_HEADER) {
+        None => Ok(None),
+        Some(v) => {
+            let s = v
+                .to_str()
+                .map_err(|_| invalid(ValidationError::new("idempotency-key", "must be ASCII")))?;
+            IdempotencyKey::new(s).map(Some).map_err(invalid)
+        }
+    }
+}
+
+/// Proposes on the leader and maps the answer to gRPC.
+pub async fn propose(
+    node: &ControlNode,
+    key: Option<IdempotencyKey>,
+    command: Command,
+) -> Result<Outcome, Status> {
+    require_leader(node)?;
+    match node.write(command, key, true).await? {
+        Response::Ok(o) => Ok(o),
+        Response::Rejected(r) => Err(ApiError::from(r).into()),
+    }
+}
+
+pub fn unexpected(o: &Outcome) -> Status {
+    status(ErrorCode::Internal, format!("unexpected outcome {o:?}"))
+}

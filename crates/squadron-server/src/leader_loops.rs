@@ -1,0 +1,51 @@
+//! Work only the leader does: proposing sweeps (lease expiry, lost workers, idempotency
+//! pruning) and assignments from the scheduler. Both re-check on apply, so a stale view or a
+//! deposed leader can at worst propose a no-op.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use squadron_core::limits::ASSIGNMENTS_PER_BATCH_MAX;
+use squadron_core::scheduler::schedule;
+use squadron_core::Command;
+use tokio::sync::watch;
+
+use crate::node::{now_ms, ControlNode};
+
+pub fn spawn(
+    node: Arc<ControlNode>,
+    mut shutdown: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut sweep =
+            tokio::time::interval(Duration::from_millis(node.config.server.sweep_interval_ms));
+        let mut place = tokio::time::interval(Duration::from_millis(
+            node.config.server.schedule_interval_ms,
+        ));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        place.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = sweep.tick() => {
+                    if node.is_leader() && node.state.with_state(|s| s.sweep_due(now_ms())) {
+                        if let Err(e) = node.write(Command::Sweep, None, true).await {
+                            tracing::debug!(error = ?e, "sweep not proposed");
+                        }
+                    }
+                }
+                _ = place.tick() => {
+                    if !node.is_leader() {
+                        continue;
+                    }
+                    let plan = node.state.with_state(|s| schedule(s, now_ms(), ASSIGNMENTS_PER_BATCH_MAX));
+                    if !plan.is_empty() {
+                        if let Err(e) = node.write(Command::AssignTasks { assignments: plan }, None, true).await {
+                            tracing::debug!(error = ?e, "assignments not proposed");
+                        }
+                    }
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,217 @@
+//! A Squadron control node: Raft on RocksDB, REST on every node, gRPC for Raft (and, as they
+//! land, agents and workers), the leader's sweep and scheduler, metrics and a dashboard.
+
+pub mod config;
+pub mod dashboard;
+pub mod error;
+pub mod grpc;
+pub mod leader_loops;
+pub mod metrics;
+pub mod node;
+pub mod openapi;
+pub mod rest;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use squadron_proto::v1::agent_service_server::AgentServiceServer;
+use squadron_proto::v1::raft_service_server::RaftServiceServer;
+use squadron_proto::v1::worker_service_server::WorkerServiceServer;
+use squadron_raft::{wire, GrpcNetworkFactory, RaftGrpcService, RaftNode};
+use squadron_store::NodeAddr;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::NodeConfig;
+pub use node::ControlNode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("configuration: {0}")]
+    Config(#[from] config::ConfigError),
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("storage: {0}")]
+    Store(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A started node; dropping it does not stop it, `shutdown` does.
+#[derive(Debug)]
+pub struct RunningNode {
+    pub node: Arc<ControlNode>,
+    pub rest_addr: std::net::SocketAddr,
+    pub grpc_addr: std::net::SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningNode {
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.node.raft.shutdown().await;
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Resolves when the node is asked to stop by a signal.
+    pub async fn wait(self) {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = ctrl_c.await;
+                        return self.shutdown().await;
+                    }
+                };
+            tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
+        self.shutdown().await;
+    }
+}
+
+/// Opens storage, starts Raft and both servers, initialises a brand-new cluster when this node
+/// is its designated initialiser, and starts the leader loops.
+pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
+    config.validate()?;
+    let raft_dir = config.data_dir.join("raft");
+    let is_new = !raft_dir.exists();
+    std::fs::create_dir_all(&raft_dir).map_err(|source| ServerError::DataDir {
+        path: raft_dir.clone(),
+        source,
+    })?;
+    let (log_store, state_machine) = squadron_store::open(&raft_dir)
+        .await
+        .map_err(|e| ServerError::Store(e.to_string()))?;
+    let reader = state_machine.reader();
+    let raft_config = config
+        .raft
+        .to_openraft(&config.cluster_name)
+        .map_err(ServerError::Raft)?;
+    let raft: RaftNode = openraft::Raft::new(
+        config.node_id,
+        raft_config,
+        GrpcNetworkFactory,
+        log_store,
+        state_machine,
+    )
+    .await
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
+
+    let rest_listener = TcpListener::bind(config.rest_listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.rest_listen,
+            source,
+        })?;
+    let grpc_listener = TcpListener::bind(config.grpc_listen)
+        .await
+        .map_err(|source| ServerError::Bind {
+            addr: config.grpc_listen,
+            source,
+        })?;
+    let rest_addr = rest_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: config.rest_listen,
+            source,
+        })?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|source| ServerError::Bind {
+            addr: config.grpc_listen,
+            source,
+        })?;
+
+    let node = ControlNode::new(config.clone(), raft.clone(), reader);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+
+    let raft_service = RaftServiceServer::new(RaftGrpcService::new(raft.clone()))
+        .max_decoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX)
+        .max_encoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX);
+    let worker_service = WorkerServiceServer::new(grpc::WorkerGrpc::new(node.clone()));
+    let agent_service = AgentServiceServer::new(grpc::AgentGrpc::new(node.clone()));
+    let mut grpc_stop = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        let result = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(raft_service)
+            .add_service(worker_service)
+            .add_service(agent_service)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = grpc_stop.changed().await;
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "gRPC server stopped");
+        }
+    }));
+
+    let app = rest::router(node.clone());
+    let mut rest_stop = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let result = axum::serve(rest_listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rest_stop.changed().await;
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "REST server stopped");
+        }
+    }));
+
+    let initialiser = config.initial_members.iter().map(|m| m.id).min();
+    if is_new && initialiser == Some(config.node_id) {
+        let members: BTreeMap<u64, NodeAddr> = config
+            .initial_members
+            .iter()
+            .map(|m| {
+                (
+                    m.id,
+                    NodeAddr {
+                        rest: m.rest.clone(),
+                        grpc: m.grpc.clone(),
+                    },
+                )
+            })
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(node = config.node_id, "initialised a new cluster"),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::InitializeError::NotAllowed(_),
+            )) => tracing::info!("cluster already initialised"),
+            Err(e) => return Err(ServerError::Raft(e.to_string())),
+        }
+    }
+
+    tasks.push(leader_loops::spawn(node.clone(), shutdown_rx));
+    tracing::info!(node = config.node_id, %rest_addr, %grpc_addr, "control node started");
+    Ok(RunningNode {
+        node,
+        rest_addr,
+        grpc_addr,
+        shutdown: shutdown_tx,
+        tasks,
+    })
+}

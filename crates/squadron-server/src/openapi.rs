@@ -1,0 +1,106 @@
+//! The OpenAPI 3 document, generated from the route book that also builds the router.
+
+use serde_json::{json, Map, Value};
+
+use crate::rest::RouteDoc;
+
+/// `/api/v1/tasks/:id` → (`/api/v1/tasks/{id}`, `["id"]`).
+fn openapi_path(path: &str) -> (String, Vec<String>) {
+    let mut params = Vec::new();
+    let converted = path
+        .split('/')
+        .map(|seg| match seg.strip_prefix(':') {
+            Some(name) => {
+                params.push(name.to_string());
+                format!("{{{name}}}")
+            }
+            None => seg.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    (converted, params)
+}
+
+fn operation_id(method: &str, path: &str) -> String {
+    let mut id = method.to_lowercase();
+    for seg in path
+        .split('/')
+        .filter(|s| !s.is_empty() && *s != "api" && *s != "v1")
+    {
+        id.push('_');
+        id.push_str(&seg.trim_start_matches(':').replace('-', "_"));
+    }
+    id
+}
+
+pub fn document(routes: &[RouteDoc]) -> Value {
+    let mut paths = Map::new();
+    let mut schemas = Map::new();
+    schemas.insert(
+        "Error".into(),
+        json!({
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "enum": squadron_core::error_code::ErrorCode::ALL.map(|c| c.as_str())},
+                "message": {"type": "string"},
+                "field": {"type": "string", "description": "the field at fault, for invalid input"},
+                "rejection": {"type": "object", "description": "the core's rejection with its values"}
+            }
+        }),
+    );
+    for r in routes {
+        let (path, params) = openapi_path(r.path);
+        let mut op = json!({
+            "operationId": operation_id(r.method, r.path),
+            "summary": r.summary,
+            "parameters": params.iter().map(|p| json!({
+                "name": p, "in": "path", "required": true, "schema": {"type": "string"}
+            })).collect::<Vec<_>>(),
+            "responses": {
+                "200": {"description": "success", "content": {"application/json": {"schema": {"type": "object"}}}},
+                "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            }
+        });
+        if let Some(body) = r.body {
+            schemas
+                .entry(body.to_string())
+                .or_insert_with(|| json!({"type": "object"}));
+            op["requestBody"] = json!({
+                "required": true,
+                "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{body}")}}}
+            });
+        }
+        let entry = paths
+            .entry(path)
+            .or_insert_with(|| Value::Object(Map::new()));
+        entry[r.method.to_lowercase()] = op;
+    }
+    json!({
+        "openapi": "3.0.3",
+        "info": {
+            "title": "Squadron API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Control plane for AI coding agents. Writes may go to any node; reads are linearizable unless ?consistency=stale. Errors are {code, message}; see the Error schema."
+        },
+        "paths": paths,
+        "components": {"schemas": schemas}
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_params_convert() {
+        assert_eq!(
+            openapi_path("/api/v1/profiles/:id/mcp/:server"),
+            (
+                "/api/v1/profiles/{id}/mcp/{server}".to_string(),
+                vec!["id".to_string(), "server".to_string()]
+            )
+        );
+        assert_eq!(operation_id("GET", "/api/v1/tasks/:id"), "get_tasks_id");
+    }
+}

@@ -1,0 +1,94 @@
+//! Extractors that turn malformed requests into `invalid_argument` answers naming the field.
+
+use std::str::FromStr;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use squadron_core::ValidationError;
+
+use crate::error::ApiError;
+use crate::node::Consistency;
+
+/// A JSON body; errors name the field path (`holder.worker`) instead of a generic 422.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+#[axum::async_trait]
+impl<S, T> FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    squadron_core::error_code::ErrorCode::PayloadTooLarge,
+                    "request body is larger than this server accepts",
+                )
+            } else {
+                ApiError::invalid("body", e.body_text())
+            }
+        })?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
+
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." || path.is_empty() {
+            "body".to_string()
+        } else {
+            path
+        };
+        let inner = e.into_inner();
+        // A validated id deserializes through its constructor; keep the constructor's words.
+        ApiError::from(ValidationError::new(field, inner.to_string()))
+    })
+}
+
+/// Parses a path segment into a validated id, naming the parameter on failure.
+pub fn parse_id<T>(field: &str, raw: &str) -> Result<T, ApiError>
+where
+    T: FromStr<Err = ValidationError>,
+{
+    raw.parse::<T>()
+        .map_err(|e| ApiError::from(ValidationError::new(field, e.reason)))
+}
+
+/// `?consistency=linearizable|stale`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsistencyQuery {
+    #[serde(default)]
+    pub consistency: Consistency,
+}
+
+/// A query string; unknown or malformed parameters are `invalid_argument`.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+#[axum::async_trait]
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        serde_urlencoded::from_str(query)
+            .map(QueryParams)
+            .map_err(|e| ApiError::invalid("query", e.to_string()))
+    }
+}

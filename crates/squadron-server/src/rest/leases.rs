@@ -1,0 +1,546 @@
+//! Fenced operations: leases, takeovers, reap evidence, capsules and mailboxes.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use axum::Json;
+use serde::Deserialize;
+use squadron_core::capsule::{CapsuleDraft, ContinuityCapsule};
+use squadron_core::command::NextHolder;
+use squadron_core::ids::{Generation, LeaseId, ProfileId, WorkerId};
+use squadron_core::lease::{
+    EvidenceSource, FenceReason, FencingToken, LeaseHolder, ReapEvidence, RuntimeLease,
+};
+use squadron_core::mailbox::{Mailbox, MessageKind, MessageSender};
+use squadron_core::provider::Provider;
+use squadron_core::{Command, Outcome};
+
+use super::projects::{profile_id, project_key};
+use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::error::ApiError;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/profiles/:id/leases",
+        "Acquire a lease: compare-and-swap on the expected generation, within project capacity",
+        Some("AcquireLease"),
+        post(acquire),
+    )
+    .add(
+        "GET",
+        "/api/v1/leases/:id",
+        "Get a lease",
+        None,
+        get(get_lease),
+    )
+    .add(
+        "GET",
+        "/api/v1/projects/:tenant/:project/leases",
+        "List the project's leases",
+        None,
+        get(project_leases),
+    )
+    .add(
+        "POST",
+        "/api/v1/leases/:id/renew",
+        "Heartbeat: renew the lease (fenced)",
+        Some("RenewLease"),
+        post(renew),
+    )
+    .add(
+        "POST",
+        "/api/v1/leases/:id/release",
+        "Release the lease (fenced); frees its slot",
+        Some("Fence"),
+        post(release),
+    )
+    .add(
+        "POST",
+        "/api/v1/leases/:id/fence",
+        "Fence the lease (operator, or expired); it keeps its slot until reaped",
+        Some("FenceLease"),
+        post(fence),
+    )
+    .add(
+        "POST",
+        "/api/v1/leases/:id/evidence",
+        "Record reap evidence (cgroup populated 0) for the lease's generation",
+        Some("ReapEvidence"),
+        post(evidence),
+    )
+    .add(
+        "POST",
+        "/api/v1/workers/:id/renewals",
+        "Renew every lease a worker holds in one command",
+        Some("RenewLeases"),
+        post(renew_batch),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/takeover",
+        "Graceful (capsule, fence, grant) or crash (expiry, evidence, grant) takeover",
+        Some("Takeover"),
+        post(takeover),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/capsules",
+        "Commit a continuity capsule (fenced, chained)",
+        Some("CommitCapsule"),
+        post(commit_capsule),
+    )
+    .add(
+        "GET",
+        "/api/v1/profiles/:id/capsules",
+        "The profile's recent capsules, oldest first",
+        None,
+        get(capsules),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/mailbox",
+        "Post a message to the profile's mailbox",
+        Some("PostMessage"),
+        post(post_message),
+    )
+    .add(
+        "GET",
+        "/api/v1/profiles/:id/mailbox",
+        "Read the profile's mailbox",
+        None,
+        get(mailbox),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/mailbox/ack",
+        "Acknowledge messages through a sequence (fenced)",
+        Some("AckMessages"),
+        post(ack),
+    )
+}
+
+fn lease_id(raw: &str) -> Result<LeaseId, ApiError> {
+    parse_id("lease_id", raw)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Acquire {
+    expected_generation: Generation,
+    provider: Provider,
+    holder: LeaseHolder,
+    ttl_ms: u64,
+}
+
+async fn acquire(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Acquire>,
+) -> Result<Json<Outcome>, ApiError> {
+    let profile = profile_id(&id)?;
+    write(
+        &node,
+        &headers,
+        Command::AcquireLease {
+            profile,
+            expected_generation: b.expected_generation,
+            provider: b.provider,
+            holder: b.holder,
+            ttl_ms: b.ttl_ms,
+        },
+    )
+    .await
+}
+
+async fn get_lease(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<RuntimeLease>, ApiError> {
+    let id = lease_id(&id)?;
+    read(&node, q.consistency, |s| {
+        s.lease(id)
+            .cloned()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("lease {id} not found")))
+    })
+    .await
+}
+
+async fn project_leases(
+    State(node): State<AppState>,
+    Path((tenant, project)): Path<(String, String)>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<RuntimeLease>>, ApiError> {
+    let (tenant, project) = project_key(&tenant, &project)?;
+    read(&node, q.consistency, |s| {
+        Ok(Json(
+            s.leases()
+                .filter(|l| l.tenant == tenant && l.project == project)
+                .cloned()
+                .collect(),
+        ))
+    })
+    .await
+}
+
+/// The fencing triple of a lease route: the lease from the path, the rest from the body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Fence {
+    profile: ProfileId,
+    generation: Generation,
+}
+
+impl Fence {
+    fn token(&self, lease: LeaseId) -> FencingToken {
+        FencingToken {
+            profile: self.profile,
+            lease,
+            generation: self.generation,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Renew {
+    profile: ProfileId,
+    generation: Generation,
+    ttl_ms: u64,
+}
+
+async fn renew(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Renew>,
+) -> Result<Json<Outcome>, ApiError> {
+    let lease = lease_id(&id)?;
+    let fence = Fence {
+        profile: b.profile,
+        generation: b.generation,
+    }
+    .token(lease);
+    write(
+        &node,
+        &headers,
+        Command::RenewLease {
+            fence,
+            ttl_ms: b.ttl_ms,
+        },
+    )
+    .await
+}
+
+async fn release(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Fence>,
+) -> Result<Json<Outcome>, ApiError> {
+    let fence = b.token(lease_id(&id)?);
+    write(&node, &headers, Command::ReleaseLease { fence }).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FenceLease {
+    profile: ProfileId,
+    generation: Generation,
+    reason: FenceReason,
+}
+
+async fn fence(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<FenceLease>,
+) -> Result<Json<Outcome>, ApiError> {
+    let fence = Fence {
+        profile: b.profile,
+        generation: b.generation,
+    }
+    .token(lease_id(&id)?);
+    write(
+        &node,
+        &headers,
+        Command::FenceLease {
+            fence,
+            reason: b.reason,
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Evidence {
+    profile: ProfileId,
+    generation: Generation,
+    cgroup: String,
+    populated: bool,
+    observed_at_ms: u64,
+}
+
+impl Evidence {
+    fn into_evidence(self, lease: LeaseId) -> ReapEvidence {
+        ReapEvidence {
+            lease,
+            generation: self.generation,
+            cgroup: self.cgroup,
+            populated: self.populated,
+            observed_at_ms: self.observed_at_ms,
+            source: EvidenceSource::CgroupEvents,
+        }
+    }
+}
+
+async fn evidence(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Evidence>,
+) -> Result<Json<Outcome>, ApiError> {
+    let lease = lease_id(&id)?;
+    let profile = b.profile;
+    write(
+        &node,
+        &headers,
+        Command::RecordReapEvidence {
+            profile,
+            evidence: b.into_evidence(lease),
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewLeases {
+    fences: Vec<FencingToken>,
+    ttl_ms: u64,
+}
+
+async fn renew_batch(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(worker): Path<String>,
+    JsonBody(b): JsonBody<RenewLeases>,
+) -> Result<Json<Outcome>, ApiError> {
+    let worker: WorkerId = parse_id("worker", &worker)?;
+    write(
+        &node,
+        &headers,
+        Command::RenewLeases {
+            worker,
+            fences: b.fences,
+            ttl_ms: b.ttl_ms,
+        },
+    )
+    .await
+}
+
+/// Evidence inside a takeover names its lease through the takeover itself.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TakeoverEvidence {
+    cgroup: String,
+    populated: bool,
+    observed_at_ms: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum Takeover {
+    Graceful {
+        lease: LeaseId,
+        generation: Generation,
+        capsule: CapsuleDraft,
+        next: NextHolder,
+        #[serde(default)]
+        old_reap_evidence: Option<TakeoverEvidence>,
+    },
+    Crash {
+        lease: LeaseId,
+        generation: Generation,
+        next: NextHolder,
+        #[serde(default)]
+        reap_evidence: Option<TakeoverEvidence>,
+    },
+}
+
+fn evidence_for(
+    e: Option<TakeoverEvidence>,
+    lease: LeaseId,
+    generation: Generation,
+) -> Option<ReapEvidence> {
+    e.map(|e| ReapEvidence {
+        lease,
+        generation,
+        cgroup: e.cgroup,
+        populated: e.populated,
+        observed_at_ms: e.observed_at_ms,
+        source: EvidenceSource::CgroupEvents,
+    })
+}
+
+async fn takeover(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Takeover>,
+) -> Result<Json<Outcome>, ApiError> {
+    let profile = profile_id(&id)?;
+    let command = match b {
+        Takeover::Graceful {
+            lease,
+            generation,
+            capsule,
+            next,
+            old_reap_evidence,
+        } => Command::GracefulTakeover {
+            fence: FencingToken {
+                profile,
+                lease,
+                generation,
+            },
+            capsule,
+            next,
+            old_reap_evidence: evidence_for(old_reap_evidence, lease, generation),
+        },
+        Takeover::Crash {
+            lease,
+            generation,
+            next,
+            reap_evidence,
+        } => Command::CrashTakeover {
+            profile,
+            lease,
+            generation,
+            next,
+            reap_evidence: evidence_for(reap_evidence, lease, generation),
+        },
+    };
+    write(&node, &headers, command).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitCapsule {
+    lease: LeaseId,
+    generation: Generation,
+    capsule: CapsuleDraft,
+}
+
+async fn commit_capsule(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<CommitCapsule>,
+) -> Result<Json<Outcome>, ApiError> {
+    let profile = profile_id(&id)?;
+    let fence = FencingToken {
+        profile,
+        lease: b.lease,
+        generation: b.generation,
+    };
+    write(
+        &node,
+        &headers,
+        Command::CommitCapsule {
+            fence,
+            capsule: b.capsule,
+        },
+    )
+    .await
+}
+
+async fn capsules(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<ContinuityCapsule>>, ApiError> {
+    let id = profile_id(&id)?;
+    read(&node, q.consistency, |s| {
+        s.profile(id)
+            .map(|p| Json(p.capsules.iter().cloned().collect()))
+            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PostMessage {
+    sender: MessageSender,
+    kind: MessageKind,
+    body: String,
+}
+
+async fn post_message(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<PostMessage>,
+) -> Result<Json<Outcome>, ApiError> {
+    let to = profile_id(&id)?;
+    write(
+        &node,
+        &headers,
+        Command::PostMessage {
+            to,
+            sender: b.sender,
+            kind: b.kind,
+            body: b.body,
+        },
+    )
+    .await
+}
+
+async fn mailbox(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Mailbox>, ApiError> {
+    let id = profile_id(&id)?;
+    read(&node, q.consistency, |s| {
+        s.mailbox(id)
+            .cloned()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Ack {
+    lease: LeaseId,
+    generation: Generation,
+    through_seq: u64,
+}
+
+async fn ack(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Ack>,
+) -> Result<Json<Outcome>, ApiError> {
+    let profile = profile_id(&id)?;
+    write(
+        &node,
+        &headers,
+        Command::AckMessages {
+            fence: FencingToken {
+                profile,
+                lease: b.lease,
+                generation: b.generation,
+            },
+            through_seq: b.through_seq,
+        },
+    )
+    .await
+}

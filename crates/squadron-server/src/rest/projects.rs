@@ -1,0 +1,408 @@
+//! Projects, their sandbox, profiles, capability manifests and MCP authorization.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{delete, get, post, put};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use squadron_core::ids::{
+    McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId,
+};
+use squadron_core::manifest::RuntimeKind;
+use squadron_core::profile::AgentProfile;
+use squadron_core::project::Project;
+use squadron_core::provider::Provider;
+use squadron_core::roster::RosterSnapshot;
+use squadron_core::{Command, Outcome};
+
+use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::error::ApiError;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/projects",
+        "Create a project",
+        Some("CreateProject"),
+        post(create_project),
+    )
+    .add(
+        "GET",
+        "/api/v1/projects",
+        "List projects",
+        None,
+        get(list_projects),
+    )
+    .add(
+        "GET",
+        "/api/v1/projects/:tenant/:project",
+        "Get a project with its sandbox, slots and stats",
+        None,
+        get(get_project),
+    )
+    .add(
+        "POST",
+        "/api/v1/projects/:tenant/:project/sandbox",
+        "Attach the project's single sandbox (INV-1)",
+        Some("AttachSandbox"),
+        post(attach_sandbox),
+    )
+    .add(
+        "DELETE",
+        "/api/v1/projects/:tenant/:project/sandbox/:sandbox_ref",
+        "Detach the sandbox (refused while slots are held)",
+        None,
+        delete(detach_sandbox),
+    )
+    .add(
+        "GET",
+        "/api/v1/projects/:tenant/:project/roster",
+        "The project's roster snapshot",
+        None,
+        get(roster),
+    )
+    .add(
+        "POST",
+        "/api/v1/projects/:tenant/:project/profiles",
+        "Create an agent profile",
+        Some("CreateProfile"),
+        post(create_profile),
+    )
+    .add(
+        "GET",
+        "/api/v1/projects/:tenant/:project/profiles",
+        "List the project's profiles",
+        None,
+        get(list_profiles),
+    )
+    .add(
+        "GET",
+        "/api/v1/profiles/:id",
+        "Get a profile: generation, live lease, capsule head, capabilities",
+        None,
+        get(get_profile),
+    )
+    .add(
+        "PUT",
+        "/api/v1/profiles/:id/capabilities",
+        "Replace the capability manifest (compare-and-swap on its version)",
+        Some("SetCapabilities"),
+        put(set_capabilities),
+    )
+    .add(
+        "PUT",
+        "/api/v1/profiles/:id/mcp/:server",
+        "Grant the profile mcp_server:use on a server",
+        None,
+        put(grant_mcp),
+    )
+    .add(
+        "DELETE",
+        "/api/v1/profiles/:id/mcp/:server",
+        "Revoke mcp_server:use",
+        None,
+        delete(revoke_mcp),
+    )
+    .add(
+        "GET",
+        "/api/v1/profiles/:id/mcp/:server",
+        "Check mcp_server:use for the profile subject: 200 or 403 (INV-14)",
+        None,
+        get(check_mcp),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateProject {
+    tenant: TenantId,
+    project: ProjectId,
+    #[serde(default)]
+    max_profiles: Option<u32>,
+    #[serde(default)]
+    max_active: Option<u32>,
+}
+
+async fn create_project(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<CreateProject>,
+) -> Result<Json<Outcome>, ApiError> {
+    write(
+        &node,
+        &headers,
+        Command::CreateProject {
+            tenant: b.tenant,
+            project: b.project,
+            max_profiles: b.max_profiles,
+            max_active: b.max_active,
+        },
+    )
+    .await
+}
+
+pub(super) fn project_key(tenant: &str, project: &str) -> Result<(TenantId, ProjectId), ApiError> {
+    Ok((parse_id("tenant", tenant)?, parse_id("project", project)?))
+}
+
+fn find_project<'a>(
+    state: &'a squadron_core::State,
+    key: &(TenantId, ProjectId),
+) -> Result<&'a Project, ApiError> {
+    state
+        .project(&key.0, &key.1)
+        .ok_or_else(|| ApiError::not_found(format!("project {}/{} not found", key.0, key.1)))
+}
+
+#[derive(Debug, Serialize)]
+struct ProjectSummary {
+    tenant: TenantId,
+    project: ProjectId,
+    profiles: usize,
+    slots_held: u32,
+    max_active: u32,
+    sandbox: Option<String>,
+}
+
+async fn list_projects(
+    State(node): State<AppState>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<ProjectSummary>>, ApiError> {
+    read(&node, q.consistency, |s| {
+        Ok(Json(
+            s.projects()
+                .map(|p| ProjectSummary {
+                    tenant: p.tenant.clone(),
+                    project: p.project.clone(),
+                    profiles: p.profiles.len(),
+                    slots_held: p.slots_held,
+                    max_active: p.max_active,
+                    sandbox: p.sandbox.as_ref().map(|s| s.sandbox_ref.clone()),
+                })
+                .collect(),
+        ))
+    })
+    .await
+}
+
+async fn get_project(
+    State(node): State<AppState>,
+    Path((tenant, project)): Path<(String, String)>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Project>, ApiError> {
+    let key = project_key(&tenant, &project)?;
+    read(&node, q.consistency, |s| {
+        find_project(s, &key).cloned().map(Json)
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachSandbox {
+    worker: WorkerId,
+    runtime: RuntimeKind,
+    sandbox_ref: String,
+}
+
+async fn attach_sandbox(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, project)): Path<(String, String)>,
+    JsonBody(b): JsonBody<AttachSandbox>,
+) -> Result<Json<Outcome>, ApiError> {
+    let (tenant, project) = project_key(&tenant, &project)?;
+    write(
+        &node,
+        &headers,
+        Command::AttachSandbox {
+            tenant,
+            project,
+            worker: b.worker,
+            runtime: b.runtime,
+            sandbox_ref: b.sandbox_ref,
+        },
+    )
+    .await
+}
+
+async fn detach_sandbox(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, project, sandbox_ref)): Path<(String, String, String)>,
+) -> Result<Json<Outcome>, ApiError> {
+    let (tenant, project) = project_key(&tenant, &project)?;
+    write(
+        &node,
+        &headers,
+        Command::DetachSandbox {
+            tenant,
+            project,
+            sandbox_ref,
+        },
+    )
+    .await
+}
+
+async fn roster(
+    State(node): State<AppState>,
+    Path((tenant, project)): Path<(String, String)>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<RosterSnapshot>, ApiError> {
+    let key = project_key(&tenant, &project)?;
+    read(&node, q.consistency, |s| {
+        find_project(s, &key).map(|p| Json(p.roster.snapshot()))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateProfile {
+    key: ProfileKey,
+    providers: Vec<Provider>,
+    #[serde(default)]
+    context_ref: Option<String>,
+}
+
+async fn create_profile(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path((tenant, project)): Path<(String, String)>,
+    JsonBody(b): JsonBody<CreateProfile>,
+) -> Result<Json<Outcome>, ApiError> {
+    let (tenant, project) = project_key(&tenant, &project)?;
+    write(
+        &node,
+        &headers,
+        Command::CreateProfile {
+            tenant,
+            project,
+            key: b.key,
+            providers: b.providers,
+            context_ref: b.context_ref,
+        },
+    )
+    .await
+}
+
+async fn list_profiles(
+    State(node): State<AppState>,
+    Path((tenant, project)): Path<(String, String)>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<AgentProfile>>, ApiError> {
+    let key = project_key(&tenant, &project)?;
+    read(&node, q.consistency, |s| {
+        let p = find_project(s, &key)?;
+        Ok(Json(
+            p.profiles
+                .iter()
+                .filter_map(|id| s.profile(*id).cloned())
+                .collect(),
+        ))
+    })
+    .await
+}
+
+pub(super) fn profile_id(raw: &str) -> Result<ProfileId, ApiError> {
+    parse_id("profile_id", raw)
+}
+
+async fn get_profile(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<AgentProfile>, ApiError> {
+    let id = profile_id(&id)?;
+    read(&node, q.consistency, |s| {
+        s.profile(id)
+            .cloned()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
+    })
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetCapabilities {
+    expected_version: u64,
+    #[serde(default)]
+    required_skills: Vec<SkillId>,
+    #[serde(default)]
+    mcp_servers: Vec<McpServerId>,
+}
+
+async fn set_capabilities(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<SetCapabilities>,
+) -> Result<Json<Outcome>, ApiError> {
+    let profile = profile_id(&id)?;
+    write(
+        &node,
+        &headers,
+        Command::SetCapabilityManifest {
+            profile,
+            expected_version: b.expected_version,
+            required_skills: b.required_skills,
+            mcp_servers: b.mcp_servers,
+        },
+    )
+    .await
+}
+
+fn mcp_params(id: &str, server: &str) -> Result<(ProfileId, McpServerId), ApiError> {
+    Ok((profile_id(id)?, parse_id("server", server)?))
+}
+
+async fn grant_mcp(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path((id, server)): Path<(String, String)>,
+) -> Result<Json<Outcome>, ApiError> {
+    let (profile, server) = mcp_params(&id, &server)?;
+    write(&node, &headers, Command::GrantMcpUse { profile, server }).await
+}
+
+async fn revoke_mcp(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path((id, server)): Path<(String, String)>,
+) -> Result<Json<Outcome>, ApiError> {
+    let (profile, server) = mcp_params(&id, &server)?;
+    write(&node, &headers, Command::RevokeMcpUse { profile, server }).await
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct McpDecision {
+    pub subject: String,
+    pub server: McpServerId,
+    pub allowed: bool,
+}
+
+async fn check_mcp(
+    State(node): State<AppState>,
+    Path((id, server)): Path<(String, String)>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<McpDecision>, ApiError> {
+    let (profile, server) = mcp_params(&id, &server)?;
+    read(&node, q.consistency, |s| {
+        let p = s
+            .profile(profile)
+            .ok_or_else(|| ApiError::not_found(format!("profile {profile} not found")))?;
+        if !s.mcp_use_allowed(profile, &server) {
+            return Err(squadron_core::Rejection::PermissionDenied {
+                reason: format!("{} has no mcp_server:use relation to {server}", p.subject),
+            }
+            .into());
+        }
+        Ok(Json(McpDecision {
+            subject: p.subject.clone(),
+            server,
+            allowed: true,
+        }))
+    })
+    .await
+}

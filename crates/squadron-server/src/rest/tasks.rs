@@ -1,0 +1,256 @@
+//! Tasks: submit (YAML or JSON manifest), list, get, cancel, and the worker's reports.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::routing::{get, post};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use squadron_core::command::TransitionDetail;
+use squadron_core::ids::{TaskId, WorkerId};
+use squadron_core::manifest::{parse_manifest_json, parse_manifest_yaml};
+use squadron_core::task::{Task, TaskState};
+use squadron_core::{Command, Outcome};
+
+use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::error::ApiError;
+use crate::node::Consistency;
+
+/// Tasks one list call returns unless it asks for fewer.
+pub const TASK_LIST_LIMIT_DEFAULT: usize = 100;
+/// Most tasks one list call returns.
+pub const TASK_LIST_LIMIT_MAX: usize = 1_000;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/tasks",
+        "Submit a task manifest (YAML or JSON by Content-Type)",
+        Some("TaskManifest"),
+        post(submit),
+    )
+    .add(
+        "GET",
+        "/api/v1/tasks",
+        "List tasks: ?state=RUNNING&after=ID&limit=N",
+        None,
+        get(list),
+    )
+    .add(
+        "GET",
+        "/api/v1/tasks/:id",
+        "Get a task",
+        None,
+        get(get_task),
+    )
+    .add(
+        "DELETE",
+        "/api/v1/tasks/:id",
+        "Cancel a task: a queued one ends at once, an assigned one is asked to stop",
+        None,
+        axum::routing::delete(cancel),
+    )
+    .add(
+        "POST",
+        "/api/v1/tasks/:id/transitions",
+        "A worker reports a lifecycle transition (INV-10)",
+        Some("ReportTransition"),
+        post(transition),
+    )
+    .add(
+        "POST",
+        "/api/v1/tasks/:id/progress",
+        "A worker reports output counters",
+        Some("ReportProgress"),
+        post(progress),
+    )
+}
+
+fn task_id(raw: &str) -> Result<TaskId, ApiError> {
+    parse_id("task_id", raw)
+}
+
+async fn submit(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Outcome>, ApiError> {
+    let text =
+        std::str::from_utf8(&body).map_err(|_| ApiError::invalid("body", "must be UTF-8"))?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let spec = if content_type.contains("yaml") {
+        parse_manifest_yaml(text)?
+    } else if content_type.contains("json") {
+        parse_manifest_json(text)?
+    } else if text.trim_start().starts_with('{') {
+        parse_manifest_json(text)?
+    } else {
+        parse_manifest_yaml(text)?
+    };
+    write(
+        &node,
+        &headers,
+        Command::SubmitTask {
+            spec: Box::new(spec),
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    after: Option<u64>,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    consistency: Consistency,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    pub next_after: Option<u64>,
+}
+
+async fn list(
+    State(node): State<AppState>,
+    QueryParams(q): QueryParams<ListQuery>,
+) -> Result<Json<TaskPage>, ApiError> {
+    let state = q
+        .state
+        .as_deref()
+        .map(|s| TaskState::parse("state", s))
+        .transpose()?;
+    let limit = q.limit.unwrap_or(TASK_LIST_LIMIT_DEFAULT);
+    if limit == 0 || limit > TASK_LIST_LIMIT_MAX {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {TASK_LIST_LIMIT_MAX}, got {limit}"),
+        ));
+    }
+    let after = q.after.unwrap_or(0);
+    read(&node, q.consistency, |s| {
+        let mut tasks: Vec<Task> = s
+            .tasks(state)
+            .filter(|t| t.id.get() > after)
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let next_after = if tasks.len() > limit {
+            tasks.truncate(limit);
+            tasks.last().map(|t| t.id.get())
+        } else {
+            None
+        };
+        Ok(Json(TaskPage { tasks, next_after }))
+    })
+    .await
+}
+
+async fn get_task(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Task>, ApiError> {
+    let id = task_id(&id)?;
+    read(&node, q.consistency, |s| {
+        s.task(id)
+            .cloned()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))
+    })
+    .await
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelQuery {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+async fn cancel(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<CancelQuery>,
+) -> Result<Json<Outcome>, ApiError> {
+    let task = task_id(&id)?;
+    let reason = q.reason.unwrap_or_else(|| "cancelled by operator".into());
+    write(&node, &headers, Command::CancelTask { task, reason }).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Transition {
+    worker: WorkerId,
+    attempt: u32,
+    from: TaskState,
+    to: TaskState,
+    #[serde(default)]
+    detail: TransitionDetail,
+}
+
+async fn transition(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Transition>,
+) -> Result<Json<Outcome>, ApiError> {
+    let task = task_id(&id)?;
+    write(
+        &node,
+        &headers,
+        Command::ReportTransition {
+            task,
+            worker: b.worker,
+            attempt: b.attempt,
+            from: b.from,
+            to: b.to,
+            detail: b.detail,
+        },
+    )
+    .await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Progress {
+    worker: WorkerId,
+    attempt: u32,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
+    lines: u64,
+    events: u64,
+}
+
+async fn progress(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Progress>,
+) -> Result<Json<Outcome>, ApiError> {
+    let task = task_id(&id)?;
+    write(
+        &node,
+        &headers,
+        Command::ReportProgress {
+            task,
+            worker: b.worker,
+            attempt: b.attempt,
+            stdout_bytes: b.stdout_bytes,
+            stderr_bytes: b.stderr_bytes,
+            lines: b.lines,
+            events: b.events,
+        },
+    )
+    .await
+}

@@ -1,0 +1,145 @@
+//! Workers: register, heartbeat, list, decommission.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{get, post};
+use axum::Json;
+use serde::Deserialize;
+use squadron_core::ids::WorkerId;
+use squadron_core::manifest::RuntimeKind;
+use squadron_core::worker::Worker;
+use squadron_core::{Command, Outcome};
+
+use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::error::ApiError;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/workers",
+        "Register (or re-register) a worker",
+        Some("RegisterWorker"),
+        post(register),
+    )
+    .add("GET", "/api/v1/workers", "List workers", None, get(list))
+    .add(
+        "GET",
+        "/api/v1/workers/:id",
+        "Get a worker",
+        None,
+        get(get_worker),
+    )
+    .add(
+        "POST",
+        "/api/v1/workers/:id/heartbeat",
+        "Worker heartbeat",
+        None,
+        post(heartbeat),
+    )
+    .add(
+        "POST",
+        "/api/v1/workers/:id/decommission",
+        "Operator's audited decision that a worker and its processes are gone: reaps its leases",
+        Some("Decommission"),
+        post(decommission),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Register {
+    worker: WorkerId,
+    address: String,
+    runtimes: Vec<RuntimeKind>,
+    capacity: u32,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default = "default_interval")]
+    heartbeat_interval_ms: u64,
+}
+
+fn default_interval() -> u64 {
+    30_000
+}
+
+async fn register(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<Register>,
+) -> Result<Json<Outcome>, ApiError> {
+    write(
+        &node,
+        &headers,
+        Command::RegisterWorker {
+            worker: b.worker,
+            address: b.address,
+            runtimes: b.runtimes,
+            capacity: b.capacity,
+            labels: b.labels,
+            heartbeat_interval_ms: b.heartbeat_interval_ms,
+        },
+    )
+    .await
+}
+
+async fn list(
+    State(node): State<AppState>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<Worker>>, ApiError> {
+    read(&node, q.consistency, |s| {
+        Ok(Json(s.workers().cloned().collect()))
+    })
+    .await
+}
+
+async fn get_worker(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Worker>, ApiError> {
+    let id: WorkerId = parse_id("worker", &id)?;
+    read(&node, q.consistency, |s| {
+        s.worker(&id)
+            .cloned()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("worker {id} not found")))
+    })
+    .await
+}
+
+async fn heartbeat(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Outcome>, ApiError> {
+    let worker: WorkerId = parse_id("worker", &id)?;
+    write(&node, &headers, Command::WorkerHeartbeat { worker }).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Decommission {
+    operator: String,
+    reason: String,
+}
+
+async fn decommission(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<Decommission>,
+) -> Result<Json<Outcome>, ApiError> {
+    let worker: WorkerId = parse_id("worker", &id)?;
+    write(
+        &node,
+        &headers,
+        Command::DecommissionWorker {
+            worker,
+            operator: b.operator,
+            reason: b.reason,
+        },
+    )
+    .await
+}

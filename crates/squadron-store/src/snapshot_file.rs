@@ -1,0 +1,246 @@
+//! The snapshot envelope and the one snapshot file on disk.
+//!
+//! Envelope layout (all integers big-endian):
+//!
+//! ```text
+//! offset  size  field
+//! 0       8     magic  b"SQDSMSN\0"
+//! 8       4     envelope version (u32) = 1
+//! 12      4     meta length m (u32)
+//! 16      m     openraft SnapshotMeta, encoded by `crate::codec`
+//! 16+m    8     state length s (u64)
+//! 24+m    s     squadron_core::snapshot::encode_snapshot bytes (own magic and version)
+//! 24+m+s  32    SHA-256 of every byte before it
+//! ```
+//!
+//! The same bytes are what openraft streams to a follower, so a follower checks the checksum
+//! and the core invariants before it installs anything. The checksum catches the corruption
+//! that a well-formed bincode body would not (a flipped bit inside a string).
+//!
+//! On disk there is one file, `snapshot/current.snap`, replaced atomically: write
+//! `current.snap.tmp`, fsync it, rename it over, fsync the directory.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use sha2::{Digest as _, Sha256};
+
+use crate::codec::{self, CodecError};
+use crate::type_config::SnapshotMeta;
+
+/// Magic bytes that open every snapshot envelope.
+pub const ENVELOPE_MAGIC: &[u8; 8] = b"SQDSMSN\0";
+/// Version of the envelope layout.
+pub const ENVELOPE_VERSION: u32 = 1;
+/// Largest encoded snapshot meta accepted: it holds a membership config, a log id and an id.
+pub const SNAPSHOT_META_BYTES_MAX: usize = 1024 * 1024;
+
+const HEADER_BYTES: usize = 8 + 4 + 4;
+const STATE_LEN_BYTES: usize = 8;
+const CHECKSUM_BYTES: usize = 32;
+
+/// Name of the live snapshot file inside the snapshot directory.
+pub const SNAPSHOT_FILE_NAME: &str = "current.snap";
+const SNAPSHOT_TMP_FILE_NAME: &str = "current.snap.tmp";
+
+/// Why a snapshot envelope was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("not a Squadron store snapshot (bad magic)")]
+    BadMagic,
+    #[error("unsupported snapshot envelope version {found}; this build reads version {supported}")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    #[error("snapshot envelope is truncated")]
+    Truncated,
+    #[error("snapshot meta of {size} bytes exceeds the {max}-byte limit")]
+    MetaTooLarge { size: usize, max: usize },
+    #[error("snapshot checksum mismatch")]
+    ChecksumMismatch,
+    #[error("snapshot meta is malformed: {0}")]
+    Meta(CodecError),
+    #[error("snapshot state is refused: {0}")]
+    State(squadron_core::snapshot::SnapshotError),
+    #[error("snapshot carries meta {found} but was offered as {expected}")]
+    MetaMismatch { found: String, expected: String },
+}
+
+/// Builds an envelope around the core's encoding of the state.
+pub fn encode_envelope(meta: &SnapshotMeta, state_bytes: &[u8]) -> Result<Vec<u8>, EnvelopeError> {
+    let meta_bytes = codec::encode(meta).map_err(EnvelopeError::Meta)?;
+    if meta_bytes.len() > SNAPSHOT_META_BYTES_MAX {
+        return Err(EnvelopeError::MetaTooLarge {
+            size: meta_bytes.len(),
+            max: SNAPSHOT_META_BYTES_MAX,
+        });
+    }
+    // The bound above keeps the length inside u32.
+    let meta_len = u32::try_from(meta_bytes.len()).map_err(|_| EnvelopeError::MetaTooLarge {
+        size: meta_bytes.len(),
+        max: SNAPSHOT_META_BYTES_MAX,
+    })?;
+    let mut out = Vec::with_capacity(
+        HEADER_BYTES + meta_bytes.len() + STATE_LEN_BYTES + state_bytes.len() + CHECKSUM_BYTES,
+    );
+    out.extend_from_slice(ENVELOPE_MAGIC);
+    out.extend_from_slice(&ENVELOPE_VERSION.to_be_bytes());
+    out.extend_from_slice(&meta_len.to_be_bytes());
+    out.extend_from_slice(&meta_bytes);
+    out.extend_from_slice(&(state_bytes.len() as u64).to_be_bytes());
+    out.extend_from_slice(state_bytes);
+    let checksum: [u8; CHECKSUM_BYTES] = Sha256::digest(&out).into();
+    out.extend_from_slice(&checksum);
+    Ok(out)
+}
+
+/// Checks the framing and the checksum, and returns the meta and the core state bytes (not yet
+/// decoded: the caller decides whether it needs the state).
+pub fn decode_envelope(bytes: &[u8]) -> Result<(SnapshotMeta, &[u8]), EnvelopeError> {
+    let rest = bytes
+        .strip_prefix(ENVELOPE_MAGIC.as_slice())
+        .ok_or(EnvelopeError::BadMagic)?;
+    let (version, rest) = split_u32(rest)?;
+    if version != ENVELOPE_VERSION {
+        return Err(EnvelopeError::UnsupportedVersion {
+            found: version,
+            supported: ENVELOPE_VERSION,
+        });
+    }
+    if bytes.len() < HEADER_BYTES + STATE_LEN_BYTES + CHECKSUM_BYTES {
+        return Err(EnvelopeError::Truncated);
+    }
+    let (covered, checksum) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
+    let computed: [u8; CHECKSUM_BYTES] = Sha256::digest(covered).into();
+    if computed.as_slice() != checksum {
+        return Err(EnvelopeError::ChecksumMismatch);
+    }
+    // From here on only the checksummed part is parsed.
+    let rest = &rest[..rest.len() - CHECKSUM_BYTES];
+    let (meta_len, rest) = split_u32(rest)?;
+    let meta_len = usize::try_from(meta_len).map_err(|_| EnvelopeError::Truncated)?;
+    if meta_len > SNAPSHOT_META_BYTES_MAX {
+        return Err(EnvelopeError::MetaTooLarge {
+            size: meta_len,
+            max: SNAPSHOT_META_BYTES_MAX,
+        });
+    }
+    if rest.len() < meta_len {
+        return Err(EnvelopeError::Truncated);
+    }
+    let (meta_bytes, rest) = rest.split_at(meta_len);
+    let meta: SnapshotMeta = codec::decode(meta_bytes).map_err(EnvelopeError::Meta)?;
+    let (state_len, state) = split_u64(rest)?;
+    if u64::try_from(state.len()).ok() != Some(state_len) {
+        return Err(EnvelopeError::Truncated);
+    }
+    Ok((meta, state))
+}
+
+fn split_u32(bytes: &[u8]) -> Result<(u32, &[u8]), EnvelopeError> {
+    let (head, rest) = bytes
+        .split_first_chunk::<4>()
+        .ok_or(EnvelopeError::Truncated)?;
+    Ok((u32::from_be_bytes(*head), rest))
+}
+
+fn split_u64(bytes: &[u8]) -> Result<(u64, &[u8]), EnvelopeError> {
+    let (head, rest) = bytes
+        .split_first_chunk::<8>()
+        .ok_or(EnvelopeError::Truncated)?;
+    Ok((u64::from_be_bytes(*head), rest))
+}
+
+/// The directory that holds the live snapshot file.
+#[derive(Debug, Clone)]
+pub struct SnapshotDir {
+    dir: PathBuf,
+}
+
+impl SnapshotDir {
+    /// Creates the directory when missing and removes a temp file a crash left behind.
+    pub fn open(dir: PathBuf) -> io::Result<Self> {
+        fs::create_dir_all(&dir)?;
+        let this = Self { dir };
+        match fs::remove_file(this.tmp_path()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        Ok(this)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(SNAPSHOT_FILE_NAME)
+    }
+
+    fn tmp_path(&self) -> PathBuf {
+        self.dir.join(SNAPSHOT_TMP_FILE_NAME)
+    }
+
+    /// Reads the live snapshot, or `None` when no snapshot was ever written.
+    pub fn read(&self) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.path()) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Replaces the live snapshot atomically and durably: a crash leaves either the old file
+    /// or the new one, never a torn one.
+    pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        let tmp = self.tmp_path();
+        {
+            let mut file = File::create(&tmp)?;
+            file.write_all(bytes)?;
+            file.sync_all()?;
+        }
+        fs::rename(&tmp, self.path())?;
+        // The rename is durable only once the directory entry is.
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// Checks that an envelope's own meta is the meta it is offered under.
+pub fn check_meta(found: &SnapshotMeta, expected: &SnapshotMeta) -> Result<(), EnvelopeError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(EnvelopeError::MetaMismatch {
+            found: found.to_string(),
+            expected: expected.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::testing::log_id;
+
+    fn meta() -> SnapshotMeta {
+        SnapshotMeta {
+            last_log_id: Some(log_id(2, 1, 9)),
+            last_membership: Default::default(),
+            snapshot_id: "2-9-1".into(),
+        }
+    }
+
+    #[test]
+    fn envelope_round_trips() {
+        let bytes = encode_envelope(&meta(), b"state bytes").unwrap();
+        let (m, state) = decode_envelope(&bytes).unwrap();
+        assert_eq!(m, meta());
+        assert_eq!(state, b"state bytes");
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_truncation_is_refused() {
+        let bytes = encode_envelope(&meta(), b"state bytes").unwrap();
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x01;
+            assert!(decode_envelope(&bad).is_err(), "flip at {i} accepted");
+            assert!(decode_envelope(&bytes[..i]).is_err(), "cut at {i} accepted");
+        }
+    }
+}

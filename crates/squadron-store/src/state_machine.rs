@@ -1,0 +1,366 @@
+//! The state machine: the core [`State`] in memory, made durable by the log plus snapshots.
+//!
+//! `apply` only changes memory. Every snapshot that is built or installed is written to disk
+//! before openraft learns of it, so openraft purges only log entries a durable snapshot covers;
+//! on open the latest snapshot is loaded and openraft re-applies the log after it (up to the
+//! saved committed id).
+
+// openraft's traits fix the error type; its size is not ours to choose.
+#![allow(clippy::result_large_err)]
+
+use std::fmt;
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{AnyError, EntryPayload, OptionalSend, StorageError, StorageIOError};
+use squadron_core::ids::Digest;
+use squadron_core::snapshot::{decode_snapshot, encode_snapshot, state_digest};
+use squadron_core::{Rejection, Response, State};
+
+use crate::snapshot_file::{
+    check_meta, decode_envelope, encode_envelope, EnvelopeError, SnapshotDir,
+};
+use crate::type_config::{
+    Entry, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
+};
+use crate::StoreError;
+
+type StoreResult<T> = Result<T, StorageError<NodeId>>;
+
+/// What the state machine holds: the core state and the Raft position it reflects.
+#[derive(Debug, Clone, Default)]
+pub struct StateMachineData {
+    /// The last log entry applied, `None` before the first.
+    pub last_applied: Option<LogId>,
+    /// The last membership config applied.
+    pub last_membership: StoredMembership,
+    pub state: State,
+}
+
+/// The response recorded for a blank or membership entry. openraft wants one response per
+/// applied entry, but no client ever reads these (a client's own write is always a normal
+/// entry), and the core has no no-op outcome; so they get this fixed value.
+pub fn non_command_response() -> Response {
+    Response::Rejected(Rejection::invalid("entry", "not a command"))
+}
+
+/// Shared read access for the readers of the lock. A poisoned lock means a panic inside the
+/// core's `apply`; readers still see the data (the node is going down through openraft's
+/// storage error path anyway), writers refuse to continue.
+fn read(lock: &RwLock<StateMachineData>) -> RwLockReadGuard<'_, StateMachineData> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn poisoned() -> StorageIOError<NodeId> {
+    StorageIOError::write_state_machine(AnyError::error(
+        "state machine lock poisoned by a panic during apply",
+    ))
+}
+
+/// A cheap, cloneable, read-only view of the state machine for the server.
+#[derive(Clone)]
+pub struct StateReader {
+    data: Arc<RwLock<StateMachineData>>,
+}
+
+impl fmt::Debug for StateReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateReader")
+            .field("last_applied", &self.last_applied())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateReader {
+    pub fn last_applied(&self) -> Option<LogId> {
+        read(&self.data).last_applied
+    }
+
+    /// Runs `f` on the current state under the read lock. Keep `f` short: apply waits for it.
+    pub fn with_state<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce(&State) -> T,
+    {
+        f(&read(&self.data).state)
+    }
+
+    /// Runs `f` on the state together with the log position it reflects, read atomically.
+    pub fn with_data<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce(&StateMachineData) -> T,
+    {
+        f(&read(&self.data))
+    }
+
+    /// The state digest (INV-12). Encodes the whole state under the read lock, so it costs
+    /// as much as a snapshot encoding.
+    pub fn digest(&self) -> Digest {
+        state_digest(&read(&self.data).state)
+    }
+
+    pub fn membership(&self) -> StoredMembership {
+        read(&self.data).last_membership.clone()
+    }
+}
+
+/// The snapshot file plus the meta of what it holds; the mutex also serializes file writes
+/// between the snapshot builder task and `install_snapshot`.
+#[derive(Debug)]
+struct SnapshotSlot {
+    dir: SnapshotDir,
+    current: Mutex<Option<SnapshotMeta>>,
+    builds: AtomicU64,
+}
+
+impl SnapshotSlot {
+    /// Writes `envelope` as the live snapshot unless a newer one is already there (an install
+    /// can overtake a build that started earlier). Returns whether it was written.
+    fn persist(&self, meta: &SnapshotMeta, envelope: &[u8]) -> std::io::Result<bool> {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current
+            .as_ref()
+            .is_some_and(|cur| cur.last_log_id > meta.last_log_id)
+        {
+            return Ok(false);
+        }
+        self.dir.write(envelope)?;
+        *current = Some(meta.clone());
+        Ok(true)
+    }
+
+    fn next_snapshot_id(&self, last: Option<LogId>) -> String {
+        let seq = self.builds.fetch_add(1, Ordering::Relaxed);
+        // Only uniqueness matters: the same log id can be snapshotted twice with different
+        // bytes (a rebuild after restart), and openraft tells the streams apart by this id.
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        match last {
+            Some(id) => format!("{}-{}-{millis}-{seq}", id.leader_id, id.index),
+            None => format!("none-{millis}-{seq}"),
+        }
+    }
+}
+
+/// The openraft state machine.
+pub struct StateMachineStore {
+    data: Arc<RwLock<StateMachineData>>,
+    snapshots: Arc<SnapshotSlot>,
+}
+
+impl fmt::Debug for StateMachineStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateMachineStore")
+            .field("last_applied", &read(&self.data).last_applied)
+            .field("snapshot_dir", &self.snapshots.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateMachineStore {
+    /// Loads the latest snapshot from `dir`, or starts empty when there is none. A snapshot
+    /// that fails its checks stops the open: starting empty would silently drop the state
+    /// that the purged log no longer holds.
+    pub(crate) fn load(dir: SnapshotDir) -> Result<Self, StoreError> {
+        let path = dir.path();
+        let (data, current) = match dir.read().map_err(|source| StoreError::Io {
+            path: path.clone(),
+            source,
+        })? {
+            None => (StateMachineData::default(), None),
+            Some(bytes) => {
+                let corrupt = |source| StoreError::CorruptSnapshot {
+                    path: path.clone(),
+                    source,
+                };
+                let (meta, state_bytes) = decode_envelope(&bytes).map_err(corrupt)?;
+                let state =
+                    decode_snapshot(state_bytes).map_err(|e| corrupt(EnvelopeError::State(e)))?;
+                let data = StateMachineData {
+                    last_applied: meta.last_log_id,
+                    last_membership: meta.last_membership.clone(),
+                    state,
+                };
+                (data, Some(meta))
+            }
+        };
+        Ok(Self {
+            data: Arc::new(RwLock::new(data)),
+            snapshots: Arc::new(SnapshotSlot {
+                dir,
+                current: Mutex::new(current),
+                builds: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// A read handle on the live state, for the server.
+    pub fn reader(&self) -> StateReader {
+        StateReader {
+            data: self.data.clone(),
+        }
+    }
+}
+
+/// Builds snapshots from a consistent view of the state machine; runs in its own task,
+/// concurrently with `apply`.
+pub struct SnapshotBuilder {
+    data: Arc<RwLock<StateMachineData>>,
+    snapshots: Arc<SnapshotSlot>,
+}
+
+impl fmt::Debug for SnapshotBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnapshotBuilder").finish_non_exhaustive()
+    }
+}
+
+fn build_blocking(
+    data: &RwLock<StateMachineData>,
+    slot: &SnapshotSlot,
+) -> Result<Snapshot, StorageIOError<NodeId>> {
+    // Encoding under the read lock gives a consistent (position, state) pair without cloning
+    // the state; apply waits for the encoding, which is the price of not holding two copies.
+    let (meta, state_bytes) = {
+        let guard = read(data);
+        let meta = SnapshotMeta {
+            last_log_id: guard.last_applied,
+            last_membership: guard.last_membership.clone(),
+            snapshot_id: slot.next_snapshot_id(guard.last_applied),
+        };
+        (meta, encode_snapshot(&guard.state))
+    };
+    let signature = Some(meta.signature());
+    let envelope = encode_envelope(&meta, &state_bytes)
+        .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+    drop(state_bytes);
+    slot.persist(&meta, &envelope)
+        .map_err(|e| StorageIOError::write_snapshot(signature, &e))?;
+    Ok(Snapshot {
+        meta,
+        snapshot: Box::new(Cursor::new(envelope)),
+    })
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot> {
+        let data = self.data.clone();
+        let slot = self.snapshots.clone();
+        let snapshot = tokio::task::spawn_blocking(move || build_blocking(&data, &slot))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))??;
+        tracing::info!(meta = %snapshot.meta, "snapshot built and persisted");
+        Ok(snapshot)
+    }
+}
+
+/// Checks a received snapshot completely, persists it, and returns the decoded state. Nothing
+/// is written unless every check passed.
+fn check_and_persist(
+    slot: &SnapshotSlot,
+    meta: &SnapshotMeta,
+    bytes: &[u8],
+) -> Result<State, StorageIOError<NodeId>> {
+    let signature = Some(meta.signature());
+    let refuse = |e: EnvelopeError| StorageIOError::read_snapshot(signature.clone(), &e);
+    let (found, state_bytes) = decode_envelope(bytes).map_err(refuse)?;
+    check_meta(&found, meta).map_err(refuse)?;
+    let state = decode_snapshot(state_bytes).map_err(|e| refuse(EnvelopeError::State(e)))?;
+    slot.persist(meta, bytes)
+        .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+    Ok(state)
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> StoreResult<(Option<LogId>, StoredMembership)> {
+        let guard = read(&self.data);
+        Ok((guard.last_applied, guard.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<Response>>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let entries = entries.into_iter();
+        let mut responses = Vec::with_capacity(entries.size_hint().0);
+        // One write-lock hold per batch: readers see whole batches, never half of one.
+        let mut guard = self.data.write().map_err(|_| poisoned())?;
+        for entry in entries {
+            guard.last_applied = Some(entry.log_id);
+            let response = match entry.payload {
+                EntryPayload::Normal(envelope) => guard.state.apply(envelope),
+                EntryPayload::Blank => non_command_response(),
+                EntryPayload::Membership(membership) => {
+                    guard.last_membership = StoredMembership::new(Some(entry.log_id), membership);
+                    non_command_response()
+                }
+            };
+            responses.push(response);
+        }
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            data: self.data.clone(),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StoreResult<()> {
+        let bytes = snapshot.into_inner();
+        let slot = self.snapshots.clone();
+        let owned_meta = meta.clone();
+        let state =
+            tokio::task::spawn_blocking(move || check_and_persist(&slot, &owned_meta, &bytes))
+                .await
+                .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))??;
+        let mut guard = self.data.write().map_err(|_| poisoned())?;
+        *guard = StateMachineData {
+            last_applied: meta.last_log_id,
+            last_membership: meta.last_membership.clone(),
+            state,
+        };
+        drop(guard);
+        tracing::info!(%meta, "snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot>> {
+        let slot = self.snapshots.clone();
+        tokio::task::spawn_blocking(move || -> Result<_, StorageIOError<NodeId>> {
+            let Some(bytes) = slot
+                .dir
+                .read()
+                .map_err(|e| StorageIOError::read_snapshot(None, &e))?
+            else {
+                return Ok(None);
+            };
+            // Re-check the checksum so a file damaged on disk is never shipped to a follower.
+            let (meta, _) =
+                decode_envelope(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(bytes)),
+            }))
+        })
+        .await
+        .map_err(|e| StorageIOError::read_snapshot(None, &e))?
+        .map_err(StorageError::from)
+    }
+}

@@ -1,0 +1,639 @@
+//! The command line: `squadron <command> [flags]`. Flags are named after the REST bodies'
+//! fields (`--expected-generation` for `expected_generation`); the id of the command's own noun
+//! (`task get ID`, `lease renew ID`) is positional.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::de::DeserializeOwned;
+use squadron_core::ids::{
+    Digest, Generation, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TaskId,
+    TenantId, WorkerId,
+};
+use squadron_core::lease::FenceReason;
+use squadron_core::mailbox::MessageKind;
+use squadron_core::manifest::RuntimeKind;
+use squadron_core::provider::Provider;
+use squadron_core::task::TaskState;
+use squadron_core::ValidationError;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "squadron",
+    version,
+    about = "Squadron: a Raft-replicated control plane for AI coding agents",
+    long_about = "Squadron: a Raft-replicated control plane for AI coding agents.\n\n\
+        `squadron dev` runs a single-node control plane; `squadron server --config FILE` runs \
+        one node of a cluster; every other command is a client of the REST API of the nodes \
+        given with --endpoint (tried in order; a write whose outcome is unknown is never sent \
+        twice unless it carries --idempotency-key)."
+)]
+pub struct Cli {
+    /// A control node's REST base URL; repeat for several nodes (tried in order).
+    #[arg(
+        long = "endpoint",
+        global = true,
+        value_name = "URL",
+        env = "SQUADRON_ENDPOINT",
+        value_delimiter = ',',
+        default_value = squadron_client::ENDPOINT_DEFAULT
+    )]
+    pub endpoints: Vec<String>,
+
+    /// How results are printed.
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+
+    /// Read the answering node's applied state instead of a linearizable read.
+    #[arg(long, global = true)]
+    pub stale: bool,
+
+    /// Send this idempotency key with the write (a retry with the same key gets the first
+    /// answer, and may safely go to another endpoint).
+    #[arg(long, global = true, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned text for people.
+    Table,
+    /// The typed value as pretty JSON.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one control node of a cluster from a TOML configuration file.
+    Server {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Run a single-node cluster on this machine (control plane only for now: REST, gRPC and
+    /// the dashboard; the local worker comes with the worker crate).
+    #[command(
+        long_about = "Run a single-node cluster on this machine: embedded RocksDB under \
+            --data-dir, the REST API and dashboard on --listen, gRPC on --grpc-listen.\n\n\
+            Dev mode currently runs the control plane only; the local worker (process \
+            runtime) is not started yet, so submitted tasks stay PENDING."
+    )]
+    Dev {
+        #[arg(long, value_name = "DIR", default_value = "./.squadron")]
+        data_dir: PathBuf,
+        /// REST and dashboard address.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8120")]
+        listen: SocketAddr,
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8121")]
+        grpc_listen: SocketAddr,
+    },
+    /// Cluster membership and health.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+    /// Projects and their sandbox.
+    #[command(subcommand)]
+    Project(ProjectCmd),
+    /// Agent profiles, capability manifests, MCP authorization.
+    #[command(subcommand)]
+    Profile(ProfileCmd),
+    /// Runtime leases and takeovers.
+    #[command(subcommand)]
+    Lease(LeaseCmd),
+    /// Continuity capsules.
+    #[command(subcommand)]
+    Capsule(CapsuleCmd),
+    /// Profile mailboxes.
+    #[command(subcommand)]
+    Mailbox(MailboxCmd),
+    /// Worker nodes.
+    #[command(subcommand)]
+    Worker(WorkerCmd),
+    /// Tasks.
+    #[command(subcommand)]
+    Task(TaskCmd),
+    /// Closed-loop lease benchmark: acquire → renew → release cycles.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCmd {
+    /// Every node's own view (stale reads of every --endpoint and of every member), with the
+    /// leader and term the cluster agrees on.
+    Status,
+    /// Add a node as a learner.
+    Add {
+        #[arg(long)]
+        id: u64,
+        /// The new node's REST `host:port`.
+        #[arg(long, value_name = "HOST:PORT")]
+        rest: String,
+        /// The new node's gRPC `host:port`.
+        #[arg(long, value_name = "HOST:PORT")]
+        grpc: String,
+    },
+    /// Promote a learner to voter.
+    Promote {
+        #[arg(long)]
+        id: u64,
+    },
+    /// Remove a voter or learner.
+    Remove {
+        #[arg(long)]
+        id: u64,
+    },
+}
+
+/// `--tenant T --project P`.
+#[derive(Debug, Clone, Args)]
+pub struct ProjectRef {
+    #[arg(long)]
+    pub tenant: TenantId,
+    #[arg(long)]
+    pub project: ProjectId,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectCmd {
+    /// Create a project.
+    Create {
+        #[command(flatten)]
+        at: ProjectRef,
+        #[arg(long)]
+        max_profiles: Option<u32>,
+        #[arg(long)]
+        max_active: Option<u32>,
+    },
+    /// List projects.
+    List,
+    /// Show a project with its sandbox, slots and stats.
+    Get {
+        #[command(flatten)]
+        at: ProjectRef,
+    },
+    /// Attach the project's single sandbox.
+    AttachSandbox {
+        #[command(flatten)]
+        at: ProjectRef,
+        #[arg(long)]
+        worker: WorkerId,
+        #[arg(long, default_value = "process")]
+        runtime: RuntimeKind,
+        #[arg(long)]
+        sandbox_ref: String,
+    },
+    /// Detach the project's sandbox (refused while slots are held).
+    DetachSandbox {
+        #[command(flatten)]
+        at: ProjectRef,
+        #[arg(long)]
+        sandbox_ref: String,
+    },
+    /// The project's roster.
+    Roster {
+        #[command(flatten)]
+        at: ProjectRef,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProfileCmd {
+    /// Create an agent profile.
+    Create {
+        #[command(flatten)]
+        at: ProjectRef,
+        #[arg(long)]
+        key: ProfileKey,
+        /// Provider priority list, preferred first.
+        #[arg(long, value_delimiter = ',', default_value = "codex,claude")]
+        providers: Vec<Provider>,
+        #[arg(long)]
+        context_ref: Option<String>,
+    },
+    /// Show a profile: generation, live lease, capsule head, capabilities.
+    Get { id: ProfileId },
+    /// List a project's profiles.
+    List {
+        #[command(flatten)]
+        at: ProjectRef,
+    },
+    /// Replace the capability manifest (compare-and-swap on its version).
+    Capabilities {
+        id: ProfileId,
+        #[arg(long)]
+        expected_version: u64,
+        #[arg(long, value_delimiter = ',')]
+        required_skills: Vec<SkillId>,
+        #[arg(long, value_delimiter = ',')]
+        mcp_servers: Vec<McpServerId>,
+    },
+    /// Grant the profile mcp_server:use on a server.
+    McpGrant {
+        id: ProfileId,
+        #[arg(long)]
+        server: McpServerId,
+    },
+    /// Revoke mcp_server:use.
+    McpRevoke {
+        id: ProfileId,
+        #[arg(long)]
+        server: McpServerId,
+    },
+    /// Check mcp_server:use (exit 1 with permission_denied when not allowed).
+    McpCheck {
+        id: ProfileId,
+        #[arg(long)]
+        server: McpServerId,
+    },
+}
+
+/// The holder of a lease to be granted: `--provider --worker --process [--cgroup] --ttl-ms`.
+#[derive(Debug, Clone, Args)]
+pub struct HolderArgs {
+    #[arg(long, default_value = "codex")]
+    pub provider: Provider,
+    /// The worker that launches the provider (the project sandbox's worker).
+    #[arg(long)]
+    pub worker: WorkerId,
+    /// A descriptor of the process, for operators.
+    #[arg(long, default_value = "squadron-cli")]
+    pub process: String,
+    /// The generation-owned cgroup leaf, if any.
+    #[arg(long)]
+    pub cgroup: Option<String>,
+    #[arg(long, default_value_t = 30_000)]
+    pub ttl_ms: u64,
+}
+
+/// A capsule draft: from `--capsule-file` (JSON of a `CapsuleDraft`) or from flags.
+#[derive(Debug, Clone, Args)]
+pub struct CapsuleArgs {
+    /// A JSON file holding the whole draft (`sequence`, `previous`, `schema_version`,
+    /// `payload`, `expected_digest`); `-` reads standard input.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sequence", "previous", "task_state"])]
+    pub capsule_file: Option<PathBuf>,
+    /// The chain position this capsule takes (1 for the first).
+    #[arg(long)]
+    pub sequence: Option<u64>,
+    /// The digest of the current chain head.
+    #[arg(long)]
+    pub previous: Option<Digest>,
+    #[arg(long, default_value_t = squadron_core::limits::CAPSULE_SCHEMA_VERSION_CURRENT)]
+    pub schema_version: u32,
+    #[arg(long, default_value = "")]
+    pub task_state: String,
+    /// Repeat for several decisions.
+    #[arg(long = "decision")]
+    pub decisions: Vec<String>,
+    /// Repeat for several items.
+    #[arg(long = "pending-work")]
+    pub pending_work: Vec<String>,
+    #[arg(long, default_value = "")]
+    pub repository_revision: String,
+    #[arg(long, default_value_t = 0)]
+    pub mailbox_cursor: u64,
+    #[arg(long, default_value = "")]
+    pub context_ref: String,
+    /// Refuse the commit unless the computed digest equals this.
+    #[arg(long)]
+    pub expected_digest: Option<Digest>,
+}
+
+// Parsed once per run; the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum LeaseCmd {
+    /// Acquire a lease: compare-and-swap on the profile's generation.
+    Acquire {
+        #[arg(long)]
+        profile: ProfileId,
+        /// The profile generation the caller last saw.
+        #[arg(long)]
+        expected_generation: Generation,
+        #[command(flatten)]
+        holder: HolderArgs,
+    },
+    /// Renew (heartbeat) a lease.
+    Renew {
+        id: LeaseId,
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        generation: Generation,
+        #[arg(long, default_value_t = 30_000)]
+        ttl_ms: u64,
+    },
+    /// Release a lease; frees its slot.
+    Release {
+        id: LeaseId,
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        generation: Generation,
+    },
+    /// Fence a lease; it keeps its slot until reaped.
+    Fence {
+        id: LeaseId,
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        generation: Generation,
+        #[arg(long, default_value = "operator", value_parser = parse_serde::<FenceReason>)]
+        reason: FenceReason,
+    },
+    /// Record reap evidence (cgroup populated 0) for the lease's generation.
+    Evidence {
+        id: LeaseId,
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        generation: Generation,
+        #[arg(long)]
+        cgroup: String,
+        /// Whether the cgroup still had processes (evidence must say false).
+        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+        populated: bool,
+        /// When the worker observed it (default: now).
+        #[arg(long)]
+        observed_at_ms: Option<u64>,
+    },
+    /// Show a lease.
+    Get { id: LeaseId },
+    /// List a project's leases.
+    List {
+        #[command(flatten)]
+        at: ProjectRef,
+    },
+    /// Graceful takeover: commit a capsule, fence the lease, grant the next holder.
+    TakeoverGraceful {
+        #[arg(long)]
+        profile: ProfileId,
+        /// The lease being taken over.
+        #[arg(long)]
+        lease: LeaseId,
+        #[arg(long)]
+        generation: Generation,
+        #[command(flatten)]
+        capsule: CapsuleArgs,
+        #[command(flatten)]
+        next: HolderArgs,
+        /// Reap evidence for the old process: its emptied cgroup.
+        #[arg(long, value_name = "CGROUP")]
+        old_evidence_cgroup: Option<String>,
+    },
+    /// Crash takeover: after expiry, with reap evidence for the dead generation.
+    TakeoverCrash {
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        lease: LeaseId,
+        #[arg(long)]
+        generation: Generation,
+        #[command(flatten)]
+        next: HolderArgs,
+        /// Reap evidence: the dead generation's emptied cgroup (unless recorded before).
+        #[arg(long, value_name = "CGROUP")]
+        evidence_cgroup: Option<String>,
+    },
+}
+
+// Parsed once per run; the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum CapsuleCmd {
+    /// Commit a continuity capsule under the profile's current lease.
+    Commit {
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        lease: LeaseId,
+        #[arg(long)]
+        generation: Generation,
+        #[command(flatten)]
+        capsule: CapsuleArgs,
+    },
+    /// The profile's recent capsules, oldest first.
+    List {
+        #[arg(long)]
+        profile: ProfileId,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MailboxCmd {
+    /// Post a message to a profile's mailbox, as an operator.
+    Post {
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long, default_value = "note", value_parser = parse_serde::<MessageKind>)]
+        kind: MessageKind,
+        #[arg(long)]
+        body: String,
+        /// The operator posting it.
+        #[arg(long, default_value = "cli")]
+        operator: String,
+    },
+    /// Read a profile's unacknowledged messages.
+    Read {
+        #[arg(long)]
+        profile: ProfileId,
+    },
+    /// Acknowledge messages through a sequence (fenced by the reader's lease).
+    Ack {
+        #[arg(long)]
+        profile: ProfileId,
+        #[arg(long)]
+        lease: LeaseId,
+        #[arg(long)]
+        generation: Generation,
+        #[arg(long)]
+        through_seq: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkerCmd {
+    /// Register (or re-register) a worker.
+    Register {
+        #[arg(long)]
+        worker: WorkerId,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        address: String,
+        #[arg(long, value_delimiter = ',', default_value = "process")]
+        runtimes: Vec<RuntimeKind>,
+        #[arg(long, default_value_t = 4)]
+        capacity: u32,
+        /// `key=value`; repeat for several labels.
+        #[arg(long = "label", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        #[arg(long)]
+        heartbeat_interval_ms: Option<u64>,
+    },
+    /// List workers.
+    List,
+    /// Show a worker.
+    Get { id: WorkerId },
+    /// Send one heartbeat for a worker.
+    Heartbeat { id: WorkerId },
+    /// An operator's audited decision that a worker and its processes are gone.
+    Decommission {
+        id: WorkerId,
+        #[arg(long)]
+        operator: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCmd {
+    /// Submit a task manifest (YAML, or JSON when the file ends in .json or starts with `{`).
+    Submit {
+        /// The manifest file; `-` reads standard input.
+        file: PathBuf,
+        /// Wait until the task is terminal and print it.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        timeout: u64,
+    },
+    /// List tasks, oldest first.
+    List {
+        #[arg(long, value_parser = parse_task_state)]
+        state: Option<TaskState>,
+        /// Only tasks with a larger id.
+        #[arg(long)]
+        after: Option<u64>,
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+    /// Show a task.
+    Get { id: TaskId },
+    /// Cancel a task.
+    Cancel {
+        id: TaskId,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Concurrent closed-loop clients.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// Seconds to run.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub duration: u64,
+    /// Profiles in the bench project (1..=64); client i uses profile i % P.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub profiles: u32,
+    #[arg(long, default_value = "bench")]
+    pub tenant: TenantId,
+    /// Default: bench-<random>.
+    #[arg(long)]
+    pub project: Option<ProjectId>,
+    /// TTL of the bench leases.
+    #[arg(long, default_value_t = 30_000)]
+    pub ttl_ms: u64,
+}
+
+/// Parses a snake_case keyword through the type's serde name.
+pub fn parse_serde<T: DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|e| e.to_string())
+}
+
+fn parse_task_state(s: &str) -> Result<TaskState, ValidationError> {
+    TaskState::parse("state", s)
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_and_version_are_answered_by_the_parser() {
+        let help = Cli::try_parse_from(["squadron", "--help"]).unwrap_err();
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        for command in ["server", "dev", "cluster", "task", "bench"] {
+            assert!(text.contains(command), "{command} missing from --help");
+        }
+        let dev = Cli::try_parse_from(["squadron", "dev", "--help"]).unwrap_err();
+        assert!(dev.to_string().contains("control plane only"));
+        let version = Cli::try_parse_from(["squadron", "--version"]).unwrap_err();
+        assert_eq!(version.kind(), clap::error::ErrorKind::DisplayVersion);
+    }
+
+    #[test]
+    fn endpoints_repeat_and_default() {
+        let cli = Cli::try_parse_from(["squadron", "project", "list"]).unwrap();
+        assert_eq!(cli.endpoints, vec![squadron_client::ENDPOINT_DEFAULT]);
+        let cli = Cli::try_parse_from([
+            "squadron",
+            "cluster",
+            "status",
+            "--endpoint",
+            "http://127.0.0.1:8211",
+            "--endpoint",
+            "http://127.0.0.1:8212",
+            "--output",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.endpoints.len(), 2);
+        assert_eq!(cli.output, OutputFormat::Json);
+    }
+
+    #[test]
+    fn bad_input_is_refused_by_the_parser() {
+        assert!(Cli::try_parse_from(["squadron", "bench", "--profiles", "65"]).is_err());
+        assert!(Cli::try_parse_from(["squadron", "task", "get", "zero"]).is_err());
+        assert!(Cli::try_parse_from(["squadron", "task", "list", "--state", "nope"]).is_err());
+        assert!(Cli::try_parse_from([
+            "squadron",
+            "project",
+            "create",
+            "--tenant",
+            "Bad Name",
+            "--project",
+            "p"
+        ])
+        .is_err());
+        let cli = Cli::try_parse_from([
+            "squadron",
+            "lease",
+            "fence",
+            "3",
+            "--profile",
+            "1",
+            "--generation",
+            "2",
+            "--reason",
+            "expired",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Lease(LeaseCmd::Fence {
+                reason: FenceReason::Expired,
+                ..
+            })
+        ));
+    }
+}

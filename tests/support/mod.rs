@@ -1,0 +1,404 @@
+//! A real cluster of `squadron server` processes on loopback, for the end-to-end tests.
+//! Each node gets its own config, data directory and log file under a temporary directory.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_squadron");
+
+/// A free loopback port (bound and released; the window for a collision is tiny).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub id: u64,
+    pub rest: String,
+    pub grpc: String,
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub spec: NodeSpec,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl Node {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.spec.rest)
+    }
+}
+
+/// Knobs a test may turn in every node's config.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub snapshot_after_entries: u64,
+    pub keep_entries_after_snapshot: u64,
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            snapshot_after_entries: 10_000,
+            keep_entries_after_snapshot: 1_000,
+            sweep_interval_ms: 500,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub nodes: BTreeMap<u64, Node>,
+    pub options: ClusterOptions,
+}
+
+impl Cluster {
+    pub fn start(n: u64) -> Self {
+        Self::start_with(n, ClusterOptions::default())
+    }
+
+    pub fn start_with(n: u64, options: ClusterOptions) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let specs: Vec<NodeSpec> = (1..=n)
+            .map(|id| NodeSpec {
+                id,
+                rest: format!("127.0.0.1:{}", free_port()),
+                grpc: format!("127.0.0.1:{}", free_port()),
+            })
+            .collect();
+        let mut cluster = Cluster {
+            dir,
+            nodes: BTreeMap::new(),
+            options,
+        };
+        for spec in &specs {
+            let node = cluster.write_node(spec.clone(), &specs);
+            cluster.nodes.insert(spec.id, node);
+        }
+        for id in 1..=n {
+            cluster.start_node(id);
+        }
+        cluster.wait_for_leader(Duration::from_secs(30));
+        cluster
+    }
+
+    fn write_node(&self, spec: NodeSpec, initial: &[NodeSpec]) -> Node {
+        let base = self.dir.path().join(format!("node{}", spec.id));
+        std::fs::create_dir_all(&base).expect("node dir");
+        let members: String = initial
+            .iter()
+            .map(|m| {
+                format!(
+                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\n\n",
+                    m.id, m.rest, m.grpc
+                )
+            })
+            .collect();
+        let o = &self.options;
+        let text = format!(
+            "node_id = {id}\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\ndata_dir = \"data\"\n\n\
+             {members}[raft]\nsnapshot_after_entries = {snap}\nmax_in_snapshot_log_to_keep = {keep}\n\n\
+             [server]\nsweep_interval_ms = {sweep}\n",
+            id = spec.id,
+            rest = spec.rest,
+            grpc = spec.grpc,
+            snap = o.snapshot_after_entries,
+            keep = o.keep_entries_after_snapshot,
+            sweep = o.sweep_interval_ms,
+        );
+        let config = base.join("node.toml");
+        std::fs::write(&config, text).expect("config");
+        Node {
+            spec,
+            config,
+            log: base.join("node.log"),
+            child: None,
+        }
+    }
+
+    /// Adds a node that is not part of the initial members (to join as a learner).
+    pub fn add_node(&mut self) -> u64 {
+        let id = self.nodes.keys().max().copied().unwrap_or(0) + 1;
+        let spec = NodeSpec {
+            id,
+            rest: format!("127.0.0.1:{}", free_port()),
+            grpc: format!("127.0.0.1:{}", free_port()),
+        };
+        let node = self.write_node(spec, &[]);
+        self.nodes.insert(id, node);
+        self.start_node(id);
+        id
+    }
+
+    pub fn start_node(&mut self, id: u64) {
+        let node = self.nodes.get_mut(&id).expect("node");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("log");
+        let child = Command::new(BIN)
+            .args(["server", "--config"])
+            .arg(&node.config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn squadron server");
+        node.child = Some(child);
+        wait_until(Duration::from_secs(20), || {
+            http_ok(&format!("{}/healthz", node.url()))
+        })
+        .unwrap_or_else(|_| panic!("node {id} did not start; log:\n{}", tail(&node.log)));
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(&mut self, id: u64) {
+        if let Some(mut child) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn url(&self, id: u64) -> String {
+        self.nodes[&id].url()
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .values()
+            .filter(|n| n.child.is_some())
+            .map(Node::url)
+            .collect()
+    }
+
+    pub fn status(&self, id: u64) -> Result<Value, String> {
+        http_get(&format!(
+            "{}/api/v1/cluster/status?consistency=stale",
+            self.url(id)
+        ))
+    }
+
+    /// Waits until every running node names the same leader, itself running; returns it.
+    pub fn wait_for_leader(&self, timeout: Duration) -> u64 {
+        let mut leader = 0;
+        wait_until(timeout, || {
+            let seen: Vec<Option<u64>> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.child.is_some())
+                .map(|(id, _)| self.status(*id).ok().and_then(|s| s["leader"].as_u64()))
+                .collect();
+            match seen.first() {
+                Some(Some(l))
+                    if seen.iter().all(|s| s == &Some(*l))
+                        && self.nodes.get(l).is_some_and(|n| n.child.is_some()) =>
+                {
+                    leader = *l;
+                    true
+                }
+                _ => false,
+            }
+        })
+        .unwrap_or_else(|_| panic!("no agreed leader; logs:\n{}", self.logs()));
+        leader
+    }
+
+    /// Waits until every running node applied the same index and reports the same digest.
+    pub fn wait_for_equal_digests(&self, timeout: Duration) -> String {
+        let mut digest = String::new();
+        wait_until(timeout, || {
+            let views: Vec<(Option<u64>, String)> = self
+                .nodes
+                .iter()
+                .filter(|(_, n)| n.child.is_some())
+                .filter_map(|(id, _)| self.status(*id).ok())
+                .map(|s| {
+                    (
+                        s["applied"].as_u64(),
+                        s["digest"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            let running = self.nodes.values().filter(|n| n.child.is_some()).count();
+            let equal = views.len() == running && views.windows(2).all(|w| w[0] == w[1]);
+            if equal {
+                digest = views[0].1.clone();
+            }
+            equal
+        })
+        .unwrap_or_else(|_| panic!("digests never converged; logs:\n{}", self.logs()));
+        digest
+    }
+
+    pub fn logs(&self) -> String {
+        self.nodes
+            .values()
+            .map(|n| format!("--- node {} ---\n{}", n.spec.id, tail(&n.log)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in self.nodes.values_mut() {
+            if let Some(mut c) = node.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Result<(), ()> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(())
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .build()
+}
+
+/// True when a GET answers 2xx, whatever the body.
+pub fn http_ok(url: &str) -> bool {
+    agent().get(url).call().is_ok()
+}
+
+/// GET a JSON document; Err carries status and body for non-2xx.
+pub fn http_get(url: &str) -> Result<Value, String> {
+    match agent().get(url).call() {
+        Ok(r) => r.into_json().map_err(|e| e.to_string()),
+        Err(ureq::Error::Status(code, r)) => {
+            Err(format!("{code} {}", r.into_string().unwrap_or_default()))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The answer of a write: status and JSON body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn ok(&self) -> bool {
+        self.status == 200
+    }
+}
+
+pub fn http_send(
+    method: &str,
+    url: &str,
+    body: Option<Value>,
+    key: Option<&str>,
+) -> Result<Reply, String> {
+    let mut req = agent().request(method, url);
+    if let Some(k) = key {
+        req = req.set("Idempotency-Key", k);
+    }
+    let res = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    match res {
+        Ok(r) => Ok(Reply {
+            status: r.status(),
+            body: r.into_json().unwrap_or(Value::Null),
+        }),
+        Err(ureq::Error::Status(code, r)) => Ok(Reply {
+            status: code,
+            body: r.into_json().unwrap_or(Value::Null),
+        }),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+pub fn post(url: &str, body: Value) -> Result<Reply, String> {
+    http_send("POST", url, Some(body), None)
+}
+
+/// Sets up a project with a sandbox on a registered worker and `profiles` profiles; returns
+/// the profile ids.
+pub fn setup_project(url: &str, project: &str, profiles: usize, max_active: u32) -> Vec<u64> {
+    let r = post(
+        &format!("{url}/api/v1/workers"),
+        json!({
+            "worker": "w1", "address": "127.0.0.1:1", "runtimes": ["process"], "capacity": 8,
+            "heartbeat_interval_ms": 600000
+        }),
+    )
+    .expect("register");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({
+            "tenant": "acme", "project": project, "max_profiles": profiles, "max_active": max_active
+        }),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/{project}/sandbox"),
+        json!({
+            "worker": "w1", "runtime": "process", "sandbox_ref": format!("sb-{project}")
+        }),
+    )
+    .expect("sandbox");
+    assert!(r.ok(), "{r:?}");
+    (0..profiles)
+        .map(|i| {
+            let r = post(
+                &format!("{url}/api/v1/projects/acme/{project}/profiles"),
+                json!({
+                    "key": format!("agent-{i}"), "providers": ["codex", "claude"]
+                }),
+            )
+            .expect("profile");
+            assert!(r.ok(), "{r:?}");
+            r.body["profile_created"]["profile"]
+                .as_u64()
+                .expect("profile id")
+        })
+        .collect()
+}
+
+pub fn acquire_body(expected_generation: u64) -> Value {
+    json!({
+        "expected_generation": expected_generation,
+        "provider": "codex",
+        "holder": {"worker": "w1", "process": "test", "cgroup": null},
+        "ttl_ms": 60000
+    })
+}
