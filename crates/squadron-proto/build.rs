@@ -2,8 +2,10 @@
 
 use std::path::PathBuf;
 
+// CARGO_MANIFEST_DIR is read at run time: the build directory is shared between clones at
+// different paths, and a compiled-in path would point at whichever clone built it first.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = [
         "squadron/v1/common.proto",
         "squadron/v1/raft.proto",

@@ -1,0 +1,45 @@
+//! The worker's error type.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("{what} at {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The runtime could not create, start, observe or remove a sandbox.
+    #[error("{runtime} runtime: {message}")]
+    Runtime {
+        runtime: &'static str,
+        message: String,
+    },
+    #[error("staging: {0}")]
+    Staging(String),
+    #[error("artifact collection: {0}")]
+    Collect(String),
+    #[error("control plane: {0}")]
+    Control(String),
+    #[error("invalid {field}: {message}")]
+    Invalid { field: String, message: String },
+}
+
+impl WorkerError {
+    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        WorkerError::Io {
+            what,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn runtime(runtime: &'static str, message: impl Into<String>) -> Self {
+        WorkerError::Runtime {
+            runtime,
+            message: message.into(),
+        }
+    }
+}
