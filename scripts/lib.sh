@@ -26,6 +26,26 @@ ensure_packages() {
   fi
 }
 
+# Debian packages the tests need beyond the build: bubblewrap for the process runtime's
+# boundary, the Docker engine for the Docker runtime, iproute2 and iptables for the chaos
+# suite's network namespaces.
+SQUADRON_TEST_PACKAGES=(bubblewrap docker.io iproute2 iptables)
+
+# Starts dockerd in the background unless an engine already answers; waits until it does.
+ensure_dockerd() {
+  if docker info >/dev/null 2>&1; then return 0; fi
+  log "starting dockerd (log: /tmp/squadron-dockerd.log)"
+  as_root sh -c 'nohup dockerd >/tmp/squadron-dockerd.log 2>&1 &'
+  local i
+  for i in $(seq 1 120); do
+    if docker info >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  log "dockerd did not answer within 60 s; its log:"
+  tail -n 40 /tmp/squadron-dockerd.log >&2 || true
+  return 1
+}
+
 ensure_rust() {
   if ! command -v cargo >/dev/null 2>&1; then
     log "cargo not found: install the Rust toolchain (rustup) first"

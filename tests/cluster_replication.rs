@@ -187,3 +187,41 @@ fn a_node_that_missed_many_entries_catches_up_by_snapshot() {
         "the restarted node should hold an installed snapshot: {caught_up}"
     );
 }
+
+/// Every route the OpenAPI document lists is served (none answers with the router's
+/// fallback), and a route it does not list is not: the document and the router come from the
+/// same table and this keeps them in step.
+#[test]
+fn the_openapi_document_lists_the_routes_the_node_serves() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let doc = http_get(&format!("{url}/api/v1/openapi.json")).expect("openapi");
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(paths.len() >= 30, "only {} paths documented", paths.len());
+    let mut checked = 0;
+    for (path, ops) in paths {
+        // Ids that exist nowhere, so no request can change anything.
+        let concrete = path
+            .split('/')
+            .map(|seg| {
+                if seg.starts_with('{') {
+                    if seg.contains("name") { "x" } else { "999999" }
+                } else {
+                    seg
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        for method in ops.as_object().expect("operations").keys() {
+            let m = method.to_uppercase();
+            let r = http_send(&m, &format!("{url}{concrete}"), None, None).expect("request");
+            let fallback = r.status == 404 && r.body["message"] == "no such route";
+            assert!(!fallback, "{m} {path} is documented but not served: {r:?}");
+            assert_ne!(r.status, 405, "{m} {path} is documented but the method is not served");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "only {checked} operations checked");
+    let r = http_send("GET", &format!("{url}/api/v1/no-such-route"), None, None).expect("request");
+    assert_eq!((r.status, r.body["message"].as_str()), (404, Some("no such route")));
+}

@@ -402,3 +402,152 @@ pub fn acquire_body(expected_generation: u64) -> Value {
         "ttl_ms": 60000
     })
 }
+
+/// A `squadron worker` process of a test cluster.
+#[derive(Debug)]
+pub struct WorkerProc {
+    pub id: String,
+    pub data_dir: PathBuf,
+    pub listen: String,
+    pub log: PathBuf,
+    pub control: Vec<String>,
+    pub runtimes: String,
+    pub child: Option<Child>,
+}
+
+impl WorkerProc {
+    /// Starts a worker with a 1 s heartbeat and no retry delays, and waits until the control
+    /// plane lists it alive.
+    pub fn start(dir: &Path, id: &str, control: Vec<String>, runtimes: &str) -> Self {
+        let base = dir.join(format!("worker-{id}"));
+        std::fs::create_dir_all(&base).expect("worker dir");
+        let mut w = WorkerProc {
+            id: id.to_string(),
+            data_dir: base.join("data"),
+            listen: format!("127.0.0.1:{}", free_port()),
+            log: base.join("worker.log"),
+            control,
+            runtimes: runtimes.to_string(),
+            child: None,
+        };
+        w.spawn();
+        w
+    }
+
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log");
+        let child = Command::new(BIN)
+            .args(["worker", "--id", &self.id, "--data-dir"])
+            .arg(&self.data_dir)
+            .args(["--listen", &self.listen, "--runtimes", &self.runtimes])
+            .args(["--heartbeat-interval-ms", "1000", "--backoff-override-ms", "50"])
+            .args(["--control", &self.control.join(",")])
+            .env("RUST_LOG", "info,squadron_worker=debug")
+            // Not on the allowlist: a sandbox must never see it.
+            .env("SQUADRON_TEST_SECRET", "leaked")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("spawn squadron worker");
+        self.child = Some(child);
+        let url = format!("{}/api/v1/workers/{}", self.control[0], self.id);
+        let listen = self.listen.clone();
+        wait_until(Duration::from_secs(30), || {
+            http_ok(&format!("http://{listen}/healthz"))
+                && http_get(&url).is_ok_and(|w| w["status"] == "alive")
+        })
+        .unwrap_or_else(|_| panic!("worker {} did not start; log:\n{}", self.id, tail(&self.log)));
+    }
+
+    /// SIGKILL: sandboxes keep running, as after a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn task_dir(&self, task: u64) -> PathBuf {
+        self.data_dir.join("tasks").join(task.to_string())
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A git repository with a few committed files, one of them binary, made by the test.
+pub fn git_repo(dir: &Path) -> PathBuf {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(repo.join("src")).expect("repo dir");
+    std::fs::write(repo.join("README.md"), "# demo\n").expect("write");
+    std::fs::write(repo.join("src/lib.txt"), "one\ntwo\n").expect("write");
+    std::fs::write(repo.join("logo.bin"), [0u8, 1, 2, 255, 0, 7]).expect("write");
+    std::fs::write(repo.join(".gitignore"), "ignored/\n").expect("write");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.email", "test@example.invalid"]);
+    git(&["config", "user.name", "Test"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "initial"]);
+    repo
+}
+
+/// Submits a YAML manifest.
+pub fn submit_yaml(url: &str, yaml: &str) -> Reply {
+    let res = agent()
+        .post(&format!("{url}/api/v1/tasks"))
+        .set("Content-Type", "application/yaml")
+        .send_string(yaml);
+    match res {
+        Ok(r) => Reply {
+            status: r.status(),
+            body: r.into_json().unwrap_or(Value::Null),
+        },
+        Err(ureq::Error::Status(code, r)) => Reply {
+            status: code,
+            body: r.into_json().unwrap_or(Value::Null),
+        },
+        Err(e) => panic!("submit: {e}"),
+    }
+}
+
+/// Waits until the task is in one of `states`; returns it.
+pub fn wait_task_state(url: &str, id: u64, states: &[&str], timeout: Duration) -> Value {
+    let mut last = Value::Null;
+    let found = wait_until(timeout, || {
+        if let Ok(t) = http_get(&format!("{url}/api/v1/tasks/{id}")) {
+            let hit = states.iter().any(|s| t["state"] == *s);
+            last = t;
+            return hit;
+        }
+        false
+    });
+    assert!(found.is_ok(), "task {id} never reached {states:?}; last seen: {last:#}");
+    last
+}
+
+/// Plain-text GET (logs, artifacts).
+pub fn http_text(url: &str) -> Result<(u16, String), String> {
+    match agent().get(url).call() {
+        Ok(r) => {
+            let status = r.status();
+            Ok((status, r.into_string().unwrap_or_default()))
+        }
+        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_string().unwrap_or_default())),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -17,6 +17,7 @@
 //! stale (the answering node's applied state).
 
 mod error;
+pub mod grpc_leader;
 pub mod types;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -43,6 +44,7 @@ use squadron_core::worker::Worker;
 use squadron_core::Outcome;
 
 pub use error::{ClientError, EndpointFailure, ErrorBody};
+pub use grpc_leader::GrpcLeader;
 pub use types::*;
 
 /// The header that carries an idempotency key.
@@ -796,6 +798,58 @@ impl SquadronClient {
     }
 
     /// Cancels a task: a queued one ends at once, an assigned one is asked to stop.
+    /// A slice of a task's output, relayed from its worker: `stream` is `stdout`, `stderr` or
+    /// `events`; `offset` starts at a byte, `tail` at the last lines (give one or neither).
+    pub async fn task_logs(
+        &self,
+        task: TaskId,
+        stream: &str,
+        offset: Option<u64>,
+        tail: Option<u64>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let mut query = vec![("stream", stream.to_string())];
+        if let Some(o) = offset {
+            query.push(("offset", o.to_string()));
+        }
+        if let Some(t) = tail {
+            query.push(("tail", t.to_string()));
+        }
+        let path = format!("/api/v1/tasks/{task}/logs");
+        self.call_bytes(
+            Method::GET,
+            &path,
+            query,
+            Body::Empty,
+            Call::Read(Consistency::Linearizable),
+        )
+        .await
+        .map(|(_, b)| b)
+    }
+
+    /// The artifacts a task's worker holds for it.
+    pub async fn task_artifacts(&self, task: TaskId) -> Result<Vec<ArtifactEntry>, ClientError> {
+        self.get(
+            &format!("/api/v1/tasks/{task}/artifacts"),
+            Consistency::Linearizable,
+        )
+        .await
+    }
+
+    /// One artifact's bytes.
+    pub async fn task_artifact(&self, task: TaskId, name: &str) -> Result<Vec<u8>, ClientError> {
+        let encoded: Vec<String> = name.split('/').map(segment).collect();
+        let path = format!("/api/v1/tasks/{task}/artifacts/{}", encoded.join("/"));
+        self.call_bytes(
+            Method::GET,
+            &path,
+            Vec::new(),
+            Body::Empty,
+            Call::Read(Consistency::Linearizable),
+        )
+        .await
+        .map(|(_, b)| b)
+    }
+
     pub async fn cancel_task(
         &self,
         task: TaskId,

@@ -304,3 +304,11 @@ pub struct MembershipChanged {
     pub log_index: u64,
     pub members: Vec<MemberView>,
 }
+
+/// One entry of `GET /api/v1/tasks/{id}/artifacts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactEntry {
+    /// Relative to the task's artifacts directory.
+    pub name: String,
+    pub size: u64,
+}

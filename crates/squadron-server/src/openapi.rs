@@ -4,12 +4,13 @@ use serde_json::{json, Map, Value};
 
 use crate::rest::RouteDoc;
 
-/// `/api/v1/tasks/:id` → (`/api/v1/tasks/{id}`, `["id"]`).
+/// `/api/v1/tasks/:id` → (`/api/v1/tasks/{id}`, `["id"]`); a wildcard `*name` becomes
+/// `{name}` too (it may contain slashes).
 fn openapi_path(path: &str) -> (String, Vec<String>) {
     let mut params = Vec::new();
     let converted = path
         .split('/')
-        .map(|seg| match seg.strip_prefix(':') {
+        .map(|seg| match seg.strip_prefix(':').or_else(|| seg.strip_prefix('*')) {
             Some(name) => {
                 params.push(name.to_string());
                 format!("{{{name}}}")
@@ -28,7 +29,7 @@ fn operation_id(method: &str, path: &str) -> String {
         .filter(|s| !s.is_empty() && *s != "api" && *s != "v1")
     {
         id.push('_');
-        id.push_str(&seg.trim_start_matches(':').replace('-', "_"));
+        id.push_str(&seg.trim_start_matches([':', '*']).replace('-', "_"));
     }
     id
 }

@@ -8,10 +8,19 @@
 //! `docker_runtime` (bollard), `staging` (clone, TASK.md, progress files), `collector`
 //! (patch, untracked list, pattern artifacts, metadata), `launcher` (provider command lines).
 
+pub mod checkpoint;
+pub mod config;
+pub mod control_link;
 pub mod error;
+pub mod output_counter;
+pub mod output_server;
 pub mod runtime;
 pub mod task_dir;
+pub mod task_driver;
+pub mod worker;
 
 pub use error::WorkerError;
 pub use runtime::{Runtime, SandboxHandle};
 pub use task_dir::TaskDir;
+pub use config::WorkerConfig;
+pub use worker::{start, RunningWorker};

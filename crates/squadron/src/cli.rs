@@ -73,13 +73,13 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
-    /// Run a single-node cluster on this machine (control plane only for now: REST, gRPC and
-    /// the dashboard; the local worker comes with the worker crate).
+    /// Run a single-node cluster and a local worker on this machine.
     #[command(
         long_about = "Run a single-node cluster on this machine: embedded RocksDB under \
-            --data-dir, the REST API and dashboard on --listen, gRPC on --grpc-listen.\n\n\
-            Dev mode currently runs the control plane only; the local worker (process \
-            runtime) is not started yet, so submitted tasks stay PENDING."
+            --data-dir, the REST API and dashboard on --listen, gRPC on --grpc-listen, and a \
+            local worker (data under --data-dir/worker) with the process runtime, plus the \
+            Docker runtime when a Docker engine answers. --no-worker runs the control plane \
+            only."
     )]
     Dev {
         #[arg(long, value_name = "DIR", default_value = "./.squadron")]
@@ -89,6 +89,12 @@ pub enum Command {
         listen: SocketAddr,
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8121")]
         grpc_listen: SocketAddr,
+        /// Address of the local worker's output server.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8130")]
+        worker_listen: SocketAddr,
+        /// Do not start the local worker.
+        #[arg(long)]
+        no_worker: bool,
     },
     /// Cluster membership and health.
     #[command(subcommand)]
@@ -108,9 +114,8 @@ pub enum Command {
     /// Profile mailboxes.
     #[command(subcommand)]
     Mailbox(MailboxCmd),
-    /// Worker nodes.
-    #[command(subcommand)]
-    Worker(WorkerCmd),
+    /// Run a worker (with no subcommand), or manage worker nodes.
+    Worker(WorkerArgs),
     /// Tasks.
     #[command(subcommand)]
     Task(TaskCmd),
@@ -453,6 +458,60 @@ pub enum MailboxCmd {
     },
 }
 
+/// `squadron worker --control URL… --data-dir DIR --runtimes process,docker` runs a worker;
+/// `squadron worker list|get|…` manages them.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct WorkerArgs {
+    #[command(subcommand)]
+    pub cmd: Option<WorkerCmd>,
+    #[command(flatten)]
+    pub run: WorkerRunArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerRunArgs {
+    /// This worker's id; defaults to the host name.
+    #[arg(long)]
+    pub id: Option<WorkerId>,
+    /// A control node's REST URL; repeat or comma-separate for several.
+    #[arg(long = "control", value_name = "URL", value_delimiter = ',')]
+    pub control: Vec<String>,
+    /// Where task directories live.
+    #[arg(long, value_name = "DIR", default_value = "./.squadron-worker")]
+    pub data_dir: PathBuf,
+    /// Runtimes to offer; each is probed at start and left out, with the reason, if this host
+    /// cannot run it.
+    #[arg(long, value_delimiter = ',', default_value = "process")]
+    pub runtimes: Vec<RuntimeKind>,
+    /// Tasks run at once.
+    #[arg(long, default_value_t = 4)]
+    pub capacity: u32,
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub heartbeat_interval_ms: u64,
+    /// Address of the output server (logs, artifacts, live stream) control nodes relay.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8130")]
+    pub listen: SocketAddr,
+    /// URL control nodes use to reach the output server (default `http://LISTEN`).
+    #[arg(long, value_name = "URL")]
+    pub advertise: Option<String>,
+    /// cgroup v2 mount for the process runtime (detected when unset).
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// Image of the Docker runtime.
+    #[arg(long, default_value = "squadron-agent:latest")]
+    pub docker_image: String,
+    /// Host directory mounted read-only at /mnt/global in sandboxes.
+    #[arg(long, value_name = "DIR")]
+    pub global_dir: Option<PathBuf>,
+    /// Worker environment variables copied into sandboxes (e.g. provider API keys).
+    #[arg(long = "env-allow", value_name = "NAME", value_delimiter = ',')]
+    pub env_allowlist: Vec<String>,
+    /// Replace every retry delay of manifests (clone, provision) with this many ms.
+    #[arg(long, value_name = "MS")]
+    pub backoff_override_ms: Option<u64>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum WorkerCmd {
     /// Register (or re-register) a worker.
@@ -493,12 +552,37 @@ pub enum TaskCmd {
     Submit {
         /// The manifest file; `-` reads standard input.
         file: PathBuf,
-        /// Wait until the task is terminal and print it.
+        /// Wait until the task is terminal and print it (with --output json: the task as
+        /// JSON, with `id`, `state`, `exit_code` and `artifacts`).
         #[arg(long)]
         wait: bool,
+        /// Show state changes and live output until the task ends (implies --wait).
+        #[arg(long)]
+        follow: bool,
         /// Give up waiting after this many seconds.
         #[arg(long, value_name = "SECS", default_value_t = 600)]
         timeout: u64,
+    },
+    /// A task's output: stdout (default), stderr or events.
+    Logs {
+        id: TaskId,
+        #[arg(long, default_value = "stdout", value_parser = ["stdout", "stderr", "events"])]
+        stream: String,
+        /// Only the last N lines.
+        #[arg(long, value_name = "N")]
+        tail: Option<u64>,
+        /// Keep printing output as it arrives until the task ends.
+        #[arg(long)]
+        follow: bool,
+    },
+    /// List a task's artifacts, or download one with --download NAME.
+    Artifacts {
+        id: TaskId,
+        #[arg(long, value_name = "NAME")]
+        download: Option<String>,
+        /// Where to write the download (default: the artifact's base name; `-` for stdout).
+        #[arg(long, value_name = "PATH", requires = "download")]
+        to: Option<PathBuf>,
     },
     /// List tasks, oldest first.
     List {
@@ -575,7 +659,7 @@ mod tests {
             assert!(text.contains(command), "{command} missing from --help");
         }
         let dev = Cli::try_parse_from(["squadron", "dev", "--help"]).unwrap_err();
-        assert!(dev.to_string().contains("control plane only"));
+        assert!(dev.to_string().contains("local worker"));
         let version = Cli::try_parse_from(["squadron", "--version"]).unwrap_err();
         assert_eq!(version.kind(), clap::error::ErrorKind::DisplayVersion);
     }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cli;
+mod follow;
 mod node;
 mod output;
 mod status;
@@ -130,14 +131,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             data_dir,
             listen,
             grpc_listen,
-        } => node::dev(data_dir, listen, grpc_listen).await,
+            worker_listen,
+            no_worker,
+        } => node::dev(data_dir, listen, grpc_listen, (!no_worker).then_some(worker_listen)).await,
         Command::Cluster(cmd) => cluster(&ctx, cmd).await,
         Command::Project(cmd) => project(&ctx, cmd).await,
         Command::Profile(cmd) => profile(&ctx, cmd).await,
         Command::Lease(cmd) => lease(&ctx, cmd).await,
         Command::Capsule(cmd) => capsule(&ctx, cmd).await,
         Command::Mailbox(cmd) => mailbox(&ctx, cmd).await,
-        Command::Worker(cmd) => worker(&ctx, cmd).await,
+        Command::Worker(args) => match args.cmd {
+            Some(cmd) => worker(&ctx, cmd).await,
+            None => node::worker(args.run).await,
+        },
         Command::Task(cmd) => task(&ctx, cmd).await,
         Command::Bench(args) => {
             let report = bench::run(&ctx.client, &args).await?;
@@ -738,6 +744,7 @@ async fn task(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
         TaskCmd::Submit {
             file,
             wait,
+            follow,
             timeout,
         } => {
             let text = read_input(&file)?;
@@ -748,7 +755,7 @@ async fn task(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
             } else {
                 c.submit_task_yaml(&text, ctx.key()).await?
             };
-            if !wait {
+            if !wait && !follow {
                 return ctx.outcome(&out);
             }
             let id = out
@@ -757,8 +764,13 @@ async fn task(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
             eprintln!("submitted task {id}; waiting until it ends");
             let started = Instant::now();
             let limit = Duration::from_secs(timeout);
+            let mut follower = follow.then(|| follow::Follower::new(id));
             loop {
-                match c.get_task(id, ctx.consistency).await {
+                let seen = c.get_task(id, ctx.consistency).await;
+                if let (Some(f), Ok(t)) = (follower.as_mut(), &seen) {
+                    f.show(c, t).await;
+                }
+                match seen {
                     Ok(t) if t.state.is_terminal() => {
                         return emit(ctx.out, &t, |t| output::key_values(&task_pairs(t)));
                     }
@@ -828,6 +840,39 @@ async fn task(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
             let t = c.get_task(id, ctx.consistency).await?;
             emit(ctx.out, &t, |t| output::key_values(&task_pairs(t)))
         }
+        TaskCmd::Logs {
+            id,
+            stream,
+            tail,
+            follow,
+        } => follow::logs(c, id, &stream, tail, follow).await,
+        TaskCmd::Artifacts { id, download, to } => match download {
+            None => {
+                let list = c.task_artifacts(id).await?;
+                emit(ctx.out, &list, |list| {
+                    let mut t = Table::new(&["name", "size"]);
+                    for a in list {
+                        t.row(vec![a.name.clone(), a.size.to_string()]);
+                    }
+                    t.render()
+                })
+            }
+            Some(name) => {
+                let bytes = c.task_artifact(id, &name).await?;
+                let to = to.unwrap_or_else(|| {
+                    std::path::PathBuf::from(name.rsplit('/').next().unwrap_or("artifact"))
+                });
+                if to.as_os_str() == "-" {
+                    use std::io::Write;
+                    std::io::stdout().write_all(&bytes)?;
+                } else {
+                    std::fs::write(&to, &bytes)
+                        .with_context(|| format!("writing {}", to.display()))?;
+                    eprintln!("wrote {} ({} bytes)", to.display(), bytes.len());
+                }
+                Ok(())
+            }
+        },
         TaskCmd::Cancel { id, reason } => {
             ctx.outcome(&c.cancel_task(id, reason.as_deref(), ctx.key()).await?)
         }

@@ -5,7 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use squadron_core::ids::WorkerId;
+use squadron_core::manifest::RuntimeKind;
 use squadron_server::NodeConfig;
+use squadron_worker::WorkerConfig;
+
+use crate::cli::WorkerRunArgs;
 
 /// How long `dev` waits for its single node to elect itself before printing anyway.
 const DEV_LEADER_WAIT: Duration = Duration::from_secs(15);
@@ -30,6 +35,7 @@ pub async fn dev(
     data_dir: PathBuf,
     listen: SocketAddr,
     grpc_listen: SocketAddr,
+    worker_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
@@ -55,7 +61,91 @@ pub async fn dev(
     println!("  REST API:  http://{rest}/api/v1   (OpenAPI: http://{rest}/api/v1/openapi.json)");
     println!("  dashboard: http://{rest}/");
     println!("  gRPC:      {}", running.grpc_addr);
-    println!("  no local worker yet: dev mode runs the control plane only. Ctrl-C stops it.");
+    let worker = match worker_listen {
+        None => {
+            println!("  no local worker (--no-worker). Ctrl-C stops it.");
+            None
+        }
+        Some(addr) => {
+            let id = WorkerId::new("dev-worker").context("the dev worker's id")?;
+            let mut config = WorkerConfig::new(
+                id,
+                vec![format!("http://{rest}")],
+                data_dir.join("worker"),
+                addr,
+            );
+            config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
+            let w = start_worker(config).await?;
+            println!("  worker:    dev-worker, output server {} (Ctrl-C stops everything)", w.url);
+            Some(w)
+        }
+    };
     running.wait().await;
+    if let Some(w) = worker {
+        w.shutdown();
+    }
     Ok(())
+}
+
+/// Probes the runtimes asked for, says which this host cannot offer and why, and starts the
+/// worker with the rest.
+async fn start_worker(config: WorkerConfig) -> anyhow::Result<squadron_worker::RunningWorker> {
+    let (runtimes, unavailable) = squadron_worker::probe_runtimes(&config).await;
+    for (kind, why) in &unavailable {
+        println!("  runtime {kind} unavailable: {why}");
+    }
+    if runtimes.is_empty() {
+        anyhow::bail!("no runtime is available on this host");
+    }
+    squadron_worker::start(config, runtimes)
+        .await
+        .context("starting the worker")
+}
+
+/// `squadron worker`: runs a worker until a signal.
+pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
+    if args.control.is_empty() {
+        anyhow::bail!("--control: give at least one control node REST URL");
+    }
+    let id = match args.id {
+        Some(id) => id,
+        None => {
+            let host = std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default();
+            WorkerId::new(if host.is_empty() { "worker".to_string() } else { host })
+                .context("--id: the host name is not a valid worker id; pass --id")?
+        }
+    };
+    let mut config = WorkerConfig::new(id, args.control, args.data_dir, args.listen);
+    config.runtimes = args.runtimes.into_iter().collect();
+    config.capacity = args.capacity;
+    config.heartbeat_interval_ms = args.heartbeat_interval_ms;
+    config.advertise = args.advertise;
+    config.cgroup_root = args.cgroup_root;
+    config.docker_image = args.docker_image;
+    config.global_dir = args.global_dir;
+    config.env_allowlist = args.env_allowlist;
+    config.backoff_override_ms = args.backoff_override_ms;
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let w = start_worker(config).await?;
+    println!("squadron worker running; output server {}", w.url);
+    shutdown_signal().await;
+    w.shutdown();
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

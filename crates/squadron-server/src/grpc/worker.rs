@@ -94,7 +94,8 @@ impl WorkerService for WorkerGrpc {
         let node = self.node.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(ASSIGNMENT_STREAM_BUFFER);
         tokio::spawn(async move {
-            let mut sent: BTreeSet<(TaskId, u32)> = BTreeSet::new();
+            // Keyed with the cancel flag, so a cancellation re-sends the task's event.
+            let mut sent: BTreeSet<(TaskId, u32, bool)> = BTreeSet::new();
             let mut applied = node.raft.metrics();
             loop {
                 if let Err(s) = require_leader(&node) {
@@ -105,27 +106,31 @@ impl WorkerService for WorkerGrpc {
                     let Some(w) = s.worker(&worker) else {
                         return Vec::new();
                     };
-                    let current: BTreeSet<(TaskId, u32)> = w
+                    let current: BTreeSet<(TaskId, u32, bool)> = w
                         .tasks
                         .iter()
-                        .filter_map(|id| s.task(*id).map(|t| (t.id, t.attempt)))
+                        .filter_map(|id| {
+                            s.task(*id)
+                                .map(|t| (t.id, t.attempt, t.cancel_requested.is_some()))
+                        })
                         .collect();
                     sent.retain(|k| current.contains(k));
                     current
                         .iter()
                         .filter(|k| !sent.contains(k))
-                        .filter_map(|(id, _)| s.task(*id))
+                        .filter_map(|(id, _, _)| s.task(*id))
                         .map(|t| pb::AssignmentEvent {
                             task: t.id.get(),
                             attempt: t.attempt,
                             state: t.state.as_str().to_string(),
                             spec_json: serde_json::to_string(&t.spec).unwrap_or_default(),
+                            cancel_requested: t.cancel_requested.clone().unwrap_or_default(),
                         })
                         .collect()
                 });
                 for e in events {
                     let key = match TaskId::new(e.task) {
-                        Ok(id) => (id, e.attempt),
+                        Ok(id) => (id, e.attempt, !e.cancel_requested.is_empty()),
                         Err(_) => continue,
                     };
                     if tx.send(Ok(e)).await.is_err() {
@@ -170,6 +175,25 @@ impl WorkerService for WorkerGrpc {
             })),
             o => Err(unexpected(&o)),
         }
+    }
+
+    async fn report_progress(
+        &self,
+        request: Request<pb::ReportProgressRequest>,
+    ) -> Result<Response<pb::ReportProgressReply>, Status> {
+        let key = key_of(&request)?;
+        let r = request.into_inner();
+        let command = Command::ReportProgress {
+            task: TaskId::new(r.task).map_err(invalid)?,
+            worker: worker_id(&r.worker)?,
+            attempt: r.attempt,
+            stdout_bytes: r.stdout_bytes,
+            stderr_bytes: r.stderr_bytes,
+            lines: r.lines,
+            events: r.events,
+        };
+        propose(&self.node, key, command).await?;
+        Ok(Response::new(pb::ReportProgressReply {}))
     }
 
     async fn renew_leases(

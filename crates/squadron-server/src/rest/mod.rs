@@ -6,6 +6,7 @@ mod cluster;
 mod extract;
 mod leases;
 mod projects;
+mod task_output;
 mod tasks;
 mod workers;
 
@@ -79,6 +80,7 @@ pub fn route_book() -> RouteBook {
     let book = projects::routes(book);
     let book = leases::routes(book);
     let book = tasks::routes(book);
+    let book = task_output::routes(book);
     workers::routes(book)
 }
 

@@ -1,0 +1,252 @@
+//! A task's output and artifacts, on any node. Output never passes through Raft: the node
+//! looks up which worker runs the task and relays the worker's own HTTP answer, streamed.
+//!
+//! Worker side: `squadron-worker`'s output server (`/worker/v1/tasks/{id}/…`).
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::get;
+use futures_util::StreamExt;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::TaskId;
+
+use super::{parse_id, read, AppState, RouteBook};
+use crate::error::ApiError;
+use crate::node::Consistency;
+
+/// How long a relayed non-streaming request to a worker may take.
+pub const WORKER_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// How long to wait for a worker to accept a connection.
+pub const WORKER_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Longest query string relayed to a worker.
+pub const RELAY_QUERY_BYTES_MAX: usize = 1_024;
+/// Longest artifact name accepted in a path.
+pub const ARTIFACT_NAME_BYTES_MAX: usize = 1_024;
+/// Longest line of the worker's stream relayed as one WebSocket message.
+pub const STREAM_FRAME_BYTES_MAX: usize = 256 * 1024;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "GET",
+        "/api/v1/tasks/:id/logs",
+        "A task's output: ?stream=stdout|stderr|events&offset=N&tail=N&follow=true",
+        None,
+        get(logs),
+    )
+    .add(
+        "GET",
+        "/api/v1/tasks/:id/artifacts",
+        "List a task's artifacts (name, size)",
+        None,
+        get(artifacts),
+    )
+    .add(
+        "GET",
+        "/api/v1/tasks/:id/artifacts/*name",
+        "Download one artifact (streamed)",
+        None,
+        get(artifact),
+    )
+    .add(
+        "GET",
+        "/ws/tasks/:id/stream",
+        "WebSocket: live output frames of a task, then its final state",
+        None,
+        get(stream),
+    )
+}
+
+/// The output server of the worker that runs (or ran) the task.
+async fn worker_base(node: &AppState, id: TaskId) -> Result<String, ApiError> {
+    read(node, Consistency::Linearizable, |s| {
+        let task = s
+            .task(id)
+            .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
+        let worker = task.worker.as_ref().ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::FailedPrecondition,
+                format!(
+                    "task {id} has not been assigned to a worker yet (state {}): no output exists",
+                    task.state
+                ),
+            )
+        })?;
+        let w = s
+            .worker(worker)
+            .ok_or_else(|| ApiError::not_found(format!("worker {worker} not found")))?;
+        Ok(w.address.trim_end_matches('/').to_string())
+    })
+    .await
+}
+
+fn relay_query(raw: Option<String>) -> Result<String, ApiError> {
+    match raw {
+        None => Ok(String::new()),
+        Some(q) if q.len() > RELAY_QUERY_BYTES_MAX => Err(ApiError::invalid(
+            "query",
+            format!("longer than {RELAY_QUERY_BYTES_MAX} bytes"),
+        )),
+        Some(q) => Ok(format!("?{q}")),
+    }
+}
+
+fn http_client(streaming: bool) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(WORKER_CONNECT_TIMEOUT_MS));
+    if !streaming {
+        b = b.timeout(Duration::from_millis(WORKER_REQUEST_TIMEOUT_MS));
+    }
+    b.build().unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Sends GET `url` to the worker and turns its answer into ours, body streamed through.
+async fn relay(url: String, streaming: bool) -> Result<Response, ApiError> {
+    let answer = http_client(streaming)
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the task's worker did not answer: {e}")))?;
+    let status = StatusCode::from_u16(answer.status().as_u16())
+        .unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = answer
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let disposition = answer
+        .headers()
+        .get(reqwest::header::CONTENT_DISPOSITION)
+        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
+    *response.status_mut() = status;
+    if let Some(ct) = content_type {
+        response.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    if let Some(cd) = disposition {
+        response.headers_mut().insert(header::CONTENT_DISPOSITION, cd);
+    }
+    Ok(response)
+}
+
+async fn logs(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let id: TaskId = parse_id("task_id", &id)?;
+    let query = relay_query(q)?;
+    let follow = query.contains("follow=true");
+    let base = worker_base(&node, id).await?;
+    relay(format!("{base}/worker/v1/tasks/{id}/logs{query}"), follow).await
+}
+
+async fn artifacts(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id: TaskId = parse_id("task_id", &id)?;
+    let base = worker_base(&node, id).await?;
+    relay(format!("{base}/worker/v1/tasks/{id}/artifacts"), false).await
+}
+
+/// Refuses names that could leave the artifacts directory before anything is sent on.
+pub fn check_artifact_name(name: &str) -> Result<(), ApiError> {
+    let bad = |why: &str| Err(ApiError::invalid("name", format!("artifact name {why}")));
+    if name.is_empty() {
+        return bad("is empty");
+    }
+    if name.len() > ARTIFACT_NAME_BYTES_MAX {
+        return bad("is too long");
+    }
+    if name.starts_with('/') || name.contains('\\') || name.contains('\0') {
+        return bad("must be a relative path");
+    }
+    if name.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return bad("must not contain empty, '.' or '..' components");
+    }
+    Ok(())
+}
+
+async fn artifact(
+    State(node): State<AppState>,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let id: TaskId = parse_id("task_id", &id)?;
+    check_artifact_name(&name)?;
+    let base = worker_base(&node, id).await?;
+    let encoded: Vec<String> = name.split('/').map(percent_encode_segment).collect();
+    relay(
+        format!("{base}/worker/v1/tasks/{id}/artifacts/{}", encoded.join("/")),
+        true,
+    )
+    .await
+}
+
+fn percent_encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+async fn stream(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let id: TaskId = parse_id("task_id", &id)?;
+    let base = worker_base(&node, id).await?;
+    Ok(ws.on_upgrade(move |socket| relay_stream(node, id, base, socket)))
+}
+
+/// Relays the worker's NDJSON frames (`{"stream":"stdout","offset":…,"data":"…"}`) as text
+/// messages, then sends the task's final record as `{"type":"task","task":…}` and closes.
+async fn relay_stream(node: AppState, id: TaskId, base: String, mut socket: WebSocket) {
+    let url = format!("{base}/worker/v1/tasks/{id}/logs?stream=all&follow=true");
+    let answer = match http_client(true).get(&url).send().await {
+        Ok(a) if a.status().is_success() => a,
+        Ok(a) => {
+            let msg = format!(r#"{{"type":"error","message":"worker answered {}"}}"#, a.status());
+            let _ = socket.send(Message::Text(msg)).await;
+            return;
+        }
+        Err(e) => {
+            let msg = serde_json::json!({"type": "error", "message": format!("worker unreachable: {e}")});
+            let _ = socket.send(Message::Text(msg.to_string())).await;
+            return;
+        }
+    };
+    let mut body = answer.bytes_stream();
+    let mut pending: Vec<u8> = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let Ok(chunk) = chunk else { break };
+        pending.extend_from_slice(&chunk);
+        while let Some(pos) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=pos).collect();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            if text.is_empty() {
+                continue;
+            }
+            if socket.send(Message::Text(text)).await.is_err() {
+                return;
+            }
+        }
+        if pending.len() > STREAM_FRAME_BYTES_MAX {
+            // A frame this long is not one the worker writes: drop it rather than grow.
+            pending.clear();
+        }
+    }
+    let task = node.state.with_state(|s| s.task(id).cloned());
+    let end = serde_json::json!({"type": "task", "task": task});
+    let _ = socket.send(Message::Text(end.to_string())).await;
+    let _ = socket.send(Message::Close(None)).await;
+}

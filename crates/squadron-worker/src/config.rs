@@ -1,0 +1,105 @@
+//! The worker's configuration (`squadron worker` flags, or `squadron dev`'s local worker).
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use squadron_core::ids::WorkerId;
+use squadron_core::manifest::RuntimeKind;
+
+/// Default interval between heartbeats (the seed: "Heartbeats every 30s").
+pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;
+/// Shortest heartbeat interval accepted.
+pub const HEARTBEAT_INTERVAL_MS_MIN: u64 = 100;
+/// Default number of tasks run at once.
+pub const CAPACITY_DEFAULT: u32 = 4;
+/// Most tasks one worker runs at once.
+pub const CAPACITY_MAX: u32 = 256;
+/// How often a running task's output counters are sent to the control plane, at most.
+pub const PROGRESS_INTERVAL_MS_DEFAULT: u64 = 2_000;
+/// How often a running sandbox is polled for exit, timeouts and hangs.
+pub const MONITOR_INTERVAL_MS_DEFAULT: u64 = 250;
+/// Default image of the Docker runtime (built by `scripts/build-agent-image`).
+pub const DOCKER_IMAGE_DEFAULT: &str = "squadron-agent:latest";
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub id: WorkerId,
+    /// REST endpoints of control nodes (any node; writes are forwarded to the leader).
+    pub control: Vec<String>,
+    pub data_dir: PathBuf,
+    pub runtimes: BTreeSet<RuntimeKind>,
+    pub capacity: u32,
+    pub heartbeat_interval_ms: u64,
+    /// Where the worker's output server listens (logs, artifacts, live stream).
+    pub listen: SocketAddr,
+    /// The base URL control nodes use to reach the output server; defaults to
+    /// `http://{listen}`.
+    pub advertise: Option<String>,
+    /// cgroup v2 mount of the process runtime; detected when unset.
+    pub cgroup_root: Option<PathBuf>,
+    pub docker_image: String,
+    /// Host directory mounted read-only at `/mnt/global` in every sandbox.
+    pub global_dir: Option<PathBuf>,
+    /// Names of worker environment variables copied into sandboxes (provider API keys, …).
+    pub env_allowlist: Vec<String>,
+    pub progress_interval_ms: u64,
+    pub monitor_interval_ms: u64,
+    /// Replaces every retry delay of the manifests (clone, provision) when set: tests, or an
+    /// operator draining a queue. The number of retries still comes from each manifest.
+    pub backoff_override_ms: Option<u64>,
+}
+
+impl WorkerConfig {
+    pub fn new(id: WorkerId, control: Vec<String>, data_dir: PathBuf, listen: SocketAddr) -> Self {
+        Self {
+            id,
+            control,
+            data_dir,
+            runtimes: BTreeSet::from([RuntimeKind::Process]),
+            capacity: CAPACITY_DEFAULT,
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS_DEFAULT,
+            listen,
+            advertise: None,
+            cgroup_root: None,
+            docker_image: DOCKER_IMAGE_DEFAULT.to_string(),
+            global_dir: None,
+            env_allowlist: Vec::new(),
+            progress_interval_ms: PROGRESS_INTERVAL_MS_DEFAULT,
+            monitor_interval_ms: MONITOR_INTERVAL_MS_DEFAULT,
+            backoff_override_ms: None,
+        }
+    }
+
+    /// The URL control nodes reach the output server at.
+    pub fn advertised_url(&self) -> String {
+        self.advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+    }
+
+    pub fn validate(&self) -> Result<(), crate::WorkerError> {
+        let bad = |field: &str, message: String| {
+            Err(crate::WorkerError::Invalid {
+                field: field.to_string(),
+                message,
+            })
+        };
+        if self.control.is_empty() {
+            return bad("control", "at least one control endpoint is needed".into());
+        }
+        if self.runtimes.is_empty() {
+            return bad("runtimes", "at least one runtime is needed".into());
+        }
+        if self.capacity == 0 || self.capacity > CAPACITY_MAX {
+            return bad("capacity", format!("must be 1..={CAPACITY_MAX}"));
+        }
+        if self.heartbeat_interval_ms < HEARTBEAT_INTERVAL_MS_MIN {
+            return bad(
+                "heartbeat_interval_ms",
+                format!("must be at least {HEARTBEAT_INTERVAL_MS_MIN}"),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,171 @@
+//! The worker's link to the control plane: REST to any node for registration, heartbeats and
+//! reports (a follower forwards them), and the gRPC assignment stream from the leader.
+//!
+//! Reports carry idempotency keys derived from what they report (task, attempt, transition),
+//! so a report whose answer was lost is resent safely and answered with the first result.
+
+use std::time::Duration;
+
+use squadron_client::types::{RegisterWorker, ReportProgress, ReportTransition};
+use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
+use squadron_core::command::TransitionDetail;
+use squadron_core::ids::{IdempotencyKey, TaskId};
+use squadron_core::task::{Task, TaskState};
+use squadron_core::Outcome;
+use squadron_proto::v1 as pb;
+use squadron_proto::v1::worker_service_client::WorkerServiceClient;
+
+use crate::config::WorkerConfig;
+use crate::error::WorkerError;
+use crate::output_counter::OutputCounts;
+
+/// Attempts of one report before the driver gives up on this pass.
+pub const REPORT_ATTEMPTS_MAX: u32 = 8;
+/// First pause between report attempts; doubled each time up to the max.
+pub const REPORT_BACKOFF_MS_MIN: u64 = 200;
+pub const REPORT_BACKOFF_MS_MAX: u64 = 5_000;
+
+/// What became of a report.
+#[derive(Debug)]
+pub enum ReportAnswer {
+    /// Committed: the task is now in the returned state.
+    Recorded(TaskState),
+    /// The control plane refused it (another attempt owns the task, the state moved on).
+    Refused(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ControlLink {
+    config: WorkerConfig,
+    rest: SquadronClient,
+    grpc: GrpcLeader,
+}
+
+impl ControlLink {
+    pub fn new(config: WorkerConfig) -> Self {
+        let rest = SquadronClient::new(config.control.clone());
+        let grpc = GrpcLeader::new(rest.clone());
+        Self { config, rest, grpc }
+    }
+
+    pub fn rest(&self) -> &SquadronClient {
+        &self.rest
+    }
+
+    pub async fn register(&self) -> Result<(), WorkerError> {
+        let req = RegisterWorker {
+            worker: self.config.id.clone(),
+            address: self.config.advertised_url(),
+            runtimes: self.config.runtimes.iter().copied().collect(),
+            capacity: self.config.capacity,
+            labels: Default::default(),
+            heartbeat_interval_ms: Some(self.config.heartbeat_interval_ms),
+        };
+        let key = key(format!("register-{}-{}", self.config.id, squadron_client::now_ms()));
+        self.rest
+            .register_worker(&req, key.as_ref())
+            .await
+            .map(|_| ())
+            .map_err(control)
+    }
+
+    /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.
+    pub async fn heartbeat(&self) -> Result<(), WorkerError> {
+        match self.rest.worker_heartbeat(&self.config.id, None).await {
+            Ok(_) => Ok(()),
+            Err(ClientError::Api { status, .. }) if status != 503 => self.register().await,
+            Err(e) => Err(control(e)),
+        }
+    }
+
+    /// Opens the assignment stream on the leader, following a follower's redirect.
+    pub async fn watch(&self) -> Result<tonic::Streaming<pb::AssignmentEvent>, WorkerError> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let (_, channel) = self.grpc.channel().await.map_err(control)?;
+            let mut client = WorkerServiceClient::new(channel);
+            let req = pb::WatchAssignmentsRequest {
+                worker: self.config.id.to_string(),
+            };
+            match client.watch_assignments(req).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(status) => {
+                    last = status.message().to_string();
+                    if !self.grpc.on_error(&status).await {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(WorkerError::Control(format!("assignment stream refused: {last}")))
+    }
+
+    /// Forgets the leader channel after the stream broke.
+    pub async fn reset(&self) {
+        self.grpc.reset().await;
+    }
+
+    pub async fn task(&self, id: TaskId) -> Result<Task, WorkerError> {
+        self.rest
+            .get_task(id, Consistency::Linearizable)
+            .await
+            .map_err(control)
+    }
+
+    /// Reports a transition, resending under the same key until it is answered.
+    pub async fn transition(
+        &self,
+        task: TaskId,
+        attempt: u32,
+        from: TaskState,
+        to: TaskState,
+        detail: TransitionDetail,
+    ) -> Result<ReportAnswer, WorkerError> {
+        let req = ReportTransition {
+            worker: self.config.id.clone(),
+            attempt,
+            from,
+            to,
+            detail,
+        };
+        let key = key(format!("t{task}-a{attempt}-{from}-{to}"));
+        let mut backoff = REPORT_BACKOFF_MS_MIN;
+        let mut last = String::new();
+        for _ in 0..REPORT_ATTEMPTS_MAX {
+            match self.rest.report_transition(task, &req, key.as_ref()).await {
+                Ok(Outcome::TransitionRecorded { state }) => return Ok(ReportAnswer::Recorded(state)),
+                Ok(other) => return Ok(ReportAnswer::Refused(format!("unexpected answer {other:?}"))),
+                Err(ClientError::Api { status, body, .. }) if status != 503 => {
+                    return Ok(ReportAnswer::Refused(body.message))
+                }
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(backoff)).await;
+            backoff = (backoff * 2).min(REPORT_BACKOFF_MS_MAX);
+        }
+        Err(WorkerError::Control(format!(
+            "transition {from} → {to} of task {task} not answered after {REPORT_ATTEMPTS_MAX} attempts: {last}"
+        )))
+    }
+
+    /// Best effort: a lost counter update is replaced by the next one.
+    pub async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
+        let req = ReportProgress {
+            worker: self.config.id.clone(),
+            attempt,
+            stdout_bytes: c.stdout_bytes,
+            stderr_bytes: c.stderr_bytes,
+            lines: c.lines,
+            events: c.events,
+        };
+        self.rest.report_progress(task, &req, None).await.is_ok()
+    }
+}
+
+fn key(s: String) -> Option<IdempotencyKey> {
+    IdempotencyKey::new(s).ok()
+}
+
+fn control(e: ClientError) -> WorkerError {
+    WorkerError::Control(e.to_string())
+}

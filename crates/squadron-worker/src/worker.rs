@@ -1,0 +1,204 @@
+//! The worker process: registers, heartbeats, serves output, watches its assignments on the
+//! leader and runs one [`TaskDriver`] per assigned attempt. A restarted worker gets every
+//! assigned, unfinished task replayed on the stream and resumes each from its confirmed state.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use squadron_core::ids::TaskId;
+use squadron_core::manifest::{RuntimeKind, TaskSpec};
+use squadron_core::task::TaskState;
+use squadron_proto::v1 as pb;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::WorkerConfig;
+use crate::control_link::ControlLink;
+use crate::error::WorkerError;
+use crate::output_server::{self, ActiveTasks};
+use crate::runtime::Runtime;
+use crate::task_driver::{DriverContext, TaskDriver};
+
+/// Pause before reopening a broken assignment stream; doubled up to the max.
+pub const WATCH_RETRY_MS_MIN: u64 = 200;
+pub const WATCH_RETRY_MS_MAX: u64 = 5_000;
+/// Pause between registration attempts at start-up.
+pub const REGISTER_RETRY_MS: u64 = 500;
+/// Most drivers tracked at once (assigned attempts, including finished ones not yet pruned).
+pub const DRIVERS_MAX: usize = 4_096;
+/// Largest task spec accepted on the stream.
+pub const SPEC_JSON_BYTES_MAX: usize = 1024 * 1024;
+
+struct DriverSlot {
+    attempt: u32,
+    cancel: watch::Sender<Option<String>>,
+    handle: JoinHandle<()>,
+}
+
+/// A running worker; dropping it does not stop it, [`RunningWorker::shutdown`] does.
+#[derive(Debug)]
+pub struct RunningWorker {
+    pub url: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RunningWorker {
+    /// Stops the worker's loops. Sandboxes keep running; a restarted worker adopts them.
+    pub fn shutdown(self) {
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts a worker with the given runtimes: binds its output server, registers (retrying
+/// until a control node answers), and spawns the heartbeat and assignment loops.
+pub async fn start(
+    config: WorkerConfig,
+    runtimes: BTreeMap<RuntimeKind, Arc<dyn Runtime>>,
+) -> Result<RunningWorker, WorkerError> {
+    config.validate()?;
+    let mut config = config;
+    config.runtimes = runtimes.keys().copied().collect();
+    if config.runtimes.is_empty() {
+        return Err(WorkerError::Invalid {
+            field: "runtimes".into(),
+            message: "no runtime is available on this host".into(),
+        });
+    }
+    std::fs::create_dir_all(config.data_dir.join("tasks"))
+        .map_err(|e| WorkerError::io("creating the data directory", &config.data_dir, e))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| WorkerError::io("binding the output server", config.data_dir.clone(), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| WorkerError::io("reading the bound address", config.data_dir.clone(), e))?;
+    config.listen = bound;
+    let active = ActiveTasks::default();
+    let app = output_server::router(config.data_dir.clone(), active.clone());
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the worker's output server stopped");
+        }
+    });
+
+    let control = ControlLink::new(config.clone());
+    loop {
+        match control.register().await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "registration failed; retrying");
+                tokio::time::sleep(Duration::from_millis(REGISTER_RETRY_MS)).await;
+            }
+        }
+    }
+    tracing::info!(worker = %config.id, url = %config.advertised_url(), runtimes = ?config.runtimes, "worker registered");
+    let url = config.advertised_url();
+    let ctx = Arc::new(DriverContext {
+        config: config.clone(),
+        control: control.clone(),
+        runtimes,
+        active,
+    });
+    let heartbeat = tokio::spawn(heartbeat_loop(control.clone(), config.heartbeat_interval_ms));
+    let watcher = tokio::spawn(watch_loop(ctx));
+    Ok(RunningWorker {
+        url,
+        tasks: vec![server, heartbeat, watcher],
+    })
+}
+
+async fn heartbeat_loop(control: ControlLink, interval_ms: u64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = control.heartbeat().await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+    }
+}
+
+async fn watch_loop(ctx: Arc<DriverContext>) {
+    let mut drivers: BTreeMap<TaskId, DriverSlot> = BTreeMap::new();
+    let mut backoff = WATCH_RETRY_MS_MIN;
+    loop {
+        match ctx.control.watch().await {
+            Ok(mut stream) => {
+                backoff = WATCH_RETRY_MS_MIN;
+                loop {
+                    match stream.message().await {
+                        Ok(Some(event)) => on_event(&ctx, &mut drivers, event),
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::info!(error = %status, "assignment stream broke");
+                            break;
+                        }
+                    }
+                }
+                ctx.control.reset().await;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot open the assignment stream"),
+        }
+        drivers.retain(|_, d| !d.handle.is_finished());
+        tokio::time::sleep(Duration::from_millis(backoff)).await;
+        backoff = (backoff * 2).min(WATCH_RETRY_MS_MAX);
+    }
+}
+
+fn on_event(ctx: &Arc<DriverContext>, drivers: &mut BTreeMap<TaskId, DriverSlot>, e: pb::AssignmentEvent) {
+    let Ok(task) = TaskId::new(e.task) else {
+        tracing::warn!(task = e.task, "assignment with an invalid task id ignored");
+        return;
+    };
+    let cancel = (!e.cancel_requested.is_empty()).then(|| e.cancel_requested.clone());
+    if let Some(slot) = drivers.get(&task) {
+        if slot.attempt == e.attempt && !slot.handle.is_finished() {
+            if cancel.is_some() {
+                let _ = slot.cancel.send(cancel);
+            }
+            return;
+        }
+        if slot.attempt == e.attempt {
+            // The driver ended and the control plane still lists the attempt: it ended
+            // without a committed terminal state (a report was lost); run it again from the
+            // confirmed state, which every step tolerates.
+            tracing::info!(%task, attempt = e.attempt, "resuming an attempt whose driver ended");
+        }
+    }
+    let state = match TaskState::parse("state", &e.state) {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::warn!(%task, error = %err, "assignment with an unknown state ignored");
+            return;
+        }
+    };
+    if e.spec_json.len() > SPEC_JSON_BYTES_MAX {
+        tracing::warn!(%task, "assignment spec too large; ignored");
+        return;
+    }
+    let spec: TaskSpec = match serde_json::from_str(&e.spec_json) {
+        Ok(s) => s,
+        Err(err) => {
+            tracing::warn!(%task, error = %err, "assignment spec unreadable; ignored");
+            return;
+        }
+    };
+    if drivers.len() >= DRIVERS_MAX {
+        drivers.retain(|_, d| !d.handle.is_finished());
+    }
+    let (tx, rx) = watch::channel(cancel);
+    let driver = TaskDriver::new(ctx.clone(), task, e.attempt, spec, rx);
+    tracing::info!(%task, attempt = e.attempt, %state, "driving task");
+    let handle = tokio::spawn(driver.run(state));
+    drivers.insert(
+        task,
+        DriverSlot {
+            attempt: e.attempt,
+            cancel: tx,
+            handle,
+        },
+    );
+}

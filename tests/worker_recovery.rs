@@ -1,0 +1,64 @@
+//! A worker killed with SIGKILL while its task runs, then restarted: it re-adopts the running
+//! sandbox (cgroup leaf or container) by its path or labels, starts nothing twice, and
+//! finishes the task.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const TASK_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn recover(runtime: &str) {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let repo = git_repo(cluster.dir.path());
+    let mut worker = WorkerProc::start(cluster.dir.path(), &format!("w-{runtime}"), cluster.urls(), runtime);
+    let script = [
+        "echo started >> /mnt/outbox/starts",
+        "echo running",
+        "sleep 6",
+        "echo finished",
+        "echo change >> README.md",
+    ]
+    .map(|l| format!("    {l}\n"))
+    .concat();
+    let yaml = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: recovery\nrepository:\n  url: {}\n\
+         agent:\n  prompt: survive a worker crash\n  provider: script\n  script: |\n{script}\
+         vm:\n  runtime: {runtime}\nlifecycle:\n  timeout: 5m\n",
+        repo.display()
+    );
+    let r = submit_yaml(&url, &yaml);
+    assert!(r.ok(), "{r:?}");
+    let id = r.body["task_submitted"]["task"].as_u64().expect("task id");
+    wait_task_state(&url, id, &["RUNNING"], TASK_TIMEOUT);
+    let starts = worker.task_dir(id).join("outbox/starts");
+    wait_until(TASK_TIMEOUT, || starts.exists()).expect("the provider started");
+    worker.kill();
+    // The control plane still shows the task running on the dead worker.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = http_get(&format!("{url}/api/v1/tasks/{id}")).expect("task");
+    assert_eq!(t["state"], "RUNNING", "{t:#}");
+    worker.spawn();
+    let t = wait_task_state(&url, id, &["COMPLETED", "FAILED", "FAILED_PRESERVED"], TASK_TIMEOUT);
+    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", tail(&worker.log));
+    assert_eq!(t["attempt"], 1, "the same attempt finished: nothing was re-queued");
+    let text = std::fs::read_to_string(&starts).expect("starts");
+    assert_eq!(text.lines().count(), 1, "the provider was started exactly once: {text:?}");
+    let (_, out) = http_text(&format!("{url}/api/v1/tasks/{id}/logs?stream=stdout")).expect("logs");
+    assert!(out.contains("running") && out.contains("finished"), "{out}");
+    let (_, patch) = http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
+    assert!(patch.contains("+change"), "{patch}");
+}
+
+#[test]
+fn a_restarted_worker_re_adopts_its_running_process_sandbox() {
+    recover("process");
+}
+
+#[test]
+fn a_restarted_worker_re_adopts_its_running_container() {
+    recover("docker");
+}
