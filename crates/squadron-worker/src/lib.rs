@@ -8,6 +8,7 @@
 //! `docker_runtime` (bollard), `staging` (clone, TASK.md, progress files), `collector`
 //! (patch, untracked list, pattern artifacts, metadata), `launcher` (provider command lines).
 
+pub mod docker_runtime;
 pub mod error;
 pub mod runtime;
 pub mod task_dir;
