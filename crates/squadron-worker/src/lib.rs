@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod control_link;
+pub mod docker_runtime;
 pub mod error;
 pub mod output_counter;
 pub mod output_server;
