@@ -6,23 +6,37 @@
 //! Map: `task_dir` (the on-disk layout of a task), `runtime` (the sandbox trait every runtime
 //! implements), `process_runtime` (cgroup v2 + bubblewrap, via `squadron-isolation`),
 //! `docker_runtime` (bollard), `staging` (clone, TASK.md, progress files), `collector`
-//! (patch, untracked list, pattern artifacts, metadata), `launcher` (provider command lines).
+//! (patch, untracked list, pattern artifacts, metadata; patterns in `artifact_pattern`),
+//! `launcher` (provider command lines, `launch.sh`; with `env_allowlist` and `shell_quote`).
 
+pub mod artifact_pattern;
 pub mod checkpoint;
+pub mod collector;
 pub mod config;
 pub mod control_link;
 pub mod docker_runtime;
+pub mod env_allowlist;
 pub mod error;
+pub mod launcher;
 pub mod output_counter;
 pub mod output_server;
 pub mod runtime;
 pub mod runtime_probe;
+pub mod shell_quote;
+pub mod staging;
+mod support;
 pub mod task_dir;
 pub mod task_driver;
+#[cfg(test)]
+mod test_support;
 pub mod worker;
 
+pub use collector::{collect, collect_with_limits, CollectLimits, CollectReport, RunFacts};
+pub use env_allowlist::EnvAllowlist;
 pub use error::WorkerError;
+pub use launcher::{prepare_launch, LaunchPlan};
 pub use runtime::{Runtime, SandboxHandle};
+pub use staging::{stage, StagingOptions, StagingReport};
 pub use task_dir::TaskDir;
 pub use config::WorkerConfig;
 pub use runtime_probe::probe_runtimes;
