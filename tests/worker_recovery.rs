@@ -14,7 +14,7 @@ fn recover(runtime: &str) {
     let cluster = Cluster::start(1);
     let url = cluster.url(1);
     let repo = git_repo(cluster.dir.path());
-    let mut worker = WorkerProc::start(cluster.dir.path(), &format!("w-{runtime}"), cluster.urls(), runtime);
+    let mut worker = WorkerProc::start(cluster.dir.path(), &unique_worker_id(&format!("w-{runtime}")), cluster.urls(), runtime);
     let script = [
         "echo started >> /mnt/outbox/starts",
         "echo running",

@@ -35,6 +35,21 @@ fn logs(url: &str, id: u64, query: &str) -> String {
     text
 }
 
+/// The task's output, for assertion messages.
+fn explain(url: &str, id: u64) -> String {
+    let get = |q: &str| {
+        http_text(&format!("{url}/api/v1/tasks/{id}/logs?{q}"))
+            .map(|(_, t)| t)
+            .unwrap_or_default()
+    };
+    format!(
+        "stdout:\n{}\nstderr:\n{}\nevents:\n{}",
+        get("stream=stdout&tail=20"),
+        get("stream=stderr&tail=20"),
+        get("stream=events&tail=20")
+    )
+}
+
 fn names(task: &Value) -> Vec<String> {
     task["artifacts"]
         .as_array()
@@ -62,7 +77,7 @@ fn success_with_patch_untracked_and_pattern_artifacts(env: &Env) {
                   echo x > ignored/skip.txt\nhead -c 3 /mnt/run/prompt.txt >/dev/null\necho done";
     let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, "  artifact_patterns: [\"reports/*.json\"]\n"));
     let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED", "FAILED_PRESERVED"], TASK_TIMEOUT);
-    assert_eq!(t["state"], "COMPLETED", "{t:#}");
+    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", explain(env.any(0), id));
     assert_eq!(t["exit_code"], 0);
     let artifacts = names(&t);
     for want in [format!("{id}.patch"), format!("{id}-untracked.txt"), "metadata.json".to_string()] {
@@ -188,7 +203,7 @@ fn containment_through_the_whole_path(env: &Env) {
                   echo \"home=${HOME} secret=${SQUADRON_TEST_SECRET:-absent}\"";
     let id = submit(env.any(1), &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"));
     let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
-    assert_eq!(t["state"], "COMPLETED", "{t:#}");
+    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", explain(env.any(1), id));
     let out = logs(env.any(1), id, "stream=stdout");
     for want in ["etc:denied", "run:denied", "outbox:written", "secret=absent"] {
         assert!(out.contains(want), "{want} missing: {out}");
@@ -226,8 +241,18 @@ fn websocket_stream(env: &Env) {
 #[test]
 fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
     let cluster = Cluster::start(3);
-    let process = WorkerProc::start(cluster.dir.path(), "w-process", cluster.urls(), "process");
-    let docker = WorkerProc::start(cluster.dir.path(), "w-docker", cluster.urls(), "docker");
+    let process = WorkerProc::start(
+        cluster.dir.path(),
+        &unique_worker_id("w-process"),
+        cluster.urls(),
+        "process",
+    );
+    let docker = WorkerProc::start(
+        cluster.dir.path(),
+        &unique_worker_id("w-docker"),
+        cluster.urls(),
+        "docker",
+    );
     let repo = git_repo(cluster.dir.path());
     let on = |runtime: &'static str| Env {
         urls: cluster.urls(),

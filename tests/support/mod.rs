@@ -479,7 +479,45 @@ impl WorkerProc {
 impl Drop for WorkerProc {
     fn drop(&mut self) {
         self.kill();
+        self.remove_leftovers();
     }
+}
+
+impl WorkerProc {
+    /// Removes what a preserved failure keeps on purpose (containers, empty cgroup leaves),
+    /// so test runs leave nothing behind.
+    pub fn remove_leftovers(&self) {
+        let tasks = self.data_dir.join("tasks");
+        if let Ok(out) = Command::new("docker")
+            .args(["ps", "-a", "--filter", "label=squadron.managed=true"])
+            .args(["--format", "{{.ID}} {{.Label \"squadron.task-dir\"}}"])
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Some((id, dir)) = line.split_once(' ') {
+                    if Path::new(dir).starts_with(&tasks) {
+                        let _ = Command::new("docker").args(["rm", "-f", id]).output();
+                    }
+                }
+            }
+        }
+        for root in ["/sys/fs/cgroup/unified/squadron", "/sys/fs/cgroup/squadron"] {
+            let parent = Path::new(root).join(&self.id);
+            if let Ok(entries) = std::fs::read_dir(&parent) {
+                for e in entries.flatten() {
+                    if e.path().is_dir() {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
+                }
+                let _ = std::fs::remove_dir(&parent);
+            }
+        }
+    }
+}
+
+/// A worker id unique to this test process, so leftovers of another run never match.
+pub fn unique_worker_id(prefix: &str) -> String {
+    format!("{prefix}-{}", std::process::id())
 }
 
 /// A git repository with a few committed files, one of them binary, made by the test.

@@ -56,6 +56,11 @@ pub struct Counters {
     pub http_requests: AtomicU64,
 }
 
+/// Rounds of leadership confirmation one linearizable read may take.
+pub const READ_INDEX_ATTEMPTS_MAX: u32 = 3;
+/// Pause before the second round; the third waits twice as long.
+pub const READ_INDEX_RETRY_MS: u64 = 50;
+
 pub struct ControlNode {
     pub id: NodeId,
     pub config: NodeConfig,
@@ -266,11 +271,29 @@ impl ControlNode {
 
     /// On the leader: confirms leadership and returns the index a read must wait for.
     pub async fn read_index(&self) -> Result<Option<u64>, ApiError> {
-        let read = tokio::time::timeout(self.timeout(), self.raft.get_read_log_id())
-            .await
-            .map_err(|_| ApiError::unavailable("timed out confirming leadership"))?
-            .map_err(|e| ApiError::unavailable(format!("not able to serve a read index: {e}")))?;
-        Ok(read.0.map(|l| l.index))
+        // Confirming leadership needs a quorum of heartbeat answers; on a loaded machine one
+        // round can miss its deadline while the leader is still the leader, so a failed round
+        // is tried again (bounded) before the caller is told to retry.
+        let mut last = String::new();
+        for attempt in 0..READ_INDEX_ATTEMPTS_MAX {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(READ_INDEX_RETRY_MS * u64::from(attempt)))
+                    .await;
+            }
+            match tokio::time::timeout(self.timeout(), self.raft.get_read_log_id()).await {
+                Err(_) => return Err(ApiError::unavailable("timed out confirming leadership")),
+                Ok(Ok(read)) => return Ok(read.0.map(|l| l.index)),
+                Ok(Err(e)) => {
+                    last = e.to_string();
+                    if !self.is_leader() {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(ApiError::unavailable(format!(
+            "not able to serve a read index: {last}"
+        )))
     }
 
     /// Members of the current configuration, voters and learners.

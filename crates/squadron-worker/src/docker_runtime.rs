@@ -83,6 +83,10 @@ pub const LABEL_ATTEMPT: &str = "squadron.attempt";
 pub const LABEL_WORKER: &str = "squadron.worker";
 /// Label `true` on every container Squadron created.
 pub const LABEL_MANAGED: &str = "squadron.managed";
+/// Label with the host path of the task directory: task ids restart with every cluster, so
+/// only the directory tells this worker's attempt from a leftover of another cluster or data
+/// directory that happens to share the task id.
+pub const LABEL_TASK_DIR: &str = "squadron.task-dir";
 
 const RUNTIME_NAME: &str = "docker";
 /// Every engine request but `stop` (which waits out the grace period) ends within this.
@@ -191,15 +195,21 @@ impl DockerRuntime {
         &self.config
     }
 
-    /// The container name of one attempt of a task.
-    pub fn container_name(task: TaskId, attempt: u32) -> String {
-        format!("squadron-task-{}-a{attempt}", task.get())
+    /// The container name of one attempt of a task: the task id, the attempt, and a hash of
+    /// the task directory (see [`LABEL_TASK_DIR`]).
+    pub fn container_name(dir: &TaskDir, attempt: u32) -> String {
+        format!(
+            "squadron-task-{}-a{attempt}-{:08x}",
+            dir.task().get(),
+            fnv1a(dir.root().as_os_str().as_encoded_bytes()) as u32
+        )
     }
 
-    fn labels(&self, task: TaskId, attempt: u32) -> HashMap<String, String> {
+    fn labels(&self, dir: &TaskDir, attempt: u32) -> HashMap<String, String> {
         HashMap::from([
-            (LABEL_TASK.to_string(), task.get().to_string()),
+            (LABEL_TASK.to_string(), dir.task().get().to_string()),
             (LABEL_ATTEMPT.to_string(), attempt.to_string()),
+            (LABEL_TASK_DIR.to_string(), task_dir_label(dir)),
             (
                 LABEL_WORKER.to_string(),
                 self.config.worker.as_str().to_string(),
@@ -297,7 +307,7 @@ impl DockerRuntime {
             working_dir: Some(spec.workdir.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             user,
-            labels: Some(self.labels(spec.task, spec.attempt)),
+            labels: Some(self.labels(&spec.dir, spec.attempt)),
             stop_signal: Some("SIGTERM".to_string()),
             attach_stdin: Some(false),
             attach_stdout: Some(false),
@@ -322,9 +332,10 @@ impl DockerRuntime {
     async fn existing_for(
         &self,
         name: &str,
-        task: TaskId,
+        dir: &TaskDir,
         attempt: u32,
     ) -> Result<SandboxHandle, WorkerError> {
+        let task = dir.task();
         let found = self.inspect(name).await?.ok_or_else(|| {
             WorkerError::runtime(
                 RUNTIME_NAME,
@@ -336,7 +347,7 @@ impl DockerRuntime {
             .as_ref()
             .and_then(|c| c.labels.clone())
             .unwrap_or_default();
-        if !labels_match(&labels, task, attempt) {
+        if !labels_match(&labels, dir, attempt) {
             return Err(WorkerError::runtime(
                 RUNTIME_NAME,
                 format!(
@@ -366,7 +377,7 @@ impl Runtime for DockerRuntime {
     /// crashed between create and checkpoint), returns it instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
         let config = self.container_config(spec)?;
-        let name = Self::container_name(spec.task, spec.attempt);
+        let name = Self::container_name(&spec.dir, spec.attempt);
         let options = CreateContainerOptions {
             name: name.clone(),
             platform: None,
@@ -383,7 +394,7 @@ impl Runtime for DockerRuntime {
                 })
             }
             Err(e) if status_code(&e) == Some(409) => {
-                self.existing_for(&name, spec.task, spec.attempt).await
+                self.existing_for(&name, &spec.dir, spec.attempt).await
             }
             Err(e) if is_not_found(&e) => Err(WorkerError::runtime(
                 RUNTIME_NAME,
@@ -412,7 +423,7 @@ impl Runtime for DockerRuntime {
             .as_ref()
             .and_then(|c| c.labels.clone())
             .unwrap_or_default();
-        if !labels_match(&labels, spec.task, spec.attempt) {
+        if !labels_match(&labels, &spec.dir, spec.attempt) {
             return Err(WorkerError::runtime(
                 RUNTIME_NAME,
                 format!(
@@ -559,7 +570,7 @@ impl Runtime for DockerRuntime {
         &self,
         task: TaskId,
         attempt: u32,
-        _dir: &TaskDir,
+        dir: &TaskDir,
     ) -> Result<Option<SandboxHandle>, WorkerError> {
         let filters = HashMap::from([(
             "label".to_string(),
@@ -567,6 +578,7 @@ impl Runtime for DockerRuntime {
                 format!("{LABEL_TASK}={}", task.get()),
                 format!("{LABEL_ATTEMPT}={attempt}"),
                 format!("{LABEL_MANAGED}=true"),
+                format!("{LABEL_TASK_DIR}={}", task_dir_label(dir)),
             ],
         )]);
         let found = self
@@ -578,7 +590,7 @@ impl Runtime for DockerRuntime {
             }))
             .await
             .map_err(|e| engine_error(&format!("list containers of task {task}"), e))?;
-        let name = format!("/{}", Self::container_name(task, attempt));
+        let name = format!("/{}", Self::container_name(dir, attempt));
         let chosen = match found.len() {
             0 => return Ok(None),
             1 => found.into_iter().next(),
@@ -637,10 +649,22 @@ pub fn network_mode(mode: NetworkMode) -> &'static str {
     }
 }
 
-fn labels_match(labels: &HashMap<String, String>, task: TaskId, attempt: u32) -> bool {
-    labels.get(LABEL_TASK) == Some(&task.get().to_string())
+fn labels_match(labels: &HashMap<String, String>, dir: &TaskDir, attempt: u32) -> bool {
+    labels.get(LABEL_TASK) == Some(&dir.task().get().to_string())
         && labels.get(LABEL_ATTEMPT) == Some(&attempt.to_string())
         && labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
+        && labels.get(LABEL_TASK_DIR) == Some(&task_dir_label(dir))
+}
+
+fn task_dir_label(dir: &TaskDir) -> String {
+    dir.root().to_string_lossy().into_owned()
+}
+
+/// 64-bit FNV-1a: a stable, dependency-free hash for container names.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A bind mount of an existing host directory, by its absolute path.

@@ -21,8 +21,10 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
     for kind in &config.runtimes {
         match kind {
             RuntimeKind::Process => {
-                let mut pc = ProcessRuntimeConfig::new(config.id.clone());
-                pc.cgroup_root = config.cgroup_root.clone();
+                let mut pc = ProcessRuntimeConfig::new(config.id.to_string());
+                if let Some(root) = &config.cgroup_root {
+                    pc.cgroup.v2_base = Some(root.join("squadron"));
+                }
                 match ProcessRuntime::new(pc) {
                     Ok(r) => {
                         ready.insert(RuntimeKind::Process, Arc::new(r));

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use crate::checkpoint::TaskCheckpoint;
 use crate::collector::{collect, RunFacts};
 use crate::control_link::{ControlLink, ReportAnswer};
+use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
 use crate::launcher::prepare_launch;
 use crate::output_counter::{append_event, OutputCounter, OutputCounts};
@@ -39,6 +40,7 @@ pub struct DriverContext {
     pub control: ControlLink,
     pub runtimes: BTreeMap<squadron_core::manifest::RuntimeKind, Arc<dyn Runtime>>,
     pub active: ActiveTasks,
+    pub env_allowlist: EnvAllowlist,
 }
 
 /// Why a run stopped before the provider exited on its own.
@@ -166,6 +168,9 @@ impl TaskDriver {
         }
         f(&mut c);
         c.updated_at_ms = squadron_client::now_ms();
+        if let Err(e) = std::fs::create_dir_all(self.dir.root()) {
+            tracing::warn!(task = %self.task, error = %e, "could not create the task directory");
+        }
         if let Err(e) = c.store(&path) {
             tracing::warn!(task = %self.task, error = %e, "could not write the checkpoint");
         }
@@ -256,7 +261,13 @@ impl TaskDriver {
     async fn launch_spec(&self) -> Result<LaunchSpec, WorkerError> {
         let opts = self.staging_options();
         let staged = stage(&self.dir, self.task, self.attempt, &self.spec, &opts).await?;
-        let plan = prepare_launch(&self.dir, &self.spec, &staged.workdir, &self.ctx.config.env_allowlist)?;
+        let plan = prepare_launch(
+            &self.dir,
+            self.attempt,
+            &self.spec,
+            &staged.workdir,
+            &self.ctx.env_allowlist,
+        )?;
         Ok(LaunchSpec {
             task: self.task,
             attempt: self.attempt,
@@ -438,16 +449,17 @@ impl TaskDriver {
     fn run_facts(&self, exit_code: Option<i32>) -> RunFacts {
         let cp = self.load_checkpoint();
         let counts = OutputCounter::new(&self.dir).look();
+        let now = squadron_client::now_ms();
         RunFacts {
             attempt: self.attempt,
             exit_code,
-            started_at_ms: cp.as_ref().and_then(|c| c.started_at_ms),
-            finished_at_ms: Some(squadron_client::now_ms()),
+            started_at_ms: cp.as_ref().and_then(|c| c.started_at_ms).unwrap_or(now),
+            finished_at_ms: now,
             stdout_bytes: counts.stdout_bytes,
             stderr_bytes: counts.stderr_bytes,
             lines: counts.lines,
             events: counts.events,
-            runtime: self.spec.sandbox.runtime.as_str().to_string(),
+            runtime: self.spec.sandbox.runtime,
         }
     }
 
@@ -457,7 +469,7 @@ impl TaskDriver {
             return (Vec::new(), None);
         }
         match collect(&self.dir, self.task, &self.spec, &self.run_facts(exit_code)).await {
-            Ok(r) => (r.artifacts, None),
+            Ok(r) => (r.names(), None),
             Err(e) => (Vec::new(), Some(format!("artifact collection failed: {e}"))),
         }
     }

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::WorkerConfig;
 use crate::control_link::ControlLink;
+use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
 use crate::output_server::{self, ActiveTasks};
 use crate::runtime::Runtime;
@@ -84,6 +85,7 @@ pub async fn start(
         }
     });
 
+    let env_allowlist = EnvAllowlist::new(config.env_allowlist.iter().cloned())?;
     let control = ControlLink::new(config.clone());
     loop {
         match control.register().await {
@@ -101,6 +103,7 @@ pub async fn start(
         control: control.clone(),
         runtimes,
         active,
+        env_allowlist,
     });
     let heartbeat = tokio::spawn(heartbeat_loop(control.clone(), config.heartbeat_interval_ms));
     let watcher = tokio::spawn(watch_loop(ctx));

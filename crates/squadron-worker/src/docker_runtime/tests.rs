@@ -71,7 +71,7 @@ impl Case {
     }
 
     fn name(&self) -> String {
-        DockerRuntime::container_name(self.task, self.attempt)
+        DockerRuntime::container_name(&self.dir, self.attempt)
     }
 
     fn spec(&self) -> LaunchSpec {
