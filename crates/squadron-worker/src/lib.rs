@@ -9,9 +9,11 @@
 //! (patch, untracked list, pattern artifacts, metadata), `launcher` (provider command lines).
 
 pub mod error;
+pub mod process_runtime;
 pub mod runtime;
 pub mod task_dir;
 
 pub use error::WorkerError;
+pub use process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
 pub use runtime::{Runtime, SandboxHandle};
 pub use task_dir::TaskDir;
