@@ -2,3 +2,36 @@
 //! provider process, and a reaper whose result is the reap evidence the control plane needs.
 //!
 //! Nothing here knows about tasks or leases; callers name leaves and paths.
+//!
+//! Map: `cgroup_root` (where leaves live: the v2 mount, the v1 memory/pids fallbacks, one
+//! parent per worker), `cgroup_leaf` (one leaf: create, limits, populated, freeze, kill,
+//! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
+//! leaf, runs the boundary and records the exit code), `termination` (SIGTERM, grace,
+//! SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
+//! `process_entry` (a pid with its start time, read from /proc), `shell_quote`.
+//!
+//! Everything is synchronous std code: callers on an async runtime wrap the waiting calls
+//! (`Reaper::reap`, `Termination::run`, `SandboxProcess::spawn`) in a blocking task.
+
+pub mod bubblewrap;
+pub mod cgroup_leaf;
+pub mod cgroup_root;
+pub mod error;
+pub mod process_entry;
+pub mod reaper;
+pub mod sandbox_process;
+pub mod shell_quote;
+pub mod termination;
+
+mod clock;
+mod fs_util;
+
+pub use bubblewrap::BubblewrapCommand;
+pub use cgroup_leaf::{AppliedLimits, CgroupLeaf, CgroupLimits};
+pub use cgroup_root::{CgroupRoot, CgroupRootConfig};
+pub use error::IsolationError;
+pub use process_entry::ProcessEntry;
+pub use reaper::{ReapEvidence, Reaper};
+pub use sandbox_process::{SandboxLaunch, SandboxProcess};
+pub use shell_quote::shell_quote;
+pub use termination::{Termination, TerminationOutcome};

@@ -20,6 +20,7 @@ pub mod error;
 pub mod launcher;
 pub mod output_counter;
 pub mod output_server;
+pub mod process_runtime;
 pub mod runtime;
 pub mod runtime_probe;
 pub mod shell_quote;
@@ -35,6 +36,7 @@ pub use collector::{collect, collect_with_limits, CollectLimits, CollectReport, 
 pub use env_allowlist::EnvAllowlist;
 pub use error::WorkerError;
 pub use launcher::{prepare_launch, LaunchPlan};
+pub use process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
 pub use runtime::{Runtime, SandboxHandle};
 pub use staging::{stage, StagingOptions, StagingReport};
 pub use task_dir::TaskDir;

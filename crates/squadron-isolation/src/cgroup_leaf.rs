@@ -1,0 +1,319 @@
+//! One cgroup leaf: the v2 directory every process of one attempt lives in, plus the v1
+//! memory/pids directories of the same name on hosts whose limit controllers are v1.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::IsolationError;
+use crate::fs_util;
+use crate::process_entry::ProcessEntry;
+
+/// `cpu.max` period: quota = cpus × period.
+pub const CPU_PERIOD_US: u64 = 100_000;
+/// Deepest nesting of cgroups removed under a leaf (a boundary cannot make any, but be safe).
+pub const LEAF_DESCENDANT_DEPTH_MAX: usize = 8;
+
+/// Limits for one leaf; `None` leaves the host default (unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupLimits {
+    pub memory_bytes: Option<u64>,
+    pub pids_max: Option<u64>,
+    /// Whole CPUs, as `cpu.max`; applied only where the v2 cpu controller is enabled.
+    pub cpus: Option<u32>,
+}
+
+/// What `set_limits` did: the files written, and the limits the host cannot enforce.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppliedLimits {
+    /// (control file, value written).
+    pub written: Vec<(PathBuf, String)>,
+    /// One line per requested limit that has no controller on this host.
+    pub unavailable: Vec<String>,
+}
+
+/// A leaf's handle; creating it touches nothing (see `create`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLeaf {
+    name: String,
+    v2: PathBuf,
+    v1_memory: Option<PathBuf>,
+    v1_pids: Option<PathBuf>,
+    v2_controllers: BTreeSet<String>,
+}
+
+impl CgroupLeaf {
+    pub(crate) fn new(
+        name: &str,
+        v2: PathBuf,
+        v1_memory: Option<PathBuf>,
+        v1_pids: Option<PathBuf>,
+        v2_controllers: BTreeSet<String>,
+    ) -> Self {
+        CgroupLeaf {
+            name: name.to_owned(),
+            v2,
+            v1_memory,
+            v1_pids,
+            v2_controllers,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The v2 directory: the leaf's identity and the only proof of quiescence.
+    pub fn path(&self) -> &Path {
+        &self.v2
+    }
+
+    /// The v1 memory directory, on hosts where memory limits are v1.
+    pub fn v1_memory_path(&self) -> Option<&Path> {
+        self.v1_memory.as_deref()
+    }
+
+    /// The v1 pids directory, on hosts where pids limits are v1.
+    pub fn v1_pids_path(&self) -> Option<&Path> {
+        self.v1_pids.as_deref()
+    }
+
+    /// Whether the v2 directory exists.
+    pub fn exists(&self) -> bool {
+        self.v2.join("cgroup.procs").exists()
+    }
+
+    /// Creates the v2 directory and the v1 ones; an existing leaf is left as it is.
+    pub fn create(&self) -> Result<(), IsolationError> {
+        fs_util::create_dir(&self.v2, "create cgroup leaf")?;
+        for dir in [&self.v1_memory, &self.v1_pids].into_iter().flatten() {
+            fs_util::create_dir(dir, "create v1 cgroup leaf")?;
+        }
+        Ok(())
+    }
+
+    /// The `cgroup.procs` files a process must be written into to be inside this leaf.
+    pub fn attach_files(&self) -> Vec<PathBuf> {
+        std::iter::once(&self.v2)
+            .chain(self.v1_memory.iter())
+            .chain(self.v1_pids.iter())
+            .map(|dir| dir.join("cgroup.procs"))
+            .collect()
+    }
+
+    /// The file enforcing the memory limit: v2 `memory.max` or v1 `memory.limit_in_bytes`.
+    pub fn memory_limit_file(&self) -> Option<PathBuf> {
+        if self.v2_controllers.contains("memory") {
+            Some(self.v2.join("memory.max"))
+        } else {
+            self.v1_memory
+                .as_ref()
+                .map(|dir| dir.join("memory.limit_in_bytes"))
+        }
+    }
+
+    /// The file enforcing the pids limit: `pids.max` in v2 or in the v1 pids hierarchy.
+    pub fn pids_limit_file(&self) -> Option<PathBuf> {
+        if self.v2_controllers.contains("pids") {
+            Some(self.v2.join("pids.max"))
+        } else {
+            self.v1_pids.as_ref().map(|dir| dir.join("pids.max"))
+        }
+    }
+
+    /// Writes the limits into whichever hierarchy carries each controller.
+    pub fn set_limits(&self, limits: &CgroupLimits) -> Result<AppliedLimits, IsolationError> {
+        let mut applied = AppliedLimits::default();
+        if let Some(bytes) = limits.memory_bytes {
+            match self.memory_limit_file() {
+                Some(file) => write_limit(&mut applied, file, bytes.to_string())?,
+                None => applied.unavailable.push(format!(
+                    "memory limit {bytes} bytes: no v2 memory controller and no v1 memory \
+                     hierarchy for {}",
+                    self.v2.display()
+                )),
+            }
+        }
+        if let Some(pids) = limits.pids_max {
+            match self.pids_limit_file() {
+                Some(file) => write_limit(&mut applied, file, pids.to_string())?,
+                None => applied.unavailable.push(format!(
+                    "pids limit {pids}: no v2 pids controller and no v1 pids hierarchy for {}",
+                    self.v2.display()
+                )),
+            }
+        }
+        if let Some(cpus) = limits.cpus {
+            if self.v2_controllers.contains("cpu") {
+                let quota = u64::from(cpus).saturating_mul(CPU_PERIOD_US);
+                write_limit(
+                    &mut applied,
+                    self.v2.join("cpu.max"),
+                    format!("{quota} {CPU_PERIOD_US}"),
+                )?;
+            } else {
+                applied.unavailable.push(format!(
+                    "cpu limit {cpus} cpus: no v2 cpu controller for {}",
+                    self.v2.display()
+                ));
+            }
+        }
+        Ok(applied)
+    }
+
+    /// `populated` from `cgroup.events`: true while any process is in the leaf or below.
+    /// An absent leaf holds nothing (rmdir succeeds only on an empty cgroup), so it is false.
+    pub fn populated(&self) -> Result<bool, IsolationError> {
+        self.event("populated").map(|v| v == Some(true))
+    }
+
+    /// `frozen` from `cgroup.events`.
+    pub fn frozen(&self) -> Result<bool, IsolationError> {
+        self.event("frozen").map(|v| v == Some(true))
+    }
+
+    /// Reads one `key 0|1` line of `cgroup.events`; `None` when the leaf is absent.
+    fn event(&self, key: &str) -> Result<Option<bool>, IsolationError> {
+        let path = self.v2.join("cgroup.events");
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(IsolationError::io("read", path, e)),
+        };
+        let value = text
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.trim() == "1");
+        match value {
+            Some(v) => Ok(Some(v)),
+            None => Err(IsolationError::Launch(format!(
+                "{} has no {key} line: {text:?}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Stops every process in the leaf (they stay, unable to run, until killed or thawed).
+    pub fn freeze(&self) -> Result<(), IsolationError> {
+        fs_util::write_control(&self.v2.join("cgroup.freeze"), "1", "freeze")
+    }
+
+    pub fn thaw(&self) -> Result<(), IsolationError> {
+        fs_util::write_control(&self.v2.join("cgroup.freeze"), "0", "thaw")
+    }
+
+    /// SIGKILLs every process in the leaf and below at once, frozen or not, through
+    /// `cgroup.kill`; on kernels without it, `kill -KILL` of every listed pid instead.
+    /// Returns the method used, for the evidence.
+    pub fn kill(&self) -> Result<&'static str, IsolationError> {
+        let control = self.v2.join("cgroup.kill");
+        if control.exists() {
+            fs_util::write_control(&control, "1", "kill")?;
+            return Ok("cgroup.kill");
+        }
+        send_signal("KILL", &self.procs()?)?;
+        Ok("kill -KILL on cgroup.procs")
+    }
+
+    /// The pids now in the leaf itself (not its descendants); empty when the leaf is absent.
+    pub fn procs(&self) -> Result<Vec<u32>, IsolationError> {
+        let path = self.v2.join("cgroup.procs");
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(IsolationError::io("read", path, e)),
+        };
+        Ok(text.lines().filter_map(|l| l.trim().parse().ok()).collect())
+    }
+
+    /// The processes of the leaf that run inside a nested PID namespace (the boundary and its
+    /// descendants), as opposed to the shim and the outer bubblewrap, which run in ours.
+    /// Signalling those outer two would end the boundary with SIGKILL (`--die-with-parent`)
+    /// instead of letting the provider handle SIGTERM.
+    pub fn sandboxed_procs(&self) -> Result<Vec<u32>, IsolationError> {
+        let own = ProcessEntry::own_namespace_depth().unwrap_or(1);
+        Ok(self
+            .procs()?
+            .into_iter()
+            .filter(|pid| ProcessEntry::namespace_depth(*pid).is_some_and(|d| d > own))
+            .collect())
+    }
+
+    /// Removes the leaf (descendants first) and its v1 directories. Fails while populated.
+    pub fn remove(&self) -> Result<(), IsolationError> {
+        remove_tree(&self.v2, LEAF_DESCENDANT_DEPTH_MAX)?;
+        for dir in [&self.v1_memory, &self.v1_pids].into_iter().flatten() {
+            remove_tree(dir, LEAF_DESCENDANT_DEPTH_MAX)?;
+        }
+        Ok(())
+    }
+}
+
+fn write_limit(
+    applied: &mut AppliedLimits,
+    file: PathBuf,
+    value: String,
+) -> Result<(), IsolationError> {
+    fs_util::write_control(&file, &value, "set limit")?;
+    applied.written.push((file, value));
+    Ok(())
+}
+
+/// rmdir of a cgroup directory and the cgroup directories below it (cgroupfs allows only
+/// rmdir; its control files vanish with the directory).
+fn remove_tree(dir: &Path, depth_left: usize) -> Result<(), IsolationError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(IsolationError::io("list cgroup", dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| IsolationError::io("list cgroup", dir, e))?;
+        if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            if depth_left == 0 {
+                return Err(IsolationError::Launch(format!(
+                    "cgroup {} nests deeper than {LEAF_DESCENDANT_DEPTH_MAX} levels",
+                    dir.display()
+                )));
+            }
+            remove_tree(&entry.path(), depth_left - 1)?;
+        }
+    }
+    fs_util::remove_dir(dir, "remove cgroup")
+}
+
+/// `kill -<signal> pid…` through /bin/kill (no libc in this workspace). Pids that are gone
+/// already are not an error: they are what we wanted.
+pub(crate) fn send_signal(signal: &str, pids: &[u32]) -> Result<(), IsolationError> {
+    if pids.is_empty() {
+        return Ok(());
+    }
+    let output = Command::new(KILL_PROGRAM)
+        .arg(format!("-{signal}"))
+        .args(pids.iter().map(u32::to_string))
+        .env_clear()
+        .output()
+        .map_err(|e| IsolationError::io("run", KILL_PROGRAM, e))?;
+    if !output.status.success() {
+        let still_there: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+            .collect();
+        if !still_there.is_empty() {
+            tracing::debug!(
+                signal,
+                ?still_there,
+                stderr = %String::from_utf8_lossy(&output.stderr),
+                "kill reported failures; the listed pids may be exiting"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// procps' kill, present on every Debian host (`procps` is required).
+pub const KILL_PROGRAM: &str = "/bin/kill";

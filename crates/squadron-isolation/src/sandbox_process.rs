@@ -1,0 +1,260 @@
+//! Starting a boundary inside a leaf, without unsafe code and without tying its life to the
+//! worker's.
+//!
+//! The worker spawns `/bin/sh -c <shim>`. The shim writes its own pid into the leaf's
+//! `cgroup.procs` files (v2, and the v1 memory/pids leaves when used) so that everything it
+//! starts is born inside the leaf, runs bubblewrap (as the preferred OOM victim), and writes bubblewrap's exit status to
+//! the exit-code file (write to a temporary name, then rename: a reader sees all or nothing).
+//! A restarted worker that is no longer the shim's parent learns the exit code from that
+//! file. The shim's stdin, stdout and stderr are files, never pipes to the worker, so a
+//! worker crash leaves the run untouched.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::cgroup_leaf::CgroupLeaf;
+use crate::error::IsolationError;
+use crate::shell_quote::{shell_join, shell_quote};
+
+/// The shell running the shim.
+pub const SHIM_SHELL: &str = "/bin/sh";
+/// The only environment variable the shim gets; bubblewrap clears it for the sandbox anyway.
+pub const SHIM_PATH_ENV: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+/// The shim's exit status when it cannot join the leaf (nothing was started).
+pub const SHIM_JOIN_FAILED_STATUS: i32 = 125;
+/// How long `spawn` waits for the shim to be inside every hierarchy of the leaf.
+pub const SHIM_JOIN_WAIT_MS_MAX: u64 = 30_000;
+/// Interval between checks while waiting for the join.
+pub const SHIM_JOIN_POLL_MS: u64 = 5;
+/// `oom_score_adj` of the boundary's processes (the shim keeps its own).
+pub const OOM_SCORE_ADJ_BOUNDARY: i32 = 1000;
+/// Longest exit-code file read (a decimal number and a newline).
+pub const EXIT_CODE_FILE_BYTES_MAX: u64 = 64;
+
+/// Everything needed to start one boundary in one leaf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxLaunch {
+    pub leaf: CgroupLeaf,
+    /// bubblewrap's argv, from `BubblewrapCommand::argv`.
+    pub boundary: Vec<String>,
+    /// Where the shim writes bubblewrap's exit status (128 + n when killed by signal n).
+    /// Must not exist yet: an attempt runs once.
+    pub exit_code_file: PathBuf,
+    /// `None` reads from /dev/null.
+    pub stdin: Option<PathBuf>,
+    /// Appended to, created when missing.
+    pub stdout: PathBuf,
+    /// Appended to, created when missing.
+    pub stderr: PathBuf,
+}
+
+/// A running shim, child of this process until `detach`.
+#[derive(Debug)]
+pub struct SandboxProcess {
+    child: Child,
+}
+
+impl SandboxProcess {
+    /// Spawns the shim and returns once it is inside every hierarchy of the leaf (or has
+    /// already finished and recorded an exit code). Fails if it cannot join the leaf.
+    pub fn spawn(launch: &SandboxLaunch) -> Result<SandboxProcess, IsolationError> {
+        if launch.exit_code_file.exists() {
+            return Err(IsolationError::invalid(
+                "exit code file",
+                format!(
+                    "{} exists: this attempt already ran",
+                    launch.exit_code_file.display()
+                ),
+            ));
+        }
+        if !launch.leaf.exists() {
+            return Err(IsolationError::invalid(
+                "cgroup leaf",
+                format!(
+                    "{} does not exist; create it first",
+                    launch.leaf.path().display()
+                ),
+            ));
+        }
+        let script = Self::shim_script(launch)?;
+        let stdin = match &launch.stdin {
+            Some(path) => Stdio::from(
+                File::open(path).map_err(|e| IsolationError::io("open sandbox stdin", path, e))?,
+            ),
+            None => Stdio::null(),
+        };
+        let stdout = open_append(&launch.stdout, "open sandbox stdout")?;
+        let stderr = open_append(&launch.stderr, "open sandbox stderr")?;
+        let child = Command::new(SHIM_SHELL)
+            .arg("-c")
+            .arg(&script)
+            .env_clear()
+            .env("PATH", SHIM_PATH_ENV)
+            .current_dir("/")
+            // A group of its own: a terminal's ^C to the worker does not reach the sandbox.
+            .process_group(0)
+            .stdin(stdin)
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| IsolationError::io("spawn sandbox shim", SHIM_SHELL, e))?;
+        let mut process = SandboxProcess { child };
+        process.wait_joined(launch)?;
+        Ok(process)
+    }
+
+    /// The shell script the shim runs, every path and word quoted.
+    pub fn shim_script(launch: &SandboxLaunch) -> Result<String, IsolationError> {
+        if launch.boundary.is_empty() {
+            return Err(IsolationError::invalid(
+                "boundary",
+                "argv must not be empty",
+            ));
+        }
+        let exit_file = path_string(&launch.exit_code_file)?;
+        let exit_tmp = format!("{exit_file}.tmp");
+        let mut script = String::new();
+        for procs in launch.leaf.attach_files() {
+            let procs = shell_quote(&path_string(&procs)?);
+            script.push_str(&format!(
+                "echo $$ > {procs} || {{ echo \"squadron shim: cannot join cgroup \"{procs} >&2; \
+                 exit {SHIM_JOIN_FAILED_STATUS}; }}\n"
+            ));
+        }
+        // The boundary is the OOM killer's first choice (1000), so an OOM in the leaf ends
+        // the provider, not the shim that must record its exit code. Raising needs no
+        // privilege, and the boundary cannot lower it again below its starting 0.
+        script.push_str(&format!(
+            "(echo {OOM_SCORE_ADJ_BOUNDARY} > /proc/self/oom_score_adj; exec {})\n",
+            shell_join(&launch.boundary)
+        ));
+        script.push_str("code=$?\n");
+        script.push_str(&format!(
+            "echo \"$code\" > {tmp} && mv -f {tmp} {file}\n",
+            tmp = shell_quote(&exit_tmp),
+            file = shell_quote(&exit_file)
+        ));
+        script.push_str("exit \"$code\"\n");
+        Ok(script)
+    }
+
+    /// Reads an exit-code file: `None` while it does not exist.
+    pub fn read_exit_code(path: &Path) -> Result<Option<i32>, IsolationError> {
+        let meta = match fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(IsolationError::io("read exit code", path, e)),
+        };
+        if meta.len() > EXIT_CODE_FILE_BYTES_MAX {
+            return Err(IsolationError::invalid(
+                "exit code file",
+                format!(
+                    "{} is {} bytes, not an exit code",
+                    path.display(),
+                    meta.len()
+                ),
+            ));
+        }
+        let text =
+            fs::read_to_string(path).map_err(|e| IsolationError::io("read exit code", path, e))?;
+        text.trim().parse().map(Some).map_err(|_| {
+            IsolationError::invalid(
+                "exit code file",
+                format!("{} holds {text:?}, not an integer", path.display()),
+            )
+        })
+    }
+
+    /// The shim's pid (in this process's PID namespace).
+    pub fn shim_pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The shim's status if it has finished (reaping it).
+    pub fn try_wait(&mut self) -> Result<Option<ExitStatus>, IsolationError> {
+        self.child
+            .try_wait()
+            .map_err(|e| IsolationError::io("wait for sandbox shim", SHIM_SHELL, e))
+    }
+
+    /// Blocks until the shim finishes.
+    pub fn wait(&mut self) -> Result<ExitStatus, IsolationError> {
+        self.child
+            .wait()
+            .map_err(|e| IsolationError::io("wait for sandbox shim", SHIM_SHELL, e))
+    }
+
+    /// Hands the shim to a thread that reaps it when it ends, so it never lingers as a
+    /// zombie; its exit code is in the exit-code file, not in this process.
+    pub fn detach(self) {
+        let mut child = self.child;
+        let spawned = thread::Builder::new()
+            .name(format!("shim-reaper-{}", child.id()))
+            .spawn(move || {
+                let _ = child.wait();
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a thread to reap a sandbox shim");
+        }
+    }
+
+    fn wait_joined(&mut self, launch: &SandboxLaunch) -> Result<(), IsolationError> {
+        let pid = self.child.id();
+        let started = Instant::now();
+        loop {
+            if joined_everywhere(&launch.leaf, pid) || launch.exit_code_file.exists() {
+                return Ok(());
+            }
+            if let Some(status) = self.try_wait()? {
+                // It may have run to the end between two checks.
+                if launch.exit_code_file.exists() {
+                    return Ok(());
+                }
+                return Err(IsolationError::Launch(format!(
+                    "sandbox shim exited with {status} without recording an exit code in {} \
+                     (cannot join {}?); see {}",
+                    launch.exit_code_file.display(),
+                    launch.leaf.path().display(),
+                    launch.stderr.display()
+                )));
+            }
+            if started.elapsed() > Duration::from_millis(SHIM_JOIN_WAIT_MS_MAX) {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(IsolationError::Launch(format!(
+                    "sandbox shim did not join {} within {SHIM_JOIN_WAIT_MS_MAX} ms",
+                    launch.leaf.path().display()
+                )));
+            }
+            thread::sleep(Duration::from_millis(SHIM_JOIN_POLL_MS));
+        }
+    }
+}
+
+fn joined_everywhere(leaf: &CgroupLeaf, pid: u32) -> bool {
+    let pid = pid.to_string();
+    leaf.attach_files().iter().all(|procs| {
+        fs::read_to_string(procs)
+            .map(|text| text.lines().any(|l| l.trim() == pid))
+            .unwrap_or(false)
+    })
+}
+
+fn open_append(path: &Path, what: &'static str) -> Result<File, IsolationError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| IsolationError::io(what, path, e))
+}
+
+fn path_string(path: &Path) -> Result<String, IsolationError> {
+    path.to_str().map(str::to_owned).ok_or_else(|| {
+        IsolationError::invalid("path", format!("{} is not valid UTF-8", path.display()))
+    })
+}
