@@ -29,7 +29,7 @@ ensure_packages() {
 # Debian packages the tests need beyond the build: bubblewrap for the process runtime's
 # boundary, the Docker engine for the Docker runtime, iproute2 and iptables for the chaos
 # suite's network namespaces.
-SQUADRON_TEST_PACKAGES=(bubblewrap docker.io busybox-static iproute2 iptables)
+SQUADRON_TEST_PACKAGES=(bubblewrap util-linux procps docker.io busybox-static iproute2 iptables)
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {

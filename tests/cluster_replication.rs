@@ -205,7 +205,11 @@ fn the_openapi_document_lists_the_routes_the_node_serves() {
             .split('/')
             .map(|seg| {
                 if seg.starts_with('{') {
-                    if seg.contains("name") { "x" } else { "999999" }
+                    if seg.contains("name") {
+                        "x"
+                    } else {
+                        "999999"
+                    }
                 } else {
                     seg
                 }
@@ -217,11 +221,17 @@ fn the_openapi_document_lists_the_routes_the_node_serves() {
             let r = http_send(&m, &format!("{url}{concrete}"), None, None).expect("request");
             let fallback = r.status == 404 && r.body["message"] == "no such route";
             assert!(!fallback, "{m} {path} is documented but not served: {r:?}");
-            assert_ne!(r.status, 405, "{m} {path} is documented but the method is not served");
+            assert_ne!(
+                r.status, 405,
+                "{m} {path} is documented but the method is not served"
+            );
             checked += 1;
         }
     }
     assert!(checked >= 40, "only {checked} operations checked");
     let r = http_send("GET", &format!("{url}/api/v1/no-such-route"), None, None).expect("request");
-    assert_eq!((r.status, r.body["message"].as_str()), (404, Some("no such route")));
+    assert_eq!(
+        (r.status, r.body["message"].as_str()),
+        (404, Some("no such route"))
+    );
 }

@@ -14,7 +14,12 @@ fn recover(runtime: &str) {
     let cluster = Cluster::start(1);
     let url = cluster.url(1);
     let repo = git_repo(cluster.dir.path());
-    let mut worker = WorkerProc::start(cluster.dir.path(), &unique_worker_id(&format!("w-{runtime}")), cluster.urls(), runtime);
+    let mut worker = WorkerProc::start(
+        cluster.dir.path(),
+        &unique_worker_id(&format!("w-{runtime}")),
+        cluster.urls(),
+        runtime,
+    );
     let script = [
         "echo started >> /mnt/outbox/starts",
         "echo running",
@@ -42,14 +47,27 @@ fn recover(runtime: &str) {
     let t = http_get(&format!("{url}/api/v1/tasks/{id}")).expect("task");
     assert_eq!(t["state"], "RUNNING", "{t:#}");
     worker.spawn();
-    let t = wait_task_state(&url, id, &["COMPLETED", "FAILED", "FAILED_PRESERVED"], TASK_TIMEOUT);
+    let t = wait_task_state(
+        &url,
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
     assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", tail(&worker.log));
-    assert_eq!(t["attempt"], 1, "the same attempt finished: nothing was re-queued");
+    assert_eq!(
+        t["attempt"], 1,
+        "the same attempt finished: nothing was re-queued"
+    );
     let text = std::fs::read_to_string(&starts).expect("starts");
-    assert_eq!(text.lines().count(), 1, "the provider was started exactly once: {text:?}");
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "the provider was started exactly once: {text:?}"
+    );
     let (_, out) = http_text(&format!("{url}/api/v1/tasks/{id}/logs?stream=stdout")).expect("logs");
     assert!(out.contains("running") && out.contains("finished"), "{out}");
-    let (_, patch) = http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
+    let (_, patch) =
+        http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
     assert!(patch.contains("+change"), "{patch}");
 }
 

@@ -53,7 +53,11 @@ fn explain(url: &str, id: u64) -> String {
 fn names(task: &Value) -> Vec<String> {
     task["artifacts"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -75,13 +79,38 @@ fn success_with_patch_untracked_and_pattern_artifacts(env: &Env) {
     let script = "echo hello from the agent\necho a warning >&2\nprintf 'three\\n' >> src/lib.txt\n\
                   echo new > new.txt\nmkdir -p reports ignored\necho '{\"ok\":true}' > reports/r.json\n\
                   echo x > ignored/skip.txt\nhead -c 3 /mnt/run/prompt.txt >/dev/null\necho done";
-    let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, "  artifact_patterns: [\"reports/*.json\"]\n"));
-    let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED", "FAILED_PRESERVED"], TASK_TIMEOUT);
-    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", explain(env.any(0), id));
+    let id = submit(
+        env.any(0),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            script,
+            "  artifact_patterns: [\"reports/*.json\"]\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(
+        t["state"],
+        "COMPLETED",
+        "{t:#}\n{}",
+        explain(env.any(0), id)
+    );
     assert_eq!(t["exit_code"], 0);
     let artifacts = names(&t);
-    for want in [format!("{id}.patch"), format!("{id}-untracked.txt"), "metadata.json".to_string()] {
-        assert!(artifacts.contains(&want), "{want} missing from {artifacts:?}");
+    for want in [
+        format!("{id}.patch"),
+        format!("{id}-untracked.txt"),
+        "metadata.json".to_string(),
+    ] {
+        assert!(
+            artifacts.contains(&want),
+            "{want} missing from {artifacts:?}"
+        );
     }
     assert!(
         artifacts.iter().any(|a| a.ends_with("reports/r.json")),
@@ -90,93 +119,232 @@ fn success_with_patch_untracked_and_pattern_artifacts(env: &Env) {
     // Output and artifacts through another node than the one that took the submission.
     let url = env.any(2);
     let out = logs(url, id, "stream=stdout");
-    assert!(out.contains("hello from the agent") && out.contains("done"), "{out}");
+    assert!(
+        out.contains("hello from the agent") && out.contains("done"),
+        "{out}"
+    );
     assert_eq!(logs(url, id, "stream=stdout&tail=1"), "done\n");
     assert!(logs(url, id, "stream=stderr").contains("a warning"));
     assert!(logs(url, id, "stream=events").contains("\"transition\""));
-    assert!(!out.contains("do not print me"), "the prompt must not reach the output");
+    assert!(
+        !out.contains("do not print me"),
+        "the prompt must not reach the output"
+    );
     let listed = http_get(&format!("{url}/api/v1/tasks/{id}/artifacts")).expect("artifacts");
-    assert!(listed.as_array().is_some_and(|a| a.iter().any(|e| e["name"] == format!("{id}.patch"))), "{listed}");
-    let (status, patch) = http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
+    assert!(
+        listed
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e["name"] == format!("{id}.patch"))),
+        "{listed}"
+    );
+    let (status, patch) =
+        http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
     assert_eq!(status, 200);
-    assert!(patch.contains("src/lib.txt") && patch.contains("+three"), "{patch}");
-    let (_, untracked) = http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}-untracked.txt")).expect("untracked");
+    assert!(
+        patch.contains("src/lib.txt") && patch.contains("+three"),
+        "{patch}"
+    );
+    let (_, untracked) = http_text(&format!(
+        "{url}/api/v1/tasks/{id}/artifacts/{id}-untracked.txt"
+    ))
+    .expect("untracked");
     assert!(untracked.lines().any(|l| l == "new.txt"), "{untracked}");
-    assert!(!untracked.contains("TASK.md") && !untracked.contains("ignored/"), "{untracked}");
-    let (status, body) = http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/..%2F..%2Fstate.json")).expect("traversal");
+    assert!(
+        !untracked.contains("TASK.md") && !untracked.contains("ignored/"),
+        "{untracked}"
+    );
+    let (status, body) = http_text(&format!(
+        "{url}/api/v1/tasks/{id}/artifacts/..%2F..%2Fstate.json"
+    ))
+    .expect("traversal");
     assert_eq!(status, 400, "path traversal must be refused: {body}");
     let progress = &t["progress"];
-    assert!(progress["stdout_bytes"].as_u64().unwrap_or(0) > 0, "{progress}");
+    assert!(
+        progress["stdout_bytes"].as_u64().unwrap_or(0) > 0,
+        "{progress}"
+    );
     assert!(progress["lines"].as_u64().unwrap_or(0) >= 3, "{progress}");
 }
 
 fn failure_destroys_the_sandbox(env: &Env) {
-    let id = submit(env.any(1), &manifest(&env.repo, env.runtime, "echo boom\nexit 3", "  failure_action: destroy\n"));
-    let t = wait_task_state(env.any(0), id, &["FAILED", "COMPLETED", "FAILED_PRESERVED"], TASK_TIMEOUT);
+    let id = submit(
+        env.any(1),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            "echo boom\nexit 3",
+            "  failure_action: destroy\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(0),
+        id,
+        &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert_eq!(t["exit_code"], 3);
-    assert!(t["error"].as_str().unwrap_or("").contains("code 3"), "{t:#}");
+    assert!(
+        t["error"].as_str().unwrap_or("").contains("code 3"),
+        "{t:#}"
+    );
     let events = logs(env.any(0), id, "stream=events");
-    assert!(events.contains("\"reaped\"") && events.contains("\"populated\":false"), "{events}");
-    assert!(names(&t).contains(&"metadata.json".to_string()), "artifacts are collected on failure too");
+    assert!(
+        events.contains("\"reaped\"") && events.contains("\"populated\":false"),
+        "{events}"
+    );
+    assert!(
+        names(&t).contains(&"metadata.json".to_string()),
+        "artifacts are collected on failure too"
+    );
 }
 
 fn failure_preserves_the_sandbox(env: &Env) {
-    let id = submit(env.any(2), &manifest(&env.repo, env.runtime, "exit 4", "  failure_action: preserve\n"));
-    let t = wait_task_state(env.any(0), id, &["FAILED_PRESERVED", "FAILED", "COMPLETED"], TASK_TIMEOUT);
+    let id = submit(
+        env.any(2),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            "exit 4",
+            "  failure_action: preserve\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(0),
+        id,
+        &["FAILED_PRESERVED", "FAILED", "COMPLETED"],
+        TASK_TIMEOUT,
+    );
     assert_eq!(t["state"], "FAILED_PRESERVED", "{t:#}");
-    assert!(t["error"].as_str().unwrap_or("").contains("break-glass"), "{t:#}");
+    assert!(
+        t["error"].as_str().unwrap_or("").contains("break-glass"),
+        "{t:#}"
+    );
     let events = logs(env.any(0), id, "stream=events");
-    assert!(events.contains("\"preserved\"") && !events.contains("\"reaped\""), "{events}");
+    assert!(
+        events.contains("\"preserved\"") && !events.contains("\"reaped\""),
+        "{events}"
+    );
 }
 
 fn cancel_mid_run(env: &Env) {
-    let script = "trap 'echo got-term; exit 143' TERM\necho started\nwhile true; do sleep 0.2; done";
-    let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, "  cancel_grace: 5s\n"));
+    let script =
+        "trap 'echo got-term; exit 143' TERM\necho started\nwhile true; do sleep 0.2; done";
+    let id = submit(
+        env.any(0),
+        &manifest(&env.repo, env.runtime, script, "  cancel_grace: 5s\n"),
+    );
     wait_task_state(env.any(0), id, &["RUNNING"], TASK_TIMEOUT);
-    wait_until(TASK_TIMEOUT, || logs(env.any(1), id, "stream=stdout").contains("started")).expect("started");
-    let r = http_send("DELETE", &format!("{}/api/v1/tasks/{id}?reason=test", env.any(1)), None, None).expect("cancel");
+    wait_until(TASK_TIMEOUT, || {
+        logs(env.any(1), id, "stream=stdout").contains("started")
+    })
+    .expect("started");
+    let r = http_send(
+        "DELETE",
+        &format!("{}/api/v1/tasks/{id}?reason=test", env.any(1)),
+        None,
+        None,
+    )
+    .expect("cancel");
     assert!(r.ok(), "{r:?}");
-    let t = wait_task_state(env.any(2), id, &["CANCELLED", "FAILED", "COMPLETED"], TASK_TIMEOUT);
+    let t = wait_task_state(
+        env.any(2),
+        id,
+        &["CANCELLED", "FAILED", "COMPLETED"],
+        TASK_TIMEOUT,
+    );
     assert_eq!(t["state"], "CANCELLED", "{t:#}");
-    assert!(logs(env.any(2), id, "stream=stdout").contains("got-term"), "SIGTERM reached the provider first");
+    assert!(
+        logs(env.any(2), id, "stream=stdout").contains("got-term"),
+        "SIGTERM reached the provider first"
+    );
 }
 
 fn task_timeout(env: &Env) {
-    let id = submit(env.any(1), &manifest(&env.repo, env.runtime, "echo start\nsleep 60", "  timeout: 2s\n  cancel_grace: 1s\n"));
-    let t = wait_task_state(env.any(1), id, &["FAILED", "COMPLETED", "CANCELLED"], TASK_TIMEOUT);
+    let id = submit(
+        env.any(1),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            "echo start\nsleep 60",
+            "  timeout: 2s\n  cancel_grace: 1s\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["FAILED", "COMPLETED", "CANCELLED"],
+        TASK_TIMEOUT,
+    );
     assert_eq!(t["state"], "FAILED", "{t:#}");
-    assert!(t["error"].as_str().unwrap_or("").contains("task timeout"), "{t:#}");
+    assert!(
+        t["error"].as_str().unwrap_or("").contains("task timeout"),
+        "{t:#}"
+    );
 }
 
 fn hang_detection(env: &Env) {
-    let id = submit(env.any(2), &manifest(&env.repo, env.runtime, "echo once\nsleep 60", "  hang_timeout: 2s\n  cancel_grace: 1s\n"));
-    let t = wait_task_state(env.any(2), id, &["FAILED", "COMPLETED", "CANCELLED"], TASK_TIMEOUT);
+    let id = submit(
+        env.any(2),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            "echo once\nsleep 60",
+            "  hang_timeout: 2s\n  cancel_grace: 1s\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(2),
+        id,
+        &["FAILED", "COMPLETED", "CANCELLED"],
+        TASK_TIMEOUT,
+    );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert!(t["error"].as_str().unwrap_or("").contains("hang"), "{t:#}");
 }
 
 fn clone_retry_then_failure(env: &Env) {
     let bad = env.repo.with_file_name("no-such-repo");
-    let yaml = manifest(&bad, env.runtime, "echo never", "  retries:\n    clone: {max: 2, backoff: [1s]}\n");
+    let yaml = manifest(
+        &bad,
+        env.runtime,
+        "echo never",
+        "  retries:\n    clone: {max: 2, backoff: [1s]}\n",
+    );
     let id = submit(env.any(0), &yaml);
     let t = wait_task_state(env.any(0), id, &["FAILED", "COMPLETED"], TASK_TIMEOUT);
     assert_eq!(t["state"], "FAILED", "{t:#}");
     let error = t["error"].as_str().unwrap_or("");
     assert!(error.contains("clone"), "{error}");
-    assert!(!error.contains("no-such-repo"), "the URL never appears in errors: {error}");
+    assert!(
+        !error.contains("no-such-repo"),
+        "the URL never appears in errors: {error}"
+    );
     let events = logs(env.any(0), id, "stream=events");
     let tries = events.lines().filter(|l| l.contains("clone")).count();
-    assert!(tries >= 2, "expected a clone retry event per failed attempt: {events}");
+    assert!(
+        tries >= 2,
+        "expected a clone retry event per failed attempt: {events}"
+    );
 }
 
 fn bad_manifests_are_refused_and_stage_nothing(env: &Env) {
     let cases = [
-        (manifest(&env.repo, env.runtime, "true", "  tiemout: 5s\n"), "lifecycle.tiemout"),
-        (manifest(&env.repo, env.runtime, "true", "  timeout: soon\n"), "lifecycle.timeout"),
-        (manifest(&env.repo, "hypervisor", "true", "  timeout: 5s\n"), "vm.runtime"),
         (
-            manifest(&env.repo, env.runtime, "true", "  timeout: 5s\n").replace("provider: script", "provider: claude"),
+            manifest(&env.repo, env.runtime, "true", "  tiemout: 5s\n"),
+            "lifecycle.tiemout",
+        ),
+        (
+            manifest(&env.repo, env.runtime, "true", "  timeout: soon\n"),
+            "lifecycle.timeout",
+        ),
+        (
+            manifest(&env.repo, "hypervisor", "true", "  timeout: 5s\n"),
+            "vm.runtime",
+        ),
+        (
+            manifest(&env.repo, env.runtime, "true", "  timeout: 5s\n")
+                .replace("provider: script", "provider: claude"),
             "agent.script",
         ),
     ];
@@ -193,7 +361,10 @@ fn bad_manifests_are_refused_and_stage_nothing(env: &Env) {
         .flatten()
         .filter(|t| t["spec"]["name"] == json!("bad-manifest-e2e"))
         .collect();
-    assert!(stored.is_empty(), "a refused manifest was stored: {stored:?}");
+    assert!(
+        stored.is_empty(),
+        "a refused manifest was stored: {stored:?}"
+    );
 }
 
 fn containment_through_the_whole_path(env: &Env) {
@@ -201,11 +372,24 @@ fn containment_through_the_whole_path(env: &Env) {
                   touch /mnt/run/x 2>/dev/null && echo run:written || echo run:denied\n\
                   touch /mnt/outbox/ok && echo outbox:written\n\
                   echo \"home=${HOME} secret=${SQUADRON_TEST_SECRET:-absent}\"";
-    let id = submit(env.any(1), &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"));
+    let id = submit(
+        env.any(1),
+        &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"),
+    );
     let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
-    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", explain(env.any(1), id));
+    assert_eq!(
+        t["state"],
+        "COMPLETED",
+        "{t:#}\n{}",
+        explain(env.any(1), id)
+    );
     let out = logs(env.any(1), id, "stream=stdout");
-    for want in ["etc:denied", "run:denied", "outbox:written", "secret=absent"] {
+    for want in [
+        "etc:denied",
+        "run:denied",
+        "outbox:written",
+        "secret=absent",
+    ] {
         assert!(out.contains(want), "{want} missing: {out}");
     }
     assert!(!std::path::Path::new("/etc/squadron-escape").exists());
@@ -213,9 +397,20 @@ fn containment_through_the_whole_path(env: &Env) {
 
 fn websocket_stream(env: &Env) {
     let script = "for i in 1 2 3 4 5; do echo line-$i; sleep 0.4; done";
-    let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"));
-    wait_task_state(env.any(0), id, &["RUNNING", "COMPLETING", "COMPLETED"], TASK_TIMEOUT);
-    let ws_url = format!("{}/ws/tasks/{id}/stream", env.any(2).replacen("http://", "ws://", 1));
+    let id = submit(
+        env.any(0),
+        &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"),
+    );
+    wait_task_state(
+        env.any(0),
+        id,
+        &["RUNNING", "COMPLETING", "COMPLETED"],
+        TASK_TIMEOUT,
+    );
+    let ws_url = format!(
+        "{}/ws/tasks/{id}/stream",
+        env.any(2).replacen("http://", "ws://", 1)
+    );
     let (mut socket, _) = tungstenite::connect(ws_url.as_str()).expect("websocket");
     let mut output = String::new();
     let mut last: Value = Value::Null;
@@ -235,7 +430,10 @@ fn websocket_stream(env: &Env) {
     for i in 1..=5 {
         assert!(output.contains(&format!("line-{i}")), "{output}");
     }
-    assert_eq!(last["type"], "task", "the stream ends with the task record: {last}");
+    assert_eq!(
+        last["type"], "task",
+        "the stream ends with the task record: {last}"
+    );
 }
 
 #[test]
@@ -261,17 +459,37 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
     };
     let (p, d) = (on("process"), on("docker"));
     let scenarios: Vec<(&str, &Env, Scenario)> = vec![
-        ("process/success", &p, success_with_patch_untracked_and_pattern_artifacts),
+        (
+            "process/success",
+            &p,
+            success_with_patch_untracked_and_pattern_artifacts,
+        ),
         ("process/failure_destroy", &p, failure_destroys_the_sandbox),
-        ("process/failure_preserve", &p, failure_preserves_the_sandbox),
+        (
+            "process/failure_preserve",
+            &p,
+            failure_preserves_the_sandbox,
+        ),
         ("process/cancel", &p, cancel_mid_run),
         ("process/timeout", &p, task_timeout),
         ("process/hang", &p, hang_detection),
         ("process/clone_retry", &p, clone_retry_then_failure),
-        ("process/bad_manifests", &p, bad_manifests_are_refused_and_stage_nothing),
-        ("process/containment", &p, containment_through_the_whole_path),
+        (
+            "process/bad_manifests",
+            &p,
+            bad_manifests_are_refused_and_stage_nothing,
+        ),
+        (
+            "process/containment",
+            &p,
+            containment_through_the_whole_path,
+        ),
         ("process/websocket", &p, websocket_stream),
-        ("docker/success", &d, success_with_patch_untracked_and_pattern_artifacts),
+        (
+            "docker/success",
+            &d,
+            success_with_patch_untracked_and_pattern_artifacts,
+        ),
         ("docker/failure_destroy", &d, failure_destroys_the_sandbox),
         ("docker/failure_preserve", &d, failure_preserves_the_sandbox),
         ("docker/cancel", &d, cancel_mid_run),
@@ -290,14 +508,16 @@ fn run_scenarios(scenarios: Vec<(&str, &Env, Scenario)>, workers: &[&WorkerProc]
             .collect();
         handles
             .into_iter()
-            .filter_map(|(name, h)| h.join().err().map(|e| {
-                let msg = e
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                format!("{name}: {msg}")
-            }))
+            .filter_map(|(name, h)| {
+                h.join().err().map(|e| {
+                    let msg = e
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    format!("{name}: {msg}")
+                })
+            })
             .collect()
     });
     let logs: Vec<String> = workers

@@ -444,7 +444,12 @@ impl WorkerProc {
             .args(["worker", "--id", &self.id, "--data-dir"])
             .arg(&self.data_dir)
             .args(["--listen", &self.listen, "--runtimes", &self.runtimes])
-            .args(["--heartbeat-interval-ms", "1000", "--backoff-override-ms", "50"])
+            .args([
+                "--heartbeat-interval-ms",
+                "1000",
+                "--backoff-override-ms",
+                "50",
+            ])
             .args(["--control", &self.control.join(",")])
             .env("RUST_LOG", "info,squadron_worker=debug")
             // Not on the allowlist: a sandbox must never see it.
@@ -460,7 +465,13 @@ impl WorkerProc {
             http_ok(&format!("http://{listen}/healthz"))
                 && http_get(&url).is_ok_and(|w| w["status"] == "alive")
         })
-        .unwrap_or_else(|_| panic!("worker {} did not start; log:\n{}", self.id, tail(&self.log)));
+        .unwrap_or_else(|_| {
+            panic!(
+                "worker {} did not start; log:\n{}",
+                self.id,
+                tail(&self.log)
+            )
+        });
     }
 
     /// SIGKILL: sandboxes keep running, as after a crash.
@@ -534,7 +545,11 @@ pub fn git_repo(dir: &Path) -> PathBuf {
             .current_dir(&repo)
             .output()
             .expect("git");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     git(&["init", "-q", "-b", "main"]);
     git(&["config", "user.email", "test@example.invalid"]);
@@ -574,7 +589,10 @@ pub fn wait_task_state(url: &str, id: u64, states: &[&str], timeout: Duration) -
         }
         false
     });
-    assert!(found.is_ok(), "task {id} never reached {states:?}; last seen: {last:#}");
+    assert!(
+        found.is_ok(),
+        "task {id} never reached {states:?}; last seen: {last:#}"
+    );
     last
 }
 

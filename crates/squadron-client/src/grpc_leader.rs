@@ -70,7 +70,11 @@ impl GrpcLeader {
     async fn discover(&self) -> Result<String, ClientError> {
         let status: ClusterStatus = self.rest.cluster_status(Consistency::Stale).await?;
         let leader = status.leader.ok_or_else(|| ClientError::Api {
-            endpoint: self.rest.preferred_endpoint().unwrap_or_default().to_string(),
+            endpoint: self
+                .rest
+                .preferred_endpoint()
+                .unwrap_or_default()
+                .to_string(),
             status: 503,
             body: crate::ErrorBody {
                 code: squadron_core::error_code::ErrorCode::Unavailable,
@@ -85,7 +89,11 @@ impl GrpcLeader {
             .find(|m| m.id == leader)
             .map(|m| m.grpc.clone())
             .ok_or_else(|| ClientError::Decode {
-                endpoint: self.rest.preferred_endpoint().unwrap_or_default().to_string(),
+                endpoint: self
+                    .rest
+                    .preferred_endpoint()
+                    .unwrap_or_default()
+                    .to_string(),
                 message: format!("leader {leader} is not among the members"),
             })
     }

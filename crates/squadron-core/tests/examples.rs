@@ -17,5 +17,8 @@ fn every_example_manifest_parses() {
             seen += 1;
         }
     }
-    assert!(seen >= 2, "expected the process and docker examples, found {seen}");
+    assert!(
+        seen >= 2,
+        "expected the process and docker examples, found {seen}"
+    );
 }

@@ -277,8 +277,10 @@ impl ControlNode {
         let mut last = String::new();
         for attempt in 0..READ_INDEX_ATTEMPTS_MAX {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(READ_INDEX_RETRY_MS * u64::from(attempt)))
-                    .await;
+                tokio::time::sleep(Duration::from_millis(
+                    READ_INDEX_RETRY_MS * u64::from(attempt),
+                ))
+                .await;
             }
             match tokio::time::timeout(self.timeout(), self.raft.get_read_log_id()).await {
                 Err(_) => return Err(ApiError::unavailable("timed out confirming leadership")),

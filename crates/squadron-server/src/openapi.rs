@@ -10,13 +10,15 @@ fn openapi_path(path: &str) -> (String, Vec<String>) {
     let mut params = Vec::new();
     let converted = path
         .split('/')
-        .map(|seg| match seg.strip_prefix(':').or_else(|| seg.strip_prefix('*')) {
-            Some(name) => {
-                params.push(name.to_string());
-                format!("{{{name}}}")
-            }
-            None => seg.to_string(),
-        })
+        .map(
+            |seg| match seg.strip_prefix(':').or_else(|| seg.strip_prefix('*')) {
+                Some(name) => {
+                    params.push(name.to_string());
+                    format!("{{{name}}}")
+                }
+                None => seg.to_string(),
+            },
+        )
         .collect::<Vec<_>>()
         .join("/");
     (converted, params)

@@ -61,7 +61,11 @@ impl ControlLink {
             labels: Default::default(),
             heartbeat_interval_ms: Some(self.config.heartbeat_interval_ms),
         };
-        let key = key(format!("register-{}-{}", self.config.id, squadron_client::now_ms()));
+        let key = key(format!(
+            "register-{}-{}",
+            self.config.id,
+            squadron_client::now_ms()
+        ));
         self.rest
             .register_worker(&req, key.as_ref())
             .await
@@ -97,7 +101,9 @@ impl ControlLink {
                 }
             }
         }
-        Err(WorkerError::Control(format!("assignment stream refused: {last}")))
+        Err(WorkerError::Control(format!(
+            "assignment stream refused: {last}"
+        )))
     }
 
     /// Forgets the leader channel after the stream broke.
@@ -133,8 +139,14 @@ impl ControlLink {
         let mut last = String::new();
         for _ in 0..REPORT_ATTEMPTS_MAX {
             match self.rest.report_transition(task, &req, key.as_ref()).await {
-                Ok(Outcome::TransitionRecorded { state }) => return Ok(ReportAnswer::Recorded(state)),
-                Ok(other) => return Ok(ReportAnswer::Refused(format!("unexpected answer {other:?}"))),
+                Ok(Outcome::TransitionRecorded { state }) => {
+                    return Ok(ReportAnswer::Recorded(state))
+                }
+                Ok(other) => {
+                    return Ok(ReportAnswer::Refused(format!(
+                        "unexpected answer {other:?}"
+                    )))
+                }
                 Err(ClientError::Api { status, body, .. }) if status != 503 => {
                     return Ok(ReportAnswer::Refused(body.message))
                 }

@@ -33,13 +33,13 @@ mod test_support;
 pub mod worker;
 
 pub use collector::{collect, collect_with_limits, CollectLimits, CollectReport, RunFacts};
+pub use config::WorkerConfig;
 pub use env_allowlist::EnvAllowlist;
 pub use error::WorkerError;
 pub use launcher::{prepare_launch, LaunchPlan};
 pub use process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
 pub use runtime::{Runtime, SandboxHandle};
+pub use runtime_probe::probe_runtimes;
 pub use staging::{stage, StagingOptions, StagingReport};
 pub use task_dir::TaskDir;
-pub use config::WorkerConfig;
-pub use runtime_probe::probe_runtimes;
 pub use worker::{start, RunningWorker};

@@ -119,10 +119,17 @@ mod tests {
         std::fs::write(dir.stderr_log(), b"err\n").unwrap();
         append_event(&dir.events(), &serde_json::json!({"event": "x"})).unwrap();
         let a = c.look();
-        assert_eq!((a.stdout_bytes, a.stderr_bytes, a.lines, a.events), (11, 4, 3, 1));
+        assert_eq!(
+            (a.stdout_bytes, a.stderr_bytes, a.lines, a.events),
+            (11, 4, 3, 1)
+        );
         out.write_all(b"ee\n").unwrap();
         let b = c.look();
         assert_eq!((b.stdout_bytes, b.lines), (14, 4));
-        assert_eq!(c.look(), b, "a second look without new output changes nothing");
+        assert_eq!(
+            c.look(),
+            b,
+            "a second look without new output changes nothing"
+        );
     }
 }

@@ -81,12 +81,30 @@ struct ErrorBody {
     field: Option<&'static str>,
 }
 
-fn error(status: StatusCode, code: &'static str, field: Option<&'static str>, m: String) -> Response {
-    (status, Json(ErrorBody { code, message: m, field })).into_response()
+fn error(
+    status: StatusCode,
+    code: &'static str,
+    field: Option<&'static str>,
+    m: String,
+) -> Response {
+    (
+        status,
+        Json(ErrorBody {
+            code,
+            message: m,
+            field,
+        }),
+    )
+        .into_response()
 }
 
 fn invalid(field: &'static str, m: impl Into<String>) -> Response {
-    error(StatusCode::BAD_REQUEST, "invalid_argument", Some(field), m.into())
+    error(
+        StatusCode::BAD_REQUEST,
+        "invalid_argument",
+        Some(field),
+        m.into(),
+    )
 }
 
 fn not_found(m: impl Into<String>) -> Response {
@@ -164,7 +182,10 @@ async fn logs(
         return ndjson_follow(state.active.clone(), dir);
     }
     let path = file_of(&dir, q.stream);
-    let len = tokio::fs::metadata(&path).await.map(|m| m.len()).unwrap_or(0);
+    let len = tokio::fs::metadata(&path)
+        .await
+        .map(|m| m.len())
+        .unwrap_or(0);
     let start = match (q.offset, q.tail) {
         (Some(o), _) => o.min(len),
         (None, Some(n)) => tail_start(&path, len, n).await,
@@ -206,7 +227,11 @@ async fn tail_start(path: &Path, len: u64, n: u64) -> u64 {
     let from = len.saturating_sub(TAIL_SCAN_BYTES_MAX);
     let buf = read_range(path, from, len).await;
     // A final newline ends the last line rather than starting an empty one.
-    let body = if buf.last() == Some(&b'\n') { &buf[..buf.len() - 1] } else { &buf[..] };
+    let body = if buf.last() == Some(&b'\n') {
+        &buf[..buf.len() - 1]
+    } else {
+        &buf[..]
+    };
     let mut seen = 0;
     for (i, b) in body.iter().enumerate().rev() {
         if *b == b'\n' {
@@ -223,31 +248,31 @@ async fn tail_start(path: &Path, len: u64, n: u64) -> u64 {
 /// everything written was sent.
 fn raw_follow(active: ActiveTasks, task: TaskId, path: PathBuf, start: u64) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
-    let stream = futures_util::stream::unfold(
-        (start, false),
-        move |(offset, done)| {
-            let (active, path) = (active.clone(), path.clone());
-            async move {
-                if done {
+    let stream = futures_util::stream::unfold((start, false), move |(offset, done)| {
+        let (active, path) = (active.clone(), path.clone());
+        async move {
+            if done {
+                return None;
+            }
+            loop {
+                let was_active = active.contains(task);
+                let len = tokio::fs::metadata(&path)
+                    .await
+                    .map(|m| m.len())
+                    .unwrap_or(0);
+                if len > offset {
+                    let end = len.min(offset + FRAME_DATA_BYTES_MAX as u64);
+                    let bytes = read_range(&path, offset, end).await;
+                    let next = offset + bytes.len() as u64;
+                    return Some((Ok::<_, std::io::Error>(bytes), (next, false)));
+                }
+                if !was_active || tokio::time::Instant::now() >= deadline {
                     return None;
                 }
-                loop {
-                    let was_active = active.contains(task);
-                    let len = tokio::fs::metadata(&path).await.map(|m| m.len()).unwrap_or(0);
-                    if len > offset {
-                        let end = len.min(offset + FRAME_DATA_BYTES_MAX as u64);
-                        let bytes = read_range(&path, offset, end).await;
-                        let next = offset + bytes.len() as u64;
-                        return Some((Ok::<_, std::io::Error>(bytes), (next, false)));
-                    }
-                    if !was_active || tokio::time::Instant::now() >= deadline {
-                        return None;
-                    }
-                    tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
-                }
+                tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
             }
-        },
-    );
+        }
+    });
     let mut r = Response::new(Body::from_stream(stream));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -271,10 +296,7 @@ struct Frame<'a> {
 fn ndjson_follow(active: ActiveTasks, dir: TaskDir) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
     let task = dir.task();
-    let files = [
-        ("stdout", dir.stdout_log()),
-        ("stderr", dir.stderr_log()),
-    ];
+    let files = [("stdout", dir.stdout_log()), ("stderr", dir.stderr_log())];
     let stream = futures_util::stream::unfold([0u64, 0u64], move |mut offsets| {
         let (active, files) = (active.clone(), files.clone());
         async move {
@@ -282,7 +304,10 @@ fn ndjson_follow(active: ActiveTasks, dir: TaskDir) -> Response {
                 let was_active = active.contains(task);
                 let mut out = Vec::new();
                 for (i, (name, path)) in files.iter().enumerate() {
-                    let len = tokio::fs::metadata(path).await.map(|m| m.len()).unwrap_or(0);
+                    let len = tokio::fs::metadata(path)
+                        .await
+                        .map(|m| m.len())
+                        .unwrap_or(0);
                     if len <= offsets[i] {
                         continue;
                     }
@@ -331,7 +356,10 @@ struct ArtifactEntry {
     size: u64,
 }
 
-async fn list_artifacts(State(state): State<ServerState>, UrlPath(id): UrlPath<String>) -> Response {
+async fn list_artifacts(
+    State(state): State<ServerState>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
     let dir = match task_dir(&state, &id) {
         Ok(d) => d,
         Err(r) => return r,
@@ -348,7 +376,9 @@ fn walk_artifacts(root: &Path) -> Vec<ArtifactEntry> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let Ok(ft) = e.file_type() else { continue };
             let p = e.path();
@@ -424,7 +454,11 @@ async fn artifact(
         HeaderValue::from_static("application/octet-stream"),
     );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    let base = name.rsplit('/').next().unwrap_or("artifact").replace('"', "");
+    let base = name
+        .rsplit('/')
+        .next()
+        .unwrap_or("artifact")
+        .replace('"', "");
     if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{base}\"")) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
@@ -461,11 +495,29 @@ mod tests {
         std::fs::write(tmp.path().join("secret"), b"s").unwrap();
         std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("link")).unwrap();
         std::os::unix::fs::symlink(tmp.path(), root.join("dirlink")).unwrap();
-        assert_eq!(resolve_artifact(&root, "sub/a.txt").unwrap(), root.join("sub/a.txt"));
-        for bad in ["../secret", "/etc/passwd", "sub/../../secret", "link", "dirlink/secret", "", "sub//a.txt", "./sub/a.txt"] {
-            assert!(resolve_artifact(&root, bad).is_err(), "{bad:?} must be refused");
+        assert_eq!(
+            resolve_artifact(&root, "sub/a.txt").unwrap(),
+            root.join("sub/a.txt")
+        );
+        for bad in [
+            "../secret",
+            "/etc/passwd",
+            "sub/../../secret",
+            "link",
+            "dirlink/secret",
+            "",
+            "sub//a.txt",
+            "./sub/a.txt",
+        ] {
+            assert!(
+                resolve_artifact(&root, bad).is_err(),
+                "{bad:?} must be refused"
+            );
         }
-        assert!(resolve_artifact(&root, "sub").is_err(), "a directory is not an artifact");
+        assert!(
+            resolve_artifact(&root, "sub").is_err(),
+            "a directory is not an artifact"
+        );
     }
 
     #[tokio::test]
@@ -475,7 +527,10 @@ mod tests {
         std::fs::write(&p, b"a\nb\nc\nd\n").unwrap();
         let len = 8;
         assert_eq!(tail_start(&p, len, 2).await, 4);
-        assert_eq!(read_range(&p, tail_start(&p, len, 2).await, len).await, b"c\nd\n");
+        assert_eq!(
+            read_range(&p, tail_start(&p, len, 2).await, len).await,
+            b"c\nd\n"
+        );
         assert_eq!(tail_start(&p, len, 10).await, 0);
         assert_eq!(tail_start(&p, len, 0).await, len);
     }

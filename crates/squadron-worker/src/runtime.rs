@@ -55,7 +55,9 @@ pub enum RunStatus {
     Created,
     Running,
     /// The provider exited with this code (128 + n when killed by signal n).
-    Exited { code: i32 },
+    Exited {
+        code: i32,
+    },
     /// The sandbox is gone and no exit code was recorded (killed from outside).
     Vanished,
 }

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use crate::checkpoint::TaskCheckpoint;
 use crate::collector::{collect, RunFacts};
+use crate::config::WorkerConfig;
 use crate::control_link::{ControlLink, ReportAnswer};
 use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
@@ -26,7 +27,6 @@ use crate::output_server::ActiveTasks;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
 use crate::staging::{stage, StagingOptions};
 use crate::task_dir::TaskDir;
-use crate::config::WorkerConfig;
 
 /// Tasks a sandbox may hold at most (pids limit of every sandbox).
 pub const SANDBOX_PIDS_MAX: u64 = 4_096;
@@ -114,10 +114,14 @@ impl TaskDriver {
 
     fn runtime(&self) -> Result<Arc<dyn Runtime>, WorkerError> {
         let kind = self.spec.sandbox.runtime;
-        self.ctx.runtimes.get(&kind).cloned().ok_or_else(|| WorkerError::Invalid {
-            field: "vm.runtime".into(),
-            message: format!("this worker does not offer the {kind} runtime"),
-        })
+        self.ctx
+            .runtimes
+            .get(&kind)
+            .cloned()
+            .ok_or_else(|| WorkerError::Invalid {
+                field: "vm.runtime".into(),
+                message: format!("this worker does not offer the {kind} runtime"),
+            })
     }
 
     async fn step(&mut self, state: TaskState) -> Result<Step, WorkerError> {
@@ -148,18 +152,21 @@ impl TaskDriver {
 
     fn checkpoint(&self, f: impl FnOnce(&mut TaskCheckpoint)) {
         let path = self.dir.state_json();
-        let mut c = TaskCheckpoint::load(&path).ok().flatten().unwrap_or(TaskCheckpoint {
-            task: self.task.get(),
-            attempt: self.attempt,
-            state: TaskState::Staging,
-            runtime: self.spec.sandbox.runtime,
-            sandbox: None,
-            workdir: None,
-            started_at_ms: None,
-            exit_code: None,
-            error: None,
-            updated_at_ms: 0,
-        });
+        let mut c = TaskCheckpoint::load(&path)
+            .ok()
+            .flatten()
+            .unwrap_or(TaskCheckpoint {
+                task: self.task.get(),
+                attempt: self.attempt,
+                state: TaskState::Staging,
+                runtime: self.spec.sandbox.runtime,
+                sandbox: None,
+                workdir: None,
+                started_at_ms: None,
+                exit_code: None,
+                error: None,
+                updated_at_ms: 0,
+            });
         if c.attempt != self.attempt {
             c.attempt = self.attempt;
             c.sandbox = None;
@@ -199,7 +206,11 @@ impl TaskDriver {
             ReportAnswer::Recorded(state) => {
                 self.event(serde_json::json!({"event": "transition", "from": from, "to": state}));
                 self.checkpoint(|c| c.state = state);
-                Ok(if state.is_terminal() { Step::Done } else { Step::Next(state) })
+                Ok(if state.is_terminal() {
+                    Step::Done
+                } else {
+                    Step::Next(state)
+                })
             }
             ReportAnswer::Refused(why) => {
                 // The control plane knows better: re-read and continue from its state if
@@ -245,7 +256,10 @@ impl TaskDriver {
                     .fail(
                         TaskState::Staging,
                         None,
-                        format!("stage timeout: staging took longer than {} ms", limit.as_millis()),
+                        format!(
+                            "stage timeout: staging took longer than {} ms",
+                            limit.as_millis()
+                        ),
                     )
                     .await)
             }
@@ -253,8 +267,12 @@ impl TaskDriver {
             Ok(Ok(r)) => r,
         };
         self.checkpoint(|c| c.workdir = Some(report.workdir.clone()));
-        self.report(TaskState::Staging, TaskState::Provisioning, TransitionDetail::default())
-            .await
+        self.report(
+            TaskState::Staging,
+            TaskState::Provisioning,
+            TransitionDetail::default(),
+        )
+        .await
     }
 
     /// The launch for this attempt; deterministic, so it is rebuilt after a restart.
@@ -286,7 +304,10 @@ impl TaskDriver {
         })
     }
 
-    async fn sandbox(&self, runtime: &Arc<dyn Runtime>) -> Result<Option<SandboxHandle>, WorkerError> {
+    async fn sandbox(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+    ) -> Result<Option<SandboxHandle>, WorkerError> {
         runtime.adopt(self.task, self.attempt, &self.dir).await
     }
 
@@ -314,14 +335,23 @@ impl TaskDriver {
                     tokio::time::sleep(Duration::from_millis(delay)).await;
                 }
                 Ok(Err(e)) => {
-                    return Ok(self.fail(TaskState::Provisioning, None, format!("provisioning failed: {e}")).await)
+                    return Ok(self
+                        .fail(
+                            TaskState::Provisioning,
+                            None,
+                            format!("provisioning failed: {e}"),
+                        )
+                        .await)
                 }
                 Err(_) => {
                     return Ok(self
                         .fail(
                             TaskState::Provisioning,
                             None,
-                            format!("provision timeout: no sandbox after {} ms", limit.as_millis()),
+                            format!(
+                                "provision timeout: no sandbox after {} ms",
+                                limit.as_millis()
+                            ),
                         )
                         .await)
                 }
@@ -329,8 +359,12 @@ impl TaskDriver {
         };
         self.checkpoint(|c| c.sandbox = Some(handle.id.clone()));
         self.event(serde_json::json!({"event": "provisioned", "sandbox": handle.id}));
-        self.report(TaskState::Provisioning, TaskState::Ready, TransitionDetail::default())
-            .await
+        self.report(
+            TaskState::Provisioning,
+            TaskState::Ready,
+            TransitionDetail::default(),
+        )
+        .await
     }
 
     async fn ready(&mut self) -> Result<Step, WorkerError> {
@@ -338,7 +372,11 @@ impl TaskDriver {
         let runtime = self.runtime()?;
         let Some(handle) = self.sandbox(&runtime).await? else {
             return Ok(self
-                .fail(TaskState::Ready, None, "the sandbox vanished before the provider started".into())
+                .fail(
+                    TaskState::Ready,
+                    None,
+                    "the sandbox vanished before the provider started".into(),
+                )
                 .await);
         };
         // A provider that already started (the worker died right after starting it) is not
@@ -350,12 +388,20 @@ impl TaskDriver {
             self.checkpoint(|c| c.started_at_ms = Some(now));
             self.event(serde_json::json!({"event": "started", "sandbox": handle.id}));
         }
-        if self.load_checkpoint().and_then(|c| c.started_at_ms).is_none() {
+        if self
+            .load_checkpoint()
+            .and_then(|c| c.started_at_ms)
+            .is_none()
+        {
             let now = squadron_client::now_ms();
             self.checkpoint(|c| c.started_at_ms = Some(now));
         }
-        self.report(TaskState::Ready, TaskState::Running, TransitionDetail::default())
-            .await
+        self.report(
+            TaskState::Ready,
+            TaskState::Running,
+            TransitionDetail::default(),
+        )
+        .await
     }
 
     async fn running(&mut self) -> Result<Step, WorkerError> {
@@ -363,7 +409,11 @@ impl TaskDriver {
         let runtime = self.runtime()?;
         let Some(handle) = self.sandbox(&runtime).await? else {
             return Ok(self
-                .fail(TaskState::Running, None, "the sandbox vanished while the task ran".into())
+                .fail(
+                    TaskState::Running,
+                    None,
+                    "the sandbox vanished while the task ran".into(),
+                )
                 .await);
         };
         let started = self
@@ -380,20 +430,30 @@ impl TaskDriver {
         let (code, interruption) = loop {
             let now = squadron_client::now_ms();
             let counts = counter.look();
-            if counts.stdout_bytes != last.stdout_bytes || counts.stderr_bytes != last.stderr_bytes {
+            if counts.stdout_bytes != last.stdout_bytes || counts.stderr_bytes != last.stderr_bytes
+            {
                 last_output_ms = now;
             }
             last = counts;
             if counts != reported
                 && now.saturating_sub(last_report_ms) >= self.ctx.config.progress_interval_ms
-                && self.ctx.control.progress(self.task, self.attempt, counts).await
+                && self
+                    .ctx
+                    .control
+                    .progress(self.task, self.attempt, counts)
+                    .await
             {
                 reported = counts;
                 last_report_ms = now;
             }
             match runtime.status(&handle).await? {
                 RunStatus::Exited { code } => break (Some(code), None),
-                RunStatus::Vanished => break (None, Some(Err("the sandbox vanished while the task ran".to_string()))),
+                RunStatus::Vanished => {
+                    break (
+                        None,
+                        Some(Err("the sandbox vanished while the task ran".to_string())),
+                    )
+                }
                 RunStatus::Created | RunStatus::Running => {}
             }
             let interruption = if let Some(reason) = self.cancel_reason() {
@@ -422,7 +482,10 @@ impl TaskDriver {
         };
         let counts = counter.look();
         if counts != reported {
-            self.ctx.control.progress(self.task, self.attempt, counts).await;
+            self.ctx
+                .control
+                .progress(self.task, self.attempt, counts)
+                .await;
         }
         self.checkpoint(|c| c.exit_code = code);
         match interruption {
@@ -431,16 +494,25 @@ impl TaskDriver {
                     exit_code: code,
                     ..TransitionDetail::default()
                 };
-                self.report(TaskState::Running, TaskState::Completing, detail).await
+                self.report(TaskState::Running, TaskState::Completing, detail)
+                    .await
             }
-            Some(Ok(Interruption::Cancelled(reason))) => {
-                Ok(self.cancel_now(TaskState::Running, Some(handle), reason).await)
-            }
+            Some(Ok(Interruption::Cancelled(reason))) => Ok(self
+                .cancel_now(TaskState::Running, Some(handle), reason)
+                .await),
             Some(Ok(Interruption::TimedOut(ms))) => Ok(self
-                .fail(TaskState::Running, code, format!("task timeout: still running after {ms} ms"))
+                .fail(
+                    TaskState::Running,
+                    code,
+                    format!("task timeout: still running after {ms} ms"),
+                )
                 .await),
             Some(Ok(Interruption::Hung(ms))) => Ok(self
-                .fail(TaskState::Running, code, format!("hang detected: no output for {ms} ms"))
+                .fail(
+                    TaskState::Running,
+                    code,
+                    format!("hang detected: no output for {ms} ms"),
+                )
                 .await),
             Some(Err(why)) => Ok(self.fail(TaskState::Running, code, why).await),
         }
@@ -477,7 +549,9 @@ impl TaskDriver {
     async fn completing(&mut self) -> Result<Step, WorkerError> {
         self.ctx.active.remove(self.task);
         let task = self.ctx.control.task(self.task).await?;
-        let code = task.exit_code.or_else(|| self.load_checkpoint().and_then(|c| c.exit_code));
+        let code = task
+            .exit_code
+            .or_else(|| self.load_checkpoint().and_then(|c| c.exit_code));
         let (artifacts, collect_error) = self.collect_what_exists(code).await;
         let success = code.is_some_and(|c| self.spec.lifecycle.is_success_exit_code(c));
         if success && collect_error.is_none() {
@@ -487,13 +561,17 @@ impl TaskDriver {
                 error: None,
                 artifacts,
             };
-            return self.report(TaskState::Completing, TaskState::Completed, detail).await;
+            return self
+                .report(TaskState::Completing, TaskState::Completed, detail)
+                .await;
         }
         let why = collect_error.unwrap_or_else(|| match code {
             Some(c) => format!("the provider exited with code {c}"),
             None => "the provider's exit code is unknown".into(),
         });
-        Ok(self.finish_failed(TaskState::Completing, code, why, artifacts).await)
+        Ok(self
+            .finish_failed(TaskState::Completing, code, why, artifacts)
+            .await)
     }
 
     async fn destroy_sandbox(&self) -> Option<String> {
@@ -550,7 +628,9 @@ impl TaskDriver {
         match preserved {
             Some(line) => {
                 to = TaskState::FailedPreserved;
-                error = format!("{error}; sandbox preserved for debugging — break-glass access: {line}");
+                error = format!(
+                    "{error}; sandbox preserved for debugging — break-glass access: {line}"
+                );
                 self.event(serde_json::json!({"event": "preserved", "break_glass": line}));
             }
             None => {
@@ -561,7 +641,11 @@ impl TaskDriver {
         }
         self.checkpoint(|c| c.error = Some(truncate(&error)));
         let detail = TransitionDetail {
-            exit_code: if from == TaskState::Running { exit_code } else { None },
+            exit_code: if from == TaskState::Running {
+                exit_code
+            } else {
+                None
+            },
             error: Some(truncate(&error)),
             artifacts,
         };
@@ -575,7 +659,12 @@ impl TaskDriver {
     }
 
     /// CANCELLED: SIGTERM, grace, SIGKILL, collect, destroy.
-    async fn cancel_now(&mut self, from: TaskState, handle: Option<SandboxHandle>, reason: String) -> Step {
+    async fn cancel_now(
+        &mut self,
+        from: TaskState,
+        handle: Option<SandboxHandle>,
+        reason: String,
+    ) -> Step {
         let runtime = self.runtime().ok();
         let handle = match (handle, &runtime) {
             (Some(h), _) => Some(h),

@@ -105,7 +105,10 @@ pub async fn start(
         active,
         env_allowlist,
     });
-    let heartbeat = tokio::spawn(heartbeat_loop(control.clone(), config.heartbeat_interval_ms));
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        control.clone(),
+        config.heartbeat_interval_ms,
+    ));
     let watcher = tokio::spawn(watch_loop(ctx));
     Ok(RunningWorker {
         url,
@@ -151,7 +154,11 @@ async fn watch_loop(ctx: Arc<DriverContext>) {
     }
 }
 
-fn on_event(ctx: &Arc<DriverContext>, drivers: &mut BTreeMap<TaskId, DriverSlot>, e: pb::AssignmentEvent) {
+fn on_event(
+    ctx: &Arc<DriverContext>,
+    drivers: &mut BTreeMap<TaskId, DriverSlot>,
+    e: pb::AssignmentEvent,
+) {
     let Ok(task) = TaskId::new(e.task) else {
         tracing::warn!(task = e.task, "assignment with an invalid task id ignored");
         return;

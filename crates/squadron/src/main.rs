@@ -133,7 +133,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             grpc_listen,
             worker_listen,
             no_worker,
-        } => node::dev(data_dir, listen, grpc_listen, (!no_worker).then_some(worker_listen)).await,
+        } => {
+            node::dev(
+                data_dir,
+                listen,
+                grpc_listen,
+                (!no_worker).then_some(worker_listen),
+            )
+            .await
+        }
         Command::Cluster(cmd) => cluster(&ctx, cmd).await,
         Command::Project(cmd) => project(&ctx, cmd).await,
         Command::Profile(cmd) => profile(&ctx, cmd).await,

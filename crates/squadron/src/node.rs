@@ -76,7 +76,10 @@ pub async fn dev(
             );
             config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
             let w = start_worker(config).await?;
-            println!("  worker:    dev-worker, output server {} (Ctrl-C stops everything)", w.url);
+            println!(
+                "  worker:    dev-worker, output server {} (Ctrl-C stops everything)",
+                w.url
+            );
             Some(w)
         }
     };
@@ -113,8 +116,12 @@ pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
             let host = std::fs::read_to_string("/etc/hostname")
                 .map(|h| h.trim().to_string())
                 .unwrap_or_default();
-            WorkerId::new(if host.is_empty() { "worker".to_string() } else { host })
-                .context("--id: the host name is not a valid worker id; pass --id")?
+            WorkerId::new(if host.is_empty() {
+                "worker".to_string()
+            } else {
+                host
+            })
+            .context("--id: the host name is not a valid worker id; pass --id")?
         }
     };
     let mut config = WorkerConfig::new(id, args.control, args.data_dir, args.listen);

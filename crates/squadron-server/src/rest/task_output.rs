@@ -111,8 +111,7 @@ async fn relay(url: String, streaming: bool) -> Result<Response, ApiError> {
         .send()
         .await
         .map_err(|e| ApiError::unavailable(format!("the task's worker did not answer: {e}")))?;
-    let status = StatusCode::from_u16(answer.status().as_u16())
-        .unwrap_or(StatusCode::BAD_GATEWAY);
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let content_type = answer
         .headers()
         .get(reqwest::header::CONTENT_TYPE)
@@ -127,7 +126,9 @@ async fn relay(url: String, streaming: bool) -> Result<Response, ApiError> {
         response.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
     if let Some(cd) = disposition {
-        response.headers_mut().insert(header::CONTENT_DISPOSITION, cd);
+        response
+            .headers_mut()
+            .insert(header::CONTENT_DISPOSITION, cd);
     }
     Ok(response)
 }
@@ -165,7 +166,10 @@ pub fn check_artifact_name(name: &str) -> Result<(), ApiError> {
     if name.starts_with('/') || name.contains('\\') || name.contains('\0') {
         return bad("must be a relative path");
     }
-    if name.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+    if name
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
         return bad("must not contain empty, '.' or '..' components");
     }
     Ok(())
@@ -180,7 +184,10 @@ async fn artifact(
     let base = worker_base(&node, id).await?;
     let encoded: Vec<String> = name.split('/').map(percent_encode_segment).collect();
     relay(
-        format!("{base}/worker/v1/tasks/{id}/artifacts/{}", encoded.join("/")),
+        format!(
+            "{base}/worker/v1/tasks/{id}/artifacts/{}",
+            encoded.join("/")
+        ),
         true,
     )
     .await
@@ -215,12 +222,16 @@ async fn relay_stream(node: AppState, id: TaskId, base: String, mut socket: WebS
     let answer = match http_client(true).get(&url).send().await {
         Ok(a) if a.status().is_success() => a,
         Ok(a) => {
-            let msg = format!(r#"{{"type":"error","message":"worker answered {}"}}"#, a.status());
+            let msg = format!(
+                r#"{{"type":"error","message":"worker answered {}"}}"#,
+                a.status()
+            );
             let _ = socket.send(Message::Text(msg)).await;
             return;
         }
         Err(e) => {
-            let msg = serde_json::json!({"type": "error", "message": format!("worker unreachable: {e}")});
+            let msg =
+                serde_json::json!({"type": "error", "message": format!("worker unreachable: {e}")});
             let _ = socket.send(Message::Text(msg.to_string())).await;
             return;
         }
