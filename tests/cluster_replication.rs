@@ -235,3 +235,61 @@ fn the_openapi_document_lists_the_routes_the_node_serves() {
         (404, Some("no such route"))
     );
 }
+
+/// gRPC is served by the leader only: a follower answers UNAVAILABLE with the leader's gRPC
+/// address in `x-squadron-leader`, and `GrpcLeader` follows it to a working channel.
+#[test]
+fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
+    use squadron_proto::v1 as pb;
+    use squadron_proto::v1::worker_service_client::WorkerServiceClient;
+
+    let cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(30));
+    let follower = *cluster.nodes.keys().find(|id| **id != leader).expect("a follower");
+    let leader_grpc = cluster.nodes[&leader].spec.grpc.clone();
+    let follower_grpc = cluster.nodes[&follower].spec.grpc.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let mut direct = WorkerServiceClient::connect(format!("http://{follower_grpc}"))
+            .await
+            .expect("connect to the follower");
+        let refusal = direct
+            .heartbeat(pb::WorkerHeartbeatRequest { worker: "w-grpc".into() })
+            .await
+            .expect_err("a follower refuses");
+        assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
+        let named = squadron_client::grpc_leader::redirect_of(&refusal);
+        assert_eq!(named.as_deref(), Some(leader_grpc.as_str()));
+
+        // A client that only knows the follower follows the refusal to the leader.
+        let rest = squadron_client::SquadronClient::new(vec![cluster.url(follower)]);
+        let grpc = squadron_client::GrpcLeader::new(rest);
+        assert!(grpc.on_error(&refusal).await, "the redirect was followed");
+        let (addr, channel) = grpc.channel().await.expect("channel");
+        assert_eq!(addr, leader_grpc);
+        let mut client = WorkerServiceClient::new(channel);
+        client
+            .register(pb::RegisterWorkerRequest {
+                worker: "w-grpc".into(),
+                address: "http://127.0.0.1:1".into(),
+                runtimes: vec!["process".into()],
+                capacity: 1,
+                labels: Default::default(),
+                heartbeat_interval_ms: 600_000,
+            })
+            .await
+            .expect("register on the leader");
+        client
+            .heartbeat(pb::WorkerHeartbeatRequest { worker: "w-grpc".into() })
+            .await
+            .expect("heartbeat on the leader");
+
+        // Without a redirect in hand, discovery through any node's REST status finds it too.
+        let rest = squadron_client::SquadronClient::new(vec![cluster.url(follower)]);
+        let (found, _) = squadron_client::GrpcLeader::new(rest)
+            .channel()
+            .await
+            .expect("discovered");
+        assert_eq!(found, leader_grpc);
+    });
+}

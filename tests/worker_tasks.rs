@@ -436,6 +436,42 @@ fn websocket_stream(env: &Env) {
     );
 }
 
+/// `squadron task submit FILE --wait --output json` prints the final task with `id`, `state`,
+/// `exit_code` and `artifacts`; `task logs` and `task artifacts --download` read it back.
+fn cli_submit_wait_json(env: &Env) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("task.yaml");
+    let script = "echo from-the-cli\necho data > out.txt";
+    std::fs::write(&file, manifest(&env.repo, env.runtime, script, "  timeout: 60s\n")).expect("write");
+    let endpoints = env.urls.join(",");
+    let out = std::process::Command::new(BIN)
+        .args(["--endpoint", &endpoints, "--output", "json", "task", "submit"])
+        .arg(&file)
+        .args(["--wait", "--timeout", "120"])
+        .output()
+        .expect("run the CLI");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    assert_eq!(t["state"], "COMPLETED", "{t:#}");
+    assert_eq!(t["exit_code"], 0);
+    let id = t["id"].as_u64().expect("id");
+    assert!(names(&t).contains(&format!("{id}.patch")), "{t:#}");
+    let logs = std::process::Command::new(BIN)
+        .args(["--endpoint", &endpoints, "task", "logs", &id.to_string()])
+        .output()
+        .expect("task logs");
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "from-the-cli\n");
+    let dest = dir.path().join("patch");
+    let dl = std::process::Command::new(BIN)
+        .args(["--endpoint", &endpoints, "task", "artifacts", &id.to_string()])
+        .args(["--download", &format!("{id}-untracked.txt"), "--to"])
+        .arg(&dest)
+        .output()
+        .expect("task artifacts");
+    assert!(dl.status.success(), "{}", String::from_utf8_lossy(&dl.stderr));
+    assert_eq!(std::fs::read_to_string(&dest).expect("download"), "out.txt\n");
+}
+
 #[test]
 fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
     let cluster = Cluster::start(3);
@@ -485,6 +521,7 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             containment_through_the_whole_path,
         ),
         ("process/websocket", &p, websocket_stream),
+        ("process/cli", &p, cli_submit_wait_json),
         (
             "docker/success",
             &d,
