@@ -26,10 +26,14 @@ ensure_packages() {
   fi
 }
 
-# Debian packages the tests need beyond the build: bubblewrap for the process runtime's
-# boundary, the Docker engine for the Docker runtime, iproute2 and iptables for the chaos
-# suite's network namespaces.
-SQUADRON_TEST_PACKAGES=(bubblewrap util-linux procps docker.io busybox-static iproute2 iptables)
+# What the local worker's process runtime needs at run time: bubblewrap for the boundary,
+# util-linux's setpriv to empty the capability bounding set, procps for kill.
+SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git)
+
+# Debian packages the tests need beyond the build and run set: the Docker engine and busybox
+# (the agent image) for the Docker runtime, iproute2 and iptables for the chaos suite's
+# network namespaces.
+SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" docker.io busybox-static iproute2 iptables)
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {
