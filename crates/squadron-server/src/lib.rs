@@ -103,6 +103,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
         .await
         .map_err(|e| ServerError::Store(e.to_string()))?;
     let reader = state_machine.reader();
+    let append_stats = log_store.append_stats();
     let raft_config = config
         .raft
         .to_openraft(&config.cluster_name)
@@ -142,7 +143,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
             source,
         })?;
 
-    let node = ControlNode::new(config.clone(), raft.clone(), reader);
+    let node = ControlNode::new(config.clone(), raft.clone(), reader, append_stats);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
 

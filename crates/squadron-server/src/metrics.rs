@@ -67,6 +67,16 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
         "Stale reads served",
         c.stale_reads.load(Ordering::Relaxed),
     );
+    counter(
+        "squadron_log_appends_total",
+        "Synced log appends (one fsync each)",
+        node.append_stats.appends.load(Ordering::Relaxed),
+    );
+    counter(
+        "squadron_log_entries_appended_total",
+        "Log entries written by those appends; entries / appends = proposals per fsync",
+        node.append_stats.entries.load(Ordering::Relaxed),
+    );
     let (tasks, leases, workers, slots) = node.state.with_state(|s| {
         let mut tasks: BTreeMap<&'static str, u64> = BTreeMap::new();
         for t in s.tasks(None) {

@@ -67,6 +67,8 @@ pub struct ControlNode {
     pub raft: RaftNode,
     pub state: StateReader,
     pub counters: Counters,
+    /// Synced log appends and the entries they carried (group commit).
+    pub append_stats: Arc<squadron_store::AppendStats>,
     http: reqwest::Client,
 }
 
@@ -87,7 +89,12 @@ pub fn now_ms() -> u64 {
 }
 
 impl ControlNode {
-    pub fn new(config: NodeConfig, raft: RaftNode, state: StateReader) -> Arc<Self> {
+    pub fn new(
+        config: NodeConfig,
+        raft: RaftNode,
+        state: StateReader,
+        append_stats: Arc<squadron_store::AppendStats>,
+    ) -> Arc<Self> {
         let timeout = Duration::from_millis(config.server.request_timeout_ms);
         let http = reqwest::Client::builder()
             .timeout(timeout)
@@ -100,6 +107,7 @@ impl ControlNode {
             raft,
             state,
             counters: Counters::default(),
+            append_stats,
             http,
         })
     }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
-pub use log_store::LogStore;
+pub use log_store::{AppendStats, LogStore};
 pub use snapshot_file::EnvelopeError;
 pub use state_machine::{
     non_command_response, SnapshotBuilder, StateMachineData, StateMachineStore, StateReader,

@@ -49,6 +49,18 @@ type StoreResult<T> = Result<T, StorageError<NodeId>>;
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    stats: Arc<AppendStats>,
+}
+
+/// How appends group entries: openraft hands the store every entry proposed while the
+/// previous flush was in progress, and one synced RocksDB write covers them all, so
+/// `entries / appends` is how many proposals share one fsync.
+#[derive(Debug, Default)]
+pub struct AppendStats {
+    /// Synced appends (one fsync each).
+    pub appends: std::sync::atomic::AtomicU64,
+    /// Entries written by those appends.
+    pub entries: std::sync::atomic::AtomicU64,
 }
 
 impl fmt::Debug for LogStore {
@@ -99,7 +111,15 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StorageIOError<NodeId
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>) -> Self {
-        Self { db }
+        Self {
+            db,
+            stats: Arc::new(AppendStats::default()),
+        }
+    }
+
+    /// The append counters, shared with whoever reports them.
+    pub fn append_stats(&self) -> Arc<AppendStats> {
+        self.stats.clone()
     }
 
     fn cf(&self, name: &str) -> Result<&ColumnFamily, StorageIOError<NodeId>> {
@@ -280,12 +300,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: OptionalSend,
     {
         let mut batch = WriteBatch::default();
+        let mut count = 0u64;
         {
             let cf = self.cf(CF_LOG)?;
             for entry in entries {
                 let bytes = codec::encode(&entry)
                     .map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
                 batch.put_cf(cf, index_key(entry.log_id.index), bytes);
+                count += 1;
             }
         }
         // The synced write blocks on fsync; keep it off the async worker threads. Awaiting it
@@ -297,6 +319,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .and_then(|r| r.map_err(io::Error::other));
         match written {
             Ok(()) => {
+                use std::sync::atomic::Ordering;
+                self.stats.appends.fetch_add(1, Ordering::Relaxed);
+                self.stats.entries.fetch_add(count, Ordering::Relaxed);
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }
