@@ -4,9 +4,12 @@
 //! entry encoded by [`crate::codec`]. Column family `meta`: the vote, the last purged log id,
 //! the committed log id and the store format version, each under a fixed key.
 //!
-//! Every write goes through one `WriteBatch`; writes that openraft requires to be durable
-//! (append, vote, truncate, purge) are synced. RocksDB's WAL is sequential, so an unsynced
-//! write (committed) becomes durable with the next synced one and never overtakes it.
+//! Every write goes through one `WriteBatch`. Vote, truncate and purge are synced before they
+//! return. Appends use group commit: the entries are written at once (so they are readable
+//! when `append` returns, as openraft requires) and a flusher thread then syncs the WAL once
+//! for every append queued meanwhile and only then reports each of them flushed. RocksDB's WAL
+//! is sequential, so a write becomes durable with the next sync and never overtakes an
+//! earlier one.
 
 // openraft's traits fix the error type; its size is not ours to choose.
 #![allow(clippy::result_large_err)]
@@ -50,16 +53,140 @@ type StoreResult<T> = Result<T, StorageError<NodeId>>;
 pub struct LogStore {
     db: Arc<DB>,
     stats: Arc<AppendStats>,
+    flusher: Arc<Flusher>,
 }
 
-/// How appends group entries: openraft hands the store every entry proposed while the
-/// previous flush was in progress, and one synced RocksDB write covers them all, so
-/// `entries / appends` is how many proposals share one fsync.
+/// Most appends one WAL sync completes; the rest wait for the next.
+pub const FLUSH_GROUP_APPENDS_MAX: usize = 1024;
+
+/// Work for the flusher, in submission order.
+enum FlushJob {
+    /// An append written unsynced, waiting for its WAL sync.
+    Append {
+        callback: LogFlushed<TypeConfig>,
+        entries: u64,
+    },
+    /// Answered once every append submitted before it is durable and reported: vote,
+    /// truncate and purge wait for it, so no write is applied before an earlier one has
+    /// completed (openraft's rule for log storage).
+    Barrier(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The group-commit thread's queue. Dropping the last store clone closes the queue and joins
+/// the thread, so the database is released when the store is (a reopen needs its lock).
+struct Flusher {
+    queue: std::sync::Mutex<Option<std::sync::mpsc::Sender<FlushJob>>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.take();
+        }
+        let handle = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Flusher {
+    fn start(db: Arc<DB>, stats: Arc<AppendStats>) -> Arc<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<FlushJob>();
+        let spawned = std::thread::Builder::new()
+            .name("raft-log-flush".into())
+            .spawn(move || flush_loop(&db, &stats, &rx));
+        let thread = match spawned {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                // Without the thread every append reports an error instead of hanging.
+                tracing::error!(error = %e, "cannot start the log flusher thread");
+                None
+            }
+        };
+        Arc::new(Self {
+            queue: std::sync::Mutex::new(thread.is_some().then_some(tx)),
+            thread: std::sync::Mutex::new(thread),
+        })
+    }
+
+    fn submit(&self, job: FlushJob) {
+        let sent = match self.queue.lock() {
+            Ok(q) => match q.as_ref() {
+                Some(q) => q.send(job).map_err(|e| e.0),
+                None => Err(job),
+            },
+            Err(_) => Err(job),
+        };
+        match sent {
+            Ok(()) => {}
+            Err(FlushJob::Append { callback, .. }) => {
+                callback.log_io_completed(Err(io::Error::other("the log flusher has stopped")))
+            }
+            Err(FlushJob::Barrier(done)) => {
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Waits until every append submitted so far is durable and reported.
+    async fn barrier(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(FlushJob::Barrier(tx));
+        let _ = rx.await;
+    }
+}
+
+fn flush_loop(db: &DB, stats: &AppendStats, rx: &std::sync::mpsc::Receiver<FlushJob>) {
+    use std::sync::atomic::Ordering;
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < FLUSH_GROUP_APPENDS_MAX {
+            match rx.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let entries: u64 = jobs
+            .iter()
+            .map(|j| match j {
+                FlushJob::Append { entries, .. } => *entries,
+                FlushJob::Barrier(_) => 0,
+            })
+            .sum();
+        let synced = if entries > 0 {
+            stats.appends.fetch_add(1, Ordering::Relaxed);
+            stats.entries.fetch_add(entries, Ordering::Relaxed);
+            db.flush_wal(true)
+        } else {
+            Ok(())
+        };
+        let mut barriers = Vec::new();
+        for job in jobs {
+            match job {
+                FlushJob::Append { callback, .. } => {
+                    let result = match &synced {
+                        Ok(()) => Ok(()),
+                        Err(e) => Err(io::Error::other(format!("syncing the log: {e}"))),
+                    };
+                    callback.log_io_completed(result);
+                }
+                FlushJob::Barrier(done) => barriers.push(done),
+            }
+        }
+        for done in barriers {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Group commit at work: `entries / appends` is how many log entries share one fsync.
 #[derive(Debug, Default)]
 pub struct AppendStats {
-    /// Synced appends (one fsync each).
+    /// WAL syncs made for appends.
     pub appends: std::sync::atomic::AtomicU64,
-    /// Entries written by those appends.
+    /// Entries those syncs made durable.
     pub entries: std::sync::atomic::AtomicU64,
 }
 
@@ -111,10 +238,9 @@ fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StorageIOError<NodeId
 
 impl LogStore {
     pub(crate) fn new(db: Arc<DB>) -> Self {
-        Self {
-            db,
-            stats: Arc::new(AppendStats::default()),
-        }
+        let stats = Arc::new(AppendStats::default());
+        let flusher = Flusher::start(db.clone(), stats.clone());
+        Self { db, stats, flusher }
     }
 
     /// The append counters, shared with whoever reports them.
@@ -274,7 +400,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> StoreResult<()> {
-        // The vote must be on disk before openraft acts on it: synced.
+        // The vote must be on disk before openraft acts on it: synced, after earlier appends.
+        self.flusher.barrier().await;
         self.write_meta(KEY_VOTE, vote, true, StorageIOError::write_vote)
     }
 
@@ -310,30 +437,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 count += 1;
             }
         }
-        // The synced write blocks on fsync; keep it off the async worker threads. Awaiting it
-        // here keeps writes serialized and makes the entries readable when append returns.
-        let db = self.db.clone();
-        let written = tokio::task::spawn_blocking(move || db.write_opt(batch, &synced()))
-            .await
-            .map_err(|e| io::Error::other(format!("log write task failed: {e}")))
-            .and_then(|r| r.map_err(io::Error::other));
-        match written {
-            Ok(()) => {
-                use std::sync::atomic::Ordering;
-                self.stats.appends.fetch_add(1, Ordering::Relaxed);
-                self.stats.entries.fetch_add(count, Ordering::Relaxed);
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                let err = StorageIOError::write_logs(&e);
-                callback.log_io_completed(Err(e));
-                Err(err.into())
-            }
+        // Unsynced: the entries are readable at once; the flusher syncs the WAL for this and
+        // every other append queued meanwhile, then reports them flushed.
+        if let Err(e) = self.db.write_opt(batch, &WriteOptions::default()) {
+            let err = StorageIOError::write_logs(&e);
+            callback.log_io_completed(Err(io::Error::other(e.to_string())));
+            return Err(err.into());
         }
+        self.flusher.submit(FlushJob::Append {
+            callback,
+            entries: count,
+        });
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> StoreResult<()> {
+        self.flusher.barrier().await;
         let cf = self.cf(CF_LOG)?;
         let mut batch = WriteBatch::default();
         // delete_range's end is exclusive; the last possible key is deleted on its own.
@@ -346,6 +465,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> StoreResult<()> {
+        self.flusher.barrier().await;
         if self.last_purged()? >= Some(log_id) {
             return Ok(());
         }
