@@ -143,6 +143,9 @@ pub(crate) fn lease_cycle(
                 Err(e) => {
                     rec.record(started, OpResult::Error);
                     rec.note_error(e.to_string());
+                    // The session lease may be gone (expired during an outage): take a new
+                    // one rather than fail every following keep-alive.
+                    session = None;
                     rec.back_off().await;
                 }
             }
@@ -282,6 +285,7 @@ pub(crate) fn capacity(
                 Admission::Failed(message) => {
                     rec.record(started, OpResult::Error);
                     rec.note_error(message);
+                    session = None;
                     rec.back_off().await;
                 }
             }

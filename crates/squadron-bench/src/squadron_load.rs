@@ -37,8 +37,9 @@ pub(crate) const LEASE_TTL_MS: u64 = 60_000;
 pub(crate) const CAPACITY_PROFILES: usize = 8;
 pub(crate) const CAPACITY_SLOTS: u32 = 4;
 /// Attempts of one admission decision: a lost compare-and-swap on a stale cached view is
-/// retried with the current view, up to this many times.
-pub(crate) const ADMISSION_ATTEMPTS_MAX: usize = 16;
+/// retried with the current view, up to this many times (etcd's slot count is one key all
+/// clients write, so there many attempts may be needed under contention).
+pub(crate) const ADMISSION_ATTEMPTS_MAX: usize = 64;
 /// Attempts to release a granted capacity slot.
 pub(crate) const RELEASE_ATTEMPTS_MAX: usize = 3;
 /// Request timeout of the benchmark clients (above the server's 5 s forward timeout).

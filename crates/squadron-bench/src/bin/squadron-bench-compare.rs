@@ -2,13 +2,32 @@
 //! `squadron-bench-compare --squadron-bin PATH [--nodes 3] [--clients 1,16,64,256]
 //! [--duration S] [--warmup S] [--workloads lease-cycle,capacity,read,submit]
 //! [--systems squadron,etcd] [--no-failover] [--etcd-bin PATH] [--work-dir DIR]
-//! [--keep-work-dir] [--seed N] [--output table|json]`.
+//! [--keep-work-dir] [--seed N] [--output table|json]`, or `--render REPORT.json` to print
+//! the table of a saved JSON report.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use squadron_bench::{compare, render_table, CompareOptions, System, Workload};
+use squadron_bench::{compare, render_table, CompareOptions, CompareReport, System, Workload};
+
+/// Largest saved report `--render` reads.
+const REPORT_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
+fn render_saved(path: &str) -> Result<String, String> {
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("--render {path}: {e}"))?
+        .len();
+    if size > REPORT_BYTES_MAX {
+        return Err(format!(
+            "--render {path}: larger than {REPORT_BYTES_MAX} bytes"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--render {path}: {e}"))?;
+    let report: CompareReport =
+        serde_json::from_str(&text).map_err(|e| format!("--render {path}: {e}"))?;
+    Ok(render_table(&report))
+}
 
 fn parse_list<T>(text: &str, one: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
     text.split(',').map(|s| one(s.trim())).collect()
@@ -73,6 +92,20 @@ fn options(args: &[String]) -> Result<(CompareOptions, bool), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, path] = args.as_slice() {
+        if flag == "--render" {
+            return match render_saved(path) {
+                Ok(table) => {
+                    print!("{table}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    }
     let (opts, json) = match options(&args) {
         Ok(o) => o,
         Err(e) => {
