@@ -5,39 +5,17 @@
 //! `deps` directory: `cargo build -p squadron` first) and etcd at /usr/bin/etcd (Debian's
 //! `etcd-server` package).
 
-use std::path::PathBuf;
+mod support;
+
 use std::time::Duration;
 
-use squadron_bench::{compare, render_table, CompareOptions, Workload, ETCD_BIN_DEFAULT};
-
-fn squadron_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("SQUADRON_BIN") {
-        return PathBuf::from(path);
-    }
-    // <target>/debug/deps/compare-<hash> → <target>/debug/squadron
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .map(|profile| profile.join("squadron"))
-        .expect("the test executable lives in <target>/<profile>/deps")
-}
+use squadron_bench::{compare, render_table, CompareOptions, Workload};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn squadron_and_etcd_side_by_side() {
-    let bin = squadron_bin();
-    assert!(
-        bin.is_file(),
-        "the squadron binary is missing at {} (run `cargo build -p squadron` with the same \
-         target dir, or set SQUADRON_BIN)",
-        bin.display()
-    );
-    let etcd = PathBuf::from(ETCD_BIN_DEFAULT);
-    assert!(
-        etcd.is_file(),
-        "etcd is missing at {ETCD_BIN_DEFAULT} (apt-get install etcd-server)"
-    );
     let work = tempfile::tempdir().expect("tempdir");
-    let mut opts = CompareOptions::new(bin);
+    let mut opts = CompareOptions::new(support::squadron_bin());
+    opts.etcd_bin = support::etcd_bin();
     opts.clients = vec![1, 4];
     opts.duration = Duration::from_secs(2);
     opts.warmup = Duration::from_millis(500);
