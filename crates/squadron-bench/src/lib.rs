@@ -253,15 +253,23 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
         let kill = async {
             tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
             cluster.kill(leader);
-            probe.killed(Instant::now());
+            let killed_at = Instant::now();
+            probe.killed(killed_at);
+            let elected = cluster
+                .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+                .await
+                .ok()
+                .map(|_| killed_at.elapsed());
             wait_for_recovery(&probe).await;
             control.stop();
+            elected
         };
-        let (stats, ()) = tokio::join!(load, kill);
+        let (stats, elected) = tokio::join!(load, kill);
         run.failover = Some(FailoverResult {
             clients,
             killed: format!("squadron node {leader}"),
             recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
+            leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
             wait_ms_max: FAILOVER_WAIT_MS_MAX,
             load: stats,
         });
@@ -325,15 +333,23 @@ async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchE
         let kill = async {
             tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
             cluster.kill(leader);
-            probe.killed(Instant::now());
+            let killed_at = Instant::now();
+            probe.killed(killed_at);
+            let elected = cluster
+                .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+                .await
+                .ok()
+                .map(|_| killed_at.elapsed());
             wait_for_recovery(&probe).await;
             control.stop();
+            elected
         };
-        let (stats, ()) = tokio::join!(load, kill);
+        let (stats, elected) = tokio::join!(load, kill);
         run.failover = Some(FailoverResult {
             clients,
             killed: format!("etcd m{}", leader + 1),
             recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
+            leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
             wait_ms_max: FAILOVER_WAIT_MS_MAX,
             load: stats,
         });

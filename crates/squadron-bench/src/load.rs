@@ -73,11 +73,12 @@ impl Recorder {
         self.control.running()
     }
 
-    /// Records an operation that started at `started` and ended now; only operations wholly
-    /// inside the measured window count.
+    /// Records an operation that started at `started` and ended now; operations that ended
+    /// inside the measured window count (those that started in the warm-up too: dropping them
+    /// would undercount when an operation takes a good part of the window).
     pub(crate) fn record(&mut self, started: Instant, result: OpResult) {
         let ended = Instant::now();
-        if started < self.control.measure_from || ended > self.control.deadline {
+        if ended < self.control.measure_from || ended > self.control.deadline {
             return;
         }
         let t = &mut self.tally;
@@ -270,6 +271,17 @@ mod tests {
         };
         rec.record(Instant::now(), OpResult::Ok);
         assert_eq!(rec.tally.ok, 0);
+        // Started in the warm-up, ended in the window: it counts, with its whole latency.
+        let short = LoadControl::new(Duration::from_millis(5), Duration::from_secs(60));
+        let mut rec = Recorder {
+            control: short,
+            tally: LoadTally::default(),
+        };
+        let started = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        rec.record(started, OpResult::Ok);
+        assert_eq!(rec.tally.ok, 1);
+        assert!(rec.tally.histogram.percentile_us(0.5) >= 20_000);
     }
 
     #[test]

@@ -23,13 +23,16 @@ pub fn ratio(a: f64, b: f64) -> Option<f64> {
 }
 
 impl Ratios {
+    /// The ratios; latency ratios only when both sides completed operations.
     pub fn of(squadron: &PointStats, etcd: &PointStats) -> Self {
         let (s, e) = (&squadron.latency, &etcd.latency);
+        let both = s.count > 0 && e.count > 0;
+        let latency = |a: f64, b: f64| if both { ratio(a, b) } else { None };
         Self {
             ops_per_s: ratio(squadron.ops_per_s, etcd.ops_per_s),
-            p50: ratio(s.p50_ms, e.p50_ms),
-            p99: ratio(s.p99_ms, e.p99_ms),
-            p999: ratio(s.p999_ms, e.p999_ms),
+            p50: latency(s.p50_ms, e.p50_ms),
+            p99: latency(s.p99_ms, e.p99_ms),
+            p999: latency(s.p999_ms, e.p999_ms),
         }
     }
 }
@@ -54,6 +57,10 @@ pub struct FailoverResult {
     /// From the kill to the first write that started after it and succeeded; `None` when no
     /// write succeeded within the wait.
     pub recovery_ms: Option<f64>,
+    /// From the kill until every surviving node named the same new leader, as seen by polling
+    /// their status every 100 ms (so up to ~100 ms late); `None` if that never happened.
+    #[serde(default)]
+    pub leader_elected_ms: Option<f64>,
     /// How long the run waited for a write at most.
     pub wait_ms_max: u64,
     /// The load around the kill (errors are the writes that failed meanwhile).

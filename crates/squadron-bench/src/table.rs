@@ -14,6 +14,12 @@ fn num(v: Option<f64>, decimals: usize) -> String {
 
 fn system_cells(s: Option<&PointStats>) -> [String; 4] {
     match s {
+        Some(s) if s.latency.count == 0 => [
+            format!("{:.0}", s.ops_per_s),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+        ],
         Some(s) => [
             format!("{:.0}", s.ops_per_s),
             format!("{:.2}", s.latency.p50_ms),
@@ -91,9 +97,13 @@ pub fn render_table(report: &CompareReport) -> String {
                     Some(ms) => format!("{ms:.0} ms"),
                     None => format!("no write within {} ms", r.wait_ms_max),
                 };
+                let elected = match r.leader_elected_ms {
+                    Some(ms) => format!("new leader seen after {ms:.0} ms"),
+                    None => "no new leader seen".into(),
+                };
                 let _ = writeln!(
                     out,
-                    "  {name:<8} {recovery} (killed {}, {} clients, {} failed ops meanwhile)",
+                    "  {name:<8} {recovery} ({elected}; killed {}, {} clients, {} failed ops meanwhile)",
                     r.killed, r.clients, r.load.errors
                 );
             }
@@ -211,6 +221,7 @@ mod tests {
                     clients: 16,
                     killed: "squadron node 1".into(),
                     recovery_ms: Some(700.0),
+                    leader_elected_ms: Some(650.0),
                     wait_ms_max: 30_000,
                     load: stats(10.0, 1.0, 5),
                 }),
@@ -218,6 +229,7 @@ mod tests {
                     clients: 16,
                     killed: "etcd m2".into(),
                     recovery_ms: None,
+                    leader_elected_ms: None,
                     wait_ms_max: 30_000,
                     load: stats(10.0, 1.0, 9),
                 }),
@@ -275,13 +287,37 @@ mod tests {
     }
 
     #[test]
+    fn a_side_without_completed_operations_has_no_latency_ratios() {
+        let slow = PointStats {
+            ops_per_s: 0.0,
+            ok: 0,
+            errors: 2,
+            ..PointStats::default()
+        };
+        let fast = stats(100.0, 1.0, 0);
+        let r = Ratios::of(&slow, &fast);
+        assert_eq!(r.ops_per_s, Some(0.0));
+        assert_eq!((r.p50, r.p99, r.p999), (None, None, None));
+        let mut rep = report();
+        rep.points[0].squadron = Some(slow);
+        rep.points[0].ratio = Some(r);
+        let text = render_table(&rep);
+        let row: Vec<&str> = text.lines().nth(2).unwrap().split_whitespace().collect();
+        assert_eq!(&row[2..7], ["|", "0", "-", "-", "-"], "{text}");
+        assert_eq!(&row[row.len() - 4..], ["0.00", "-", "-", "-"], "{text}");
+    }
+
+    #[test]
     fn failover_memory_and_errors_are_listed() {
         let text = render_table(&report());
         assert!(
-            text.contains("squadron 700 ms (killed squadron node 1"),
+            text.contains("squadron 700 ms (new leader seen after 650 ms; killed squadron node 1"),
             "{text}"
         );
-        assert!(text.contains("etcd     no write within 30000 ms"), "{text}");
+        assert!(
+            text.contains("etcd     no write within 30000 ms (no new leader seen;"),
+            "{text}"
+        );
         assert!(text.contains("squadron 50.0 MiB (mean 50.0 MiB)"), "{text}");
         assert!(
             text.contains(

@@ -58,6 +58,13 @@ async fn squadron_and_etcd_side_by_side() {
             .recovery_ms
             .unwrap_or_else(|| panic!("{name}: no write after the kill: {table}"));
         assert!(ms > 0.0 && ms < f.wait_ms_max as f64, "{name}: {f:?}");
+        let elected = f
+            .leader_elected_ms
+            .unwrap_or_else(|| panic!("{name}: no new leader seen: {table}"));
+        assert!(
+            elected > 0.0 && elected < f.wait_ms_max as f64,
+            "{name}: {f:?}"
+        );
     }
     assert!(report.failover.ratio.is_some(), "{table}");
 
