@@ -1,0 +1,367 @@
+//! `squadron bench compare`: a Squadron cluster and an etcd cluster, started side by side on
+//! loopback with durable writes, driven one after the other by the same closed-loop load
+//! generator through the same workloads, reported as figures per system and as ratios
+//! (Squadron / etcd), which move much less than absolute numbers on a shared machine.
+//!
+//! [`compare`] runs it; [`render_table`] prints a report. Each system: start the cluster,
+//! create the data, run every workload at every client count (warm-up, then a measured
+//! window), read each node's RSS, kill -9 the leader under a lease-cycle load and time the
+//! first successful write, stop the cluster. Every process is killed and every directory
+//! removed when the run ends, also on error.
+
+mod base64;
+mod error;
+mod etcd_client;
+mod etcd_cluster;
+mod etcd_load;
+mod histogram;
+mod load;
+mod machine;
+mod options;
+mod process;
+mod report;
+mod squadron_cluster;
+mod squadron_load;
+mod table;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use error::BenchError;
+pub use histogram::{LatencyHistogram, LatencySummary};
+pub use load::PointStats;
+pub use machine::MachineInfo;
+pub use options::{
+    CompareOptions, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT, FAILOVER_CLIENTS_DEFAULT,
+    NODES_MAX,
+};
+pub use process::NodeMemory;
+pub use report::{
+    ComparePoint, CompareReport, FailoverComparison, FailoverResult, MemoryComparison, Ratios,
+};
+pub use table::render_table;
+
+use etcd_cluster::EtcdCluster;
+use load::{run_clients, FailoverProbe, LoadControl};
+use report::{mean_rss_kib, ratio};
+use squadron_cluster::SquadronCluster;
+
+/// Load before the leader is killed.
+const FAILOVER_PRE_KILL_MS: u64 = 2_000;
+/// Longest wait for a write after the kill.
+const FAILOVER_WAIT_MS_MAX: u64 = 30_000;
+/// Between two looks at the failover probe (the figure itself comes from the probe's clock).
+const FAILOVER_POLL_MS: u64 = 10;
+/// Longest wait for the agreed leader before the kill.
+const LEADER_WAIT_MS: u64 = 10_000;
+
+/// What one system measured.
+#[derive(Debug, Default)]
+struct SystemRun {
+    points: Vec<(Workload, usize, PointStats)>,
+    memory: Vec<NodeMemory>,
+    failover: Option<FailoverResult>,
+}
+
+/// Runs the comparison the options describe.
+pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError> {
+    opts.validate()?;
+    let wants = |s: System| opts.systems.contains(&s);
+    if wants(System::Squadron) && !opts.squadron_bin.is_file() {
+        return Err(BenchError::MissingBinary {
+            what: "the squadron binary",
+            path: opts.squadron_bin.clone(),
+            hint: "build it (cargo build -p squadron) or pass its path",
+        });
+    }
+    if wants(System::Etcd) && !opts.etcd_bin.is_file() {
+        return Err(BenchError::MissingBinary {
+            what: "etcd",
+            path: opts.etcd_bin.clone(),
+            hint: "install Debian's etcd-server package (apt-get install etcd-server) or pass its path",
+        });
+    }
+    let parent = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent).map_err(|e| BenchError::io("create", &parent, e))?;
+    let dir = tempfile::Builder::new()
+        .prefix("squadron-bench-")
+        .tempdir_in(&parent)
+        .map_err(|e| BenchError::io("create a directory in", &parent, e))?;
+
+    let squadron = if wants(System::Squadron) {
+        Some(run_squadron(opts, dir.path()).await?)
+    } else {
+        None
+    };
+    let etcd = if wants(System::Etcd) {
+        Some(run_etcd(opts, dir.path()).await?)
+    } else {
+        None
+    };
+
+    let mut points = Vec::new();
+    for &workload in &opts.workloads {
+        for &clients in &opts.clients {
+            let find = |run: &Option<SystemRun>| {
+                run.as_ref().and_then(|r| {
+                    r.points
+                        .iter()
+                        .find(|(w, c, _)| *w == workload && *c == clients)
+                        .map(|(_, _, s)| s.clone())
+                })
+            };
+            let (s, e) = (find(&squadron), find(&etcd));
+            let ratio = match (&s, &e) {
+                (Some(s), Some(e)) => Some(Ratios::of(s, e)),
+                _ => None,
+            };
+            points.push(ComparePoint {
+                workload,
+                clients,
+                squadron: s,
+                etcd: e,
+                ratio,
+            });
+        }
+    }
+    let failover_of = |run: &Option<SystemRun>| run.as_ref().and_then(|r| r.failover.clone());
+    let failover = {
+        let (s, e) = (failover_of(&squadron), failover_of(&etcd));
+        let r = match (&s, &e) {
+            (Some(s), Some(e)) => match (s.recovery_ms, e.recovery_ms) {
+                (Some(a), Some(b)) => ratio(a, b),
+                _ => None,
+            },
+            _ => None,
+        };
+        FailoverComparison {
+            squadron: s,
+            etcd: e,
+            ratio: r,
+        }
+    };
+    let memory_of =
+        |run: &Option<SystemRun>| run.as_ref().map(|r| r.memory.clone()).unwrap_or_default();
+    let (sm, em) = (memory_of(&squadron), memory_of(&etcd));
+    let memory = MemoryComparison {
+        ratio: if sm.is_empty() || em.is_empty() {
+            None
+        } else {
+            ratio(mean_rss_kib(&sm), mean_rss_kib(&em))
+        },
+        squadron: sm,
+        etcd: em,
+    };
+    let machine = MachineInfo::probe(dir.path());
+    let work_dir = if opts.keep_work_dir {
+        Some(dir.keep().display().to_string())
+    } else {
+        None
+    };
+    Ok(CompareReport {
+        machine,
+        squadron_version: if wants(System::Squadron) {
+            version_line(&opts.squadron_bin)
+        } else {
+            String::new()
+        },
+        etcd_version: if wants(System::Etcd) {
+            etcd_cluster::etcd_version(&opts.etcd_bin)
+        } else {
+            String::new()
+        },
+        nodes: opts.nodes,
+        clients: opts.clients.clone(),
+        duration_s: opts.duration.as_secs_f64(),
+        warmup_s: opts.warmup.as_secs_f64(),
+        seed: opts.seed,
+        points,
+        failover,
+        memory,
+        work_dir,
+    })
+}
+
+fn version_line(bin: &Path) -> String {
+    std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchError> {
+    let mut cluster = SquadronCluster::start(&opts.squadron_bin, dir, opts.nodes).await?;
+    let endpoints = cluster.endpoints();
+    let setup_client = squadron_load::client_for(&endpoints, 0);
+    let data = squadron_load::setup(&setup_client, opts.clients_max()).await?;
+    let mut run = SystemRun::default();
+    let seed = opts.seed;
+    for &workload in &opts.workloads {
+        for &clients in &opts.clients {
+            let control = LoadControl::new(opts.warmup, opts.duration);
+            let stats = match workload {
+                Workload::LeaseCycle => {
+                    run_clients(control, clients, |i, rec| {
+                        squadron_load::lease_cycle(&data, &endpoints, i, rec, None)
+                    })
+                    .await
+                }
+                Workload::Capacity => {
+                    run_clients(control, clients, |i, rec| {
+                        squadron_load::capacity(&data, &endpoints, i, seed, rec)
+                    })
+                    .await
+                }
+                Workload::Read => {
+                    run_clients(control, clients, |i, rec| {
+                        squadron_load::read(&data, &endpoints, i, seed, rec)
+                    })
+                    .await
+                }
+                Workload::Submit => {
+                    run_clients(control, clients, |i, rec| {
+                        squadron_load::submit(&endpoints, i, rec)
+                    })
+                    .await
+                }
+            };
+            run.points.push((workload, clients, stats));
+        }
+    }
+    run.memory = cluster.memory();
+    if opts.failover {
+        let leader = cluster
+            .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
+            .await?;
+        let clients = opts.failover_clients;
+        let probe = Arc::new(FailoverProbe::default());
+        let control = LoadControl::new(
+            Duration::ZERO,
+            Duration::from_millis(FAILOVER_PRE_KILL_MS + FAILOVER_WAIT_MS_MAX),
+        );
+        let load = run_clients(control.clone(), clients, |i, rec| {
+            squadron_load::lease_cycle(&data, &endpoints, i, rec, Some(probe.clone()))
+        });
+        let kill = async {
+            tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
+            cluster.kill(leader);
+            let killed_at = Instant::now();
+            probe.killed(killed_at);
+            let elected = cluster
+                .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+                .await
+                .ok()
+                .map(|_| killed_at.elapsed());
+            wait_for_recovery(&probe).await;
+            control.stop();
+            elected
+        };
+        let (stats, elected) = tokio::join!(load, kill);
+        run.failover = Some(FailoverResult {
+            clients,
+            killed: format!("squadron node {leader}"),
+            recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
+            leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
+            wait_ms_max: FAILOVER_WAIT_MS_MAX,
+            load: stats,
+        });
+    }
+    Ok(run)
+}
+
+async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchError> {
+    let mut cluster = EtcdCluster::start(&opts.etcd_bin, dir, opts.nodes).await?;
+    let endpoints = cluster.endpoints();
+    let setup_client = etcd_load::client_for(&endpoints, 0);
+    let data = etcd_load::setup(&setup_client, opts.clients_max()).await?;
+    let mut run = SystemRun::default();
+    let seed = opts.seed;
+    for &workload in &opts.workloads {
+        for &clients in &opts.clients {
+            let control = LoadControl::new(opts.warmup, opts.duration);
+            let stats = match workload {
+                Workload::LeaseCycle => {
+                    run_clients(control, clients, |i, rec| {
+                        etcd_load::lease_cycle(&data, &endpoints, i, rec, None)
+                    })
+                    .await
+                }
+                Workload::Capacity => {
+                    run_clients(control, clients, |i, rec| {
+                        etcd_load::capacity(&endpoints, i, seed, rec)
+                    })
+                    .await
+                }
+                Workload::Read => {
+                    run_clients(control, clients, |i, rec| {
+                        etcd_load::read(&endpoints, i, seed, rec)
+                    })
+                    .await
+                }
+                Workload::Submit => {
+                    run_clients(control, clients, |i, rec| {
+                        etcd_load::submit(&data, &endpoints, i, rec)
+                    })
+                    .await
+                }
+            };
+            run.points.push((workload, clients, stats));
+        }
+    }
+    run.memory = cluster.memory();
+    if opts.failover {
+        let leader = cluster
+            .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
+            .await?;
+        let clients = opts.failover_clients;
+        let probe = Arc::new(FailoverProbe::default());
+        let control = LoadControl::new(
+            Duration::ZERO,
+            Duration::from_millis(FAILOVER_PRE_KILL_MS + FAILOVER_WAIT_MS_MAX),
+        );
+        let load = run_clients(control.clone(), clients, |i, rec| {
+            etcd_load::lease_cycle(&data, &endpoints, i, rec, Some(probe.clone()))
+        });
+        let kill = async {
+            tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
+            cluster.kill(leader);
+            let killed_at = Instant::now();
+            probe.killed(killed_at);
+            let elected = cluster
+                .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+                .await
+                .ok()
+                .map(|_| killed_at.elapsed());
+            wait_for_recovery(&probe).await;
+            control.stop();
+            elected
+        };
+        let (stats, elected) = tokio::join!(load, kill);
+        run.failover = Some(FailoverResult {
+            clients,
+            killed: format!("etcd m{}", leader + 1),
+            recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
+            leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
+            wait_ms_max: FAILOVER_WAIT_MS_MAX,
+            load: stats,
+        });
+    }
+    Ok(run)
+}
+
+async fn wait_for_recovery(probe: &FailoverProbe) {
+    let start = Instant::now();
+    while probe.recovery().is_none()
+        && start.elapsed() < Duration::from_millis(FAILOVER_WAIT_MS_MAX)
+    {
+        tokio::time::sleep(Duration::from_millis(FAILOVER_POLL_MS)).await;
+    }
+}

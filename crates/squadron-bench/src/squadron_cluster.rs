@@ -1,0 +1,167 @@
+//! A cluster of `squadron server` processes on loopback, each with its own generated TOML
+//! config, data directory and log file.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use squadron_client::{Consistency, SquadronClient};
+
+use crate::error::BenchError;
+use crate::process::{free_port, NodeMemory, NodeProcess};
+
+/// How long a cluster may take to start and agree on a leader (generous: the machine is
+/// shared and small).
+pub(crate) const STARTUP_TIMEOUT_MS: u64 = 60_000;
+/// Between two polls of the nodes' status.
+pub(crate) const POLL_INTERVAL_MS: u64 = 100;
+/// One status request.
+const STATUS_TIMEOUT_MS: u64 = 2_000;
+
+#[derive(Debug)]
+struct SquadronNode {
+    id: u64,
+    rest: String,
+    process: NodeProcess,
+}
+
+/// A running Squadron cluster; dropping it kills every node.
+#[derive(Debug)]
+pub(crate) struct SquadronCluster {
+    nodes: Vec<SquadronNode>,
+}
+
+impl SquadronCluster {
+    /// Starts `n` nodes under `dir` and waits until they agree on a leader.
+    pub(crate) async fn start(bin: &Path, dir: &Path, n: usize) -> Result<Self, BenchError> {
+        let mut members = Vec::with_capacity(n);
+        for id in 1..=n as u64 {
+            members.push((
+                id,
+                format!("127.0.0.1:{}", free_port()?),
+                format!("127.0.0.1:{}", free_port()?),
+            ));
+        }
+        let initial: String = members
+            .iter()
+            .map(|(id, rest, grpc)| {
+                format!("[[initial_members]]\nid = {id}\nrest = \"{rest}\"\ngrpc = \"{grpc}\"\n\n")
+            })
+            .collect();
+        let mut cluster = SquadronCluster { nodes: Vec::new() };
+        for (id, rest, grpc) in &members {
+            let base = dir.join(format!("squadron-node{id}"));
+            std::fs::create_dir_all(&base).map_err(|e| BenchError::io("create", &base, e))?;
+            // Durable defaults: the store syncs every log append; nothing here relaxes it.
+            let config = format!(
+                "node_id = {id}\ncluster_name = \"squadron-bench\"\nrest_listen = \"{rest}\"\n\
+                 grpc_listen = \"{grpc}\"\ndata_dir = \"data\"\n\n{initial}"
+            );
+            let path = base.join("node.toml");
+            std::fs::write(&path, config).map_err(|e| BenchError::io("write", &path, e))?;
+            let mut command = Command::new(bin);
+            command
+                .args(["server", "--config"])
+                .arg(&path)
+                .env("RUST_LOG", "warn");
+            let process = NodeProcess::spawn(
+                format!("squadron node {id}"),
+                command,
+                base.join("node.log"),
+            )?;
+            cluster.nodes.push(SquadronNode {
+                id: *id,
+                rest: rest.clone(),
+                process,
+            });
+        }
+        cluster
+            .wait_for_leader(Duration::from_millis(STARTUP_TIMEOUT_MS))
+            .await?;
+        Ok(cluster)
+    }
+
+    /// `http://host:port` of every running node.
+    pub(crate) fn endpoints(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.process.running())
+            .map(|n| format!("http://{}", n.rest))
+            .collect()
+    }
+
+    /// Waits until every running node names the same running leader.
+    pub(crate) async fn wait_for_leader(&mut self, timeout: Duration) -> Result<u64, BenchError> {
+        let start = Instant::now();
+        let mut last = String::from("no answer yet");
+        while start.elapsed() < timeout {
+            let exited = self.nodes.iter_mut().find_map(|n| {
+                n.process
+                    .exited()
+                    .map(|s| format!("{} exited: {s}", n.process.name))
+            });
+            if let Some(message) = exited {
+                return Err(self.startup_error(message));
+            }
+            let mut seen = Vec::new();
+            for node in self.nodes.iter().filter(|n| n.process.running()) {
+                let client = SquadronClient::with_timeouts(
+                    vec![node.rest.clone()],
+                    Duration::from_millis(STATUS_TIMEOUT_MS),
+                    Duration::from_millis(STATUS_TIMEOUT_MS),
+                );
+                match client.cluster_status(Consistency::Stale).await {
+                    Ok(s) => seen.push(s.leader),
+                    Err(e) => {
+                        last = format!("node {}: {e}", node.id);
+                        seen.push(None);
+                    }
+                }
+            }
+            if let Some(Some(leader)) = seen.first().copied() {
+                let alive = self
+                    .nodes
+                    .iter()
+                    .any(|n| n.id == leader && n.process.running());
+                if alive && seen.iter().all(|s| *s == Some(leader)) {
+                    return Ok(leader);
+                }
+                last = format!("leaders seen: {seen:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        }
+        Err(self.startup_error(format!("no agreed leader after {timeout:?}: {last}")))
+    }
+
+    /// SIGKILL of one node.
+    pub(crate) fn kill(&mut self, id: u64) {
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.id == id) {
+            n.process.kill();
+        }
+    }
+
+    pub(crate) fn memory(&self) -> Vec<NodeMemory> {
+        self.nodes
+            .iter()
+            .filter_map(|n| {
+                Some(NodeMemory {
+                    node: n.process.name.clone(),
+                    rss_kib: n.process.rss_kib()?,
+                })
+            })
+            .collect()
+    }
+
+    fn startup_error(&self, message: String) -> BenchError {
+        BenchError::Startup {
+            system: "squadron",
+            message,
+            logs: self
+                .nodes
+                .iter()
+                .map(|n| n.process.log_tail())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Every workload on both systems, briefly: each must complete operations without errors.
+//! (The lease cycle and failover are measured at length in `compare.rs`.)
+
+mod support;
+
+use std::time::Duration;
+
+use squadron_bench::{compare, render_table, CompareOptions, Workload};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_workload_completes_operations_on_both_systems() {
+    let mut opts = CompareOptions::new(support::squadron_bin());
+    opts.etcd_bin = support::etcd_bin();
+    opts.clients = vec![3];
+    opts.duration = Duration::from_millis(1_500);
+    opts.warmup = Duration::from_millis(300);
+    opts.workloads = vec![Workload::Capacity, Workload::Read, Workload::Submit];
+    opts.failover = false;
+
+    let report = compare(&opts).await.expect("comparison");
+    let table = render_table(&report);
+
+    let workloads: Vec<Workload> = report.points.iter().map(|p| p.workload).collect();
+    assert_eq!(
+        workloads,
+        [Workload::Capacity, Workload::Read, Workload::Submit],
+        "{table}"
+    );
+    for p in &report.points {
+        for (name, s) in [("squadron", &p.squadron), ("etcd", &p.etcd)] {
+            let s = s
+                .as_ref()
+                .unwrap_or_else(|| panic!("{name} missing: {table}"));
+            assert!(s.ok > 0, "{name} {}: {s:?}\n{table}", p.workload);
+            assert_eq!(s.errors, 0, "{name} {}: {s:?}\n{table}", p.workload);
+            if p.workload != Workload::Capacity {
+                assert_eq!(s.refused, 0, "{name} {}: {s:?}", p.workload);
+            }
+        }
+        assert!(p.ratio.is_some_and(|r| r.ops_per_s.is_some()), "{table}");
+    }
+    // No failover asked: none measured, but memory is always read.
+    assert!(report.failover.squadron.is_none() && report.failover.etcd.is_none());
+    assert_eq!(report.memory.squadron.len(), 3, "{table}");
+    assert_eq!(report.memory.etcd.len(), 3, "{table}");
+}
