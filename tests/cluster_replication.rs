@@ -245,7 +245,11 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
 
     let cluster = Cluster::start(3);
     let leader = cluster.wait_for_leader(Duration::from_secs(30));
-    let follower = *cluster.nodes.keys().find(|id| **id != leader).expect("a follower");
+    let follower = *cluster
+        .nodes
+        .keys()
+        .find(|id| **id != leader)
+        .expect("a follower");
     let leader_grpc = cluster.nodes[&leader].spec.grpc.clone();
     let follower_grpc = cluster.nodes[&follower].spec.grpc.clone();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -254,7 +258,9 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
             .await
             .expect("connect to the follower");
         let refusal = direct
-            .heartbeat(pb::WorkerHeartbeatRequest { worker: "w-grpc".into() })
+            .heartbeat(pb::WorkerHeartbeatRequest {
+                worker: "w-grpc".into(),
+            })
             .await
             .expect_err("a follower refuses");
         assert_eq!(refusal.code(), tonic::Code::Unavailable, "{refusal:?}");
@@ -280,7 +286,9 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
             .await
             .expect("register on the leader");
         client
-            .heartbeat(pb::WorkerHeartbeatRequest { worker: "w-grpc".into() })
+            .heartbeat(pb::WorkerHeartbeatRequest {
+                worker: "w-grpc".into(),
+            })
             .await
             .expect("heartbeat on the leader");
 

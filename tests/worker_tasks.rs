@@ -442,15 +442,30 @@ fn cli_submit_wait_json(env: &Env) {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("task.yaml");
     let script = "echo from-the-cli\necho data > out.txt";
-    std::fs::write(&file, manifest(&env.repo, env.runtime, script, "  timeout: 60s\n")).expect("write");
+    std::fs::write(
+        &file,
+        manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"),
+    )
+    .expect("write");
     let endpoints = env.urls.join(",");
     let out = std::process::Command::new(BIN)
-        .args(["--endpoint", &endpoints, "--output", "json", "task", "submit"])
+        .args([
+            "--endpoint",
+            &endpoints,
+            "--output",
+            "json",
+            "task",
+            "submit",
+        ])
         .arg(&file)
         .args(["--wait", "--timeout", "120"])
         .output()
         .expect("run the CLI");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let t: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
     assert_eq!(t["state"], "COMPLETED", "{t:#}");
     assert_eq!(t["exit_code"], 0);
@@ -463,13 +478,26 @@ fn cli_submit_wait_json(env: &Env) {
     assert_eq!(String::from_utf8_lossy(&logs.stdout), "from-the-cli\n");
     let dest = dir.path().join("patch");
     let dl = std::process::Command::new(BIN)
-        .args(["--endpoint", &endpoints, "task", "artifacts", &id.to_string()])
+        .args([
+            "--endpoint",
+            &endpoints,
+            "task",
+            "artifacts",
+            &id.to_string(),
+        ])
         .args(["--download", &format!("{id}-untracked.txt"), "--to"])
         .arg(&dest)
         .output()
         .expect("task artifacts");
-    assert!(dl.status.success(), "{}", String::from_utf8_lossy(&dl.stderr));
-    assert_eq!(std::fs::read_to_string(&dest).expect("download"), "out.txt\n");
+    assert!(
+        dl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dl.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&dest).expect("download"),
+        "out.txt\n"
+    );
 }
 
 #[test]

@@ -42,7 +42,7 @@ impl GrpcLeader {
             return Ok((addr.clone(), ch.clone()));
         }
         let addr = self.discover().await?;
-        let ch = connect(&addr)?;
+        let ch = connect(&addr).map_err(ClientError::Invalid)?;
         *current = Some((addr.clone(), ch.clone()));
         Ok((addr, ch))
     }
@@ -108,14 +108,15 @@ pub fn redirect_of(status: &tonic::Status) -> Option<String> {
     (!v.is_empty() && v.len() <= LEADER_ADDRESS_BYTES_MAX).then(|| v.to_string())
 }
 
-fn connect(addr: &str) -> Result<Channel, ClientError> {
+/// The error is a message: `ClientError` is too large for a synchronous `Result`.
+fn connect(addr: &str) -> Result<Channel, String> {
     let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
         addr.to_string()
     } else {
         format!("http://{addr}")
     };
     let ep = Endpoint::from_shared(uri)
-        .map_err(|e| ClientError::Invalid(format!("bad gRPC address {addr:?}: {e}")))?
+        .map_err(|e| format!("bad gRPC address {addr:?}: {e}"))?
         .connect_timeout(Duration::from_millis(GRPC_CONNECT_TIMEOUT_MS))
         .tcp_nodelay(true);
     Ok(ep.connect_lazy())

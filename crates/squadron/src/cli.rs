@@ -120,7 +120,51 @@ pub enum Command {
     #[command(subcommand)]
     Task(TaskCmd),
     /// Closed-loop lease benchmark: acquire → renew → release cycles.
-    Bench(BenchArgs),
+    Bench(BenchTop),
+}
+
+/// `squadron bench [flags]` runs the lease benchmark against --endpoint; `squadron bench
+/// compare …` starts its own Squadron and etcd clusters and compares them.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchTop {
+    #[command(subcommand)]
+    pub cmd: Option<BenchCmd>,
+    #[command(flatten)]
+    pub args: BenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// Squadron against etcd, side by side on loopback, same load generator, ratios.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// Nodes per cluster.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Client counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    pub clients: Vec<usize>,
+    /// Seconds per measured point.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub duration: u64,
+    /// Workloads, comma-separated: lease-cycle, capacity, read, submit (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Skip the kill -9 failover measurement.
+    #[arg(long)]
+    pub no_failover: bool,
+    /// The etcd binary.
+    #[arg(long, value_name = "PATH", default_value = "/usr/bin/etcd")]
+    pub etcd: std::path::PathBuf,
+    /// The squadron binary that runs the nodes (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub squadron: Option<std::path::PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
 }
 
 #[derive(Debug, Subcommand)]

@@ -153,11 +153,43 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             None => node::worker(args.run).await,
         },
         Command::Task(cmd) => task(&ctx, cmd).await,
-        Command::Bench(args) => {
-            let report = bench::run(&ctx.client, &args).await?;
-            emit(ctx.out, &report, bench::render)
-        }
+        Command::Bench(top) => match top.cmd {
+            None => {
+                let report = bench::run(&ctx.client, &top.args).await?;
+                emit(ctx.out, &report, bench::render)
+            }
+            Some(cli::BenchCmd::Compare(args)) => compare(ctx.out, args).await,
+        },
     }
+}
+
+/// `squadron bench compare`: both clusters are stopped when the comparison ends or on Ctrl-C.
+async fn compare(out: OutputFormat, args: cli::CompareArgs) -> anyhow::Result<()> {
+    let bin = match args.squadron {
+        Some(p) => p,
+        None => std::env::current_exe().context("locating this squadron binary")?,
+    };
+    let mut opts = squadron_bench::CompareOptions::new(bin);
+    opts.nodes = args.nodes;
+    opts.clients = args.clients;
+    opts.duration = Duration::from_secs(args.duration);
+    if !args.workloads.is_empty() {
+        opts.workloads = args
+            .workloads
+            .iter()
+            .map(|w| w.parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("--workloads: {e}"))?;
+    }
+    opts.failover = !args.no_failover;
+    opts.etcd_bin = args.etcd;
+    opts.seed = args.seed;
+    opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = tokio::select! {
+        r = squadron_bench::compare(&opts) => r?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; both clusters were stopped"),
+    };
+    emit(out, &report, squadron_bench::render_table)
 }
 
 async fn cluster(ctx: &Ctx, cmd: ClusterCmd) -> anyhow::Result<()> {
