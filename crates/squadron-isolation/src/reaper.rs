@@ -20,6 +20,8 @@ pub const REAP_WAIT_MS_DEFAULT: u64 = 10_000;
 pub const REAP_WAIT_MS_MAX: u64 = 120_000;
 /// Interval between reads of `cgroup.events` while waiting.
 pub const REAP_POLL_MS: u64 = 20;
+/// How long, after `populated 0`, the seen processes may take to finish exiting.
+pub const REAP_EXIT_WAIT_MS_MAX: u64 = 2_000;
 /// Tries of rmdir (every `REAP_POLL_MS`) on a leaf the kernel still reports busy right after
 /// `populated 0` (a v1 memory leaf can stay busy for a moment while its charges drain).
 pub const REAP_REMOVE_TRIES_MAX: u32 = 250;
@@ -118,7 +120,16 @@ impl Reaper {
         }
         steps.push(format!("cgroup.events populated 0 after {waited_ms} ms"));
 
-        let alive: Vec<ProcessEntry> = seen.iter().copied().filter(|p| p.is_alive()).collect();
+        // A killed task leaves its cgroup early in its exit path, so `populated 0` can come a
+        // moment before the last process is gone from /proc; the corroboration waits for it.
+        let mut alive: Vec<ProcessEntry> =
+            seen.iter().copied().filter(|p| p.is_alive()).collect();
+        let mut exit_waited_ms = 0;
+        while !alive.is_empty() && exit_waited_ms < REAP_EXIT_WAIT_MS_MAX {
+            std::thread::sleep(std::time::Duration::from_millis(REAP_POLL_MS));
+            exit_waited_ms += REAP_POLL_MS;
+            alive.retain(|p| p.is_alive());
+        }
         steps.push(format!(
             "{} of {} seen process(es) still alive{}",
             alive.len(),
