@@ -122,8 +122,7 @@ impl Reaper {
 
         // A killed task leaves its cgroup early in its exit path, so `populated 0` can come a
         // moment before the last process is gone from /proc; the corroboration waits for it.
-        let mut alive: Vec<ProcessEntry> =
-            seen.iter().copied().filter(|p| p.is_alive()).collect();
+        let mut alive: Vec<ProcessEntry> = seen.iter().copied().filter(|p| p.is_alive()).collect();
         let mut exit_waited_ms = 0;
         while !alive.is_empty() && exit_waited_ms < REAP_EXIT_WAIT_MS_MAX {
             std::thread::sleep(std::time::Duration::from_millis(REAP_POLL_MS));
