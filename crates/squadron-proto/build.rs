@@ -13,8 +13,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "squadron/v1/agent.proto",
     ];
     let paths: Vec<PathBuf> = files.iter().map(|f| root.join(f)).collect();
-    for p in &paths {
-        println!("cargo:rerun-if-changed={}", p.display());
+    // Relative to the package (cargo's rule for relative paths), so a clone at another path
+    // does not look changed and rebuild everything that depends on the generated code.
+    for f in &files {
+        println!("cargo:rerun-if-changed=../../proto/{f}");
     }
     let fds = protox::compile(&paths, [&root])?;
     tonic_build::configure()
