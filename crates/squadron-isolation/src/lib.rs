@@ -8,15 +8,18 @@
 //! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
 //! leaf, runs the boundary and records the exit code), `termination` (SIGTERM, grace,
 //! SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
-//! `process_entry` (a pid with its start time, read from /proc), `shell_quote`.
+//! `process_entry` (a pid with its start time, read from /proc), `shell_quote`, and
+//! `git_broker` (the generation-fenced Git broker: provider processes commit through it).
 //!
-//! Everything is synchronous std code: callers on an async runtime wrap the waiting calls
-//! (`Reaper::reap`, `Termination::run`, `SandboxProcess::spawn`) in a blocking task.
+//! The containment code is synchronous std code: callers on an async runtime wrap the
+//! waiting calls (`Reaper::reap`, `Termination::run`, `SandboxProcess::spawn`) in a blocking
+//! task. The Git broker is async (tokio) and does its blocking Git work on blocking tasks.
 
 pub mod bubblewrap;
 pub mod cgroup_leaf;
 pub mod cgroup_root;
 pub mod error;
+pub mod git_broker;
 pub mod process_entry;
 pub mod reaper;
 pub mod sandbox_process;
@@ -30,6 +33,10 @@ pub use bubblewrap::BubblewrapCommand;
 pub use cgroup_leaf::{AppliedLimits, CgroupLeaf, CgroupLimits};
 pub use cgroup_root::{CgroupRoot, CgroupRootConfig};
 pub use error::IsolationError;
+pub use git_broker::{
+    BrokerError, BrokerServer, BrokerStats, CommitOutcome, CommitRequest, FenceCheck, FenceFuture,
+    FenceVerdict, GitBroker, GitBrokerClient, HeadOutcome, HeadRequest, Refusal, RefusalCode,
+};
 pub use process_entry::ProcessEntry;
 pub use reaper::{ReapEvidence, Reaper};
 pub use sandbox_process::{SandboxLaunch, SandboxProcess};

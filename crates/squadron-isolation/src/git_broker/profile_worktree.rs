@@ -1,0 +1,321 @@
+//! One registered profile worktree and the Git work the broker does in it: read HEAD, and
+//! commit exactly a listed path set with git2.
+//!
+//! The broker writes objects, the worktree's index and its HEAD ref — never the files of
+//! the worktree (no checkout, no reset, no clean): resetting a worktree is a decision for
+//! the caller, and only after the profile's lease is proved quiescent.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use git2::{Commit, ErrorCode, Index, Oid, Repository, RepositoryOpenFlags, Signature};
+
+use super::broker_answer::{Refusal, RefusalCode};
+use super::broker_error::BrokerError;
+use super::broker_request::CommitRequest;
+use super::commit_paths::{read_change, PathChange, STAGED_BYTES_PER_COMMIT_MAX};
+
+/// The trailer that lets a retry be recognised from the commit itself.
+const DIGEST_TRAILER: &str = "Squadron-Request-Digest";
+
+/// A profile's worktree, canonical, with the common Git dir it shares with its siblings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProfileWorktree {
+    pub worktree: PathBuf,
+    pub common_dir: PathBuf,
+}
+
+/// HEAD of a worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeadState {
+    /// `None` on an unborn branch.
+    pub oid: Option<Oid>,
+    /// The branch HEAD points at; `None` when detached.
+    pub branch: Option<String>,
+}
+
+/// What a commit attempt did.
+#[derive(Debug)]
+pub(crate) enum CommitStep {
+    /// A new commit, now HEAD.
+    Committed(Oid),
+    /// HEAD already is this request's commit (its digest trailer matches and its parent is
+    /// `expected_head`): the ledger line was lost; nothing was written.
+    Recovered(Oid),
+    Refused(Refusal),
+}
+
+impl ProfileWorktree {
+    /// Opens `path`, which must be the top of a non-bare worktree (a linked `git worktree`
+    /// or a repository's own work dir).
+    pub(crate) fn open(path: &Path) -> Result<ProfileWorktree, BrokerError> {
+        let worktree =
+            fs::canonicalize(path).map_err(|e| BrokerError::io("resolve the worktree", path, e))?;
+        let repo = open_repo(&worktree)?;
+        let Some(workdir) = repo.workdir() else {
+            return Err(BrokerError::invalid(
+                "worktree",
+                format!("{} is a bare repository", worktree.display()),
+            ));
+        };
+        let workdir = fs::canonicalize(workdir)
+            .map_err(|e| BrokerError::io("resolve the work dir", workdir, e))?;
+        if workdir != worktree {
+            return Err(BrokerError::invalid(
+                "worktree",
+                format!(
+                    "{} is inside the worktree {}, not its top",
+                    worktree.display(),
+                    workdir.display()
+                ),
+            ));
+        }
+        let common_dir = fs::canonicalize(repo.commondir())
+            .map_err(|e| BrokerError::io("resolve the common git dir", repo.commondir(), e))?;
+        Ok(ProfileWorktree {
+            worktree,
+            common_dir,
+        })
+    }
+
+    /// The worktree's HEAD now.
+    pub(crate) fn head(&self) -> Result<HeadState, BrokerError> {
+        let repo = open_repo(&self.worktree)?;
+        head_state(&repo).map_err(|e| BrokerError::git("read HEAD", &self.worktree, &e))
+    }
+
+    /// Commits exactly `request.paths` on HEAD if HEAD is `request.expected_head`. The
+    /// caller holds the common dir's lock and has checked the fence.
+    pub(crate) fn commit(&self, request: &CommitRequest, digest: &str) -> CommitStep {
+        match self.try_commit(request, digest) {
+            Ok(step) => step,
+            Err(e) => CommitStep::Refused(Refusal::new(RefusalCode::Internal, e.to_string())),
+        }
+    }
+
+    fn try_commit(&self, request: &CommitRequest, digest: &str) -> Result<CommitStep, BrokerError> {
+        let git = |what: &'static str| {
+            let worktree = self.worktree.clone();
+            move |e: git2::Error| BrokerError::git(what, worktree, &e)
+        };
+        let repo = open_repo(&self.worktree)?;
+        let head = head_state(&repo).map_err(git("read HEAD"))?;
+        let expected = match &request.expected_head {
+            Some(text) => Some(
+                Oid::from_str(text)
+                    .map_err(|_| BrokerError::invalid("expected_head", "not a hex commit id"))?,
+            ),
+            None => None,
+        };
+        if head.oid != expected {
+            if let Some(oid) = head.oid {
+                if carries_request(&repo, oid, expected, digest) {
+                    return Ok(CommitStep::Recovered(oid));
+                }
+            }
+            let mut refusal = Refusal::new(
+                RefusalCode::HeadMoved,
+                format!(
+                    "HEAD is {}, not the expected {}",
+                    describe(head.oid),
+                    describe(expected)
+                ),
+            )
+            .with_field("expected_head");
+            refusal.current_head = head.oid.map(|oid| oid.to_string());
+            return Ok(CommitStep::Refused(refusal));
+        }
+
+        let mut changes = Vec::with_capacity(request.paths.len());
+        let mut staged_bytes = 0u64;
+        for (index, path) in request.paths.iter().enumerate() {
+            let change = match read_change(&self.worktree, path) {
+                Ok(change) => change,
+                Err(message) => return Ok(CommitStep::Refused(invalid_path(index, message))),
+            };
+            if let PathChange::Upsert { content, .. } = &change {
+                staged_bytes += content.len() as u64;
+                if staged_bytes > STAGED_BYTES_PER_COMMIT_MAX {
+                    return Ok(CommitStep::Refused(invalid_path(
+                        index,
+                        format!(
+                            "the listed files exceed {STAGED_BYTES_PER_COMMIT_MAX} bytes together"
+                        ),
+                    )));
+                }
+            }
+            changes.push((index, path.as_str(), change));
+        }
+
+        let parent = match head.oid {
+            Some(oid) => Some(repo.find_commit(oid).map_err(git("find the HEAD commit"))?),
+            None => None,
+        };
+        // The commit's tree is HEAD's tree plus exactly the listed paths, built in an index
+        // of its own: whatever else the worktree's index holds is not committed.
+        let mut tree_index = Index::new().map_err(git("create an index"))?;
+        if let Some(parent) = &parent {
+            let tree = parent.tree().map_err(git("read the HEAD tree"))?;
+            tree_index
+                .read_tree(&tree)
+                .map_err(git("read the HEAD tree"))?;
+        }
+        // Every listed deletion must name something HEAD has, checked before any object is
+        // written: a refused request writes nothing.
+        for (index, path, change) in &changes {
+            if matches!(change, PathChange::Delete)
+                && tree_index.get_path(Path::new(*path), 0).is_none()
+            {
+                return Ok(CommitStep::Refused(invalid_path(
+                    *index,
+                    format!("{path:?} is neither in the worktree nor in HEAD"),
+                )));
+            }
+        }
+        for (index, path, change) in &mut changes {
+            match change {
+                PathChange::Upsert { entry, content } => {
+                    entry.id = repo.blob(content).map_err(git("write a blob"))?;
+                    if let Err(e) = tree_index.add(entry) {
+                        return Ok(CommitStep::Refused(invalid_path(*index, e.message())));
+                    }
+                }
+                PathChange::Delete => tree_index
+                    .remove_path(Path::new(*path))
+                    .map_err(git("remove a path"))?,
+            }
+        }
+        let tree_id = tree_index
+            .write_tree_to(&repo)
+            .map_err(git("write the tree"))?;
+        let unchanged = match &parent {
+            Some(parent) => parent.tree_id() == tree_id,
+            None => tree_index.is_empty(),
+        };
+        if unchanged {
+            return Ok(CommitStep::Refused(
+                Refusal::new(
+                    RefusalCode::NothingToCommit,
+                    "the listed paths are unchanged from HEAD",
+                )
+                .with_field("paths"),
+            ));
+        }
+        let tree = repo.find_tree(tree_id).map_err(git("find the tree"))?;
+        let name = format!("profile-{}", request.profile);
+        let email = format!("profile-{}@squadron.invalid", request.profile);
+        let signature = Signature::now(&name, &email).map_err(git("make a signature"))?;
+        let parents: Vec<&Commit<'_>> = parent.iter().collect();
+        // `Some("HEAD")` moves the branch HEAD points at (creating it when unborn); libgit2
+        // itself refuses if that ref's tip is no longer the first parent.
+        let oid = repo
+            .commit(
+                Some("HEAD"),
+                &signature,
+                &signature,
+                &message_with_trailers(request, digest),
+                &tree,
+                &parents,
+            )
+            .map_err(git("commit"))?;
+        self.update_worktree_index(&repo, &changes);
+        Ok(CommitStep::Committed(oid))
+    }
+
+    /// Mirrors the committed paths into the worktree's own index, as `git commit --only`
+    /// does, so `git status` agrees with the new HEAD. The commit already stands; a failure
+    /// here only leaves the index stale, and is logged.
+    fn update_worktree_index(&self, repo: &Repository, changes: &[(usize, &str, PathChange)]) {
+        let result = (|| -> Result<(), git2::Error> {
+            let mut index = repo.index()?;
+            for (_, path, change) in changes {
+                match change {
+                    PathChange::Upsert { entry, .. } => index.add(entry)?,
+                    PathChange::Delete => {
+                        if index.get_path(Path::new(*path), 0).is_some() {
+                            index.remove_path(Path::new(*path))?;
+                        }
+                    }
+                }
+            }
+            index.write()
+        })();
+        if let Err(e) = result {
+            tracing::warn!(
+                worktree = %self.worktree.display(),
+                error = %e.message(),
+                "committed, but the worktree index was not updated"
+            );
+        }
+    }
+}
+
+fn open_repo(worktree: &Path) -> Result<Repository, BrokerError> {
+    Repository::open_ext(worktree, RepositoryOpenFlags::NO_SEARCH, &[] as &[&OsStr])
+        .map_err(|e| BrokerError::git("open the repository", worktree, &e))
+}
+
+fn head_state(repo: &Repository) -> Result<HeadState, git2::Error> {
+    match repo.head() {
+        Ok(head) => {
+            let oid = head.peel_to_commit()?.id();
+            let branch = if head.is_branch() {
+                head.name().map(str::to_string)
+            } else {
+                None
+            };
+            Ok(HeadState {
+                oid: Some(oid),
+                branch,
+            })
+        }
+        Err(e) if e.code() == ErrorCode::UnbornBranch => {
+            let head = repo.find_reference("HEAD")?;
+            Ok(HeadState {
+                oid: None,
+                branch: head.symbolic_target().map(str::to_string),
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether `oid` is the commit this very request made: parent `expected` and the same
+/// request digest in its trailer.
+fn carries_request(repo: &Repository, oid: Oid, expected: Option<Oid>, digest: &str) -> bool {
+    let Ok(commit) = repo.find_commit(oid) else {
+        return false;
+    };
+    let parents: Vec<Oid> = commit.parent_ids().collect();
+    let parent_matches = match expected {
+        Some(expected) => parents == [expected],
+        None => parents.is_empty(),
+    };
+    let trailer = format!("{DIGEST_TRAILER}: {digest}");
+    parent_matches
+        && commit
+            .message()
+            .is_some_and(|message| message.lines().any(|line| line == trailer))
+}
+
+fn message_with_trailers(request: &CommitRequest, digest: &str) -> String {
+    format!(
+        "{}\n\nSquadron-Profile: {}\nSquadron-Lease: {}\nSquadron-Generation: {}\n{DIGEST_TRAILER}: {digest}\n",
+        request.message.trim_end(),
+        request.profile,
+        request.lease,
+        request.generation,
+    )
+}
+
+fn invalid_path(index: usize, message: impl Into<String>) -> Refusal {
+    Refusal::new(RefusalCode::InvalidArgument, message).with_field(format!("paths[{index}]"))
+}
+
+fn describe(oid: Option<Oid>) -> String {
+    match oid {
+        Some(oid) => oid.to_string(),
+        None => "unborn".to_string(),
+    }
+}
