@@ -13,6 +13,7 @@ pub mod artifact_pattern;
 pub mod checkpoint;
 pub mod collector;
 pub mod config;
+pub mod control_fence;
 pub mod control_link;
 pub mod docker_runtime;
 pub mod env_allowlist;
