@@ -45,7 +45,7 @@ use squadron_isolation::{
 
 use crate::agent_runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
-use crate::project_sandbox::{ProfilePaths, ProjectSandbox};
+use crate::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::staging::remove_path;
 use crate::support::write_atomic;
@@ -120,7 +120,7 @@ impl AgentAttempt {
             ));
         }
         let paths = sandbox.profile_paths(key);
-        if !paths.worktree.join(".git").is_file() || !paths.state.is_dir() {
+        if !sandbox.has_worktree(key) || !paths.state.is_dir() {
             return Err(invalid(
                 "profile_key",
                 format!(
@@ -305,11 +305,13 @@ impl AgentAttempt {
     }
 
     /// Freeze → kill → `populated 0` → rmdir. The evidence is the proof a crash takeover
-    /// and `ProjectSandbox::reset_worktree` need; `populated: true` proves nothing.
+    /// and `ProjectSandbox::reset_worktree` need; `populated: true` proves nothing. Proving
+    /// evidence is also kept in `run/{key}/g{n}.reaped` (`ProjectSandbox::reap_evidence`).
     pub fn reap(&self) -> Result<ReapEvidence, WorkerError> {
         let reaper = Reaper::new(self.runtime.config().reap_wait);
         let evidence = reaper.reap(&self.leaf).map_err(isolation)?;
         if !evidence.populated {
+            record_reap(&self.paths, self.generation, &evidence)?;
             self.runtime.prune(&self.cgroups);
         }
         Ok(evidence)

@@ -7,9 +7,11 @@
 //! ├── worktrees/{profile_key}/  a linked worktree per profile, on branch squadron/{profile_key}
 //! ├── state/{profile_key}/      profile state: capsule drafts, mailbox files, scratch, logs/
 //! └── run/{profile_key}/
+//!     ├── worktree.ready        the worktree's first checkout completed
 //!     ├── g{n}/                 launch files of generation n (launch.sh, prompt, …)
 //!     ├── g{n}.started          written once, before generation n is spawned: its cgroup leaf
-//!     └── g{n}.exit-code        written by the shim when generation n's boundary exits
+//!     ├── g{n}.exit-code        written by the shim when generation n's boundary exits
+//!     └── g{n}.reaped           the reap evidence (`populated 0`) of generation n
 //! ```
 //!
 //! A profile's process sees only its own worktree and state writable; `repo/.git` is shown
@@ -50,6 +52,8 @@ pub const RUN_DIR: &str = "run";
 /// Inside `state/{profile_key}/`: the provider's stdout and stderr, one pair per generation.
 pub const LOGS_DIR: &str = "logs";
 pub const SANDBOX_RECORD_NAME: &str = "sandbox.json";
+/// In `run/{profile_key}/`: written once the worktree's first checkout is complete.
+pub const WORKTREE_READY_NAME: &str = "worktree.ready";
 /// Profile branches are `squadron/{profile_key}`.
 pub const PROFILE_BRANCH_PREFIX: &str = "squadron/";
 /// Most profiles (worktrees) one sandbox holds; the control plane's `max_profiles` is lower.
@@ -116,6 +120,11 @@ impl ProfilePaths {
 
     pub fn exit_code_file(&self, generation: Generation) -> PathBuf {
         self.run.join(format!("g{generation}.exit-code"))
+    }
+
+    /// The evidence of the reap that proved generation n quiescent.
+    pub fn reaped_record(&self, generation: Generation) -> PathBuf {
+        self.run.join(format!("g{generation}.reaped"))
     }
 
     pub fn stdout_log(&self, generation: Generation) -> PathBuf {
@@ -293,8 +302,15 @@ impl ProjectSandbox {
         for dir in [&paths.state, &paths.logs, &paths.run] {
             fs::create_dir_all(dir).map_err(|e| WorkerError::io("creating", dir, e))?;
         }
-        if is_worktree(&paths.worktree) {
-            return Ok(paths);
+        let ready = paths.run.join(WORKTREE_READY_NAME);
+        if self.has_worktree(key) {
+            if ready.exists() || !self.started_generations(key)?.is_empty() {
+                return Ok(paths);
+            }
+            // Made by a creation that never finished (a crash mid-checkout), and no process
+            // ever ran in it: nothing of anyone's is lost by making it again.
+            tracing::warn!(profile = %key, worktree = %paths.worktree.display(), "remaking an unfinished worktree");
+            remove_path(&paths.worktree)?;
         }
         match fs::read_dir(&paths.worktree).map(|mut entries| entries.next().is_none()) {
             // A crash between mkdir and the `.git` file leaves an empty directory.
@@ -343,7 +359,16 @@ impl ProjectSandbox {
         options.reference(Some(&reference));
         repo.worktree(key.as_str(), &paths.worktree, Some(&options))
             .map_err(|e| git_error("adding the profile worktree", &e))?;
+        write_atomic(&ready, b"")?;
         Ok(paths)
+    }
+
+    /// Whether the profile has a worktree: its directory and its administrative directory in
+    /// `repo/.git/worktrees/` both exist. The `.git` link inside the worktree is not asked:
+    /// the provider can delete it, but not the administrative directory.
+    pub fn has_worktree(&self, key: &ProfileKey) -> bool {
+        let admin = self.git_dir().join("worktrees").join(key.as_str());
+        self.profile_paths(key).worktree.is_dir() && admin.is_dir()
     }
 
     /// The profiles that have a worktree, sorted.
@@ -352,7 +377,7 @@ impl ProjectSandbox {
         let mut keys = Vec::new();
         for name in list_names(&dir)? {
             if let Ok(key) = ProfileKey::new(name) {
-                if is_worktree(&dir.join(key.as_str())) {
+                if self.has_worktree(&key) {
                     keys.push(key);
                 }
             }
@@ -404,6 +429,15 @@ impl ProjectSandbox {
         }
     }
 
+    /// The reap evidence recorded for a generation (`run/{key}/g{n}.reaped`), if any.
+    pub fn reap_evidence(
+        &self,
+        key: &ProfileKey,
+        generation: Generation,
+    ) -> Result<Option<ReapEvidence>, WorkerError> {
+        read_json(&self.profile_paths(key).reaped_record(generation))
+    }
+
     /// Records, exclusively and before anything is spawned, that `generation` of the profile
     /// starts in leaf `cgroup`. Refused when this or a newer generation started already, or
     /// when `precheck` (the caller's proof that no other generation runs) fails.
@@ -416,8 +450,9 @@ impl ProjectSandbox {
     ) -> Result<StartedGeneration, WorkerError> {
         let _guard = self.guard();
         let key = &paths.key;
-        if let Some(last) = self.started_generations(key)?.last() {
-            if *last == generation {
+        let last = self.started_generations(key)?.last().copied();
+        if let Some(last) = last {
+            if last == generation {
                 return Err(invalid(
                     "generation",
                     format!(
@@ -425,7 +460,7 @@ impl ProjectSandbox {
                     ),
                 ));
             }
-            if *last > generation {
+            if last > generation {
                 return Err(invalid(
                     "generation",
                     format!(
@@ -436,6 +471,23 @@ impl ProjectSandbox {
             }
         }
         precheck()?;
+        if let Some(last) = last {
+            // The previous generation may still be between its start record and its leaf:
+            // only its exit code or its reap record says it is over.
+            let exited = paths.exit_code_file(last).exists();
+            let reaped = self
+                .reap_evidence(key, last)?
+                .is_some_and(|evidence| !evidence.populated);
+            if !exited && !reaped {
+                return Err(invalid(
+                    "generation",
+                    format!(
+                        "generation {last} of profile {key} has neither exited nor been \
+                         reaped; reap it before starting generation {generation}"
+                    ),
+                ));
+            }
+        }
         let record = StartedGeneration {
             generation,
             cgroup: cgroup.display().to_string(),
@@ -475,7 +527,7 @@ impl ProjectSandbox {
         let _guard = self.guard();
         let paths = self.profile_paths(key);
         let admin = self.git_dir().join("worktrees").join(key.as_str());
-        if !paths.worktree.is_dir() || !admin.is_dir() {
+        if !self.has_worktree(key) {
             return Err(invalid(
                 "profile_key",
                 format!("{key} has no worktree in {}", self.root.display()),
@@ -510,6 +562,22 @@ impl ProjectSandbox {
     fn guard(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Keeps the evidence of a reap that proved a generation quiescent, so a restarted worker
+/// can still show it (a crash takeover needs it, INV-9); evidence that proves nothing is not
+/// kept.
+pub(crate) fn record_reap(
+    paths: &ProfilePaths,
+    generation: Generation,
+    evidence: &ReapEvidence,
+) -> Result<(), WorkerError> {
+    if evidence.populated {
+        return Ok(());
+    }
+    let json = serde_json::to_vec_pretty(evidence)
+        .map_err(|e| project_error(format!("cannot encode reap evidence: {e}")))?;
+    write_atomic(&paths.reaped_record(generation), &json)
 }
 
 /// A data directory must be absolute and outside the system directories every boundary
@@ -599,11 +667,6 @@ pub(crate) fn leaf_populated(cgroup: &Path) -> Result<bool, WorkerError> {
         .find_map(|line| line.strip_prefix("populated "))
         .map(|v| v.trim() == "1")
         .ok_or_else(|| project_error(format!("{} has no populated line", events.display())))
-}
-
-/// A linked worktree: a directory whose `.git` is a file.
-fn is_worktree(dir: &Path) -> bool {
-    fs::symlink_metadata(dir.join(".git")).is_ok_and(|m| m.is_file())
 }
 
 /// The UTF-8 names in a directory (others are skipped); empty when it does not exist.

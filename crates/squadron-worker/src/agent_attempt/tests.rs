@@ -542,6 +542,13 @@ fn a_new_runtime_adopts_a_running_attempt_and_reset_needs_its_generations_proof(
     assert_eq!(wait_exit(&adopted), 5);
     let proof1 = adopted.reap().unwrap();
     assert!(!proof1.populated, "{proof1:?}");
+    assert_eq!(
+        fx.sandbox
+            .reap_evidence(&key("alpha"), Generation::new(1))
+            .unwrap(),
+        Some(proof1.clone()),
+        "the proof is kept on disk"
+    );
 
     // Generation 2 runs and ends; generation 1's proof no longer suffices.
     let second = fx.start("alpha", 2, "echo again >> /workspace/README.md\n");

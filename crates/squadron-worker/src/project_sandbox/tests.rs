@@ -122,6 +122,14 @@ fn one_clone_and_a_worktree_per_profile_sharing_its_git_dir_idempotently() {
         4,
         "bare + 3: {listing}"
     );
+
+    // A creation cut short (no ready mark, files missing) and never run in is made again.
+    fs::remove_file(beta.run.join(WORKTREE_READY_NAME)).unwrap();
+    fs::remove_dir_all(beta.worktree.join("src")).unwrap();
+    sandbox.ensure_profile(&keys[1]).unwrap();
+    assert!(beta.worktree.join("src/lib.rs").is_file());
+    assert!(beta.run.join(WORKTREE_READY_NAME).exists());
+    assert_eq!(git(&beta.worktree, &["status", "--porcelain"]), "");
 }
 
 #[test]
@@ -218,11 +226,19 @@ fn reset_demands_proof_for_the_last_started_generation_only() {
 
     // Generations 1 and 2 start (leaves that never existed: absent, so not populated).
     let leaf = |g: u64| data.path().join(format!("cgroup/profile-alpha-g{g}"));
-    for g in [1, 2] {
-        sandbox
-            .record_start(&paths, Generation::new(g), &leaf(g), || Ok(()))
-            .unwrap();
-    }
+    sandbox
+        .record_start(&paths, Generation::new(1), &leaf(1), || Ok(()))
+        .unwrap();
+    // Generation 1 may still be starting: until it exits or is reaped, 2 waits.
+    let err = sandbox
+        .record_start(&paths, Generation::new(2), &leaf(2), || Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("neither exited nor been reaped"), "{err}");
+    fs::write(paths.exit_code_file(Generation::new(1)), "0\n").unwrap();
+    sandbox
+        .record_start(&paths, Generation::new(2), &leaf(2), || Ok(()))
+        .unwrap();
     assert_eq!(
         sandbox.started_generations(&alpha).unwrap(),
         vec![Generation::new(1), Generation::new(2)]
