@@ -136,7 +136,9 @@ impl ProfilePaths {
     }
 }
 
-/// The sandbox of one project on this worker.
+/// The sandbox of one project on this worker. Keep one object per project in a worker
+/// process (share it): its lock is what serialises worktree creation, resets and start
+/// records; there is no lock across processes (one worker owns a data directory).
 #[derive(Debug)]
 pub struct ProjectSandbox {
     record: SandboxRecord,
