@@ -21,6 +21,9 @@ pub enum WorkerError {
     Staging(String),
     #[error("artifact collection: {0}")]
     Collect(String),
+    /// A project sandbox's repository, worktrees or records could not be made or read.
+    #[error("project sandbox: {0}")]
+    Project(String),
     #[error("control plane: {0}")]
     Control(String),
     #[error("invalid {field}: {message}")]

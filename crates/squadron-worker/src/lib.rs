@@ -7,8 +7,13 @@
 //! implements), `process_runtime` (cgroup v2 + bubblewrap, via `squadron-isolation`),
 //! `docker_runtime` (bollard), `staging` (clone, TASK.md, progress files), `collector`
 //! (patch, untracked list, pattern artifacts, metadata; patterns in `artifact_pattern`),
-//! `launcher` (provider command lines, `launch.sh`; with `env_allowlist` and `shell_quote`).
+//! `launcher` (provider command lines, `launch.sh`; with `env_allowlist` and `shell_quote`);
+//! for `placement: project`, `project_sandbox` (one clone, a worktree per profile),
+//! `agent_runtime` (where attempts' cgroup leaves live) and `agent_attempt` (one provider
+//! attempt of a profile generation in its own leaf and boundary).
 
+pub mod agent_attempt;
+pub mod agent_runtime;
 pub mod artifact_pattern;
 pub mod checkpoint;
 pub mod collector;
@@ -22,6 +27,7 @@ pub mod launcher;
 pub mod output_counter;
 pub mod output_server;
 pub mod process_runtime;
+pub mod project_sandbox;
 pub mod runtime;
 pub mod runtime_probe;
 pub mod shell_quote;
@@ -33,12 +39,15 @@ pub mod task_driver;
 mod test_support;
 pub mod worker;
 
+pub use agent_attempt::{AgentAttempt, AgentLaunch};
+pub use agent_runtime::AgentRuntime;
 pub use collector::{collect, collect_with_limits, CollectLimits, CollectReport, RunFacts};
 pub use config::WorkerConfig;
 pub use env_allowlist::EnvAllowlist;
 pub use error::WorkerError;
 pub use launcher::{prepare_launch, LaunchPlan};
 pub use process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
+pub use project_sandbox::{ProfilePaths, ProjectSandbox};
 pub use runtime::{Runtime, SandboxHandle};
 pub use runtime_probe::probe_runtimes;
 pub use staging::{stage, StagingOptions, StagingReport};
