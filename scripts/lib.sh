@@ -33,7 +33,7 @@ SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git)
 # Debian packages the tests need beyond the build and run set: the Docker engine and busybox
 # (the agent image) for the Docker runtime, iproute2 and iptables for the chaos suite's
 # network namespaces.
-SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" docker.io busybox-static iproute2 iptables etcd-server)
+SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables etcd-server)
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {
