@@ -352,6 +352,8 @@ struct TakeoverEvidence {
     observed_at_ms: u64,
 }
 
+// A request body, parsed once and dropped: the size difference of its variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 enum Takeover {

@@ -81,11 +81,10 @@ async fn submit(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let spec = if content_type.contains("yaml") {
-        parse_manifest_yaml(text)?
-    } else if content_type.contains("json") {
-        parse_manifest_json(text)?
-    } else if text.trim_start().starts_with('{') {
+    // The Content-Type decides; without one, a body starting with `{` is JSON.
+    let is_json = !content_type.contains("yaml")
+        && (content_type.contains("json") || text.trim_start().starts_with('{'));
+    let spec = if is_json {
         parse_manifest_json(text)?
     } else {
         parse_manifest_yaml(text)?
