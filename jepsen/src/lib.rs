@@ -4,6 +4,11 @@
 
 pub mod anomaly;
 pub mod checker;
+pub mod client_capsule;
+pub mod client_cas;
+pub mod client_lease;
+pub mod cluster;
+pub mod driver;
 pub mod event;
 pub mod history;
 pub mod invariants;
@@ -11,10 +16,18 @@ pub mod model;
 pub mod model_capsule;
 pub mod model_cas;
 pub mod model_lease;
+pub mod nemesis;
+pub mod netns;
+pub mod node;
 pub mod node_final;
 pub mod operation;
+pub mod outcome;
+pub mod recorder;
+pub mod report;
 pub mod results;
+pub mod runner;
 pub mod wgl;
+pub mod workload;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,329 @@
+//! The nemesis: picks a fault, injects it into the real cluster, and heals it.
+//!
+//! Partitions are iptables DROP rules inside the nodes' namespaces; kills are SIGKILL with a
+//! restart on heal; pauses are SIGSTOP/SIGCONT; membership churn removes a voter through the
+//! cluster API and adds it back (learner, then voter) on heal.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde_json::{json, Value};
+use squadron_client::{AddLearner, SquadronClient};
+
+use crate::cluster::{Cluster, ClusterError};
+
+/// What faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NemesisKind {
+    /// No faults: a baseline.
+    None,
+    /// Network partitions: isolate one node, isolate the leader, majority/minority halves,
+    /// majorities ring, bridge.
+    Partition,
+    /// kill -9 of one node, the leader, or a majority; restart on heal.
+    Kill,
+    /// SIGSTOP of one node or the leader; SIGCONT on heal.
+    Pause,
+    /// Remove a voter, re-add it (learner, then voter) on heal.
+    Membership,
+    /// Partitions and kills (the CI smoke mix).
+    PartitionKill,
+    /// Every fault above.
+    Mix,
+}
+
+/// One concrete fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    IsolateOne,
+    IsolateLeader,
+    Halves,
+    MajoritiesRing,
+    Bridge,
+    KillOne,
+    KillLeader,
+    KillMajority,
+    PauseOne,
+    PauseLeader,
+    RemoveVoter,
+}
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::IsolateOne => "partition-one",
+            Fault::IsolateLeader => "partition-leader",
+            Fault::Halves => "partition-halves",
+            Fault::MajoritiesRing => "partition-majorities-ring",
+            Fault::Bridge => "partition-bridge",
+            Fault::KillOne => "kill-one",
+            Fault::KillLeader => "kill-leader",
+            Fault::KillMajority => "kill-majority",
+            Fault::PauseOne => "pause-one",
+            Fault::PauseLeader => "pause-leader",
+            Fault::RemoveVoter => "membership-remove",
+        }
+    }
+
+    fn is_partition(self) -> bool {
+        matches!(
+            self,
+            Fault::IsolateOne | Fault::IsolateLeader | Fault::Halves | Fault::MajoritiesRing | Fault::Bridge
+        )
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NemesisError {
+    #[error("the {0:?} nemesis needs network namespaces: {1}")]
+    NeedsNamespaces(NemesisKind, String),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("{fault}: {message}")]
+    Fault { fault: &'static str, message: String },
+}
+
+/// What the heal must undo.
+#[derive(Debug, Default)]
+struct Damage {
+    partitioned: bool,
+    killed: BTreeSet<u64>,
+    paused: BTreeSet<u64>,
+    removed: BTreeSet<u64>,
+}
+
+/// The fault injector of one run.
+#[derive(Debug)]
+pub struct Nemesis {
+    pub kind: NemesisKind,
+    faults: Vec<Fault>,
+    rng: StdRng,
+    damage: Damage,
+}
+
+impl Nemesis {
+    /// A nemesis for `cluster`; partition faults need its namespaces.
+    pub fn new(kind: NemesisKind, cluster: &Cluster, rng: StdRng) -> Result<Self, NemesisError> {
+        let partitions = vec![
+            Fault::IsolateOne,
+            Fault::IsolateLeader,
+            Fault::Halves,
+            Fault::MajoritiesRing,
+            Fault::Bridge,
+        ];
+        let kills = vec![Fault::KillOne, Fault::KillLeader, Fault::KillMajority];
+        let pauses = vec![Fault::PauseOne, Fault::PauseLeader];
+        let mut faults: Vec<Fault> = match kind {
+            NemesisKind::None => Vec::new(),
+            NemesisKind::Partition => partitions,
+            NemesisKind::Kill => kills,
+            NemesisKind::Pause => pauses,
+            NemesisKind::Membership => vec![Fault::RemoveVoter],
+            NemesisKind::PartitionKill => [partitions, kills].concat(),
+            NemesisKind::Mix => [partitions, kills, pauses, vec![Fault::RemoveVoter]].concat(),
+        };
+        if cluster.net.is_none() {
+            let note = cluster.net_note.clone().unwrap_or_default();
+            if kind == NemesisKind::Partition {
+                return Err(NemesisError::NeedsNamespaces(kind, note));
+            }
+            faults.retain(|f| !f.is_partition());
+        }
+        Ok(Self {
+            kind,
+            faults,
+            rng,
+            damage: Damage::default(),
+        })
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.faults.is_empty()
+    }
+
+    /// Picks and injects one fault; returns its name and details for the history.
+    pub async fn start(&mut self, cluster: &mut Cluster) -> Result<(&'static str, Value), NemesisError> {
+        let Some(&fault) = self.faults.choose(&mut self.rng) else {
+            return Ok(("none", Value::Null));
+        };
+        let mut ids = cluster.ids();
+        ids.shuffle(&mut self.rng);
+        let leader = cluster.leader().await;
+        let leader_or_any = leader.or(ids.first().copied()).unwrap_or(1);
+        let detail = match fault {
+            Fault::IsolateOne | Fault::IsolateLeader => {
+                let x = if fault == Fault::IsolateLeader { leader_or_any } else { ids[0] };
+                let rest: Vec<u64> = ids.iter().copied().filter(|i| *i != x).collect();
+                self.cut(cluster, fault, &halves_grudge(&[x], &rest))?
+            }
+            Fault::Halves => {
+                let (minority, majority) = ids.split_at(ids.len() / 2);
+                self.cut(cluster, fault, &halves_grudge(minority, majority))?
+            }
+            Fault::MajoritiesRing if ids.len() >= 5 => {
+                // Each node hears only its two ring neighbours: every node sees a majority
+                // (itself and two others), and no two see the same one.
+                let n = ids.len();
+                let mut grudge = BTreeMap::new();
+                for (i, node) in ids.iter().enumerate() {
+                    let near = [ids[(i + 1) % n], ids[(i + n - 1) % n]];
+                    let far: BTreeSet<u64> = ids.iter().copied().filter(|x| x != node && !near.contains(x)).collect();
+                    grudge.insert(*node, far);
+                }
+                self.cut(cluster, fault, &grudge)?
+            }
+            Fault::MajoritiesRing | Fault::Bridge => {
+                // Two halves that hear each other only through one bridge node.
+                let bridge = ids[0];
+                let others = &ids[1..];
+                let (a, b) = others.split_at(others.len() / 2);
+                let mut d = self.cut(cluster, fault, &halves_grudge(a, b))?;
+                d["bridge"] = json!(bridge);
+                d
+            }
+            Fault::KillOne | Fault::KillLeader | Fault::KillMajority => {
+                let victims: Vec<u64> = match fault {
+                    Fault::KillOne => vec![ids[0]],
+                    Fault::KillLeader => vec![leader_or_any],
+                    _ => ids[..ids.len() / 2 + 1].to_vec(),
+                };
+                for v in &victims {
+                    cluster.kill(*v)?;
+                    self.damage.killed.insert(*v);
+                }
+                json!({"nodes": victims})
+            }
+            Fault::PauseOne | Fault::PauseLeader => {
+                let v = if fault == Fault::PauseLeader { leader_or_any } else { ids[0] };
+                cluster.pause(v)?;
+                self.damage.paused.insert(v);
+                json!({"nodes": [v]})
+            }
+            Fault::RemoveVoter => {
+                // A follower: removing the leader is legal but makes this fault a leader
+                // change as well, which the kill and partition faults already cover.
+                let v = ids.iter().copied().find(|i| Some(*i) != leader).unwrap_or(ids[0]);
+                let client = self.admin(cluster);
+                client.remove_member(v).await.map_err(|e| NemesisError::Fault {
+                    fault: fault.name(),
+                    message: format!("removing node {v}: {e}"),
+                })?;
+                self.damage.removed.insert(v);
+                json!({"nodes": [v]})
+            }
+        };
+        Ok((fault.name(), detail))
+    }
+
+    fn admin(&self, cluster: &Cluster) -> SquadronClient {
+        SquadronClient::new(cluster.endpoints())
+    }
+
+    fn cut(
+        &mut self,
+        cluster: &Cluster,
+        fault: Fault,
+        grudge: &BTreeMap<u64, BTreeSet<u64>>,
+    ) -> Result<Value, NemesisError> {
+        let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
+            fault: fault.name(),
+            message: "no network namespaces".into(),
+        })?;
+        self.damage.partitioned = true;
+        net.partition(grudge).map_err(|e| NemesisError::Fault {
+            fault: fault.name(),
+            message: e.to_string(),
+        })?;
+        Ok(json!({ "grudge": grudge }))
+    }
+
+    /// Undoes every fault: heals the network, resumes paused nodes, restarts killed ones and
+    /// re-adds removed voters. Returns what it did.
+    pub async fn heal(&mut self, cluster: &mut Cluster) -> Result<Value, NemesisError> {
+        let mut done = serde_json::Map::new();
+        if self.damage.partitioned {
+            if let Some(net) = &cluster.net {
+                net.heal().map_err(|e| NemesisError::Fault {
+                    fault: "heal",
+                    message: e.to_string(),
+                })?;
+            }
+            self.damage.partitioned = false;
+            done.insert("network".into(), json!("healed"));
+        }
+        let paused: Vec<u64> = std::mem::take(&mut self.damage.paused).into_iter().collect();
+        for v in &paused {
+            cluster.resume(*v)?;
+        }
+        let killed: Vec<u64> = std::mem::take(&mut self.damage.killed).into_iter().collect();
+        for v in &killed {
+            cluster.start(*v)?;
+        }
+        if !paused.is_empty() {
+            done.insert("resumed".into(), json!(paused));
+        }
+        if !killed.is_empty() {
+            done.insert("restarted".into(), json!(killed));
+        }
+        let removed: Vec<u64> = self.damage.removed.iter().copied().collect();
+        for v in removed {
+            let spec = cluster
+                .nodes
+                .get(&v)
+                .map(|n| n.spec.clone())
+                .ok_or(ClusterError::UnknownNode(v))?;
+            let client = self.admin(cluster);
+            let add = AddLearner {
+                id: v,
+                rest: spec.rest.clone(),
+                grpc: spec.grpc.clone(),
+            };
+            let result = async {
+                client.add_learner(&add).await?;
+                client.promote_voter(v).await
+            }
+            .await;
+            match result {
+                Ok(_) => {
+                    self.damage.removed.remove(&v);
+                    done.insert("readded".into(), json!(v));
+                }
+                Err(e) => {
+                    return Err(NemesisError::Fault {
+                        fault: "heal",
+                        message: format!("re-adding node {v}: {e}"),
+                    })
+                }
+            }
+        }
+        Ok(Value::Object(done))
+    }
+
+    /// True while a removed voter still waits to be re-added.
+    pub fn has_damage(&self) -> bool {
+        self.damage.partitioned
+            || !self.damage.killed.is_empty()
+            || !self.damage.paused.is_empty()
+            || !self.damage.removed.is_empty()
+    }
+
+    /// A duration drawn around `mean_ms` (between half and one and a half times it).
+    pub fn jitter_ms(&mut self, mean_ms: u64) -> u64 {
+        let half = mean_ms / 2;
+        half + self.rng.gen_range(0..=mean_ms.max(1))
+    }
+}
+
+/// Both sides of a cut drop each other's packets.
+fn halves_grudge(a: &[u64], b: &[u64]) -> BTreeMap<u64, BTreeSet<u64>> {
+    let mut g: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for x in a {
+        g.entry(*x).or_default().extend(b.iter().copied());
+    }
+    for y in b {
+        g.entry(*y).or_default().extend(a.iter().copied());
+    }
+    g
+}
