@@ -40,7 +40,12 @@ pub struct Anomaly {
 }
 
 impl Anomaly {
-    pub fn new(kind: AnomalyKind, key: Option<&str>, message: impl Into<String>, ops: Vec<u64>) -> Self {
+    pub fn new(
+        kind: AnomalyKind,
+        key: Option<&str>,
+        message: impl Into<String>,
+        ops: Vec<u64>,
+    ) -> Self {
         Self {
             kind,
             key: key.map(str::to_string),

@@ -44,7 +44,12 @@ impl Checker {
         let ops = match history.operations() {
             Ok(ops) => ops,
             Err(e) => {
-                anomalies.push(Anomaly::new(AnomalyKind::MalformedHistory, None, e.to_string(), Vec::new()));
+                anomalies.push(Anomaly::new(
+                    AnomalyKind::MalformedHistory,
+                    None,
+                    e.to_string(),
+                    Vec::new(),
+                ));
                 Vec::new()
             }
         };
@@ -64,7 +69,9 @@ impl Checker {
         let mut unknown = false;
         for (key, key_ops) in keys {
             let verdict = match key_family(key) {
-                "lease" | "capacity" => self.check_key(&LeaseRegister, key, &key_ops, &mut anomalies),
+                "lease" | "capacity" => {
+                    self.check_key(&LeaseRegister, key, &key_ops, &mut anomalies)
+                }
                 "cas" => self.check_key(&CasRegister, key, &key_ops, &mut anomalies),
                 "capsule" => self.check_key(&CapsuleChain, key, &key_ops, &mut anomalies),
                 _ => continue,
@@ -142,9 +149,19 @@ impl Checker {
                         .map(|o| format!("#{} {} {} -> {}", o.invoke_index, o.f, o.input, o.output))
                         .unwrap_or_else(|| "the next operation".into())
                 );
-                let mut shown: Vec<u64> = prefix.iter().rev().take(3).filter_map(|&i| index_of(i)).collect();
+                let mut shown: Vec<u64> = prefix
+                    .iter()
+                    .rev()
+                    .take(3)
+                    .filter_map(|&i| index_of(i))
+                    .collect();
                 shown.extend(blocked.and_then(index_of));
-                anomalies.push(Anomaly::new(AnomalyKind::NonLinearizable, Some(key), message, shown));
+                anomalies.push(Anomaly::new(
+                    AnomalyKind::NonLinearizable,
+                    Some(key),
+                    message,
+                    shown,
+                ));
                 ("not-linearizable", 0)
             }
         };

@@ -56,7 +56,11 @@ impl CapsuleClient {
     }
 
     /// Reads the head; `None` when the read failed.
-    pub async fn read(&mut self, profile: ProfileId, input: Value) -> Option<(u64, Option<Digest>)> {
+    pub async fn read(
+        &mut self,
+        profile: ProfileId,
+        input: Value,
+    ) -> Option<(u64, Option<Digest>)> {
         let key = self.ctx.workload.key(profile);
         let client = self.client.clone();
         let mut head = None;
@@ -64,7 +68,10 @@ impl CapsuleClient {
             .op("read", &key, input, async {
                 match client.get_profile(profile, Consistency::Linearizable).await {
                     Ok(p) => {
-                        let h = p.capsule_head.map(|h| (h.sequence, Some(h.digest))).unwrap_or((0, None));
+                        let h = p
+                            .capsule_head
+                            .map(|h| (h.sequence, Some(h.digest)))
+                            .unwrap_or((0, None));
                         head = Some(h);
                         Ok(json!({"sequence": h.0, "digest": h.1.map(|d| d.to_string())}))
                     }
@@ -81,7 +88,10 @@ impl CapsuleClient {
         let client = self.client.clone();
         self.driver
             .op("chain", &key, Value::Null, async {
-                match client.list_capsules(profile, Consistency::Linearizable).await {
+                match client
+                    .list_capsules(profile, Consistency::Linearizable)
+                    .await
+                {
                     Ok(list) => Ok(json!({"capsules": list.iter().map(|c| json!({
                         "sequence": c.sequence,
                         "previous": c.previous.map(|d| d.to_string()),
@@ -101,7 +111,12 @@ impl CapsuleClient {
         let key = self.ctx.workload.key(profile);
         self.appended += 1;
         let payload = CapsulePayload {
-            task_state: format!("process {} append {} nonce {}", self.driver.process, self.appended, self.driver.rng.gen::<u32>()),
+            task_state: format!(
+                "process {} append {} nonce {}",
+                self.driver.process,
+                self.appended,
+                self.driver.rng.gen::<u32>()
+            ),
             ..CapsulePayload::default()
         };
         let sequence = head.0 + 1;
@@ -137,7 +152,10 @@ impl CapsuleClient {
                     Ok(Outcome::CapsuleCommitted { sequence, digest }) => {
                         Ok(json!({"sequence": sequence, "digest": digest.to_string()}))
                     }
-                    Ok(other) => Err((EventType::Info, json!({"error": "unexpected", "message": format!("{other:?}")}))),
+                    Ok(other) => Err((
+                        EventType::Info,
+                        json!({"error": "unexpected", "message": format!("{other:?}")}),
+                    )),
                     Err(e) => Err(write_failure(&e)),
                 }
             })

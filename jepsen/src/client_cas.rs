@@ -64,11 +64,11 @@ impl CasClient {
                 match client.get_profile(profile, Consistency::Linearizable).await {
                     Ok(p) => {
                         let caps = &p.capabilities;
-                        let value = caps
-                            .required_skills
-                            .iter()
-                            .next()
-                            .and_then(|s| s.as_str().strip_prefix('v').and_then(|n| n.parse::<u64>().ok()));
+                        let value = caps.required_skills.iter().next().and_then(|s| {
+                            s.as_str()
+                                .strip_prefix('v')
+                                .and_then(|n| n.parse::<u64>().ok())
+                        });
                         version = Some(caps.version);
                         Ok(json!({"version": caps.version, "value": value}))
                     }
@@ -97,15 +97,29 @@ impl CasClient {
         let client = self.client.clone();
         let (_, out) = self
             .driver
-            .op("cas", &key, json!({"expected": expected, "value": value}), async {
-                match client.set_capabilities(profile, &req, None).await {
-                    Ok(Outcome::CapabilityManifestSet { version }) => Ok(json!({"version": version})),
-                    Ok(other) => Err((EventType::Info, json!({"error": "unexpected", "message": format!("{other:?}")}))),
-                    Err(e) => Err(write_failure(&e)),
-                }
-            })
+            .op(
+                "cas",
+                &key,
+                json!({"expected": expected, "value": value}),
+                async {
+                    match client.set_capabilities(profile, &req, None).await {
+                        Ok(Outcome::CapabilityManifestSet { version }) => {
+                            Ok(json!({"version": version}))
+                        }
+                        Ok(other) => Err((
+                            EventType::Info,
+                            json!({"error": "unexpected", "message": format!("{other:?}")}),
+                        )),
+                        Err(e) => Err(write_failure(&e)),
+                    }
+                },
+            )
             .await;
-        if let Some(v) = out.get("version").or_else(|| out.get("current")).and_then(Value::as_u64) {
+        if let Some(v) = out
+            .get("version")
+            .or_else(|| out.get("current"))
+            .and_then(Value::as_u64)
+        {
             self.seen.insert(profile, v);
         }
     }

@@ -81,7 +81,8 @@ impl LeaseClient {
         match view.live {
             Some(lease) => {
                 let orphan = self.holdings_mut(|h| {
-                    h.held.get(&profile) != Some(&view.generation) && !h.in_flight.contains_key(&profile)
+                    h.held.get(&profile) != Some(&view.generation)
+                        && !h.in_flight.contains_key(&profile)
                 });
                 if orphan {
                     self.release(profile, view.generation, lease).await;
@@ -173,7 +174,10 @@ impl LeaseClient {
 
     async fn release(&mut self, profile: ProfileId, generation: Generation, lease: LeaseId) {
         let key = self.ctx.workload.key(profile);
-        let req = LeaseFence { profile, generation };
+        let req = LeaseFence {
+            profile,
+            generation,
+        };
         let client = self.client.clone();
         self.driver
             .op(

@@ -70,13 +70,18 @@ impl Cluster {
     /// Prepares `n` nodes under `dir` (configs written, nothing started).
     pub fn prepare(dir: &Path, bin: &Path, n: u64, mode: NetMode) -> Result<Self, ClusterError> {
         let (net, net_note) = match mode {
-            NetMode::Loopback => (None, Some("loopback chosen: partitions are not available".to_string())),
+            NetMode::Loopback => (
+                None,
+                Some("loopback chosen: partitions are not available".to_string()),
+            ),
             NetMode::Netns => (Some(NamespaceNet::create(n)?), None),
             NetMode::Auto => match NamespaceNet::create(n) {
                 Ok(net) => (Some(net), None),
                 Err(e) => (
                     None,
-                    Some(format!("network namespaces unavailable ({e}); loopback with process faults only")),
+                    Some(format!(
+                        "network namespaces unavailable ({e}); loopback with process faults only"
+                    )),
                 ),
             },
         };
@@ -163,12 +168,15 @@ impl Cluster {
                     break;
                 }
                 if Instant::now() > deadline {
-                    return Err(self.timeout(format!("node {id} did not answer"), NODE_START_TIMEOUT_MS));
+                    return Err(
+                        self.timeout(format!("node {id} did not answer"), NODE_START_TIMEOUT_MS)
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
             }
         }
-        self.wait_for_leader(Duration::from_millis(NODE_START_TIMEOUT_MS)).await
+        self.wait_for_leader(Duration::from_millis(NODE_START_TIMEOUT_MS))
+            .await
     }
 
     fn timeout(&self, what: String, waited_ms: u64) -> ClusterError {
@@ -182,7 +190,14 @@ impl Cluster {
     pub fn logs(&self, lines: usize) -> String {
         self.nodes
             .values()
-            .map(|n| format!("--- node {} ({}) ---\n{}", n.spec.id, n.log.display(), n.log_tail(lines)))
+            .map(|n| {
+                format!(
+                    "--- node {} ({}) ---\n{}",
+                    n.spec.id,
+                    n.log.display(),
+                    n.log_tail(lines)
+                )
+            })
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -227,7 +242,12 @@ impl Cluster {
             }
             if let Some(Some(l)) = seen.first() {
                 let agreed = seen.iter().all(|s| s == &Some(*l));
-                if agreed && self.nodes.get(l).is_some_and(|n| n.is_running() && !n.is_paused()) {
+                if agreed
+                    && self
+                        .nodes
+                        .get(l)
+                        .is_some_and(|n| n.is_running() && !n.is_paused())
+                {
                     return Ok(*l);
                 }
             }

@@ -26,7 +26,14 @@ pub struct Driver {
 }
 
 impl Driver {
-    pub fn new(process: u64, stride: u64, recorder: Recorder, mean_gap: Duration, deadline: Instant, rng: StdRng) -> Self {
+    pub fn new(
+        process: u64,
+        stride: u64,
+        recorder: Recorder,
+        mean_gap: Duration,
+        deadline: Instant,
+        rng: StdRng,
+    ) -> Self {
         Self {
             process,
             stride,
@@ -50,7 +57,13 @@ impl Driver {
 
     /// Runs one operation: records the invocation, awaits `call`, records the completion.
     /// `call` answers `Ok(output)` or `Err((ok|fail|info, output))`.
-    pub async fn op<Fut>(&mut self, f: &str, key: &str, input: Value, call: Fut) -> (EventType, Value)
+    pub async fn op<Fut>(
+        &mut self,
+        f: &str,
+        key: &str,
+        input: Value,
+        call: Fut,
+    ) -> (EventType, Value)
     where
         Fut: Future<Output = Result<Value, (EventType, Value)>>,
     {
@@ -59,7 +72,8 @@ impl Driver {
             Ok(v) => (EventType::Ok, v),
             Err(kv) => kv,
         };
-        self.recorder.complete(self.process, kind, f, key, value.clone());
+        self.recorder
+            .complete(self.process, kind, f, key, value.clone());
         if kind == EventType::Info {
             self.process += self.stride;
         }

@@ -156,7 +156,10 @@ impl History {
                     if op.f != e.f {
                         return Err(HistoryError::Malformed {
                             index: e.index,
-                            message: format!("completion of {:?} pairs with invoke of {:?}", e.f, op.f),
+                            message: format!(
+                                "completion of {:?} pairs with invoke of {:?}",
+                                e.f, op.f
+                            ),
                         });
                     }
                     op.complete_index = Some(e.index);

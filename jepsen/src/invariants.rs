@@ -26,6 +26,9 @@ fn str_of<'a>(v: &'a Value, name: &str) -> Option<&'a str> {
     v.get(name).and_then(Value::as_str)
 }
 
+/// An acknowledged append: digest, previous digest, invoke index, completion time.
+type AckedCapsule<'a> = (&'a str, Option<&'a str>, u64, f64);
+
 fn is_final_read(op: &Operation) -> bool {
     op.input.get("final").and_then(Value::as_bool) == Some(true)
 }
@@ -71,9 +74,10 @@ impl InvariantChecker {
             let Some(key) = op.key.as_deref().filter(|k| Self::is_lease_key(k)) else {
                 continue;
             };
-            let (Some(expected), Some(generation)) =
-                (u64_of(&op.input, "expected"), u64_of(&op.output, "generation"))
-            else {
+            let (Some(expected), Some(generation)) = (
+                u64_of(&op.input, "expected"),
+                u64_of(&op.output, "generation"),
+            ) else {
                 continue;
             };
             if expected.checked_add(1) != Some(generation) {
@@ -84,14 +88,20 @@ impl InvariantChecker {
                     vec![op.invoke_index],
                 ));
             }
-            granted.entry((key, generation)).or_default().push(op.invoke_index);
+            granted
+                .entry((key, generation))
+                .or_default()
+                .push(op.invoke_index);
         }
         for ((key, generation), idx) in granted {
             if idx.len() > 1 {
                 out.push(Anomaly::new(
                     AnomalyKind::Inv3DuplicateGeneration,
                     Some(key),
-                    format!("{} successful acquisitions were granted generation {generation}", idx.len()),
+                    format!(
+                        "{} successful acquisitions were granted generation {generation}",
+                        idx.len()
+                    ),
                     idx,
                 ));
             }
@@ -105,7 +115,10 @@ impl InvariantChecker {
     /// whatever the unknown outcomes were.
     pub fn inv5_capacity(&self, ops: &[Operation]) -> Vec<Anomaly> {
         let mut releases: BTreeMap<(&str, u64), f64> = BTreeMap::new();
-        for op in ops.iter().filter(|o| o.f == "release" && o.completion != Completion::Fail) {
+        for op in ops
+            .iter()
+            .filter(|o| o.f == "release" && o.completion != Completion::Fail)
+        {
             let (Some(key), Some(g)) = (op.key.as_deref(), u64_of(&op.input, "generation")) else {
                 continue;
             };
@@ -115,9 +128,11 @@ impl InvariantChecker {
         // Per project: (time, +1 start / -1 end, op).
         let mut points: BTreeMap<&str, Vec<(f64, i32, u64)>> = BTreeMap::new();
         for op in ops.iter().filter(|o| o.f == "acquire" && o.is_ok()) {
-            let (Some(key), Some(g), Some(start)) =
-                (op.key.as_deref(), u64_of(&op.output, "generation"), op.complete_ms)
-            else {
+            let (Some(key), Some(g), Some(start)) = (
+                op.key.as_deref(),
+                u64_of(&op.output, "generation"),
+                op.complete_ms,
+            ) else {
                 continue;
             };
             if !Self::is_lease_key(key) {
@@ -165,7 +180,8 @@ impl InvariantChecker {
     /// chain read links up and holds every acknowledged capsule it still keeps.
     pub fn inv7_chain(&self, ops: &[Operation]) -> Vec<Anomaly> {
         let mut out = Vec::new();
-        let mut by_seq: BTreeMap<&str, BTreeMap<u64, Vec<(&str, Option<&str>, u64, f64)>>> = BTreeMap::new();
+        let mut by_seq: BTreeMap<&str, BTreeMap<u64, Vec<AckedCapsule>>> =
+            BTreeMap::new();
         for op in ops.iter().filter(|o| o.f == "append" && o.is_ok()) {
             let (Some(key), Some(seq), Some(digest)) = (
                 op.key.as_deref(),
@@ -193,7 +209,10 @@ impl InvariantChecker {
                     out.push(Anomaly::new(
                         AnomalyKind::Inv7Fork,
                         Some(key),
-                        format!("{} different capsules were acknowledged at sequence {seq}", digests.len()),
+                        format!(
+                            "{} different capsules were acknowledged at sequence {seq}",
+                            digests.len()
+                        ),
                         commits.iter().map(|c| c.2).collect(),
                     ));
                 }
@@ -225,7 +244,8 @@ impl InvariantChecker {
             };
             for pair in list.windows(2) {
                 let (a, b) = (&pair[0], &pair[1]);
-                let linked = u64_of(a, "sequence").and_then(|s| s.checked_add(1)) == u64_of(b, "sequence")
+                let linked = u64_of(a, "sequence").and_then(|s| s.checked_add(1))
+                    == u64_of(b, "sequence")
                     && str_of(a, "digest").is_some()
                     && str_of(a, "digest") == str_of(b, "previous");
                 if !linked {
@@ -287,7 +307,10 @@ impl InvariantChecker {
             }
         }
         let mut out = Vec::new();
-        for op in ops.iter().filter(|o| o.f == "read" && o.is_ok() && is_final_read(o)) {
+        for op in ops
+            .iter()
+            .filter(|o| o.f == "read" && o.is_ok() && is_final_read(o))
+        {
             let Some(key) = op.key.as_deref() else {
                 continue;
             };
@@ -305,7 +328,9 @@ impl InvariantChecker {
                 out.push(Anomaly::new(
                     AnomalyKind::LostWrite,
                     Some(key),
-                    format!("the final read saw {field} {seen}, but {field} {high} was acknowledged"),
+                    format!(
+                        "the final read saw {field} {seen}, but {field} {high} was acknowledged"
+                    ),
                     vec![*idx, op.invoke_index],
                 ));
             }
@@ -326,7 +351,15 @@ impl InvariantChecker {
                     "nodes did not reach one applied index: {}",
                     nodes
                         .iter()
-                        .map(|n| format!("n{}={:?}{}", n.id, n.applied, n.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()))
+                        .map(|n| format!(
+                            "n{}={:?}{}",
+                            n.id,
+                            n.applied,
+                            n.error
+                                .as_deref()
+                                .map(|e| format!(" ({e})"))
+                                .unwrap_or_default()
+                        ))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -336,7 +369,12 @@ impl InvariantChecker {
         let mut by_index: BTreeMap<u64, BTreeMap<&str, Vec<u64>>> = BTreeMap::new();
         for n in &answered {
             if let (Some(a), Some(d)) = (n.applied, n.digest.as_deref()) {
-                by_index.entry(a).or_default().entry(d).or_default().push(n.id);
+                by_index
+                    .entry(a)
+                    .or_default()
+                    .entry(d)
+                    .or_default()
+                    .push(n.id);
             }
         }
         for (index, digests) in by_index {

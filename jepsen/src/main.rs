@@ -19,7 +19,10 @@ use squadron_jepsen::runner::{run, RunConfig};
 use squadron_jepsen::workload::Workload;
 
 #[derive(Debug, Parser)]
-#[command(name = "squadron-jepsen", about = "Jepsen-style chaos tests for Squadron")]
+#[command(
+    name = "squadron-jepsen",
+    about = "Jepsen-style chaos tests for Squadron"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -89,7 +92,10 @@ fn default_bin() -> anyhow::Result<PathBuf> {
     if beside.is_file() {
         return Ok(beside);
     }
-    bail!("no node binary: pass --bin, set SQUADRON_BIN, or put `squadron` beside {}", exe.display())
+    bail!(
+        "no node binary: pass --bin, set SQUADRON_BIN, or put `squadron` beside {}",
+        exe.display()
+    )
 }
 
 fn exit_code(r: &Results) -> ExitCode {
@@ -104,14 +110,24 @@ fn check(dir: &Path) -> anyhow::Result<Results> {
     let history = History::load(&dir.join("history.jsonl"))?;
     let nodes_path = dir.join("nodes.json");
     let nodes: Option<Vec<NodeFinal>> = if nodes_path.is_file() {
-        let text = std::fs::read_to_string(&nodes_path).with_context(|| format!("reading {}", nodes_path.display()))?;
-        Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", nodes_path.display()))?)
+        let text = std::fs::read_to_string(&nodes_path)
+            .with_context(|| format!("reading {}", nodes_path.display()))?;
+        Some(
+            serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", nodes_path.display()))?,
+        )
     } else {
         None
     };
     let results = Checker::default().check(&history, nodes.as_deref(), Vec::new());
-    std::fs::write(dir.join("results.json"), serde_json::to_string_pretty(&results)?)?;
-    std::fs::write(dir.join("report.html"), HtmlReport::render(&history, &results))?;
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    std::fs::write(
+        dir.join("report.html"),
+        HtmlReport::render(&history, &results),
+    )?;
     Ok(results)
 }
 

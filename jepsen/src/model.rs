@@ -54,7 +54,11 @@ pub(crate) fn field_u64(op: &Operation, v: &Value, name: &str) -> Result<u64, Mo
 }
 
 /// Reads an optional unsigned field: absent or null is `None`.
-pub(crate) fn field_opt_u64(op: &Operation, v: &Value, name: &str) -> Result<Option<u64>, ModelError> {
+pub(crate) fn field_opt_u64(
+    op: &Operation,
+    v: &Value,
+    name: &str,
+) -> Result<Option<u64>, ModelError> {
     match v.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(x) => x
@@ -65,10 +69,17 @@ pub(crate) fn field_opt_u64(op: &Operation, v: &Value, name: &str) -> Result<Opt
 }
 
 /// Reads an optional string field: absent or null is `None`.
-pub(crate) fn field_opt_str(op: &Operation, v: &Value, name: &str) -> Result<Option<String>, ModelError> {
+pub(crate) fn field_opt_str(
+    op: &Operation,
+    v: &Value,
+    name: &str,
+) -> Result<Option<String>, ModelError> {
     match v.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(x) => Err(ModelError::new(op, format!("field {name:?} is not a string: {x}"))),
+        Some(x) => Err(ModelError::new(
+            op,
+            format!("field {name:?} is not a string: {x}"),
+        )),
     }
 }

@@ -94,7 +94,10 @@ impl Model for CapsuleChain {
                 }
             }
             (f, _) => {
-                return Err(ModelError::new(op, format!("unknown capsule operation {f:?}")))
+                return Err(ModelError::new(
+                    op,
+                    format!("unknown capsule operation {f:?}"),
+                ))
             }
         };
         Ok(Some(step))
@@ -107,19 +110,22 @@ impl Model for CapsuleChain {
                 sequence,
                 previous,
                 digest,
-            } => (s.sequence.checked_add(1) == Some(*sequence) && &s.digest == previous).then(
-                || ChainHead {
-                    sequence: *sequence,
-                    digest: Some(digest.clone()),
-                },
-            ),
+            } => {
+                (s.sequence.checked_add(1) == Some(*sequence) && &s.digest == previous).then(|| {
+                    ChainHead {
+                        sequence: *sequence,
+                        digest: Some(digest.clone()),
+                    }
+                })
+            }
             CapsuleStep::Broken {
                 sequence,
                 previous,
                 expected_sequence,
             } => {
                 let extends = s.sequence.checked_add(1) == Some(*sequence) && &s.digest == previous;
-                let reported = expected_sequence.is_none_or(|e| s.sequence.checked_add(1) == Some(e));
+                let reported =
+                    expected_sequence.is_none_or(|e| s.sequence.checked_add(1) == Some(e));
                 (!extends && reported).then(|| s.clone())
             }
         }

@@ -24,7 +24,10 @@ pub enum CasStep {
         value: u64,
         version: Option<u64>,
     },
-    Conflict { expected: u64, current: Option<u64> },
+    Conflict {
+        expected: u64,
+        current: Option<u64>,
+    },
 }
 
 /// The sequential CAS register.

@@ -27,12 +27,27 @@ pub struct LeaseState {
 pub enum LeaseStep {
     Read(LeaseState),
     /// `granted` is `None` for an unknown outcome; the model then grants `expected + 1`.
-    Acquire { expected: u64, granted: Option<u64> },
-    AcquireStale { expected: u64, current: Option<u64> },
-    AcquireBusy { expected: u64 },
-    AcquireCapacityFull { expected: u64 },
-    Release { generation: u64 },
-    ReleaseFenced { generation: u64, current: Option<u64> },
+    Acquire {
+        expected: u64,
+        granted: Option<u64>,
+    },
+    AcquireStale {
+        expected: u64,
+        current: Option<u64>,
+    },
+    AcquireBusy {
+        expected: u64,
+    },
+    AcquireCapacityFull {
+        expected: u64,
+    },
+    Release {
+        generation: u64,
+    },
+    ReleaseFenced {
+        generation: u64,
+        current: Option<u64>,
+    },
 }
 
 /// The sequential lease register.
@@ -100,7 +115,12 @@ impl Model for LeaseRegister {
                     },
                 }
             }
-            (f, _) => return Err(ModelError::new(op, format!("unknown lease operation {f:?}"))),
+            (f, _) => {
+                return Err(ModelError::new(
+                    op,
+                    format!("unknown lease operation {f:?}"),
+                ))
+            }
         };
         Ok(Some(step))
     }
@@ -126,11 +146,12 @@ impl Model for LeaseRegister {
             LeaseStep::AcquireCapacityFull { expected } => {
                 (s.generation == expected && !s.live).then_some(*s)
             }
-            LeaseStep::Release { generation } => (s.live && s.generation == generation)
-                .then_some(LeaseState {
+            LeaseStep::Release { generation } => {
+                (s.live && s.generation == generation).then_some(LeaseState {
                     generation: s.generation,
                     live: false,
-                }),
+                })
+            }
             LeaseStep::ReleaseFenced {
                 generation,
                 current,

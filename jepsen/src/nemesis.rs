@@ -70,7 +70,11 @@ impl Fault {
     fn is_partition(self) -> bool {
         matches!(
             self,
-            Fault::IsolateOne | Fault::IsolateLeader | Fault::Halves | Fault::MajoritiesRing | Fault::Bridge
+            Fault::IsolateOne
+                | Fault::IsolateLeader
+                | Fault::Halves
+                | Fault::MajoritiesRing
+                | Fault::Bridge
         )
     }
 }
@@ -82,7 +86,10 @@ pub enum NemesisError {
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error("{fault}: {message}")]
-    Fault { fault: &'static str, message: String },
+    Fault {
+        fault: &'static str,
+        message: String,
+    },
 }
 
 /// What the heal must undo.
@@ -144,7 +151,10 @@ impl Nemesis {
     }
 
     /// Picks and injects one fault; returns its name and details for the history.
-    pub async fn start(&mut self, cluster: &mut Cluster) -> Result<(&'static str, Value), NemesisError> {
+    pub async fn start(
+        &mut self,
+        cluster: &mut Cluster,
+    ) -> Result<(&'static str, Value), NemesisError> {
         let Some(&fault) = self.faults.choose(&mut self.rng) else {
             return Ok(("none", Value::Null));
         };
@@ -154,7 +164,11 @@ impl Nemesis {
         let leader_or_any = leader.or(ids.first().copied()).unwrap_or(1);
         let detail = match fault {
             Fault::IsolateOne | Fault::IsolateLeader => {
-                let x = if fault == Fault::IsolateLeader { leader_or_any } else { ids[0] };
+                let x = if fault == Fault::IsolateLeader {
+                    leader_or_any
+                } else {
+                    ids[0]
+                };
                 let rest: Vec<u64> = ids.iter().copied().filter(|i| *i != x).collect();
                 self.cut(cluster, fault, &halves_grudge(&[x], &rest))?
             }
@@ -169,7 +183,11 @@ impl Nemesis {
                 let mut grudge = BTreeMap::new();
                 for (i, node) in ids.iter().enumerate() {
                     let near = [ids[(i + 1) % n], ids[(i + n - 1) % n]];
-                    let far: BTreeSet<u64> = ids.iter().copied().filter(|x| x != node && !near.contains(x)).collect();
+                    let far: BTreeSet<u64> = ids
+                        .iter()
+                        .copied()
+                        .filter(|x| x != node && !near.contains(x))
+                        .collect();
                     grudge.insert(*node, far);
                 }
                 self.cut(cluster, fault, &grudge)?
@@ -196,7 +214,11 @@ impl Nemesis {
                 json!({"nodes": victims})
             }
             Fault::PauseOne | Fault::PauseLeader => {
-                let v = if fault == Fault::PauseLeader { leader_or_any } else { ids[0] };
+                let v = if fault == Fault::PauseLeader {
+                    leader_or_any
+                } else {
+                    ids[0]
+                };
                 cluster.pause(v)?;
                 self.damage.paused.insert(v);
                 json!({"nodes": [v]})
@@ -204,12 +226,19 @@ impl Nemesis {
             Fault::RemoveVoter => {
                 // A follower: removing the leader is legal but makes this fault a leader
                 // change as well, which the kill and partition faults already cover.
-                let v = ids.iter().copied().find(|i| Some(*i) != leader).unwrap_or(ids[0]);
+                let v = ids
+                    .iter()
+                    .copied()
+                    .find(|i| Some(*i) != leader)
+                    .unwrap_or(ids[0]);
                 let client = self.admin(cluster);
-                client.remove_member(v).await.map_err(|e| NemesisError::Fault {
-                    fault: fault.name(),
-                    message: format!("removing node {v}: {e}"),
-                })?;
+                client
+                    .remove_member(v)
+                    .await
+                    .map_err(|e| NemesisError::Fault {
+                        fault: fault.name(),
+                        message: format!("removing node {v}: {e}"),
+                    })?;
                 self.damage.removed.insert(v);
                 json!({"nodes": [v]})
             }
@@ -253,11 +282,15 @@ impl Nemesis {
             self.damage.partitioned = false;
             done.insert("network".into(), json!("healed"));
         }
-        let paused: Vec<u64> = std::mem::take(&mut self.damage.paused).into_iter().collect();
+        let paused: Vec<u64> = std::mem::take(&mut self.damage.paused)
+            .into_iter()
+            .collect();
         for v in &paused {
             cluster.resume(*v)?;
         }
-        let killed: Vec<u64> = std::mem::take(&mut self.damage.killed).into_iter().collect();
+        let killed: Vec<u64> = std::mem::take(&mut self.damage.killed)
+            .into_iter()
+            .collect();
         for v in &killed {
             cluster.start(*v)?;
         }

@@ -116,8 +116,20 @@ impl NamespaceNet {
         // Bridged frames pass the root FORWARD chain when br_netfilter is loaded (Docker sets
         // its policy to DROP); this one rule, scoped to our bridge, lets them through.
         run(&[
-            "iptables", "-I", "FORWARD", "1", "-i", &bridge, "-o", &bridge, "-m", "comment",
-            "--comment", &self.tag, "-j", "ACCEPT",
+            "iptables",
+            "-I",
+            "FORWARD",
+            "1",
+            "-i",
+            &bridge,
+            "-o",
+            &bridge,
+            "-m",
+            "comment",
+            "--comment",
+            &self.tag,
+            "-j",
+            "ACCEPT",
         ])?;
         self.forward_rule = true;
         for id in 1..=n {
@@ -127,7 +139,9 @@ impl NamespaceNet {
             let addr = format!("{}/24", self.address(id));
             run(&["ip", "netns", "add", &ns])?;
             self.nodes.insert(id, ns.clone());
-            run(&["ip", "link", "add", &host, "type", "veth", "peer", "name", &inner])?;
+            run(&[
+                "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
+            ])?;
             run(&["ip", "link", "set", &inner, "netns", &ns])?;
             run(&["ip", "link", "set", &host, "master", &bridge])?;
             run(&["ip", "link", "set", &host, "up"])?;
@@ -140,7 +154,12 @@ impl NamespaceNet {
 
     /// The command prefix that runs a program inside node `id`'s namespace.
     pub fn exec_prefix(&self, id: u64) -> Vec<String> {
-        vec!["ip".into(), "netns".into(), "exec".into(), self.namespace(id)]
+        vec![
+            "ip".into(),
+            "netns".into(),
+            "exec".into(),
+            self.namespace(id),
+        ]
     }
 
     /// Cuts the links in `grudge`: node → the nodes it must not hear from. Each side drops the
@@ -150,7 +169,9 @@ impl NamespaceNet {
             let ns = self.namespace(*node);
             for peer in blocked {
                 let src = self.address(*peer);
-                run(&["ip", "netns", "exec", &ns, "iptables", "-A", "INPUT", "-s", &src, "-j", "DROP"])?;
+                run(&[
+                    "ip", "netns", "exec", &ns, "iptables", "-A", "INPUT", "-s", &src, "-j", "DROP",
+                ])?;
             }
         }
         Ok(())
@@ -176,8 +197,19 @@ impl NamespaceNet {
         if self.forward_rule {
             let bridge = self.bridge();
             if let Err(e) = run(&[
-                "iptables", "-D", "FORWARD", "-i", &bridge, "-o", &bridge, "-m", "comment",
-                "--comment", &self.tag, "-j", "ACCEPT",
+                "iptables",
+                "-D",
+                "FORWARD",
+                "-i",
+                &bridge,
+                "-o",
+                &bridge,
+                "-m",
+                "comment",
+                "--comment",
+                &self.tag,
+                "-j",
+                "ACCEPT",
             ]) {
                 errors.push(e);
             }
@@ -222,12 +254,20 @@ impl NamespaceNet {
             }
         }
         for line in run(&["iptables", "-S", "FORWARD"])?.lines() {
-            let Some(comment) = line.split("--comment ").nth(1).and_then(|c| c.split_whitespace().next()) else {
+            let Some(comment) = line
+                .split("--comment ")
+                .nth(1)
+                .and_then(|c| c.split_whitespace().next())
+            else {
                 continue;
             };
             let comment = comment.trim_matches('"');
             if stale(comment).is_some() && line.starts_with("-A FORWARD ") {
-                let spec: Vec<&str> = line.trim_start_matches("-A FORWARD ").split_whitespace().map(|s| s.trim_matches('"')).collect();
+                let spec: Vec<&str> = line
+                    .trim_start_matches("-A FORWARD ")
+                    .split_whitespace()
+                    .map(|s| s.trim_matches('"'))
+                    .collect();
                 let mut args = vec!["iptables", "-D", "FORWARD"];
                 args.extend(spec);
                 run(&args)?;

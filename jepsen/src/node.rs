@@ -64,7 +64,12 @@ impl NodeProcess {
         std::fs::create_dir_all(&dir).map_err(|e| write_err(&dir, e))?;
         let members: String = initial
             .iter()
-            .map(|m| format!("[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\n\n", m.id, m.rest, m.grpc))
+            .map(|m| {
+                format!(
+                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\n\n",
+                    m.id, m.rest, m.grpc
+                )
+            })
             .collect();
         // Short election timeouts make failover (and thus the recovery bound) quick; the sweep
         // runs often so expiries are prompt.

@@ -50,20 +50,26 @@ pub fn write_failure(e: &ClientError) -> (EventType, Value) {
             EventType::Info,
             json!({"error": body.code.as_str(), "status": status, "message": body.message}),
         ),
-        ClientError::OutcomeUnknown { message, .. } => {
-            (EventType::Info, json!({"error": "outcome_unknown", "message": message}))
-        }
-        ClientError::Decode { message, .. } => {
-            (EventType::Info, json!({"error": "decode", "message": message}))
-        }
-        ClientError::Unreachable { .. } => {
-            (EventType::Fail, json!({"error": "unreachable", "message": e.to_string()}))
-        }
+        ClientError::OutcomeUnknown { message, .. } => (
+            EventType::Info,
+            json!({"error": "outcome_unknown", "message": message}),
+        ),
+        ClientError::Decode { message, .. } => (
+            EventType::Info,
+            json!({"error": "decode", "message": message}),
+        ),
+        ClientError::Unreachable { .. } => (
+            EventType::Fail,
+            json!({"error": "unreachable", "message": e.to_string()}),
+        ),
         ClientError::Invalid(m) => (EventType::Fail, json!({"error": "invalid", "message": m})),
     }
 }
 
 /// The completion of a read that failed: reads change nothing, so always `fail`.
 pub fn read_failure(e: &ClientError) -> (EventType, Value) {
-    (EventType::Fail, json!({"error": e.code().as_str(), "message": e.to_string()}))
+    (
+        EventType::Fail,
+        json!({"error": e.code().as_str(), "message": e.to_string()}),
+    )
 }

@@ -50,7 +50,13 @@ impl Recorder {
     }
 
     pub fn invoke(&self, process: u64, f: &str, key: &str, value: Value) {
-        self.push(Process::Client(process), EventType::Invoke, f, Some(key), value);
+        self.push(
+            Process::Client(process),
+            EventType::Invoke,
+            f,
+            Some(key),
+            value,
+        );
     }
 
     pub fn complete(&self, process: u64, kind: EventType, f: &str, key: &str, value: Value) {
@@ -69,6 +75,11 @@ impl Recorder {
     }
 
     pub fn history(&self) -> History {
-        History::new(self.events.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        History::new(
+            self.events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
     }
 }

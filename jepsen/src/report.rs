@@ -41,7 +41,12 @@ pub struct HtmlReport;
 impl HtmlReport {
     pub fn render(history: &History, results: &Results) -> String {
         let ops = history.operations().unwrap_or_default();
-        let end_ms = history.events.last().map(|e| e.time_ms).unwrap_or(0.0).max(1.0);
+        let end_ms = history
+            .events
+            .last()
+            .map(|e| e.time_ms)
+            .unwrap_or(0.0)
+            .max(1.0);
         let lanes = results
             .run
             .get("concurrency")
@@ -99,10 +104,16 @@ impl HtmlReport {
         Self::shade(&mut page, &nemesis, &x, 20.0, height - 30.0, end_ms);
         for l in 0..lanes {
             let y = MARGIN + l as f64 * LANE_PX;
-            let _ = write!(page, "<text x=\"4\" y=\"{}\" font-size=\"10\">c{l}</text>", y + 10.0);
+            let _ = write!(
+                page,
+                "<text x=\"4\" y=\"{}\" font-size=\"10\">c{l}</text>",
+                y + 10.0
+            );
         }
         for op in &shown {
-            let Process::Client(p) = op.process else { continue };
+            let Process::Client(p) = op.process else {
+                continue;
+            };
             let lane = if p >= 1_000_000 { lanes - 1 } else { p % lanes };
             let y = MARGIN + lane as f64 * LANE_PX;
             let (x0, x1) = (x(op.invoke_ms), x(op.complete_ms.unwrap_or(end_ms)));

@@ -91,9 +91,16 @@ impl Results {
             o.info
         );
         for (f, c) in &self.by_f {
-            s.push_str(&format!("  {f:<10} ok {:>6}  fail {:>6}  info {:>6}\n", c.ok, c.fail, c.info));
+            s.push_str(&format!(
+                "  {f:<10} ok {:>6}  fail {:>6}  info {:>6}\n",
+                c.ok, c.fail, c.info
+            ));
         }
-        let lin = self.linearizability.iter().filter(|k| k.verdict == "linearizable").count();
+        let lin = self
+            .linearizability
+            .iter()
+            .filter(|k| k.verdict == "linearizable")
+            .count();
         s.push_str(&format!(
             "linearizability: {lin} of {} keys linearizable\n",
             self.linearizability.len()

@@ -25,7 +25,9 @@ use crate::nemesis::{Nemesis, NemesisError, NemesisKind};
 use crate::recorder::Recorder;
 use crate::report::HtmlReport;
 use crate::results::Results;
-use crate::workload::{final_input, setup, spawn_renewals, SetupError, Workload, WorkloadContext, WORKER};
+use crate::workload::{
+    final_input, setup, spawn_renewals, SetupError, Workload, WorkloadContext, WORKER,
+};
 
 /// How long one client request may take before its outcome is unknown. Longer than the
 /// nodes' own forward and read-index timeout (4 s), so a slow cluster answers for itself.
@@ -103,7 +105,10 @@ impl RunConfig {
                 reason: format!("must be in (0, 10000] ops/s, got {}", self.rate),
             });
         }
-        if let Some(c) = self.concurrency.filter(|c| !(1..=CONCURRENCY_MAX).contains(c)) {
+        if let Some(c) = self
+            .concurrency
+            .filter(|c| !(1..=CONCURRENCY_MAX).contains(c))
+        {
             return Err(RunError::Invalid {
                 field: "concurrency",
                 reason: format!("must be 1..={CONCURRENCY_MAX}, got {c}"),
@@ -129,7 +134,11 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         eprintln!("squadron-jepsen: {note}");
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let mut nemesis = Nemesis::new(cfg.nemesis, &cluster, StdRng::seed_from_u64(cfg.seed ^ 0x5eed))?;
+    let mut nemesis = Nemesis::new(
+        cfg.nemesis,
+        &cluster,
+        StdRng::seed_from_u64(cfg.seed ^ 0x5eed),
+    )?;
     cluster.start_all().await?;
     let endpoints = cluster.endpoints();
     let admin = SquadronClient::with_timeouts(
@@ -141,7 +150,9 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     let renewals = spawn_renewals(ctx.clone(), admin.clone());
 
     let recorder = Recorder::new();
-    let concurrency = cfg.concurrency.unwrap_or_else(|| cfg.workload.default_concurrency(cfg.nodes));
+    let concurrency = cfg
+        .concurrency
+        .unwrap_or_else(|| cfg.workload.default_concurrency(cfg.nodes));
     let mean_gap = Duration::from_secs_f64(concurrency as f64 / cfg.rate);
     let deadline = Instant::now() + cfg.time_limit;
     let mut clients = Vec::new();
@@ -200,7 +211,10 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         harness_anomalies.push(Anomaly::new(
             AnomalyKind::UnavailableAfterHeal,
             None,
-            format!("no write succeeded within {} ms of the last heal", cfg.recovery_bound.as_millis()),
+            format!(
+                "no write succeeded within {} ms of the last heal",
+                cfg.recovery_bound.as_millis()
+            ),
             Vec::new(),
         ));
     }
@@ -215,21 +229,36 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     history.save(&cfg.out.join("history.jsonl"))?;
     write(
         cfg.out.join("nodes.json"),
-        serde_json::to_string_pretty(&nodes).unwrap_or_default().as_bytes(),
+        serde_json::to_string_pretty(&nodes)
+            .unwrap_or_default()
+            .as_bytes(),
     )?;
     let mut results = Checker::default().check(&history, Some(&nodes), harness_anomalies);
     let facts = [
         ("nodes", json!(cfg.nodes)),
         ("workload", json!(cfg.workload.name())),
-        ("nemesis", json!(format!("{:?}", cfg.nemesis).to_lowercase())),
+        (
+            "nemesis",
+            json!(format!("{:?}", cfg.nemesis).to_lowercase()),
+        ),
         ("time_limit_s", json!(cfg.time_limit.as_secs_f64())),
         ("rate", json!(cfg.rate)),
         ("concurrency", json!(concurrency)),
         ("seed", json!(cfg.seed)),
-        ("network", json!(if cluster.net.is_some() { "netns" } else { "loopback" })),
+        (
+            "network",
+            json!(if cluster.net.is_some() {
+                "netns"
+            } else {
+                "loopback"
+            }),
+        ),
         ("network_note", json!(cluster.net_note)),
         ("faults", json!(history.nemesis_intervals().len())),
-        ("recovery_bound_ms", json!(cfg.recovery_bound.as_millis() as u64)),
+        (
+            "recovery_bound_ms",
+            json!(cfg.recovery_bound.as_millis() as u64),
+        ),
         ("first_write_after_heal_ms", json!(recovery_from_heal_ms)),
     ];
     for (k, v) in facts {
@@ -237,7 +266,9 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     }
     write(
         cfg.out.join("results.json"),
-        serde_json::to_string_pretty(&results).unwrap_or_default().as_bytes(),
+        serde_json::to_string_pretty(&results)
+            .unwrap_or_default()
+            .as_bytes(),
     )?;
     let html = HtmlReport::render(&history, &results);
     write(cfg.out.join("report.html"), html.as_bytes())?;
@@ -252,7 +283,9 @@ fn spawn_client(
     driver: Driver,
 ) -> tokio::task::JoinHandle<()> {
     match workload {
-        Workload::Lease | Workload::Capacity => tokio::spawn(LeaseClient::new(ctx, client, driver).run()),
+        Workload::Lease | Workload::Capacity => {
+            tokio::spawn(LeaseClient::new(ctx, client, driver).run())
+        }
         Workload::Cas => tokio::spawn(CasClient::new(ctx, client, driver).run()),
         Workload::Capsule => tokio::spawn(CapsuleClient::new(ctx, client, driver).run()),
     }
@@ -286,7 +319,12 @@ async fn recover(cluster: &Cluster, admin: &SquadronClient, bound: Duration) -> 
     None
 }
 
-async fn final_reads(workload: Workload, ctx: &Arc<WorkloadContext>, admin: &SquadronClient, recorder: &Recorder) {
+async fn final_reads(
+    workload: Workload,
+    ctx: &Arc<WorkloadContext>,
+    admin: &SquadronClient,
+    recorder: &Recorder,
+) {
     let far = Instant::now() + Duration::from_secs(3600);
     for (i, profile) in ctx.profiles.iter().enumerate() {
         let driver = Driver::new(
@@ -301,7 +339,9 @@ async fn final_reads(workload: Workload, ctx: &Arc<WorkloadContext>, admin: &Squ
         match workload {
             Workload::Lease | Workload::Capacity => {
                 let mut c = LeaseClient::new(ctx.clone(), admin.clone(), driver);
-                while attempts < FINAL_READ_ATTEMPTS_MAX && c.read(*profile, final_input()).await.is_none() {
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.read(*profile, final_input()).await.is_none()
+                {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -317,11 +357,15 @@ async fn final_reads(workload: Workload, ctx: &Arc<WorkloadContext>, admin: &Squ
             }
             Workload::Capsule => {
                 let mut c = CapsuleClient::new(ctx.clone(), admin.clone(), driver);
-                while attempts < FINAL_READ_ATTEMPTS_MAX && c.read(*profile, final_input()).await.is_none() {
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.read(*profile, final_input()).await.is_none()
+                {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                while attempts < FINAL_READ_ATTEMPTS_MAX && c.chain(*profile).await != crate::event::EventType::Ok {
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.chain(*profile).await != crate::event::EventType::Ok
+                {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }

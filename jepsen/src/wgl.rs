@@ -129,7 +129,9 @@ impl WglSearch {
             }
         }
         let n = entries.len();
-        let mut next: Vec<usize> = (0..n).map(|i| if i + 1 < n { i + 1 } else { NIL }).collect();
+        let mut next: Vec<usize> = (0..n)
+            .map(|i| if i + 1 < n { i + 1 } else { NIL })
+            .collect();
         let mut prev: Vec<usize> = (0..n).map(|i| if i == 0 { NIL } else { i - 1 }).collect();
         let remove = |next: &mut Vec<usize>, prev: &mut Vec<usize>, e: usize| {
             let (p, x) = (prev[e], next[e]);

@@ -17,7 +17,9 @@ use squadron_client::{
     new_idempotency_key, AcquireLease, AttachSandbox, ClientError, CreateProfile, CreateProject,
     OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
 };
-use squadron_core::ids::{Generation, IdempotencyKey, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId};
+use squadron_core::ids::{
+    Generation, IdempotencyKey, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
+};
 use squadron_core::lease::LeaseHolder;
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
@@ -78,7 +80,11 @@ impl Workload {
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     #[error("setup step {step} failed after {attempts} attempts: {last}")]
-    Exhausted { step: String, attempts: u32, last: String },
+    Exhausted {
+        step: String,
+        attempts: u32,
+        last: String,
+    },
     #[error("setup step {step}: unexpected answer {answer:?}")]
     Unexpected { step: String, answer: String },
     #[error("invalid name {0}")]
@@ -143,7 +149,10 @@ fn name<T>(r: Result<T, squadron_core::ValidationError>) -> Result<T, SetupError
 }
 
 /// Creates the worker, project, sandbox and profiles (and the capsule writers' leases).
-pub async fn setup(workload: Workload, client: &SquadronClient) -> Result<WorkloadContext, SetupError> {
+pub async fn setup(
+    workload: Workload,
+    client: &SquadronClient,
+) -> Result<WorkloadContext, SetupError> {
     let tenant = name(TenantId::new(TENANT))?;
     let project = name(ProjectId::new(workload.name()))?;
     let worker = name(WorkerId::new(WORKER))?;
@@ -177,7 +186,12 @@ pub async fn setup(workload: Workload, client: &SquadronClient) -> Result<Worklo
         sandbox_ref: format!("sb-{}", workload.name()),
     };
     keyed("attach sandbox", |k| {
-        let (c, r, t, p) = (client.clone(), attach.clone(), tenant.clone(), project.clone());
+        let (c, r, t, p) = (
+            client.clone(),
+            attach.clone(),
+            tenant.clone(),
+            project.clone(),
+        );
         async move { c.attach_sandbox(&t, &p, &r, Some(&k)).await }
     })
     .await?;
@@ -223,10 +237,12 @@ pub async fn setup(workload: Workload, client: &SquadronClient) -> Result<Worklo
                 async move { c.acquire_lease(p, &r, Some(&k)).await }
             })
             .await?;
-            let grant = outcome.lease_grant().ok_or_else(|| SetupError::Unexpected {
-                step,
-                answer: format!("{outcome:?}"),
-            })?;
+            let grant = outcome
+                .lease_grant()
+                .ok_or_else(|| SetupError::Unexpected {
+                    step,
+                    answer: format!("{outcome:?}"),
+                })?;
             writers.insert(*p, (grant.lease, grant.generation));
         }
     }
@@ -235,7 +251,10 @@ pub async fn setup(workload: Workload, client: &SquadronClient) -> Result<Worklo
 
 /// Keeps the capsule writers' leases alive for runs longer than their TTL; ends with the
 /// returned task's abort.
-pub fn spawn_renewals(ctx: Arc<WorkloadContext>, client: SquadronClient) -> tokio::task::JoinHandle<()> {
+pub fn spawn_renewals(
+    ctx: Arc<WorkloadContext>,
+    client: SquadronClient,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(LEASE_RENEW_INTERVAL_MS)).await;

@@ -24,12 +24,26 @@ fn lost_write_fails() {
         .invoke(0.0, 1, "cas", "cas/1", json!({"expected": 0, "value": 7}))
         .ok(1.0, 1, "cas", "cas/1", json!({"version": 1}))
         .invoke(5.0, 2, "read", "cas/1", json!({"final": true}))
-        .ok(6.0, 2, "read", "cas/1", json!({"version": 0, "value": null}))
+        .ok(
+            6.0,
+            2,
+            "read",
+            "cas/1",
+            json!({"version": 0, "value": null}),
+        )
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Invalid);
-    assert!(kinds(&r).contains(&AnomalyKind::LostWrite), "{}", r.summary());
-    assert!(kinds(&r).contains(&AnomalyKind::NonLinearizable), "{}", r.summary());
+    assert!(
+        kinds(&r).contains(&AnomalyKind::LostWrite),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
 }
 
 #[test]
@@ -37,11 +51,21 @@ fn lost_lease_generation_fails() {
     let h = Builder::new()
         .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
         .invoke(5.0, 2, "read", "lease/1", json!({"final": true}))
-        .ok(6.0, 2, "read", "lease/1", json!({"generation": 0, "live": false}))
+        .ok(
+            6.0,
+            2,
+            "read",
+            "lease/1",
+            json!({"generation": 0, "live": false}),
+        )
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Invalid);
-    assert!(kinds(&r).contains(&AnomalyKind::LostWrite), "{}", r.summary());
+    assert!(
+        kinds(&r).contains(&AnomalyKind::LostWrite),
+        "{}",
+        r.summary()
+    );
 }
 
 #[test]
@@ -53,15 +77,35 @@ fn stale_read_fails() {
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Invalid);
-    assert_eq!(kinds(&r), vec![AnomalyKind::NonLinearizable], "{}", r.summary());
-    assert!(r.anomalies[0].message.contains("lease-register"), "{}", r.anomalies[0].message);
+    assert_eq!(
+        kinds(&r),
+        vec![AnomalyKind::NonLinearizable],
+        "{}",
+        r.summary()
+    );
+    assert!(
+        r.anomalies[0].message.contains("lease-register"),
+        "{}",
+        r.anomalies[0].message
+    );
     // The same read overlapping the acquisition is fine.
     let ok = Builder::new()
         .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
         .read_lease(0.5, 0.9, 2, "lease/1", 0, false)
-        .ok(1.0, 1, "acquire", "lease/1", json!({"generation": 1, "lease": 1}))
+        .ok(
+            1.0,
+            1,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 1}),
+        )
         .build();
-    assert_eq!(check(&ok).valid, Validity::Valid, "{}", check(&ok).summary());
+    assert_eq!(
+        check(&ok).valid,
+        Validity::Valid,
+        "{}",
+        check(&ok).summary()
+    );
 }
 
 #[test]
@@ -75,7 +119,12 @@ fn stale_cas_read_fails() {
         .ok(4.0, 2, "read", "cas/1", json!({"version": 1, "value": 1}))
         .build();
     let r = check(&h);
-    assert_eq!(kinds(&r), vec![AnomalyKind::NonLinearizable], "{}", r.summary());
+    assert_eq!(
+        kinds(&r),
+        vec![AnomalyKind::NonLinearizable],
+        "{}",
+        r.summary()
+    );
 }
 
 #[test]
@@ -102,14 +151,38 @@ fn duplicate_generation_fails() {
     let h = Builder::new()
         .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
         .invoke(0.1, 2, "acquire", "lease/1", json!({"expected": 0}))
-        .ok(1.0, 1, "acquire", "lease/1", json!({"generation": 1, "lease": 1}))
-        .ok(1.1, 2, "acquire", "lease/1", json!({"generation": 1, "lease": 2}))
+        .ok(
+            1.0,
+            1,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 1}),
+        )
+        .ok(
+            1.1,
+            2,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 2}),
+        )
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Invalid);
-    assert!(kinds(&r).contains(&AnomalyKind::Inv3DuplicateGeneration), "{}", r.summary());
-    assert!(kinds(&r).contains(&AnomalyKind::NonLinearizable), "{}", r.summary());
-    let dup = r.anomalies.iter().find(|a| a.kind == AnomalyKind::Inv3DuplicateGeneration).unwrap();
+    assert!(
+        kinds(&r).contains(&AnomalyKind::Inv3DuplicateGeneration),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
+    let dup = r
+        .anomalies
+        .iter()
+        .find(|a| a.kind == AnomalyKind::Inv3DuplicateGeneration)
+        .unwrap();
     assert_eq!(dup.ops, vec![0, 1]);
 }
 
@@ -117,8 +190,16 @@ fn duplicate_generation_fails() {
 fn generation_jump_fails() {
     let h = Builder::new().acquire(0.0, 1.0, 1, "lease/1", 0, 2).build();
     let r = check(&h);
-    assert!(kinds(&r).contains(&AnomalyKind::Inv3GenerationJump), "{}", r.summary());
-    assert!(kinds(&r).contains(&AnomalyKind::NonLinearizable), "{}", r.summary());
+    assert!(
+        kinds(&r).contains(&AnomalyKind::Inv3GenerationJump),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
 }
 
 #[test]
@@ -129,11 +210,22 @@ fn five_holders_at_once_fail() {
     }
     // All five hold their slot from 15 ms until their releases begin at 20 ms and later.
     for p in 1..=5u64 {
-        b.release(20.0 + p as f64, 30.0 + p as f64, p, &format!("capacity/{p}"), 1);
+        b.release(
+            20.0 + p as f64,
+            30.0 + p as f64,
+            p,
+            &format!("capacity/{p}"),
+            1,
+        );
     }
     let r = check(&b.build());
     assert_eq!(r.valid, Validity::Invalid);
-    assert_eq!(kinds(&r), vec![AnomalyKind::Inv5OverCapacity], "{}", r.summary());
+    assert_eq!(
+        kinds(&r),
+        vec![AnomalyKind::Inv5OverCapacity],
+        "{}",
+        r.summary()
+    );
     assert_eq!(r.anomalies[0].ops.len(), 5);
     assert_eq!(r.anomalies[0].key.as_deref(), Some("capacity"));
 }
@@ -146,7 +238,13 @@ fn five_holders_in_sequence_or_with_unsure_overlap_pass() {
     for p in 1..=4u64 {
         b.acquire(p as f64, 10.0, p, &format!("capacity/{p}"), 0, 1);
     }
-    b.invoke(11.0, 1, "release", "capacity/1", json!({"generation": 1, "lease": 100}));
+    b.invoke(
+        11.0,
+        1,
+        "release",
+        "capacity/1",
+        json!({"generation": 1, "lease": 100}),
+    );
     b.info(12.0, 1, "release", "capacity/1");
     b.acquire(11.5, 13.0, 5, "capacity/5", 0, 1);
     let r = check(&b.build());
@@ -157,26 +255,76 @@ fn five_holders_in_sequence_or_with_unsure_overlap_pass() {
 fn forked_chain_fails() {
     // Two different capsules acknowledged at sequence 1, each extending the empty chain.
     let h = Builder::new()
-        .invoke(0.0, 1, "append", "capsule/4", json!({"sequence": 1, "previous": null, "digest": "aa"}))
-        .invoke(0.1, 2, "append", "capsule/4", json!({"sequence": 1, "previous": null, "digest": "bb"}))
-        .ok(1.0, 1, "append", "capsule/4", json!({"sequence": 1, "digest": "aa"}))
-        .ok(1.1, 2, "append", "capsule/4", json!({"sequence": 1, "digest": "bb"}))
+        .invoke(
+            0.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "previous": null, "digest": "aa"}),
+        )
+        .invoke(
+            0.1,
+            2,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "previous": null, "digest": "bb"}),
+        )
+        .ok(
+            1.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "digest": "aa"}),
+        )
+        .ok(
+            1.1,
+            2,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "digest": "bb"}),
+        )
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Invalid);
-    assert!(kinds(&r).contains(&AnomalyKind::Inv7Fork), "{}", r.summary());
-    assert!(kinds(&r).contains(&AnomalyKind::NonLinearizable), "{}", r.summary());
+    assert!(
+        kinds(&r).contains(&AnomalyKind::Inv7Fork),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
 }
 
 #[test]
 fn final_chain_that_does_not_link_or_lost_a_capsule_fails() {
     let h = Builder::new()
-        .invoke(0.0, 1, "append", "capsule/4", json!({"sequence": 1, "previous": null, "digest": "aa"}))
-        .ok(1.0, 1, "append", "capsule/4", json!({"sequence": 1, "digest": "aa"}))
+        .invoke(
+            0.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "previous": null, "digest": "aa"}),
+        )
+        .ok(
+            1.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "digest": "aa"}),
+        )
         .invoke(2.0, 2, "chain", "capsule/4", Value::Null)
-        .ok(3.0, 2, "chain", "capsule/4", json!({"capsules": [
+        .ok(
+            3.0,
+            2,
+            "chain",
+            "capsule/4",
+            json!({"capsules": [
             {"sequence": 1, "previous": null, "digest": "cc"},
-            {"sequence": 2, "previous": "dd", "digest": "ee"}]}))
+            {"sequence": 2, "previous": "dd", "digest": "ee"}]}),
+        )
         .build();
     let r = check(&h);
     let k = kinds(&r);
@@ -198,14 +346,37 @@ fn release_that_succeeds_twice_fails() {
 fn diverged_replicas_fail() {
     let h = Builder::new().acquire(0.0, 1.0, 1, "lease/1", 0, 1).build();
     let nodes = [
-        NodeFinal { id: 1, applied: Some(9), digest: Some("aa".into()), error: None },
-        NodeFinal { id: 2, applied: Some(9), digest: Some("bb".into()), error: None },
-        NodeFinal { id: 3, applied: Some(8), digest: Some("cc".into()), error: None },
+        NodeFinal {
+            id: 1,
+            applied: Some(9),
+            digest: Some("aa".into()),
+            error: None,
+        },
+        NodeFinal {
+            id: 2,
+            applied: Some(9),
+            digest: Some("bb".into()),
+            error: None,
+        },
+        NodeFinal {
+            id: 3,
+            applied: Some(8),
+            digest: Some("cc".into()),
+            error: None,
+        },
     ];
     let r = Checker::default().check(&h, Some(&nodes), Vec::new());
     let k = kinds(&r);
-    assert!(k.contains(&AnomalyKind::DigestDivergence), "{}", r.summary());
-    assert!(k.contains(&AnomalyKind::ReplicasNotConverged), "{}", r.summary());
+    assert!(
+        k.contains(&AnomalyKind::DigestDivergence),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        k.contains(&AnomalyKind::ReplicasNotConverged),
+        "{}",
+        r.summary()
+    );
 }
 
 #[test]
@@ -221,5 +392,9 @@ fn malformed_history_is_reported_not_accepted() {
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Invalid);
-    assert!(r.anomalies[0].message.contains("expected"), "{}", r.summary());
+    assert!(
+        r.anomalies[0].message.contains("expected"),
+        "{}",
+        r.summary()
+    );
 }

@@ -15,7 +15,15 @@ impl Builder {
         Self::default()
     }
 
-    fn push(&mut self, t: f64, p: u64, kind: EventType, f: &str, key: &str, value: Value) -> &mut Self {
+    fn push(
+        &mut self,
+        t: f64,
+        p: u64,
+        kind: EventType,
+        f: &str,
+        key: &str,
+        value: Value,
+    ) -> &mut Self {
         let index = self.events.len() as u64;
         self.events.push(Event {
             index,
@@ -60,21 +68,54 @@ impl Builder {
     }
 
     /// A complete acquire.
-    pub fn acquire(&mut self, t0: f64, t1: f64, p: u64, key: &str, expected: u64, granted: u64) -> &mut Self {
+    pub fn acquire(
+        &mut self,
+        t0: f64,
+        t1: f64,
+        p: u64,
+        key: &str,
+        expected: u64,
+        granted: u64,
+    ) -> &mut Self {
         self.invoke(t0, p, "acquire", key, json!({"expected": expected}))
-            .ok(t1, p, "acquire", key, json!({"generation": granted, "lease": granted * 100}))
+            .ok(
+                t1,
+                p,
+                "acquire",
+                key,
+                json!({"generation": granted, "lease": granted * 100}),
+            )
     }
 
     /// A complete release.
     pub fn release(&mut self, t0: f64, t1: f64, p: u64, key: &str, generation: u64) -> &mut Self {
-        self.invoke(t0, p, "release", key, json!({"generation": generation, "lease": generation * 100}))
-            .ok(t1, p, "release", key, Value::Null)
+        self.invoke(
+            t0,
+            p,
+            "release",
+            key,
+            json!({"generation": generation, "lease": generation * 100}),
+        )
+        .ok(t1, p, "release", key, Value::Null)
     }
 
     /// A complete lease-register read.
-    pub fn read_lease(&mut self, t0: f64, t1: f64, p: u64, key: &str, generation: u64, live: bool) -> &mut Self {
-        self.invoke(t0, p, "read", key, Value::Null)
-            .ok(t1, p, "read", key, json!({"generation": generation, "live": live}))
+    pub fn read_lease(
+        &mut self,
+        t0: f64,
+        t1: f64,
+        p: u64,
+        key: &str,
+        generation: u64,
+        live: bool,
+    ) -> &mut Self {
+        self.invoke(t0, p, "read", key, Value::Null).ok(
+            t1,
+            p,
+            "read",
+            key,
+            json!({"generation": generation, "live": live}),
+        )
     }
 
     pub fn build(&self) -> History {

@@ -34,14 +34,32 @@ fn concurrent_acquires_with_one_winner_and_refusals_are_valid() {
         .invoke(0.5, 2, "acquire", "lease/1", json!({"expected": 0}))
         .invoke(0.7, 3, "acquire", "lease/1", json!({"expected": 0}))
         // Process 2 read the generation as 1 late: process 1's grant took effect first.
-        .fail(2.0, 2, "acquire", "lease/1", json!({"error": "stale_generation", "current": 1}))
-        .ok(3.0, 1, "acquire", "lease/1", json!({"generation": 1, "lease": 7}))
+        .fail(
+            2.0,
+            2,
+            "acquire",
+            "lease/1",
+            json!({"error": "stale_generation", "current": 1}),
+        )
+        .ok(
+            3.0,
+            1,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 7}),
+        )
         // Generation 1 is live: an acquire expecting it is refused as busy.
         .invoke(3.5, 2, "acquire", "lease/1", json!({"expected": 1}))
         .fail(3.9, 2, "acquire", "lease/1", json!({"error": "busy"}))
         .release(4.0, 5.0, 1, "lease/1", 1)
         // Process 3's answer comes late, after the release: the current generation was 1.
-        .fail(6.0, 3, "acquire", "lease/1", json!({"error": "stale_generation", "current": 1}))
+        .fail(
+            6.0,
+            3,
+            "acquire",
+            "lease/1",
+            json!({"error": "stale_generation", "current": 1}),
+        )
         .acquire(7.0, 8.0, 2, "lease/1", 1, 2)
         .build();
     let r = check(&h);
@@ -65,7 +83,12 @@ fn unknown_acquire_may_take_effect_late_or_never() {
         .read_lease(2.0, 3.0, 2, "lease/1", 0, false)
         .acquire(4.0, 5.0, 3, "lease/1", 0, 1)
         .build();
-    assert_eq!(check(&never).valid, Validity::Valid, "{}", check(&never).summary());
+    assert_eq!(
+        check(&never).valid,
+        Validity::Valid,
+        "{}",
+        check(&never).summary()
+    );
     // No completion at all before the history ended: also unknown.
     let open = Builder::new()
         .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
@@ -80,17 +103,53 @@ fn cas_register_and_capsule_chain_pass_when_consistent() {
         .invoke(0.0, 1, "cas", "cas/3", json!({"expected": 0, "value": 5}))
         .invoke(0.1, 2, "cas", "cas/3", json!({"expected": 0, "value": 6}))
         .ok(1.0, 1, "cas", "cas/3", json!({"version": 1}))
-        .fail(1.1, 2, "cas", "cas/3", json!({"error": "version_conflict", "current": 1}))
+        .fail(
+            1.1,
+            2,
+            "cas",
+            "cas/3",
+            json!({"error": "version_conflict", "current": 1}),
+        )
         .invoke(2.0, 3, "read", "cas/3", json!({"final": true}))
         .ok(3.0, 3, "read", "cas/3", json!({"version": 1, "value": 5}))
-        .invoke(0.0, 4, "append", "capsule/9", json!({"sequence": 1, "previous": null, "digest": "aa"}))
-        .ok(1.0, 4, "append", "capsule/9", json!({"sequence": 1, "digest": "aa"}))
-        .invoke(2.0, 4, "append", "capsule/9", json!({"sequence": 2, "previous": "aa", "digest": "bb"}))
-        .ok(3.0, 4, "append", "capsule/9", json!({"sequence": 2, "digest": "bb"}))
+        .invoke(
+            0.0,
+            4,
+            "append",
+            "capsule/9",
+            json!({"sequence": 1, "previous": null, "digest": "aa"}),
+        )
+        .ok(
+            1.0,
+            4,
+            "append",
+            "capsule/9",
+            json!({"sequence": 1, "digest": "aa"}),
+        )
+        .invoke(
+            2.0,
+            4,
+            "append",
+            "capsule/9",
+            json!({"sequence": 2, "previous": "aa", "digest": "bb"}),
+        )
+        .ok(
+            3.0,
+            4,
+            "append",
+            "capsule/9",
+            json!({"sequence": 2, "digest": "bb"}),
+        )
         .invoke(4.0, 5, "chain", "capsule/9", Value::Null)
-        .ok(5.0, 5, "chain", "capsule/9", json!({"capsules": [
+        .ok(
+            5.0,
+            5,
+            "chain",
+            "capsule/9",
+            json!({"capsules": [
             {"sequence": 1, "previous": null, "digest": "aa"},
-            {"sequence": 2, "previous": "aa", "digest": "bb"}]}))
+            {"sequence": 2, "previous": "aa", "digest": "bb"}]}),
+        )
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
@@ -113,8 +172,18 @@ fn equal_digests_pass_and_history_round_trips_through_jsonl() {
     assert_eq!(intervals.len(), 1);
     assert_eq!(intervals[0].end_ms, Some(3.0));
     let nodes = [
-        NodeFinal { id: 1, applied: Some(9), digest: Some("d".into()), error: None },
-        NodeFinal { id: 2, applied: Some(9), digest: Some("d".into()), error: None },
+        NodeFinal {
+            id: 1,
+            applied: Some(9),
+            digest: Some("d".into()),
+            error: None,
+        },
+        NodeFinal {
+            id: 2,
+            applied: Some(9),
+            digest: Some("d".into()),
+            error: None,
+        },
     ];
     let r = Checker::default().check(&back, Some(&nodes), Vec::new());
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
