@@ -24,14 +24,18 @@ pub struct CapsuleClient {
     ctx: Arc<WorkloadContext>,
     client: SquadronClient,
     pub driver: Driver,
+    /// How reads are made: linearizable, or stale to show the checker catching stale reads.
+    pub reads: Consistency,
     appended: u64,
 }
 
 impl CapsuleClient {
     pub fn new(ctx: Arc<WorkloadContext>, client: SquadronClient, driver: Driver) -> Self {
+        let reads = ctx.reads;
         Self {
             ctx,
             client,
+            reads,
             driver,
             appended: 0,
         }
@@ -63,10 +67,11 @@ impl CapsuleClient {
     ) -> Option<(u64, Option<Digest>)> {
         let key = self.ctx.workload.key(profile);
         let client = self.client.clone();
+        let reads = self.reads;
         let mut head = None;
         self.driver
             .op("read", &key, input, async {
-                match client.get_profile(profile, Consistency::Linearizable).await {
+                match client.get_profile(profile, reads).await {
                     Ok(p) => {
                         let h = p
                             .capsule_head
@@ -86,10 +91,11 @@ impl CapsuleClient {
     pub async fn chain(&mut self, profile: ProfileId) -> EventType {
         let key = self.ctx.workload.key(profile);
         let client = self.client.clone();
+        let reads = self.reads;
         self.driver
             .op("chain", &key, Value::Null, async {
                 match client
-                    .list_capsules(profile, Consistency::Linearizable)
+                    .list_capsules(profile, reads)
                     .await
                 {
                     Ok(list) => Ok(json!({"capsules": list.iter().map(|c| json!({

@@ -24,14 +24,18 @@ pub struct CasClient {
     ctx: Arc<WorkloadContext>,
     client: SquadronClient,
     pub driver: Driver,
+    /// How reads are made: linearizable, or stale to show the checker catching stale reads.
+    pub reads: Consistency,
     seen: HashMap<ProfileId, u64>,
 }
 
 impl CasClient {
     pub fn new(ctx: Arc<WorkloadContext>, client: SquadronClient, driver: Driver) -> Self {
+        let reads = ctx.reads;
         Self {
             ctx,
             client,
+            reads,
             driver,
             seen: HashMap::new(),
         }
@@ -57,11 +61,12 @@ impl CasClient {
     pub async fn read(&mut self, profile: ProfileId, input: Value) -> EventType {
         let key = self.ctx.workload.key(profile);
         let client = self.client.clone();
+        let reads = self.reads;
         let mut version = None;
         let (kind, _) = self
             .driver
             .op("read", &key, input, async {
-                match client.get_profile(profile, Consistency::Linearizable).await {
+                match client.get_profile(profile, reads).await {
                     Ok(p) => {
                         let caps = &p.capabilities;
                         let value = caps.required_skills.iter().next().and_then(|s| {

@@ -28,14 +28,18 @@ pub struct LeaseClient {
     ctx: Arc<WorkloadContext>,
     client: SquadronClient,
     pub driver: Driver,
+    /// How reads are made: linearizable, or stale to show the checker catching stale reads.
+    pub reads: Consistency,
     holding: Option<(ProfileId, Generation, LeaseId)>,
 }
 
 impl LeaseClient {
     pub fn new(ctx: Arc<WorkloadContext>, client: SquadronClient, driver: Driver) -> Self {
+        let reads = ctx.reads;
         Self {
             ctx,
             client,
+            reads,
             driver,
             holding: None,
         }
@@ -101,11 +105,12 @@ impl LeaseClient {
     pub async fn read(&mut self, profile: ProfileId, input: Value) -> Option<LeaseView> {
         let key = self.ctx.workload.key(profile);
         let client = self.client.clone();
+        let reads = self.reads;
         let mut view = None;
         let (kind, _) = self
             .driver
             .op("read", &key, input, async {
-                match client.get_profile(profile, Consistency::Linearizable).await {
+                match client.get_profile(profile, reads).await {
                     Ok(p) => {
                         view = Some(LeaseView {
                             generation: p.generation,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
+use squadron_client::Consistency;
 use squadron_jepsen::checker::Checker;
 use squadron_jepsen::cluster::NetMode;
 use squadron_jepsen::history::History;
@@ -81,6 +82,16 @@ struct RunArgs {
     /// After the last heal a write must succeed within this many seconds.
     #[arg(long, default_value_t = 30)]
     recovery_bound_secs: u64,
+    /// Client reads: `linearizable`, or `stale` (a deliberate client bug the checkers must
+    /// catch; the quiet phase's final reads stay linearizable).
+    #[arg(long, value_enum, default_value_t = ReadMode::Linearizable)]
+    reads: ReadMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReadMode {
+    Linearizable,
+    Stale,
 }
 
 fn default_bin() -> anyhow::Result<PathBuf> {
@@ -153,6 +164,10 @@ fn main() -> anyhow::Result<ExitCode> {
                 fault: Duration::from_secs(a.fault_secs),
                 quiet: Duration::from_secs(a.quiet_secs),
                 recovery_bound: Duration::from_secs(a.recovery_bound_secs),
+                reads: match a.reads {
+                    ReadMode::Linearizable => Consistency::Linearizable,
+                    ReadMode::Stale => Consistency::Stale,
+                },
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let results = rt.block_on(run(&cfg))?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde_json::json;
-use squadron_client::{new_idempotency_key, SquadronClient};
+use squadron_client::{new_idempotency_key, Consistency, SquadronClient};
 use squadron_core::ids::WorkerId;
 use tokio::time::Instant;
 
@@ -64,6 +64,9 @@ pub struct RunConfig {
     pub quiet: Duration,
     /// After the last heal, a write must succeed within this bound.
     pub recovery_bound: Duration,
+    /// The clients' read consistency. `Stale` is a deliberate client bug: the checker must
+    /// then find stale reads.
+    pub reads: Consistency,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +149,9 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
         Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
     );
-    let ctx = Arc::new(setup(cfg.workload, &admin).await?);
+    let mut ctx = setup(cfg.workload, &admin).await?;
+    ctx.reads = cfg.reads;
+    let ctx = Arc::new(ctx);
     let renewals = spawn_renewals(ctx.clone(), admin.clone());
 
     let recorder = Recorder::new();
@@ -245,6 +250,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         ("rate", json!(cfg.rate)),
         ("concurrency", json!(concurrency)),
         ("seed", json!(cfg.seed)),
+        ("reads", json!(format!("{:?}", cfg.reads).to_lowercase())),
         (
             "network",
             json!(if cluster.net.is_some() {
@@ -339,6 +345,7 @@ async fn final_reads(
         match workload {
             Workload::Lease | Workload::Capacity => {
                 let mut c = LeaseClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
                 while attempts < FINAL_READ_ATTEMPTS_MAX
                     && c.read(*profile, final_input()).await.is_none()
                 {
@@ -348,6 +355,7 @@ async fn final_reads(
             }
             Workload::Cas => {
                 let mut c = CasClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
                 while attempts < FINAL_READ_ATTEMPTS_MAX
                     && c.read(*profile, final_input()).await != crate::event::EventType::Ok
                 {
@@ -357,6 +365,7 @@ async fn final_reads(
             }
             Workload::Capsule => {
                 let mut c = CapsuleClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
                 while attempts < FINAL_READ_ATTEMPTS_MAX
                     && c.read(*profile, final_input()).await.is_none()
                 {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use squadron_client::{
-    new_idempotency_key, AcquireLease, AttachSandbox, ClientError, CreateProfile, CreateProject,
+    new_idempotency_key, AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile, CreateProject,
     OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
 };
 use squadron_core::ids::{
@@ -110,6 +110,8 @@ pub struct WorkloadContext {
     /// The writer lease of each profile (capsule workload).
     pub writers: BTreeMap<ProfileId, (LeaseId, Generation)>,
     pub holdings: Mutex<Holdings>,
+    /// The consistency of the clients' reads (the quiet phase always reads linearizably).
+    pub reads: Consistency,
 }
 
 impl WorkloadContext {
@@ -221,6 +223,7 @@ pub async fn setup(
         profiles,
         writers: BTreeMap::new(),
         holdings: Mutex::new(Holdings::default()),
+        reads: Consistency::Linearizable,
     };
     let mut writers = BTreeMap::new();
     if workload == Workload::Capsule {
