@@ -5,6 +5,7 @@
 //! cluster API and adds it back (learner, then voter) on heal.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -13,6 +14,9 @@ use serde_json::{json, Value};
 use squadron_client::{AddLearner, SquadronClient};
 
 use crate::cluster::{Cluster, ClusterError};
+
+/// How long a heal keeps trying to re-add a removed voter.
+pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
 
 /// What faults a run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -223,6 +227,10 @@ impl Nemesis {
                 self.damage.paused.insert(v);
                 json!({"nodes": [v]})
             }
+            Fault::RemoveVoter if !self.damage.removed.is_empty() => {
+                // One removal at a time: the last one is not re-added yet.
+                json!({"skipped": "a removed voter awaits re-adding"})
+            }
             Fault::RemoveVoter => {
                 // A follower: removing the leader is legal but makes this fault a leader
                 // change as well, which the kill and partition faults already cover.
@@ -301,6 +309,7 @@ impl Nemesis {
             done.insert("restarted".into(), json!(killed));
         }
         let removed: Vec<u64> = self.damage.removed.iter().copied().collect();
+        let mut readded = Vec::new();
         for v in removed {
             let spec = cluster
                 .nodes
@@ -313,23 +322,36 @@ impl Nemesis {
                 rest: spec.rest.clone(),
                 grpc: spec.grpc.clone(),
             };
-            let result = async {
-                client.add_learner(&add).await?;
-                client.promote_voter(v).await
-            }
-            .await;
-            match result {
-                Ok(_) => {
-                    self.damage.removed.remove(&v);
-                    done.insert("readded".into(), json!(v));
+            // The cluster may be between leaders right after the removal: retry, bounded.
+            let deadline = Instant::now() + Duration::from_millis(MEMBERSHIP_RETRY_MS_MAX);
+            let mut last = String::new();
+            let mut learner = false;
+            loop {
+                if !learner {
+                    match client.add_learner(&add).await {
+                        Ok(_) => learner = true,
+                        Err(e) => last = format!("adding learner {v}: {e}"),
+                    }
                 }
-                Err(e) => {
+                if learner {
+                    match client.promote_voter(v).await {
+                        Ok(_) => break,
+                        Err(e) => last = format!("promoting {v}: {e}"),
+                    }
+                }
+                if Instant::now() > deadline {
                     return Err(NemesisError::Fault {
                         fault: "heal",
-                        message: format!("re-adding node {v}: {e}"),
-                    })
+                        message: last,
+                    });
                 }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            self.damage.removed.remove(&v);
+            readded.push(v);
+        }
+        if !readded.is_empty() {
+            done.insert("readded".into(), json!(readded));
         }
         Ok(Value::Object(done))
     }
