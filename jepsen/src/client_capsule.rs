@@ -94,10 +94,7 @@ impl CapsuleClient {
         let reads = self.reads;
         self.driver
             .op("chain", &key, Value::Null, async {
-                match client
-                    .list_capsules(profile, reads)
-                    .await
-                {
+                match client.list_capsules(profile, reads).await {
                     Ok(list) => Ok(json!({"capsules": list.iter().map(|c| json!({
                         "sequence": c.sequence,
                         "previous": c.previous.map(|d| d.to_string()),

@@ -17,6 +17,21 @@ pub const STATUS_TIMEOUT_MS: u64 = 2_000;
 pub const NODE_START_TIMEOUT_MS: u64 = 30_000;
 /// Poll interval of every wait.
 pub const POLL_INTERVAL_MS: u64 = 200;
+/// Where Debian's libfaketime lives (the multi-threaded variant: the node is multi-threaded).
+pub const FAKETIME_LIBS: [&str; 2] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+];
+/// The name of each node's clock-offset file, re-read by libfaketime about once a second.
+pub const FAKETIME_FILE: &str = "faketime.rc";
+
+/// The installed libfaketime, if any.
+pub fn faketime_lib() -> Option<PathBuf> {
+    FAKETIME_LIBS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
 
 /// Where the nodes live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -63,12 +78,21 @@ pub struct Cluster {
     pub net: Option<NamespaceNet>,
     /// Why namespaces are not used, when they are not.
     pub net_note: Option<String>,
+    /// Whether the nodes run under libfaketime (clock faults possible).
+    pub faketime: bool,
     http: SquadronClient,
 }
 
 impl Cluster {
-    /// Prepares `n` nodes under `dir` (configs written, nothing started).
-    pub fn prepare(dir: &Path, bin: &Path, n: u64, mode: NetMode) -> Result<Self, ClusterError> {
+    /// Prepares `n` nodes under `dir` (configs written, nothing started). With `faketime`,
+    /// every node runs under libfaketime with a zero offset the clock nemesis can change.
+    pub fn prepare(
+        dir: &Path,
+        bin: &Path,
+        n: u64,
+        mode: NetMode,
+        faketime: Option<&Path>,
+    ) -> Result<Self, ClusterError> {
         let (net, net_note) = match mode {
             NetMode::Loopback => (
                 None,
@@ -106,6 +130,24 @@ impl Cluster {
             if let Some(net) = &net {
                 node.exec_prefix = net.exec_prefix(spec.id);
             }
+            if let Some(lib) = faketime {
+                let file = node.dir.join(FAKETIME_FILE);
+                std::fs::write(&file, "+0\n").map_err(|source| {
+                    ClusterError::Node(NodeError::Write {
+                        id: spec.id,
+                        path: file.clone(),
+                        source,
+                    })
+                })?;
+                node.extra_env = vec![
+                    ("LD_PRELOAD".into(), lib.display().to_string()),
+                    ("FAKETIME_TIMESTAMP_FILE".into(), file.display().to_string()),
+                    ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+                    // Only the wall clock moves: the leader stamps commands with it, while
+                    // timers and timeouts keep the true monotonic clock.
+                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ];
+            }
             nodes.insert(spec.id, node);
         }
         let http = SquadronClient::with_timeouts(
@@ -119,6 +161,20 @@ impl Cluster {
             net,
             net_note,
             http,
+            faketime: faketime.is_some(),
+        })
+    }
+
+    /// Sets node `id`'s wall-clock offset (libfaketime syntax: `+30s`, `-2m`, `+0`).
+    pub fn set_clock_offset(&self, id: u64, offset: &str) -> Result<(), ClusterError> {
+        let node = self.nodes.get(&id).ok_or(ClusterError::UnknownNode(id))?;
+        let file = node.dir.join(FAKETIME_FILE);
+        std::fs::write(&file, format!("{offset}\n")).map_err(|source| {
+            ClusterError::Node(NodeError::Write {
+                id,
+                path: file,
+                source,
+            })
         })
     }
 

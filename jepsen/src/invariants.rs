@@ -180,8 +180,7 @@ impl InvariantChecker {
     /// chain read links up and holds every acknowledged capsule it still keeps.
     pub fn inv7_chain(&self, ops: &[Operation]) -> Vec<Anomaly> {
         let mut out = Vec::new();
-        let mut by_seq: BTreeMap<&str, BTreeMap<u64, Vec<AckedCapsule>>> =
-            BTreeMap::new();
+        let mut by_seq: BTreeMap<&str, BTreeMap<u64, Vec<AckedCapsule>>> = BTreeMap::new();
         for op in ops.iter().filter(|o| o.f == "append" && o.is_ok()) {
             let (Some(key), Some(seq), Some(digest)) = (
                 op.key.as_deref(),

@@ -15,6 +15,9 @@ use squadron_client::{AddLearner, SquadronClient};
 
 use crate::cluster::{Cluster, ClusterError};
 
+/// The largest clock offset the clock nemesis applies, in seconds. Far below the workloads'
+/// lease TTL (600 s), so a skewed leader stamp alone never expires a lease in a run.
+pub const CLOCK_SKEW_S_MAX: i64 = 120;
 /// How long a heal keeps trying to re-add a removed voter.
 pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
 
@@ -32,6 +35,9 @@ pub enum NemesisKind {
     Pause,
     /// Remove a voter, re-add it (learner, then voter) on heal.
     Membership,
+    /// Skew one node's wall clock (the leader's or another's) by up to ±2 minutes with
+    /// libfaketime; reset on heal.
+    Clock,
     /// Partitions and kills (the CI smoke mix).
     PartitionKill,
     /// Every fault above.
@@ -52,6 +58,8 @@ pub enum Fault {
     PauseOne,
     PauseLeader,
     RemoveVoter,
+    ClockSkew,
+    ClockSkewLeader,
 }
 
 impl Fault {
@@ -68,6 +76,8 @@ impl Fault {
             Fault::PauseOne => "pause-one",
             Fault::PauseLeader => "pause-leader",
             Fault::RemoveVoter => "membership-remove",
+            Fault::ClockSkew => "clock-skew",
+            Fault::ClockSkewLeader => "clock-skew-leader",
         }
     }
 
@@ -87,6 +97,8 @@ impl Fault {
 pub enum NemesisError {
     #[error("the {0:?} nemesis needs network namespaces: {1}")]
     NeedsNamespaces(NemesisKind, String),
+    #[error("the clock nemesis needs libfaketime (apt-get install libfaketime)")]
+    NeedsFaketime,
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error("{fault}: {message}")]
@@ -103,6 +115,7 @@ struct Damage {
     killed: BTreeSet<u64>,
     paused: BTreeSet<u64>,
     removed: BTreeSet<u64>,
+    skewed: BTreeSet<u64>,
 }
 
 /// The fault injector of one run.
@@ -126,15 +139,25 @@ impl Nemesis {
         ];
         let kills = vec![Fault::KillOne, Fault::KillLeader, Fault::KillMajority];
         let pauses = vec![Fault::PauseOne, Fault::PauseLeader];
+        let clocks = vec![Fault::ClockSkew, Fault::ClockSkewLeader];
         let mut faults: Vec<Fault> = match kind {
             NemesisKind::None => Vec::new(),
             NemesisKind::Partition => partitions,
             NemesisKind::Kill => kills,
             NemesisKind::Pause => pauses,
             NemesisKind::Membership => vec![Fault::RemoveVoter],
+            NemesisKind::Clock => clocks,
             NemesisKind::PartitionKill => [partitions, kills].concat(),
-            NemesisKind::Mix => [partitions, kills, pauses, vec![Fault::RemoveVoter]].concat(),
+            NemesisKind::Mix => {
+                [partitions, kills, pauses, vec![Fault::RemoveVoter], clocks].concat()
+            }
         };
+        if !cluster.faketime {
+            if kind == NemesisKind::Clock {
+                return Err(NemesisError::NeedsFaketime);
+            }
+            faults.retain(|f| !matches!(f, Fault::ClockSkew | Fault::ClockSkewLeader));
+        }
         if cluster.net.is_none() {
             let note = cluster.net_note.clone().unwrap_or_default();
             if kind == NemesisKind::Partition {
@@ -227,6 +250,22 @@ impl Nemesis {
                 self.damage.paused.insert(v);
                 json!({"nodes": [v]})
             }
+            Fault::ClockSkew | Fault::ClockSkewLeader => {
+                let v = if fault == Fault::ClockSkewLeader {
+                    leader_or_any
+                } else {
+                    ids[0]
+                };
+                let secs: i64 = self.rng.gen_range(5..=CLOCK_SKEW_S_MAX);
+                let offset = if self.rng.gen_bool(0.5) {
+                    format!("+{secs}s")
+                } else {
+                    format!("-{secs}s")
+                };
+                cluster.set_clock_offset(v, &offset)?;
+                self.damage.skewed.insert(v);
+                json!({"nodes": [v], "offset": offset})
+            }
             Fault::RemoveVoter if !self.damage.removed.is_empty() => {
                 // One removal at a time: the last one is not re-added yet.
                 json!({"skipped": "a removed voter awaits re-adding"})
@@ -289,6 +328,15 @@ impl Nemesis {
             }
             self.damage.partitioned = false;
             done.insert("network".into(), json!("healed"));
+        }
+        let skewed: Vec<u64> = std::mem::take(&mut self.damage.skewed)
+            .into_iter()
+            .collect();
+        for v in &skewed {
+            cluster.set_clock_offset(*v, "+0")?;
+        }
+        if !skewed.is_empty() {
+            done.insert("clock_reset".into(), json!(skewed));
         }
         let paused: Vec<u64> = std::mem::take(&mut self.damage.paused)
             .into_iter()
@@ -362,6 +410,7 @@ impl Nemesis {
             || !self.damage.killed.is_empty()
             || !self.damage.paused.is_empty()
             || !self.damage.removed.is_empty()
+            || !self.damage.skewed.is_empty()
     }
 
     /// A duration drawn around `mean_ms` (between half and one and a half times it).

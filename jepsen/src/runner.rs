@@ -18,7 +18,7 @@ use crate::checker::Checker;
 use crate::client_capsule::CapsuleClient;
 use crate::client_cas::CasClient;
 use crate::client_lease::LeaseClient;
-use crate::cluster::{Cluster, ClusterError, NetMode};
+use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
 use crate::driver::Driver;
 use crate::history::HistoryError;
 use crate::nemesis::{Nemesis, NemesisError, NemesisKind};
@@ -132,7 +132,17 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         path: cfg.out.clone(),
         source,
     })?;
-    let mut cluster = Cluster::prepare(&cfg.out.join("nodes"), &cfg.bin, cfg.nodes, cfg.net)?;
+    let faketime = match cfg.nemesis {
+        NemesisKind::Clock | NemesisKind::Mix => faketime_lib(),
+        _ => None,
+    };
+    let mut cluster = Cluster::prepare(
+        &cfg.out.join("nodes"),
+        &cfg.bin,
+        cfg.nodes,
+        cfg.net,
+        faketime.as_deref(),
+    )?;
     if let Some(note) = &cluster.net_note {
         eprintln!("squadron-jepsen: {note}");
     }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use squadron_client::{
-    new_idempotency_key, AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile, CreateProject,
-    OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
+    new_idempotency_key, AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile,
+    CreateProject, OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
 };
 use squadron_core::ids::{
     Generation, IdempotencyKey, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
