@@ -23,6 +23,7 @@ pub mod node_final;
 pub mod operation;
 pub mod outcome;
 pub mod recorder;
+pub mod recovery;
 pub mod report;
 pub mod results;
 pub mod runner;

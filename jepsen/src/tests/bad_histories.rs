@@ -398,3 +398,41 @@ fn malformed_history_is_reported_not_accepted() {
         r.summary()
     );
 }
+
+#[test]
+fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
+    use crate::recovery::RecoveryCheck;
+    let mut b = Builder::new();
+    b.nemesis(0.0, "start", "partition-halves")
+        .nemesis(1_000.0, "stop", "heal");
+    // Every write after the heal fails for 40 s; the next fault starts at 60 s.
+    for i in 0..40u64 {
+        let t = 1_000.0 + i as f64 * 1_000.0;
+        b.invoke(t, 1, "acquire", "lease/1", json!({"expected": 0}))
+            .fail(
+                t + 10.0,
+                1,
+                "acquire",
+                "lease/1",
+                json!({"error": "unreachable"}),
+            );
+    }
+    b.acquire(45_000.0, 45_010.0, 1, "lease/1", 0, 1);
+    b.nemesis(60_000.0, "start", "kill-one")
+        .nemesis(61_000.0, "stop", "heal");
+    let h = b.build();
+    let check = RecoveryCheck { bound_ms: 30_000.0 };
+    let (heals, anomalies) = check.check(&h.operations().unwrap(), &h.nemesis_intervals());
+    assert_eq!(
+        heals.len(),
+        1,
+        "the last heal is the harness probe's to judge"
+    );
+    assert_eq!(heals[0].first_write_ms, Some(44_010.0));
+    assert_eq!(anomalies.len(), 1);
+    assert_eq!(anomalies[0].kind, AnomalyKind::UnavailableAfterHeal);
+    // Within the bound: no anomaly.
+    let (_, none) = RecoveryCheck { bound_ms: 50_000.0 }
+        .check(&h.operations().unwrap(), &h.nemesis_intervals());
+    assert!(none.is_empty());
+}
