@@ -170,7 +170,18 @@ fn main() -> anyhow::Result<ExitCode> {
                 },
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            let results = rt.block_on(run(&cfg))?;
+            // On Ctrl-C or SIGTERM the run's future is dropped, and with it the cluster: its
+            // drop guards kill the nodes and tear the namespaces down.
+            let results = rt.block_on(async {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .context("installing the SIGTERM handler")?;
+                tokio::select! {
+                    r = run(&cfg) => Ok(r?),
+                    _ = tokio::signal::ctrl_c() => bail!("interrupted; the cluster was torn down"),
+                    _ = term.recv() => bail!("terminated; the cluster was torn down"),
+                }
+            })?;
             print!("{}", results.summary());
             println!("results: {}", a.out.join("results.json").display());
             println!("report:  {}", a.out.join("report.html").display());

@@ -238,7 +238,12 @@ impl NamespaceNet {
         for line in run(&["ip", "netns", "list"])?.lines() {
             let name = line.split_whitespace().next().unwrap_or("");
             if stale(name).is_some() {
-                // Processes still inside would keep it alive only as a mount; delete anyway.
+                // Nodes of a harness that was killed outlive it inside the namespace.
+                for pid in run(&["ip", "netns", "pids", name])?.split_whitespace() {
+                    if run(&["kill", "-9", pid]).is_ok() {
+                        removed.push(format!("process {pid} in {name}"));
+                    }
+                }
                 run(&["ip", "netns", "del", name])?;
                 removed.push(format!("netns {name}"));
             }

@@ -97,8 +97,8 @@ impl HtmlReport {
         let height = MARGIN + lanes as f64 * LANE_PX + 30.0;
         let _ = write!(
             page,
-            "<h2>Timeline</h2><p>One lane per client; green ok, red fail, orange unknown (drawn to the \
-             end of the history); grey bands are faults. Hover for details.</p>\
+            "<h2>Timeline</h2><p>One lane per client; green ok, red fail, orange unknown (drawn until the \
+             client gave up); grey bands are faults. Hover for details.</p>\
              <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\">"
         );
         Self::shade(&mut page, &nemesis, &x, 20.0, height - 30.0, end_ms);
