@@ -202,6 +202,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// A graceful stop (SIGTERM; SIGKILL after a grace period).
+    pub fn stop(&mut self, id: u64) -> Result<(), ClusterError> {
+        self.node_mut(id)?.stop()?;
+        Ok(())
+    }
+
     pub fn pause(&mut self, id: u64) -> Result<(), ClusterError> {
         self.node_mut(id)?.pause()?;
         Ok(())

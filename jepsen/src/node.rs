@@ -4,6 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// How long a graceful stop may take before the process is killed.
+pub const STOP_WAIT_MS_MAX: u64 = 10_000;
+
 /// How one node is reached and where it keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -183,6 +186,24 @@ impl NodeProcess {
             let _ = child.wait();
         }
         self.paused = false;
+    }
+
+    /// SIGTERM, then SIGKILL if the process is still there after `STOP_WAIT_MS_MAX`.
+    pub fn stop(&mut self) -> Result<(), NodeError> {
+        self.resume()?;
+        self.signal("TERM")?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(STOP_WAIT_MS_MAX);
+        while std::time::Instant::now() < deadline {
+            match self.child.as_mut().map(Child::try_wait) {
+                Some(Ok(None)) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                _ => {
+                    self.child = None;
+                    return Ok(());
+                }
+            }
+        }
+        self.kill();
+        Ok(())
     }
 
     /// SIGSTOP.
