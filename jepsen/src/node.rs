@@ -192,7 +192,8 @@ impl NodeProcess {
     pub fn stop(&mut self) -> Result<(), NodeError> {
         self.resume()?;
         self.signal("TERM")?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(STOP_WAIT_MS_MAX);
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(STOP_WAIT_MS_MAX);
         while std::time::Instant::now() < deadline {
             match self.child.as_mut().map(Child::try_wait) {
                 Some(Ok(None)) => std::thread::sleep(std::time::Duration::from_millis(50)),
