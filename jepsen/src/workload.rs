@@ -28,7 +28,7 @@ use squadron_core::Outcome;
 /// Every lease the suite takes lives this long (the core's maximum), far beyond a run's
 /// fault phases, so no lease expires under the model's feet.
 pub const LEASE_TTL_MS: u64 = 600_000;
-/// How often the capsule workload renews its writer leases.
+/// How often the harness heartbeats its worker and renews the capsule writers' leases.
 pub const LEASE_RENEW_INTERVAL_MS: u64 = 60_000;
 /// Most attempts of one setup step before the run gives up.
 pub const SETUP_ATTEMPTS_MAX: u32 = 60;
@@ -252,8 +252,8 @@ pub async fn setup(
     Ok(WorkloadContext { writers, ..ctx })
 }
 
-/// Keeps the capsule writers' leases alive for runs longer than their TTL; ends with the
-/// returned task's abort.
+/// Keeps the worker alive and the capsule writers' leases renewed for runs longer than their
+/// TTLs; ends with the returned task's abort.
 pub fn spawn_renewals(
     ctx: Arc<WorkloadContext>,
     client: SquadronClient,
@@ -261,13 +261,15 @@ pub fn spawn_renewals(
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(LEASE_RENEW_INTERVAL_MS)).await;
+            // Heartbeats and renewals are not compare-and-swaps: resending them is harmless.
+            let key = new_idempotency_key();
+            let _ = client.worker_heartbeat(&ctx.worker, Some(&key)).await;
             for (profile, (lease, generation)) in &ctx.writers {
                 let req = RenewLease {
                     profile: *profile,
                     generation: *generation,
                     ttl_ms: LEASE_TTL_MS,
                 };
-                // A renewal is not a compare-and-swap: resending it is harmless.
                 let key = new_idempotency_key();
                 let _ = client.renew_lease(*lease, &req, Some(&key)).await;
             }
