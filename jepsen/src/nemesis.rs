@@ -204,20 +204,7 @@ impl Nemesis {
                 self.cut(cluster, fault, &halves_grudge(minority, majority))?
             }
             Fault::MajoritiesRing if ids.len() >= 5 => {
-                // Each node hears only its two ring neighbours: every node sees a majority
-                // (itself and two others), and no two see the same one.
-                let n = ids.len();
-                let mut grudge = BTreeMap::new();
-                for (i, node) in ids.iter().enumerate() {
-                    let near = [ids[(i + 1) % n], ids[(i + n - 1) % n]];
-                    let far: BTreeSet<u64> = ids
-                        .iter()
-                        .copied()
-                        .filter(|x| x != node && !near.contains(x))
-                        .collect();
-                    grudge.insert(*node, far);
-                }
-                self.cut(cluster, fault, &grudge)?
+                self.cut(cluster, fault, &ring_grudge(&ids))?
             }
             Fault::MajoritiesRing | Fault::Bridge => {
                 // Two halves that hear each other only through one bridge node.
@@ -420,6 +407,23 @@ impl Nemesis {
     }
 }
 
+/// Each node hears only its two ring neighbours: with 5 or more nodes every node sees a
+/// majority (itself and two others), and no two see the same one.
+fn ring_grudge(ids: &[u64]) -> BTreeMap<u64, BTreeSet<u64>> {
+    let n = ids.len();
+    let mut grudge = BTreeMap::new();
+    for (i, node) in ids.iter().enumerate() {
+        let near = [ids[(i + 1) % n], ids[(i + n - 1) % n]];
+        let far: BTreeSet<u64> = ids
+            .iter()
+            .copied()
+            .filter(|x| x != node && !near.contains(x))
+            .collect();
+        grudge.insert(*node, far);
+    }
+    grudge
+}
+
 /// Both sides of a cut drop each other's packets.
 fn halves_grudge(a: &[u64], b: &[u64]) -> BTreeMap<u64, BTreeSet<u64>> {
     let mut g: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
@@ -430,4 +434,42 @@ fn halves_grudge(a: &[u64], b: &[u64]) -> BTreeMap<u64, BTreeSet<u64>> {
         g.entry(*y).or_default().extend(a.iter().copied());
     }
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who `node` still hears under `grudge`, itself included.
+    fn hears(grudge: &BTreeMap<u64, BTreeSet<u64>>, ids: &[u64], node: u64) -> BTreeSet<u64> {
+        let blocked = grudge.get(&node).cloned().unwrap_or_default();
+        ids.iter()
+            .copied()
+            .filter(|i| !blocked.contains(i))
+            .collect()
+    }
+
+    #[test]
+    fn majorities_ring_gives_each_node_a_different_majority_symmetrically() {
+        let ids = [3, 1, 4, 5, 2];
+        let g = ring_grudge(&ids);
+        let mut views = BTreeSet::new();
+        for &i in &ids {
+            let h = hears(&g, &ids, i);
+            assert_eq!(h.len(), 3, "node {i} hears {h:?}");
+            views.insert(h);
+            for j in g.get(&i).into_iter().flatten() {
+                assert!(g[j].contains(&i), "cut {i}-{j} must be symmetric");
+            }
+        }
+        assert_eq!(views.len(), 5, "every node sees a different majority");
+    }
+
+    #[test]
+    fn halves_cut_only_across() {
+        let g = halves_grudge(&[1, 2], &[3, 4, 5]);
+        assert_eq!(g[&1], BTreeSet::from([3, 4, 5]));
+        assert_eq!(g[&4], BTreeSet::from([1, 2]));
+        assert_eq!(g.len(), 5);
+    }
 }
