@@ -130,7 +130,14 @@ fn check(dir: &Path) -> anyhow::Result<Results> {
     } else {
         None
     };
-    let results = Checker::default().check(&history, nodes.as_deref(), Vec::new());
+    let mut results = Checker::default().check(&history, nodes.as_deref(), Vec::new());
+    // Keep the facts of the run (settings, recovery times) from the earlier verdict.
+    if let Some(earlier) = std::fs::read_to_string(dir.join("results.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Results>(&t).ok())
+    {
+        results.run = earlier.run;
+    }
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(&results)?,

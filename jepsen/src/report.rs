@@ -101,7 +101,7 @@ impl HtmlReport {
              client gave up); grey bands are faults. Hover for details.</p>\
              <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\">"
         );
-        Self::shade(&mut page, &nemesis, &x, 20.0, height - 30.0, end_ms);
+        Self::shade(&mut page, &nemesis, &x, 30.0, height - 30.0, end_ms);
         for l in 0..lanes {
             let y = MARGIN + l as f64 * LANE_PX;
             let _ = write!(
@@ -148,7 +148,7 @@ impl HtmlReport {
              scale); unknown outcomes are drawn at the latency when the client gave up.</p>\
              <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{plot_h}\">"
         );
-        Self::shade(&mut page, &nemesis, &x, 20.0, 20.0 + PLOT_PX, end_ms);
+        Self::shade(&mut page, &nemesis, &x, 30.0, 20.0 + PLOT_PX, end_ms);
         for decade in 0..=5 {
             let ms = 10f64.powi(decade);
             let y = y_of(ms);
@@ -201,8 +201,10 @@ impl HtmlReport {
         bottom: f64,
         end_ms: f64,
     ) {
-        for n in nemesis {
+        for (i, n) in nemesis.iter().enumerate() {
             let (x0, x1) = (x(n.start_ms), x(n.end_ms.unwrap_or(end_ms)));
+            // Alternate label rows so neighbouring faults' names do not overprint.
+            let label_y = top - 4.0 - (i % 2) as f64 * 10.0;
             let _ = write!(
                 page,
                 "<rect x=\"{x0:.1}\" y=\"{top}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#888\" opacity=\"0.18\">\
@@ -210,7 +212,7 @@ impl HtmlReport {
                 (x1 - x0).max(1.0),
                 bottom - top,
                 esc(&n.fault),
-                top - 4.0,
+                label_y,
                 esc(&n.fault)
             );
         }

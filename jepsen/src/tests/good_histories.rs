@@ -188,3 +188,13 @@ fn equal_digests_pass_and_history_round_trips_through_jsonl() {
     let r = Checker::default().check(&back, Some(&nodes), Vec::new());
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
 }
+
+#[test]
+fn results_round_trip_through_json() {
+    let h = Builder::new().acquire(0.0, 1.0, 1, "lease/1", 0, 1).build();
+    let mut r = check(&h);
+    r.run.insert("concurrency".into(), json!(6));
+    let text = serde_json::to_string_pretty(&r).unwrap();
+    let back: crate::results::Results = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, r);
+}
