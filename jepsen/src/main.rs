@@ -14,6 +14,7 @@ use squadron_jepsen::history::History;
 use squadron_jepsen::nemesis::NemesisKind;
 use squadron_jepsen::netns::NamespaceNet;
 use squadron_jepsen::node_final::NodeFinal;
+use squadron_jepsen::recovery::RecoveryCheck;
 use squadron_jepsen::report::HtmlReport;
 use squadron_jepsen::results::{Results, Validity};
 use squadron_jepsen::runner::{run, RunConfig};
@@ -37,6 +38,9 @@ enum Cmd {
     Check {
         /// The run's output directory.
         dir: PathBuf,
+        /// After a heal a write must succeed within this many seconds.
+        #[arg(long, default_value_t = 30)]
+        recovery_bound_secs: u64,
     },
     /// Remove namespaces, links and iptables rules left by runs that no longer run.
     Cleanup {
@@ -117,7 +121,7 @@ fn exit_code(r: &Results) -> ExitCode {
     }
 }
 
-fn check(dir: &Path) -> anyhow::Result<Results> {
+fn check(dir: &Path, recovery_bound_secs: u64) -> anyhow::Result<Results> {
     let history = History::load(&dir.join("history.jsonl"))?;
     let nodes_path = dir.join("nodes.json");
     let nodes: Option<Vec<NodeFinal>> = if nodes_path.is_file() {
@@ -130,7 +134,11 @@ fn check(dir: &Path) -> anyhow::Result<Results> {
     } else {
         None
     };
-    let mut results = Checker::default().check(&history, nodes.as_deref(), Vec::new());
+    let (heals, late) = RecoveryCheck {
+        bound_ms: recovery_bound_secs as f64 * 1000.0,
+    }
+    .check(&history.operations()?, &history.nemesis_intervals());
+    let mut results = Checker::default().check(&history, nodes.as_deref(), late);
     // Keep the facts of the run (settings, recovery times) from the earlier verdict.
     if let Some(earlier) = std::fs::read_to_string(dir.join("results.json"))
         .ok()
@@ -138,6 +146,9 @@ fn check(dir: &Path) -> anyhow::Result<Results> {
     {
         results.run = earlier.run;
     }
+    results
+        .run
+        .insert("heals".into(), serde_json::to_value(&heals)?);
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(&results)?,
@@ -194,8 +205,11 @@ fn main() -> anyhow::Result<ExitCode> {
             println!("report:  {}", a.out.join("report.html").display());
             Ok(exit_code(&results))
         }
-        Cmd::Check { dir } => {
-            let results = check(&dir)?;
+        Cmd::Check {
+            dir,
+            recovery_bound_secs,
+        } => {
+            let results = check(&dir, recovery_bound_secs)?;
             print!("{}", results.summary());
             Ok(exit_code(&results))
         }
