@@ -265,7 +265,7 @@ impl Nemesis {
                     .copied()
                     .find(|i| Some(*i) != leader)
                     .unwrap_or(ids[0]);
-                let client = self.admin(cluster);
+                let client = self.admin(cluster).await;
                 client
                     .remove_member(v)
                     .await
@@ -280,8 +280,21 @@ impl Nemesis {
         Ok((fault.name(), detail))
     }
 
-    fn admin(&self, cluster: &Cluster) -> SquadronClient {
-        SquadronClient::new(cluster.endpoints())
+    /// A client for membership changes: the leader first, and never a removed node (it knows
+    /// no leader and would answer 503, which a write without a key must not move past).
+    async fn admin(&self, cluster: &Cluster) -> SquadronClient {
+        let leader = cluster.leader().await;
+        let mut ids: Vec<u64> = cluster
+            .ids()
+            .into_iter()
+            .filter(|i| !self.damage.removed.contains(i))
+            .collect();
+        ids.sort_by_key(|i| Some(*i) != leader);
+        let endpoints = ids
+            .iter()
+            .filter_map(|i| cluster.nodes.get(i).map(|n| n.url()))
+            .collect();
+        SquadronClient::new(endpoints)
     }
 
     fn cut(
@@ -351,7 +364,6 @@ impl Nemesis {
                 .get(&v)
                 .map(|n| n.spec.clone())
                 .ok_or(ClusterError::UnknownNode(v))?;
-            let client = self.admin(cluster);
             let add = AddLearner {
                 id: v,
                 rest: spec.rest.clone(),
@@ -362,6 +374,8 @@ impl Nemesis {
             let mut last = String::new();
             let mut learner = false;
             loop {
+                // Asked afresh each time: the leader may have moved.
+                let client = self.admin(cluster).await;
                 if !learner {
                     match client.add_learner(&add).await {
                         Ok(_) => learner = true,
