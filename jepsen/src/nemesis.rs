@@ -18,6 +18,9 @@ use crate::cluster::{Cluster, ClusterError};
 /// The largest clock offset the clock nemesis applies, in seconds. Far below the workloads'
 /// lease TTL (600 s), so a skewed leader stamp alone never expires a lease in a run.
 pub const CLOCK_SKEW_S_MAX: i64 = 120;
+/// How long a clock fault waits before reading the replicated clock (libfaketime re-reads
+/// its offset every second, the leader sweeps every second).
+pub const CLOCK_SETTLE_MS: u64 = 2_500;
 /// How long a heal keeps trying to re-add a removed voter.
 pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
 
@@ -251,7 +254,19 @@ impl Nemesis {
                 };
                 cluster.set_clock_offset(v, &offset)?;
                 self.damage.skewed.insert(v);
-                json!({"nodes": [v], "offset": offset})
+                // Evidence that the skew bites: once libfaketime re-reads the offset and the
+                // leader stamps a command (its sweep runs every second), the replicated clock
+                // runs ahead of real time by a forward skew of the leader.
+                tokio::time::sleep(Duration::from_millis(CLOCK_SETTLE_MS)).await;
+                let ahead = match cluster.leader().await {
+                    Some(l) => cluster
+                        .status(l)
+                        .await
+                        .ok()
+                        .map(|s| s.clock_ms as i64 - squadron_client::now_ms() as i64),
+                    None => None,
+                };
+                json!({"nodes": [v], "offset": offset, "replicated_clock_ahead_ms": ahead})
             }
             Fault::RemoveVoter if !self.damage.removed.is_empty() => {
                 // One removal at a time: the last one is not re-added yet.
