@@ -16,7 +16,7 @@ use squadron_core::Outcome;
 use crate::driver::Driver;
 use crate::event::EventType;
 use crate::outcome::{read_failure, write_failure};
-use crate::workload::WorkloadContext;
+use crate::workload_context::WorkloadContext;
 
 /// One capsule client.
 #[derive(Debug)]

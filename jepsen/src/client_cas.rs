@@ -13,7 +13,7 @@ use squadron_core::Outcome;
 use crate::driver::Driver;
 use crate::event::EventType;
 use crate::outcome::{read_failure, write_failure};
-use crate::workload::WorkloadContext;
+use crate::workload_context::WorkloadContext;
 
 /// Values written are `1..=CAS_VALUE_MAX`.
 pub const CAS_VALUE_MAX: u64 = 1_000;

@@ -13,7 +13,8 @@ use squadron_core::provider::Provider;
 use crate::driver::Driver;
 use crate::event::EventType;
 use crate::outcome::{read_failure, write_failure};
-use crate::workload::{Workload, WorkloadContext, LEASE_TTL_MS};
+use crate::workload::{Workload, LEASE_TTL_MS};
+use crate::workload_context::{Holdings, WorkloadContext};
 
 /// A profile as the lease register sees it.
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +97,7 @@ impl LeaseClient {
         }
     }
 
-    fn holdings_mut<T>(&self, f: impl FnOnce(&mut crate::workload::Holdings) -> T) -> T {
+    fn holdings_mut<T>(&self, f: impl FnOnce(&mut Holdings) -> T) -> T {
         let mut h = self.ctx.holdings.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut h)
     }

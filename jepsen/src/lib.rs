@@ -10,6 +10,7 @@ pub mod client_lease;
 pub mod cluster;
 pub mod driver;
 pub mod event;
+pub mod fault;
 pub mod history;
 pub mod invariants;
 pub mod model;
@@ -27,8 +28,10 @@ pub mod recovery;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod verdict;
 pub mod wgl;
 pub mod workload;
+pub mod workload_context;
 
 #[cfg(test)]
 mod tests;

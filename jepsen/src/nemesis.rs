@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use squadron_client::{AddLearner, SquadronClient};
 
 use crate::cluster::{Cluster, ClusterError};
+use crate::fault::Fault;
 
 /// The largest clock offset the clock nemesis applies, in seconds. Far below the workloads'
 /// lease TTL (600 s), so a skewed leader stamp alone never expires a lease in a run.
@@ -45,55 +46,6 @@ pub enum NemesisKind {
     PartitionKill,
     /// Every fault above.
     Mix,
-}
-
-/// One concrete fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    IsolateOne,
-    IsolateLeader,
-    Halves,
-    MajoritiesRing,
-    Bridge,
-    KillOne,
-    KillLeader,
-    KillMajority,
-    PauseOne,
-    PauseLeader,
-    RemoveVoter,
-    ClockSkew,
-    ClockSkewLeader,
-}
-
-impl Fault {
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::IsolateOne => "partition-one",
-            Fault::IsolateLeader => "partition-leader",
-            Fault::Halves => "partition-halves",
-            Fault::MajoritiesRing => "partition-majorities-ring",
-            Fault::Bridge => "partition-bridge",
-            Fault::KillOne => "kill-one",
-            Fault::KillLeader => "kill-leader",
-            Fault::KillMajority => "kill-majority",
-            Fault::PauseOne => "pause-one",
-            Fault::PauseLeader => "pause-leader",
-            Fault::RemoveVoter => "membership-remove",
-            Fault::ClockSkew => "clock-skew",
-            Fault::ClockSkewLeader => "clock-skew-leader",
-        }
-    }
-
-    fn is_partition(self) -> bool {
-        matches!(
-            self,
-            Fault::IsolateOne
-                | Fault::IsolateLeader
-                | Fault::Halves
-                | Fault::MajoritiesRing
-                | Fault::Bridge
-        )
-    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -26,9 +26,8 @@ use crate::recorder::Recorder;
 use crate::recovery::RecoveryCheck;
 use crate::report::HtmlReport;
 use crate::results::Results;
-use crate::workload::{
-    final_input, setup, spawn_renewals, SetupError, Workload, WorkloadContext, WORKER,
-};
+use crate::workload::{final_input, setup, spawn_renewals, SetupError, Workload, WORKER};
+use crate::workload_context::WorkloadContext;
 
 /// How long one client request may take before its outcome is unknown. Longer than the
 /// nodes' own forward and read-index timeout (4 s), so a slow cluster answers for itself.

@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 
 use crate::model::Model;
+pub use crate::verdict::Verdict;
 
 /// Most (linearized set, state) pairs one search may remember before it answers `Unknown`.
 pub const WGL_STATES_MAX: usize = 1_000_000;
@@ -27,34 +28,6 @@ pub struct TimedStep<S> {
     pub invoke_ms: f64,
     /// `None` for an unknown outcome: the operation may take effect at any later time, or never.
     pub complete_ms: Option<f64>,
-}
-
-/// What the search concluded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Linearizable {
-        states: usize,
-    },
-    NotLinearizable {
-        /// How many operations the deepest partial linearization held.
-        deepest: usize,
-        /// The ids of that partial linearization, in order.
-        prefix: Vec<usize>,
-        /// The operation that had to take effect next but could not (its return was reached).
-        blocked: Option<usize>,
-        /// The model state at the deepest point.
-        state: String,
-    },
-    /// The state-space bound was reached before an answer.
-    Unknown {
-        states: usize,
-    },
-}
-
-impl Verdict {
-    pub fn is_linearizable(&self) -> bool {
-        matches!(self, Verdict::Linearizable { .. })
-    }
 }
 
 #[derive(Debug, Clone, Copy)]

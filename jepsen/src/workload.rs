@@ -8,7 +8,7 @@
 //!   `expected_version`; the value is the one required skill `v{n}`).
 //! - `capsule`: capsule appends on 2 profiles, each naming the head it extends (INV-7).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,12 +18,13 @@ use squadron_client::{
     CreateProject, OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
 };
 use squadron_core::ids::{
-    Generation, IdempotencyKey, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
+    Generation, IdempotencyKey, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
 };
-use squadron_core::lease::LeaseHolder;
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
 use squadron_core::Outcome;
+
+use crate::workload_context::{Holdings, WorkloadContext};
 
 /// Every lease the suite takes lives this long (the core's maximum), far beyond a run's
 /// fault phases, so no lease expires under the model's feet.
@@ -89,39 +90,6 @@ pub enum SetupError {
     Unexpected { step: String, answer: String },
     #[error("invalid name {0}")]
     Name(String),
-}
-
-/// Leases the clients hold (acknowledged), and acquisitions in flight, per profile: a live
-/// lease in neither is an orphan of an unknown outcome, and is released.
-#[derive(Debug, Default)]
-pub struct Holdings {
-    pub held: HashMap<ProfileId, Generation>,
-    pub in_flight: HashMap<ProfileId, usize>,
-}
-
-/// What the clients of one run share.
-#[derive(Debug)]
-pub struct WorkloadContext {
-    pub workload: Workload,
-    pub tenant: TenantId,
-    pub project: ProjectId,
-    pub worker: WorkerId,
-    pub profiles: Vec<ProfileId>,
-    /// The writer lease of each profile (capsule workload).
-    pub writers: BTreeMap<ProfileId, (LeaseId, Generation)>,
-    pub holdings: Mutex<Holdings>,
-    /// The consistency of the clients' reads (the quiet phase always reads linearizably).
-    pub reads: Consistency,
-}
-
-impl WorkloadContext {
-    pub fn holder(&self, process: u64) -> LeaseHolder {
-        LeaseHolder {
-            worker: self.worker.clone(),
-            process: format!("jepsen process {process}"),
-            cgroup: None,
-        }
-    }
 }
 
 /// Retries one keyed write until it succeeds: the key makes the retry safe (INV-11).
