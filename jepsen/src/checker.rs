@@ -9,6 +9,7 @@ use crate::invariants::{key_family, InvariantChecker};
 use crate::model::Model;
 use crate::model_capsule::CapsuleChain;
 use crate::model_cas::CasRegister;
+use crate::model_expiry::ExpiringLease;
 use crate::model_lease::LeaseRegister;
 use crate::node_final::NodeFinal;
 use crate::operation::{Completion, Operation};
@@ -73,6 +74,7 @@ impl Checker {
                     self.check_key(&LeaseRegister, key, &key_ops, &mut anomalies)
                 }
                 "cas" => self.check_key(&CasRegister, key, &key_ops, &mut anomalies),
+                "expiry" => self.check_key(&ExpiringLease, key, &key_ops, &mut anomalies),
                 "capsule" => self.check_key(&CapsuleChain, key, &key_ops, &mut anomalies),
                 _ => continue,
             };

@@ -62,7 +62,7 @@ impl InvariantChecker {
     }
 
     fn is_lease_key(key: &str) -> bool {
-        matches!(key_family(key), "lease" | "capacity")
+        matches!(key_family(key), "lease" | "capacity" | "expiry")
     }
 
     /// INV-3: each successful acquisition is exactly one above the generation it expected,
@@ -115,9 +115,11 @@ impl InvariantChecker {
     /// whatever the unknown outcomes were.
     pub fn inv5_capacity(&self, ops: &[Operation]) -> Vec<Anomaly> {
         let mut releases: BTreeMap<(&str, u64), f64> = BTreeMap::new();
+        // A release or reap evidence ends a slot; an expiry alone never does (a fenced lease
+        // holds its slot until reaped).
         for op in ops
             .iter()
-            .filter(|o| o.f == "release" && o.completion != Completion::Fail)
+            .filter(|o| (o.f == "release" || o.f == "reap") && o.completion != Completion::Fail)
         {
             let (Some(key), Some(g)) = (op.key.as_deref(), u64_of(&op.input, "generation")) else {
                 continue;
@@ -293,7 +295,7 @@ impl InvariantChecker {
                 continue;
             };
             let field = match (key_family(key), op.f.as_str()) {
-                ("lease" | "capacity", "acquire") => "generation",
+                ("lease" | "capacity" | "expiry", "acquire") => "generation",
                 ("cas", "cas") => "version",
                 ("capsule", "append") => "sequence",
                 _ => continue,
@@ -314,7 +316,7 @@ impl InvariantChecker {
                 continue;
             };
             let field = match key_family(key) {
-                "lease" | "capacity" => "generation",
+                "lease" | "capacity" | "expiry" => "generation",
                 "cas" => "version",
                 "capsule" => "sequence",
                 _ => continue,

@@ -31,6 +31,12 @@ fn rejection_value(r: &Rejection) -> Value {
         Rejection::ChainBroken {
             expected_sequence, ..
         } => json!({"error": "chain_broken", "expected_sequence": expected_sequence}),
+        Rejection::LeaseExpired { expired_at_ms } => {
+            json!({"error": "lease_expired", "expired_at_ms": expired_at_ms})
+        }
+        Rejection::EvidenceRefused { reason } => {
+            json!({"error": "evidence_refused", "message": reason})
+        }
         other => json!({"error": "rejected", "message": other.to_string()}),
     }
 }

@@ -17,6 +17,7 @@ use crate::anomaly::{Anomaly, AnomalyKind};
 use crate::checker::Checker;
 use crate::client_capsule::CapsuleClient;
 use crate::client_cas::CasClient;
+use crate::client_expiry::ExpiryClient;
 use crate::client_lease::LeaseClient;
 use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
 use crate::driver::Driver;
@@ -317,6 +318,7 @@ fn spawn_client(
         }
         Workload::Cas => tokio::spawn(CasClient::new(ctx, client, driver).run()),
         Workload::Capsule => tokio::spawn(CapsuleClient::new(ctx, client, driver).run()),
+        Workload::Expiry => tokio::spawn(ExpiryClient::new(ctx, client, driver).run()),
     }
 }
 
@@ -382,6 +384,14 @@ async fn final_reads(
                 while attempts < FINAL_READ_ATTEMPTS_MAX
                     && c.read(*profile, final_input()).await != crate::event::EventType::Ok
                 {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Workload::Expiry => {
+                let mut c = ExpiryClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
+                while attempts < FINAL_READ_ATTEMPTS_MAX && !c.final_read(*profile).await {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }

@@ -45,6 +45,9 @@ pub enum Workload {
     Capacity,
     Cas,
     Capsule,
+    /// 2 s leases on 8 profiles, released, renewed or left to expire, then reaped: lease
+    /// expiry is decided by the leader's stamps (run it under the clock nemesis).
+    Expiry,
 }
 
 impl Workload {
@@ -54,13 +57,14 @@ impl Workload {
             Workload::Capacity => "capacity",
             Workload::Cas => "cas",
             Workload::Capsule => "capsule",
+            Workload::Expiry => "expiry",
         }
     }
 
     pub fn profiles(self) -> usize {
         match self {
             Workload::Lease | Workload::Cas => 4,
-            Workload::Capacity => 8,
+            Workload::Capacity | Workload::Expiry => 8,
             Workload::Capsule => 2,
         }
     }
@@ -68,7 +72,7 @@ impl Workload {
     /// Clients by default, for a cluster of `nodes`.
     pub fn default_concurrency(self, nodes: u64) -> usize {
         match self {
-            Workload::Capacity => 12,
+            Workload::Capacity | Workload::Expiry => 12,
             _ => (2 * nodes as usize).max(6),
         }
     }

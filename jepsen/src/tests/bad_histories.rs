@@ -436,3 +436,88 @@ fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
         .check(&h.operations().unwrap(), &h.nemesis_intervals());
     assert!(none.is_empty());
 }
+
+fn read_phase(b: &mut Builder, t: f64, p: u64, key: &str, generation: u64, phase: &str) {
+    b.invoke(t, p, "read", key, Value::Null).ok(
+        t + 0.5,
+        p,
+        "read",
+        key,
+        json!({"generation": generation, "phase": phase}),
+    );
+}
+
+#[test]
+fn expiring_lease_allows_expiry_but_not_resurrection() {
+    // Acquire, then the lease is seen fenced (expired and swept), then reaped: valid.
+    let mut b = Builder::new();
+    b.acquire(0.0, 1.0, 1, "expiry/1", 0, 1);
+    read_phase(&mut b, 2.0, 2, "expiry/1", 1, "live");
+    read_phase(&mut b, 5.0, 2, "expiry/1", 1, "fenced");
+    b.invoke(
+        6.0,
+        3,
+        "reap",
+        "expiry/1",
+        json!({"generation": 1, "lease": 100}),
+    )
+    .ok(7.0, 3, "reap", "expiry/1", json!({"slot_freed": true}));
+    read_phase(&mut b, 8.0, 2, "expiry/1", 1, "idle");
+    let good = b.build();
+    assert_eq!(
+        check(&good).valid,
+        Validity::Valid,
+        "{}",
+        check(&good).summary()
+    );
+
+    // A fenced lease coming back to life is not expiry.
+    let mut b = Builder::new();
+    b.acquire(0.0, 1.0, 1, "expiry/1", 0, 1);
+    read_phase(&mut b, 5.0, 2, "expiry/1", 1, "fenced");
+    read_phase(&mut b, 6.0, 2, "expiry/1", 1, "live");
+    assert_eq!(
+        kinds(&check(&b.build())),
+        vec![AnomalyKind::NonLinearizable]
+    );
+
+    // A renewal acknowledged after the lease was reaped.
+    let mut b = Builder::new();
+    b.acquire(0.0, 1.0, 1, "expiry/1", 0, 1);
+    b.invoke(
+        6.0,
+        3,
+        "reap",
+        "expiry/1",
+        json!({"generation": 1, "lease": 100}),
+    )
+    .ok(7.0, 3, "reap", "expiry/1", json!({"slot_freed": true}));
+    b.invoke(
+        8.0,
+        1,
+        "renew",
+        "expiry/1",
+        json!({"generation": 1, "lease": 100}),
+    )
+    .ok(9.0, 1, "renew", "expiry/1", json!({"expires_at_ms": 1}));
+    assert_eq!(
+        kinds(&check(&b.build())),
+        vec![AnomalyKind::NonLinearizable]
+    );
+
+    // A fenced lease still holds its slot: five acquisitions, none released or reaped, over
+    // capacity even though all have expired.
+    let mut b = Builder::new();
+    for p in 1..=5u64 {
+        b.acquire(p as f64, 10.0, p, &format!("expiry/{p}"), 0, 1);
+        read_phase(
+            &mut b,
+            20.0 + p as f64,
+            9,
+            &format!("expiry/{p}"),
+            1,
+            "fenced",
+        );
+    }
+    assert!(kinds(&check(&b.build())).contains(&AnomalyKind::Inv5OverCapacity));
+}
