@@ -1,0 +1,367 @@
+//! A cluster of real `squadron server` processes, on loopback or in network namespaces.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use squadron_client::{ClusterStatus, Consistency, SquadronClient};
+
+use crate::netns::{NamespaceNet, NetError, NODE_GRPC_PORT, NODE_REST_PORT};
+use crate::node::{NodeError, NodeProcess, NodeSpec};
+use crate::node_final::NodeFinal;
+
+/// How long a status request to one node may take.
+pub const STATUS_TIMEOUT_MS: u64 = 2_000;
+/// How long a started node may take to answer `/healthz`.
+pub const NODE_START_TIMEOUT_MS: u64 = 30_000;
+/// Poll interval of every wait.
+pub const POLL_INTERVAL_MS: u64 = 200;
+/// Where Debian's libfaketime lives (the multi-threaded variant: the node is multi-threaded).
+pub const FAKETIME_LIBS: [&str; 2] = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+];
+/// The name of each node's clock-offset file, re-read by libfaketime about once a second.
+pub const FAKETIME_FILE: &str = "faketime.rc";
+
+/// The installed libfaketime, if any.
+pub fn faketime_lib() -> Option<PathBuf> {
+    FAKETIME_LIBS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// Where the nodes live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetMode {
+    /// Network namespaces when they can be made, else loopback.
+    Auto,
+    /// Network namespaces, or fail.
+    Netns,
+    /// Loopback: process faults only, no partitions.
+    Loopback,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Node(#[from] NodeError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error("no free loopback port: {0}")]
+    Port(std::io::Error),
+    #[error("{what} within {waited_ms} ms; node logs:\n{logs}")]
+    Timeout {
+        what: String,
+        waited_ms: u64,
+        logs: String,
+    },
+    #[error("node {0} is not part of this cluster")]
+    UnknownNode(u64),
+}
+
+fn free_port() -> Result<u16, ClusterError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(ClusterError::Port)
+}
+
+/// The nodes of one run and the network they share.
+#[derive(Debug)]
+pub struct Cluster {
+    pub bin: PathBuf,
+    pub nodes: BTreeMap<u64, NodeProcess>,
+    /// Declared after `nodes` so the processes die before their namespaces go.
+    pub net: Option<NamespaceNet>,
+    /// Why namespaces are not used, when they are not.
+    pub net_note: Option<String>,
+    /// Whether the nodes run under libfaketime (clock faults possible).
+    pub faketime: bool,
+    http: SquadronClient,
+}
+
+impl Cluster {
+    /// Prepares `n` nodes under `dir` (configs written, nothing started). With `faketime`,
+    /// every node runs under libfaketime with a zero offset the clock nemesis can change.
+    pub fn prepare(
+        dir: &Path,
+        bin: &Path,
+        n: u64,
+        mode: NetMode,
+        faketime: Option<&Path>,
+    ) -> Result<Self, ClusterError> {
+        let (net, net_note) = match mode {
+            NetMode::Loopback => (
+                None,
+                Some("loopback chosen: partitions are not available".to_string()),
+            ),
+            NetMode::Netns => (Some(NamespaceNet::create(n)?), None),
+            NetMode::Auto => match NamespaceNet::create(n) {
+                Ok(net) => (Some(net), None),
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "network namespaces unavailable ({e}); loopback with process faults only"
+                    )),
+                ),
+            },
+        };
+        let mut specs = Vec::new();
+        for id in 1..=n {
+            specs.push(match &net {
+                Some(net) => NodeSpec {
+                    id,
+                    rest: format!("{}:{NODE_REST_PORT}", net.address(id)),
+                    grpc: format!("{}:{NODE_GRPC_PORT}", net.address(id)),
+                },
+                None => NodeSpec {
+                    id,
+                    rest: format!("127.0.0.1:{}", free_port()?),
+                    grpc: format!("127.0.0.1:{}", free_port()?),
+                },
+            });
+        }
+        let mut nodes = BTreeMap::new();
+        for spec in &specs {
+            let mut node = NodeProcess::prepare(dir, spec.clone(), &specs)?;
+            if let Some(net) = &net {
+                node.exec_prefix = net.exec_prefix(spec.id);
+            }
+            if let Some(lib) = faketime {
+                let file = node.dir.join(FAKETIME_FILE);
+                std::fs::write(&file, "+0\n").map_err(|source| {
+                    ClusterError::Node(NodeError::Write {
+                        id: spec.id,
+                        path: file.clone(),
+                        source,
+                    })
+                })?;
+                node.extra_env = vec![
+                    ("LD_PRELOAD".into(), lib.display().to_string()),
+                    ("FAKETIME_TIMESTAMP_FILE".into(), file.display().to_string()),
+                    ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+                    // Only the wall clock moves: the leader stamps commands with it, while
+                    // timers and timeouts keep the true monotonic clock.
+                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ];
+            }
+            nodes.insert(spec.id, node);
+        }
+        let http = SquadronClient::with_timeouts(
+            Vec::new(),
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+        );
+        Ok(Self {
+            bin: bin.into(),
+            nodes,
+            net,
+            net_note,
+            http,
+            faketime: faketime.is_some(),
+        })
+    }
+
+    /// Sets node `id`'s wall-clock offset (libfaketime syntax: `+30s`, `-2m`, `+0`).
+    pub fn set_clock_offset(&self, id: u64, offset: &str) -> Result<(), ClusterError> {
+        let node = self.nodes.get(&id).ok_or(ClusterError::UnknownNode(id))?;
+        let file = node.dir.join(FAKETIME_FILE);
+        std::fs::write(&file, format!("{offset}\n")).map_err(|source| {
+            ClusterError::Node(NodeError::Write {
+                id,
+                path: file,
+                source,
+            })
+        })
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// Every node's REST URL, running or not: clients fail over among them.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.nodes.values().map(NodeProcess::url).collect()
+    }
+
+    fn node_mut(&mut self, id: u64) -> Result<&mut NodeProcess, ClusterError> {
+        self.nodes.get_mut(&id).ok_or(ClusterError::UnknownNode(id))
+    }
+
+    pub fn start(&mut self, id: u64) -> Result<(), ClusterError> {
+        let bin = self.bin.clone();
+        self.node_mut(id)?.start(&bin)?;
+        Ok(())
+    }
+
+    pub fn kill(&mut self, id: u64) -> Result<(), ClusterError> {
+        self.node_mut(id)?.kill();
+        Ok(())
+    }
+
+    /// A graceful stop (SIGTERM; SIGKILL after a grace period).
+    pub fn stop(&mut self, id: u64) -> Result<(), ClusterError> {
+        self.node_mut(id)?.stop()?;
+        Ok(())
+    }
+
+    pub fn pause(&mut self, id: u64) -> Result<(), ClusterError> {
+        self.node_mut(id)?.pause()?;
+        Ok(())
+    }
+
+    pub fn resume(&mut self, id: u64) -> Result<(), ClusterError> {
+        self.node_mut(id)?.resume()?;
+        Ok(())
+    }
+
+    /// Starts every node and waits until each answers and a leader is agreed.
+    pub async fn start_all(&mut self) -> Result<u64, ClusterError> {
+        for id in self.ids() {
+            self.start(id)?;
+        }
+        let deadline = Instant::now() + Duration::from_millis(NODE_START_TIMEOUT_MS);
+        for id in self.ids() {
+            loop {
+                if self.status(id).await.is_ok() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(
+                        self.timeout(format!("node {id} did not answer"), NODE_START_TIMEOUT_MS)
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+            }
+        }
+        self.wait_for_leader(Duration::from_millis(NODE_START_TIMEOUT_MS))
+            .await
+    }
+
+    fn timeout(&self, what: String, waited_ms: u64) -> ClusterError {
+        ClusterError::Timeout {
+            what,
+            waited_ms,
+            logs: self.logs(20),
+        }
+    }
+
+    pub fn logs(&self, lines: usize) -> String {
+        self.nodes
+            .values()
+            .map(|n| {
+                format!(
+                    "--- node {} ({}) ---\n{}",
+                    n.spec.id,
+                    n.log.display(),
+                    n.log_tail(lines)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// One node's own view (stale: answered without a leader).
+    pub async fn status(&self, id: u64) -> Result<ClusterStatus, String> {
+        let node = self.nodes.get(&id).ok_or_else(|| format!("no node {id}"))?;
+        if !node.is_running() || node.is_paused() {
+            return Err(format!("node {id} is not running"));
+        }
+        self.http
+            .with_endpoints(vec![node.url()])
+            .cluster_status(Consistency::Stale)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    /// The leader named in the highest term any reachable node reports.
+    pub async fn leader(&self) -> Option<u64> {
+        let mut best: Option<(u64, u64)> = None;
+        for id in self.ids() {
+            if let Ok(s) = self.status(id).await {
+                if let Some(l) = s.leader {
+                    if best.is_none_or(|(term, _)| s.term > term) {
+                        best = Some((s.term, l));
+                    }
+                }
+            }
+        }
+        best.map(|(_, l)| l)
+    }
+
+    /// Waits until every running node names the same running leader.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Result<u64, ClusterError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut seen = Vec::new();
+            for (id, n) in &self.nodes {
+                if n.is_running() && !n.is_paused() {
+                    seen.push(self.status(*id).await.ok().and_then(|s| s.leader));
+                }
+            }
+            if let Some(Some(l)) = seen.first() {
+                let agreed = seen.iter().all(|s| s == &Some(*l));
+                if agreed
+                    && self
+                        .nodes
+                        .get(l)
+                        .is_some_and(|n| n.is_running() && !n.is_paused())
+                {
+                    return Ok(*l);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(self.timeout("no agreed leader".into(), timeout.as_millis() as u64));
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        }
+    }
+
+    /// Waits (up to `timeout`) until every node reports one applied index, then returns each
+    /// node's applied index and digest (whatever they are when the time runs out).
+    pub async fn final_views(&self, timeout: Duration) -> Vec<NodeFinal> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut views = Vec::new();
+            for id in self.ids() {
+                views.push(match self.status(id).await {
+                    Ok(s) => NodeFinal {
+                        id,
+                        applied: s.applied,
+                        digest: Some(s.digest),
+                        error: None,
+                    },
+                    Err(e) => NodeFinal {
+                        id,
+                        applied: None,
+                        digest: None,
+                        error: Some(e),
+                    },
+                });
+            }
+            let first = views.first().and_then(|v| v.applied);
+            let converged = first.is_some() && views.iter().all(|v| v.applied == first);
+            if converged || Instant::now() > deadline {
+                return views;
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        }
+    }
+
+    /// Kills every node (and with the namespaces dropped later, the network goes too).
+    pub fn stop_all(&mut self) {
+        for n in self.nodes.values_mut() {
+            let _ = n.resume();
+            n.kill();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}

@@ -1,0 +1,39 @@
+//! Squadron's Jepsen-style chaos suite: a harness that drives real `squadron server`
+//! processes under faults and records a history, and checkers that judge it (a WGL
+//! linearizability search per key, and the design's invariants).
+
+pub mod anomaly;
+pub mod checker;
+pub mod client_capsule;
+pub mod client_cas;
+pub mod client_expiry;
+pub mod client_lease;
+pub mod cluster;
+pub mod driver;
+pub mod event;
+pub mod fault;
+pub mod history;
+pub mod invariants;
+pub mod model;
+pub mod model_capsule;
+pub mod model_cas;
+pub mod model_expiry;
+pub mod model_lease;
+pub mod nemesis;
+pub mod netns;
+pub mod node;
+pub mod node_final;
+pub mod operation;
+pub mod outcome;
+pub mod recorder;
+pub mod recovery;
+pub mod report;
+pub mod results;
+pub mod runner;
+pub mod verdict;
+pub mod wgl;
+pub mod workload;
+pub mod workload_context;
+
+#[cfg(test)]
+mod tests;

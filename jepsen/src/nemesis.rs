@@ -1,0 +1,456 @@
+//! The nemesis: picks a fault, injects it into the real cluster, and heals it.
+//!
+//! Partitions are iptables DROP rules inside the nodes' namespaces; kills are SIGKILL with a
+//! restart on heal; pauses are SIGSTOP/SIGCONT; membership churn removes a voter through the
+//! cluster API and adds it back (learner, then voter) on heal.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde_json::{json, Value};
+use squadron_client::{AddLearner, SquadronClient};
+
+use crate::cluster::{Cluster, ClusterError};
+use crate::fault::Fault;
+
+/// The largest clock offset the clock nemesis applies, in seconds. Far below the workloads'
+/// lease TTL (600 s), so a skewed leader stamp alone never expires a lease in a run.
+pub const CLOCK_SKEW_S_MAX: i64 = 120;
+/// How long a clock fault waits before reading the replicated clock (libfaketime re-reads
+/// its offset every second, the leader sweeps every second).
+pub const CLOCK_SETTLE_MS: u64 = 2_500;
+/// How long a heal keeps trying to re-add a removed voter.
+pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
+
+/// What faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NemesisKind {
+    /// No faults: a baseline.
+    None,
+    /// Network partitions: isolate one node, isolate the leader, majority/minority halves,
+    /// majorities ring, bridge.
+    Partition,
+    /// kill -9 of one node, the leader, or a majority; restart on heal.
+    Kill,
+    /// SIGSTOP of one node or the leader; SIGCONT on heal.
+    Pause,
+    /// Remove a voter, re-add it (learner, then voter) on heal.
+    Membership,
+    /// Skew one node's wall clock (the leader's or another's) by up to ±2 minutes with
+    /// libfaketime; reset on heal.
+    Clock,
+    /// Partitions and kills (the CI smoke mix).
+    PartitionKill,
+    /// Every fault above.
+    Mix,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NemesisError {
+    #[error("the {0:?} nemesis needs network namespaces: {1}")]
+    NeedsNamespaces(NemesisKind, String),
+    #[error("the clock nemesis needs libfaketime (apt-get install libfaketime)")]
+    NeedsFaketime,
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error("{fault}: {message}")]
+    Fault {
+        fault: &'static str,
+        message: String,
+    },
+}
+
+/// What the heal must undo.
+#[derive(Debug, Default)]
+struct Damage {
+    partitioned: bool,
+    killed: BTreeSet<u64>,
+    paused: BTreeSet<u64>,
+    removed: BTreeSet<u64>,
+    skewed: BTreeSet<u64>,
+}
+
+/// The fault injector of one run.
+#[derive(Debug)]
+pub struct Nemesis {
+    pub kind: NemesisKind,
+    faults: Vec<Fault>,
+    rng: StdRng,
+    damage: Damage,
+}
+
+impl Nemesis {
+    /// A nemesis for `cluster`; partition faults need its namespaces.
+    pub fn new(kind: NemesisKind, cluster: &Cluster, rng: StdRng) -> Result<Self, NemesisError> {
+        let partitions = vec![
+            Fault::IsolateOne,
+            Fault::IsolateLeader,
+            Fault::Halves,
+            Fault::MajoritiesRing,
+            Fault::Bridge,
+        ];
+        let kills = vec![Fault::KillOne, Fault::KillLeader, Fault::KillMajority];
+        let pauses = vec![Fault::PauseOne, Fault::PauseLeader];
+        let clocks = vec![Fault::ClockSkew, Fault::ClockSkewLeader];
+        let mut faults: Vec<Fault> = match kind {
+            NemesisKind::None => Vec::new(),
+            NemesisKind::Partition => partitions,
+            NemesisKind::Kill => kills,
+            NemesisKind::Pause => pauses,
+            NemesisKind::Membership => vec![Fault::RemoveVoter],
+            NemesisKind::Clock => clocks,
+            NemesisKind::PartitionKill => [partitions, kills].concat(),
+            NemesisKind::Mix => {
+                [partitions, kills, pauses, vec![Fault::RemoveVoter], clocks].concat()
+            }
+        };
+        if !cluster.faketime {
+            if kind == NemesisKind::Clock {
+                return Err(NemesisError::NeedsFaketime);
+            }
+            faults.retain(|f| !matches!(f, Fault::ClockSkew | Fault::ClockSkewLeader));
+        }
+        if cluster.net.is_none() {
+            let note = cluster.net_note.clone().unwrap_or_default();
+            if kind == NemesisKind::Partition {
+                return Err(NemesisError::NeedsNamespaces(kind, note));
+            }
+            faults.retain(|f| !f.is_partition());
+        }
+        Ok(Self {
+            kind,
+            faults,
+            rng,
+            damage: Damage::default(),
+        })
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.faults.is_empty()
+    }
+
+    /// Picks and injects one fault; returns its name and details for the history.
+    pub async fn start(
+        &mut self,
+        cluster: &mut Cluster,
+    ) -> Result<(&'static str, Value), NemesisError> {
+        let Some(&fault) = self.faults.choose(&mut self.rng) else {
+            return Ok(("none", Value::Null));
+        };
+        let mut ids = cluster.ids();
+        ids.shuffle(&mut self.rng);
+        let leader = cluster.leader().await;
+        let leader_or_any = leader.or(ids.first().copied()).unwrap_or(1);
+        let detail = match fault {
+            Fault::IsolateOne | Fault::IsolateLeader => {
+                let x = if fault == Fault::IsolateLeader {
+                    leader_or_any
+                } else {
+                    ids[0]
+                };
+                let rest: Vec<u64> = ids.iter().copied().filter(|i| *i != x).collect();
+                self.cut(cluster, fault, &halves_grudge(&[x], &rest))?
+            }
+            Fault::Halves => {
+                let (minority, majority) = ids.split_at(ids.len() / 2);
+                self.cut(cluster, fault, &halves_grudge(minority, majority))?
+            }
+            Fault::MajoritiesRing if ids.len() >= 5 => {
+                self.cut(cluster, fault, &ring_grudge(&ids))?
+            }
+            Fault::MajoritiesRing | Fault::Bridge => {
+                // Two halves that hear each other only through one bridge node.
+                let bridge = ids[0];
+                let others = &ids[1..];
+                let (a, b) = others.split_at(others.len() / 2);
+                let mut d = self.cut(cluster, fault, &halves_grudge(a, b))?;
+                d["bridge"] = json!(bridge);
+                d
+            }
+            Fault::KillOne | Fault::KillLeader | Fault::KillMajority => {
+                let victims: Vec<u64> = match fault {
+                    Fault::KillOne => vec![ids[0]],
+                    Fault::KillLeader => vec![leader_or_any],
+                    _ => ids[..ids.len() / 2 + 1].to_vec(),
+                };
+                for v in &victims {
+                    cluster.kill(*v)?;
+                    self.damage.killed.insert(*v);
+                }
+                json!({"nodes": victims})
+            }
+            Fault::PauseOne | Fault::PauseLeader => {
+                let v = if fault == Fault::PauseLeader {
+                    leader_or_any
+                } else {
+                    ids[0]
+                };
+                cluster.pause(v)?;
+                self.damage.paused.insert(v);
+                json!({"nodes": [v]})
+            }
+            Fault::ClockSkew | Fault::ClockSkewLeader => {
+                let v = if fault == Fault::ClockSkewLeader {
+                    leader_or_any
+                } else {
+                    ids[0]
+                };
+                let secs: i64 = self.rng.gen_range(5..=CLOCK_SKEW_S_MAX);
+                let offset = if self.rng.gen_bool(0.5) {
+                    format!("+{secs}s")
+                } else {
+                    format!("-{secs}s")
+                };
+                cluster.set_clock_offset(v, &offset)?;
+                self.damage.skewed.insert(v);
+                // Evidence that the skew bites: once libfaketime re-reads the offset and the
+                // leader stamps a command (its sweep runs every second), the replicated clock
+                // runs ahead of real time by a forward skew of the leader.
+                tokio::time::sleep(Duration::from_millis(CLOCK_SETTLE_MS)).await;
+                let ahead = match cluster.leader().await {
+                    Some(l) => cluster
+                        .status(l)
+                        .await
+                        .ok()
+                        .map(|s| s.clock_ms as i64 - squadron_client::now_ms() as i64),
+                    None => None,
+                };
+                json!({"nodes": [v], "offset": offset, "replicated_clock_ahead_ms": ahead})
+            }
+            Fault::RemoveVoter if !self.damage.removed.is_empty() => {
+                // One removal at a time: the last one is not re-added yet.
+                json!({"skipped": "a removed voter awaits re-adding"})
+            }
+            Fault::RemoveVoter => {
+                // A follower: removing the leader is legal but makes this fault a leader
+                // change as well, which the kill and partition faults already cover.
+                let v = ids
+                    .iter()
+                    .copied()
+                    .find(|i| Some(*i) != leader)
+                    .unwrap_or(ids[0]);
+                let client = self.admin(cluster).await;
+                client
+                    .remove_member(v)
+                    .await
+                    .map_err(|e| NemesisError::Fault {
+                        fault: fault.name(),
+                        message: format!("removing node {v}: {e}"),
+                    })?;
+                self.damage.removed.insert(v);
+                json!({"nodes": [v]})
+            }
+        };
+        Ok((fault.name(), detail))
+    }
+
+    /// A client for membership changes: the leader first, and never a removed node (it knows
+    /// no leader and would answer 503, which a write without a key must not move past).
+    async fn admin(&self, cluster: &Cluster) -> SquadronClient {
+        let leader = cluster.leader().await;
+        let mut ids: Vec<u64> = cluster
+            .ids()
+            .into_iter()
+            .filter(|i| !self.damage.removed.contains(i))
+            .collect();
+        ids.sort_by_key(|i| Some(*i) != leader);
+        let endpoints = ids
+            .iter()
+            .filter_map(|i| cluster.nodes.get(i).map(|n| n.url()))
+            .collect();
+        SquadronClient::new(endpoints)
+    }
+
+    fn cut(
+        &mut self,
+        cluster: &Cluster,
+        fault: Fault,
+        grudge: &BTreeMap<u64, BTreeSet<u64>>,
+    ) -> Result<Value, NemesisError> {
+        let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
+            fault: fault.name(),
+            message: "no network namespaces".into(),
+        })?;
+        self.damage.partitioned = true;
+        net.partition(grudge).map_err(|e| NemesisError::Fault {
+            fault: fault.name(),
+            message: e.to_string(),
+        })?;
+        Ok(json!({ "grudge": grudge }))
+    }
+
+    /// Undoes every fault: heals the network, resumes paused nodes, restarts killed ones and
+    /// re-adds removed voters. Returns what it did.
+    pub async fn heal(&mut self, cluster: &mut Cluster) -> Result<Value, NemesisError> {
+        let mut done = serde_json::Map::new();
+        if self.damage.partitioned {
+            if let Some(net) = &cluster.net {
+                net.heal().map_err(|e| NemesisError::Fault {
+                    fault: "heal",
+                    message: e.to_string(),
+                })?;
+            }
+            self.damage.partitioned = false;
+            done.insert("network".into(), json!("healed"));
+        }
+        let skewed: Vec<u64> = std::mem::take(&mut self.damage.skewed)
+            .into_iter()
+            .collect();
+        for v in &skewed {
+            cluster.set_clock_offset(*v, "+0")?;
+        }
+        if !skewed.is_empty() {
+            done.insert("clock_reset".into(), json!(skewed));
+        }
+        let paused: Vec<u64> = std::mem::take(&mut self.damage.paused)
+            .into_iter()
+            .collect();
+        for v in &paused {
+            cluster.resume(*v)?;
+        }
+        let killed: Vec<u64> = std::mem::take(&mut self.damage.killed)
+            .into_iter()
+            .collect();
+        for v in &killed {
+            cluster.start(*v)?;
+        }
+        if !paused.is_empty() {
+            done.insert("resumed".into(), json!(paused));
+        }
+        if !killed.is_empty() {
+            done.insert("restarted".into(), json!(killed));
+        }
+        let removed: Vec<u64> = self.damage.removed.iter().copied().collect();
+        let mut readded = Vec::new();
+        for v in removed {
+            let spec = cluster
+                .nodes
+                .get(&v)
+                .map(|n| n.spec.clone())
+                .ok_or(ClusterError::UnknownNode(v))?;
+            let add = AddLearner {
+                id: v,
+                rest: spec.rest.clone(),
+                grpc: spec.grpc.clone(),
+            };
+            // The cluster may be between leaders right after the removal: retry, bounded.
+            let deadline = Instant::now() + Duration::from_millis(MEMBERSHIP_RETRY_MS_MAX);
+            let mut last = String::new();
+            let mut learner = false;
+            loop {
+                // Asked afresh each time: the leader may have moved.
+                let client = self.admin(cluster).await;
+                if !learner {
+                    match client.add_learner(&add).await {
+                        Ok(_) => learner = true,
+                        Err(e) => last = format!("adding learner {v}: {e}"),
+                    }
+                }
+                if learner {
+                    match client.promote_voter(v).await {
+                        Ok(_) => break,
+                        Err(e) => last = format!("promoting {v}: {e}"),
+                    }
+                }
+                if Instant::now() > deadline {
+                    return Err(NemesisError::Fault {
+                        fault: "heal",
+                        message: last,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            self.damage.removed.remove(&v);
+            readded.push(v);
+        }
+        if !readded.is_empty() {
+            done.insert("readded".into(), json!(readded));
+        }
+        Ok(Value::Object(done))
+    }
+
+    /// True while a removed voter still waits to be re-added.
+    pub fn has_damage(&self) -> bool {
+        self.damage.partitioned
+            || !self.damage.killed.is_empty()
+            || !self.damage.paused.is_empty()
+            || !self.damage.removed.is_empty()
+            || !self.damage.skewed.is_empty()
+    }
+
+    /// A duration drawn around `mean_ms` (between half and one and a half times it).
+    pub fn jitter_ms(&mut self, mean_ms: u64) -> u64 {
+        let half = mean_ms / 2;
+        half + self.rng.gen_range(0..=mean_ms.max(1))
+    }
+}
+
+/// Each node hears only its two ring neighbours: with 5 or more nodes every node sees a
+/// majority (itself and two others), and no two see the same one.
+fn ring_grudge(ids: &[u64]) -> BTreeMap<u64, BTreeSet<u64>> {
+    let n = ids.len();
+    let mut grudge = BTreeMap::new();
+    for (i, node) in ids.iter().enumerate() {
+        let near = [ids[(i + 1) % n], ids[(i + n - 1) % n]];
+        let far: BTreeSet<u64> = ids
+            .iter()
+            .copied()
+            .filter(|x| x != node && !near.contains(x))
+            .collect();
+        grudge.insert(*node, far);
+    }
+    grudge
+}
+
+/// Both sides of a cut drop each other's packets.
+fn halves_grudge(a: &[u64], b: &[u64]) -> BTreeMap<u64, BTreeSet<u64>> {
+    let mut g: BTreeMap<u64, BTreeSet<u64>> = BTreeMap::new();
+    for x in a {
+        g.entry(*x).or_default().extend(b.iter().copied());
+    }
+    for y in b {
+        g.entry(*y).or_default().extend(a.iter().copied());
+    }
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Who `node` still hears under `grudge`, itself included.
+    fn hears(grudge: &BTreeMap<u64, BTreeSet<u64>>, ids: &[u64], node: u64) -> BTreeSet<u64> {
+        let blocked = grudge.get(&node).cloned().unwrap_or_default();
+        ids.iter()
+            .copied()
+            .filter(|i| !blocked.contains(i))
+            .collect()
+    }
+
+    #[test]
+    fn majorities_ring_gives_each_node_a_different_majority_symmetrically() {
+        let ids = [3, 1, 4, 5, 2];
+        let g = ring_grudge(&ids);
+        let mut views = BTreeSet::new();
+        for &i in &ids {
+            let h = hears(&g, &ids, i);
+            assert_eq!(h.len(), 3, "node {i} hears {h:?}");
+            views.insert(h);
+            for j in g.get(&i).into_iter().flatten() {
+                assert!(g[j].contains(&i), "cut {i}-{j} must be symmetric");
+            }
+        }
+        assert_eq!(views.len(), 5, "every node sees a different majority");
+    }
+
+    #[test]
+    fn halves_cut_only_across() {
+        let g = halves_grudge(&[1, 2], &[3, 4, 5]);
+        assert_eq!(g[&1], BTreeSet::from([3, 4, 5]));
+        assert_eq!(g[&4], BTreeSet::from([1, 2]));
+        assert_eq!(g.len(), 5);
+    }
+}

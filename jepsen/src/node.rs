@@ -1,0 +1,239 @@
+//! One `squadron server` process: its configuration, data, log and life (start, kill -9,
+//! pause, resume).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// How long a graceful stop may take before the process is killed.
+pub const STOP_WAIT_MS_MAX: u64 = 10_000;
+
+/// How one node is reached and where it keeps its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub id: u64,
+    /// `host:port` of REST.
+    pub rest: String,
+    /// `host:port` of gRPC.
+    pub grpc: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("node {id}: cannot write {path}: {source}")]
+    Write {
+        id: u64,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("node {id}: cannot start {bin}: {source}")]
+    Spawn {
+        id: u64,
+        bin: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("node {id}: `kill -{signal}` failed: {message}")]
+    Signal {
+        id: u64,
+        signal: &'static str,
+        message: String,
+    },
+}
+
+/// A node process the harness owns.
+#[derive(Debug)]
+pub struct NodeProcess {
+    pub spec: NodeSpec,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub log: PathBuf,
+    /// Runs the binary inside a network namespace (`ip netns exec NS`), when set.
+    pub exec_prefix: Vec<String>,
+    /// `LD_PRELOAD`/`FAKETIME` and the like, for clock faults.
+    pub extra_env: Vec<(String, String)>,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl NodeProcess {
+    /// Writes the node's config. `initial` are the voters of the new cluster (empty for a
+    /// node that joins later).
+    pub fn prepare(base: &Path, spec: NodeSpec, initial: &[NodeSpec]) -> Result<Self, NodeError> {
+        let dir = base.join(format!("n{}", spec.id));
+        let write_err = |path: &Path, source| NodeError::Write {
+            id: spec.id,
+            path: path.into(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| write_err(&dir, e))?;
+        let members: String = initial
+            .iter()
+            .map(|m| {
+                format!(
+                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\n\n",
+                    m.id, m.rest, m.grpc
+                )
+            })
+            .collect();
+        // Short election timeouts make failover (and thus the recovery bound) quick; the sweep
+        // runs often so expiries are prompt.
+        let text = format!(
+            "node_id = {id}\ncluster_name = \"jepsen\"\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\n\
+             data_dir = \"data\"\n\n{members}[raft]\nheartbeat_interval_ms = 100\n\
+             election_timeout_min_ms = 500\nelection_timeout_max_ms = 1000\n\n\
+             [server]\nrequest_timeout_ms = 4000\n",
+            id = spec.id,
+            rest = spec.rest,
+            grpc = spec.grpc,
+        );
+        let config = dir.join("node.toml");
+        std::fs::write(&config, text).map_err(|e| write_err(&config, e))?;
+        Ok(Self {
+            log: dir.join("node.log"),
+            dir,
+            config,
+            spec,
+            exec_prefix: Vec::new(),
+            extra_env: Vec::new(),
+            child: None,
+            paused: false,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.spec.rest)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Starts the process (a no-op if it runs), logging to `node.log`.
+    pub fn start(&mut self, bin: &Path) -> Result<(), NodeError> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let open_log = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log)
+                .map_err(|source| NodeError::Write {
+                    id: self.spec.id,
+                    path: self.log.clone(),
+                    source,
+                })
+        };
+        let (stdout, stderr) = (open_log()?, open_log()?);
+        let mut cmd = match self.exec_prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        cmd.args(["server", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "warn,squadron=info")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr));
+        let child = cmd.spawn().map_err(|source| NodeError::Spawn {
+            id: self.spec.id,
+            bin: bin.into(),
+            source,
+        })?;
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    fn signal(&self, signal: &'static str) -> Result<(), NodeError> {
+        let Some(pid) = self.pid() else {
+            return Ok(());
+        };
+        let out = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .output()
+            .map_err(|e| NodeError::Signal {
+                id: self.spec.id,
+                signal,
+                message: e.to_string(),
+            })?;
+        if !out.status.success() {
+            return Err(NodeError::Signal {
+                id: self.spec.id,
+                signal,
+                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// SIGKILL: no shutdown path runs. Waits for the process to be gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// SIGTERM, then SIGKILL if the process is still there after `STOP_WAIT_MS_MAX`.
+    pub fn stop(&mut self) -> Result<(), NodeError> {
+        self.resume()?;
+        self.signal("TERM")?;
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(STOP_WAIT_MS_MAX);
+        while std::time::Instant::now() < deadline {
+            match self.child.as_mut().map(Child::try_wait) {
+                Some(Ok(None)) => std::thread::sleep(std::time::Duration::from_millis(50)),
+                _ => {
+                    self.child = None;
+                    return Ok(());
+                }
+            }
+        }
+        self.kill();
+        Ok(())
+    }
+
+    /// SIGSTOP.
+    pub fn pause(&mut self) -> Result<(), NodeError> {
+        self.signal("STOP")?;
+        self.paused = self.child.is_some();
+        Ok(())
+    }
+
+    /// SIGCONT.
+    pub fn resume(&mut self) -> Result<(), NodeError> {
+        if self.paused {
+            self.signal("CONT")?;
+            self.paused = false;
+        }
+        Ok(())
+    }
+
+    /// The last lines of the node's log, for error messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.resume();
+        self.kill();
+    }
+}

@@ -1,0 +1,16 @@
+//! Each node's view at the end of a run, for the replica-digest check (INV-12).
+
+use serde::{Deserialize, Serialize};
+
+/// One node's applied index and state digest after the quiet phase (`nodes.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFinal {
+    pub id: u64,
+    #[serde(default)]
+    pub applied: Option<u64>,
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Why the node could not be asked, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

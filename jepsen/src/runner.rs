@@ -1,0 +1,414 @@
+//! One run: start the cluster, set up the workload, run clients against a nemesis for the time
+//! limit, heal, measure recovery, read everything once more in a quiet phase, compare replicas,
+//! and judge the history.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+use squadron_client::{new_idempotency_key, Consistency, SquadronClient};
+use squadron_core::ids::WorkerId;
+use tokio::time::Instant;
+
+use crate::anomaly::{Anomaly, AnomalyKind};
+use crate::checker::Checker;
+use crate::client_capsule::CapsuleClient;
+use crate::client_cas::CasClient;
+use crate::client_expiry::ExpiryClient;
+use crate::client_lease::LeaseClient;
+use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
+use crate::driver::Driver;
+use crate::history::HistoryError;
+use crate::nemesis::{Nemesis, NemesisError, NemesisKind};
+use crate::recorder::Recorder;
+use crate::recovery::RecoveryCheck;
+use crate::report::HtmlReport;
+use crate::results::Results;
+use crate::workload::{final_input, setup, spawn_renewals, SetupError, Workload, WORKER};
+use crate::workload_context::WorkloadContext;
+
+/// How long one client request may take before its outcome is unknown. Longer than the
+/// nodes' own forward and read-index timeout (4 s), so a slow cluster answers for itself.
+pub const CLIENT_REQUEST_TIMEOUT_MS: u64 = 6_000;
+/// How long connecting to one node may take before the next is tried.
+pub const CLIENT_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// Process ids of the quiet phase's final reads start here (clients use small ids).
+pub const FINAL_PROCESS_BASE: u64 = 1_000_000;
+/// Attempts of one final read.
+pub const FINAL_READ_ATTEMPTS_MAX: u32 = 60;
+/// How long the quiet phase waits for every node to apply the same index.
+pub const CONVERGENCE_TIMEOUT_MS: u64 = 60_000;
+/// Most clients one run may have.
+pub const CONCURRENCY_MAX: usize = 256;
+
+/// Everything a run is configured with.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub nodes: u64,
+    pub workload: Workload,
+    pub nemesis: NemesisKind,
+    pub time_limit: Duration,
+    /// Operations per second, all clients together.
+    pub rate: f64,
+    pub seed: u64,
+    pub out: PathBuf,
+    pub bin: PathBuf,
+    pub net: NetMode,
+    pub concurrency: Option<usize>,
+    /// Mean length of a fault, and of the quiet gap between faults.
+    pub fault: Duration,
+    pub quiet: Duration,
+    /// After the last heal, a write must succeed within this bound.
+    pub recovery_bound: Duration,
+    /// The clients' read consistency. `Stale` is a deliberate client bug: the checker must
+    /// then find stale reads.
+    pub reads: Consistency,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("node binary {0} does not exist; build it (`cargo build -p squadron`) or pass --bin")]
+    NoBinary(PathBuf),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid setting {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error(transparent)]
+    Nemesis(#[from] NemesisError),
+    #[error(transparent)]
+    History(#[from] HistoryError),
+}
+
+fn write(path: PathBuf, bytes: &[u8]) -> Result<(), RunError> {
+    std::fs::write(&path, bytes).map_err(|source| RunError::Write { path, source })
+}
+
+impl RunConfig {
+    fn validate(&self) -> Result<(), RunError> {
+        if !matches!(self.nodes, 1..=9) {
+            return Err(RunError::Invalid {
+                field: "nodes",
+                reason: format!("must be 1..=9, got {}", self.nodes),
+            });
+        }
+        if !(self.rate > 0.0 && self.rate <= 10_000.0) {
+            return Err(RunError::Invalid {
+                field: "rate",
+                reason: format!("must be in (0, 10000] ops/s, got {}", self.rate),
+            });
+        }
+        if let Some(c) = self
+            .concurrency
+            .filter(|c| !(1..=CONCURRENCY_MAX).contains(c))
+        {
+            return Err(RunError::Invalid {
+                field: "concurrency",
+                reason: format!("must be 1..={CONCURRENCY_MAX}, got {c}"),
+            });
+        }
+        if !self.bin.is_file() {
+            return Err(RunError::NoBinary(self.bin.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the whole test and writes `history.jsonl`, `nodes.json`, `results.json` and
+/// `report.html` into the output directory.
+pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
+    cfg.validate()?;
+    std::fs::create_dir_all(&cfg.out).map_err(|source| RunError::Write {
+        path: cfg.out.clone(),
+        source,
+    })?;
+    let faketime = match cfg.nemesis {
+        NemesisKind::Clock | NemesisKind::Mix => faketime_lib(),
+        _ => None,
+    };
+    let mut cluster = Cluster::prepare(
+        &cfg.out.join("nodes"),
+        &cfg.bin,
+        cfg.nodes,
+        cfg.net,
+        faketime.as_deref(),
+    )?;
+    if let Some(note) = &cluster.net_note {
+        eprintln!("squadron-jepsen: {note}");
+    }
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let mut nemesis = Nemesis::new(
+        cfg.nemesis,
+        &cluster,
+        StdRng::seed_from_u64(cfg.seed ^ 0x5eed),
+    )?;
+    cluster.start_all().await?;
+    let endpoints = cluster.endpoints();
+    let admin = SquadronClient::with_timeouts(
+        endpoints.clone(),
+        Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
+        Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
+    );
+    let mut ctx = setup(cfg.workload, &admin).await?;
+    ctx.reads = cfg.reads;
+    let ctx = Arc::new(ctx);
+    let renewals = spawn_renewals(ctx.clone(), admin.clone());
+
+    let recorder = Recorder::new();
+    let concurrency = cfg
+        .concurrency
+        .unwrap_or_else(|| cfg.workload.default_concurrency(cfg.nodes));
+    let mean_gap = Duration::from_secs_f64(concurrency as f64 / cfg.rate);
+    let deadline = Instant::now() + cfg.time_limit;
+    let mut clients = Vec::new();
+    for i in 0..concurrency {
+        // Each client starts at a different node, so every node serves (and forwards).
+        let mut eps = endpoints.clone();
+        let n = eps.len().max(1);
+        eps.rotate_left(i % n);
+        let client = admin.with_endpoints(eps);
+        let driver = Driver::new(
+            i as u64,
+            concurrency as u64,
+            recorder.clone(),
+            mean_gap,
+            deadline,
+            StdRng::seed_from_u64(rand::Rng::gen(&mut rng)),
+        );
+        clients.push(spawn_client(cfg.workload, ctx.clone(), client, driver));
+    }
+
+    // The nemesis: quiet, fault, heal, until the time limit.
+    let mut last_heal_ms = recorder.now_ms();
+    while !nemesis.is_idle() {
+        let quiet = Duration::from_millis(nemesis.jitter_ms(cfg.quiet.as_millis() as u64));
+        if Instant::now() + quiet >= deadline {
+            break;
+        }
+        tokio::time::sleep(quiet).await;
+        match nemesis.start(&mut cluster).await {
+            Ok((fault, detail)) => recorder.nemesis("start", fault, detail),
+            Err(e) => {
+                eprintln!("squadron-jepsen: nemesis: {e}");
+                recorder.nemesis("error", "start", json!(e.to_string()));
+            }
+        }
+        let fault = Duration::from_millis(nemesis.jitter_ms(cfg.fault.as_millis() as u64));
+        let until = (Instant::now() + fault).min(deadline);
+        tokio::time::sleep_until(until).await;
+        heal(&mut nemesis, &mut cluster, &recorder).await;
+        last_heal_ms = recorder.now_ms();
+    }
+    tokio::time::sleep_until(deadline).await;
+    if nemesis.has_damage() {
+        heal(&mut nemesis, &mut cluster, &recorder).await;
+        last_heal_ms = recorder.now_ms();
+    }
+
+    // Recovery: after the last heal a write must succeed within the bound. The probe starts
+    // at once; clients still finishing their last operations do not delay it.
+    let mut harness_anomalies = Vec::new();
+    let recovered = recover(&admin, cfg.recovery_bound).await;
+    let recovery_from_heal_ms = recovered.map(|_| recorder.now_ms() - last_heal_ms);
+    if recovered.is_none() {
+        harness_anomalies.push(Anomaly::new(
+            AnomalyKind::UnavailableAfterHeal,
+            None,
+            format!(
+                "no write succeeded within {} ms of the last heal",
+                cfg.recovery_bound.as_millis()
+            ),
+            Vec::new(),
+        ));
+    }
+    for c in clients {
+        let _ = c.await;
+    }
+
+    // The quiet phase: a final read of every key, then the replicas' digests.
+    final_reads(cfg.workload, &ctx, &admin, &recorder).await;
+    renewals.abort();
+    let nodes = cluster
+        .final_views(Duration::from_millis(CONVERGENCE_TIMEOUT_MS))
+        .await;
+    let history = recorder.history();
+    history.save(&cfg.out.join("history.jsonl"))?;
+    write(
+        cfg.out.join("nodes.json"),
+        serde_json::to_string_pretty(&nodes)
+            .unwrap_or_default()
+            .as_bytes(),
+    )?;
+    let (heals, late) = RecoveryCheck {
+        bound_ms: cfg.recovery_bound.as_secs_f64() * 1000.0,
+    }
+    .check(
+        &history.operations().unwrap_or_default(),
+        &history.nemesis_intervals(),
+    );
+    harness_anomalies.extend(late);
+    let mut results = Checker::default().check(&history, Some(&nodes), harness_anomalies);
+    let facts = [
+        ("nodes", json!(cfg.nodes)),
+        ("workload", json!(cfg.workload.name())),
+        (
+            "nemesis",
+            json!(format!("{:?}", cfg.nemesis).to_lowercase()),
+        ),
+        ("time_limit_s", json!(cfg.time_limit.as_secs_f64())),
+        ("rate", json!(cfg.rate)),
+        ("concurrency", json!(concurrency)),
+        ("seed", json!(cfg.seed)),
+        ("reads", json!(format!("{:?}", cfg.reads).to_lowercase())),
+        (
+            "network",
+            json!(if cluster.net.is_some() {
+                "netns"
+            } else {
+                "loopback"
+            }),
+        ),
+        ("network_note", json!(cluster.net_note)),
+        ("faults", json!(history.nemesis_intervals().len())),
+        (
+            "recovery_bound_ms",
+            json!(cfg.recovery_bound.as_millis() as u64),
+        ),
+        (
+            "first_write_after_last_heal_ms",
+            json!(recovery_from_heal_ms),
+        ),
+        ("heals", json!(heals)),
+    ];
+    for (k, v) in facts {
+        results.run.insert(k.to_string(), v);
+    }
+    write(
+        cfg.out.join("results.json"),
+        serde_json::to_string_pretty(&results)
+            .unwrap_or_default()
+            .as_bytes(),
+    )?;
+    let html = HtmlReport::render(&history, &results);
+    write(cfg.out.join("report.html"), html.as_bytes())?;
+    cluster.stop_all();
+    Ok(results)
+}
+
+fn spawn_client(
+    workload: Workload,
+    ctx: Arc<WorkloadContext>,
+    client: SquadronClient,
+    driver: Driver,
+) -> tokio::task::JoinHandle<()> {
+    match workload {
+        Workload::Lease | Workload::Capacity => {
+            tokio::spawn(LeaseClient::new(ctx, client, driver).run())
+        }
+        Workload::Cas => tokio::spawn(CasClient::new(ctx, client, driver).run()),
+        Workload::Capsule => tokio::spawn(CapsuleClient::new(ctx, client, driver).run()),
+        Workload::Expiry => tokio::spawn(ExpiryClient::new(ctx, client, driver).run()),
+    }
+}
+
+async fn heal(nemesis: &mut Nemesis, cluster: &mut Cluster, recorder: &Recorder) {
+    match nemesis.heal(cluster).await {
+        Ok(detail) => recorder.nemesis("stop", "heal", detail),
+        Err(e) => {
+            eprintln!("squadron-jepsen: heal: {e}");
+            recorder.nemesis("stop", "heal", json!({"error": e.to_string()}));
+        }
+    }
+}
+
+/// Writes (a worker heartbeat, keyed, so retrying it is safe) until one succeeds. Returns the
+/// milliseconds it took, or `None` past the bound.
+async fn recover(admin: &SquadronClient, bound: Duration) -> Option<u64> {
+    let started = Instant::now();
+    // No waiting for every node to agree on a leader first: a write is the test, and a node
+    // that is slow to agree must not eat the bound.
+    let worker = WorkerId::new(WORKER).ok()?;
+    while started.elapsed() < bound {
+        let key = new_idempotency_key();
+        if admin.worker_heartbeat(&worker, Some(&key)).await.is_ok() {
+            return Some(started.elapsed().as_millis() as u64);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+async fn final_reads(
+    workload: Workload,
+    ctx: &Arc<WorkloadContext>,
+    admin: &SquadronClient,
+    recorder: &Recorder,
+) {
+    let far = Instant::now() + Duration::from_secs(3600);
+    for (i, profile) in ctx.profiles.iter().enumerate() {
+        let driver = Driver::new(
+            FINAL_PROCESS_BASE + i as u64,
+            ctx.profiles.len() as u64,
+            recorder.clone(),
+            Duration::ZERO,
+            far,
+            StdRng::seed_from_u64(i as u64),
+        );
+        let mut attempts = 0;
+        match workload {
+            Workload::Lease | Workload::Capacity => {
+                let mut c = LeaseClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.read(*profile, final_input()).await.is_none()
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Workload::Cas => {
+                let mut c = CasClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.read(*profile, final_input()).await != crate::event::EventType::Ok
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Workload::Expiry => {
+                let mut c = ExpiryClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
+                while attempts < FINAL_READ_ATTEMPTS_MAX && !c.final_read(*profile).await {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+            Workload::Capsule => {
+                let mut c = CapsuleClient::new(ctx.clone(), admin.clone(), driver);
+                c.reads = Consistency::Linearizable;
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.read(*profile, final_input()).await.is_none()
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.chain(*profile).await != crate::event::EventType::Ok
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}

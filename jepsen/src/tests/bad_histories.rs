@@ -1,0 +1,523 @@
+//! Each hand-built bad history must fail, with the anomaly that names its bug.
+
+use serde_json::{json, Value};
+
+use super::builder::Builder;
+use crate::anomaly::AnomalyKind;
+use crate::checker::Checker;
+use crate::history::History;
+use crate::node_final::NodeFinal;
+use crate::results::{Results, Validity};
+
+fn check(h: &History) -> Results {
+    Checker::default().check(h, None, Vec::new())
+}
+
+fn kinds(r: &Results) -> Vec<AnomalyKind> {
+    r.anomalies.iter().map(|a| a.kind).collect()
+}
+
+#[test]
+fn lost_write_fails() {
+    // An acknowledged CAS is missing from the final read.
+    let h = Builder::new()
+        .invoke(0.0, 1, "cas", "cas/1", json!({"expected": 0, "value": 7}))
+        .ok(1.0, 1, "cas", "cas/1", json!({"version": 1}))
+        .invoke(5.0, 2, "read", "cas/1", json!({"final": true}))
+        .ok(
+            6.0,
+            2,
+            "read",
+            "cas/1",
+            json!({"version": 0, "value": null}),
+        )
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(
+        kinds(&r).contains(&AnomalyKind::LostWrite),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn lost_lease_generation_fails() {
+    let h = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .invoke(5.0, 2, "read", "lease/1", json!({"final": true}))
+        .ok(
+            6.0,
+            2,
+            "read",
+            "lease/1",
+            json!({"generation": 0, "live": false}),
+        )
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(
+        kinds(&r).contains(&AnomalyKind::LostWrite),
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn stale_read_fails() {
+    // The read begins after the acquisition was acknowledged, yet sees the old generation.
+    let h = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .read_lease(2.0, 3.0, 2, "lease/1", 0, false)
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    assert_eq!(
+        kinds(&r),
+        vec![AnomalyKind::NonLinearizable],
+        "{}",
+        r.summary()
+    );
+    assert!(
+        r.anomalies[0].message.contains("lease-register"),
+        "{}",
+        r.anomalies[0].message
+    );
+    // The same read overlapping the acquisition is fine.
+    let ok = Builder::new()
+        .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
+        .read_lease(0.5, 0.9, 2, "lease/1", 0, false)
+        .ok(
+            1.0,
+            1,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 1}),
+        )
+        .build();
+    assert_eq!(
+        check(&ok).valid,
+        Validity::Valid,
+        "{}",
+        check(&ok).summary()
+    );
+}
+
+#[test]
+fn stale_cas_read_fails() {
+    let h = Builder::new()
+        .invoke(0.0, 1, "cas", "cas/1", json!({"expected": 0, "value": 1}))
+        .ok(1.0, 1, "cas", "cas/1", json!({"version": 1}))
+        .invoke(1.5, 1, "cas", "cas/1", json!({"expected": 1, "value": 2}))
+        .ok(2.0, 1, "cas", "cas/1", json!({"version": 2}))
+        .invoke(3.0, 2, "read", "cas/1", Value::Null)
+        .ok(4.0, 2, "read", "cas/1", json!({"version": 1, "value": 1}))
+        .build();
+    let r = check(&h);
+    assert_eq!(
+        kinds(&r),
+        vec![AnomalyKind::NonLinearizable],
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn unknown_outcome_cannot_take_effect_before_its_invocation() {
+    let h = Builder::new()
+        .read_lease(0.0, 1.0, 2, "lease/1", 1, true)
+        .invoke(2.0, 1, "acquire", "lease/1", json!({"expected": 0}))
+        .info(3.0, 1, "acquire", "lease/1")
+        .build();
+    assert_eq!(check(&h).valid, Validity::Invalid);
+    // And once it took effect it cannot be undone.
+    let h = Builder::new()
+        .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
+        .info(1.0, 1, "acquire", "lease/1")
+        .read_lease(2.0, 3.0, 2, "lease/1", 1, true)
+        .read_lease(4.0, 5.0, 2, "lease/1", 0, false)
+        .build();
+    assert_eq!(check(&h).valid, Validity::Invalid);
+}
+
+#[test]
+fn duplicate_generation_fails() {
+    // Two concurrent acquisitions expecting 0 both succeed with generation 1.
+    let h = Builder::new()
+        .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
+        .invoke(0.1, 2, "acquire", "lease/1", json!({"expected": 0}))
+        .ok(
+            1.0,
+            1,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 1}),
+        )
+        .ok(
+            1.1,
+            2,
+            "acquire",
+            "lease/1",
+            json!({"generation": 1, "lease": 2}),
+        )
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(
+        kinds(&r).contains(&AnomalyKind::Inv3DuplicateGeneration),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
+    let dup = r
+        .anomalies
+        .iter()
+        .find(|a| a.kind == AnomalyKind::Inv3DuplicateGeneration)
+        .unwrap();
+    assert_eq!(dup.ops, vec![0, 1]);
+}
+
+#[test]
+fn generation_jump_fails() {
+    let h = Builder::new().acquire(0.0, 1.0, 1, "lease/1", 0, 2).build();
+    let r = check(&h);
+    assert!(
+        kinds(&r).contains(&AnomalyKind::Inv3GenerationJump),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn five_holders_at_once_fail() {
+    let mut b = Builder::new();
+    for p in 1..=5u64 {
+        b.acquire(p as f64, 10.0 + p as f64, p, &format!("capacity/{p}"), 0, 1);
+    }
+    // All five hold their slot from 15 ms until their releases begin at 20 ms and later.
+    for p in 1..=5u64 {
+        b.release(
+            20.0 + p as f64,
+            30.0 + p as f64,
+            p,
+            &format!("capacity/{p}"),
+            1,
+        );
+    }
+    let r = check(&b.build());
+    assert_eq!(r.valid, Validity::Invalid);
+    assert_eq!(
+        kinds(&r),
+        vec![AnomalyKind::Inv5OverCapacity],
+        "{}",
+        r.summary()
+    );
+    assert_eq!(r.anomalies[0].ops.len(), 5);
+    assert_eq!(r.anomalies[0].key.as_deref(), Some("capacity"));
+}
+
+#[test]
+fn five_holders_in_sequence_or_with_unsure_overlap_pass() {
+    // The fifth acquisition is acknowledged only after the first release was invoked: the
+    // release may have freed the slot before the grant, so this is not a violation.
+    let mut b = Builder::new();
+    for p in 1..=4u64 {
+        b.acquire(p as f64, 10.0, p, &format!("capacity/{p}"), 0, 1);
+    }
+    b.invoke(
+        11.0,
+        1,
+        "release",
+        "capacity/1",
+        json!({"generation": 1, "lease": 100}),
+    );
+    b.info(12.0, 1, "release", "capacity/1");
+    b.acquire(11.5, 13.0, 5, "capacity/5", 0, 1);
+    let r = check(&b.build());
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
+}
+
+#[test]
+fn forked_chain_fails() {
+    // Two different capsules acknowledged at sequence 1, each extending the empty chain.
+    let h = Builder::new()
+        .invoke(
+            0.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "previous": null, "digest": "aa"}),
+        )
+        .invoke(
+            0.1,
+            2,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "previous": null, "digest": "bb"}),
+        )
+        .ok(
+            1.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "digest": "aa"}),
+        )
+        .ok(
+            1.1,
+            2,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "digest": "bb"}),
+        )
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(
+        kinds(&r).contains(&AnomalyKind::Inv7Fork),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        kinds(&r).contains(&AnomalyKind::NonLinearizable),
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn final_chain_that_does_not_link_or_lost_a_capsule_fails() {
+    let h = Builder::new()
+        .invoke(
+            0.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "previous": null, "digest": "aa"}),
+        )
+        .ok(
+            1.0,
+            1,
+            "append",
+            "capsule/4",
+            json!({"sequence": 1, "digest": "aa"}),
+        )
+        .invoke(2.0, 2, "chain", "capsule/4", Value::Null)
+        .ok(
+            3.0,
+            2,
+            "chain",
+            "capsule/4",
+            json!({"capsules": [
+            {"sequence": 1, "previous": null, "digest": "cc"},
+            {"sequence": 2, "previous": "dd", "digest": "ee"}]}),
+        )
+        .build();
+    let r = check(&h);
+    let k = kinds(&r);
+    assert!(k.contains(&AnomalyKind::Inv7Fork), "{}", r.summary());
+    assert!(k.contains(&AnomalyKind::LostWrite), "{}", r.summary());
+}
+
+#[test]
+fn release_that_succeeds_twice_fails() {
+    let h = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .release(2.0, 3.0, 1, "lease/1", 1)
+        .release(4.0, 5.0, 2, "lease/1", 1)
+        .build();
+    assert_eq!(kinds(&check(&h)), vec![AnomalyKind::NonLinearizable]);
+}
+
+#[test]
+fn diverged_replicas_fail() {
+    let h = Builder::new().acquire(0.0, 1.0, 1, "lease/1", 0, 1).build();
+    let nodes = [
+        NodeFinal {
+            id: 1,
+            applied: Some(9),
+            digest: Some("aa".into()),
+            error: None,
+        },
+        NodeFinal {
+            id: 2,
+            applied: Some(9),
+            digest: Some("bb".into()),
+            error: None,
+        },
+        NodeFinal {
+            id: 3,
+            applied: Some(8),
+            digest: Some("cc".into()),
+            error: None,
+        },
+    ];
+    let r = Checker::default().check(&h, Some(&nodes), Vec::new());
+    let k = kinds(&r);
+    assert!(
+        k.contains(&AnomalyKind::DigestDivergence),
+        "{}",
+        r.summary()
+    );
+    assert!(
+        k.contains(&AnomalyKind::ReplicasNotConverged),
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn malformed_history_is_reported_not_accepted() {
+    let h = Builder::new()
+        .ok(0.0, 1, "acquire", "lease/1", json!({"generation": 1}))
+        .build();
+    let r = check(&h);
+    assert_eq!(kinds(&r), vec![AnomalyKind::MalformedHistory]);
+    let h = Builder::new()
+        .invoke(0.0, 1, "acquire", "lease/1", json!({}))
+        .ok(1.0, 1, "acquire", "lease/1", json!({"generation": 1}))
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    assert!(
+        r.anomalies[0].message.contains("expected"),
+        "{}",
+        r.summary()
+    );
+}
+
+#[test]
+fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
+    use crate::recovery::RecoveryCheck;
+    let mut b = Builder::new();
+    b.nemesis(0.0, "start", "partition-halves")
+        .nemesis(1_000.0, "stop", "heal");
+    // Every write after the heal fails for 40 s; the next fault starts at 60 s.
+    for i in 0..40u64 {
+        let t = 1_000.0 + i as f64 * 1_000.0;
+        b.invoke(t, 1, "acquire", "lease/1", json!({"expected": 0}))
+            .fail(
+                t + 10.0,
+                1,
+                "acquire",
+                "lease/1",
+                json!({"error": "unreachable"}),
+            );
+    }
+    b.acquire(45_000.0, 45_010.0, 1, "lease/1", 0, 1);
+    b.nemesis(60_000.0, "start", "kill-one")
+        .nemesis(61_000.0, "stop", "heal");
+    let h = b.build();
+    let check = RecoveryCheck { bound_ms: 30_000.0 };
+    let (heals, anomalies) = check.check(&h.operations().unwrap(), &h.nemesis_intervals());
+    assert_eq!(
+        heals.len(),
+        1,
+        "the last heal is the harness probe's to judge"
+    );
+    assert_eq!(heals[0].first_write_ms, Some(44_010.0));
+    assert_eq!(anomalies.len(), 1);
+    assert_eq!(anomalies[0].kind, AnomalyKind::UnavailableAfterHeal);
+    // Within the bound: no anomaly.
+    let (_, none) = RecoveryCheck { bound_ms: 50_000.0 }
+        .check(&h.operations().unwrap(), &h.nemesis_intervals());
+    assert!(none.is_empty());
+}
+
+fn read_phase(b: &mut Builder, t: f64, p: u64, key: &str, generation: u64, phase: &str) {
+    b.invoke(t, p, "read", key, Value::Null).ok(
+        t + 0.5,
+        p,
+        "read",
+        key,
+        json!({"generation": generation, "phase": phase}),
+    );
+}
+
+#[test]
+fn expiring_lease_allows_expiry_but_not_resurrection() {
+    // Acquire, then the lease is seen fenced (expired and swept), then reaped: valid.
+    let mut b = Builder::new();
+    b.acquire(0.0, 1.0, 1, "expiry/1", 0, 1);
+    read_phase(&mut b, 2.0, 2, "expiry/1", 1, "live");
+    read_phase(&mut b, 5.0, 2, "expiry/1", 1, "fenced");
+    b.invoke(
+        6.0,
+        3,
+        "reap",
+        "expiry/1",
+        json!({"generation": 1, "lease": 100}),
+    )
+    .ok(7.0, 3, "reap", "expiry/1", json!({"slot_freed": true}));
+    read_phase(&mut b, 8.0, 2, "expiry/1", 1, "idle");
+    let good = b.build();
+    assert_eq!(
+        check(&good).valid,
+        Validity::Valid,
+        "{}",
+        check(&good).summary()
+    );
+
+    // A fenced lease coming back to life is not expiry.
+    let mut b = Builder::new();
+    b.acquire(0.0, 1.0, 1, "expiry/1", 0, 1);
+    read_phase(&mut b, 5.0, 2, "expiry/1", 1, "fenced");
+    read_phase(&mut b, 6.0, 2, "expiry/1", 1, "live");
+    assert_eq!(
+        kinds(&check(&b.build())),
+        vec![AnomalyKind::NonLinearizable]
+    );
+
+    // A renewal acknowledged after the lease was reaped.
+    let mut b = Builder::new();
+    b.acquire(0.0, 1.0, 1, "expiry/1", 0, 1);
+    b.invoke(
+        6.0,
+        3,
+        "reap",
+        "expiry/1",
+        json!({"generation": 1, "lease": 100}),
+    )
+    .ok(7.0, 3, "reap", "expiry/1", json!({"slot_freed": true}));
+    b.invoke(
+        8.0,
+        1,
+        "renew",
+        "expiry/1",
+        json!({"generation": 1, "lease": 100}),
+    )
+    .ok(9.0, 1, "renew", "expiry/1", json!({"expires_at_ms": 1}));
+    assert_eq!(
+        kinds(&check(&b.build())),
+        vec![AnomalyKind::NonLinearizable]
+    );
+
+    // A fenced lease still holds its slot: five acquisitions, none released or reaped, over
+    // capacity even though all have expired.
+    let mut b = Builder::new();
+    for p in 1..=5u64 {
+        b.acquire(p as f64, 10.0, p, &format!("expiry/{p}"), 0, 1);
+        read_phase(
+            &mut b,
+            20.0 + p as f64,
+            9,
+            &format!("expiry/{p}"),
+            1,
+            "fenced",
+        );
+    }
+    assert!(kinds(&check(&b.build())).contains(&AnomalyKind::Inv5OverCapacity));
+}

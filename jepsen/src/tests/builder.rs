@@ -1,0 +1,124 @@
+//! Builds histories by hand: each call appends one event at the given time.
+
+use serde_json::{json, Value};
+
+use crate::event::{Event, EventType, Process};
+use crate::history::History;
+
+#[derive(Debug, Default)]
+pub struct Builder {
+    events: Vec<Event>,
+}
+
+impl Builder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn push(
+        &mut self,
+        t: f64,
+        p: u64,
+        kind: EventType,
+        f: &str,
+        key: &str,
+        value: Value,
+    ) -> &mut Self {
+        let index = self.events.len() as u64;
+        self.events.push(Event {
+            index,
+            time_ms: t,
+            process: Process::Client(p),
+            kind,
+            f: f.into(),
+            key: Some(key.into()),
+            value,
+        });
+        self
+    }
+
+    pub fn invoke(&mut self, t: f64, p: u64, f: &str, key: &str, value: Value) -> &mut Self {
+        self.push(t, p, EventType::Invoke, f, key, value)
+    }
+
+    pub fn ok(&mut self, t: f64, p: u64, f: &str, key: &str, value: Value) -> &mut Self {
+        self.push(t, p, EventType::Ok, f, key, value)
+    }
+
+    pub fn fail(&mut self, t: f64, p: u64, f: &str, key: &str, value: Value) -> &mut Self {
+        self.push(t, p, EventType::Fail, f, key, value)
+    }
+
+    pub fn info(&mut self, t: f64, p: u64, f: &str, key: &str) -> &mut Self {
+        self.push(t, p, EventType::Info, f, key, json!({"error": "timeout"}))
+    }
+
+    pub fn nemesis(&mut self, t: f64, f: &str, fault: &str) -> &mut Self {
+        let index = self.events.len() as u64;
+        self.events.push(Event {
+            index,
+            time_ms: t,
+            process: Process::NEMESIS,
+            kind: EventType::Info,
+            f: f.into(),
+            key: None,
+            value: json!({"fault": fault}),
+        });
+        self
+    }
+
+    /// A complete acquire.
+    pub fn acquire(
+        &mut self,
+        t0: f64,
+        t1: f64,
+        p: u64,
+        key: &str,
+        expected: u64,
+        granted: u64,
+    ) -> &mut Self {
+        self.invoke(t0, p, "acquire", key, json!({"expected": expected}))
+            .ok(
+                t1,
+                p,
+                "acquire",
+                key,
+                json!({"generation": granted, "lease": granted * 100}),
+            )
+    }
+
+    /// A complete release.
+    pub fn release(&mut self, t0: f64, t1: f64, p: u64, key: &str, generation: u64) -> &mut Self {
+        self.invoke(
+            t0,
+            p,
+            "release",
+            key,
+            json!({"generation": generation, "lease": generation * 100}),
+        )
+        .ok(t1, p, "release", key, Value::Null)
+    }
+
+    /// A complete lease-register read.
+    pub fn read_lease(
+        &mut self,
+        t0: f64,
+        t1: f64,
+        p: u64,
+        key: &str,
+        generation: u64,
+        live: bool,
+    ) -> &mut Self {
+        self.invoke(t0, p, "read", key, Value::Null).ok(
+            t1,
+            p,
+            "read",
+            key,
+            json!({"generation": generation, "live": live}),
+        )
+    }
+
+    pub fn build(&self) -> History {
+        History::new(self.events.clone())
+    }
+}

@@ -1,0 +1,255 @@
+//! The workloads: what the clients do, and the setup each needs.
+//!
+//! - `lease`: the lease register on 4 profiles (acquire with the expected generation, release,
+//!   read); 4 profiles never exceed the 4 slots, so every refusal is about the generation.
+//! - `capacity`: the same operations on 8 profiles with many clients, so the 4-slot admission
+//!   is under constant pressure (INV-5).
+//! - `cas`: a CAS register per profile on the capability manifest (`SetCapabilities` with
+//!   `expected_version`; the value is the one required skill `v{n}`).
+//! - `capsule`: capsule appends on 2 profiles, each naming the head it extends (INV-7).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use squadron_client::{
+    new_idempotency_key, AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile,
+    CreateProject, OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
+};
+use squadron_core::ids::{
+    Generation, IdempotencyKey, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
+};
+use squadron_core::manifest::RuntimeKind;
+use squadron_core::provider::Provider;
+use squadron_core::Outcome;
+
+use crate::workload_context::{Holdings, WorkloadContext};
+
+/// Every lease the suite takes lives this long (the core's maximum), far beyond a run's
+/// fault phases, so no lease expires under the model's feet.
+pub const LEASE_TTL_MS: u64 = 600_000;
+/// How often the harness heartbeats its worker and renews the capsule writers' leases.
+pub const LEASE_RENEW_INTERVAL_MS: u64 = 60_000;
+/// Most attempts of one setup step before the run gives up.
+pub const SETUP_ATTEMPTS_MAX: u32 = 60;
+/// Pause between setup attempts.
+pub const SETUP_RETRY_MS: u64 = 500;
+/// The one worker every lease is held on (it owns the projects' sandboxes).
+pub const WORKER: &str = "jepsen-w1";
+pub const TENANT: &str = "jepsen";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    Lease,
+    Capacity,
+    Cas,
+    Capsule,
+    /// 2 s leases on 8 profiles, released, renewed or left to expire, then reaped: lease
+    /// expiry is decided by the leader's stamps (run it under the clock nemesis).
+    Expiry,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Lease => "lease",
+            Workload::Capacity => "capacity",
+            Workload::Cas => "cas",
+            Workload::Capsule => "capsule",
+            Workload::Expiry => "expiry",
+        }
+    }
+
+    pub fn profiles(self) -> usize {
+        match self {
+            Workload::Lease | Workload::Cas => 4,
+            Workload::Capacity | Workload::Expiry => 8,
+            Workload::Capsule => 2,
+        }
+    }
+
+    /// Clients by default, for a cluster of `nodes`.
+    pub fn default_concurrency(self, nodes: u64) -> usize {
+        match self {
+            Workload::Capacity | Workload::Expiry => 12,
+            _ => (2 * nodes as usize).max(6),
+        }
+    }
+
+    pub fn key(self, profile: ProfileId) -> String {
+        format!("{}/{}", self.name(), profile.get())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("setup step {step} failed after {attempts} attempts: {last}")]
+    Exhausted {
+        step: String,
+        attempts: u32,
+        last: String,
+    },
+    #[error("setup step {step}: unexpected answer {answer:?}")]
+    Unexpected { step: String, answer: String },
+    #[error("invalid name {0}")]
+    Name(String),
+}
+
+/// Retries one keyed write until it succeeds: the key makes the retry safe (INV-11).
+async fn keyed<F, Fut>(step: &str, mut call: F) -> Result<Outcome, SetupError>
+where
+    F: FnMut(IdempotencyKey) -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, ClientError>>,
+{
+    let key = new_idempotency_key();
+    let mut last = String::new();
+    for _ in 0..SETUP_ATTEMPTS_MAX {
+        match call(key.clone()).await {
+            Ok(o) => return Ok(o),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(SETUP_RETRY_MS)).await;
+    }
+    Err(SetupError::Exhausted {
+        step: step.into(),
+        attempts: SETUP_ATTEMPTS_MAX,
+        last,
+    })
+}
+
+fn name<T>(r: Result<T, squadron_core::ValidationError>) -> Result<T, SetupError> {
+    r.map_err(|e| SetupError::Name(e.to_string()))
+}
+
+/// Creates the worker, project, sandbox and profiles (and the capsule writers' leases).
+pub async fn setup(
+    workload: Workload,
+    client: &SquadronClient,
+) -> Result<WorkloadContext, SetupError> {
+    let tenant = name(TenantId::new(TENANT))?;
+    let project = name(ProjectId::new(workload.name()))?;
+    let worker = name(WorkerId::new(WORKER))?;
+    let register = RegisterWorker {
+        worker: worker.clone(),
+        address: "127.0.0.1:1".into(),
+        runtimes: vec![RuntimeKind::Process],
+        capacity: 8,
+        labels: BTreeMap::new(),
+        heartbeat_interval_ms: Some(600_000),
+    };
+    keyed("register worker", |k| {
+        let (c, r) = (client.clone(), register.clone());
+        async move { c.register_worker(&r, Some(&k)).await }
+    })
+    .await?;
+    let create = CreateProject {
+        tenant: tenant.clone(),
+        project: project.clone(),
+        max_profiles: Some(8),
+        max_active: Some(4),
+    };
+    keyed("create project", |k| {
+        let (c, r) = (client.clone(), create.clone());
+        async move { c.create_project(&r, Some(&k)).await }
+    })
+    .await?;
+    let attach = AttachSandbox {
+        worker: worker.clone(),
+        runtime: RuntimeKind::Process,
+        sandbox_ref: format!("sb-{}", workload.name()),
+    };
+    keyed("attach sandbox", |k| {
+        let (c, r, t, p) = (
+            client.clone(),
+            attach.clone(),
+            tenant.clone(),
+            project.clone(),
+        );
+        async move { c.attach_sandbox(&t, &p, &r, Some(&k)).await }
+    })
+    .await?;
+    let mut profiles = Vec::new();
+    for i in 0..workload.profiles() {
+        let req = CreateProfile {
+            key: name(ProfileKey::new(format!("agent-{i}")))?,
+            providers: vec![Provider::Codex],
+            context_ref: None,
+        };
+        let step = format!("create profile {i}");
+        let outcome = keyed(&step, |k| {
+            let (c, r, t, p) = (client.clone(), req.clone(), tenant.clone(), project.clone());
+            async move { c.create_profile(&t, &p, &r, Some(&k)).await }
+        })
+        .await?;
+        profiles.push(outcome.profile_id().ok_or_else(|| SetupError::Unexpected {
+            step,
+            answer: format!("{outcome:?}"),
+        })?);
+    }
+    let ctx = WorkloadContext {
+        workload,
+        tenant,
+        project,
+        worker,
+        profiles,
+        writers: BTreeMap::new(),
+        holdings: Mutex::new(Holdings::default()),
+        reads: Consistency::Linearizable,
+    };
+    let mut writers = BTreeMap::new();
+    if workload == Workload::Capsule {
+        for p in &ctx.profiles {
+            let req = AcquireLease {
+                expected_generation: Generation::ZERO,
+                provider: Provider::Codex,
+                holder: ctx.holder(0),
+                ttl_ms: LEASE_TTL_MS,
+            };
+            let step = format!("acquire writer lease of profile {p}");
+            let outcome = keyed(&step, |k| {
+                let (c, r, p) = (client.clone(), req.clone(), *p);
+                async move { c.acquire_lease(p, &r, Some(&k)).await }
+            })
+            .await?;
+            let grant = outcome
+                .lease_grant()
+                .ok_or_else(|| SetupError::Unexpected {
+                    step,
+                    answer: format!("{outcome:?}"),
+                })?;
+            writers.insert(*p, (grant.lease, grant.generation));
+        }
+    }
+    Ok(WorkloadContext { writers, ..ctx })
+}
+
+/// Keeps the worker alive and the capsule writers' leases renewed for runs longer than their
+/// TTLs; ends with the returned task's abort.
+pub fn spawn_renewals(
+    ctx: Arc<WorkloadContext>,
+    client: SquadronClient,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(LEASE_RENEW_INTERVAL_MS)).await;
+            // Heartbeats and renewals are not compare-and-swaps: resending them is harmless.
+            let key = new_idempotency_key();
+            let _ = client.worker_heartbeat(&ctx.worker, Some(&key)).await;
+            for (profile, (lease, generation)) in &ctx.writers {
+                let req = RenewLease {
+                    profile: *profile,
+                    generation: *generation,
+                    ttl_ms: LEASE_TTL_MS,
+                };
+                let key = new_idempotency_key();
+                let _ = client.renew_lease(*lease, &req, Some(&key)).await;
+            }
+        }
+    })
+}
+
+/// The `final` marker on the quiet phase's reads.
+pub fn final_input() -> serde_json::Value {
+    json!({"final": true})
+}

@@ -1,0 +1,44 @@
+//! What the clients of one run share: the workload's project, profiles and writer leases, and
+//! the leases the clients hold.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use squadron_client::Consistency;
+use squadron_core::ids::{Generation, LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
+use squadron_core::lease::LeaseHolder;
+
+use crate::workload::Workload;
+
+/// Leases the clients hold (acknowledged), and acquisitions in flight, per profile: a live
+/// lease in neither is an orphan of an unknown outcome, and is released.
+#[derive(Debug, Default)]
+pub struct Holdings {
+    pub held: HashMap<ProfileId, Generation>,
+    pub in_flight: HashMap<ProfileId, usize>,
+}
+
+/// What the clients of one run share.
+#[derive(Debug)]
+pub struct WorkloadContext {
+    pub workload: Workload,
+    pub tenant: TenantId,
+    pub project: ProjectId,
+    pub worker: WorkerId,
+    pub profiles: Vec<ProfileId>,
+    /// The writer lease of each profile (capsule workload).
+    pub writers: BTreeMap<ProfileId, (LeaseId, Generation)>,
+    pub holdings: Mutex<Holdings>,
+    /// The consistency of the clients' reads (the quiet phase always reads linearizably).
+    pub reads: Consistency,
+}
+
+impl WorkloadContext {
+    pub fn holder(&self, process: u64) -> LeaseHolder {
+        LeaseHolder {
+            worker: self.worker.clone(),
+            process: format!("jepsen process {process}"),
+            cgroup: None,
+        }
+    }
+}

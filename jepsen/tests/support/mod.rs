@@ -1,0 +1,45 @@
+//! Runs `squadron-jepsen` against the real node binary and reads its verdict.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+
+/// The node binary: `SQUADRON_BIN`, else `<target>/debug/squadron` beside this test's
+/// `<target>/debug/deps/…` executable (`cargo test --workspace` builds it alongside).
+pub fn node_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("SQUADRON_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "SQUADRON_BIN={} is not a file", p.display());
+        return p;
+    }
+    let exe = std::env::current_exe().expect("test executable");
+    let debug = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/debug");
+    let bin = debug.join("squadron");
+    assert!(
+        bin.is_file(),
+        "node binary not found at {}: build it (`cargo build -p squadron`) or set SQUADRON_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `squadron-jepsen run ARGS --bin … --out OUT`; returns its exit status and
+/// `results.json`.
+pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, String) {
+    let status = Command::new(env!("CARGO_BIN_EXE_squadron-jepsen"))
+        .arg("run")
+        .args(args)
+        .arg("--bin")
+        .arg(node_binary())
+        .arg("--out")
+        .arg(out)
+        .status()
+        .expect("run squadron-jepsen");
+    let path = out.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{} missing ({e}); exit {status}", path.display()));
+    let results = serde_json::from_str(&text).expect("results.json parses");
+    (status, results, text)
+}
