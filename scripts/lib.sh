@@ -31,9 +31,10 @@ ensure_packages() {
 SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git)
 
 # Debian packages the tests need beyond the build and run set: the Docker engine and busybox
-# (the agent image) for the Docker runtime, iproute2 and iptables for the chaos suite's
-# network namespaces.
-SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables etcd-server)
+# (the agent image) for the Docker runtime; iproute2, iptables, curl and libfaketime for the
+# chaos suite (network namespaces, partitions, its reachability probe, clock faults); etcd for
+# the comparison benchmark; python3 for a Unix-socket probe inside a sandbox.
+SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server)
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {
