@@ -64,9 +64,17 @@ fn partition_drops_packets_and_heal_restores_them() {
     assert!(errors.is_empty(), "{errors:?}");
     let left = run(&["ip", "netns", "list"]).expect("ip netns list");
     assert!(!left.contains(&n1), "namespace {n1} left behind: {left}");
-    let links = run(&["ip", "-o", "link", "show"]).expect("ip link");
+    // The kernel removes a namespace's veth peers after the namespace itself, a moment later.
     let tag = n1.trim_end_matches("n1");
-    assert!(!links.contains(tag), "links of {tag} left behind");
+    let mut links = String::new();
+    for _ in 0..100 {
+        links = run(&["ip", "-o", "link", "show"]).expect("ip link");
+        if !links.contains(tag) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!links.contains(tag), "links of {tag} left behind: {links}");
     let rules = run(&["iptables", "-S", "FORWARD"]).expect("iptables");
     assert!(!rules.contains(tag), "FORWARD rule of {tag} left behind");
 }
