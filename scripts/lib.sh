@@ -3,6 +3,12 @@
 # The one build directory, outside the clone, so CI runs and later sessions reuse the build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/squadron-target}"
 
+# The features of the test build. Every cargo command on the shared build directory uses the
+# same selection (`--workspace`) and these features, so the cache stays warm. The deliberate
+# fault is off unless a node's environment switches it on (jepsen/README.md); release builds
+# (scripts/dev) never carry it.
+SQUADRON_TEST_FEATURES="squadron/jepsen-fault-local-reads"
+
 # Debian packages needed to build the workspace: a C/C++ toolchain for RocksDB, libclang for
 # its bindings, git for the tests' repositories.
 SQUADRON_BUILD_PACKAGES=(build-essential pkg-config git libclang1-14 libclang-common-14-dev)

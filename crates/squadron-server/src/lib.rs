@@ -5,6 +5,8 @@ pub mod config;
 pub mod dashboard;
 pub mod error;
 pub mod grpc;
+#[cfg(feature = "jepsen-fault-local-reads")]
+pub mod jepsen_fault;
 pub mod leader_loops;
 pub mod metrics;
 pub mod node;

@@ -238,6 +238,10 @@ impl ControlNode {
             self.counters.stale_reads.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
+        #[cfg(feature = "jepsen-fault-local-reads")]
+        if crate::jepsen_fault::local_reads() {
+            return Ok(());
+        }
         self.counters
             .linearizable_reads
             .fetch_add(1, Ordering::Relaxed);

@@ -27,6 +27,8 @@ pub fn node_binary() -> PathBuf {
 
 /// Runs `squadron-jepsen run ARGS --bin … --out OUT`; returns its exit status and
 /// `results.json`.
+// Not every test binary that includes this module calls it.
+#[allow(dead_code)]
 pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, String) {
     let status = Command::new(env!("CARGO_BIN_EXE_squadron-jepsen"))
         .arg("run")
