@@ -51,7 +51,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bollard::container::{
@@ -68,6 +68,7 @@ use squadron_core::manifest::{NetworkMode, RuntimeKind};
 
 use crate::error::WorkerError;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
+use crate::support::now_ms;
 use crate::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
 
 /// The engine socket when the configuration names none.
@@ -725,13 +726,6 @@ fn invalid(field: &str, message: String) -> WorkerError {
         field: field.to_string(),
         message,
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -28,10 +28,10 @@ use squadron_core::provider::Provider;
 
 use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
-use crate::shell_quote::shell_quote;
 use crate::staging::remove_path;
 use crate::support::write_atomic;
 use crate::task_dir::TaskDir;
+use squadron_isolation::shell_quote;
 
 /// Where the sandbox mounts the task's `run/`, `inbox/` and `outbox/` (see `task_dir`).
 pub const SANDBOX_MOUNT_PREFIX: &str = "/mnt";

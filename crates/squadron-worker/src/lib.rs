@@ -7,7 +7,7 @@
 //! implements), `process_runtime` (cgroup v2 + bubblewrap, via `squadron-isolation`),
 //! `docker_runtime` (bollard), `staging` (clone, TASK.md, progress files), `collector`
 //! (patch, untracked list, pattern artifacts, metadata; patterns in `artifact_pattern`),
-//! `launcher` (provider command lines, `launch.sh`; with `env_allowlist` and `shell_quote`);
+//! `launcher` (provider command lines, `launch.sh`; with `env_allowlist`);
 //! for `placement: project`, `project_sandbox` (one clone, a worktree per profile),
 //! `agent_runtime` (where attempts' cgroup leaves live) and `agent_attempt` (one provider
 //! attempt of a profile generation in its own leaf and boundary).
@@ -30,7 +30,6 @@ pub mod process_runtime;
 pub mod project_sandbox;
 pub mod runtime;
 pub mod runtime_probe;
-pub mod shell_quote;
 pub mod staging;
 mod support;
 pub mod task_dir;

@@ -26,13 +26,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WorkerError>
     })
 }
 
-/// Milliseconds since the Unix epoch, for event lines and metadata.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch, for event lines and metadata (the client's clock helper).
+pub(crate) use squadron_client::now_ms;
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
 pub(crate) fn truncate_at_char(text: &str, max: usize) -> &str {
