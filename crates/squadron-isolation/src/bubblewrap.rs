@@ -22,6 +22,19 @@ pub const SETPRIV_PROGRAM_DEFAULT: &str = "/usr/bin/setpriv";
 pub const SYSTEM_RO_PATHS: [&str; 8] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
+/// Host credential files inside the read-only system paths, shown empty: a provider runs as
+/// root without capabilities and, as the files' owner, could otherwise read them.
+pub const MASKED_SYSTEM_FILES: [&str; 4] = [
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
+/// Directory whose `*_key` files (private host keys) are masked the same way.
+pub const MASKED_KEY_DIR: &str = "/etc/ssh";
+/// The empty, read-only file bound over masked files. A device node such as /dev/null would
+/// not do: bubblewrap's binds are `nodev`, so opening it would fail instead of reading nothing.
+pub const MASK_FILE: &str = "/run/squadron/empty";
 /// Size of the private /tmp (a tmpfs, charged to the leaf's memory).
 pub const SANDBOX_TMP_BYTES_DEFAULT: u64 = 1 << 30;
 /// Most environment variables passed in.
@@ -168,6 +181,15 @@ impl BubblewrapCommand {
                 ]);
             } else if meta.is_dir() {
                 argv.extend(["--ro-bind".to_owned(), shown.clone(), shown]);
+            }
+        }
+        if self.system_paths.iter().any(|p| p == Path::new("/etc")) {
+            let files = masked_system_files();
+            if !files.is_empty() {
+                ensure_mask_file()?;
+            }
+            for file in files {
+                argv.extend(["--ro-bind".to_owned(), MASK_FILE.to_owned(), file]);
             }
         }
         argv.extend(["--proc", "/proc", "--dev", "/dev"].map(str::to_owned));
@@ -372,6 +394,45 @@ fn path_str(field: &'static str, path: &Path) -> Result<String, IsolationError> 
         .ok_or_else(|| {
             IsolationError::invalid(field, format!("{} is not valid UTF-8", path.display()))
         })
+}
+
+/// Creates the empty mask file (root-owned, mode 0400, like the files it stands for) if it is
+/// missing or not empty.
+fn ensure_mask_file() -> Result<(), IsolationError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = Path::new(MASK_FILE);
+    if fs::symlink_metadata(path)
+        .is_ok_and(|m| m.is_file() && m.len() == 0 && m.permissions().mode() & 0o7777 == 0o400)
+    {
+        return Ok(());
+    }
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| IsolationError::io("create directory", dir, e))?;
+    }
+    let _ = fs::remove_file(path);
+    fs::write(path, b"").map_err(|e| IsolationError::io("create the mask file", path, e))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o400))
+        .map_err(|e| IsolationError::io("set permissions of", path, e))
+}
+
+/// The credential files present on this host that the boundary shows as empty.
+fn masked_system_files() -> Vec<String> {
+    let mut files: Vec<String> = MASKED_SYSTEM_FILES
+        .iter()
+        .filter(|f| Path::new(f).is_file())
+        .map(|f| (*f).to_owned())
+        .collect();
+    if let Ok(entries) = fs::read_dir(MASKED_KEY_DIR) {
+        let mut keys: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.path().to_str().map(str::to_owned))
+            .filter(|p| p.ends_with("_key"))
+            .collect();
+        keys.sort();
+        files.extend(keys);
+    }
+    files
 }
 
 #[cfg(test)]

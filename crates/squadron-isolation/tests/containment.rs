@@ -214,6 +214,45 @@ fn the_boundary_drops_every_capability_and_sets_no_new_privs() {
 }
 
 #[test]
+fn host_credential_files_are_shown_empty_even_to_root_inside() {
+    let host_shadow = fs::metadata("/etc/shadow").map(|m| m.len()).unwrap_or(0);
+    assert!(
+        host_shadow > 0,
+        "the host's /etc/shadow should not be empty"
+    );
+    let fx = Fixture::new();
+    let leaf = fx.leaf("shadow");
+    let (mut process, launch) = fx.launch(
+        &leaf,
+        "id -u > /out/uid; wc -c < /etc/shadow > /out/shadow; wc -c < /etc/passwd > /out/passwd",
+    );
+    process.wait().expect("wait");
+    assert_eq!(
+        SandboxProcess::read_exit_code(&launch.exit_code_file).expect("exit file"),
+        Some(0),
+        "stderr: {}",
+        fx.stderr()
+    );
+    assert_eq!(
+        fs::read_to_string(fx.path("out/uid")).expect("uid").trim(),
+        "0"
+    );
+    assert_eq!(
+        fs::read_to_string(fx.path("out/shadow"))
+            .expect("shadow")
+            .trim(),
+        "0",
+        "/etc/shadow must read as empty inside"
+    );
+    let passwd: u64 = fs::read_to_string(fx.path("out/passwd"))
+        .expect("passwd")
+        .trim()
+        .parse()
+        .expect("a size");
+    assert!(passwd > 0, "the rest of /etc stays visible");
+}
+
+#[test]
 fn an_unprivileged_sandbox_user_cannot_read_root_only_files() {
     let fx = Fixture::new();
     let leaf = fx.leaf("user");
