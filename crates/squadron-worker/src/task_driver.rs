@@ -126,7 +126,7 @@ impl TaskDriver {
 
     async fn step(&mut self, state: TaskState) -> Result<Step, WorkerError> {
         if let Some(reason) = self.cancel_reason() {
-            return Ok(self.cancel_now(state, None, reason).await);
+            return Ok(self.cancel_now(state, reason).await);
         }
         match state {
             TaskState::Pending => Ok(Step::Done),
@@ -497,9 +497,9 @@ impl TaskDriver {
                 self.report(TaskState::Running, TaskState::Completing, detail)
                     .await
             }
-            Some(Ok(Interruption::Cancelled(reason))) => Ok(self
-                .cancel_now(TaskState::Running, Some(handle), reason)
-                .await),
+            Some(Ok(Interruption::Cancelled(reason))) => {
+                Ok(self.cancel_now(TaskState::Running, reason).await)
+            }
             Some(Ok(Interruption::TimedOut(ms))) => Ok(self
                 .fail(
                     TaskState::Running,
@@ -592,14 +592,7 @@ impl TaskDriver {
     /// A failure at `from`: terminate what runs, collect what exists, then destroy or
     /// preserve the sandbox as the manifest says.
     async fn fail(&mut self, from: TaskState, exit_code: Option<i32>, why: String) -> Step {
-        if let Ok(runtime) = self.runtime() {
-            if let Ok(Some(h)) = self.sandbox(&runtime).await {
-                if matches!(runtime.status(&h).await, Ok(RunStatus::Running)) {
-                    let grace = Duration::from_millis(self.spec.lifecycle.cancel_grace_ms);
-                    let _ = runtime.terminate(&h, grace).await;
-                }
-            }
-        }
+        self.stop_if_running().await;
         let (artifacts, _) = self.collect_what_exists(exit_code).await;
         self.finish_failed(from, exit_code, why, artifacts).await
     }
@@ -659,28 +652,23 @@ impl TaskDriver {
     }
 
     /// CANCELLED: SIGTERM, grace, SIGKILL, collect, destroy.
-    async fn cancel_now(
-        &mut self,
-        from: TaskState,
-        handle: Option<SandboxHandle>,
-        reason: String,
-    ) -> Step {
-        let runtime = self.runtime().ok();
-        let handle = match (handle, &runtime) {
-            (Some(h), _) => Some(h),
-            (None, Some(r)) => self.sandbox(r).await.ok().flatten(),
-            (None, None) => None,
-        };
-        let mut code = None;
-        if let (Some(h), Some(r)) = (&handle, &runtime) {
-            if matches!(r.status(h).await, Ok(RunStatus::Running)) {
-                let grace = Duration::from_millis(self.spec.lifecycle.cancel_grace_ms);
-                let _ = r.terminate(h, grace).await;
-            }
-            if let Ok(RunStatus::Exited { code: c }) = r.status(h).await {
-                code = Some(c);
-            }
+    /// SIGTERM, grace, SIGKILL for the attempt's provider if it still runs; its exit code
+    /// when it has one.
+    async fn stop_if_running(&self) -> Option<i32> {
+        let runtime = self.runtime().ok()?;
+        let handle = self.sandbox(&runtime).await.ok().flatten()?;
+        if matches!(runtime.status(&handle).await, Ok(RunStatus::Running)) {
+            let grace = Duration::from_millis(self.spec.lifecycle.cancel_grace_ms);
+            let _ = runtime.terminate(&handle, grace).await;
         }
+        match runtime.status(&handle).await {
+            Ok(RunStatus::Exited { code }) => Some(code),
+            _ => None,
+        }
+    }
+
+    async fn cancel_now(&mut self, from: TaskState, reason: String) -> Step {
+        let code = self.stop_if_running().await;
         self.ctx.active.remove(self.task);
         let (artifacts, _) = self.collect_what_exists(code).await;
         let destroy_error = self.destroy_sandbox().await;
