@@ -4,27 +4,12 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::json;
 use squadron_isolation::{CommitOutcome, CommitRequest, GitBroker, RefusalCode};
 use squadron_worker::control_fence::ControlFence;
 use support::*;
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn acquire(url: &str, profile: u64, expected: u64) -> (u64, u64) {
     let r = post(

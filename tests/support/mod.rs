@@ -412,6 +412,8 @@ pub struct WorkerProc {
     pub log: PathBuf,
     pub control: Vec<String>,
     pub runtimes: String,
+    /// Further `squadron worker` flags.
+    pub extra_args: Vec<String>,
     pub child: Option<Child>,
 }
 
@@ -419,6 +421,17 @@ impl WorkerProc {
     /// Starts a worker with a 1 s heartbeat and no retry delays, and waits until the control
     /// plane lists it alive.
     pub fn start(dir: &Path, id: &str, control: Vec<String>, runtimes: &str) -> Self {
+        Self::start_with(dir, id, control, runtimes, Vec::new())
+    }
+
+    /// `start` with further `squadron worker` flags.
+    pub fn start_with(
+        dir: &Path,
+        id: &str,
+        control: Vec<String>,
+        runtimes: &str,
+        extra_args: Vec<String>,
+    ) -> Self {
         let base = dir.join(format!("worker-{id}"));
         std::fs::create_dir_all(&base).expect("worker dir");
         let mut w = WorkerProc {
@@ -428,6 +441,7 @@ impl WorkerProc {
             log: base.join("worker.log"),
             control,
             runtimes: runtimes.to_string(),
+            extra_args,
             child: None,
         };
         w.spawn();
@@ -451,6 +465,7 @@ impl WorkerProc {
                 "50",
             ])
             .args(["--control", &self.control.join(",")])
+            .args(&self.extra_args)
             .env("RUST_LOG", "info,squadron_worker=debug")
             // Not on the allowlist: a sandbox must never see it.
             .env("SQUADRON_TEST_SECRET", "leaked")
@@ -512,23 +527,47 @@ impl WorkerProc {
                 }
             }
         }
-        for root in ["/sys/fs/cgroup/unified/squadron", "/sys/fs/cgroup/squadron"] {
-            let parent = Path::new(root).join(&self.id);
-            if let Ok(entries) = std::fs::read_dir(&parent) {
-                for e in entries.flatten() {
-                    if e.path().is_dir() {
-                        let _ = std::fs::remove_dir(e.path());
-                    }
-                }
-                let _ = std::fs::remove_dir(&parent);
+        for root in [
+            "/sys/fs/cgroup/unified/squadron",
+            "/sys/fs/cgroup/squadron",
+            "/sys/fs/cgroup/memory/squadron",
+            "/sys/fs/cgroup/pids/squadron",
+        ] {
+            remove_empty_dirs(&Path::new(root).join(&self.id));
+        }
+    }
+}
+
+/// Removes a cgroup directory tree from the leaves up (cgroups are removed with rmdir).
+fn remove_empty_dirs(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_empty_dirs(&e.path());
             }
         }
     }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// A worker id unique to this test process, so leftovers of another run never match.
 pub fn unique_worker_id(prefix: &str) -> String {
     format!("{prefix}-{}", std::process::id())
+}
+
+/// Runs git in `dir`, asserting success; returns trimmed stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// A git repository with a few committed files, one of them binary, made by the test.
@@ -539,23 +578,15 @@ pub fn git_repo(dir: &Path) -> PathBuf {
     std::fs::write(repo.join("src/lib.txt"), "one\ntwo\n").expect("write");
     std::fs::write(repo.join("logo.bin"), [0u8, 1, 2, 255, 0, 7]).expect("write");
     std::fs::write(repo.join(".gitignore"), "ignored/\n").expect("write");
-    let git = |args: &[&str]| {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&["config", "user.email", "test@example.invalid"]);
-    git(&["config", "user.name", "Test"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-q", "-m", "initial"]);
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["config", "user.email", "test@example.invalid"],
+        &["config", "user.name", "Test"],
+        &["add", "-A"],
+        &["commit", "-q", "-m", "initial"],
+    ] {
+        git(&repo, args);
+    }
     repo
 }
 

@@ -16,6 +16,7 @@
 //! Reads take a [`Consistency`]: linearizable (ReadIndex through the leader, the default) or
 //! stale (the answering node's applied state).
 
+pub mod agent_types;
 mod error;
 pub mod grpc_leader;
 pub mod types;
@@ -43,6 +44,7 @@ use squadron_core::task::Task;
 use squadron_core::worker::Worker;
 use squadron_core::Outcome;
 
+pub use agent_types::*;
 pub use error::{ClientError, EndpointFailure, ErrorBody};
 pub use grpc_leader::GrpcLeader;
 pub use types::*;
@@ -577,6 +579,87 @@ impl SquadronClient {
     ) -> Result<McpDecision, ClientError> {
         self.get(&format!("/api/v1/profiles/{profile}/mcp/{server}"), c)
             .await
+    }
+
+    // --- the agent facade (relayed to the sandbox's worker) ---------------------------------
+
+    /// Launches the profile's provider in its project's sandbox under a new lease.
+    pub async fn agent_launch(
+        &self,
+        profile: ProfileId,
+        req: &LaunchAgent,
+    ) -> Result<AgentView, ClientError> {
+        self.write(
+            Method::POST,
+            &format!("/api/v1/profiles/{profile}/agent/launch"),
+            Some(req),
+            None,
+        )
+        .await
+    }
+
+    /// A graceful or crash takeover of the profile: the next generation, started.
+    pub async fn agent_takeover(
+        &self,
+        profile: ProfileId,
+        req: &TakeoverAgent,
+    ) -> Result<AgentView, ClientError> {
+        self.write(
+            Method::POST,
+            &format!("/api/v1/profiles/{profile}/agent/takeover"),
+            Some(req),
+            None,
+        )
+        .await
+    }
+
+    /// Stops the profile's provider (SIGTERM, grace, SIGKILL), reaps it and ends its lease.
+    pub async fn agent_stop(
+        &self,
+        profile: ProfileId,
+        req: &StopAgent,
+    ) -> Result<AgentView, ClientError> {
+        self.write(
+            Method::POST,
+            &format!("/api/v1/profiles/{profile}/agent/stop"),
+            Some(req),
+            None,
+        )
+        .await
+    }
+
+    /// Reaps the profile's last generation (kill, `populated 0`) and records the evidence,
+    /// freeing the slot of a fenced or expired lease.
+    pub async fn agent_reap(&self, profile: ProfileId) -> Result<ReplacedGeneration, ClientError> {
+        self.write::<_, ()>(
+            Method::POST,
+            &format!("/api/v1/profiles/{profile}/agent/reap"),
+            None,
+            None,
+        )
+        .await
+    }
+
+    /// The profile's provider attempt as its worker sees it.
+    pub async fn agent_view(&self, profile: ProfileId) -> Result<AgentView, ClientError> {
+        self.get(
+            &format!("/api/v1/profiles/{profile}/agent"),
+            Consistency::Linearizable,
+        )
+        .await
+    }
+
+    /// The release evidence of a project, from this node and the sandbox's worker.
+    pub async fn project_evidence(
+        &self,
+        tenant: &TenantId,
+        project: &ProjectId,
+    ) -> Result<ProjectEvidence, ClientError> {
+        self.get(
+            &format!("/api/v1/projects/{tenant}/{project}/evidence"),
+            Consistency::Linearizable,
+        )
+        .await
     }
 
     // --- leases ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ pub mod grpc;
 #[cfg(feature = "jepsen-fault-local-reads")]
 pub mod jepsen_fault;
 pub mod leader_loops;
+pub mod mcp_denials;
 pub mod metrics;
 pub mod node;
 pub mod openapi;

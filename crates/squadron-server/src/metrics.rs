@@ -53,6 +53,11 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
         c.proposals_rejected.load(Ordering::Relaxed),
     );
     counter(
+        "squadron_mcp_denied_total",
+        "MCP authorization checks answered 403 / PERMISSION_DENIED by this node",
+        c.mcp_denials.total(),
+    );
+    counter(
         "squadron_forwards_total",
         "Writes forwarded to the leader",
         c.forwards.load(Ordering::Relaxed),

@@ -54,6 +54,8 @@ pub struct Counters {
     pub linearizable_reads: AtomicU64,
     pub stale_reads: AtomicU64,
     pub http_requests: AtomicU64,
+    /// MCP checks answered 403 / PERMISSION_DENIED, per project.
+    pub mcp_denials: crate::mcp_denials::McpDenials,
 }
 
 /// Rounds of leadership confirmation one linearizable read may take.

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 
+use crate::agent_config::AgentConfig;
+
 /// Default interval between heartbeats (the seed: "Heartbeats every 30s").
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;
 /// Shortest heartbeat interval accepted.
@@ -48,6 +50,9 @@ pub struct WorkerConfig {
     /// Replaces every retry delay of the manifests (clone, provision) when set: tests, or an
     /// operator draining a queue. The number of retries still comes from each manifest.
     pub backoff_override_ms: Option<u64>,
+    /// Agent profiles (`placement: project`) run here when set and the process runtime is
+    /// available.
+    pub agents: Option<AgentConfig>,
 }
 
 impl WorkerConfig {
@@ -68,6 +73,7 @@ impl WorkerConfig {
             progress_interval_ms: PROGRESS_INTERVAL_MS_DEFAULT,
             monitor_interval_ms: MONITOR_INTERVAL_MS_DEFAULT,
             backoff_override_ms: None,
+            agents: Some(AgentConfig::default()),
         }
     }
 
@@ -99,6 +105,9 @@ impl WorkerConfig {
                 "heartbeat_interval_ms",
                 format!("must be at least {HEARTBEAT_INTERVAL_MS_MIN}"),
             );
+        }
+        if let Some(agents) = &self.agents {
+            agents.validate()?;
         }
         Ok(())
     }

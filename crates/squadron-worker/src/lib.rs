@@ -10,10 +10,15 @@
 //! `launcher` (provider command lines, `launch.sh`; with `env_allowlist`);
 //! for `placement: project`, `project_sandbox` (one clone, a worktree per profile),
 //! `agent_runtime` (where attempts' cgroup leaves live) and `agent_attempt` (one provider
-//! attempt of a profile generation in its own leaf and boundary).
+//! attempt of a profile generation in its own leaf and boundary), `agent_supervisor` (leases,
+//! renewals, self-fencing, takeovers, mailbox delivery) behind `agent_api`.
 
+pub mod agent_api;
 pub mod agent_attempt;
+pub mod agent_config;
+pub mod agent_error;
 pub mod agent_runtime;
+pub mod agent_supervisor;
 pub mod artifact_pattern;
 pub mod checkpoint;
 pub mod collector;
@@ -39,7 +44,10 @@ mod test_support;
 pub mod worker;
 
 pub use agent_attempt::{AgentAttempt, AgentLaunch};
+pub use agent_config::{AgentConfig, ProviderLauncher};
+pub use agent_error::AgentError;
 pub use agent_runtime::AgentRuntime;
+pub use agent_supervisor::AgentSupervisor;
 pub use collector::{collect, collect_with_limits, CollectLimits, CollectReport, RunFacts};
 pub use config::WorkerConfig;
 pub use env_allowlist::EnvAllowlist;

@@ -13,11 +13,14 @@ use squadron_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::agent_runtime::AgentRuntime;
+use crate::agent_supervisor::AgentSupervisor;
 use crate::config::WorkerConfig;
 use crate::control_link::ControlLink;
 use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
 use crate::output_server::{self, ActiveTasks};
+use crate::process_runtime::ProcessRuntimeConfig;
 use crate::runtime::Runtime;
 use crate::task_driver::{DriverContext, TaskDriver};
 
@@ -78,7 +81,12 @@ pub async fn start(
         .map_err(|e| WorkerError::io("reading the bound address", config.data_dir.clone(), e))?;
     config.listen = bound;
     let active = ActiveTasks::default();
-    let app = output_server::router(config.data_dir.clone(), active.clone());
+    let control = ControlLink::new(config.clone());
+    let agents = agent_supervisor(&config, control.rest());
+    let mut app = output_server::router(config.data_dir.clone(), active.clone());
+    if let Some(s) = &agents {
+        app = app.merge(crate::agent_api::router(s.clone()));
+    }
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "the worker's output server stopped");
@@ -86,7 +94,6 @@ pub async fn start(
     });
 
     let env_allowlist = EnvAllowlist::new(config.env_allowlist.iter().cloned())?;
-    let control = ControlLink::new(config.clone());
     loop {
         match control.register().await {
             Ok(()) => break,
@@ -110,10 +117,60 @@ pub async fn start(
         config.heartbeat_interval_ms,
     ));
     let watcher = tokio::spawn(watch_loop(ctx));
-    Ok(RunningWorker {
-        url,
-        tasks: vec![server, heartbeat, watcher],
-    })
+    let mut tasks = vec![server, heartbeat, watcher];
+    if let Some(s) = agents {
+        tasks.push(tokio::spawn(adopt_agents(s.clone())));
+        tasks.extend(s.spawn_loops());
+    }
+    Ok(RunningWorker { url, tasks })
+}
+
+/// The agent supervisor, when agents are configured and this host can run the process
+/// runtime; otherwise the reason is logged and the worker runs tasks only.
+fn agent_supervisor(
+    config: &WorkerConfig,
+    control: &squadron_client::SquadronClient,
+) -> Option<AgentSupervisor> {
+    let agents = config.agents.clone()?;
+    let mut pc = ProcessRuntimeConfig::new(config.id.to_string());
+    if let Some(root) = &config.cgroup_root {
+        pc.cgroup.v2_base = Some(root.join("squadron"));
+    }
+    let made = AgentRuntime::new(pc).and_then(|runtime| {
+        AgentSupervisor::new(
+            config.id.clone(),
+            config.data_dir.clone(),
+            agents,
+            runtime,
+            control.clone(),
+        )
+    });
+    match made {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "agent profiles cannot run on this worker");
+            None
+        }
+    }
+}
+
+/// Adopts the attempts of the leases this worker holds, retrying until the control plane
+/// answers.
+async fn adopt_agents(supervisor: AgentSupervisor) {
+    let mut backoff = WATCH_RETRY_MS_MIN;
+    loop {
+        match supervisor.adopt_all().await {
+            Ok(n) => {
+                if n > 0 {
+                    tracing::info!(adopted = n, "agent attempts adopted after restart");
+                }
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot adopt agent attempts yet"),
+        }
+        tokio::time::sleep(Duration::from_millis(backoff)).await;
+        backoff = (backoff * 2).min(WATCH_RETRY_MS_MAX);
+    }
 }
 
 async fn heartbeat_loop(control: ControlLink, interval_ms: u64) {

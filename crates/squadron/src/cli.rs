@@ -119,6 +119,9 @@ pub enum Command {
     /// Tasks.
     #[command(subcommand)]
     Task(TaskCmd),
+    /// A project's release evidence: profiles, peak processes, takeovers, dual writers,
+    /// refused stale commits, roster deliveries, MCP denials, leftovers.
+    Evidence(EvidenceArgs),
     /// Closed-loop lease benchmark: acquire → renew → release cycles.
     Bench(BenchTop),
 }
@@ -296,6 +299,62 @@ pub enum ProfileCmd {
         #[arg(long)]
         server: McpServerId,
     },
+    /// Launch the profile's provider in its project's sandbox under a new lease.
+    Launch {
+        id: ProfileId,
+        /// The provider; by default the profile's first one the worker can launch.
+        #[arg(long)]
+        provider: Option<Provider>,
+        /// The worker that makes the project's sandbox, when the project has none yet.
+        #[arg(long)]
+        worker: Option<WorkerId>,
+        /// The repository the sandbox is cloned from, when this launch makes it.
+        #[arg(long, value_name = "URL")]
+        repository: Option<String>,
+        #[arg(long, requires = "repository")]
+        branch: Option<String>,
+        /// A file whose text is given to the provider on standard input.
+        #[arg(long, value_name = "FILE")]
+        prompt_file: Option<PathBuf>,
+    },
+    /// Show the profile's provider attempt as its worker sees it.
+    Observe { id: ProfileId },
+    /// Take the profile over: graceful (capsule, fence, grant) or crash (expiry, evidence,
+    /// grant); the next provider is started.
+    Takeover {
+        id: ProfileId,
+        #[arg(long, value_enum)]
+        kind: TakeoverKindArg,
+        /// The next provider; by default the profile's preferred one other than the current.
+        #[arg(long)]
+        provider: Option<Provider>,
+        /// Crash takeover: how long to wait for the old lease to expire.
+        #[arg(long, value_name = "MS")]
+        wait_for_expiry_ms: Option<u64>,
+    },
+    /// Stop the provider (SIGTERM, grace, SIGKILL), reap it and end its lease.
+    Stop {
+        id: ProfileId,
+        #[arg(long, value_name = "MS")]
+        grace_ms: Option<u64>,
+    },
+    /// Reap a dead or fenced generation and record the evidence (frees its slot).
+    Reap { id: ProfileId },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TakeoverKindArg {
+    Graceful,
+    Crash,
+}
+
+/// `squadron evidence`: the ADR's release-gate evidence of one project.
+#[derive(Debug, Clone, Args)]
+pub struct EvidenceArgs {
+    #[arg(long, default_value = "default")]
+    pub tenant: TenantId,
+    #[arg(long)]
+    pub project: ProjectId,
 }
 
 /// The holder of a lease to be granted: `--provider --worker --process [--cgroup] --ttl-ms`.
@@ -554,6 +613,26 @@ pub struct WorkerRunArgs {
     /// Replace every retry delay of manifests (clone, provision) with this many ms.
     #[arg(long, value_name = "MS")]
     pub backoff_override_ms: Option<u64>,
+    /// Do not run agent profiles (`placement: project`) on this worker.
+    #[arg(long)]
+    pub no_agents: bool,
+    /// Time to live of the leases this worker's agents hold; renewed every third of it.
+    #[arg(long, value_name = "MS", default_value_t = squadron_worker::agent_config::AGENT_LEASE_TTL_MS_DEFAULT)]
+    pub agent_lease_ttl_ms: u64,
+    /// Grace between SIGTERM and SIGKILL when a provider is stopped or taken over.
+    #[arg(long, value_name = "MS", default_value_t = squadron_worker::agent_config::AGENT_STOP_GRACE_MS_DEFAULT)]
+    pub agent_stop_grace_ms: u64,
+    /// Run a provider as a shell script from this host: `NAME=PATH` (codex, claude or
+    /// script); repeat for several. Without it codex and claude run as the `codex` and
+    /// `claude` commands.
+    #[arg(long = "provider-script", value_name = "NAME=PATH")]
+    pub provider_scripts: Vec<String>,
+    /// Skills this host offers to agent profiles' capability manifests.
+    #[arg(long, value_delimiter = ',')]
+    pub skills: Vec<SkillId>,
+    /// MCP servers this host offers to agent profiles' capability manifests.
+    #[arg(long, value_delimiter = ',')]
+    pub mcp_servers: Vec<McpServerId>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -16,9 +16,10 @@ use anyhow::Context;
 use clap::Parser;
 use squadron_client::{
     AckMessages, AddLearner, AttachSandbox, ClientError, CommitCapsule, Consistency, CrashTakeover,
-    CreateProfile, CreateProject, Decommission, FenceLease, GracefulTakeover, LeaseFence,
-    OutcomeExt, PostMessage, RecordEvidence, RegisterWorker, RenewLease, SetCapabilities,
-    SquadronClient, TakeoverEvidence, TaskQuery,
+    CreateProfile, CreateProject, Decommission, FenceLease, GracefulTakeover, LaunchAgent,
+    LeaseFence, OutcomeExt, PostMessage, RecordEvidence, RegisterWorker, RenewLease,
+    SandboxRepository, SetCapabilities, SquadronClient, StopAgent, TakeoverAgent, TakeoverEvidence,
+    TakeoverKind, TaskQuery,
 };
 use squadron_core::capsule::{CapsuleDraft, CapsulePayload};
 use squadron_core::command::NextHolder;
@@ -29,8 +30,8 @@ use squadron_core::Outcome;
 use tracing_subscriber::EnvFilter;
 
 use cli::{
-    CapsuleArgs, CapsuleCmd, Cli, ClusterCmd, Command, HolderArgs, LeaseCmd, MailboxCmd,
-    OutputFormat, ProfileCmd, ProjectCmd, TaskCmd, WorkerCmd,
+    CapsuleArgs, CapsuleCmd, Cli, ClusterCmd, Command, EvidenceArgs, HolderArgs, LeaseCmd,
+    MailboxCmd, OutputFormat, ProfileCmd, ProjectCmd, TakeoverKindArg, TaskCmd, WorkerCmd,
 };
 use output::{emit, emit_generic, outcome_text, short, Table};
 
@@ -145,6 +146,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cluster(cmd) => cluster(&ctx, cmd).await,
         Command::Project(cmd) => project(&ctx, cmd).await,
         Command::Profile(cmd) => profile(&ctx, cmd).await,
+        Command::Evidence(args) => project_evidence(&ctx, args).await,
         Command::Lease(cmd) => lease(&ctx, cmd).await,
         Command::Capsule(cmd) => capsule(&ctx, cmd).await,
         Command::Mailbox(cmd) => mailbox(&ctx, cmd).await,
@@ -333,6 +335,54 @@ fn profiles_table(list: &[squadron_core::profile::AgentProfile]) -> String {
 async fn profile(ctx: &Ctx, cmd: ProfileCmd) -> anyhow::Result<()> {
     let c = &ctx.client;
     match cmd {
+        ProfileCmd::Launch {
+            id,
+            provider,
+            worker,
+            repository,
+            branch,
+            prompt_file,
+        } => {
+            let prompt = match prompt_file {
+                Some(f) => Some(
+                    std::fs::read_to_string(&f)
+                        .with_context(|| format!("--prompt-file {}", f.display()))?,
+                ),
+                None => None,
+            };
+            let req = LaunchAgent {
+                provider,
+                worker,
+                repository: repository.map(|url| SandboxRepository { url, branch }),
+                prompt,
+            };
+            emit_generic(ctx.out, &agent_client(ctx).agent_launch(id, &req).await?)
+        }
+        ProfileCmd::Observe { id } => emit_generic(ctx.out, &c.agent_view(id).await?),
+        ProfileCmd::Takeover {
+            id,
+            kind,
+            provider,
+            wait_for_expiry_ms,
+        } => {
+            let req = TakeoverAgent {
+                kind: match kind {
+                    TakeoverKindArg::Graceful => TakeoverKind::Graceful,
+                    TakeoverKindArg::Crash => TakeoverKind::Crash,
+                },
+                provider,
+                wait_for_expiry_ms,
+                prompt: None,
+            };
+            emit_generic(ctx.out, &agent_client(ctx).agent_takeover(id, &req).await?)
+        }
+        ProfileCmd::Stop { id, grace_ms } => emit_generic(
+            ctx.out,
+            &agent_client(ctx)
+                .agent_stop(id, &StopAgent { grace_ms })
+                .await?,
+        ),
+        ProfileCmd::Reap { id } => emit_generic(ctx.out, &agent_client(ctx).agent_reap(id).await?),
         ProfileCmd::Create {
             at,
             key,
@@ -917,4 +967,40 @@ async fn task(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
             ctx.outcome(&c.cancel_task(id, reason.as_deref(), ctx.key()).await?)
         }
     }
+}
+
+/// Agent operations wait for grace periods and lease expiry: a longer timeout than reads.
+fn agent_client(ctx: &Ctx) -> SquadronClient {
+    SquadronClient::with_timeouts(
+        ctx.client.endpoints().to_vec(),
+        AGENT_CALL_TIMEOUT,
+        squadron_client::CONNECT_TIMEOUT_DEFAULT,
+    )
+}
+
+/// Longer than the node's relay timeout, so the node's own error arrives first.
+const AGENT_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(320);
+
+/// `squadron evidence`: one node's evidence, with the MCP denials of every member added up
+/// (each node counts the checks it answered).
+async fn project_evidence(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
+    let c = &ctx.client;
+    let mut ev = c.project_evidence(&args.tenant, &args.project).await?;
+    let status = c.cluster_status(Consistency::Stale).await?;
+    let mut denied = 0;
+    let mut asked = 0;
+    for m in &status.members {
+        let node = c.with_endpoints(vec![format!("http://{}", m.rest)]);
+        match node.project_evidence(&args.tenant, &args.project).await {
+            Ok(e) => {
+                denied += e.unauthorized_mcp_denied;
+                asked += 1;
+            }
+            Err(e) => eprintln!("member {} ({}) not counted: {e}", m.id, m.rest),
+        }
+    }
+    if asked > 0 {
+        ev.unauthorized_mcp_denied = denied;
+    }
+    emit_generic(ctx.out, &ev)
 }

@@ -134,6 +134,26 @@ pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
     config.global_dir = args.global_dir;
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;
+    config.agents = if args.no_agents {
+        None
+    } else {
+        let mut agents = squadron_worker::AgentConfig {
+            lease_ttl_ms: args.agent_lease_ttl_ms,
+            stop_grace_ms: args.agent_stop_grace_ms,
+            // A short TTL (tests) gets a proportionally short margin.
+            self_fence_margin_ms: squadron_worker::agent_config::SELF_FENCE_MARGIN_MS_DEFAULT
+                .min(args.agent_lease_ttl_ms / 4),
+            skills: args.skills.into_iter().collect(),
+            mcp_servers: args.mcp_servers.into_iter().collect(),
+            ..Default::default()
+        };
+        for spec in &args.provider_scripts {
+            let (provider, launcher) = squadron_worker::AgentConfig::parse_provider_script(spec)
+                .map_err(|e| anyhow::anyhow!("--provider-script: {e}"))?;
+            agents.providers.insert(provider, launcher);
+        }
+        Some(agents)
+    };
     config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let w = start_worker(config).await?;
     println!("squadron worker running; output server {}", w.url);

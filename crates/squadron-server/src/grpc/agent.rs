@@ -154,6 +154,7 @@ impl AgentService for AgentGrpc {
             if s.mcp_use_allowed(profile, &server) {
                 Ok(p.subject.clone())
             } else {
+                self.node.counters.mcp_denials.record(&p.tenant, &p.project);
                 Err(ApiError::from(Rejection::PermissionDenied {
                     reason: format!("{} has no mcp_server:use relation to {server}", p.subject),
                 }))

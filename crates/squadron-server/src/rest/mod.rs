@@ -2,6 +2,7 @@
 //! [`RouteBook`] that also records them, so the OpenAPI document is generated from the same
 //! table that builds the router and cannot drift from it.
 
+mod agents;
 mod cluster;
 mod extract;
 mod leases;
@@ -81,6 +82,7 @@ pub fn route_book() -> RouteBook {
     let book = leases::routes(book);
     let book = tasks::routes(book);
     let book = task_output::routes(book);
+    let book = agents::routes(book);
     workers::routes(book)
 }
 

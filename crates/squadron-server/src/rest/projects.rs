@@ -393,6 +393,7 @@ async fn check_mcp(
             .profile(profile)
             .ok_or_else(|| ApiError::not_found(format!("profile {profile} not found")))?;
         if !s.mcp_use_allowed(profile, &server) {
+            node.counters.mcp_denials.record(&p.tenant, &p.project);
             return Err(squadron_core::Rejection::PermissionDenied {
                 reason: format!("{} has no mcp_server:use relation to {server}", p.subject),
             }

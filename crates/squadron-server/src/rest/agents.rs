@@ -1,0 +1,348 @@
+//! The operator facade of the identity runtime, on any node: launch, observe, take over,
+//! stop and reap a profile's provider process, and a project's release evidence.
+//!
+//! A node decides nothing here. It finds the worker that holds the project's sandbox
+//! (INV-1) in the replicated state and relays the request to that worker's
+//! `/worker/v1/agents/…`; the worker acquires, renews, fences and takes over leases through
+//! the control plane like any other client, so every decision is a replicated command.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Json;
+use serde::Serialize;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::{LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
+
+use super::{parse_id, read, AppState, RouteBook};
+use crate::error::ApiError;
+use crate::node::Consistency;
+
+/// A relayed agent operation may wait for a lease to expire (crash takeover) and for a
+/// provider's grace period.
+pub const AGENT_RELAY_TIMEOUT_MS: u64 = 300_000;
+/// Waiting for the worker's evidence.
+pub const EVIDENCE_RELAY_TIMEOUT_MS: u64 = 10_000;
+pub const WORKER_CONNECT_TIMEOUT_MS: u64 = 2_000;
+/// Largest request body relayed (a prompt included).
+pub const AGENT_BODY_BYTES_MAX: usize = 2 << 20;
+/// Largest answer read from a worker.
+pub const WORKER_ANSWER_BYTES_MAX: usize = 4 << 20;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "GET",
+        "/api/v1/profiles/:id/agent",
+        "The profile's provider attempt as its sandbox's worker sees it",
+        None,
+        get(view),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/agent/launch",
+        "Launch the profile's provider under a new lease in the project's sandbox",
+        Some("LaunchAgent"),
+        post(launch),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/agent/takeover",
+        "Graceful or crash takeover: the next generation, started",
+        Some("TakeoverAgent"),
+        post(takeover),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/agent/stop",
+        "Stop the provider (SIGTERM, grace, SIGKILL), reap it, end its lease",
+        Some("StopAgent"),
+        post(stop),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/agent/reap",
+        "Reap a dead or fenced generation and record the evidence",
+        None,
+        post(reap),
+    )
+    .add(
+        "GET",
+        "/api/v1/projects/:tenant/:project/evidence",
+        "Release evidence of a project: replicated counters, this node's MCP denials, the \
+         sandbox worker's observations",
+        None,
+        get(evidence),
+    )
+}
+
+fn client(timeout_ms: u64) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(WORKER_CONNECT_TIMEOUT_MS))
+        .timeout(Duration::from_millis(timeout_ms))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// The output server of the worker holding the profile's project sandbox; for a launch
+/// into a project without one, the worker the body names.
+async fn sandbox_worker(
+    node: &AppState,
+    id: ProfileId,
+    named: Option<WorkerId>,
+) -> Result<String, ApiError> {
+    read(node, Consistency::Linearizable, |s| {
+        let p = s
+            .profile(id)
+            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))?;
+        let project = s
+            .project(&p.tenant, &p.project)
+            .ok_or_else(|| ApiError::not_found(format!("project {}/{}", p.tenant, p.project)))?;
+        let worker = match (&project.sandbox, named) {
+            (Some(sb), _) => sb.worker.clone(),
+            (None, Some(w)) => w,
+            (None, None) => {
+                return Err(ApiError::invalid(
+                    "worker",
+                    format!(
+                        "project {}/{} has no sandbox yet: name the worker that makes it \
+                         (and repository.url)",
+                        p.tenant, p.project
+                    ),
+                ))
+            }
+        };
+        let w = s
+            .worker(&worker)
+            .ok_or_else(|| ApiError::not_found(format!("worker {worker} not found")))?;
+        Ok(w.address.trim_end_matches('/').to_string())
+    })
+    .await
+}
+
+async fn relay(
+    method: reqwest::Method,
+    url: String,
+    body: Option<Bytes>,
+    timeout_ms: u64,
+) -> Result<Response, ApiError> {
+    let mut req = client(timeout_ms).request(method, &url);
+    if let Some(b) = body {
+        req = req
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(b);
+    }
+    let answer = req
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the sandbox's worker did not answer: {e}")))?;
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let bytes = answer
+        .bytes()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("the worker's answer broke off: {e}")))?;
+    if bytes.len() > WORKER_ANSWER_BYTES_MAX {
+        return Err(ApiError::internal(format!(
+            "the worker answered {} bytes, more than {WORKER_ANSWER_BYTES_MAX}",
+            bytes.len()
+        )));
+    }
+    let mut response = Response::new(Body::from(bytes));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+fn check_body(bytes: &Bytes) -> Result<(), ApiError> {
+    if bytes.len() > AGENT_BODY_BYTES_MAX {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the body is {} bytes, at most {AGENT_BODY_BYTES_MAX}",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn view(State(node): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id: ProfileId = parse_id("profile_id", &id)?;
+    let base = sandbox_worker(&node, id, None).await?;
+    relay(
+        reqwest::Method::GET,
+        format!("{base}/worker/v1/agents/{id}"),
+        None,
+        EVIDENCE_RELAY_TIMEOUT_MS,
+    )
+    .await
+}
+
+async fn launch(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    let id: ProfileId = parse_id("profile_id", &id)?;
+    check_body(&bytes)?;
+    // Only the worker field matters here; the worker parses the whole body strictly.
+    let named = if bytes.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::invalid("body", format!("not JSON: {e}")))?;
+        match v.get("worker") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(w)) => Some(
+                WorkerId::new(w.clone()).map_err(|e| ApiError::invalid("worker", e.to_string()))?,
+            ),
+            Some(_) => return Err(ApiError::invalid("worker", "must be a worker id string")),
+        }
+    };
+    let base = sandbox_worker(&node, id, named).await?;
+    relay(
+        reqwest::Method::POST,
+        format!("{base}/worker/v1/agents/{id}/launch"),
+        Some(bytes),
+        AGENT_RELAY_TIMEOUT_MS,
+    )
+    .await
+}
+
+async fn forward(
+    node: AppState,
+    id: String,
+    op: &str,
+    bytes: Option<Bytes>,
+) -> Result<Response, ApiError> {
+    let id: ProfileId = parse_id("profile_id", &id)?;
+    if let Some(b) = &bytes {
+        check_body(b)?;
+    }
+    let base = sandbox_worker(&node, id, None).await?;
+    relay(
+        reqwest::Method::POST,
+        format!("{base}/worker/v1/agents/{id}/{op}"),
+        bytes,
+        AGENT_RELAY_TIMEOUT_MS,
+    )
+    .await
+}
+
+async fn takeover(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    forward(node, id, "takeover", Some(bytes)).await
+}
+
+async fn stop(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, ApiError> {
+    forward(node, id, "stop", Some(bytes)).await
+}
+
+async fn reap(State(node): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    forward(node, id, "reap", None).await
+}
+
+/// The replicated half of the evidence, plus what the worker reports (kept as JSON: the
+/// worker's shape is the worker's).
+#[derive(Debug, Serialize)]
+struct Evidence {
+    tenant: TenantId,
+    project: ProjectId,
+    profiles: u32,
+    max_active: u32,
+    peak_slots_held: u32,
+    slots_held_now: u32,
+    leases_granted: u64,
+    takeovers_graceful: u64,
+    takeovers_crash: u64,
+    roster_deltas_posted: u64,
+    leases_not_terminal: Vec<LeaseId>,
+    unauthorized_mcp_denied: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sandbox_worker: Option<WorkerId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker_error: Option<String>,
+}
+
+async fn evidence(
+    State(node): State<AppState>,
+    Path((tenant, project)): Path<(String, String)>,
+) -> Result<Json<Evidence>, ApiError> {
+    let tenant = TenantId::new(tenant).map_err(|e| ApiError::invalid("tenant", e.to_string()))?;
+    let project =
+        ProjectId::new(project).map_err(|e| ApiError::invalid("project", e.to_string()))?;
+    let (mut ev, address) = read(&node, Consistency::Linearizable, |s| {
+        let p = s
+            .project(&tenant, &project)
+            .ok_or_else(|| ApiError::not_found(format!("project {tenant}/{project} not found")))?;
+        let leases_not_terminal = s
+            .leases()
+            .filter(|l| l.tenant == tenant && l.project == project && l.state.holds_slot())
+            .map(|l| l.id)
+            .collect();
+        let sandbox_worker = p.sandbox.as_ref().map(|sb| sb.worker.clone());
+        let address = sandbox_worker
+            .as_ref()
+            .and_then(|w| s.worker(w))
+            .map(|w| w.address.trim_end_matches('/').to_string());
+        Ok((
+            Evidence {
+                tenant: tenant.clone(),
+                project: project.clone(),
+                profiles: u32::try_from(p.profiles.len()).unwrap_or(u32::MAX),
+                max_active: p.max_active,
+                peak_slots_held: p.stats.peak_slots_held,
+                slots_held_now: p.slots_held,
+                leases_granted: p.stats.leases_granted,
+                takeovers_graceful: p.stats.takeovers_graceful,
+                takeovers_crash: p.stats.takeovers_crash,
+                roster_deltas_posted: p.stats.roster_deliveries,
+                leases_not_terminal,
+                unauthorized_mcp_denied: node.counters.mcp_denials.of(&tenant, &project),
+                sandbox_worker,
+                worker: None,
+                worker_error: None,
+            },
+            address,
+        ))
+    })
+    .await?;
+    if let Some(base) = address {
+        let url = format!("{base}/worker/v1/evidence/{tenant}/{project}");
+        let got = async {
+            let answer = client(EVIDENCE_RELAY_TIMEOUT_MS)
+                .get(&url)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if !answer.status().is_success() {
+                return Err(format!("the worker answered {}", answer.status()));
+            }
+            answer
+                .json::<serde_json::Value>()
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .await;
+        match got {
+            Ok(v) => ev.worker = Some(v),
+            Err(e) => ev.worker_error = Some(format!("the sandbox's worker: {e}")),
+        }
+    }
+    Ok(Json(ev))
+}

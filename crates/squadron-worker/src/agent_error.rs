@@ -1,0 +1,83 @@
+//! Why an agent operation (launch, takeover, stop, reap) did not happen, in the shape the
+//! control plane's REST errors have (`{code, message, field?, rejection?}`), so a relayed
+//! answer reads the same as one from a control node.
+
+use serde::Serialize;
+use squadron_client::ClientError;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::Rejection;
+
+use crate::error::WorkerError;
+
+#[derive(Debug, Clone, thiserror::Error, Serialize)]
+#[error("{}: {message}", code.as_str())]
+pub struct AgentError {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The control plane's rejection, passed through unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejection: Option<Rejection>,
+}
+
+impl AgentError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        AgentError {
+            code,
+            message: message.into(),
+            field: None,
+            rejection: None,
+        }
+    }
+
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        AgentError {
+            field: Some(field.to_owned()),
+            ..AgentError::new(ErrorCode::InvalidArgument, message)
+        }
+    }
+
+    pub fn precondition(message: impl Into<String>) -> Self {
+        AgentError::new(ErrorCode::FailedPrecondition, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        AgentError::new(ErrorCode::NotFound, message)
+    }
+
+    pub fn http_status(&self) -> u16 {
+        self.code.http_status()
+    }
+
+    /// Prefixes the message with what was being done.
+    pub fn context(mut self, doing: &str) -> Self {
+        self.message = format!("{doing}: {}", self.message);
+        self
+    }
+}
+
+impl From<ClientError> for AgentError {
+    fn from(e: ClientError) -> Self {
+        match e {
+            ClientError::Api { body, .. } => AgentError {
+                code: body.code,
+                message: body.message,
+                field: body.field,
+                rejection: body.rejection,
+            },
+            ClientError::Invalid(m) => AgentError::new(ErrorCode::InvalidArgument, m),
+            other => AgentError::new(ErrorCode::Unavailable, format!("control plane: {other}")),
+        }
+    }
+}
+
+impl From<WorkerError> for AgentError {
+    fn from(e: WorkerError) -> Self {
+        match e {
+            WorkerError::Invalid { field, message } => AgentError::invalid(&field, message),
+            WorkerError::Control(m) => AgentError::new(ErrorCode::Unavailable, m),
+            other => AgentError::new(ErrorCode::Internal, other.to_string()),
+        }
+    }
+}

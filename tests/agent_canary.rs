@@ -1,0 +1,697 @@
+//! ADR-0011's canary on one machine, end to end: a 3-node cluster, one worker, one project
+//! with 8 profiles sharing one sandbox.
+//!
+//! - 4 providers launched, more attempted at the same time: never more than 4 processes;
+//! - a graceful takeover from "codex" to "claude" carries the capsule the old provider
+//!   wrote on SIGTERM;
+//! - a crash takeover after kill -9, with reap evidence (`populated 0`);
+//! - a stale generation's commit through the Git broker is refused and writes nothing;
+//! - every roster delta reaches the running profiles' mailboxes;
+//! - an unauthorized MCP check is answered 403, a missing required skill denies a launch;
+//! - at the end no lease holds a slot and no cgroup is left;
+//! - `squadron evidence` reports all of it.
+//!
+//! The providers are shell scripts registered as "codex" and "claude" (`--provider-script`).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use squadron_client::{
+    AgentStatus, ClientError, Consistency, LaunchAgent, SandboxRepository, SquadronClient,
+    StopAgent, TakeoverAgent, TakeoverKind,
+};
+use squadron_core::ids::{McpServerId, ProfileId};
+use squadron_core::provider::Provider;
+use squadron_isolation::{CommitOutcome, CommitRequest, GitBrokerClient, RefusalCode};
+use support::*;
+
+const LEASE_TTL_MS: u64 = 3_000;
+
+/// Prints where it runs, shows the capsule it resumed from, writes a capsule on SIGTERM,
+/// commits `notes.txt` through the broker, then works until stopped.
+const PROVIDER: &str = r#"#!/bin/sh
+name="$SQUADRON_PROVIDER"
+gen="$SQUADRON_GENERATION"
+echo "provider $name generation $gen of profile $SQUADRON_PROFILE_ID started"
+if [ -f /mnt/run/capsule.json ]; then echo "resumed from capsule:"; cat /mnt/run/capsule.json; echo; fi
+trap 'printf "{\"task_state\":\"handoff from %s g%s\",\"decisions\":[\"keep the notes\"],\"pending_work\":[\"finish\"]}" "$name" "$gen" > /state/capsule.json; echo "capsule written"; exit 0' TERM
+echo "generation $gen ($name)" >> /workspace/notes.txt
+python3 - > /state/commit-g$gen.json 2>&1 <<'PY'
+import json, os, socket
+def ask(req):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.environ["SQUADRON_BROKER_SOCKET"])
+    s.sendall((json.dumps(req) + "\n").encode())
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data)
+fence = {"profile": int(os.environ["SQUADRON_PROFILE_ID"]),
+         "lease": int(os.environ["SQUADRON_LEASE_ID"]),
+         "generation": int(os.environ["SQUADRON_GENERATION"])}
+head = ask(dict(op="head", **fence))
+print(json.dumps(ask(dict(op="commit", expected_head=head.get("head"), paths=["notes.txt"],
+    message="notes of generation %d" % fence["generation"],
+    idempotency_key="notes-g%d" % fence["generation"], **fence))))
+PY
+while :; do sleep 0.2; done
+"#;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn api_code(e: &ClientError) -> (u16, String) {
+    match e {
+        ClientError::Api { status, body, .. } => (*status, body.code.as_str().to_owned()),
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+struct Canary {
+    worker: WorkerProc,
+    sandbox: PathBuf,
+}
+
+impl Canary {
+    fn state(&self, key: &str) -> PathBuf {
+        self.sandbox.join("state").join(key)
+    }
+    fn worktree(&self, key: &str) -> PathBuf {
+        self.sandbox.join("worktrees").join(key)
+    }
+    fn run_dir(&self, key: &str, generation: u64) -> PathBuf {
+        self.sandbox
+            .join("run")
+            .join(key)
+            .join(format!("g{generation}"))
+    }
+    fn log(&self, key: &str, generation: u64) -> String {
+        std::fs::read_to_string(
+            self.state(key)
+                .join("logs")
+                .join(format!("g{generation}.stdout.log")),
+        )
+        .unwrap_or_default()
+    }
+}
+
+fn wait_file_containing(path: &Path, needle: &str, what: &str) -> String {
+    let mut last = String::new();
+    let found = wait_until(Duration::from_secs(30), || {
+        last = std::fs::read_to_string(path).unwrap_or_default();
+        last.contains(needle)
+    });
+    assert!(
+        found.is_ok(),
+        "{what}: {} never contained {needle:?}; last: {last}",
+        path.display()
+    );
+    last
+}
+
+#[test]
+fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeovers() {
+    let cluster = Cluster::start(3);
+    cluster.wait_for_leader(Duration::from_secs(30));
+    let urls = cluster.urls();
+    let url = cluster.url(1);
+    let dir = cluster.dir.path().to_path_buf();
+    let repo = git_repo(&dir);
+    let script = dir.join("provider.sh");
+    std::fs::write(&script, PROVIDER).expect("provider script");
+
+    let worker_id = unique_worker_id("canary");
+    let worker = WorkerProc::start_with(
+        &dir,
+        &worker_id,
+        urls.clone(),
+        "process",
+        vec![
+            "--provider-script".into(),
+            format!("codex={}", script.display()),
+            "--provider-script".into(),
+            format!("claude={}", script.display()),
+            "--agent-lease-ttl-ms".into(),
+            LEASE_TTL_MS.to_string(),
+            "--agent-stop-grace-ms".into(),
+            "3000".into(),
+            "--skills".into(),
+            "review".into(),
+            "--mcp-servers".into(),
+            "github".into(),
+        ],
+    );
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/canary");
+    let canary = Canary { worker, sandbox };
+
+    // One project, 8 profiles preferring codex, falling back to claude.
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "canary", "max_profiles": 8, "max_active": 4}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let ids: Vec<ProfileId> = (0..8)
+        .map(|i| {
+            let r = post(
+                &format!("{url}/api/v1/projects/acme/canary/profiles"),
+                json!({"key": format!("agent-{i}"), "providers": ["codex", "claude"]}),
+            )
+            .expect("profile");
+            assert!(r.ok(), "{r:?}");
+            ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id")
+        })
+        .collect();
+
+    let rt = rt();
+    let client = SquadronClient::with_timeouts(
+        urls.clone(),
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+    );
+    let github = McpServerId::new("github").expect("server");
+
+    // MCP: only a relation tuple for the profile subject grants use.
+    rt.block_on(client.grant_mcp(ids[0], &github, None))
+        .expect("grant");
+    rt.block_on(client.check_mcp(ids[0], &github, Consistency::Linearizable))
+        .expect("granted profile may use github");
+    let denied = rt
+        .block_on(client.check_mcp(ids[1], &github, Consistency::Linearizable))
+        .expect_err("no relation, no use");
+    assert_eq!(api_code(&denied), (403, "permission_denied".into()));
+
+    // A required skill the worker does not offer denies the launch; nothing is granted.
+    let r = http_send(
+        "PUT",
+        &format!("{url}/api/v1/profiles/{}/capabilities", ids[7]),
+        Some(json!({"expected_version": 0, "required_skills": ["review", "deploy"]})),
+        None,
+    )
+    .expect("manifest");
+    assert!(r.ok(), "{r:?}");
+
+    // A launch into a project without a sandbox must say how to make one.
+    let err = rt
+        .block_on(client.agent_launch(ids[0], &LaunchAgent::default()))
+        .expect_err("no sandbox, no worker named");
+    assert_eq!(api_code(&err).0, 400, "{err}");
+    assert!(err.to_string().contains("worker"), "{err}");
+
+    // The first launch makes the project's one sandbox on the worker (INV-1).
+    let first = rt
+        .block_on(client.agent_launch(
+            ids[0],
+            &LaunchAgent {
+                worker: Some(
+                    squadron_core::ids::WorkerId::new(canary.worker.id.clone()).expect("worker id"),
+                ),
+                repository: Some(SandboxRepository {
+                    url: repo.display().to_string(),
+                    branch: Some("main".into()),
+                }),
+                ..LaunchAgent::default()
+            },
+        ))
+        .expect("first launch");
+    assert_eq!(first.provider, Provider::Codex, "codex is preferred");
+    assert_eq!(first.generation.get(), 1);
+    assert_eq!(first.status, AgentStatus::Running);
+
+    // The other seven at once: the capability denial, then at most 3 more slots.
+    let results = rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for (i, id) in ids.iter().enumerate().skip(1) {
+            let (c, id) = (client.clone(), *id);
+            set.spawn(async move { (i, c.agent_launch(id, &LaunchAgent::default()).await) });
+        }
+        let mut all = Vec::new();
+        while let Some(r) = set.join_next().await {
+            all.push(r.expect("join"));
+        }
+        all.sort_by_key(|(i, _)| *i);
+        all
+    });
+    let mut running = vec![0usize];
+    for (i, r) in &results {
+        match r {
+            Ok(view) => {
+                assert_eq!(view.status, AgentStatus::Running);
+                running.push(*i);
+            }
+            Err(e) if *i == 7 => {
+                assert_eq!(api_code(e), (409, "failed_precondition".into()), "{e}");
+                assert!(
+                    e.to_string().contains("deploy"),
+                    "names the missing skill: {e}"
+                );
+            }
+            Err(e) => {
+                assert_eq!(api_code(e).0, 429, "a full project refuses: {e}");
+            }
+        }
+    }
+    assert_eq!(running.len(), 4, "exactly 4 launched: {results:?}");
+    let profile7 = rt
+        .block_on(client.get_profile(ids[7], Consistency::Linearizable))
+        .expect("profile 7");
+    assert_eq!(
+        profile7.generation.get(),
+        0,
+        "the denied launch granted nothing"
+    );
+
+    // Each provider committed its notes through the broker under its own lease.
+    for &i in &running {
+        let key = format!("agent-{i}");
+        let answer = wait_file_containing(
+            &canary.state(&key).join("commit-g1.json"),
+            "\"ok\"",
+            "broker commit",
+        );
+        assert!(answer.contains("\"ok\": true"), "{key}: {answer}");
+    }
+    let notes_commit = git(&canary.worktree("agent-0"), &["log", "-1", "--format=%s"]);
+    assert_eq!(notes_commit, "notes of generation 1");
+
+    // Graceful takeover of agent-0: codex → claude, carrying the capsule.
+    let old = rt
+        .block_on(client.agent_view(ids[0]))
+        .expect("view agent-0");
+    let swapped = rt
+        .block_on(client.agent_takeover(
+            ids[0],
+            &TakeoverAgent {
+                kind: TakeoverKind::Graceful,
+                provider: None,
+                wait_for_expiry_ms: None,
+                prompt: None,
+            },
+        ))
+        .expect("graceful takeover");
+    assert_eq!(
+        swapped.provider,
+        Provider::Claude,
+        "the takeover swaps provider"
+    );
+    assert_eq!(swapped.generation.get(), 2);
+    assert_eq!(swapped.key, old.key, "same identity");
+    assert_eq!(swapped.capsule_sequence, Some(1));
+    let replaced = swapped.replaced.clone().expect("the old generation");
+    assert!(!replaced.populated, "reaped with populated 0");
+    assert_eq!(replaced.generation.get(), 1);
+    let capsules = rt
+        .block_on(client.list_capsules(ids[0], Consistency::Linearizable))
+        .expect("capsules");
+    assert_eq!(capsules.len(), 1);
+    assert!(capsules[0].verify(), "the committed capsule verifies");
+    assert_eq!(capsules[0].payload.task_state, "handoff from codex g1");
+    assert_eq!(capsules[0].generation.get(), 1);
+    wait_until(Duration::from_secs(20), || {
+        canary.log("agent-0", 2).contains("handoff from codex g1")
+    })
+    .unwrap_or_else(|_| {
+        panic!(
+            "claude did not start from the capsule; log: {}",
+            canary.log("agent-0", 2)
+        )
+    });
+    assert!(canary.log("agent-0", 1).contains("capsule written"));
+
+    // The stale generation's commit is refused and writes nothing (once the new
+    // generation's own commit is in, so HEAD stands still).
+    wait_file_containing(
+        &canary.state("agent-0").join("commit-g2.json"),
+        "\"ok\": true",
+        "claude commits",
+    );
+    let head_before = git(&canary.worktree("agent-0"), &["rev-parse", "HEAD"]);
+    std::fs::write(canary.worktree("agent-0").join("stale.txt"), "stale\n").expect("write");
+    let socket = canary
+        .worker
+        .data_dir
+        .join(format!("agent-sockets/p{}/git.sock", ids[0]));
+    let stale = rt
+        .block_on(GitBrokerClient::commit(
+            &socket,
+            &CommitRequest {
+                profile: ids[0].get(),
+                lease: old.lease.get(),
+                generation: old.generation.get(),
+                expected_head: Some(head_before.clone()),
+                paths: vec!["stale.txt".into()],
+                message: "from a fenced generation".into(),
+                idempotency_key: "stale-1".into(),
+            },
+        ))
+        .expect("broker answers");
+    match stale {
+        CommitOutcome::Refused(r) => assert_eq!(r.code, RefusalCode::StaleGeneration, "{r}"),
+        other => panic!("a stale generation committed: {other:?}"),
+    }
+    assert_eq!(
+        git(&canary.worktree("agent-0"), &["rev-parse", "HEAD"]),
+        head_before,
+        "nothing written"
+    );
+
+    // Refusals of the facade: a crash takeover of a running, renewed provider, and a body
+    // with an unknown field.
+    let err = rt
+        .block_on(client.agent_takeover(
+            ids[0],
+            &TakeoverAgent {
+                kind: TakeoverKind::Crash,
+                provider: None,
+                wait_for_expiry_ms: None,
+                prompt: None,
+            },
+        ))
+        .expect_err("crash takeover of a live provider");
+    assert_eq!(api_code(&err), (409, "failed_precondition".into()), "{err}");
+    let r = post(
+        &format!("{url}/api/v1/profiles/{}/agent/stop", ids[0]),
+        json!({"grace": 5}),
+    )
+    .expect("stop with a bad body");
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.body["field"], "grace", "{r:?}");
+    let still = rt.block_on(client.agent_view(ids[0])).expect("view");
+    assert_eq!(
+        still.status,
+        AgentStatus::Running,
+        "bad input changed nothing"
+    );
+
+    // Crash takeover: kill -9 of every process of agent-1's generation.
+    let victim = running[1];
+    let victim_id = ids[victim];
+    let view = rt.block_on(client.agent_view(victim_id)).expect("view");
+    let procs = std::fs::read_to_string(Path::new(&view.cgroup).join("cgroup.procs"))
+        .expect("cgroup.procs");
+    for pid in procs.split_whitespace() {
+        let _ = Command::new("kill")
+            .args(["-9", pid])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    wait_until(Duration::from_secs(20), || {
+        rt.block_on(client.agent_view(victim_id))
+            .is_ok_and(|v| v.status == AgentStatus::Crashed)
+    })
+    .expect("the worker sees the crash");
+    // Still holding its slot: the project stays full until the takeover.
+    let full = rt
+        .block_on(
+            client.agent_launch(
+                ids[results
+                    .iter()
+                    .find(|(_, r)| r.is_err())
+                    .expect("a refused one")
+                    .0],
+                &LaunchAgent::default(),
+            ),
+        )
+        .expect_err("a crashed generation keeps its slot until reaped");
+    assert_eq!(api_code(&full).0, 429, "{full}");
+    let crashed = rt
+        .block_on(client.agent_takeover(
+            victim_id,
+            &TakeoverAgent {
+                kind: TakeoverKind::Crash,
+                provider: Some(Provider::Claude),
+                wait_for_expiry_ms: Some(LEASE_TTL_MS * 4),
+                prompt: None,
+            },
+        ))
+        .expect("crash takeover");
+    assert_eq!(crashed.generation.get(), 2);
+    assert_eq!(crashed.provider, Provider::Claude);
+    let replaced = crashed.replaced.clone().expect("evidence");
+    assert!(!replaced.populated);
+    assert_eq!(
+        replaced.cgroup, view.cgroup,
+        "evidence names the dead generation's leaf"
+    );
+    let victim_key = format!("agent-{victim}");
+    wait_file_containing(
+        &canary.state(&victim_key).join("commit-g2.json"),
+        "\"ok\": true",
+        "the new generation commits",
+    );
+
+    // Roster deltas: every running profile got every message of its mailbox, in order, and
+    // acknowledged them.
+    let running_now: Vec<(usize, u64)> = running
+        .iter()
+        .map(|&i| {
+            let v = rt.block_on(client.agent_view(ids[i])).expect("view");
+            (i, v.generation.get())
+        })
+        .collect();
+    for (i, generation) in &running_now {
+        let id = ids[*i];
+        let mut mailbox = None;
+        wait_until(Duration::from_secs(20), || {
+            let m = rt
+                .block_on(client.read_mailbox(id, Consistency::Linearizable))
+                .expect("mailbox");
+            let done = m.messages.is_empty() && m.acked_through + 1 == m.next_seq;
+            mailbox = Some(m);
+            done
+        })
+        .unwrap_or_else(|_| panic!("agent-{i}: mailbox not drained: {mailbox:?}"));
+        let m = mailbox.expect("mailbox");
+        // Each generation gets the messages that arrived while it ran.
+        let text: String = (1..=*generation)
+            .map(|g| {
+                let file = canary
+                    .run_dir(&format!("agent-{i}"), g)
+                    .join("mailbox.jsonl");
+                std::fs::read_to_string(file).unwrap_or_default()
+            })
+            .collect();
+        // Delivery is at least once (a lost acknowledgement means a redelivery): one line
+        // per message after removing repeats.
+        let mut seqs: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).expect("json line")["seq"]
+                    .as_u64()
+                    .expect("seq")
+            })
+            .collect();
+        seqs.dedup();
+        assert!(!seqs.is_empty(), "agent-{i}: nothing delivered");
+        assert_eq!(seqs[0], 1, "agent-{i}: the first message was not delivered");
+        assert_eq!(*seqs.last().expect("last"), m.acked_through, "agent-{i}");
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0] + 1),
+            "agent-{i}: gaps {seqs:?}"
+        );
+        assert!(text.contains("roster_delta"), "agent-{i}: {text}");
+    }
+
+    // Stop everything; the project ends with no slot held and no cgroup left.
+    for &i in &running {
+        let v = rt
+            .block_on(client.agent_stop(ids[i], &StopAgent::default()))
+            .expect("stop");
+        assert_eq!(v.status, AgentStatus::Stopped, "agent-{i}");
+    }
+
+    let out = Command::new(BIN)
+        .args(["--endpoint", &url, "--output", "json", "evidence"])
+        .args(["--tenant", "acme", "--project", "canary"])
+        .output()
+        .expect("squadron evidence");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev: Value = serde_json::from_slice(&out.stdout).expect("evidence json");
+    assert_eq!(ev["profiles"], 8, "{ev:#}");
+    assert_eq!(ev["peak_slots_held"], 4, "{ev:#}");
+    assert_eq!(ev["slots_held_now"], 0, "{ev:#}");
+    assert_eq!(ev["takeovers_graceful"], 1, "{ev:#}");
+    assert_eq!(ev["takeovers_crash"], 1, "{ev:#}");
+    assert_eq!(ev["leases_not_terminal"], json!([]), "{ev:#}");
+    assert!(ev["unauthorized_mcp_denied"].as_u64() >= Some(1), "{ev:#}");
+    assert!(ev["roster_deltas_posted"].as_u64() > Some(0), "{ev:#}");
+    let w = &ev["worker"];
+    assert_eq!(w["sandboxes"], 1, "{ev:#}");
+    let peak = w["peak_concurrent_processes"].as_u64().expect("peak");
+    assert!((1..=4).contains(&peak), "peak processes {peak}: {ev:#}");
+    assert_eq!(w["processes_now"], 0, "{ev:#}");
+    assert_eq!(
+        w["broker"]["accepted_from_non_current"], 0,
+        "no dual writers: {ev:#}"
+    );
+    assert!(
+        w["broker"]["refused_stale_generation"].as_u64() >= Some(1),
+        "{ev:#}"
+    );
+    assert!(
+        w["broker"]["commits_accepted"].as_u64() >= Some(5),
+        "{ev:#}"
+    );
+    assert!(w["roster_deltas_delivered"].as_u64() > Some(0), "{ev:#}");
+    assert_eq!(w["cgroup_leaves_left"], json!([]), "{ev:#}");
+    assert_eq!(w["credential_files_left"], json!([]), "{ev:#}");
+}
+
+/// The worker dies (kill -9) while its provider runs: the provider stops itself once the
+/// lease could not have been renewed (self-fencing), the operator facade answers that the
+/// worker is unreachable, and the restarted worker adopts the dead generation, proves it
+/// empty and takes the profile over.
+#[test]
+fn a_provider_whose_worker_dies_fences_itself_and_the_restarted_worker_takes_over() {
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(30));
+    let urls = cluster.urls();
+    let url = cluster.url(1);
+    let dir = cluster.dir.path().to_path_buf();
+    let repo = git_repo(&dir);
+    let script = dir.join("provider.sh");
+    std::fs::write(&script, PROVIDER).expect("provider script");
+    let worker_id = unique_worker_id("selffence");
+    let mut worker = WorkerProc::start_with(
+        &dir,
+        &worker_id,
+        urls.clone(),
+        "process",
+        vec![
+            "--provider-script".into(),
+            format!("codex={}", script.display()),
+            "--agent-lease-ttl-ms".into(),
+            LEASE_TTL_MS.to_string(),
+        ],
+    );
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "solo", "max_profiles": 1, "max_active": 1}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/solo/profiles"),
+        json!({"key": "lonely", "providers": ["codex"]}),
+    )
+    .expect("profile");
+    assert!(r.ok(), "{r:?}");
+    let id =
+        ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id");
+    let rt = rt();
+    let client =
+        SquadronClient::with_timeouts(urls, Duration::from_secs(120), Duration::from_secs(2));
+    let launched = rt
+        .block_on(client.agent_launch(
+            id,
+            &LaunchAgent {
+                worker: Some(squadron_core::ids::WorkerId::new(worker_id.clone()).expect("id")),
+                repository: Some(SandboxRepository {
+                    url: repo.display().to_string(),
+                    branch: None,
+                }),
+                ..LaunchAgent::default()
+            },
+        ))
+        .expect("launch");
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/solo");
+    wait_file_containing(
+        &sandbox.join("state/lonely/commit-g1.json"),
+        "\"ok\": true",
+        "first commit",
+    );
+
+    worker.kill();
+    let leaf = PathBuf::from(&launched.cgroup);
+    let events = leaf.join("cgroup.events");
+    wait_until(Duration::from_secs(LEASE_TTL_MS / 1000 + 10), || {
+        std::fs::read_to_string(&events).is_ok_and(|e| e.contains("populated 0"))
+    })
+    .expect("the provider stopped itself after its deadline");
+    let stderr = std::fs::read_to_string(sandbox.join("state/lonely/logs/g1.stderr.log"))
+        .unwrap_or_default();
+    assert!(
+        stderr.contains("was not renewed"),
+        "the watchdog said why: {stderr}"
+    );
+    let unreachable = rt
+        .block_on(client.agent_view(id))
+        .expect_err("the worker is down");
+    assert_eq!(api_code(&unreachable).0, 503, "{unreachable}");
+
+    worker.spawn();
+    wait_until(Duration::from_secs(20), || {
+        rt.block_on(client.agent_view(id))
+            .is_ok_and(|v| v.status == AgentStatus::Crashed && v.generation.get() == 1)
+    })
+    .expect("the restarted worker adopts the dead generation");
+    let next = rt
+        .block_on(client.agent_takeover(
+            id,
+            &TakeoverAgent {
+                kind: TakeoverKind::Crash,
+                provider: None,
+                wait_for_expiry_ms: Some(LEASE_TTL_MS * 4),
+                prompt: None,
+            },
+        ))
+        .expect("crash takeover");
+    assert_eq!(next.generation.get(), 2);
+    // The dead generation's lease ended with evidence for its own leaf, whether the
+    // takeover carried it or the restarted worker recorded it first.
+    let old_lease = rt
+        .block_on(client.get_lease(launched.lease, Consistency::Linearizable))
+        .expect("old lease");
+    match &old_lease.state {
+        squadron_core::lease::LeaseState::Reaped { evidence, .. } => {
+            assert!(!evidence.populated);
+            assert_eq!(evidence.cgroup, launched.cgroup);
+        }
+        other => panic!("generation 1 not reaped: {other:?}"),
+    }
+    if let Some(ev) = &next.replaced {
+        assert!(!ev.populated);
+        assert_eq!(ev.cgroup, launched.cgroup);
+    }
+    wait_file_containing(
+        &sandbox.join("state/lonely/commit-g2.json"),
+        "\"ok\": true",
+        "the next generation commits",
+    );
+    rt.block_on(client.agent_stop(id, &StopAgent::default()))
+        .expect("stop");
+    let e = rt
+        .block_on(client.project_evidence(
+            &"acme".parse().expect("tenant"),
+            &"solo".parse().expect("project"),
+        ))
+        .expect("evidence");
+    assert_eq!(e.takeovers_crash, 1);
+    assert!(e.leases_not_terminal.is_empty(), "{e:?}");
+    let w = e.worker.expect("worker evidence");
+    assert!(w.cgroup_leaves_left.is_empty(), "{w:?}");
+    assert_eq!(w.broker.accepted_from_non_current, 0);
+}
