@@ -77,6 +77,24 @@ pub fn encode_command(envelope: &CommandEnvelope) -> Vec<u8> {
     encode_versioned(LOG_ENCODING_VERSION, envelope)
 }
 
+/// About how many bytes a command takes in a log entry (for sizing batches; no limit is
+/// applied, so this never fails).
+pub fn command_encoded_len(command: &Command) -> usize {
+    struct Count(usize);
+    impl bincode::enc::write::Writer for Count {
+        fn write(&mut self, bytes: &[u8]) -> Result<(), bincode::error::EncodeError> {
+            self.0 += bytes.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match bincode::serde::encode_into_writer(command, &mut count, bincode::config::standard()) {
+        Ok(()) => count.0,
+        // Unencodable means a bug; size it as too big to share an entry.
+        Err(_) => usize::MAX / 2,
+    }
+}
+
 pub fn decode_command(bytes: &[u8]) -> Result<CommandEnvelope, CodecError> {
     decode_versioned(LOG_ENCODING_VERSION, bytes)
 }

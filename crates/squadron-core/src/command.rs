@@ -219,6 +219,22 @@ pub enum Command {
     /// Proposed by the leader: fences expired leases, marks silent workers lost and handles
     /// their tasks, prunes idempotency records.
     Sweep,
+
+    // --- batching ------------------------------------------------------------------------
+    /// Commands proposed concurrently, carried in one log entry and applied in order, each
+    /// exactly as if it had been an entry of its own (its own idempotency key, the batch's
+    /// time). One entry instead of many is what lets a busy leader pass its per-entry cost.
+    /// Proposed by the leader's batcher only; a batch never nests.
+    Batch {
+        commands: Vec<BatchedCommand>,
+    },
+}
+
+/// One command of a [`Command::Batch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchedCommand {
+    pub idempotency_key: Option<IdempotencyKey>,
+    pub command: Command,
 }
 
 impl Command {
@@ -252,6 +268,7 @@ impl Command {
             Command::WorkerHeartbeat { .. } => "worker_heartbeat",
             Command::DecommissionWorker { .. } => "decommission_worker",
             Command::Sweep => "sweep",
+            Command::Batch { .. } => "batch",
         }
     }
 }

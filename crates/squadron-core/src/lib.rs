@@ -42,7 +42,7 @@ pub mod task;
 pub mod validation_error;
 pub mod worker;
 
-pub use command::{Command, CommandEnvelope};
+pub use command::{BatchedCommand, Command, CommandEnvelope};
 pub use rejection::Rejection;
 pub use response::{Outcome, Response};
 pub use state::State;

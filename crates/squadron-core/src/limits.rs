@@ -24,6 +24,8 @@ pub const LEASE_TTL_MS_MAX: u64 = 600_000;
 pub const TERMINAL_LEASES_PER_PROFILE_KEPT: usize = 16;
 /// Leases renewed by one batched renewal command.
 pub const RENEWALS_PER_BATCH_MAX: usize = 4_096;
+/// Most commands in one `Command::Batch` (one log entry).
+pub const COMMANDS_PER_BATCH_MAX: usize = 1_024;
 /// Length of a process descriptor or cgroup reference.
 pub const DESCRIPTOR_BYTES_MAX: usize = 512;
 

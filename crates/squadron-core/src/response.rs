@@ -133,4 +133,8 @@ pub enum Outcome {
         tasks_failed: Vec<TaskId>,
     },
     Swept(SweepReport),
+    /// The responses of a [`crate::Command::Batch`], in its order.
+    Batch {
+        responses: Vec<Response>,
+    },
 }

@@ -12,14 +12,16 @@ use crate::codec::command_fingerprint;
 use crate::command::{Command, CommandEnvelope};
 use crate::idempotency::{IdempotencyLedger, IdempotencyLookup};
 use crate::ids::{
-    LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId, WorkerId,
+    IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
+    WorkerId,
 };
 use crate::lease::RuntimeLease;
+use crate::limits::COMMANDS_PER_BATCH_MAX;
 use crate::mailbox::Mailbox;
 use crate::profile::AgentProfile;
 use crate::project::Project;
 use crate::rejection::{Entity, Rejection};
-use crate::response::Response;
+use crate::response::{Outcome, Response};
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
 
@@ -84,10 +86,50 @@ impl State {
     pub fn apply(&mut self, envelope: CommandEnvelope) -> Response {
         let now = self.clock_ms.max(envelope.at_ms);
         self.clock_ms = now;
-        let Some(key) = envelope.idempotency_key else {
-            return self.dispatch(now, envelope.command);
+        match envelope.command {
+            Command::Batch { commands } => {
+                if envelope.idempotency_key.is_some() {
+                    return Response::Rejected(Rejection::invalid(
+                        "idempotency_key",
+                        "a batch carries a key per command, not one for the whole",
+                    ));
+                }
+                if commands.len() > COMMANDS_PER_BATCH_MAX {
+                    return Response::Rejected(Rejection::invalid(
+                        "commands",
+                        format!(
+                            "a batch holds at most {COMMANDS_PER_BATCH_MAX} commands, got {}",
+                            commands.len()
+                        ),
+                    ));
+                }
+                let responses = commands
+                    .into_iter()
+                    .map(|b| match b.command {
+                        Command::Batch { .. } => Response::Rejected(Rejection::invalid(
+                            "command",
+                            "a batch cannot hold a batch",
+                        )),
+                        command => self.apply_one(now, b.idempotency_key, command),
+                    })
+                    .collect();
+                Response::Ok(Outcome::Batch { responses })
+            }
+            command => self.apply_one(now, envelope.idempotency_key, command),
+        }
+    }
+
+    /// One command at time `now`: at most once per idempotency key (INV-11).
+    fn apply_one(
+        &mut self,
+        now: u64,
+        idempotency_key: Option<IdempotencyKey>,
+        command: Command,
+    ) -> Response {
+        let Some(key) = idempotency_key else {
+            return self.dispatch(now, command);
         };
-        let fingerprint = command_fingerprint(&envelope.command);
+        let fingerprint = command_fingerprint(&command);
         match self.idempotency.lookup(&key, &fingerprint) {
             IdempotencyLookup::Replay(first) => return first.clone(),
             IdempotencyLookup::KeyReused => {
@@ -95,7 +137,7 @@ impl State {
             }
             IdempotencyLookup::Miss => {}
         }
-        let response = self.dispatch(now, envelope.command);
+        let response = self.dispatch(now, command);
         self.idempotency
             .record(key, fingerprint, response.clone(), now);
         response
@@ -234,6 +276,8 @@ impl State {
                 reason,
             } => self.decommission_worker(now, &worker, operator, reason),
             C::Sweep => self.sweep(now),
+            // `apply` unpacks batches; one reaching here was nested.
+            C::Batch { .. } => Err(Rejection::invalid("command", "a batch cannot hold a batch")),
         };
         result.into()
     }

@@ -12,6 +12,8 @@ pub mod mcp_denials;
 pub mod metrics;
 pub mod node;
 pub mod openapi;
+pub mod proposal_batcher;
+pub mod read_index_rounds;
 pub mod rest;
 
 use std::collections::BTreeMap;

@@ -53,6 +53,28 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
         c.proposals_rejected.load(Ordering::Relaxed),
     );
     counter(
+        "squadron_proposal_entries_total",
+        "Raft entries this node proposed (a batch is one)",
+        node.batcher.stats().entries.load(Ordering::Relaxed),
+    );
+    counter(
+        "squadron_proposal_commands_total",
+        "Writes those entries carried; divided by the entries, the batch size",
+        node.batcher.stats().commands.load(Ordering::Relaxed),
+    );
+    counter(
+        "squadron_read_index_rounds_total",
+        "Leadership confirmations (leader) and read-index requests (follower) made for reads",
+        node.leader_reads.stats().rounds.load(Ordering::Relaxed)
+            + node.follower_reads.stats().rounds.load(Ordering::Relaxed),
+    );
+    counter(
+        "squadron_read_index_reads_total",
+        "Linearizable reads those rounds answered",
+        node.leader_reads.stats().reads.load(Ordering::Relaxed)
+            + node.follower_reads.stats().reads.load(Ordering::Relaxed),
+    );
+    counter(
         "squadron_mcp_denied_total",
         "MCP authorization checks answered 403 / PERMISSION_DENIED by this node",
         c.mcp_denials.total(),

@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::IdempotencyKey;
-use squadron_core::{Command, CommandEnvelope, Response};
+use squadron_core::{Command, Response};
+
+use crate::proposal_batcher::ProposeFailure;
+use crate::read_index_rounds::ReadIndexRounds;
 use squadron_raft::RaftNode;
 use squadron_store::{NodeAddr, NodeId, StateReader};
 
@@ -71,6 +73,12 @@ pub struct ControlNode {
     pub counters: Counters,
     /// Synced log appends and the entries they carried (group commit).
     pub append_stats: Arc<squadron_store::AppendStats>,
+    /// Writes proposed on this node share Raft entries (`Command::Batch`).
+    pub batcher: crate::proposal_batcher::ProposalBatcher,
+    /// Read-index rounds on the leader (its own reads and followers' requests share them).
+    pub leader_reads: ReadIndexRounds,
+    /// Read-index requests to the leader, shared by this follower's concurrent reads.
+    pub follower_reads: ReadIndexRounds,
     http: reqwest::Client,
 }
 
@@ -103,9 +111,31 @@ impl ControlNode {
             .connect_timeout(Duration::from_millis(1_000))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
+        let batcher = crate::proposal_batcher::ProposalBatcher::start(raft.clone());
+        let leader_reads = {
+            let (raft, id) = (raft.clone(), config.node_id);
+            ReadIndexRounds::new(Arc::new(move || {
+                let raft = raft.clone();
+                Box::pin(async move {
+                    leader_read_index(&raft, id, timeout)
+                        .await
+                        .map_err(|e| e.body.message)
+                })
+            }))
+        };
+        let follower_reads = {
+            let (raft, http) = (raft.clone(), http.clone());
+            ReadIndexRounds::new(Arc::new(move || {
+                let (raft, http) = (raft.clone(), http.clone());
+                Box::pin(async move { remote_read_index(&raft, &http).await })
+            }))
+        };
         Arc::new(Self {
             id: config.node_id,
             config,
+            batcher,
+            leader_reads,
+            follower_reads,
             raft,
             state,
             counters: Counters::default(),
@@ -142,12 +172,12 @@ impl ControlNode {
         idempotency_key: Option<IdempotencyKey>,
         forwarded: bool,
     ) -> Result<Response, ApiError> {
-        let envelope = CommandEnvelope {
-            at_ms: now_ms(),
-            idempotency_key: idempotency_key.clone(),
-            command: command.clone(),
-        };
-        let result = tokio::time::timeout(self.timeout(), self.raft.client_write(envelope)).await;
+        let result = tokio::time::timeout(
+            self.timeout(),
+            self.batcher
+                .propose(idempotency_key.clone(), command.clone()),
+        )
+        .await;
         let result =
             match result {
                 Ok(r) => r,
@@ -159,22 +189,22 @@ impl ControlNode {
                 )),
             };
         match result {
-            Ok(reply) => {
+            Ok(response) => {
                 self.counters.proposals.fetch_add(1, Ordering::Relaxed);
-                if !reply.data.is_ok() {
+                if !response.is_ok() {
                     self.counters
                         .proposals_rejected
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(reply.data)
+                Ok(response)
             }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fwd))) => {
+            Err(ProposeFailure::NotLeader(leader_node)) => {
                 if forwarded {
                     return Err(ApiError::unavailable(
                         "leadership moved while the request was forwarded; retry",
                     ));
                 }
-                let Some(leader) = fwd.leader_node else {
+                let Some(leader) = leader_node else {
                     return Err(ApiError::unavailable("no leader is known; retry shortly"));
                 };
                 self.forward_write(
@@ -186,7 +216,12 @@ impl ControlNode {
                 )
                 .await
             }
-            Err(e) => Err(ApiError::unavailable(format!("raft: {e}"))),
+            Err(ProposeFailure::Overloaded) => Err(ApiError::unavailable(
+                "this node has too many writes waiting; retry shortly (nothing was proposed)",
+            )),
+            Err(ProposeFailure::Raft(e)) => Err(ApiError::unavailable(format!(
+                "raft: {e}; the outcome is unknown — retry only with the same Idempotency-Key"
+            ))),
         }
     }
 
@@ -247,32 +282,12 @@ impl ControlNode {
         self.counters
             .linearizable_reads
             .fetch_add(1, Ordering::Relaxed);
-        let index = if self.is_leader() {
-            self.read_index().await?
+        let rounds = if self.is_leader() {
+            &self.leader_reads
         } else {
-            let Some((_, leader)) = self.leader() else {
-                return Err(ApiError::unavailable("no leader is known; retry shortly"));
-            };
-            let url = format!("http://{}/internal/v1/read-index", leader.rest);
-            let reply = self
-                .http
-                .get(&url)
-                .header(FORWARDED_HEADER, "1")
-                .send()
-                .await
-                .map_err(|e| ApiError::unavailable(format!("read index from leader: {e}")))?;
-            if !reply.status().is_success() {
-                return Err(ApiError::unavailable(format!(
-                    "the leader refused a read index ({})",
-                    reply.status()
-                )));
-            }
-            reply
-                .json::<ReadIndexReply>()
-                .await
-                .map_err(|e| ApiError::internal(format!("read index reply: {e}")))?
-                .index
+            &self.follower_reads
         };
+        let index = rounds.index().await.map_err(ApiError::unavailable)?;
         if let Some(index) = index {
             self.raft
                 .wait(Some(self.timeout()))
@@ -283,33 +298,13 @@ impl ControlNode {
         Ok(())
     }
 
-    /// On the leader: confirms leadership and returns the index a read must wait for.
+    /// On the leader: confirms leadership (in a round shared with concurrent reads) and
+    /// returns the index a read must wait for.
     pub async fn read_index(&self) -> Result<Option<u64>, ApiError> {
-        // Confirming leadership needs a quorum of heartbeat answers; on a loaded machine one
-        // round can miss its deadline while the leader is still the leader, so a failed round
-        // is tried again (bounded) before the caller is told to retry.
-        let mut last = String::new();
-        for attempt in 0..READ_INDEX_ATTEMPTS_MAX {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(
-                    READ_INDEX_RETRY_MS * u64::from(attempt),
-                ))
-                .await;
-            }
-            match tokio::time::timeout(self.timeout(), self.raft.get_read_log_id()).await {
-                Err(_) => return Err(ApiError::unavailable("timed out confirming leadership")),
-                Ok(Ok(read)) => return Ok(read.0.map(|l| l.index)),
-                Ok(Err(e)) => {
-                    last = e.to_string();
-                    if !self.is_leader() {
-                        break;
-                    }
-                }
-            }
-        }
-        Err(ApiError::unavailable(format!(
-            "not able to serve a read index: {last}"
-        )))
+        self.leader_reads
+            .index()
+            .await
+            .map_err(ApiError::unavailable)
     }
 
     /// Members of the current configuration, voters and learners.
@@ -322,4 +317,68 @@ impl ControlNode {
             .map(|(id, node)| (*id, (node.clone(), voters.contains(id))))
             .collect()
     }
+}
+
+/// On the leader: confirms leadership and returns the index a read must wait for.
+async fn leader_read_index(
+    raft: &RaftNode,
+    id: NodeId,
+    timeout: Duration,
+) -> Result<Option<u64>, ApiError> {
+    // Confirming leadership needs a quorum of heartbeat answers; on a loaded machine one
+    // round can miss its deadline while the leader is still the leader, so a failed round
+    // is tried again (bounded) before the caller is told to retry.
+    let mut last = String::new();
+    for attempt in 0..READ_INDEX_ATTEMPTS_MAX {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(
+                READ_INDEX_RETRY_MS * u64::from(attempt),
+            ))
+            .await;
+        }
+        match tokio::time::timeout(timeout, raft.get_read_log_id()).await {
+            Err(_) => return Err(ApiError::unavailable("timed out confirming leadership")),
+            Ok(Ok(read)) => return Ok(read.0.map(|l| l.index)),
+            Ok(Err(e)) => {
+                last = e.to_string();
+                if raft.metrics().borrow().current_leader != Some(id) {
+                    break;
+                }
+            }
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "not able to serve a read index: {last}"
+    )))
+}
+
+/// On a follower: one read-index request to the leader.
+async fn remote_read_index(raft: &RaftNode, http: &reqwest::Client) -> Result<Option<u64>, String> {
+    let leader = {
+        let metrics = raft.metrics().borrow().clone();
+        metrics
+            .current_leader
+            .and_then(|l| metrics.membership_config.membership().get_node(&l).cloned())
+    };
+    let Some(leader) = leader else {
+        return Err("no leader is known; retry shortly".into());
+    };
+    let url = format!("http://{}/internal/v1/read-index", leader.rest);
+    let reply = http
+        .get(&url)
+        .header(FORWARDED_HEADER, "1")
+        .send()
+        .await
+        .map_err(|e| format!("read index from leader: {e}"))?;
+    if !reply.status().is_success() {
+        return Err(format!(
+            "the leader refused a read index ({})",
+            reply.status()
+        ));
+    }
+    reply
+        .json::<ReadIndexReply>()
+        .await
+        .map(|r| r.index)
+        .map_err(|e| format!("read index reply: {e}"))
 }

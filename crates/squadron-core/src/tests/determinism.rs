@@ -4,7 +4,7 @@ use super::*;
 use crate::codec::{decode_command, decode_response, encode_command, encode_response, CodecError};
 use crate::snapshot::{decode_snapshot, encode_snapshot, state_digest, SnapshotError};
 
-fn commands() -> Vec<CommandEnvelope> {
+pub(super) fn commands() -> Vec<CommandEnvelope> {
     let env = |at_ms, command| CommandEnvelope {
         at_ms,
         idempotency_key: None,

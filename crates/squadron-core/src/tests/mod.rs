@@ -2,6 +2,7 @@
 //! the invariant id they would catch breaking.
 
 mod bad_input;
+mod batching;
 mod determinism;
 mod invariants_01_06;
 mod invariants_07_09;

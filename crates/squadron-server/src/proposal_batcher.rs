@@ -1,0 +1,209 @@
+//! The proposal batcher: writes that arrive while earlier ones are being committed share one
+//! Raft entry (`Command::Batch`), so a busy node pays the per-entry cost of Raft (append,
+//! replicate, fsync, apply, notify) once per batch instead of once per write.
+//!
+//! It adds no waiting of its own. At most [`PROPOSALS_IN_FLIGHT_MAX`] entries are being
+//! committed at once; the next entry takes every write queued by the time a slot frees. An
+//! idle node therefore proposes each write alone, at once, and a loaded one in batches whose
+//! size follows the load.
+//!
+//! Each command of a batch is applied exactly as a single entry would be (its own idempotency
+//! key, the batch's leader-stamped time), so batching changes no answer. A write that meets a
+//! follower comes back as `NotLeader` and is forwarded by the caller, as before.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, RaftError};
+use squadron_core::codec::command_encoded_len;
+use squadron_core::ids::IdempotencyKey;
+use squadron_core::limits::COMMANDS_PER_BATCH_MAX;
+use squadron_core::{BatchedCommand, Command, CommandEnvelope, Outcome, Response};
+use squadron_raft::RaftNode;
+use squadron_store::NodeAddr;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+/// Raft entries of this node being committed at once. Small, so that writes queue (and
+/// batch) behind a few entries rather than each becoming its own.
+pub const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
+/// Writes waiting for an entry; beyond it a write is answered "overloaded" at once.
+pub const PROPOSAL_QUEUE_MAX: usize = 16_384;
+/// Encoded bytes of one batch entry (the core's entry limit is 4 MiB, the log's 16 MiB).
+pub const BATCH_BYTES_MAX: usize = 2 * 1024 * 1024;
+
+/// Why a write did not get an answer from the state machine.
+#[derive(Debug, Clone)]
+pub enum ProposeFailure {
+    /// This node is not the leader; the leader's addresses when known.
+    NotLeader(Option<NodeAddr>),
+    /// The queue is full.
+    Overloaded,
+    /// Raft failed (shutting down, storage error); the outcome is unknown.
+    Raft(String),
+}
+
+/// Counters of `/metrics`.
+#[derive(Debug, Default)]
+pub struct BatchStats {
+    /// Raft entries proposed by the batcher.
+    pub entries: AtomicU64,
+    /// Writes carried by them.
+    pub commands: AtomicU64,
+}
+
+struct Pending {
+    key: Option<IdempotencyKey>,
+    command: Command,
+    bytes: usize,
+    reply: oneshot::Sender<Result<Response, ProposeFailure>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProposalBatcher {
+    tx: mpsc::Sender<Pending>,
+    stats: Arc<BatchStats>,
+}
+
+impl ProposalBatcher {
+    /// Starts the batching task on the current runtime.
+    pub fn start(raft: RaftNode) -> ProposalBatcher {
+        let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
+        let stats = Arc::new(BatchStats::default());
+        tokio::spawn(run(raft, rx, stats.clone()));
+        ProposalBatcher { tx, stats }
+    }
+
+    pub fn stats(&self) -> &BatchStats {
+        &self.stats
+    }
+
+    /// Proposes one command and waits for its answer.
+    pub async fn propose(
+        &self,
+        key: Option<IdempotencyKey>,
+        command: Command,
+    ) -> Result<Response, ProposeFailure> {
+        let (reply, answer) = oneshot::channel();
+        let bytes = command_encoded_len(&command);
+        let pending = Pending {
+            key,
+            command,
+            bytes,
+            reply,
+        };
+        if self.tx.try_send(pending).is_err() {
+            return Err(ProposeFailure::Overloaded);
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(ProposeFailure::Raft("the batcher stopped".into())))
+    }
+}
+
+async fn run(raft: RaftNode, mut rx: mpsc::Receiver<Pending>, stats: Arc<BatchStats>) {
+    let slots = Arc::new(Semaphore::new(PROPOSALS_IN_FLIGHT_MAX));
+    let mut carried: Option<Pending> = None;
+    loop {
+        // A slot first: while every slot is busy, writes queue up and join the next batch.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let mut bytes = first.bytes;
+        let mut batch = vec![first];
+        while batch.len() < COMMANDS_PER_BATCH_MAX {
+            match rx.try_recv() {
+                Ok(p) if bytes.saturating_add(p.bytes) > BATCH_BYTES_MAX => {
+                    carried = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += p.bytes;
+                    batch.push(p);
+                }
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            commit(&raft, batch, &stats).await;
+        });
+    }
+}
+
+async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
+    stats.entries.fetch_add(1, Ordering::Relaxed);
+    stats
+        .commands
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let at_ms = crate::node::now_ms();
+    if batch.len() == 1 {
+        let Some(p) = batch.pop() else { return };
+        let envelope = CommandEnvelope {
+            at_ms,
+            idempotency_key: p.key,
+            command: p.command,
+        };
+        let answer = raft.client_write(envelope).await;
+        let _ = p.reply.send(answer.map(|r| r.data).map_err(failure));
+        return;
+    }
+    let mut replies = Vec::with_capacity(batch.len());
+    let commands = batch
+        .into_iter()
+        .map(|p| {
+            replies.push(p.reply);
+            BatchedCommand {
+                idempotency_key: p.key,
+                command: p.command,
+            }
+        })
+        .collect();
+    let envelope = CommandEnvelope {
+        at_ms,
+        idempotency_key: None,
+        command: Command::Batch { commands },
+    };
+    match raft.client_write(envelope).await {
+        Ok(r) => match r.data {
+            Response::Ok(Outcome::Batch { responses }) if responses.len() == replies.len() => {
+                for (reply, response) in replies.into_iter().zip(responses) {
+                    let _ = reply.send(Ok(response));
+                }
+            }
+            other => {
+                // Cannot happen: apply answers a batch with one response per command. The
+                // entry is committed, so the outcome of each write is unknown to its caller.
+                tracing::error!(answer = ?other, "a batch was answered with something else");
+                for reply in replies {
+                    let _ = reply.send(Err(ProposeFailure::Raft(
+                        "the batch's answer was malformed; the outcome is unknown".into(),
+                    )));
+                }
+            }
+        },
+        Err(e) => {
+            let f = failure(e);
+            for reply in replies {
+                let _ = reply.send(Err(f.clone()));
+            }
+        }
+    }
+}
+
+fn failure(e: RaftError<u64, ClientWriteError<u64, NodeAddr>>) -> ProposeFailure {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            ProposeFailure::NotLeader(f.leader_node)
+        }
+        other => ProposeFailure::Raft(other.to_string()),
+    }
+}
