@@ -39,6 +39,7 @@ pub use options::{
 pub use process::NodeMemory;
 pub use report::{
     ComparePoint, CompareReport, FailoverComparison, FailoverResult, MemoryComparison, Ratios,
+    SquadronInternals,
 };
 pub use table::render_table;
 
@@ -61,6 +62,7 @@ const LEADER_WAIT_MS: u64 = 10_000;
 struct SystemRun {
     points: Vec<(Workload, usize, PointStats)>,
     memory: Vec<NodeMemory>,
+    internals: Option<SquadronInternals>,
     failover: Option<FailoverResult>,
 }
 
@@ -153,6 +155,7 @@ pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError>
         squadron: sm,
         etcd: em,
     };
+    let squadron_internals = squadron.as_ref().and_then(|r| r.internals.clone());
     let machine = MachineInfo::probe(dir.path());
     let work_dir = if opts.keep_work_dir {
         Some(dir.keep().display().to_string())
@@ -179,8 +182,30 @@ pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError>
         points,
         failover,
         memory,
+        squadron_internals,
         work_dir,
     })
+}
+
+/// Every node's batching counters, summed; `None` if a node did not answer.
+async fn squadron_internals(endpoints: &[String]) -> Option<SquadronInternals> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?;
+    let mut sum = SquadronInternals::default();
+    for e in endpoints {
+        let text = http
+            .get(format!("{}/metrics", e.trim_end_matches('/')))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        sum.add_metrics(&text);
+    }
+    Some(sum)
 }
 
 fn version_line(bin: &Path) -> String {
@@ -237,6 +262,7 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
         }
     }
     run.memory = cluster.memory();
+    run.internals = squadron_internals(&endpoints).await;
     if opts.failover {
         let leader = cluster
             .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))

@@ -92,6 +92,56 @@ pub fn mean_rss_kib(nodes: &[NodeMemory]) -> f64 {
     nodes.iter().map(|n| n.rss_kib as f64).sum::<f64>() / nodes.len() as f64
 }
 
+/// Squadron's own counters, summed over its nodes at the end of the workloads: how well
+/// writes shared log entries and fsyncs, and reads shared read-index rounds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SquadronInternals {
+    /// Synced log appends (fsyncs) and the entries they carried, all nodes.
+    pub log_appends: u64,
+    pub log_entries: u64,
+    /// Raft entries proposed by the nodes' batchers and the writes they carried.
+    pub proposal_entries: u64,
+    pub proposal_commands: u64,
+    /// Read-index rounds and the linearizable reads they answered.
+    pub read_rounds: u64,
+    pub reads: u64,
+}
+
+impl SquadronInternals {
+    pub fn entries_per_fsync(&self) -> Option<f64> {
+        ratio(self.log_entries as f64, self.log_appends as f64)
+    }
+    pub fn writes_per_entry(&self) -> Option<f64> {
+        ratio(self.proposal_commands as f64, self.proposal_entries as f64)
+    }
+    pub fn reads_per_round(&self) -> Option<f64> {
+        ratio(self.reads as f64, self.read_rounds as f64)
+    }
+
+    /// Adds one node's `/metrics` text.
+    pub fn add_metrics(&mut self, text: &str) {
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let mut parts = line.split_whitespace();
+            let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(value) = value.parse::<u64>() else {
+                continue;
+            };
+            let field = match name {
+                "squadron_log_appends_total" => &mut self.log_appends,
+                "squadron_log_entries_appended_total" => &mut self.log_entries,
+                "squadron_proposal_entries_total" => &mut self.proposal_entries,
+                "squadron_proposal_commands_total" => &mut self.proposal_commands,
+                "squadron_read_index_rounds_total" => &mut self.read_rounds,
+                "squadron_read_index_reads_total" => &mut self.reads,
+                _ => continue,
+            };
+            *field += value;
+        }
+    }
+}
+
 /// Everything `squadron bench compare` reports (`--output json` prints this).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompareReport {
@@ -106,7 +156,34 @@ pub struct CompareReport {
     pub points: Vec<ComparePoint>,
     pub failover: FailoverComparison,
     pub memory: MemoryComparison,
+    /// Squadron's batching counters (absent when Squadron did not run or did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub squadron_internals: Option<SquadronInternals>,
     /// Where the node directories were kept, if asked to keep them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_dir: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internals_add_up_the_counters_of_every_node_and_ignore_the_rest() {
+        let mut sum = SquadronInternals::default();
+        let node =
+            "# HELP squadron_log_appends_total x\n# TYPE squadron_log_appends_total counter\n\
+                    squadron_log_appends_total 10\nsquadron_log_entries_appended_total 30\n\
+                    squadron_proposal_entries_total 5\nsquadron_proposal_commands_total 25\n\
+                    squadron_read_index_rounds_total 2\nsquadron_read_index_reads_total 8\n\
+                    squadron_raft_term 7\ngarbage line here\nsquadron_log_appends_total nan\n";
+        sum.add_metrics(node);
+        sum.add_metrics(node);
+        assert_eq!(sum.log_appends, 20);
+        assert_eq!(sum.log_entries, 60);
+        assert_eq!(sum.entries_per_fsync(), Some(3.0));
+        assert_eq!(sum.writes_per_entry(), Some(5.0));
+        assert_eq!(sum.reads_per_round(), Some(4.0));
+        assert_eq!(SquadronInternals::default().writes_per_entry(), None);
+    }
 }

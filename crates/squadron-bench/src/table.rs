@@ -132,6 +132,24 @@ pub fn render_table(report: &CompareReport) -> String {
         let _ = writeln!(out, "  x        {}", num(m.ratio, 2));
     }
 
+    if let Some(i) = &report.squadron_internals {
+        let _ = writeln!(
+            out,
+            "\nsquadron batching (all nodes): {} log entries in {} fsyncs ({} per fsync); \
+             {} writes in {} proposed entries ({} per entry); {} reads in {} read-index rounds \
+             ({} per round)",
+            i.log_entries,
+            i.log_appends,
+            num(i.entries_per_fsync(), 2),
+            i.proposal_commands,
+            i.proposal_entries,
+            num(i.writes_per_entry(), 2),
+            i.reads,
+            i.read_rounds,
+            num(i.reads_per_round(), 2),
+        );
+    }
+
     let mut notes = Vec::new();
     for p in &report.points {
         for (name, s) in [("squadron", &p.squadron), ("etcd", &p.etcd)] {
@@ -168,6 +186,7 @@ mod tests {
     use crate::process::NodeMemory;
     use crate::report::{
         ComparePoint, FailoverComparison, FailoverResult, MemoryComparison, Ratios,
+        SquadronInternals,
     };
 
     fn stats(ops: f64, p50: f64, errors: u64) -> PointStats {
@@ -235,6 +254,14 @@ mod tests {
                 }),
                 ratio: None,
             },
+            squadron_internals: Some(SquadronInternals {
+                log_appends: 100,
+                log_entries: 250,
+                proposal_entries: 40,
+                proposal_commands: 200,
+                read_rounds: 10,
+                reads: 90,
+            }),
             memory: MemoryComparison {
                 squadron: vec![NodeMemory {
                     node: "squadron node 1".into(),
@@ -319,6 +346,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("squadron 50.0 MiB (mean 50.0 MiB)"), "{text}");
+        assert!(
+            text.contains("250 log entries in 100 fsyncs (2.50 per fsync)")
+                && text.contains("200 writes in 40 proposed entries (5.00 per entry)")
+                && text.contains("90 reads in 10 read-index rounds (9.00 per round)"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "etcd lease-cycle @16: 100 ok, 0 refused, 3 errors (first error: no leader)"

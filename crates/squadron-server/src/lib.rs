@@ -4,6 +4,7 @@
 pub mod config;
 pub mod dashboard;
 pub mod error;
+pub mod forward_batcher;
 pub mod grpc;
 #[cfg(feature = "jepsen-fault-local-reads")]
 pub mod jepsen_fault;

@@ -79,7 +79,8 @@ pub struct ControlNode {
     pub leader_reads: ReadIndexRounds,
     /// Read-index requests to the leader, shared by this follower's concurrent reads.
     pub follower_reads: ReadIndexRounds,
-    http: reqwest::Client,
+    /// A follower's writes to the leader, sent in shared requests.
+    forwarder: crate::forward_batcher::ForwardBatcher,
 }
 
 impl std::fmt::Debug for ControlNode {
@@ -130,9 +131,14 @@ impl ControlNode {
                 Box::pin(async move { remote_read_index(&raft, &http).await })
             }))
         };
+        let forwarder = crate::forward_batcher::ForwardBatcher::start(
+            http.clone(),
+            config.server.body_bytes_max,
+        );
         Arc::new(Self {
             id: config.node_id,
             config,
+            forwarder,
             batcher,
             leader_reads,
             follower_reads,
@@ -140,7 +146,6 @@ impl ControlNode {
             state,
             counters: Counters::default(),
             append_stats,
-            http,
         })
     }
 
@@ -172,6 +177,21 @@ impl ControlNode {
         idempotency_key: Option<IdempotencyKey>,
         forwarded: bool,
     ) -> Result<Response, ApiError> {
+        // A follower that knows the leader sends the write there at once rather than
+        // learning it from a refused proposal.
+        if !forwarded && !self.is_leader() {
+            if let Some((_, leader)) = self.leader() {
+                return self
+                    .forward_write(
+                        &leader,
+                        ProposeRequest {
+                            command,
+                            idempotency_key,
+                        },
+                    )
+                    .await;
+            }
+        }
         let result = tokio::time::timeout(
             self.timeout(),
             self.batcher
@@ -231,41 +251,7 @@ impl ControlNode {
         request: ProposeRequest,
     ) -> Result<Response, ApiError> {
         self.counters.forwards.fetch_add(1, Ordering::Relaxed);
-        let url = format!("http://{}/internal/v1/propose", leader.rest);
-        let sent = self
-            .http
-            .post(&url)
-            .header(FORWARDED_HEADER, "1")
-            .json(&request)
-            .send()
-            .await;
-        let reply = match sent {
-            Ok(r) => r,
-            Err(e) if e.is_connect() => {
-                return Err(ApiError::unavailable(format!(
-                    "the leader at {} is unreachable; retry shortly",
-                    leader.rest
-                )))
-            }
-            Err(e) => {
-                return Err(ApiError::unavailable(format!(
-                    "forwarding to the leader failed ({e}); the outcome is unknown — retry only \
-                     with the same Idempotency-Key"
-                )))
-            }
-        };
-        if reply.status().is_success() {
-            reply
-                .json::<Response>()
-                .await
-                .map_err(|e| ApiError::internal(format!("leader answered unreadably: {e}")))
-        } else {
-            let body = reply
-                .json::<crate::error::ErrorBody>()
-                .await
-                .map_err(|e| ApiError::internal(format!("leader answered unreadably: {e}")))?;
-            Err(ApiError { body })
-        }
+        self.forwarder.forward(leader.clone(), request).await
     }
 
     /// Makes the next local read linearizable: the leader confirms its leadership with a quorum

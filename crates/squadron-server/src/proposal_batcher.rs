@@ -45,7 +45,7 @@ pub enum ProposeFailure {
 /// Counters of `/metrics`.
 #[derive(Debug, Default)]
 pub struct BatchStats {
-    /// Raft entries proposed by the batcher.
+    /// Raft entries the batcher proposed and saw committed.
     pub entries: AtomicU64,
     /// Writes carried by them.
     pub commands: AtomicU64,
@@ -140,10 +140,10 @@ async fn run(raft: RaftNode, mut rx: mpsc::Receiver<Pending>, stats: Arc<BatchSt
 }
 
 async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
-    stats.entries.fetch_add(1, Ordering::Relaxed);
-    stats
-        .commands
-        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let count = |n: usize| {
+        stats.entries.fetch_add(1, Ordering::Relaxed);
+        stats.commands.fetch_add(n as u64, Ordering::Relaxed);
+    };
     let at_ms = crate::node::now_ms();
     if batch.len() == 1 {
         let Some(p) = batch.pop() else { return };
@@ -153,6 +153,9 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
             command: p.command,
         };
         let answer = raft.client_write(envelope).await;
+        if answer.is_ok() {
+            count(1);
+        }
         let _ = p.reply.send(answer.map(|r| r.data).map_err(failure));
         return;
     }
@@ -175,6 +178,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
     match raft.client_write(envelope).await {
         Ok(r) => match r.data {
             Response::Ok(Outcome::Batch { responses }) if responses.len() == replies.len() => {
+                count(replies.len());
                 for (reply, response) in replies.into_iter().zip(responses) {
                     let _ = reply.send(Ok(response));
                 }

@@ -329,11 +329,52 @@ pub async fn internal_propose(
         .map(Json)
 }
 
+/// Most writes one forwarded batch may carry.
+pub const PROPOSE_BATCH_WRITES_MAX: usize = crate::forward_batcher::FORWARD_BATCH_WRITES_MAX;
+
+/// Followers forward writes here in batches; each is proposed as if it had come alone (and
+/// the proposal batcher shares entries among them). Answers come in request order.
+pub async fn internal_propose_batch(
+    State(node): State<AppState>,
+    JsonBody(req): JsonBody<crate::forward_batcher::ProposeBatch>,
+) -> Result<Json<Vec<crate::forward_batcher::ForwardAnswer>>, ApiError> {
+    use crate::forward_batcher::ForwardAnswer;
+    if req.requests.len() > PROPOSE_BATCH_WRITES_MAX {
+        return Err(ApiError::invalid(
+            "requests",
+            format!(
+                "at most {PROPOSE_BATCH_WRITES_MAX} writes per batch, got {}",
+                req.requests.len()
+            ),
+        ));
+    }
+    let answers = futures_util::future::join_all(
+        req.requests
+            .into_iter()
+            .map(|r| node.write(r.command, r.idempotency_key, true)),
+    )
+    .await;
+    Ok(Json(
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Ok(r) => ForwardAnswer::Ok(r),
+                Err(e) => ForwardAnswer::Error(e.body),
+            })
+            .collect(),
+    ))
+}
+
 /// Followers ask here for the index a linearizable read must wait for.
 pub async fn internal_read_index(
     State(node): State<AppState>,
 ) -> Result<Json<ReadIndexReply>, ApiError> {
-    Ok(Json(ReadIndexReply {
-        index: node.read_index().await?,
-    }))
+    let index = node.read_index().await?;
+    // The follower waits until it has applied `index`, and learns the commit point from the
+    // next AppendEntries: send it now rather than at the next heartbeat tick (up to
+    // `heartbeat_interval_ms` later), so a follower read costs a round trip, not a tick.
+    if let Err(e) = node.raft.trigger().heartbeat().await {
+        tracing::debug!(error = %e, "heartbeat after a read index not sent");
+    }
+    Ok(Json(ReadIndexReply { index }))
 }

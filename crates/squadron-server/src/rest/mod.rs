@@ -107,6 +107,10 @@ pub fn router(node: AppState) -> Router {
             "/internal/v1/propose",
             axum::routing::post(cluster::internal_propose),
         )
+        .route(
+            "/internal/v1/propose-batch",
+            axum::routing::post(cluster::internal_propose_batch),
+        )
         .route("/internal/v1/read-index", get(cluster::internal_read_index))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(body_limit))
