@@ -160,7 +160,19 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
     let agent_service = AgentServiceServer::new(grpc::AgentGrpc::new(node.clone()));
     let mut grpc_stop = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        // Small Raft messages must leave at once: with Nagle on, a reply written in two parts
+        // waits for the peer's delayed ACK (~40 ms). The builder's `tcp_nodelay` covers only
+        // listeners tonic binds itself, so accepted streams get it here.
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(grpc_listener),
+            |stream| {
+                stream.inspect(|s| {
+                    if let Err(e) = s.set_nodelay(true) {
+                        tracing::warn!(error = %e, "TCP_NODELAY not set on a gRPC connection");
+                    }
+                })
+            },
+        );
         let result = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(raft_service)
@@ -179,6 +191,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
     let mut rest_stop = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
         let result = axum::serve(rest_listener, app)
+            .tcp_nodelay(true)
             .with_graceful_shutdown(async move {
                 let _ = rest_stop.changed().await;
             })

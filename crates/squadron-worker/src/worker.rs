@@ -88,7 +88,7 @@ pub async fn start(
         app = app.merge(crate::agent_api::router(s.clone()));
     }
     let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = axum::serve(listener, app).tcp_nodelay(true).await {
             tracing::error!(error = %e, "the worker's output server stopped");
         }
     });
