@@ -252,10 +252,12 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
                     .await
                 }
                 Workload::Submit => {
-                    run_clients(control, clients, |i, rec| {
+                    let stats = run_clients(control, clients, |i, rec| {
                         squadron_load::submit(&endpoints, i, rec)
                     })
-                    .await
+                    .await;
+                    squadron_load::drain_submitted(&endpoints).await?;
+                    stats
                 }
             };
             run.points.push((workload, clients, stats));
@@ -333,10 +335,12 @@ async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchE
                     .await
                 }
                 Workload::Submit => {
-                    run_clients(control, clients, |i, rec| {
+                    let stats = run_clients(control, clients, |i, rec| {
                         etcd_load::submit(&data, &endpoints, i, rec)
                     })
-                    .await
+                    .await;
+                    etcd_load::drain_submitted(&endpoints).await?;
+                    stats
                 }
             };
             run.points.push((workload, clients, stats));

@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use squadron_client::{
     AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile, CreateProject,
-    LeaseFence, OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
+    LeaseFence, OutcomeExt, RegisterWorker, RenewLease, SquadronClient, TaskQuery,
 };
 use squadron_core::ids::{
     Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
@@ -19,6 +19,7 @@ use squadron_core::limits::{ACTIVE_LEASES_PER_PROJECT_MAX, PROFILES_PER_PROJECT_
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
 use squadron_core::response::LeaseGrant;
+use squadron_core::task::TaskState;
 use squadron_core::Rejection;
 
 use crate::error::BenchError;
@@ -212,6 +213,65 @@ pub(crate) fn client_for(endpoints: &[String], i: usize) -> SquadronClient {
         Duration::from_millis(REQUEST_TIMEOUT_MS),
         Duration::from_millis(CONNECT_TIMEOUT_MS),
     )
+}
+
+/// Tasks listed per page when the submitted tasks are cancelled after a point.
+pub(crate) const DRAIN_PAGE_TASKS: usize = 1_000;
+/// Cancellations in flight at once during that clean-up.
+pub(crate) const DRAIN_CONCURRENCY: usize = 32;
+/// Pages at most (bounds the clean-up: 1,000,000 tasks).
+pub(crate) const DRAIN_PAGES_MAX: usize = 1_000;
+
+/// Cancels every task the submit workload left `PENDING` (not timed), so each submit point
+/// starts with an empty queue: Squadron bounds its pending queue (100,000 tasks), and without
+/// this the later points would measure that bound rather than submission.
+pub(crate) async fn drain_submitted(endpoints: &[String]) -> Result<u64, BenchError> {
+    let client = client_for(endpoints, 0);
+    let mut cancelled = 0u64;
+    for _ in 0..DRAIN_PAGES_MAX {
+        let page = valid(
+            "listing pending tasks",
+            client
+                .list_tasks(
+                    &TaskQuery {
+                        state: Some(TaskState::Pending),
+                        after: None,
+                        limit: Some(DRAIN_PAGE_TASKS),
+                    },
+                    Consistency::Linearizable,
+                )
+                .await,
+        )?;
+        if page.tasks.is_empty() {
+            return Ok(cancelled);
+        }
+        let mut ids = page
+            .tasks
+            .iter()
+            .map(|t| t.id)
+            .collect::<Vec<_>>()
+            .into_iter();
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            while running.len() < DRAIN_CONCURRENCY {
+                let Some(id) = ids.next() else { break };
+                let c = client.clone();
+                running.spawn(async move { c.cancel_task(id, Some("bench clean-up"), None).await });
+            }
+            let Some(done) = running.join_next().await else {
+                break;
+            };
+            match done {
+                Ok(Ok(_)) => cancelled += 1,
+                Ok(Err(e)) => return Err(err("cancelling a submitted task", e)),
+                Err(e) => return Err(err("cancelling a submitted task", e)),
+            }
+        }
+    }
+    Err(err(
+        "cancelling submitted tasks",
+        format!("still tasks pending after {DRAIN_PAGES_MAX} pages"),
+    ))
 }
 
 /// The core's refusal inside an error, if a server answered with one.
