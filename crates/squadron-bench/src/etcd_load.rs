@@ -414,27 +414,6 @@ pub(crate) fn read(
 }
 
 /// Task submission: create a new task key (the manifest as its value) if it does not exist.
-/// Deletes the keys the submit workload wrote (not timed), so each submit point starts from
-/// the same state as on Squadron (see `squadron_load::drain_submitted`).
-pub(crate) async fn drain_submitted(endpoints: &[String]) -> Result<u64, BenchError> {
-    let client = client_for(endpoints, 0);
-    let answer = client
-        .call(
-            "/v3/kv/deleterange",
-            &serde_json::json!({
-                "key": crate::base64::encode(b"bench/tasks/"),
-                // The prefix's end: `/` + 1 is `0`.
-                "range_end": crate::base64::encode(b"bench/tasks0"),
-            }),
-        )
-        .await
-        .map_err(|e| BenchError::setup("etcd", "deleting the submitted tasks", e))?;
-    Ok(answer
-        .get("deleted")
-        .and_then(|d| d.as_str().and_then(|s| s.parse().ok()).or(d.as_u64()))
-        .unwrap_or(0))
-}
-
 pub(crate) fn submit(
     data: &EtcdData,
     endpoints: &[String],

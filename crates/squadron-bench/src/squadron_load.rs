@@ -224,7 +224,8 @@ pub(crate) const DRAIN_PAGES_MAX: usize = 1_000;
 
 /// Cancels every task the submit workload left `PENDING` (not timed), so each submit point
 /// starts with an empty queue: Squadron bounds its pending queue (100,000 tasks), and without
-/// this the later points would measure that bound rather than submission.
+/// this the later points would measure that bound rather than submission. The cancelled
+/// tasks stay in the state as terminal records, as etcd keeps the keys it was given.
 pub(crate) async fn drain_submitted(endpoints: &[String]) -> Result<u64, BenchError> {
     let client = client_for(endpoints, 0);
     let mut cancelled = 0u64;
