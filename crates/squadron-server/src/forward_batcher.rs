@@ -7,13 +7,12 @@
 //! are in flight, and the next takes every write queued by then. A batch of one uses the
 //! single-write route, exactly as before batching.
 
-use std::sync::Arc;
-
 use serde::{Deserialize, Serialize};
 use squadron_core::Response;
 use squadron_store::NodeAddr;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
+use crate::batch_loop::{run_batches, BatchLimits};
 use crate::error::{ApiError, ErrorBody};
 use crate::node::{ProposeRequest, FORWARDED_HEADER};
 
@@ -88,42 +87,24 @@ impl ForwardBatcher {
     }
 }
 
-async fn run(http: reqwest::Client, mut rx: mpsc::Receiver<Pending>, batch_bytes_max: usize) {
-    let slots = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
-    let mut carried: Option<Pending> = None;
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let first = match carried.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let mut bytes = first.json.len();
-        let mut batch = vec![first];
-        while batch.len() < FORWARD_BATCH_WRITES_MAX {
-            match rx.try_recv() {
-                // Another leader (leadership moved meanwhile), or no room: the next batch.
-                Ok(p) if p.leader != batch[0].leader || bytes + p.json.len() > batch_bytes_max => {
-                    carried = Some(p);
-                    break;
-                }
-                Ok(p) => {
-                    bytes += p.json.len() + 1;
-                    batch.push(p);
-                }
-                Err(_) => break,
-            }
-        }
-        let http = http.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            send(&http, batch).await;
-        });
-    }
+async fn run(http: reqwest::Client, rx: mpsc::Receiver<Pending>, batch_bytes_max: usize) {
+    let limits = BatchLimits {
+        in_flight_max: FORWARDS_IN_FLIGHT_MAX,
+        items_max: FORWARD_BATCH_WRITES_MAX,
+        weight_max: batch_bytes_max,
+    };
+    run_batches(
+        rx,
+        limits,
+        |p| p.json.len() + 1,
+        // Leadership may have moved between two writes: each batch goes to one leader.
+        |first, next| first.leader == next.leader,
+        move |batch| {
+            let http = http.clone();
+            async move { send(&http, batch).await }
+        },
+    )
+    .await;
 }
 
 async fn send(http: &reqwest::Client, mut batch: Vec<Pending>) {

@@ -1,6 +1,7 @@
 //! A Squadron control node: Raft on RocksDB, REST on every node, gRPC for Raft (and, as they
 //! land, agents and workers), the leader's sweep and scheduler, metrics and a dashboard.
 
+mod batch_loop;
 pub mod config;
 pub mod dashboard;
 pub mod error;

@@ -21,7 +21,9 @@ use squadron_core::limits::COMMANDS_PER_BATCH_MAX;
 use squadron_core::{BatchedCommand, Command, CommandEnvelope, Outcome, Response};
 use squadron_raft::RaftNode;
 use squadron_store::NodeAddr;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::batch_loop::{run_batches, BatchLimits};
 
 /// Raft entries of this node being committed at once. Small, so that writes queue (and
 /// batch) behind a few entries rather than each becoming its own.
@@ -100,43 +102,23 @@ impl ProposalBatcher {
     }
 }
 
-async fn run(raft: RaftNode, mut rx: mpsc::Receiver<Pending>, stats: Arc<BatchStats>) {
-    let slots = Arc::new(Semaphore::new(PROPOSALS_IN_FLIGHT_MAX));
-    let mut carried: Option<Pending> = None;
-    loop {
-        // A slot first: while every slot is busy, writes queue up and join the next batch.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let first = match carried.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let mut bytes = first.bytes;
-        let mut batch = vec![first];
-        while batch.len() < COMMANDS_PER_BATCH_MAX {
-            match rx.try_recv() {
-                Ok(p) if bytes.saturating_add(p.bytes) > BATCH_BYTES_MAX => {
-                    carried = Some(p);
-                    break;
-                }
-                Ok(p) => {
-                    bytes += p.bytes;
-                    batch.push(p);
-                }
-                Err(_) => break,
-            }
-        }
-        let raft = raft.clone();
-        let stats = stats.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            commit(&raft, batch, &stats).await;
-        });
-    }
+async fn run(raft: RaftNode, rx: mpsc::Receiver<Pending>, stats: Arc<BatchStats>) {
+    let limits = BatchLimits {
+        in_flight_max: PROPOSALS_IN_FLIGHT_MAX,
+        items_max: COMMANDS_PER_BATCH_MAX,
+        weight_max: BATCH_BYTES_MAX,
+    };
+    run_batches(
+        rx,
+        limits,
+        |p| p.bytes,
+        |_, _| true,
+        move |batch| {
+            let (raft, stats) = (raft.clone(), stats.clone());
+            async move { commit(&raft, batch, &stats).await }
+        },
+    )
+    .await;
 }
 
 async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
