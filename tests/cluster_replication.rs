@@ -49,6 +49,69 @@ fn write_to_a_follower_is_forwarded_and_a_linearizable_read_elsewhere_sees_it() 
     cluster.wait_for_equal_digests(Duration::from_secs(10));
 }
 
+/// One counter of a node's `/metrics`.
+fn metric(url: &str, name: &str) -> u64 {
+    let (_, text) = http_text(&format!("{url}/metrics")).expect("metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+#[test]
+fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
+    let cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let (f_url, l_url) = (cluster.url(follower), cluster.url(leader));
+    let forwards_before = metric(&f_url, "squadron_forwards_total");
+    let requests_before = metric(&f_url, "squadron_forward_requests_total");
+    let entries_before = metric(&l_url, "squadron_proposal_entries_total");
+    let commands_before = metric(&l_url, "squadron_proposal_commands_total");
+
+    const WRITERS: usize = 64;
+    let start = Arc::new(std::sync::Barrier::new(WRITERS));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|i| {
+            let (url, start) = (f_url.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                post(
+                    &format!("{url}/api/v1/projects"),
+                    json!({"tenant": "acme", "project": format!("p{i}")}),
+                )
+                .expect("post")
+            })
+        })
+        .collect();
+    for w in writers {
+        let r = w.join().expect("writer");
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    // Every write was applied once: all 64 projects exist, read on the leader.
+    let projects = http_get(&format!("{l_url}/api/v1/projects")).expect("projects");
+    assert_eq!(
+        projects.as_array().map(Vec::len),
+        Some(WRITERS),
+        "{projects}"
+    );
+
+    let forwards = metric(&f_url, "squadron_forwards_total") - forwards_before;
+    let requests = metric(&f_url, "squadron_forward_requests_total") - requests_before;
+    let entries = metric(&l_url, "squadron_proposal_entries_total") - entries_before;
+    let commands = metric(&l_url, "squadron_proposal_commands_total") - commands_before;
+    assert_eq!(forwards, WRITERS as u64, "each write forwarded once");
+    assert!(
+        requests < forwards,
+        "{forwards} forwarded writes went in {requests} requests: none were shared"
+    );
+    // The leader's own sweep also proposes, so its counts include a few more commands.
+    assert!(commands >= WRITERS as u64, "{commands} commands");
+    assert!(
+        entries < commands,
+        "{commands} commands in {entries} entries: no entry was shared"
+    );
+}
+
 #[test]
 fn kill_the_leader_under_lease_traffic_and_lose_no_acknowledged_write() {
     let mut cluster = Cluster::start(3);

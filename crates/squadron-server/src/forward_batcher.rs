@@ -7,6 +7,9 @@
 //! are in flight, and the next takes every write queued by then. A batch of one uses the
 //! single-write route, exactly as before batching.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use squadron_core::Response;
 use squadron_store::NodeAddr;
@@ -47,14 +50,22 @@ struct Pending {
 #[derive(Debug, Clone)]
 pub struct ForwardBatcher {
     tx: mpsc::Sender<Pending>,
+    /// HTTP requests sent to the leader (a batch is one); `/metrics`.
+    requests: Arc<AtomicU64>,
 }
 
 impl ForwardBatcher {
     /// `body_bytes_max` is the leader's request body limit; a batch stays under half of it.
     pub fn start(http: reqwest::Client, body_bytes_max: usize) -> ForwardBatcher {
         let (tx, rx) = mpsc::channel(FORWARD_QUEUE_MAX);
-        tokio::spawn(run(http, rx, body_bytes_max / 2));
-        ForwardBatcher { tx }
+        let requests = Arc::new(AtomicU64::new(0));
+        tokio::spawn(run(http, rx, body_bytes_max / 2, requests.clone()));
+        ForwardBatcher { tx, requests }
+    }
+
+    /// HTTP requests sent to the leader so far.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     /// Forwards one write to `leader` and waits for the leader's answer.
@@ -87,7 +98,12 @@ impl ForwardBatcher {
     }
 }
 
-async fn run(http: reqwest::Client, rx: mpsc::Receiver<Pending>, batch_bytes_max: usize) {
+async fn run(
+    http: reqwest::Client,
+    rx: mpsc::Receiver<Pending>,
+    batch_bytes_max: usize,
+    requests: Arc<AtomicU64>,
+) {
     let limits = BatchLimits {
         in_flight_max: FORWARDS_IN_FLIGHT_MAX,
         items_max: FORWARD_BATCH_WRITES_MAX,
@@ -100,6 +116,7 @@ async fn run(http: reqwest::Client, rx: mpsc::Receiver<Pending>, batch_bytes_max
         // Leadership may have moved between two writes: each batch goes to one leader.
         |first, next| first.leader == next.leader,
         move |batch| {
+            requests.fetch_add(1, Ordering::Relaxed);
             let http = http.clone();
             async move { send(&http, batch).await }
         },

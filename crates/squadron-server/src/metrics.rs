@@ -53,6 +53,11 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
         c.proposals_rejected.load(Ordering::Relaxed),
     );
     counter(
+        "squadron_forward_requests_total",
+        "Requests that carried this node's forwarded writes to the leader (a batch is one)",
+        node.forwarder.requests(),
+    );
+    counter(
         "squadron_proposal_entries_total",
         "Raft entries this node proposed (a batch is one)",
         node.batcher.stats().entries.load(Ordering::Relaxed),

@@ -80,7 +80,7 @@ pub struct ControlNode {
     /// Read-index requests to the leader, shared by this follower's concurrent reads.
     pub follower_reads: ReadIndexRounds,
     /// A follower's writes to the leader, sent in shared requests.
-    forwarder: crate::forward_batcher::ForwardBatcher,
+    pub forwarder: crate::forward_batcher::ForwardBatcher,
 }
 
 impl std::fmt::Debug for ControlNode {
