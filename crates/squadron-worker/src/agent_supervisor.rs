@@ -44,7 +44,7 @@ use squadron_client::{
     ReplacedGeneration, SandboxRepository, SquadronClient, StopAgent, TakeoverAgent, TakeoverKind,
     WorkerEvidence,
 };
-use squadron_core::capsule::{CapsuleDraft, CapsulePayload};
+use squadron_core::capsule::{CapsuleDraft, CapsulePayload, ContinuityCapsule};
 use squadron_core::command::NextHolder;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{Generation, LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
@@ -150,6 +150,19 @@ struct AgentEntry {
     deadline_ms: u64,
     /// Evidence of this attempt's reap not yet accepted by the control plane.
     pending_evidence: Option<ReplacedGeneration>,
+}
+
+/// A lease just granted and what its provider starts with.
+struct GrantedAttempt<'a> {
+    profile: &'a AgentProfile,
+    sandbox: Arc<ProjectSandbox>,
+    token: FencingToken,
+    provider: Provider,
+    /// The newest capsule, shown at `/mnt/run/capsule.json`.
+    capsule: Option<ContinuityCapsule>,
+    prompt: Option<String>,
+    /// When the grant was requested (local clock): the first renewal deadline counts from it.
+    sent_at: u64,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -304,9 +317,15 @@ impl AgentSupervisor {
             return Err(unexpected("acquire", &outcome));
         };
         let token = grant_token(id, &grant);
-        self.start_or_release(
-            &profile, sandbox, token, provider, capsule, req.prompt, sent_at,
-        )
+        self.start_or_release(GrantedAttempt {
+            profile: &profile,
+            sandbox,
+            token,
+            provider,
+            capsule,
+            prompt: req.prompt,
+            sent_at,
+        })
         .await
     }
 
@@ -437,9 +456,15 @@ impl AgentSupervisor {
             }
         }
         let mut view = self
-            .start_or_release(
-                &profile, sandbox, token, provider, capsule, req.prompt, sent_at,
-            )
+            .start_or_release(GrantedAttempt {
+                profile: &profile,
+                sandbox,
+                token,
+                provider,
+                capsule,
+                prompt: req.prompt,
+                sent_at,
+            })
             .await?;
         view.replaced = Some(evidence);
         Ok(view)
@@ -533,9 +558,15 @@ impl AgentSupervisor {
         };
         let token = grant_token(id, &grant);
         let mut view = self
-            .start_or_release(
-                &profile, sandbox, token, provider, capsule, req.prompt, sent_at,
-            )
+            .start_or_release(GrantedAttempt {
+                profile: &profile,
+                sandbox,
+                token,
+                provider,
+                capsule,
+                prompt: req.prompt,
+                sent_at,
+            })
             .await?;
         // Without evidence of ours the control plane accepted evidence recorded earlier.
         view.replaced = evidence;
@@ -820,10 +851,7 @@ impl AgentSupervisor {
             .map_err(AgentError::from)
     }
 
-    async fn latest_capsule(
-        &self,
-        id: ProfileId,
-    ) -> Result<Option<squadron_core::capsule::ContinuityCapsule>, AgentError> {
+    async fn latest_capsule(&self, id: ProfileId) -> Result<Option<ContinuityCapsule>, AgentError> {
         let capsules = self
             .inner
             .control
@@ -1070,29 +1098,9 @@ impl AgentSupervisor {
 
     /// Starts the attempt of a granted lease; when the start fails, whatever started is
     /// reaped and the lease released, so a failed launch holds no slot.
-    #[allow(clippy::too_many_arguments)]
-    async fn start_or_release(
-        &self,
-        profile: &AgentProfile,
-        sandbox: Arc<ProjectSandbox>,
-        token: FencingToken,
-        provider: Provider,
-        capsule: Option<squadron_core::capsule::ContinuityCapsule>,
-        prompt: Option<String>,
-        sent_at: u64,
-    ) -> Result<AgentView, AgentError> {
-        match self
-            .start(
-                profile,
-                sandbox.clone(),
-                token,
-                provider,
-                capsule,
-                prompt,
-                sent_at,
-            )
-            .await
-        {
+    async fn start_or_release(&self, g: GrantedAttempt<'_>) -> Result<AgentView, AgentError> {
+        let (profile, sandbox, token) = (g.profile, g.sandbox.clone(), g.token);
+        match self.start(g).await {
             Ok(view) => Ok(view),
             Err(e) => {
                 tracing::warn!(profile = %profile.id, generation = %token.generation, error = %e, "start failed; reaping and releasing");
@@ -1119,17 +1127,16 @@ impl AgentSupervisor {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn start(
-        &self,
-        profile: &AgentProfile,
-        sandbox: Arc<ProjectSandbox>,
-        token: FencingToken,
-        provider: Provider,
-        capsule: Option<squadron_core::capsule::ContinuityCapsule>,
-        prompt: Option<String>,
-        sent_at: u64,
-    ) -> Result<AgentView, AgentError> {
+    async fn start(&self, g: GrantedAttempt<'_>) -> Result<AgentView, AgentError> {
+        let GrantedAttempt {
+            profile,
+            sandbox,
+            token,
+            provider,
+            capsule,
+            prompt,
+            sent_at,
+        } = g;
         let config = &self.inner.config;
         let deadline = sent_at + config.lease_ttl_ms - config.self_fence_margin_ms;
         let roster = self
