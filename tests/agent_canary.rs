@@ -120,38 +120,50 @@ fn wait_file_containing(path: &Path, needle: &str, what: &str) -> String {
     last
 }
 
-#[test]
-fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeovers() {
-    let cluster = Cluster::start(3);
+/// A cluster of `nodes`, a git repository to clone, and a worker that runs the test provider
+/// as both "codex" and "claude" with a short lease TTL (plus `extra` worker flags).
+fn agent_world(nodes: u64, worker_prefix: &str, extra: &[&str]) -> (Cluster, PathBuf, WorkerProc) {
+    let cluster = Cluster::start(nodes);
     cluster.wait_for_leader(Duration::from_secs(30));
-    let urls = cluster.urls();
-    let url = cluster.url(1);
     let dir = cluster.dir.path().to_path_buf();
     let repo = git_repo(&dir);
     let script = dir.join("provider.sh");
     std::fs::write(&script, PROVIDER).expect("provider script");
-
-    let worker_id = unique_worker_id("canary");
+    let mut args = vec![
+        "--provider-script".to_string(),
+        format!("codex={}", script.display()),
+        "--provider-script".into(),
+        format!("claude={}", script.display()),
+        "--agent-lease-ttl-ms".into(),
+        LEASE_TTL_MS.to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
     let worker = WorkerProc::start_with(
         &dir,
-        &worker_id,
-        urls.clone(),
+        &unique_worker_id(worker_prefix),
+        cluster.urls(),
         "process",
-        vec![
-            "--provider-script".into(),
-            format!("codex={}", script.display()),
-            "--provider-script".into(),
-            format!("claude={}", script.display()),
-            "--agent-lease-ttl-ms".into(),
-            LEASE_TTL_MS.to_string(),
-            "--agent-stop-grace-ms".into(),
-            "3000".into(),
-            "--skills".into(),
-            "review".into(),
-            "--mcp-servers".into(),
-            "github".into(),
+        args,
+    );
+    (cluster, repo, worker)
+}
+
+#[test]
+fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeovers() {
+    let (cluster, repo, worker) = agent_world(
+        3,
+        "canary",
+        &[
+            "--agent-stop-grace-ms",
+            "3000",
+            "--skills",
+            "review",
+            "--mcp-servers",
+            "github",
         ],
     );
+    let urls = cluster.urls();
+    let url = cluster.url(1);
     let sandbox = worker
         .data_dir
         .canonicalize()
@@ -562,27 +574,10 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
 /// empty and takes the profile over.
 #[test]
 fn a_provider_whose_worker_dies_fences_itself_and_the_restarted_worker_takes_over() {
-    let cluster = Cluster::start(1);
-    cluster.wait_for_leader(Duration::from_secs(30));
+    let (cluster, repo, mut worker) = agent_world(1, "selffence", &[]);
     let urls = cluster.urls();
     let url = cluster.url(1);
-    let dir = cluster.dir.path().to_path_buf();
-    let repo = git_repo(&dir);
-    let script = dir.join("provider.sh");
-    std::fs::write(&script, PROVIDER).expect("provider script");
-    let worker_id = unique_worker_id("selffence");
-    let mut worker = WorkerProc::start_with(
-        &dir,
-        &worker_id,
-        urls.clone(),
-        "process",
-        vec![
-            "--provider-script".into(),
-            format!("codex={}", script.display()),
-            "--agent-lease-ttl-ms".into(),
-            LEASE_TTL_MS.to_string(),
-        ],
-    );
+    let worker_id = worker.id.clone();
     let r = post(
         &format!("{url}/api/v1/projects"),
         json!({"tenant": "acme", "project": "solo", "max_profiles": 1, "max_active": 1}),
