@@ -1821,7 +1821,11 @@ impl AgentSupervisor {
                 .values()
                 .filter(|m| m.seq > through.max(mailbox.acked_through))
                 .collect();
+            // Delivered but not acknowledged (an earlier ack was lost): acknowledge again.
             let Some(last) = fresh.last().map(|m| m.seq) else {
+                if through > mailbox.acked_through {
+                    self.acknowledge(token, through).await;
+                }
                 continue;
             };
             let mut lines = Vec::new();
@@ -1853,19 +1857,25 @@ impl AgentSupervisor {
                 c.messages_delivered += fresh.len() as u64;
                 c.roster_deltas_delivered += roster;
             }
-            let ack = AckMessages {
-                lease: token.lease,
-                generation: token.generation,
-                through_seq: last,
-            };
-            if let Err(e) = self
-                .inner
-                .control
-                .ack_messages(token.profile, &ack, None)
-                .await
-            {
-                tracing::debug!(profile = %token.profile, error = %e, "mailbox not acknowledged yet");
-            }
+            self.acknowledge(token, last).await;
+        }
+    }
+
+    /// Acknowledges a profile's mailbox through `seq` under its lease; a failure is retried
+    /// by the next tick.
+    async fn acknowledge(&self, token: FencingToken, seq: u64) {
+        let ack = AckMessages {
+            lease: token.lease,
+            generation: token.generation,
+            through_seq: seq,
+        };
+        if let Err(e) = self
+            .inner
+            .control
+            .ack_messages(token.profile, &ack, None)
+            .await
+        {
+            tracing::debug!(profile = %token.profile, error = %e, "mailbox not acknowledged yet");
         }
     }
 }
