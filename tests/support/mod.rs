@@ -533,7 +533,16 @@ impl WorkerProc {
             "/sys/fs/cgroup/memory/squadron",
             "/sys/fs/cgroup/pids/squadron",
         ] {
-            remove_empty_dirs(&Path::new(root).join(&self.id));
+            let dir = Path::new(root).join(&self.id);
+            // A test that failed midway leaves providers running: kill the worker's whole
+            // subtree (cgroup v2) and let it empty before removing it.
+            if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+                let _ = wait_until(Duration::from_secs(5), || {
+                    std::fs::read_to_string(dir.join("cgroup.events"))
+                        .map_or(true, |e| e.contains("populated 0"))
+                });
+            }
+            remove_empty_dirs(&dir);
         }
     }
 }
