@@ -112,6 +112,104 @@ fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
     );
 }
 
+/// A write at a follower is forwarded to the leader exactly once, and what arrives on the
+/// node-to-node route runs where it arrives: a follower that receives a forwarded write
+/// refuses it rather than forwarding it again, and nothing is applied.
+#[test]
+fn a_follower_forwards_a_write_once_and_a_forwarded_write_is_never_forwarded_again() {
+    let cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let (f_url, l_url) = (cluster.url(follower), cluster.url(leader));
+    let counts = || {
+        (
+            metric(&f_url, "squadron_forwards_total"),
+            metric(&f_url, "squadron_forward_requests_total"),
+            metric(&l_url, "squadron_forwards_total"),
+        )
+    };
+    let before = counts();
+    let r = post(
+        &format!("{f_url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "once"}),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let after = counts();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (1, 1, 0),
+        "one forward from the follower in one request, none from the leader"
+    );
+
+    // The peer route on the follower: proposed there or refused, never passed on.
+    let forwarded = |project: &str| {
+        json!({
+            "command": {"create_project": {"tenant": "acme", "project": project}},
+            "idempotency_key": null
+        })
+    };
+    let before = counts();
+    let r = post(&format!("{f_url}/internal/v1/propose"), forwarded("stray")).unwrap();
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(
+        r.body["message"],
+        json!("leadership moved while the request was forwarded; retry")
+    );
+    let r = post(
+        &format!("{f_url}/internal/v1/propose-batch"),
+        json!({"requests": [forwarded("stray"), forwarded("stray2")]}),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    for answer in r.body.as_array().expect("answers") {
+        assert_eq!(answer["error"]["code"], json!("unavailable"), "{answer}");
+    }
+    assert_eq!(counts(), before, "the follower forwarded nothing");
+    for project in ["stray", "stray2"] {
+        let r = http_send(
+            "GET",
+            &format!("{l_url}/api/v1/projects/acme/{project}"),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.status, 404, "{project} was applied: {r:?}");
+    }
+
+    // On the leader the same route proposes.
+    let r = post(&format!("{l_url}/internal/v1/propose"), forwarded("direct")).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body, json!({"ok": "project_created"}));
+    assert_eq!(counts(), before, "the leader forwarded nothing");
+
+    // A membership change takes the same path. Only the leader can commit one, so an answer
+    // through the follower's public route is the relayed leader's (re-adding a voter as a
+    // learner with its own addresses changes nothing); on its peer route the follower refuses.
+    let other = (1..=3)
+        .find(|id| *id != leader && *id != follower)
+        .expect("a third node");
+    let spec = cluster.nodes[&other].spec.clone();
+    let r = post(
+        &format!("{f_url}/api/v1/cluster/learners"),
+        json!({"id": other, "rest": spec.rest, "grpc": spec.grpc}),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "relayed to the leader: {r:?}");
+    assert_eq!(r.body["members"].as_array().map(Vec::len), Some(3), "{r:?}");
+    let r = post(
+        &format!("{f_url}/internal/v1/membership"),
+        json!({"add_learner": {"id": other, "addr": {"rest": spec.rest, "grpc": spec.grpc}}}),
+    )
+    .unwrap();
+    assert_eq!(
+        (r.status, r.body["code"].as_str()),
+        (503, Some("unavailable")),
+        "a follower does not relay a relayed change: {r:?}"
+    );
+    cluster.wait_for_equal_digests(Duration::from_secs(10));
+}
+
 #[test]
 fn kill_the_leader_under_lease_traffic_and_lose_no_acknowledged_write() {
     let mut cluster = Cluster::start(3);

@@ -10,7 +10,8 @@ use squadron_core::scheduler::schedule;
 use squadron_core::Command;
 use tokio::sync::watch;
 
-use crate::node::{now_ms, ControlNode};
+use crate::clock::now_ms;
+use crate::node::ControlNode;
 
 pub fn spawn(
     node: Arc<ControlNode>,
@@ -29,7 +30,7 @@ pub fn spawn(
                 _ = shutdown.changed() => return,
                 _ = sweep.tick() => {
                     if node.is_leader() && node.state.with_state(|s| s.sweep_due(now_ms())) {
-                        if let Err(e) = node.write(Command::Sweep, None, true).await {
+                        if let Err(e) = node.propose_here(Command::Sweep, None).await {
                             tracing::debug!(error = ?e, "sweep not proposed");
                         }
                     }
@@ -40,7 +41,7 @@ pub fn spawn(
                     }
                     let plan = node.state.with_state(|s| schedule(s, now_ms(), ASSIGNMENTS_PER_BATCH_MAX));
                     if !plan.is_empty() {
-                        if let Err(e) = node.write(Command::AssignTasks { assignments: plan }, None, true).await {
+                        if let Err(e) = node.propose_here(Command::AssignTasks { assignments: plan }, None).await {
                             tracing::debug!(error = ?e, "assignments not proposed");
                         }
                     }

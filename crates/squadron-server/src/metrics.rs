@@ -45,27 +45,38 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
     counter(
         "squadron_proposals_total",
         "Commands proposed by this node and applied",
-        c.proposals.load(Ordering::Relaxed),
+        node.writes.stats().proposals.load(Ordering::Relaxed),
     );
     counter(
         "squadron_proposals_rejected_total",
         "Applied commands answered with a rejection",
-        c.proposals_rejected.load(Ordering::Relaxed),
+        node.writes
+            .stats()
+            .proposals_rejected
+            .load(Ordering::Relaxed),
     );
     counter(
         "squadron_forward_requests_total",
         "Requests that carried this node's forwarded writes to the leader (a batch is one)",
-        node.forwarder.requests(),
+        node.writes.forwarder().requests(),
     );
     counter(
         "squadron_proposal_entries_total",
         "Raft entries this node proposed (a batch is one)",
-        node.batcher.stats().entries.load(Ordering::Relaxed),
+        node.writes
+            .batcher()
+            .stats()
+            .entries
+            .load(Ordering::Relaxed),
     );
     counter(
         "squadron_proposal_commands_total",
         "Writes those entries carried; divided by the entries, the batch size",
-        node.batcher.stats().commands.load(Ordering::Relaxed),
+        node.writes
+            .batcher()
+            .stats()
+            .commands
+            .load(Ordering::Relaxed),
     );
     counter(
         "squadron_read_index_rounds_total",
@@ -87,7 +98,7 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
     counter(
         "squadron_forwards_total",
         "Writes forwarded to the leader",
-        c.forwards.load(Ordering::Relaxed),
+        node.writes.stats().forwards.load(Ordering::Relaxed),
     );
     counter(
         "squadron_reads_linearizable_total",

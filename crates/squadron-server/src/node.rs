@@ -1,40 +1,28 @@
 //! A running control node: its Raft handle, its view of the state, and the two operations every
-//! API is built on — `write` (propose through the leader) and `read_barrier` (linearizable
-//! reads through ReadIndex on the leader).
+//! API is built on — `write` (propose through the leader; `write_path/`) and `read_barrier`
+//! (linearizable reads through ReadIndex on the leader).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Response};
-
-use crate::proposal_batcher::ProposeFailure;
-use crate::read_index_rounds::ReadIndexRounds;
 use squadron_raft::RaftNode;
 use squadron_store::{NodeAddr, NodeId, StateReader};
 
 use crate::config::NodeConfig;
 use crate::error::ApiError;
+use crate::peer::wire::{MembershipChange, MembershipReply};
+use crate::peer::{PeerClient, PeerError};
+use crate::raft_view;
+use crate::read_index_rounds::ReadIndexRounds;
+use crate::write_path::{MembershipError, WriteError, WritePath};
 
-/// Header that marks a request already forwarded once; it is never forwarded again.
-pub const FORWARDED_HEADER: &str = "x-squadron-forwarded";
 /// Header carrying a client's idempotency key.
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
-
-/// What a follower sends the leader to propose on its behalf. The leader stamps the time.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProposeRequest {
-    pub command: Command,
-    pub idempotency_key: Option<IdempotencyKey>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ReadIndexReply {
-    pub index: Option<u64>,
-}
 
 /// Read consistency a caller asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -47,15 +35,11 @@ pub enum Consistency {
     Stale,
 }
 
-/// Counters exported on `/metrics`.
+/// Counters exported on `/metrics` (the write path keeps its own, `WriteStats`).
 #[derive(Debug, Default)]
 pub struct Counters {
-    pub proposals: AtomicU64,
-    pub proposals_rejected: AtomicU64,
-    pub forwards: AtomicU64,
     pub linearizable_reads: AtomicU64,
     pub stale_reads: AtomicU64,
-    pub http_requests: AtomicU64,
     /// MCP checks answered 403 / PERMISSION_DENIED, per project.
     pub mcp_denials: crate::mcp_denials::McpDenials,
 }
@@ -73,14 +57,12 @@ pub struct ControlNode {
     pub counters: Counters,
     /// Synced log appends and the entries they carried (group commit).
     pub append_stats: Arc<squadron_store::AppendStats>,
-    /// Writes proposed on this node share Raft entries (`Command::Batch`).
-    pub batcher: crate::proposal_batcher::ProposalBatcher,
+    /// Proposals, forwards to the leader and membership changes.
+    pub writes: WritePath,
     /// Read-index rounds on the leader (its own reads and followers' requests share them).
     pub leader_reads: ReadIndexRounds,
     /// Read-index requests to the leader, shared by this follower's concurrent reads.
     pub follower_reads: ReadIndexRounds,
-    /// A follower's writes to the leader, sent in shared requests.
-    pub forwarder: crate::forward_batcher::ForwardBatcher,
 }
 
 impl std::fmt::Debug for ControlNode {
@@ -92,13 +74,6 @@ impl std::fmt::Debug for ControlNode {
     }
 }
 
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 impl ControlNode {
     pub fn new(
         config: NodeConfig,
@@ -107,12 +82,8 @@ impl ControlNode {
         append_stats: Arc<squadron_store::AppendStats>,
     ) -> Arc<Self> {
         let timeout = Duration::from_millis(config.server.request_timeout_ms);
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(Duration::from_millis(1_000))
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
-        let batcher = crate::proposal_batcher::ProposalBatcher::start(raft.clone());
+        // The one client of every call to another node.
+        let peer = PeerClient::new(timeout);
         let leader_reads = {
             let (raft, id) = (raft.clone(), config.node_id);
             ReadIndexRounds::new(Arc::new(move || {
@@ -125,21 +96,23 @@ impl ControlNode {
             }))
         };
         let follower_reads = {
-            let (raft, http) = (raft.clone(), http.clone());
+            let (raft, peer) = (raft.clone(), peer.clone());
             ReadIndexRounds::new(Arc::new(move || {
-                let (raft, http) = (raft.clone(), http.clone());
-                Box::pin(async move { remote_read_index(&raft, &http).await })
+                let (raft, peer) = (raft.clone(), peer.clone());
+                Box::pin(async move { remote_read_index(&raft, &peer).await })
             }))
         };
-        let forwarder = crate::forward_batcher::ForwardBatcher::start(
-            http.clone(),
+        let writes = WritePath::start(
+            config.node_id,
+            raft.clone(),
+            peer,
+            timeout,
             config.server.body_bytes_max,
         );
         Arc::new(Self {
             id: config.node_id,
             config,
-            forwarder,
-            batcher,
+            writes,
             leader_reads,
             follower_reads,
             raft,
@@ -155,18 +128,11 @@ impl ControlNode {
 
     /// The leader as this node knows it, with its addresses.
     pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
-        let metrics = self.raft.metrics().borrow().clone();
-        let leader = metrics.current_leader?;
-        let node = metrics
-            .membership_config
-            .membership()
-            .get_node(&leader)
-            .cloned()?;
-        Some((leader, node))
+        raft_view::leader(&self.raft)
     }
 
     pub fn is_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader == Some(self.id)
+        raft_view::is_leader(&self.raft, self.id)
     }
 
     /// Proposes a command and answers with what applying it answered. On a follower the command
@@ -175,83 +141,26 @@ impl ControlNode {
         &self,
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
-        forwarded: bool,
-    ) -> Result<Response, ApiError> {
-        // A follower that knows the leader sends the write there at once rather than
-        // learning it from a refused proposal.
-        if !forwarded && !self.is_leader() {
-            if let Some((_, leader)) = self.leader() {
-                return self
-                    .forward_write(
-                        &leader,
-                        ProposeRequest {
-                            command,
-                            idempotency_key,
-                        },
-                    )
-                    .await;
-            }
-        }
-        let result = tokio::time::timeout(
-            self.timeout(),
-            self.batcher
-                .propose(idempotency_key.clone(), command.clone()),
-        )
-        .await;
-        let result =
-            match result {
-                Ok(r) => r,
-                // The entry may still commit: the outcome is unknown, so the caller must not retry
-                // a compare-and-swap blindly.
-                Err(_) => return Err(ApiError::unavailable(
-                    "timed out waiting for the write to commit; its outcome is unknown — retry \
-                     only with the same Idempotency-Key",
-                )),
-            };
-        match result {
-            Ok(response) => {
-                self.counters.proposals.fetch_add(1, Ordering::Relaxed);
-                if !response.is_ok() {
-                    self.counters
-                        .proposals_rejected
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(response)
-            }
-            Err(ProposeFailure::NotLeader(leader_node)) => {
-                if forwarded {
-                    return Err(ApiError::unavailable(
-                        "leadership moved while the request was forwarded; retry",
-                    ));
-                }
-                let Some(leader) = leader_node else {
-                    return Err(ApiError::unavailable("no leader is known; retry shortly"));
-                };
-                self.forward_write(
-                    &leader,
-                    ProposeRequest {
-                        command,
-                        idempotency_key,
-                    },
-                )
-                .await
-            }
-            Err(ProposeFailure::Overloaded) => Err(ApiError::unavailable(
-                "this node has too many writes waiting; retry shortly (nothing was proposed)",
-            )),
-            Err(ProposeFailure::Raft(e)) => Err(ApiError::unavailable(format!(
-                "raft: {e}; the outcome is unknown — retry only with the same Idempotency-Key"
-            ))),
-        }
+    ) -> Result<Response, WriteError> {
+        self.writes.write(command, idempotency_key).await
     }
 
-    async fn forward_write(
+    /// Proposes on this node only (the leader): a forwarded write, the leader's own loops and
+    /// the leader-only gRPC services. On a follower it answers `WriteError::NotLeader`.
+    pub async fn propose_here(
         &self,
-        leader: &NodeAddr,
-        request: ProposeRequest,
-    ) -> Result<Response, ApiError> {
-        self.counters.forwards.fetch_add(1, Ordering::Relaxed);
-        self.forwarder.forward(leader.clone(), request).await
+        command: Command,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<Response, WriteError> {
+        self.writes.propose_here(command, idempotency_key).await
+    }
+
+    /// Runs a membership change on the leader, relaying it there once from a follower.
+    pub async fn change_membership(
+        &self,
+        change: MembershipChange,
+    ) -> Result<MembershipReply, MembershipError> {
+        self.writes.change_membership(change).await
     }
 
     /// Makes the next local read linearizable: the leader confirms its leadership with a quorum
@@ -295,13 +204,7 @@ impl ControlNode {
 
     /// Members of the current configuration, voters and learners.
     pub fn members(&self) -> BTreeMap<NodeId, (NodeAddr, bool)> {
-        let metrics = self.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership();
-        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
-        membership
-            .nodes()
-            .map(|(id, node)| (*id, (node.clone(), voters.contains(id))))
-            .collect()
+        raft_view::members(&self.raft)
     }
 }
 
@@ -339,32 +242,17 @@ async fn leader_read_index(
 }
 
 /// On a follower: one read-index request to the leader.
-async fn remote_read_index(raft: &RaftNode, http: &reqwest::Client) -> Result<Option<u64>, String> {
-    let leader = {
-        let metrics = raft.metrics().borrow().clone();
-        metrics
-            .current_leader
-            .and_then(|l| metrics.membership_config.membership().get_node(&l).cloned())
-    };
-    let Some(leader) = leader else {
+async fn remote_read_index(raft: &RaftNode, peer: &PeerClient) -> Result<Option<u64>, String> {
+    let Some((_, leader)) = raft_view::leader(raft) else {
         return Err("no leader is known; retry shortly".into());
     };
-    let url = format!("http://{}/internal/v1/read-index", leader.rest);
-    let reply = http
-        .get(&url)
-        .header(FORWARDED_HEADER, "1")
-        .send()
-        .await
-        .map_err(|e| format!("read index from leader: {e}"))?;
-    if !reply.status().is_success() {
-        return Err(format!(
-            "the leader refused a read index ({})",
-            reply.status()
-        ));
-    }
-    reply
-        .json::<ReadIndexReply>()
-        .await
-        .map(|r| r.index)
-        .map_err(|e| format!("read index reply: {e}"))
+    peer.read_index(&leader).await.map_err(|e| match e {
+        PeerError::Unreachable(e) | PeerError::NoAnswer(e) => {
+            format!("read index from leader: {e}")
+        }
+        PeerError::Refused { status, .. } => {
+            format!("the leader refused a read index ({status})")
+        }
+        PeerError::BrokeOff(e) | PeerError::Unreadable(e) => format!("read index reply: {e}"),
+    })
 }

@@ -16,6 +16,7 @@ use tonic::{Code, Status};
 
 use crate::error::ApiError;
 use crate::node::{ControlNode, IDEMPOTENCY_HEADER};
+use crate::write_path::WriteError;
 
 /// Metadata key naming the leader's gRPC address on a follower's refusal.
 pub const LEADER_METADATA: &str = "x-squadron-leader";
@@ -40,6 +41,12 @@ impl From<ApiError> for Status {
     }
 }
 
+impl From<WriteError> for Status {
+    fn from(e: WriteError) -> Self {
+        ApiError::from(e).into()
+    }
+}
+
 pub fn invalid(e: ValidationError) -> Status {
     ApiError::from(e).into()
 }
@@ -49,6 +56,11 @@ pub fn require_leader(node: &ControlNode) -> Result<(), Status> {
     if node.is_leader() {
         return Ok(());
     }
+    Err(not_leader(node))
+}
+
+/// A follower's refusal, naming the leader so the client reconnects there.
+fn not_leader(node: &ControlNode) -> Status {
     let mut s = status(
         ErrorCode::Unavailable,
         "this node is not the leader; reconnect to the address in x-squadron-leader",
@@ -61,7 +73,7 @@ pub fn require_leader(node: &ControlNode) -> Result<(), Status> {
             s.metadata_mut().insert("x-squadron-leader-id", v);
         }
     }
-    Err(s)
+    s
 }
 
 fn key_of<T>(request: &tonic::Request<T>) -> Result<Option<IdempotencyKey>, Status> {
@@ -76,14 +88,19 @@ fn key_of<T>(request: &tonic::Request<T>) -> Result<Option<IdempotencyKey>, Stat
     }
 }
 
-/// Proposes on the leader and maps the answer to gRPC.
+/// Proposes on the leader and maps the answer to gRPC. A leader deposed meanwhile refuses
+/// like any follower, naming the new leader.
 pub async fn propose(
     node: &ControlNode,
     key: Option<IdempotencyKey>,
     command: Command,
 ) -> Result<Outcome, Status> {
     require_leader(node)?;
-    match node.write(command, key, true).await? {
+    let answer = node.propose_here(command, key).await.map_err(|e| match e {
+        WriteError::NotLeader { .. } => not_leader(node),
+        e => e.into(),
+    })?;
+    match answer {
         Response::Ok(o) => Ok(o),
         Response::Rejected(r) => Err(ApiError::from(r).into()),
     }

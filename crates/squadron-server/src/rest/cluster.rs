@@ -1,19 +1,17 @@
-//! Cluster status and membership, and the internal endpoints followers use on the leader.
-
-use std::collections::BTreeSet;
+//! Cluster status and membership. A membership change runs on the leader; a follower relays
+//! it there through the peer protocol (`ControlNode::change_membership`).
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::routing::{delete, get, post};
 use axum::Json;
-use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
-use openraft::{ChangeMembers, ServerState};
+use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use squadron_store::{NodeAddr, NodeId};
 
 use super::{AppState, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
-use crate::node::{Consistency, ControlNode, ProposeRequest, ReadIndexReply, FORWARDED_HEADER};
+use crate::node::{Consistency, ControlNode};
+use crate::peer::wire::{MembershipChange, MembershipReply};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -145,236 +143,52 @@ pub struct MembershipChanged {
     pub members: Vec<MemberView>,
 }
 
-type WriteError = RaftError<NodeId, ClientWriteError<NodeId, NodeAddr>>;
-
-/// Attempts of a membership change refused because another one is still committing.
-pub const MEMBERSHIP_RETRIES_MAX: u32 = 50;
-/// Pause between those attempts.
-pub const MEMBERSHIP_RETRY_DELAY_MS: u64 = 100;
-
-/// Runs a membership change on the leader, forwarding the HTTP request once if this node is not.
-async fn on_leader<F, Fut>(
+/// Runs the change on the leader (relayed there from a follower) and answers with the
+/// leader's view of the members after it.
+async fn change(
     node: &ControlNode,
-    headers: &HeaderMap,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<serde_json::Value>,
-    change: F,
-) -> Result<Json<MembershipChanged>, ApiError>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<
-        Output = Result<
-            openraft::raft::ClientWriteResponse<squadron_store::TypeConfig>,
-            WriteError,
-        >,
-    >,
-{
-    // A membership change is joint consensus in two steps; while the previous change's second
-    // step commits, openraft refuses a new one as "in progress". That refusal means nothing was
-    // applied, so waiting briefly and trying again is safe.
-    let mut result = change().await;
-    for _ in 0..MEMBERSHIP_RETRIES_MAX {
-        match &result {
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
-                ChangeMembershipError::InProgress(_),
-            ))) => {
-                tokio::time::sleep(std::time::Duration::from_millis(MEMBERSHIP_RETRY_DELAY_MS))
-                    .await;
-                result = change().await;
-            }
-            _ => break,
-        }
-    }
-    match result {
-        Ok(reply) => Ok(Json(MembershipChanged {
-            log_index: reply.log_id.index,
-            members: local_status(node).members,
-        })),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(fwd)))
-            if !headers.contains_key(FORWARDED_HEADER) =>
-        {
-            let leader = fwd
-                .leader_node
-                .ok_or_else(|| ApiError::unavailable("no leader is known; retry shortly"))?;
-            let client = reqwest::Client::new();
-            let mut req = client
-                .request(method, format!("http://{}{path}", leader.rest))
-                .header(FORWARDED_HEADER, "1");
-            if let Some(body) = body {
-                req = req.json(&body);
-            }
-            let reply = req
-                .send()
-                .await
-                .map_err(|e| ApiError::unavailable(format!("forwarding to the leader: {e}")))?;
-            if reply.status().is_success() {
-                reply
-                    .json()
-                    .await
-                    .map(Json)
-                    .map_err(|e| ApiError::internal(format!("leader reply: {e}")))
-            } else {
-                let body = reply
-                    .json::<crate::error::ErrorBody>()
-                    .await
-                    .map_err(|e| ApiError::internal(format!("leader reply: {e}")))?;
-                Err(ApiError { body })
-            }
-        }
-        Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => Err(ApiError::new(
-            squadron_core::error_code::ErrorCode::FailedPrecondition,
-            e.to_string(),
-        )),
-        Err(e) => Err(ApiError::unavailable(e.to_string())),
-    }
+    change: MembershipChange,
+) -> Result<Json<MembershipChanged>, ApiError> {
+    let reply: MembershipReply = node.change_membership(change).await?;
+    Ok(Json(MembershipChanged {
+        log_index: reply.log_index,
+        members: reply
+            .members
+            .into_iter()
+            .map(|m| MemberView {
+                id: m.id,
+                rest: m.addr.rest,
+                grpc: m.addr.grpc,
+                voter: m.voter,
+            })
+            .collect(),
+    }))
 }
 
 async fn add_learner(
     State(node): State<AppState>,
-    headers: HeaderMap,
     JsonBody(body): JsonBody<AddLearner>,
 ) -> Result<Json<MembershipChanged>, ApiError> {
-    if body.id == 0 {
-        return Err(ApiError::invalid("id", "must be a positive integer"));
-    }
-    for (field, addr) in [("rest", &body.rest), ("grpc", &body.grpc)] {
-        if !addr.contains(':') || addr.len() > 256 {
-            return Err(ApiError::invalid(
-                field,
-                format!("must be host:port, got {addr:?}"),
-            ));
-        }
-    }
     let addr = NodeAddr {
-        rest: body.rest.clone(),
-        grpc: body.grpc.clone(),
+        rest: body.rest,
+        grpc: body.grpc,
     };
-    let json = serde_json::to_value(&body).ok();
-    on_leader(
-        &node,
-        &headers,
-        reqwest::Method::POST,
-        "/api/v1/cluster/learners",
-        json,
-        || node.raft.add_learner(body.id, addr.clone(), true),
-    )
-    .await
+    change(&node, MembershipChange::AddLearner { id: body.id, addr }).await
 }
 
 async fn promote(
     State(node): State<AppState>,
-    headers: HeaderMap,
     JsonBody(body): JsonBody<PromoteVoter>,
 ) -> Result<Json<MembershipChanged>, ApiError> {
-    if !node.members().contains_key(&body.id) && node.is_leader() {
-        return Err(ApiError::not_found(format!(
-            "node {} is not a learner of this cluster; add it first",
-            body.id
-        )));
-    }
-    let json = serde_json::to_value(&body).ok();
-    let ids = BTreeSet::from([body.id]);
-    on_leader(
-        &node,
-        &headers,
-        reqwest::Method::POST,
-        "/api/v1/cluster/voters",
-        json,
-        || {
-            node.raft
-                .change_membership(ChangeMembers::AddVoterIds(ids.clone()), false)
-        },
-    )
-    .await
+    change(&node, MembershipChange::PromoteVoter { id: body.id }).await
 }
 
 async fn remove(
     State(node): State<AppState>,
-    headers: HeaderMap,
     Path(raw): Path<String>,
 ) -> Result<Json<MembershipChanged>, ApiError> {
     let id: NodeId = raw
         .parse()
         .map_err(|_| ApiError::invalid("id", format!("must be a node id, got {raw:?}")))?;
-    let members = node.members();
-    let Some((_, voter)) = members.get(&id) else {
-        return Err(ApiError::not_found(format!("node {id} is not a member")));
-    };
-    let ids = BTreeSet::from([id]);
-    let change = if *voter {
-        ChangeMembers::RemoveVoters(ids)
-    } else {
-        ChangeMembers::RemoveNodes(ids)
-    };
-    let path = format!("/api/v1/cluster/members/{id}");
-    on_leader(
-        &node,
-        &headers,
-        reqwest::Method::DELETE,
-        &path,
-        None,
-        || node.raft.change_membership(change.clone(), false),
-    )
-    .await
-}
-
-/// Followers forward writes here; the leader stamps the time and proposes.
-pub async fn internal_propose(
-    State(node): State<AppState>,
-    JsonBody(req): JsonBody<ProposeRequest>,
-) -> Result<Json<squadron_core::Response>, ApiError> {
-    node.write(req.command, req.idempotency_key, true)
-        .await
-        .map(Json)
-}
-
-/// Most writes one forwarded batch may carry.
-pub const PROPOSE_BATCH_WRITES_MAX: usize = crate::forward_batcher::FORWARD_BATCH_WRITES_MAX;
-
-/// Followers forward writes here in batches; each is proposed as if it had come alone (and
-/// the proposal batcher shares entries among them). Answers come in request order.
-pub async fn internal_propose_batch(
-    State(node): State<AppState>,
-    JsonBody(req): JsonBody<crate::forward_batcher::ProposeBatch>,
-) -> Result<Json<Vec<crate::forward_batcher::ForwardAnswer>>, ApiError> {
-    use crate::forward_batcher::ForwardAnswer;
-    if req.requests.len() > PROPOSE_BATCH_WRITES_MAX {
-        return Err(ApiError::invalid(
-            "requests",
-            format!(
-                "at most {PROPOSE_BATCH_WRITES_MAX} writes per batch, got {}",
-                req.requests.len()
-            ),
-        ));
-    }
-    let answers = futures_util::future::join_all(
-        req.requests
-            .into_iter()
-            .map(|r| node.write(r.command, r.idempotency_key, true)),
-    )
-    .await;
-    Ok(Json(
-        answers
-            .into_iter()
-            .map(|a| match a {
-                Ok(r) => ForwardAnswer::Ok(r),
-                Err(e) => ForwardAnswer::Error(e.body),
-            })
-            .collect(),
-    ))
-}
-
-/// Followers ask here for the index a linearizable read must wait for.
-pub async fn internal_read_index(
-    State(node): State<AppState>,
-) -> Result<Json<ReadIndexReply>, ApiError> {
-    let index = node.read_index().await?;
-    // The follower waits until it has applied `index`, and learns the commit point from the
-    // next AppendEntries: send it now rather than at the next heartbeat tick (up to
-    // `heartbeat_interval_ms` later), so a follower read costs a round trip, not a tick.
-    if let Err(e) = node.raft.trigger().heartbeat().await {
-        tracing::debug!(error = %e, "heartbeat after a read index not sent");
-    }
-    Ok(Json(ReadIndexReply { index }))
+    change(&node, MembershipChange::Remove { id }).await
 }

@@ -23,7 +23,7 @@ use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response};
 
 use crate::error::ApiError;
-use crate::node::{Consistency, ControlNode, FORWARDED_HEADER, IDEMPOTENCY_HEADER};
+use crate::node::{Consistency, ControlNode, IDEMPOTENCY_HEADER};
 
 pub use extract::{parse_id, ConsistencyQuery, JsonBody, QueryParams};
 
@@ -103,15 +103,6 @@ pub fn router(node: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::render))
         .route("/", get(|| async { Html(crate::dashboard::PAGE) }))
-        .route(
-            "/internal/v1/propose",
-            axum::routing::post(cluster::internal_propose),
-        )
-        .route(
-            "/internal/v1/propose-batch",
-            axum::routing::post(cluster::internal_propose_batch),
-        )
-        .route("/internal/v1/read-index", get(cluster::internal_read_index))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(node)
@@ -148,8 +139,7 @@ pub async fn write(
     command: Command,
 ) -> Result<Json<Outcome>, ApiError> {
     let key = idempotency_key(headers)?;
-    let forwarded = headers.contains_key(FORWARDED_HEADER);
-    match node.write(command, key, forwarded).await? {
+    match node.write(command, key).await? {
         Response::Ok(outcome) => Ok(Json(outcome)),
         Response::Rejected(r) => Err(r.into()),
     }

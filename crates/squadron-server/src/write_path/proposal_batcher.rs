@@ -9,7 +9,7 @@
 //!
 //! Each command of a batch is applied exactly as a single entry would be (its own idempotency
 //! key, the batch's leader-stamped time), so batching changes no answer. A write that meets a
-//! follower comes back as `NotLeader` and is forwarded by the caller, as before.
+//! follower comes back as `WriteError::NotLeader`; forwarding it is the write path's decision.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -23,7 +23,8 @@ use squadron_raft::RaftNode;
 use squadron_store::NodeAddr;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::batch_loop::{run_batches, BatchLimits};
+use super::batch_loop::{run_batches, BatchLimits};
+use super::WriteError;
 
 /// Raft entries of this node being committed at once. Small, so that writes queue (and
 /// batch) behind a few entries rather than each becoming its own.
@@ -32,17 +33,6 @@ pub const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
 pub const PROPOSAL_QUEUE_MAX: usize = 16_384;
 /// Encoded bytes of one batch entry (the core's entry limit is 4 MiB, the log's 16 MiB).
 pub const BATCH_BYTES_MAX: usize = 2 * 1024 * 1024;
-
-/// Why a write did not get an answer from the state machine.
-#[derive(Debug, Clone)]
-pub enum ProposeFailure {
-    /// This node is not the leader; the leader's addresses when known.
-    NotLeader(Option<NodeAddr>),
-    /// The queue is full.
-    Overloaded,
-    /// Raft failed (shutting down, storage error); the outcome is unknown.
-    Raft(String),
-}
 
 /// Counters of `/metrics`.
 #[derive(Debug, Default)]
@@ -57,7 +47,7 @@ struct Pending {
     key: Option<IdempotencyKey>,
     command: Command,
     bytes: usize,
-    reply: oneshot::Sender<Result<Response, ProposeFailure>>,
+    reply: oneshot::Sender<Result<Response, WriteError>>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,7 +74,7 @@ impl ProposalBatcher {
         &self,
         key: Option<IdempotencyKey>,
         command: Command,
-    ) -> Result<Response, ProposeFailure> {
+    ) -> Result<Response, WriteError> {
         let (reply, answer) = oneshot::channel();
         let bytes = command_encoded_len(&command);
         let pending = Pending {
@@ -94,11 +84,11 @@ impl ProposalBatcher {
             reply,
         };
         if self.tx.try_send(pending).is_err() {
-            return Err(ProposeFailure::Overloaded);
+            return Err(WriteError::Overloaded);
         }
         answer
             .await
-            .unwrap_or_else(|_| Err(ProposeFailure::Raft("the batcher stopped".into())))
+            .unwrap_or_else(|_| Err(WriteError::Raft("the batcher stopped".into())))
     }
 }
 
@@ -126,7 +116,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
         stats.entries.fetch_add(1, Ordering::Relaxed);
         stats.commands.fetch_add(n as u64, Ordering::Relaxed);
     };
-    let at_ms = crate::node::now_ms();
+    let at_ms = crate::clock::now_ms();
     if batch.len() == 1 {
         let Some(p) = batch.pop() else { return };
         let envelope = CommandEnvelope {
@@ -170,7 +160,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
                 // entry is committed, so the outcome of each write is unknown to its caller.
                 tracing::error!(answer = ?other, "a batch was answered with something else");
                 for reply in replies {
-                    let _ = reply.send(Err(ProposeFailure::Raft(
+                    let _ = reply.send(Err(WriteError::Raft(
                         "the batch's answer was malformed; the outcome is unknown".into(),
                     )));
                 }
@@ -185,11 +175,11 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
     }
 }
 
-fn failure(e: RaftError<u64, ClientWriteError<u64, NodeAddr>>) -> ProposeFailure {
+fn failure(e: RaftError<u64, ClientWriteError<u64, NodeAddr>>) -> WriteError {
     match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-            ProposeFailure::NotLeader(f.leader_node)
-        }
-        other => ProposeFailure::Raft(other.to_string()),
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => WriteError::NotLeader {
+            leader: f.leader_node,
+        },
+        other => WriteError::Raft(other.to_string()),
     }
 }

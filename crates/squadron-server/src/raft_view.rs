@@ -1,0 +1,34 @@
+//! What this node's Raft knows about the cluster right now: the leader and the members, read
+//! from openraft's metrics. Both the write path and the read path need the leader's addresses.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use squadron_raft::RaftNode;
+use squadron_store::{NodeAddr, NodeId};
+
+/// The leader as this node knows it, with its addresses.
+pub fn leader(raft: &RaftNode) -> Option<(NodeId, NodeAddr)> {
+    let metrics = raft.metrics().borrow().clone();
+    let leader = metrics.current_leader?;
+    let node = metrics
+        .membership_config
+        .membership()
+        .get_node(&leader)
+        .cloned()?;
+    Some((leader, node))
+}
+
+pub fn is_leader(raft: &RaftNode, id: NodeId) -> bool {
+    raft.metrics().borrow().current_leader == Some(id)
+}
+
+/// Members of the current configuration: addresses, and whether each is a voter.
+pub fn members(raft: &RaftNode) -> BTreeMap<NodeId, (NodeAddr, bool)> {
+    let metrics = raft.metrics().borrow().clone();
+    let membership = metrics.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| (*id, (node.clone(), voters.contains(id))))
+        .collect()
+}

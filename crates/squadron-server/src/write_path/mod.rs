@@ -1,0 +1,167 @@
+//! The write path: every state change a node makes goes through here.
+//!
+//! - [`WritePath::propose_here`] proposes on this node, through the proposal batcher. Only a
+//!   leader can; on a follower it answers [`WriteError::NotLeader`]. It is what a write
+//!   forwarded by a follower runs on the leader, so a forwarded write is never forwarded
+//!   again, and what the leader's own loops and the leader-only gRPC services run.
+//! - [`WritePath::write`] is what the API edges call: on the leader `propose_here`; on a
+//!   follower, or when `propose_here` learns that this node is not the leader, it forwards
+//!   once to the leader (through the forward batcher) and answers with the leader's answer.
+//! - [`WritePath::change_membership`] (`membership.rs`) is the same shape for Raft's
+//!   membership changes, which are not commands of the state machine.
+//!
+//! Below it: `proposal_batcher.rs` and `forward_batcher.rs` (sharing `batch_loop.rs`) and the
+//! peer client. Nothing here knows HTTP routes or the public API; `error.rs` says how each
+//! failure maps to the error table.
+
+mod batch_loop;
+mod error;
+pub mod forward_batcher;
+mod membership;
+pub mod proposal_batcher;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use squadron_core::ids::IdempotencyKey;
+use squadron_core::{Command, Response};
+use squadron_raft::RaftNode;
+use squadron_store::{NodeAddr, NodeId};
+
+pub use error::{MembershipError, WriteError};
+pub use forward_batcher::ForwardBatcher;
+pub use proposal_batcher::ProposalBatcher;
+
+use crate::peer::wire::ProposeRequest;
+use crate::peer::PeerClient;
+use crate::raft_view;
+
+/// Counters of `/metrics`.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    /// Commands proposed by this node and applied.
+    pub proposals: AtomicU64,
+    /// Of those, the ones applied as a rejection.
+    pub proposals_rejected: AtomicU64,
+    /// Writes this node forwarded to the leader.
+    pub forwards: AtomicU64,
+}
+
+pub struct WritePath {
+    id: NodeId,
+    raft: RaftNode,
+    /// How long a proposal may wait for its entry to commit.
+    timeout: Duration,
+    peer: PeerClient,
+    /// Writes proposed on this node share Raft entries (`Command::Batch`).
+    batcher: ProposalBatcher,
+    /// A follower's writes to the leader, sent in shared requests.
+    forwarder: ForwardBatcher,
+    stats: WriteStats,
+}
+
+impl std::fmt::Debug for WritePath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WritePath")
+            .field("id", &self.id)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WritePath {
+    /// Starts the proposal and forward batchers on the current runtime. `body_bytes_max` is
+    /// the request body limit of every node (a forwarded batch stays under half of it).
+    pub fn start(
+        id: NodeId,
+        raft: RaftNode,
+        peer: PeerClient,
+        timeout: Duration,
+        body_bytes_max: usize,
+    ) -> WritePath {
+        WritePath {
+            id,
+            batcher: ProposalBatcher::start(raft.clone()),
+            forwarder: ForwardBatcher::start(peer.clone(), body_bytes_max),
+            raft,
+            timeout,
+            peer,
+            stats: WriteStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> &WriteStats {
+        &self.stats
+    }
+
+    pub fn batcher(&self) -> &ProposalBatcher {
+        &self.batcher
+    }
+
+    pub fn forwarder(&self) -> &ForwardBatcher {
+        &self.forwarder
+    }
+
+    /// Proposes on this node and answers with what applying the command answered. Never
+    /// forwards: on a follower it answers `NotLeader` with the leader's addresses.
+    pub async fn propose_here(
+        &self,
+        command: Command,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<Response, WriteError> {
+        // On a timeout the entry may still commit: the outcome is unknown, so the caller must
+        // not retry a compare-and-swap blindly.
+        let response =
+            tokio::time::timeout(self.timeout, self.batcher.propose(idempotency_key, command))
+                .await
+                .map_err(|_| WriteError::TimedOut)??;
+        self.stats.proposals.fetch_add(1, Ordering::Relaxed);
+        if !response.is_ok() {
+            self.stats
+                .proposals_rejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(response)
+    }
+
+    /// Proposes a command through the leader and answers with what applying it answered. On
+    /// a follower the command is forwarded to the leader once; the caller sees the result,
+    /// never "not leader".
+    pub async fn write(
+        &self,
+        command: Command,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<Response, WriteError> {
+        // A follower that knows the leader sends the write there at once rather than
+        // learning it from a refused proposal.
+        if !raft_view::is_leader(&self.raft, self.id) {
+            if let Some((_, leader)) = raft_view::leader(&self.raft) {
+                return self.forward(leader, command, idempotency_key).await;
+            }
+        }
+        match self
+            .propose_here(command.clone(), idempotency_key.clone())
+            .await
+        {
+            Err(WriteError::NotLeader {
+                leader: Some(leader),
+            }) => self.forward(leader, command, idempotency_key).await,
+            Err(WriteError::NotLeader { leader: None }) => Err(WriteError::NoLeader),
+            answer => answer,
+        }
+    }
+
+    async fn forward(
+        &self,
+        leader: NodeAddr,
+        command: Command,
+        idempotency_key: Option<IdempotencyKey>,
+    ) -> Result<Response, WriteError> {
+        self.stats.forwards.fetch_add(1, Ordering::Relaxed);
+        let request = ProposeRequest {
+            command,
+            idempotency_key,
+        };
+        self.forwarder.forward(leader, request).await
+    }
+}
