@@ -1,141 +1,220 @@
-//! `/metrics` in the Prometheus text format.
+//! `/metrics` in the OpenMetrics text format, encoded by `prometheus-client`: it escapes label
+//! values and names each counter's sample `…_total`. The values stay where they are counted
+//! (the write path, the read-index rounds, the log store, the replicated state); a collector
+//! reads them at each scrape.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
+use std::fmt;
 use std::sync::atomic::Ordering;
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{text, DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
+use crate::node::ControlNode;
 use crate::rest::AppState;
 
-pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
+/// The content type of an OpenMetrics text exposition.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+pub async fn render(State(node): State<AppState>) -> Response {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(NodeMetrics(node)));
+    match exposition(&registry) {
+        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn exposition(registry: &Registry) -> Result<String, fmt::Error> {
     let mut out = String::new();
+    text::encode(&mut out, registry)?;
+    Ok(out)
+}
+
+/// One node's metrics, read when scraped.
+#[derive(Debug)]
+struct NodeMetrics(AppState);
+
+impl Collector for NodeMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let node = &self.0;
+        raft(node, &mut encoder)?;
+        writes(node, &mut encoder)?;
+        reads(node, &mut encoder)?;
+        node.state.with_state(StateGauges::of).encode(&mut encoder)
+    }
+}
+
+fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    let gauge = ConstGauge::new(value);
+    gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+}
+
+/// `name` without the `_total` the encoder appends to the sample.
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    let counter = ConstCounter::new(value);
+    counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)
+}
+
+/// A gauge with one sample per label set.
+fn gauges<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in samples {
+        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn raft(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
     let m = node.raft.metrics().borrow().clone();
-    let mut gauge = |name: &str, help: &str, value: u64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-        );
-    };
-    gauge("squadron_raft_term", "Current Raft term", m.current_term);
+    gauge(e, "squadron_raft_term", "Current Raft term", m.current_term)?;
     gauge(
+        e,
         "squadron_raft_is_leader",
         "1 when this node is the leader",
         u64::from(m.current_leader == Some(node.id)),
-    );
+    )?;
     gauge(
+        e,
         "squadron_raft_last_log_index",
         "Index of the last log entry",
         m.last_log_index.unwrap_or(0),
-    );
+    )?;
     gauge(
+        e,
         "squadron_raft_applied_index",
         "Index of the last applied entry",
         m.last_applied.map_or(0, |l| l.index),
-    );
-    let c = &node.counters;
-    let mut counter = |name: &str, help: &str, value: u64| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-        );
-    };
+    )?;
+    let appends = &node.append_stats;
     counter(
-        "squadron_proposals_total",
+        e,
+        "squadron_log_appends",
+        "Synced log appends (one fsync each)",
+        appends.appends.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "squadron_log_entries_appended",
+        "Log entries written by those appends; entries / appends = proposals per fsync",
+        appends.entries.load(Ordering::Relaxed),
+    )
+}
+
+fn writes(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
+    let stats = node.writes.stats();
+    let batches = node.writes.batcher().stats();
+    counter(
+        e,
+        "squadron_proposals",
         "Commands proposed by this node and applied",
-        node.writes.stats().proposals.load(Ordering::Relaxed),
-    );
+        stats.proposals.load(Ordering::Relaxed),
+    )?;
     counter(
-        "squadron_proposals_rejected_total",
+        e,
+        "squadron_proposals_rejected",
         "Applied commands answered with a rejection",
-        node.writes
-            .stats()
-            .proposals_rejected
-            .load(Ordering::Relaxed),
-    );
+        stats.proposals_rejected.load(Ordering::Relaxed),
+    )?;
     counter(
-        "squadron_forward_requests_total",
+        e,
+        "squadron_forwards",
+        "Writes forwarded to the leader",
+        stats.forwards.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "squadron_forward_requests",
         "Requests that carried this node's forwarded writes to the leader (a batch is one)",
         node.writes.forwarder().requests(),
-    );
+    )?;
     counter(
-        "squadron_proposal_entries_total",
+        e,
+        "squadron_proposal_entries",
         "Raft entries this node proposed (a batch is one)",
-        node.writes
-            .batcher()
-            .stats()
-            .entries
-            .load(Ordering::Relaxed),
-    );
+        batches.entries.load(Ordering::Relaxed),
+    )?;
     counter(
-        "squadron_proposal_commands_total",
+        e,
+        "squadron_proposal_commands",
         "Writes those entries carried; divided by the entries, the batch size",
-        node.writes
-            .batcher()
-            .stats()
-            .commands
-            .load(Ordering::Relaxed),
-    );
+        batches.commands.load(Ordering::Relaxed),
+    )
+}
+
+fn reads(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
+    let c = &node.counters;
+    let (leader, follower) = (node.leader_reads.stats(), node.follower_reads.stats());
     counter(
-        "squadron_read_index_rounds_total",
-        "Leadership confirmations (leader) and read-index requests (follower) made for reads",
-        node.leader_reads.stats().rounds.load(Ordering::Relaxed)
-            + node.follower_reads.stats().rounds.load(Ordering::Relaxed),
-    );
-    counter(
-        "squadron_read_index_reads_total",
-        "Linearizable reads those rounds answered",
-        node.leader_reads.stats().reads.load(Ordering::Relaxed)
-            + node.follower_reads.stats().reads.load(Ordering::Relaxed),
-    );
-    counter(
-        "squadron_mcp_denied_total",
-        "MCP authorization checks answered 403 / PERMISSION_DENIED by this node",
-        c.mcp_denials.total(),
-    );
-    counter(
-        "squadron_forwards_total",
-        "Writes forwarded to the leader",
-        node.writes.stats().forwards.load(Ordering::Relaxed),
-    );
-    counter(
-        "squadron_reads_linearizable_total",
+        e,
+        "squadron_reads_linearizable",
         "Linearizable reads served",
         c.linearizable_reads.load(Ordering::Relaxed),
-    );
+    )?;
     counter(
-        "squadron_reads_stale_total",
+        e,
+        "squadron_reads_stale",
         "Stale reads served",
         c.stale_reads.load(Ordering::Relaxed),
-    );
+    )?;
     counter(
-        "squadron_log_appends_total",
-        "Synced log appends (one fsync each)",
-        node.append_stats.appends.load(Ordering::Relaxed),
-    );
+        e,
+        "squadron_read_index_rounds",
+        "Leadership confirmations (leader) and read-index requests (follower) made for reads",
+        leader.rounds.load(Ordering::Relaxed) + follower.rounds.load(Ordering::Relaxed),
+    )?;
     counter(
-        "squadron_log_entries_appended_total",
-        "Log entries written by those appends; entries / appends = proposals per fsync",
-        node.append_stats.entries.load(Ordering::Relaxed),
-    );
-    let (tasks, leases, workers, slots) = node.state.with_state(|s| {
-        let mut tasks: BTreeMap<&'static str, u64> = BTreeMap::new();
+        e,
+        "squadron_read_index_reads",
+        "Linearizable reads those rounds answered",
+        leader.reads.load(Ordering::Relaxed) + follower.reads.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "squadron_mcp_denied",
+        "MCP authorization checks answered 403 / PERMISSION_DENIED by this node",
+        c.mcp_denials.total(),
+    )
+}
+
+/// Counts of the replicated state, taken under one read of it.
+#[derive(Debug, Default)]
+struct StateGauges {
+    tasks: BTreeMap<&'static str, u64>,
+    leases: BTreeMap<&'static str, u64>,
+    workers: BTreeMap<String, u64>,
+    /// `tenant/project`, slots held, `max_active`.
+    slots: Vec<(String, u32, u32)>,
+}
+
+impl StateGauges {
+    fn of(s: &squadron_core::State) -> StateGauges {
+        let mut g = StateGauges::default();
         for t in s.tasks(None) {
-            *tasks.entry(t.state.as_str()).or_default() += 1;
+            *g.tasks.entry(t.state.as_str()).or_default() += 1;
         }
-        let mut leases: BTreeMap<&'static str, u64> = BTreeMap::new();
         for l in s.leases() {
-            *leases.entry(l.state.name()).or_default() += 1;
+            *g.leases.entry(l.state.name()).or_default() += 1;
         }
-        let mut workers: BTreeMap<String, u64> = BTreeMap::new();
         for w in s.workers() {
-            *workers
+            *g.workers
                 .entry(format!("{:?}", w.status).to_lowercase())
                 .or_default() += 1;
         }
-        let slots: Vec<(String, u32, u32)> = s
+        g.slots = s
             .projects()
             .map(|p| {
                 (
@@ -145,38 +224,98 @@ pub async fn render(State(node): State<AppState>) -> impl IntoResponse {
                 )
             })
             .collect();
-        (tasks, leases, workers, slots)
-    });
-    let _ = writeln!(
-        out,
-        "# HELP squadron_tasks Tasks by state\n# TYPE squadron_tasks gauge"
-    );
-    for (state, n) in tasks {
-        let _ = writeln!(out, "squadron_tasks{{state=\"{state}\"}} {n}");
+        g
     }
-    let _ = writeln!(
-        out,
-        "# HELP squadron_leases Retained leases by state\n# TYPE squadron_leases gauge"
-    );
-    for (state, n) in leases {
-        let _ = writeln!(out, "squadron_leases{{state=\"{state}\"}} {n}");
+
+    fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
+        gauges(
+            e,
+            "squadron_tasks",
+            "Tasks by state",
+            self.tasks.iter().map(|(s, n)| ([("state", *s)], *n)),
+        )?;
+        gauges(
+            e,
+            "squadron_leases",
+            "Retained leases by state",
+            self.leases.iter().map(|(s, n)| ([("state", *s)], *n)),
+        )?;
+        gauges(
+            e,
+            "squadron_workers",
+            "Workers by status",
+            self.workers
+                .iter()
+                .map(|(s, n)| ([("status", s.as_str())], *n)),
+        )?;
+        gauges(
+            e,
+            "squadron_project_slots_held",
+            "Slot-holding leases per project (INV-5)",
+            self.slots.iter().map(|(project, held, max)| {
+                (
+                    ([("project", project.as_str())], [("max", *max)]),
+                    u64::from(*held),
+                )
+            }),
+        )
     }
-    let _ = writeln!(
-        out,
-        "# HELP squadron_workers Workers by status\n# TYPE squadron_workers gauge"
-    );
-    for (status, n) in workers {
-        let _ = writeln!(out, "squadron_workers{{status=\"{status}\"}} {n}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Fixed(StateGauges);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+            counter(&mut encoder, "squadron_forwards", "Writes forwarded", 7)?;
+            self.0.encode(&mut encoder)
+        }
     }
-    let _ = writeln!(
-        out,
-        "# HELP squadron_project_slots_held Slot-holding leases per project (INV-5)\n# TYPE squadron_project_slots_held gauge"
-    );
-    for (project, held, max) in slots {
-        let _ = writeln!(
-            out,
-            "squadron_project_slots_held{{project=\"{project}\",max=\"{max}\"}} {held}"
+
+    fn exposition_of(gauges: StateGauges) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Fixed(gauges)));
+        exposition(&registry).unwrap()
+    }
+
+    #[test]
+    fn label_values_with_a_quote_a_backslash_and_a_newline_are_escaped() {
+        let text = exposition_of(StateGauges {
+            slots: vec![("a\"b\\c\nd".into(), 2, 4)],
+            ..StateGauges::default()
+        });
+        assert!(
+            text.contains("squadron_project_slots_held{project=\"a\\\"b\\\\c\\nd\",max=\"4\"} 2\n"),
+            "{text}"
         );
+        // Every sample stays on one line: no label value broke out of its quotes.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.starts_with("squadron_"), "{line:?} in\n{text}");
+        }
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out)
+
+    /// `squadron-bench`, the end-to-end tests and the docs read these exact sample names.
+    #[test]
+    fn counters_are_named_total_and_the_exposition_ends_with_eof() {
+        let mut tasks = BTreeMap::new();
+        tasks.insert("pending", 3);
+        let text = exposition_of(StateGauges {
+            tasks,
+            ..StateGauges::default()
+        });
+        assert!(
+            text.contains("# TYPE squadron_forwards counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nsquadron_forwards_total 7\n"), "{text}");
+        assert!(
+            text.contains("\nsquadron_tasks{state=\"pending\"} 3\n"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
 }
