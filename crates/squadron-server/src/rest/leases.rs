@@ -20,6 +20,11 @@ use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryPa
 use crate::error::ApiError;
 
 pub fn routes(book: RouteBook) -> RouteBook {
+    continuity_routes(lease_routes(book))
+}
+
+/// Leases and what ends them: renewals, release, fencing, reap evidence, takeovers.
+fn lease_routes(book: RouteBook) -> RouteBook {
     book.add(
         "POST",
         "/api/v1/profiles/:id/leases",
@@ -83,7 +88,11 @@ pub fn routes(book: RouteBook) -> RouteBook {
         Some("Takeover"),
         post(takeover),
     )
-    .add(
+}
+
+/// What a profile carries across generations: its capsule chain and its mailbox.
+fn continuity_routes(book: RouteBook) -> RouteBook {
+    book.add(
         "POST",
         "/api/v1/profiles/:id/capsules",
         "Commit a continuity capsule (fenced, chained)",

@@ -19,6 +19,11 @@ use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryPa
 use crate::error::ApiError;
 
 pub fn routes(book: RouteBook) -> RouteBook {
+    profile_routes(project_routes(book))
+}
+
+/// Projects, their single sandbox and their roster.
+fn project_routes(book: RouteBook) -> RouteBook {
     book.add(
         "POST",
         "/api/v1/projects",
@@ -61,7 +66,11 @@ pub fn routes(book: RouteBook) -> RouteBook {
         None,
         get(roster),
     )
-    .add(
+}
+
+/// Agent profiles, their capability manifests and MCP authorization.
+fn profile_routes(book: RouteBook) -> RouteBook {
+    book.add(
         "POST",
         "/api/v1/projects/:tenant/:project/profiles",
         "Create an agent profile",
