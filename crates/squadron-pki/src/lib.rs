@@ -16,6 +16,7 @@ pub mod pki_dir;
 pub mod secret_token;
 pub mod spiffe_id;
 pub mod tls_config;
+pub mod tls_listener;
 
 pub use cluster_ca::{CertUse, ClusterCa, SubjectName};
 pub use error::PkiError;
@@ -28,3 +29,4 @@ pub use spiffe_id::{AgentSubject, SpiffeId};
 pub use tls_config::{
     client_config, server_config, ClientAuth, ClusterTrust, ExpectedPeer, ReloadableCert,
 };
+pub use tls_listener::{serve_tls, PeerCert};
