@@ -1,0 +1,32 @@
+//! Squadron's trust material (DESIGN §5): the cluster CA, certificates whose SPIFFE URI names
+//! who holds them, rustls configurations for every listener and dialer, and the tokens
+//! operators and enrolling workers present.
+//!
+//! Map: `spiffe_id` (identities), `cluster_ca` (issue and sign), `key_request` (the enrolling
+//! side's key and CSR), `peer_identity` (what a verified certificate says), `tls_config`
+//! (server and client configs, rotation), `secret_token` (tokens and their hashes),
+//! `pki_dir` (files on disk).
+
+pub mod cluster_ca;
+pub mod error;
+pub mod issued_cert;
+pub mod key_request;
+pub mod peer_identity;
+pub mod pki_dir;
+pub mod secret_token;
+pub mod spiffe_id;
+pub mod tls_config;
+pub mod tls_listener;
+
+pub use cluster_ca::{CertUse, ClusterCa, SubjectName};
+pub use error::PkiError;
+pub use issued_cert::IssuedCert;
+pub use key_request::KeyRequest;
+pub use peer_identity::CertFacts;
+pub use pki_dir::PkiDir;
+pub use secret_token::{SecretToken, TokenHash, TokenKind};
+pub use spiffe_id::{AgentSubject, SpiffeId};
+pub use tls_config::{
+    client_config, server_config, ClientAuth, ClusterTrust, ExpectedPeer, ReloadableCert,
+};
+pub use tls_listener::{serve_tls, PeerCert};
