@@ -15,8 +15,17 @@ use crate::cli::WorkerRunArgs;
 /// How long `dev` waits for its single node to elect itself before printing anyway.
 const DEV_LEADER_WAIT: Duration = Duration::from_secs(15);
 
+/// A directory or file the binary was given, made absolute against the working directory:
+/// sandboxes bind data directories by path, and bubblewrap would resolve a relative bind
+/// source against its own working directory, not ours.
+fn absolute(flag: &str, path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("{flag}: making {} absolute", path.display()))
+}
+
 pub async fn server(config_path: &Path) -> anyhow::Result<()> {
-    let config = NodeConfig::load(config_path)
+    // Absolute, so a data dir relative to the config file is absolute too.
+    let config_path = absolute("--config", config_path)?;
+    let config = NodeConfig::load(&config_path)
         .with_context(|| format!("loading {}", config_path.display()))?;
     let id = config.node_id;
     let running = squadron_server::start(config)
@@ -39,6 +48,7 @@ pub async fn dev(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
+    let data_dir = absolute("--data-dir", &data_dir)?;
     let config = NodeConfig::single_node(data_dir.clone(), listen, grpc_listen);
     let running = squadron_server::start(config)
         .await
@@ -124,14 +134,23 @@ pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
             .context("--id: the host name is not a valid worker id; pass --id")?
         }
     };
-    let mut config = WorkerConfig::new(id, args.control, args.data_dir, args.listen);
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = absolute("--data-dir", &args.data_dir)?;
+    let mut config = WorkerConfig::new(id, args.control, data_dir, args.listen);
     config.runtimes = args.runtimes.into_iter().collect();
     config.capacity = args.capacity;
     config.heartbeat_interval_ms = args.heartbeat_interval_ms;
     config.advertise = args.advertise;
-    config.cgroup_root = args.cgroup_root;
+    config.cgroup_root = args
+        .cgroup_root
+        .map(|d| absolute("--cgroup-root", &d))
+        .transpose()?;
     config.docker_image = args.docker_image;
-    config.global_dir = args.global_dir;
+    config.global_dir = args
+        .global_dir
+        .map(|d| absolute("--global-dir", &d))
+        .transpose()?;
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;
     config.agents = if args.no_agents {
