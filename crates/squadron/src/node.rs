@@ -10,7 +10,7 @@ use squadron_core::manifest::RuntimeKind;
 use squadron_server::NodeConfig;
 use squadron_worker::WorkerConfig;
 
-use crate::cli::WorkerRunArgs;
+use crate::cli::worker::WorkerRunArgs;
 
 /// How long `dev` waits for its single node to elect itself before printing anyway.
 const DEV_LEADER_WAIT: Duration = Duration::from_secs(15);

@@ -20,7 +20,7 @@ use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
 use squadron_core::Rejection;
 
-use crate::cli::BenchArgs;
+use crate::cli::bench::BenchArgs;
 use crate::output::Table;
 
 /// The worker the bench registers and runs its "processes" on.
