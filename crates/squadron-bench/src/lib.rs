@@ -9,7 +9,6 @@
 //! first successful write, stop the cluster. Every process is killed and every directory
 //! removed when the run ends, also on error.
 
-mod base64;
 mod error;
 mod etcd_client;
 mod etcd_cluster;
@@ -27,6 +26,8 @@ mod table;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use backon::{ConstantBuilder, Retryable};
 
 pub use error::BenchError;
 pub use histogram::{LatencyHistogram, LatencySummary};
@@ -389,9 +390,12 @@ async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchE
 
 async fn wait_for_recovery(probe: &FailoverProbe) {
     let start = Instant::now();
-    while probe.recovery().is_none()
-        && start.elapsed() < Duration::from_millis(FAILOVER_WAIT_MS_MAX)
-    {
-        tokio::time::sleep(Duration::from_millis(FAILOVER_POLL_MS)).await;
-    }
+    let polls = ConstantBuilder::default()
+        .with_delay(Duration::from_millis(FAILOVER_POLL_MS))
+        .with_max_times(usize::MAX);
+    // Err: no write succeeded yet (the probe's clock measures; this only waits).
+    let _ = (|| async { probe.recovery().ok_or(()) })
+        .retry(polls)
+        .when(|_| start.elapsed() < Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+        .await;
 }

@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use comfy_table::{presets, CellAlignment, ContentArrangement, Table, TableComponent};
+
 use crate::load::PointStats;
 use crate::report::{mean_rss_kib, CompareReport};
 
@@ -30,10 +32,9 @@ fn system_cells(s: Option<&PointStats>) -> [String; 4] {
     }
 }
 
-/// The report as a fixed-width table (latencies in ms; ratios are Squadron / etcd), then
-/// failover, memory and any errors met.
-pub fn render_table(report: &CompareReport) -> String {
-    let mut out = String::new();
+/// One row per workload and client count, the header underlined; the point's columns on the
+/// left, numbers right-aligned (drawn by `comfy-table`, without borders).
+fn points_table(report: &CompareReport) -> String {
     let header = [
         "workload",
         "clients",
@@ -50,7 +51,14 @@ pub fn render_table(report: &CompareReport) -> String {
         "x p99",
         "x p999",
     ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let mut table = Table::new();
+    table
+        .load_preset(presets::NOTHING)
+        .set_style(TableComponent::HeaderLines, '-')
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(with_separators(
+            header.iter().map(|h| h.to_string()).collect(),
+        ));
     for p in &report.points {
         let mut row = vec![p.workload.to_string(), p.clients.to_string()];
         row.extend(system_cells(p.squadron.as_ref()));
@@ -62,30 +70,41 @@ pub fn render_table(report: &CompareReport) -> String {
             num(r.p99, 2),
             num(r.p999, 2),
         ]);
-        rows.push(row);
+        table.add_row(with_separators(row));
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    for (n, row) in rows.iter().enumerate() {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c == 2 || c == 6 || c == 10 {
-                line.push_str(" |");
-            }
-            if c == 0 {
-                let _ = write!(line, "{cell:<w$}", w = widths[c]);
-            } else {
-                let _ = write!(line, " {cell:>w$}", w = widths[c]);
-            }
+    for (i, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, 1));
+        if i > 0 {
+            column.set_cell_alignment(CellAlignment::Right);
         }
+    }
+    let mut out = String::new();
+    for line in table.lines() {
         out.push_str(line.trim_end());
         out.push('\n');
-        if n == 0 {
-            out.push_str(&"-".repeat(line.len()));
-            out.push('\n');
+    }
+    out
+}
+
+/// The cells with a `|` column after each of [`SEPARATED_AFTER`].
+fn with_separators(cells: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(cells.len() + SEPARATED_AFTER.len());
+    for (i, cell) in cells.into_iter().enumerate() {
+        out.push(cell);
+        if SEPARATED_AFTER.contains(&i) {
+            out.push("|".into());
         }
     }
+    out
+}
+
+/// Columns after which a `|` separates the systems: the point, squadron, etcd, the ratios.
+const SEPARATED_AFTER: [usize; 3] = [1, 5, 9];
+
+/// The report as a fixed-width table (latencies in ms; ratios are Squadron / etcd), then
+/// failover, memory and any errors met.
+pub fn render_table(report: &CompareReport) -> String {
+    let mut out = points_table(report);
     out.push_str("latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: lower)\n");
 
     let f = &report.failover;

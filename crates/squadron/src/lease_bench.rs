@@ -9,15 +9,18 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use backon::{ConstantBuilder, Retryable};
 use serde::{Deserialize, Serialize};
+use squadron_bench::{LatencyHistogram, LatencySummary};
 use squadron_client::{
     AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile, CreateProject,
     LeaseFence, OutcomeExt, RegisterWorker, RenewLease, SquadronClient,
 };
-use squadron_core::ids::{Generation, ProfileId, ProfileKey, ProjectId, WorkerId};
+use squadron_core::ids::{Generation, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId};
 use squadron_core::lease::LeaseHolder;
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
+use squadron_core::response::LeaseGrant;
 use squadron_core::Rejection;
 
 use crate::cli::bench::BenchArgs;
@@ -25,47 +28,19 @@ use crate::output::Table;
 
 /// The worker the bench registers and runs its "processes" on.
 pub const BENCH_WORKER: &str = "bench-worker";
+/// Significant digits of the latency histograms: exact below 2,048 µs (a few clients keep
+/// four histograms each, so the memory is small).
+pub const LATENCY_SIGNIFICANT_DIGITS: u8 = 3;
+/// Pause after a failed call before the next (so a cluster without a leader is not flooded).
+const ERROR_PAUSE_MS: u64 = 50;
+/// Pause before re-reading a profile someone else holds.
+const BUSY_PAUSE_MS: u64 = 1;
+/// Between two heartbeats of the bench worker (it is lost after three silent intervals).
+const HEARTBEAT_EVERY_MS: u64 = 5_000;
+const HEARTBEAT_INTERVAL_MS: u64 = 10_000;
 
 /// Latency summary of one operation, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct LatencyStats {
-    pub count: usize,
-    pub mean_ms: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub p999_ms: f64,
-    pub max_ms: f64,
-}
-
-impl LatencyStats {
-    /// Summarises samples in microseconds (sorts them).
-    pub fn from_micros(samples: &mut [u64]) -> Self {
-        if samples.is_empty() {
-            return Self::default();
-        }
-        samples.sort_unstable();
-        let ms = |us: u64| us as f64 / 1_000.0;
-        let sum: u128 = samples.iter().map(|&s| u128::from(s)).sum();
-        Self {
-            count: samples.len(),
-            mean_ms: sum as f64 / samples.len() as f64 / 1_000.0,
-            p50_ms: ms(percentile(samples, 0.50)),
-            p99_ms: ms(percentile(samples, 0.99)),
-            p999_ms: ms(percentile(samples, 0.999)),
-            max_ms: ms(samples.last().copied().unwrap_or(0)),
-        }
-    }
-}
-
-/// The nearest-rank percentile of sorted samples: the smallest sample with at least `q` of the
-/// samples at or below it.
-pub fn percentile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
+pub type LatencyStats = LatencySummary;
 
 /// Rejections and errors a run met.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,14 +84,41 @@ pub struct BenchReport {
     pub latency: OpLatencies,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ClientTally {
-    acquire: Vec<u64>,
-    renew: Vec<u64>,
-    release: Vec<u64>,
-    cycle: Vec<u64>,
+    acquire: LatencyHistogram,
+    renew: LatencyHistogram,
+    release: LatencyHistogram,
+    cycle: LatencyHistogram,
     retries: Retries,
     errors: u64,
+}
+
+impl Default for ClientTally {
+    fn default() -> Self {
+        let h = || LatencyHistogram::with_significant_digits(LATENCY_SIGNIFICANT_DIGITS);
+        Self {
+            acquire: h(),
+            renew: h(),
+            release: h(),
+            cycle: h(),
+            retries: Retries::default(),
+            errors: 0,
+        }
+    }
+}
+
+impl ClientTally {
+    fn merge(&mut self, t: &ClientTally) {
+        self.acquire.merge(&t.acquire);
+        self.renew.merge(&t.renew);
+        self.release.merge(&t.release);
+        self.cycle.merge(&t.cycle);
+        self.retries.stale_generation += t.retries.stale_generation;
+        self.retries.profile_busy += t.retries.profile_busy;
+        self.retries.capacity_full += t.retries.capacity_full;
+        self.errors += t.errors;
+    }
 }
 
 fn micros(d: Duration) -> u64 {
@@ -136,79 +138,23 @@ fn random_suffix() -> String {
     format!("{:06x}", rand::thread_rng().gen::<u32>() & 0xff_ffff)
 }
 
+/// What the bench works on: a worker, a project with its sandbox on it, P profiles.
+struct BenchSetup {
+    tenant: TenantId,
+    project: ProjectId,
+    worker: WorkerId,
+    profiles: Vec<ProfileId>,
+}
+
 pub async fn run(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<BenchReport> {
     anyhow::ensure!(args.clients >= 1, "--clients must be at least 1");
     anyhow::ensure!(args.duration >= 1, "--duration must be at least 1 second");
-    let project: ProjectId = match &args.project {
-        Some(p) => p.clone(),
-        None => format!("bench-{}", random_suffix()).parse()?,
-    };
-    let tenant = args.tenant.clone();
-    let worker = WorkerId::new(BENCH_WORKER)?;
-    let p = args.profiles;
-
-    // Set up: a worker, a project with its sandbox on that worker, P profiles.
-    client
-        .register_worker(
-            &RegisterWorker {
-                worker: worker.clone(),
-                address: "127.0.0.1:0".into(),
-                runtimes: vec![RuntimeKind::Process],
-                capacity: 1,
-                labels: Default::default(),
-                heartbeat_interval_ms: Some(10_000),
-            },
-            None,
-        )
-        .await
-        .context("registering the bench worker")?;
-    client
-        .create_project(
-            &CreateProject {
-                tenant: tenant.clone(),
-                project: project.clone(),
-                max_profiles: Some(p),
-                max_active: Some(p.min(64)),
-            },
-            None,
-        )
-        .await
-        .context("creating the bench project")?;
-    client
-        .attach_sandbox(
-            &tenant,
-            &project,
-            &AttachSandbox {
-                worker: worker.clone(),
-                runtime: RuntimeKind::Process,
-                sandbox_ref: format!("bench-sandbox-{project}"),
-            },
-            None,
-        )
-        .await
-        .context("attaching the bench sandbox")?;
-    let mut profiles: Vec<ProfileId> = Vec::new();
-    for i in 0..p {
-        let out = client
-            .create_profile(
-                &tenant,
-                &project,
-                &CreateProfile {
-                    key: ProfileKey::new(format!("agent-{i}"))?,
-                    providers: vec![Provider::Codex, Provider::Claude],
-                    context_ref: None,
-                },
-                None,
-            )
-            .await
-            .with_context(|| format!("creating bench profile {i}"))?;
-        profiles.push(
-            out.profile_id()
-                .with_context(|| format!("unexpected answer to profile creation: {out:?}"))?,
-        );
-    }
+    let setup = set_up(client, args).await?;
     eprintln!(
-        "bench: {tenant}/{project}: {p} profiles, {} clients, {} s, {} endpoint(s)",
+        "bench: {}/{}: {} profiles, {} clients, {} s, {} endpoint(s)",
+        setup.tenant,
+        setup.project,
+        args.profiles,
         args.clients,
         args.duration,
         client.endpoints().len()
@@ -217,54 +163,28 @@ pub async fn run(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<Be
     // Keep the worker alive for longer runs (it is lost after three silent intervals).
     let heartbeat = {
         let client = client.clone();
-        let worker = worker.clone();
+        let worker = setup.worker.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
+                tokio::time::sleep(Duration::from_millis(HEARTBEAT_EVERY_MS)).await;
                 let _ = client.worker_heartbeat(&worker, None).await;
             }
         })
     };
-
     let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.duration);
-    let mut set = tokio::task::JoinSet::new();
-    for i in 0..args.clients {
-        let c = client.with_endpoints(endpoints_for(i, client.endpoints()));
-        let Some(&profile) = profiles.get(i % profiles.len()) else {
-            continue;
-        };
-        let holder = LeaseHolder {
-            worker: worker.clone(),
-            process: format!("bench client {i}"),
-            cgroup: None,
-        };
-        let ttl_ms = args.ttl_ms;
-        set.spawn(async move { client_loop(c, profile, holder, ttl_ms, deadline).await });
-    }
-    let mut total = ClientTally::default();
-    while let Some(joined) = set.join_next().await {
-        let t = joined.context("a bench client panicked")?;
-        total.acquire.extend(t.acquire);
-        total.renew.extend(t.renew);
-        total.release.extend(t.release);
-        total.cycle.extend(t.cycle);
-        total.retries.stale_generation += t.retries.stale_generation;
-        total.retries.profile_busy += t.retries.profile_busy;
-        total.retries.capacity_full += t.retries.capacity_full;
-        total.errors += t.errors;
-    }
+    let total = run_clients(client, args, &setup, started).await;
     let elapsed = started.elapsed().as_secs_f64();
     heartbeat.abort();
+    let total = total?;
 
-    let cycles = total.cycle.len() as u64;
-    let ops = (total.acquire.len() + total.renew.len() + total.release.len()) as u64;
+    let cycles = total.cycle.count();
+    let ops = total.acquire.count() + total.renew.count() + total.release.count();
     Ok(BenchReport {
-        tenant: tenant.to_string(),
-        project: project.to_string(),
+        tenant: setup.tenant.to_string(),
+        project: setup.project.to_string(),
         endpoints: client.endpoints().to_vec(),
         clients: args.clients,
-        profiles: p,
+        profiles: args.profiles,
         duration_s: elapsed,
         cycles,
         ops,
@@ -273,21 +193,125 @@ pub async fn run(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<Be
         retries: total.retries,
         errors: total.errors,
         latency: OpLatencies {
-            acquire: LatencyStats::from_micros(&mut total.acquire),
-            renew: LatencyStats::from_micros(&mut total.renew),
-            release: LatencyStats::from_micros(&mut total.release),
-            cycle: LatencyStats::from_micros(&mut total.cycle),
+            acquire: total.acquire.summary(),
+            renew: total.renew.summary(),
+            release: total.release.summary(),
+            cycle: total.cycle.summary(),
         },
     })
 }
 
-/// Reads the profile's current generation; `None` (counted as an error) when that fails.
+/// Runs every client until the deadline and adds up their tallies.
+async fn run_clients(
+    client: &SquadronClient,
+    args: &BenchArgs,
+    setup: &BenchSetup,
+    started: Instant,
+) -> anyhow::Result<ClientTally> {
+    let deadline = started + Duration::from_secs(args.duration);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..args.clients {
+        let c = client.with_endpoints(endpoints_for(i, client.endpoints()));
+        let Some(&profile) = setup.profiles.get(i % setup.profiles.len()) else {
+            continue;
+        };
+        let holder = LeaseHolder {
+            worker: setup.worker.clone(),
+            process: format!("bench client {i}"),
+            cgroup: None,
+        };
+        let ttl_ms = args.ttl_ms;
+        set.spawn(async move { client_loop(c, profile, holder, ttl_ms, deadline).await });
+    }
+    let mut total = ClientTally::default();
+    while let Some(joined) = set.join_next().await {
+        total.merge(&joined.context("a bench client panicked")?);
+    }
+    Ok(total)
+}
+
+/// Registers the worker, creates the project with its sandbox and the profiles.
+async fn set_up(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<BenchSetup> {
+    let project: ProjectId = match &args.project {
+        Some(p) => p.clone(),
+        None => format!("bench-{}", random_suffix()).parse()?,
+    };
+    let tenant = args.tenant.clone();
+    let worker = WorkerId::new(BENCH_WORKER)?;
+    let p = args.profiles;
+    let register = RegisterWorker {
+        worker: worker.clone(),
+        address: "127.0.0.1:0".into(),
+        runtimes: vec![RuntimeKind::Process],
+        capacity: 1,
+        labels: Default::default(),
+        heartbeat_interval_ms: Some(HEARTBEAT_INTERVAL_MS),
+    };
+    client
+        .register_worker(&register, None)
+        .await
+        .context("registering the bench worker")?;
+    let create = CreateProject {
+        tenant: tenant.clone(),
+        project: project.clone(),
+        max_profiles: Some(p),
+        max_active: Some(p.min(64)),
+    };
+    client
+        .create_project(&create, None)
+        .await
+        .context("creating the bench project")?;
+    let sandbox = AttachSandbox {
+        worker: worker.clone(),
+        runtime: RuntimeKind::Process,
+        sandbox_ref: format!("bench-sandbox-{project}"),
+    };
+    client
+        .attach_sandbox(&tenant, &project, &sandbox, None)
+        .await
+        .context("attaching the bench sandbox")?;
+    let mut profiles: Vec<ProfileId> = Vec::new();
+    for i in 0..p {
+        let req = CreateProfile {
+            key: ProfileKey::new(format!("agent-{i}"))?,
+            providers: vec![Provider::Codex, Provider::Claude],
+            context_ref: None,
+        };
+        let out = client
+            .create_profile(&tenant, &project, &req, None)
+            .await
+            .with_context(|| format!("creating bench profile {i}"))?;
+        profiles.push(
+            out.profile_id()
+                .with_context(|| format!("unexpected answer to profile creation: {out:?}"))?,
+        );
+    }
+    Ok(BenchSetup {
+        tenant,
+        project,
+        worker,
+        profiles,
+    })
+}
+
+/// Reads the profile's current generation, again after a pause while reads fail, until the
+/// deadline; every failed read counts as an error. `None` when the deadline came first.
 async fn reread(
     client: &SquadronClient,
     profile: ProfileId,
+    deadline: Instant,
     tally: &mut ClientTally,
 ) -> Option<Generation> {
-    match client.get_profile(profile, Consistency::Linearizable).await {
+    let read = || client.get_profile(profile, Consistency::Linearizable);
+    let pauses = ConstantBuilder::default()
+        .with_delay(Duration::from_millis(ERROR_PAUSE_MS))
+        .with_max_times(usize::MAX);
+    let answer = read
+        .retry(pauses)
+        .when(|_| Instant::now() < deadline)
+        .notify(|e, _| note_error(tally, "reading the profile", e))
+        .await;
+    match answer {
         Ok(p) => Some(p.generation),
         Err(e) => {
             note_error(tally, "reading the profile", &e);
@@ -315,10 +339,7 @@ async fn client_loop(
     let mut expected = None;
     while Instant::now() < deadline {
         let Some(generation) = expected else {
-            expected = reread(&client, profile, &mut tally).await;
-            if expected.is_none() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            expected = reread(&client, profile, deadline, &mut tally).await;
             continue;
         };
         let cycle_start = Instant::now();
@@ -328,69 +349,96 @@ async fn client_loop(
             holder: holder.clone(),
             ttl_ms,
         };
-        let t = Instant::now();
-        let grant = match client.acquire_lease(profile, &request, None).await {
-            Ok(out) => match out.lease_grant() {
-                Some(g) => {
-                    tally.acquire.push(micros(t.elapsed()));
-                    g
-                }
-                None => {
-                    tally.errors += 1;
-                    expected = None;
-                    continue;
-                }
-            },
-            Err(e) => {
-                match e.rejection() {
-                    Some(Rejection::StaleGeneration { .. }) => tally.retries.stale_generation += 1,
-                    Some(Rejection::ProfileBusy { .. }) => tally.retries.profile_busy += 1,
-                    Some(Rejection::CapacityFull { .. }) => tally.retries.capacity_full += 1,
-                    _ => {
-                        note_error(&mut tally, "acquire", &e);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-                if matches!(
-                    e.rejection(),
-                    Some(Rejection::ProfileBusy { .. } | Rejection::CapacityFull { .. })
-                ) {
-                    // Someone else holds it: give them a moment before re-reading.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                // Never repeat a refused compare-and-swap: learn the current generation first.
-                expected = None;
-                continue;
-            }
+        // Never repeat a refused compare-and-swap: without a grant, learn the current
+        // generation first.
+        let Some(grant) = acquire(&client, profile, &request, &mut tally).await else {
+            expected = None;
+            continue;
         };
-        let t = Instant::now();
-        let renew = RenewLease {
-            profile,
-            generation: grant.generation,
-            ttl_ms,
-        };
-        match client.renew_lease(grant.lease, &renew, None).await {
-            Ok(_) => tally.renew.push(micros(t.elapsed())),
-            Err(e) => note_error(&mut tally, "renew", &e),
-        }
-        let t = Instant::now();
-        let fence = LeaseFence {
-            profile,
-            generation: grant.generation,
-        };
-        match client.release_lease(grant.lease, &fence, None).await {
-            Ok(_) => {
-                tally.release.push(micros(t.elapsed()));
-                tally.cycle.push(micros(cycle_start.elapsed()));
-                expected = Some(grant.generation);
-            }
-            Err(e) => {
-                note_error(&mut tally, "release", &e);
-                expected = None;
-            }
+        expected = renew_and_release(&client, profile, grant, ttl_ms, &mut tally).await;
+        if expected.is_some() {
+            tally.cycle.record(micros(cycle_start.elapsed()));
         }
     }
     tally
+}
+
+/// One acquire; a refusal is counted by kind (and waited out when someone else holds the
+/// profile or the slots).
+async fn acquire(
+    client: &SquadronClient,
+    profile: ProfileId,
+    request: &AcquireLease,
+    tally: &mut ClientTally,
+) -> Option<LeaseGrant> {
+    let t = Instant::now();
+    match client.acquire_lease(profile, request, None).await {
+        Ok(out) => match out.lease_grant() {
+            Some(g) => {
+                tally.acquire.record(micros(t.elapsed()));
+                Some(g)
+            }
+            None => {
+                tally.errors += 1;
+                None
+            }
+        },
+        Err(e) => {
+            match e.rejection() {
+                Some(Rejection::StaleGeneration { .. }) => tally.retries.stale_generation += 1,
+                Some(Rejection::ProfileBusy { .. }) => tally.retries.profile_busy += 1,
+                Some(Rejection::CapacityFull { .. }) => tally.retries.capacity_full += 1,
+                _ => {
+                    note_error(tally, "acquire", &e);
+                    tokio::time::sleep(Duration::from_millis(ERROR_PAUSE_MS)).await;
+                }
+            }
+            if matches!(
+                e.rejection(),
+                Some(Rejection::ProfileBusy { .. } | Rejection::CapacityFull { .. })
+            ) {
+                // Someone else holds it: give them a moment before re-reading.
+                tokio::time::sleep(Duration::from_millis(BUSY_PAUSE_MS)).await;
+            }
+            None
+        }
+    }
+}
+
+/// Renews and releases a granted lease; the generation to expect next, or `None` when the
+/// release failed (the profile is read again).
+async fn renew_and_release(
+    client: &SquadronClient,
+    profile: ProfileId,
+    grant: LeaseGrant,
+    ttl_ms: u64,
+    tally: &mut ClientTally,
+) -> Option<Generation> {
+    let t = Instant::now();
+    let renew = RenewLease {
+        profile,
+        generation: grant.generation,
+        ttl_ms,
+    };
+    match client.renew_lease(grant.lease, &renew, None).await {
+        Ok(_) => tally.renew.record(micros(t.elapsed())),
+        Err(e) => note_error(tally, "renew", &e),
+    }
+    let t = Instant::now();
+    let fence = LeaseFence {
+        profile,
+        generation: grant.generation,
+    };
+    match client.release_lease(grant.lease, &fence, None).await {
+        Ok(_) => {
+            tally.release.record(micros(t.elapsed()));
+            Some(grant.generation)
+        }
+        Err(e) => {
+            note_error(tally, "release", &e);
+            None
+        }
+    }
 }
 
 fn fmt_ms(v: f64) -> String {
@@ -446,26 +494,34 @@ pub fn render(r: &BenchReport) -> String {
 mod tests {
     use super::*;
 
+    fn histogram(samples: &[u64]) -> LatencyHistogram {
+        let mut h = LatencyHistogram::with_significant_digits(LATENCY_SIGNIFICANT_DIGITS);
+        for &s in samples {
+            h.record(s);
+        }
+        h
+    }
+
     #[test]
     fn nearest_rank_percentiles() {
         let sorted: Vec<u64> = (1..=1000).collect();
-        assert_eq!(percentile(&sorted, 0.5), 500);
-        assert_eq!(percentile(&sorted, 0.99), 990);
-        assert_eq!(percentile(&sorted, 0.999), 999);
-        assert_eq!(percentile(&sorted, 1.0), 1000);
-        assert_eq!(percentile(&[7], 0.999), 7);
-        assert_eq!(percentile(&[], 0.5), 0);
+        let h = histogram(&sorted);
+        assert_eq!(h.percentile_us(0.5), 500);
+        assert_eq!(h.percentile_us(0.99), 990);
+        assert_eq!(h.percentile_us(0.999), 999);
+        assert_eq!(h.percentile_us(1.0), 1000);
+        assert_eq!(histogram(&[7]).percentile_us(0.999), 7);
+        assert_eq!(histogram(&[]).percentile_us(0.5), 0);
     }
 
     #[test]
     fn stats_are_in_milliseconds() {
-        let mut samples = vec![3_000, 1_000, 2_000];
-        let s = LatencyStats::from_micros(&mut samples);
+        let s = histogram(&[3_000, 1_000, 2_000]).summary();
         assert_eq!(s.count, 3);
         assert_eq!(s.p50_ms, 2.0);
         assert_eq!(s.max_ms, 3.0);
         assert_eq!(s.mean_ms, 2.0);
-        assert_eq!(LatencyStats::from_micros(&mut []), LatencyStats::default());
+        assert_eq!(histogram(&[]).summary(), LatencyStats::default());
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use backon::{ConstantBuilder, Retryable};
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 use squadron_server::NodeConfig;
@@ -14,6 +15,8 @@ use crate::cli::worker::WorkerRunArgs;
 
 /// How long `dev` waits for its single node to elect itself before printing anyway.
 const DEV_LEADER_WAIT: Duration = Duration::from_secs(15);
+/// Between two looks for that leader.
+const DEV_LEADER_POLL_MS: u64 = 50;
 
 /// A directory or file the binary was given, made absolute against the working directory:
 /// sandboxes bind data directories by path, and bubblewrap would resolve a relative bind
@@ -54,10 +57,14 @@ pub async fn dev(
         .await
         .context("starting the dev node")?;
     let started = Instant::now();
-    while running.node.leader().is_none() && started.elapsed() < DEV_LEADER_WAIT {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if running.node.leader().is_none() {
+    let polls = ConstantBuilder::default()
+        .with_delay(Duration::from_millis(DEV_LEADER_POLL_MS))
+        .with_max_times(usize::MAX);
+    let elected = (|| async { running.node.leader().ok_or(()) })
+        .retry(polls)
+        .when(|_| started.elapsed() < DEV_LEADER_WAIT)
+        .await;
+    if elected.is_err() {
         tracing::warn!(
             "no leader after {:?}; the API answers unavailable until one is elected",
             DEV_LEADER_WAIT

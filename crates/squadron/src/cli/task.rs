@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use backon::{ConstantBuilder, RetryableWithContext};
 use clap::Subcommand;
-use squadron_client::{ArtifactEntry, TaskPage, TaskQuery};
+use squadron_client::{ArtifactEntry, ClientError, TaskPage, TaskQuery};
 use squadron_core::ids::TaskId;
 use squadron_core::task::{Task, TaskState};
 use squadron_core::ValidationError;
@@ -147,7 +148,16 @@ async fn submit(
     emit(ctx.out, &t, |t| output::key_values(&task_pairs(t)))
 }
 
-/// Polls the task until it is terminal (showing its progress when following).
+/// Why a look at a waited-for task did not end the wait.
+enum Waiting {
+    /// Not terminal yet, in this state.
+    Running(TaskState),
+    /// The look failed.
+    Failed(ClientError),
+}
+
+/// Polls the task until it is terminal (showing its progress when following); a look that
+/// reached no node is repeated until the deadline, as a node may be between leaders.
 async fn wait_until_terminal(
     ctx: &Ctx,
     id: TaskId,
@@ -155,28 +165,41 @@ async fn wait_until_terminal(
     timeout: u64,
 ) -> anyhow::Result<Task> {
     let c = &ctx.client;
+    let consistency = ctx.consistency;
     let started = Instant::now();
     let limit = Duration::from_secs(timeout);
-    let mut follower = follow.then(|| follow::Follower::new(id));
-    loop {
-        let seen = c.get_task(id, ctx.consistency).await;
+    let look = |mut follower: Option<follow::Follower>| async move {
+        let seen = c.get_task(id, consistency).await;
         if let (Some(f), Ok(t)) = (follower.as_mut(), &seen) {
             f.show(c, t).await;
         }
-        match seen {
-            Ok(t) if t.state.is_terminal() => return Ok(t),
-            Ok(t) if started.elapsed() >= limit => {
-                anyhow::bail!(
-                    "task {id} is still {} after {timeout} s (--timeout)",
-                    t.state
-                );
-            }
-            Ok(_) => {}
-            // A node may be between leaders: keep polling until the deadline.
-            Err(e) if e.is_transport() && started.elapsed() < limit => {}
-            Err(e) => return Err(e.into()),
+        let outcome = match seen {
+            Ok(t) if t.state.is_terminal() => Ok(t),
+            Ok(t) => Err(Waiting::Running(t.state)),
+            Err(e) => Err(Waiting::Failed(e)),
+        };
+        (follower, outcome)
+    };
+    let polls = ConstantBuilder::default()
+        .with_delay(Duration::from_millis(WAIT_POLL_MS))
+        .with_max_times(usize::MAX);
+    let (_, outcome) = look
+        .retry(polls)
+        .context(follow.then(|| follow::Follower::new(id)))
+        .when(|w| {
+            started.elapsed() < limit
+                && match w {
+                    Waiting::Running(_) => true,
+                    Waiting::Failed(e) => e.is_transport(),
+                }
+        })
+        .await;
+    match outcome {
+        Ok(t) => Ok(t),
+        Err(Waiting::Running(state)) => {
+            anyhow::bail!("task {id} is still {state} after {timeout} s (--timeout)")
         }
-        tokio::time::sleep(Duration::from_millis(WAIT_POLL_MS)).await;
+        Err(Waiting::Failed(e)) => Err(e.into()),
     }
 }
 
