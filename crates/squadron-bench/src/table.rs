@@ -106,7 +106,14 @@ const SEPARATED_AFTER: [usize; 3] = [1, 5, 9];
 pub fn render_table(report: &CompareReport) -> String {
     let mut out = points_table(report);
     out.push_str("latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: lower)\n");
+    failover_lines(report, &mut out);
+    memory_lines(report, &mut out);
+    internals_line(report, &mut out);
+    error_lines(report, &mut out);
+    out
+}
 
+fn failover_lines(report: &CompareReport, out: &mut String) {
     let f = &report.failover;
     if f.squadron.is_some() || f.etcd.is_some() {
         out.push_str("\nfailover (kill -9 of the leader under lease-cycle load; time to the first successful write):\n");
@@ -129,7 +136,9 @@ pub fn render_table(report: &CompareReport) -> String {
         }
         let _ = writeln!(out, "  x        {}", num(f.ratio, 2));
     }
+}
 
+fn memory_lines(report: &CompareReport, out: &mut String) {
     let m = &report.memory;
     if !m.squadron.is_empty() || !m.etcd.is_empty() {
         out.push_str("\nmemory (RSS per node at the end of the workloads):\n");
@@ -150,7 +159,9 @@ pub fn render_table(report: &CompareReport) -> String {
         }
         let _ = writeln!(out, "  x        {}", num(m.ratio, 2));
     }
+}
 
+fn internals_line(report: &CompareReport, out: &mut String) {
     if let Some(i) = &report.squadron_internals {
         let _ = writeln!(
             out,
@@ -168,7 +179,10 @@ pub fn render_table(report: &CompareReport) -> String {
             num(i.reads_per_round(), 2),
         );
     }
+}
 
+/// The points that met refusals or errors, with the first error of each.
+fn error_lines(report: &CompareReport, out: &mut String) {
     let mut notes = Vec::new();
     for p in &report.points {
         for (name, s) in [("squadron", &p.squadron), ("etcd", &p.etcd)] {
@@ -193,7 +207,6 @@ pub fn render_table(report: &CompareReport) -> String {
             out.push('\n');
         }
     }
-    out
 }
 
 #[cfg(test)]
