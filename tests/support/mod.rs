@@ -513,37 +513,45 @@ impl WorkerProc {
     /// Removes what a preserved failure keeps on purpose (containers, empty cgroup leaves),
     /// so test runs leave nothing behind.
     pub fn remove_leftovers(&self) {
-        let tasks = self.data_dir.join("tasks");
-        if let Ok(out) = Command::new("docker")
-            .args(["ps", "-a", "--filter", "label=squadron.managed=true"])
-            .args(["--format", "{{.ID}} {{.Label \"squadron.task-dir\"}}"])
-            .output()
-        {
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
-                if let Some((id, dir)) = line.split_once(' ') {
-                    if Path::new(dir).starts_with(&tasks) {
-                        let _ = Command::new("docker").args(["rm", "-f", id]).output();
-                    }
+        remove_worker_leftovers(&self.id, &self.data_dir);
+    }
+}
+
+/// Removes what worker `id` with its data in `data_dir` left behind: its containers and its
+/// cgroup subtree (killed first).
+pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
+    let tasks = data_dir.join("tasks");
+    if let Ok(out) = Command::new("docker")
+        .args(["ps", "-a", "--filter", "label=squadron.managed=true"])
+        .args(["--format", "{{.ID}} {{.Label \"squadron.task-dir\"}}"])
+        .output()
+    {
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((container, dir)) = line.split_once(' ') {
+                if Path::new(dir).starts_with(&tasks) {
+                    let _ = Command::new("docker")
+                        .args(["rm", "-f", container])
+                        .output();
                 }
             }
         }
-        for root in [
-            "/sys/fs/cgroup/unified/squadron",
-            "/sys/fs/cgroup/squadron",
-            "/sys/fs/cgroup/memory/squadron",
-            "/sys/fs/cgroup/pids/squadron",
-        ] {
-            let dir = Path::new(root).join(&self.id);
-            // A test that failed midway leaves providers running: kill the worker's whole
-            // subtree (cgroup v2) and let it empty before removing it.
-            if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
-                let _ = wait_until(Duration::from_secs(5), || {
-                    std::fs::read_to_string(dir.join("cgroup.events"))
-                        .map_or(true, |e| e.contains("populated 0"))
-                });
-            }
-            remove_empty_dirs(&dir);
+    }
+    for root in [
+        "/sys/fs/cgroup/unified/squadron",
+        "/sys/fs/cgroup/squadron",
+        "/sys/fs/cgroup/memory/squadron",
+        "/sys/fs/cgroup/pids/squadron",
+    ] {
+        let dir = Path::new(root).join(id);
+        // A test that failed midway leaves providers running: kill the worker's whole
+        // subtree (cgroup v2) and let it empty before removing it.
+        if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+            let _ = wait_until(Duration::from_secs(5), || {
+                std::fs::read_to_string(dir.join("cgroup.events"))
+                    .map_or(true, |e| e.contains("populated 0"))
+            });
         }
+        remove_empty_dirs(&dir);
     }
 }
 

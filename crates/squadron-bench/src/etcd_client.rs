@@ -9,7 +9,19 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::base64;
+/// Standard base64 with padding (RFC 4648), which etcd's JSON gateway uses for keys and values.
+mod b64 {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+
+    pub(crate) fn encode(bytes: &[u8]) -> String {
+        STANDARD.encode(bytes)
+    }
+
+    pub(crate) fn decode(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+        STANDARD.decode(text)
+    }
+}
 
 /// Largest answer body read (ranges here return one key).
 const ANSWER_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -73,7 +85,7 @@ pub(crate) fn uint(v: &Value) -> u64 {
 
 fn key_value(kv: &Value) -> Result<KeyValue, String> {
     let value = match kv["value"].as_str() {
-        Some(text) => base64::decode(text).map_err(|e| format!("value: {e}"))?,
+        Some(text) => b64::decode(text).map_err(|e| format!("value: {e}"))?,
         None => Vec::new(),
     };
     Ok(KeyValue {
@@ -85,30 +97,30 @@ fn key_value(kv: &Value) -> Result<KeyValue, String> {
 
 /// Comparison of a key's mod revision (0 for a missing key).
 pub(crate) fn compare_mod(key: &str, revision: i64) -> Value {
-    json!({"key": base64::encode(key.as_bytes()), "target": "MOD", "result": "EQUAL",
+    json!({"key": b64::encode(key.as_bytes()), "target": "MOD", "result": "EQUAL",
            "mod_revision": revision.to_string()})
 }
 
 /// Comparison of a key's version (0: the key does not exist).
 pub(crate) fn compare_version(key: &str, version: i64) -> Value {
-    json!({"key": base64::encode(key.as_bytes()), "target": "VERSION", "result": "EQUAL",
+    json!({"key": b64::encode(key.as_bytes()), "target": "VERSION", "result": "EQUAL",
            "version": version.to_string()})
 }
 
 /// Comparison of a key's create revision (0: the key does not exist).
 pub(crate) fn compare_created(key: &str, revision: i64) -> Value {
-    json!({"key": base64::encode(key.as_bytes()), "target": "CREATE", "result": "EQUAL",
+    json!({"key": b64::encode(key.as_bytes()), "target": "CREATE", "result": "EQUAL",
            "create_revision": revision.to_string()})
 }
 
 /// The key's value sorts (bytewise) before `value`.
 pub(crate) fn compare_value_less(key: &str, value: &str) -> Value {
-    json!({"key": base64::encode(key.as_bytes()), "target": "VALUE", "result": "LESS",
-           "value": base64::encode(value.as_bytes())})
+    json!({"key": b64::encode(key.as_bytes()), "target": "VALUE", "result": "LESS",
+           "value": b64::encode(value.as_bytes())})
 }
 
 pub(crate) fn op_put(key: &str, value: &[u8], lease: Option<i64>) -> Value {
-    let mut put = json!({"key": base64::encode(key.as_bytes()), "value": base64::encode(value)});
+    let mut put = json!({"key": b64::encode(key.as_bytes()), "value": b64::encode(value)});
     if let Some(l) = lease {
         put["lease"] = Value::String(l.to_string());
     }
@@ -116,11 +128,11 @@ pub(crate) fn op_put(key: &str, value: &[u8], lease: Option<i64>) -> Value {
 }
 
 pub(crate) fn op_delete(key: &str) -> Value {
-    json!({"request_delete_range": {"key": base64::encode(key.as_bytes())}})
+    json!({"request_delete_range": {"key": b64::encode(key.as_bytes())}})
 }
 
 pub(crate) fn op_range(key: &str) -> Value {
-    json!({"request_range": {"key": base64::encode(key.as_bytes())}})
+    json!({"request_range": {"key": b64::encode(key.as_bytes())}})
 }
 
 /// A client of one etcd cluster (its own connection pool).
@@ -218,7 +230,7 @@ impl EtcdClient {
     pub(crate) async fn get(&self, key: &str) -> Result<Option<KeyValue>, EtcdError> {
         let path = "/v3/kv/range";
         let answer = self
-            .call(path, &json!({"key": base64::encode(key.as_bytes())}))
+            .call(path, &json!({"key": b64::encode(key.as_bytes())}))
             .await?;
         match answer["kvs"].get(0) {
             Some(kv) => key_value(kv)
@@ -351,5 +363,46 @@ mod tests {
                 version: 2
             }
         );
+    }
+
+    #[test]
+    fn rfc_4648_vectors() {
+        let vectors = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (plain, encoded) in vectors {
+            assert_eq!(b64::encode(plain.as_bytes()), encoded);
+            assert_eq!(b64::decode(encoded).unwrap(), plain.as_bytes());
+        }
+    }
+
+    #[test]
+    fn every_byte_round_trips() {
+        let all: Vec<u8> = (0..=255u8).collect();
+        for len in 0..all.len() {
+            let text = b64::encode(&all[..len]);
+            assert_eq!(b64::decode(&text).unwrap(), &all[..len], "length {len}");
+        }
+        assert_eq!(b64::encode(&[0xfb, 0xff]), "+/8=");
+    }
+
+    #[test]
+    fn bad_text_is_refused_with_its_position() {
+        use base64::DecodeError;
+        for (text, want) in [
+            ("abc", DecodeError::InvalidPadding),
+            ("ab!d", DecodeError::InvalidByte(2, b'!')),
+            ("a==d", DecodeError::InvalidByte(1, b'=')),
+            ("ab=d", DecodeError::InvalidByte(2, b'=')),
+            ("Zg==Zm9v", DecodeError::InvalidByte(2, b'=')),
+        ] {
+            assert_eq!(b64::decode(text), Err(want), "{text}");
+        }
     }
 }

@@ -5,10 +5,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use backon::{ConstantBuilder, RetryableWithContext};
+
 use crate::error::BenchError;
 use crate::etcd_client::EtcdClient;
 use crate::process::{free_port, NodeMemory, NodeProcess};
-use crate::squadron_cluster::{POLL_INTERVAL_MS, STARTUP_TIMEOUT_MS};
+use crate::squadron_cluster::{LeaderWait, POLL_INTERVAL_MS, STARTUP_TIMEOUT_MS};
 
 /// One status request.
 const STATUS_TIMEOUT_MS: u64 = 2_000;
@@ -17,6 +19,18 @@ const STATUS_TIMEOUT_MS: u64 = 2_000;
 struct EtcdMember {
     client_url: String,
     process: NodeProcess,
+}
+
+/// One look at the cluster, in the shape a retry with context takes: the cluster and the last
+/// problem seen go in and come out again.
+async fn look(
+    (cluster, last): (&mut EtcdCluster, String),
+) -> ((&mut EtcdCluster, String), Result<usize, LeaderWait>) {
+    match cluster.agreed_leader(last).await {
+        Ok(index) => ((cluster, String::new()), Ok(index)),
+        Err(LeaderWait::NotYet(last)) => ((cluster, last.clone()), Err(LeaderWait::NotYet(last))),
+        Err(exited) => ((cluster, String::new()), Err(exited)),
+    }
 }
 
 /// A running etcd cluster; dropping it kills every member.
@@ -94,49 +108,66 @@ impl EtcdCluster {
     /// index of the leader among the members.
     pub(crate) async fn wait_for_leader(&mut self, timeout: Duration) -> Result<usize, BenchError> {
         let start = Instant::now();
-        let mut last = String::from("no answer yet");
-        while start.elapsed() < timeout {
-            let exited = self.members.iter_mut().find_map(|n| {
-                n.process
-                    .exited()
-                    .map(|s| format!("{} exited: {s}", n.process.name))
-            });
-            if let Some(message) = exited {
-                return Err(self.startup_error(message));
+        let polls = ConstantBuilder::default()
+            .with_delay(Duration::from_millis(POLL_INTERVAL_MS))
+            .with_max_times(usize::MAX);
+        let ((this, _), agreed) = look
+            .retry(polls)
+            .context((self, String::from("no answer yet")))
+            .when(|e| matches!(e, LeaderWait::NotYet(_)) && start.elapsed() < timeout)
+            .await;
+        match agreed {
+            Ok(index) => Ok(index),
+            Err(LeaderWait::Exited(message)) => Err(this.startup_error(message)),
+            Err(LeaderWait::NotYet(last)) => {
+                Err(this.startup_error(format!("no agreed leader after {timeout:?}: {last}")))
             }
-            let mut views = Vec::new();
-            for (i, m) in self.members.iter().enumerate() {
-                if !m.process.running() {
-                    continue;
-                }
-                let client = EtcdClient::new(
-                    vec![m.client_url.clone()],
-                    Duration::from_millis(STATUS_TIMEOUT_MS),
-                    Duration::from_millis(STATUS_TIMEOUT_MS),
-                );
-                match client.status().await {
-                    Ok((member, leader)) => views.push((i, member, leader)),
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            let running = self.members.iter().filter(|m| m.process.running()).count();
-            if views.len() == running {
-                if let Some(&(_, _, leader)) = views.first() {
-                    let agreed = leader != 0 && views.iter().all(|v| v.2 == leader);
-                    if let Some(&(index, _, _)) = views.iter().find(|v| v.1 == leader) {
-                        if agreed {
-                            return Ok(index);
-                        }
-                    }
-                    last = format!(
-                        "leaders seen: {:?}",
-                        views.iter().map(|v| v.2).collect::<Vec<_>>()
-                    );
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
         }
-        Err(self.startup_error(format!("no agreed leader after {timeout:?}: {last}")))
+    }
+
+    /// One look at every running member: the index of the leader they all name, if they
+    /// agree on one of them. `last` is what the previous look found wrong, kept when this one
+    /// learns nothing.
+    async fn agreed_leader(&mut self, mut last: String) -> Result<usize, LeaderWait> {
+        let exited = self.members.iter_mut().find_map(|n| {
+            n.process
+                .exited()
+                .map(|s| format!("{} exited: {s}", n.process.name))
+        });
+        if let Some(message) = exited {
+            return Err(LeaderWait::Exited(message));
+        }
+        let mut views = Vec::new();
+        for (i, m) in self.members.iter().enumerate() {
+            if !m.process.running() {
+                continue;
+            }
+            let client = EtcdClient::new(
+                vec![m.client_url.clone()],
+                Duration::from_millis(STATUS_TIMEOUT_MS),
+                Duration::from_millis(STATUS_TIMEOUT_MS),
+            );
+            match client.status().await {
+                Ok((member, leader)) => views.push((i, member, leader)),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        let running = self.members.iter().filter(|m| m.process.running()).count();
+        if views.len() == running {
+            if let Some(&(_, _, leader)) = views.first() {
+                let agreed = leader != 0 && views.iter().all(|v| v.2 == leader);
+                if let Some(&(index, _, _)) = views.iter().find(|v| v.1 == leader) {
+                    if agreed {
+                        return Ok(index);
+                    }
+                }
+                last = format!(
+                    "leaders seen: {:?}",
+                    views.iter().map(|v| v.2).collect::<Vec<_>>()
+                );
+            }
+        }
+        Err(LeaderWait::NotYet(last))
     }
 
     /// SIGKILL of member `index`.

@@ -1,25 +1,29 @@
-//! A latency histogram with bounded memory and a bounded relative error, in microseconds.
+//! A latency histogram with bounded memory and a bounded relative error, in microseconds: an
+//! HDR histogram (`hdrhistogram`) plus the exact sum and maximum, so the mean and the largest
+//! sample are reported as measured. Storing every sample instead would grow without bound at
+//! hundreds of thousands of operations per point.
 //!
-//! Log-linear buckets in the manner of HDR histograms: values below `2 * SUB_BUCKETS` are
-//! exact; above, every power-of-two range is split into `SUB_BUCKETS` equal buckets, so a
-//! reported percentile is at most `1 / SUB_BUCKETS` (1.6 %) above the true sample. Storing every
-//! sample instead would grow without bound at hundreds of thousands of operations per point.
+//! The load of `bench compare` keeps one histogram per client (up to 4,096 clients), so it
+//! uses [`LatencyHistogram::new`]: two significant digits, values below 256 µs exact, above
+//! that a reported percentile at most 1/128 (0.8 %) above the true sample, about 20 KiB each.
+//! `squadron bench` keeps four per client and uses three digits
+//! ([`LatencyHistogram::with_significant_digits`]): exact below 2,048 µs, 0.05 % above.
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-/// Buckets per power of two (2^SUB_BUCKET_BITS).
-const SUB_BUCKET_BITS: u32 = 6;
-const SUB_BUCKETS: u64 = 1 << SUB_BUCKET_BITS;
 /// The largest value kept apart; larger samples count as this (about 19 hours).
 pub const LATENCY_US_MAX: u64 = 1 << 36;
+/// Significant digits of [`LatencyHistogram::new`].
+pub const SIGNIFICANT_DIGITS_DEFAULT: u8 = 2;
+/// Most significant digits an HDR histogram keeps.
+pub const SIGNIFICANT_DIGITS_MAX: u8 = 5;
 
 /// A histogram of latencies in microseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LatencyHistogram {
-    counts: Vec<u64>,
-    count: u64,
+    histogram: Histogram<u64>,
     sum_us: u128,
-    min_us: u64,
     max_us: u64,
 }
 
@@ -34,27 +38,6 @@ pub struct LatencySummary {
     pub max_ms: f64,
 }
 
-fn bucket_of(value_us: u64) -> usize {
-    let v = value_us.min(LATENCY_US_MAX);
-    if v < 2 * SUB_BUCKETS {
-        return v as usize;
-    }
-    let msb = 63 - v.leading_zeros();
-    let exponent = msb - SUB_BUCKET_BITS;
-    (SUB_BUCKETS * u64::from(exponent) + (v >> exponent)) as usize
-}
-
-/// The largest value that falls in bucket `index`.
-fn bucket_upper(index: usize) -> u64 {
-    let i = index as u64;
-    if i < 2 * SUB_BUCKETS {
-        return i;
-    }
-    let exponent = i / SUB_BUCKETS - 1;
-    let mantissa = i - SUB_BUCKETS * exponent;
-    ((mantissa + 1) << exponent) - 1
-}
-
 impl Default for LatencyHistogram {
     fn default() -> Self {
         Self::new()
@@ -62,12 +45,21 @@ impl Default for LatencyHistogram {
 }
 
 impl LatencyHistogram {
+    /// Two significant digits: small enough for one histogram per client.
     pub fn new() -> Self {
+        Self::with_significant_digits(SIGNIFICANT_DIGITS_DEFAULT)
+    }
+
+    /// A histogram keeping `digits` significant digits (1..=5; out-of-range values are
+    /// clamped). It grows with the largest sample recorded, up to [`LATENCY_US_MAX`].
+    pub fn with_significant_digits(digits: u8) -> Self {
+        let digits = digits.clamp(1, SIGNIFICANT_DIGITS_MAX);
+        // Auto-resizing: the counts cover the largest sample seen, not all of LATENCY_US_MAX.
+        let histogram =
+            Histogram::new(digits).expect("an HDR histogram takes 1..=5 significant digits");
         Self {
-            counts: vec![0; bucket_of(LATENCY_US_MAX) + 1],
-            count: 0,
+            histogram,
             sum_us: 0,
-            min_us: u64::MAX,
             max_us: 0,
         }
     }
@@ -75,56 +67,57 @@ impl LatencyHistogram {
     /// Records one sample.
     pub fn record(&mut self, value_us: u64) {
         let v = value_us.min(LATENCY_US_MAX);
-        if let Some(c) = self.counts.get_mut(bucket_of(v)) {
-            *c += 1;
+        // Auto-resizing, so `record` grows the counts; saturating is the fallback should it
+        // ever refuse.
+        if self.histogram.record(v).is_err() {
+            self.histogram.saturating_record(v);
         }
-        self.count += 1;
         self.sum_us += u128::from(v);
-        self.min_us = self.min_us.min(v);
         self.max_us = self.max_us.max(v);
     }
 
     /// Adds another histogram's samples to this one.
     pub fn merge(&mut self, other: &LatencyHistogram) {
-        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
-            *mine += theirs;
+        if self.histogram.add(&other.histogram).is_err() {
+            // Only a histogram of other bounds can be refused; add its samples one value at a
+            // time instead.
+            for v in other.histogram.iter_recorded() {
+                let value = v.value_iterated_to();
+                if self.histogram.record_n(value, v.count_at_value()).is_err() {
+                    self.histogram
+                        .saturating_record_n(value, v.count_at_value());
+                }
+            }
         }
-        self.count += other.count;
         self.sum_us += other.sum_us;
-        self.min_us = self.min_us.min(other.min_us);
         self.max_us = self.max_us.max(other.max_us);
     }
 
     pub fn count(&self) -> u64 {
-        self.count
+        self.histogram.len()
     }
 
     /// The nearest-rank percentile (`q` in 0..=1): the upper bound of the bucket holding the
     /// smallest sample with at least `q` of the samples at or below it, never above the
     /// largest sample. 0 when empty.
     pub fn percentile_us(&self, q: f64) -> u64 {
-        if self.count == 0 {
+        if self.count() == 0 {
             return 0;
         }
-        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).clamp(1, self.count);
-        let mut seen = 0u64;
-        for (index, c) in self.counts.iter().enumerate() {
-            seen += c;
-            if seen >= rank {
-                return bucket_upper(index).min(self.max_us);
-            }
-        }
-        self.max_us
+        self.histogram
+            .value_at_quantile(q.clamp(0.0, 1.0))
+            .min(self.max_us)
     }
 
     pub fn summary(&self) -> LatencySummary {
-        if self.count == 0 {
+        let count = self.count();
+        if count == 0 {
             return LatencySummary::default();
         }
         let ms = |us: u64| us as f64 / 1_000.0;
         LatencySummary {
-            count: self.count,
-            mean_ms: self.sum_us as f64 / self.count as f64 / 1_000.0,
+            count,
+            mean_ms: self.sum_us as f64 / count as f64 / 1_000.0,
             p50_ms: ms(self.percentile_us(0.50)),
             p99_ms: ms(self.percentile_us(0.99)),
             p999_ms: ms(self.percentile_us(0.999)),
@@ -137,22 +130,26 @@ impl LatencyHistogram {
 mod tests {
     use super::*;
 
+    /// The relative error the default histogram promises above its exact range.
+    const RELATIVE_ERROR_MAX: f64 = 1.0 / 128.0;
+
     #[test]
     fn buckets_are_contiguous_and_bounded() {
-        let mut previous_upper = None;
-        for index in 0..=bucket_of(LATENCY_US_MAX) {
-            let upper = bucket_upper(index);
-            if let Some(p) = previous_upper {
-                assert_eq!(bucket_of(p + 1), index, "value after bucket {} ", index - 1);
-            }
-            assert_eq!(bucket_of(upper), index);
-            previous_upper = Some(upper);
+        let h = LatencyHistogram::new().histogram;
+        // Every value falls in a bucket whose upper bound is at or above it, and the next
+        // bucket starts right after that bound.
+        let mut v = 0u64;
+        while v < 10_000_000 {
+            let upper = h.highest_equivalent(v);
+            assert!(upper >= v, "{v}");
+            assert_eq!(h.lowest_equivalent(upper + 1), upper + 1, "after {upper}");
+            v = upper + 1 + v / 7;
         }
         for v in [1u64, 127, 128, 129, 1_000, 65_535, 1_234_567, 99_999_999] {
-            let upper = bucket_upper(bucket_of(v));
+            let upper = h.highest_equivalent(v);
             assert!(upper >= v, "{v}");
             assert!(
-                (upper - v) as f64 <= v as f64 / SUB_BUCKETS as f64,
+                (upper - v) as f64 <= v as f64 * RELATIVE_ERROR_MAX,
                 "{v} -> {upper}"
             );
         }
@@ -185,7 +182,7 @@ mod tests {
             let got = h.percentile_us(q);
             assert!(got >= exact, "p{q}: {got} < {exact}");
             assert!(
-                (got - exact) as f64 <= exact as f64 / SUB_BUCKETS as f64,
+                (got - exact) as f64 <= exact as f64 * RELATIVE_ERROR_MAX,
                 "p{q}: {got} vs {exact}"
             );
         }
@@ -232,5 +229,19 @@ mod tests {
         let mut h = LatencyHistogram::new();
         h.record(u64::MAX);
         assert_eq!(h.percentile_us(0.5), LATENCY_US_MAX);
+    }
+
+    #[test]
+    fn more_digits_keep_larger_values_exact() {
+        let mut h = LatencyHistogram::with_significant_digits(3);
+        for v in 1..=2_000u64 {
+            h.record(v);
+        }
+        assert_eq!(h.percentile_us(0.5), 1_000);
+        assert_eq!(h.percentile_us(0.999), 1_998);
+        // Out of range asks are clamped, not refused.
+        let mut h = LatencyHistogram::with_significant_digits(9);
+        h.record(123_456);
+        assert_eq!(h.percentile_us(1.0), 123_456);
     }
 }

@@ -9,7 +9,6 @@
 //! first successful write, stop the cluster. Every process is killed and every directory
 //! removed when the run ends, also on error.
 
-mod base64;
 mod error;
 mod etcd_client;
 mod etcd_cluster;
@@ -27,6 +26,8 @@ mod table;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use backon::{ConstantBuilder, Retryable};
 
 pub use error::BenchError;
 pub use histogram::{LatencyHistogram, LatencySummary};
@@ -70,20 +71,7 @@ struct SystemRun {
 pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError> {
     opts.validate()?;
     let wants = |s: System| opts.systems.contains(&s);
-    if wants(System::Squadron) && !opts.squadron_bin.is_file() {
-        return Err(BenchError::MissingBinary {
-            what: "the squadron binary",
-            path: opts.squadron_bin.clone(),
-            hint: "build it (cargo build -p squadron) or pass its path",
-        });
-    }
-    if wants(System::Etcd) && !opts.etcd_bin.is_file() {
-        return Err(BenchError::MissingBinary {
-            what: "etcd",
-            path: opts.etcd_bin.clone(),
-            hint: "install Debian's etcd-server package (apt-get install etcd-server) or pass its path",
-        });
-    }
+    check_binaries(opts)?;
     let parent = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent).map_err(|e| BenchError::io("create", &parent, e))?;
     let dir = tempfile::Builder::new()
@@ -102,59 +90,9 @@ pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError>
         None
     };
 
-    let mut points = Vec::new();
-    for &workload in &opts.workloads {
-        for &clients in &opts.clients {
-            let find = |run: &Option<SystemRun>| {
-                run.as_ref().and_then(|r| {
-                    r.points
-                        .iter()
-                        .find(|(w, c, _)| *w == workload && *c == clients)
-                        .map(|(_, _, s)| s.clone())
-                })
-            };
-            let (s, e) = (find(&squadron), find(&etcd));
-            let ratio = match (&s, &e) {
-                (Some(s), Some(e)) => Some(Ratios::of(s, e)),
-                _ => None,
-            };
-            points.push(ComparePoint {
-                workload,
-                clients,
-                squadron: s,
-                etcd: e,
-                ratio,
-            });
-        }
-    }
-    let failover_of = |run: &Option<SystemRun>| run.as_ref().and_then(|r| r.failover.clone());
-    let failover = {
-        let (s, e) = (failover_of(&squadron), failover_of(&etcd));
-        let r = match (&s, &e) {
-            (Some(s), Some(e)) => match (s.recovery_ms, e.recovery_ms) {
-                (Some(a), Some(b)) => ratio(a, b),
-                _ => None,
-            },
-            _ => None,
-        };
-        FailoverComparison {
-            squadron: s,
-            etcd: e,
-            ratio: r,
-        }
-    };
-    let memory_of =
-        |run: &Option<SystemRun>| run.as_ref().map(|r| r.memory.clone()).unwrap_or_default();
-    let (sm, em) = (memory_of(&squadron), memory_of(&etcd));
-    let memory = MemoryComparison {
-        ratio: if sm.is_empty() || em.is_empty() {
-            None
-        } else {
-            ratio(mean_rss_kib(&sm), mean_rss_kib(&em))
-        },
-        squadron: sm,
-        etcd: em,
-    };
+    let points = compare_points(opts, &squadron, &etcd);
+    let failover = compare_failover(&squadron, &etcd);
+    let memory = compare_memory(&squadron, &etcd);
     let squadron_internals = squadron.as_ref().and_then(|r| r.internals.clone());
     let machine = MachineInfo::probe(dir.path());
     let work_dir = if opts.keep_work_dir {
@@ -185,6 +123,92 @@ pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError>
         squadron_internals,
         work_dir,
     })
+}
+
+/// Refuses a run whose binaries are missing, saying how to get them.
+fn check_binaries(opts: &CompareOptions) -> Result<(), BenchError> {
+    let wants = |s: System| opts.systems.contains(&s);
+    if wants(System::Squadron) && !opts.squadron_bin.is_file() {
+        return Err(BenchError::MissingBinary {
+            what: "the squadron binary",
+            path: opts.squadron_bin.clone(),
+            hint: "build it (cargo build -p squadron) or pass its path",
+        });
+    }
+    if wants(System::Etcd) && !opts.etcd_bin.is_file() {
+        return Err(BenchError::MissingBinary {
+            what: "etcd",
+            path: opts.etcd_bin.clone(),
+            hint: "install Debian's etcd-server package (apt-get install etcd-server) or pass its path",
+        });
+    }
+    Ok(())
+}
+
+/// Both systems' figures at every workload and client count, with their ratios.
+fn compare_points(
+    opts: &CompareOptions,
+    squadron: &Option<SystemRun>,
+    etcd: &Option<SystemRun>,
+) -> Vec<ComparePoint> {
+    let mut points = Vec::new();
+    for &workload in &opts.workloads {
+        for &clients in &opts.clients {
+            let find = |run: &Option<SystemRun>| {
+                run.as_ref().and_then(|r| {
+                    r.points
+                        .iter()
+                        .find(|(w, c, _)| *w == workload && *c == clients)
+                        .map(|(_, _, s)| s.clone())
+                })
+            };
+            let (s, e) = (find(squadron), find(etcd));
+            let ratio = match (&s, &e) {
+                (Some(s), Some(e)) => Some(Ratios::of(s, e)),
+                _ => None,
+            };
+            points.push(ComparePoint {
+                workload,
+                clients,
+                squadron: s,
+                etcd: e,
+                ratio,
+            });
+        }
+    }
+    points
+}
+
+fn compare_failover(squadron: &Option<SystemRun>, etcd: &Option<SystemRun>) -> FailoverComparison {
+    let failover_of = |run: &Option<SystemRun>| run.as_ref().and_then(|r| r.failover.clone());
+    let (s, e) = (failover_of(squadron), failover_of(etcd));
+    let r = match (&s, &e) {
+        (Some(s), Some(e)) => match (s.recovery_ms, e.recovery_ms) {
+            (Some(a), Some(b)) => ratio(a, b),
+            _ => None,
+        },
+        _ => None,
+    };
+    FailoverComparison {
+        squadron: s,
+        etcd: e,
+        ratio: r,
+    }
+}
+
+fn compare_memory(squadron: &Option<SystemRun>, etcd: &Option<SystemRun>) -> MemoryComparison {
+    let memory_of =
+        |run: &Option<SystemRun>| run.as_ref().map(|r| r.memory.clone()).unwrap_or_default();
+    let (sm, em) = (memory_of(squadron), memory_of(etcd));
+    MemoryComparison {
+        ratio: if sm.is_empty() || em.is_empty() {
+            None
+        } else {
+            ratio(mean_rss_kib(&sm), mean_rss_kib(&em))
+        },
+        squadron: sm,
+        etcd: em,
+    }
 }
 
 /// Every node's batching counters, summed; `None` if a node did not answer.
@@ -266,43 +290,53 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
     run.memory = cluster.memory();
     run.internals = squadron_internals(&endpoints).await;
     if opts.failover {
-        let leader = cluster
-            .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
-            .await?;
-        let clients = opts.failover_clients;
-        let probe = Arc::new(FailoverProbe::default());
-        let control = LoadControl::new(
-            Duration::ZERO,
-            Duration::from_millis(FAILOVER_PRE_KILL_MS + FAILOVER_WAIT_MS_MAX),
-        );
-        let load = run_clients(control.clone(), clients, |i, rec| {
-            squadron_load::lease_cycle(&data, &endpoints, i, rec, Some(probe.clone()))
-        });
-        let kill = async {
-            tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
-            cluster.kill(leader);
-            let killed_at = Instant::now();
-            probe.killed(killed_at);
-            let elected = cluster
-                .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
-                .await
-                .ok()
-                .map(|_| killed_at.elapsed());
-            wait_for_recovery(&probe).await;
-            control.stop();
-            elected
-        };
-        let (stats, elected) = tokio::join!(load, kill);
-        run.failover = Some(FailoverResult {
-            clients,
-            killed: format!("squadron node {leader}"),
-            recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
-            leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
-            wait_ms_max: FAILOVER_WAIT_MS_MAX,
-            load: stats,
-        });
+        run.failover = Some(squadron_failover(opts, &mut cluster, &data, &endpoints).await?);
     }
     Ok(run)
+}
+
+/// Kill -9 of the leader under a lease-cycle load: the time to the first successful write.
+async fn squadron_failover(
+    opts: &CompareOptions,
+    cluster: &mut SquadronCluster,
+    data: &squadron_load::SquadronData,
+    endpoints: &[String],
+) -> Result<FailoverResult, BenchError> {
+    let leader = cluster
+        .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
+        .await?;
+    let clients = opts.failover_clients;
+    let probe = Arc::new(FailoverProbe::default());
+    let control = LoadControl::new(
+        Duration::ZERO,
+        Duration::from_millis(FAILOVER_PRE_KILL_MS + FAILOVER_WAIT_MS_MAX),
+    );
+    let load = run_clients(control.clone(), clients, |i, rec| {
+        squadron_load::lease_cycle(data, endpoints, i, rec, Some(probe.clone()))
+    });
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
+        cluster.kill(leader);
+        let killed_at = Instant::now();
+        probe.killed(killed_at);
+        let elected = cluster
+            .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+            .await
+            .ok()
+            .map(|_| killed_at.elapsed());
+        wait_for_recovery(&probe).await;
+        control.stop();
+        elected
+    };
+    let (stats, elected) = tokio::join!(load, kill);
+    Ok(FailoverResult {
+        clients,
+        killed: format!("squadron node {leader}"),
+        recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
+        leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
+        wait_ms_max: FAILOVER_WAIT_MS_MAX,
+        load: stats,
+    })
 }
 
 async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchError> {
@@ -348,50 +382,63 @@ async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchE
     }
     run.memory = cluster.memory();
     if opts.failover {
-        let leader = cluster
-            .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
-            .await?;
-        let clients = opts.failover_clients;
-        let probe = Arc::new(FailoverProbe::default());
-        let control = LoadControl::new(
-            Duration::ZERO,
-            Duration::from_millis(FAILOVER_PRE_KILL_MS + FAILOVER_WAIT_MS_MAX),
-        );
-        let load = run_clients(control.clone(), clients, |i, rec| {
-            etcd_load::lease_cycle(&data, &endpoints, i, rec, Some(probe.clone()))
-        });
-        let kill = async {
-            tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
-            cluster.kill(leader);
-            let killed_at = Instant::now();
-            probe.killed(killed_at);
-            let elected = cluster
-                .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
-                .await
-                .ok()
-                .map(|_| killed_at.elapsed());
-            wait_for_recovery(&probe).await;
-            control.stop();
-            elected
-        };
-        let (stats, elected) = tokio::join!(load, kill);
-        run.failover = Some(FailoverResult {
-            clients,
-            killed: format!("etcd m{}", leader + 1),
-            recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
-            leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
-            wait_ms_max: FAILOVER_WAIT_MS_MAX,
-            load: stats,
-        });
+        run.failover = Some(etcd_failover(opts, &mut cluster, &data, &endpoints).await?);
     }
     Ok(run)
 }
 
+/// Kill -9 of the leader under a lease-cycle load: the time to the first successful write.
+async fn etcd_failover(
+    opts: &CompareOptions,
+    cluster: &mut EtcdCluster,
+    data: &etcd_load::EtcdData,
+    endpoints: &[String],
+) -> Result<FailoverResult, BenchError> {
+    let leader = cluster
+        .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
+        .await?;
+    let clients = opts.failover_clients;
+    let probe = Arc::new(FailoverProbe::default());
+    let control = LoadControl::new(
+        Duration::ZERO,
+        Duration::from_millis(FAILOVER_PRE_KILL_MS + FAILOVER_WAIT_MS_MAX),
+    );
+    let load = run_clients(control.clone(), clients, |i, rec| {
+        etcd_load::lease_cycle(data, endpoints, i, rec, Some(probe.clone()))
+    });
+    let kill = async {
+        tokio::time::sleep(Duration::from_millis(FAILOVER_PRE_KILL_MS)).await;
+        cluster.kill(leader);
+        let killed_at = Instant::now();
+        probe.killed(killed_at);
+        let elected = cluster
+            .wait_for_leader(Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+            .await
+            .ok()
+            .map(|_| killed_at.elapsed());
+        wait_for_recovery(&probe).await;
+        control.stop();
+        elected
+    };
+    let (stats, elected) = tokio::join!(load, kill);
+    Ok(FailoverResult {
+        clients,
+        killed: format!("etcd m{}", leader + 1),
+        recovery_ms: probe.recovery().map(|d| d.as_secs_f64() * 1_000.0),
+        leader_elected_ms: elected.map(|d| d.as_secs_f64() * 1_000.0),
+        wait_ms_max: FAILOVER_WAIT_MS_MAX,
+        load: stats,
+    })
+}
+
 async fn wait_for_recovery(probe: &FailoverProbe) {
     let start = Instant::now();
-    while probe.recovery().is_none()
-        && start.elapsed() < Duration::from_millis(FAILOVER_WAIT_MS_MAX)
-    {
-        tokio::time::sleep(Duration::from_millis(FAILOVER_POLL_MS)).await;
-    }
+    let polls = ConstantBuilder::default()
+        .with_delay(Duration::from_millis(FAILOVER_POLL_MS))
+        .with_max_times(usize::MAX);
+    // Err: no write succeeded yet (the probe's clock measures; this only waits).
+    let _ = (|| async { probe.recovery().ok_or(()) })
+        .retry(polls)
+        .when(|_| start.elapsed() < Duration::from_millis(FAILOVER_WAIT_MS_MAX))
+        .await;
 }

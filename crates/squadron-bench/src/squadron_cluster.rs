@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use backon::{ConstantBuilder, RetryableWithContext};
 use squadron_client::{Consistency, SquadronClient};
 
 use crate::error::BenchError;
@@ -23,6 +24,27 @@ struct SquadronNode {
     id: u64,
     rest: String,
     process: NodeProcess,
+}
+
+/// Why a look at a cluster found no agreed leader.
+#[derive(Debug)]
+pub(crate) enum LeaderWait {
+    /// Not yet: what was wrong.
+    NotYet(String),
+    /// A node process ended: no leader is coming.
+    Exited(String),
+}
+
+/// One look at the cluster, in the shape a retry with context takes: the cluster and the last
+/// problem seen go in and come out again.
+async fn look(
+    (cluster, last): (&mut SquadronCluster, String),
+) -> ((&mut SquadronCluster, String), Result<u64, LeaderWait>) {
+    match cluster.agreed_leader(last).await {
+        Ok(leader) => ((cluster, String::new()), Ok(leader)),
+        Err(LeaderWait::NotYet(last)) => ((cluster, last.clone()), Err(LeaderWait::NotYet(last))),
+        Err(exited) => ((cluster, String::new()), Err(exited)),
+    }
 }
 
 /// A running Squadron cluster; dropping it kills every node.
@@ -93,44 +115,60 @@ impl SquadronCluster {
     /// Waits until every running node names the same running leader.
     pub(crate) async fn wait_for_leader(&mut self, timeout: Duration) -> Result<u64, BenchError> {
         let start = Instant::now();
-        let mut last = String::from("no answer yet");
-        while start.elapsed() < timeout {
-            let exited = self.nodes.iter_mut().find_map(|n| {
-                n.process
-                    .exited()
-                    .map(|s| format!("{} exited: {s}", n.process.name))
-            });
-            if let Some(message) = exited {
-                return Err(self.startup_error(message));
+        let polls = ConstantBuilder::default()
+            .with_delay(Duration::from_millis(POLL_INTERVAL_MS))
+            .with_max_times(usize::MAX);
+        let ((this, _), agreed) = look
+            .retry(polls)
+            .context((self, String::from("no answer yet")))
+            .when(|e| matches!(e, LeaderWait::NotYet(_)) && start.elapsed() < timeout)
+            .await;
+        match agreed {
+            Ok(leader) => Ok(leader),
+            Err(LeaderWait::Exited(message)) => Err(this.startup_error(message)),
+            Err(LeaderWait::NotYet(last)) => {
+                Err(this.startup_error(format!("no agreed leader after {timeout:?}: {last}")))
             }
-            let mut seen = Vec::new();
-            for node in self.nodes.iter().filter(|n| n.process.running()) {
-                let client = SquadronClient::with_timeouts(
-                    vec![node.rest.clone()],
-                    Duration::from_millis(STATUS_TIMEOUT_MS),
-                    Duration::from_millis(STATUS_TIMEOUT_MS),
-                );
-                match client.cluster_status(Consistency::Stale).await {
-                    Ok(s) => seen.push(s.leader),
-                    Err(e) => {
-                        last = format!("node {}: {e}", node.id);
-                        seen.push(None);
-                    }
-                }
-            }
-            if let Some(Some(leader)) = seen.first().copied() {
-                let alive = self
-                    .nodes
-                    .iter()
-                    .any(|n| n.id == leader && n.process.running());
-                if alive && seen.iter().all(|s| *s == Some(leader)) {
-                    return Ok(leader);
-                }
-                last = format!("leaders seen: {seen:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
         }
-        Err(self.startup_error(format!("no agreed leader after {timeout:?}: {last}")))
+    }
+
+    /// One look at every running node: the leader they all name, if they agree on a running
+    /// one. `last` is what the previous look found wrong, kept when this one learns nothing.
+    async fn agreed_leader(&mut self, mut last: String) -> Result<u64, LeaderWait> {
+        let exited = self.nodes.iter_mut().find_map(|n| {
+            n.process
+                .exited()
+                .map(|s| format!("{} exited: {s}", n.process.name))
+        });
+        if let Some(message) = exited {
+            return Err(LeaderWait::Exited(message));
+        }
+        let mut seen = Vec::new();
+        for node in self.nodes.iter().filter(|n| n.process.running()) {
+            let client = SquadronClient::with_timeouts(
+                vec![node.rest.clone()],
+                Duration::from_millis(STATUS_TIMEOUT_MS),
+                Duration::from_millis(STATUS_TIMEOUT_MS),
+            );
+            match client.cluster_status(Consistency::Stale).await {
+                Ok(s) => seen.push(s.leader),
+                Err(e) => {
+                    last = format!("node {}: {e}", node.id);
+                    seen.push(None);
+                }
+            }
+        }
+        if let Some(Some(leader)) = seen.first().copied() {
+            let alive = self
+                .nodes
+                .iter()
+                .any(|n| n.id == leader && n.process.running());
+            if alive && seen.iter().all(|s| *s == Some(leader)) {
+                return Ok(leader);
+            }
+            last = format!("leaders seen: {seen:?}");
+        }
+        Err(LeaderWait::NotYet(last))
     }
 
     /// SIGKILL of one node.

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backon::{ConstantBuilder, Retryable};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use squadron_client::{
@@ -43,6 +44,8 @@ pub(crate) const CAPACITY_SLOTS: u32 = 4;
 pub(crate) const ADMISSION_ATTEMPTS_MAX: usize = 64;
 /// Attempts to release a granted capacity slot.
 pub(crate) const RELEASE_ATTEMPTS_MAX: usize = 3;
+/// Pause between two of those attempts.
+pub(crate) const RELEASE_RETRY_DELAY_MS: u64 = 0;
 /// Request timeout of the benchmark clients (above the server's 5 s forward timeout).
 pub(crate) const REQUEST_TIMEOUT_MS: u64 = 10_000;
 pub(crate) const CONNECT_TIMEOUT_MS: u64 = 2_000;
@@ -435,16 +438,16 @@ pub(crate) fn capacity(
             match admission {
                 Admission::Granted(grant) => {
                     rec.record(started, OpResult::Ok);
-                    let mut released = false;
-                    for _ in 0..RELEASE_ATTEMPTS_MAX {
-                        if release(&client, grant.lease, profile, grant.generation)
-                            .await
-                            .is_ok()
-                        {
-                            released = true;
-                            break;
-                        }
-                    }
+                    let again = ConstantBuilder::default()
+                        .with_delay(Duration::from_millis(RELEASE_RETRY_DELAY_MS))
+                        .with_max_times(RELEASE_ATTEMPTS_MAX - 1);
+                    let released = (|| release(&client, grant.lease, profile, grant.generation))
+                        .retry(again)
+                        // A refusal is the server's decision (the release is fenced by the
+                        // generation, so a repeat can never release anything else).
+                        .when(|e| e.rejection().is_none())
+                        .await
+                        .is_ok();
                     if !released {
                         rec.note_error(format!("release of lease {} failed", grant.lease));
                     }

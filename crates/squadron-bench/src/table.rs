@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use comfy_table::{presets, CellAlignment, ContentArrangement, Table, TableComponent};
+
 use crate::load::PointStats;
 use crate::report::{mean_rss_kib, CompareReport};
 
@@ -30,10 +32,9 @@ fn system_cells(s: Option<&PointStats>) -> [String; 4] {
     }
 }
 
-/// The report as a fixed-width table (latencies in ms; ratios are Squadron / etcd), then
-/// failover, memory and any errors met.
-pub fn render_table(report: &CompareReport) -> String {
-    let mut out = String::new();
+/// One row per workload and client count, the header underlined; the point's columns on the
+/// left, numbers right-aligned (drawn by `comfy-table`, without borders).
+fn points_table(report: &CompareReport) -> String {
     let header = [
         "workload",
         "clients",
@@ -50,7 +51,14 @@ pub fn render_table(report: &CompareReport) -> String {
         "x p99",
         "x p999",
     ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let mut table = Table::new();
+    table
+        .load_preset(presets::NOTHING)
+        .set_style(TableComponent::HeaderLines, '-')
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(with_separators(
+            header.iter().map(|h| h.to_string()).collect(),
+        ));
     for p in &report.points {
         let mut row = vec![p.workload.to_string(), p.clients.to_string()];
         row.extend(system_cells(p.squadron.as_ref()));
@@ -62,32 +70,50 @@ pub fn render_table(report: &CompareReport) -> String {
             num(r.p99, 2),
             num(r.p999, 2),
         ]);
-        rows.push(row);
+        table.add_row(with_separators(row));
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    for (n, row) in rows.iter().enumerate() {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            if c == 2 || c == 6 || c == 10 {
-                line.push_str(" |");
-            }
-            if c == 0 {
-                let _ = write!(line, "{cell:<w$}", w = widths[c]);
-            } else {
-                let _ = write!(line, " {cell:>w$}", w = widths[c]);
-            }
+    for (i, column) in table.column_iter_mut().enumerate() {
+        column.set_padding((0, 1));
+        if i > 0 {
+            column.set_cell_alignment(CellAlignment::Right);
         }
+    }
+    let mut out = String::new();
+    for line in table.lines() {
         out.push_str(line.trim_end());
         out.push('\n');
-        if n == 0 {
-            out.push_str(&"-".repeat(line.len()));
-            out.push('\n');
+    }
+    out
+}
+
+/// The cells with a `|` column after each of [`SEPARATED_AFTER`].
+fn with_separators(cells: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(cells.len() + SEPARATED_AFTER.len());
+    for (i, cell) in cells.into_iter().enumerate() {
+        out.push(cell);
+        if SEPARATED_AFTER.contains(&i) {
+            out.push("|".into());
         }
     }
-    out.push_str("latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: lower)\n");
+    out
+}
 
+/// Columns after which a `|` separates the systems: the point, squadron, etcd, the ratios.
+const SEPARATED_AFTER: [usize; 3] = [1, 5, 9];
+
+/// The report as a fixed-width table (latencies in ms; ratios are Squadron / etcd), then
+/// failover, memory and any errors met.
+pub fn render_table(report: &CompareReport) -> String {
+    let mut out = points_table(report);
+    out.push_str("latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: lower)\n");
+    failover_lines(report, &mut out);
+    memory_lines(report, &mut out);
+    internals_line(report, &mut out);
+    error_lines(report, &mut out);
+    out
+}
+
+fn failover_lines(report: &CompareReport, out: &mut String) {
     let f = &report.failover;
     if f.squadron.is_some() || f.etcd.is_some() {
         out.push_str("\nfailover (kill -9 of the leader under lease-cycle load; time to the first successful write):\n");
@@ -110,7 +136,9 @@ pub fn render_table(report: &CompareReport) -> String {
         }
         let _ = writeln!(out, "  x        {}", num(f.ratio, 2));
     }
+}
 
+fn memory_lines(report: &CompareReport, out: &mut String) {
     let m = &report.memory;
     if !m.squadron.is_empty() || !m.etcd.is_empty() {
         out.push_str("\nmemory (RSS per node at the end of the workloads):\n");
@@ -131,7 +159,9 @@ pub fn render_table(report: &CompareReport) -> String {
         }
         let _ = writeln!(out, "  x        {}", num(m.ratio, 2));
     }
+}
 
+fn internals_line(report: &CompareReport, out: &mut String) {
     if let Some(i) = &report.squadron_internals {
         let _ = writeln!(
             out,
@@ -149,7 +179,10 @@ pub fn render_table(report: &CompareReport) -> String {
             num(i.reads_per_round(), 2),
         );
     }
+}
 
+/// The points that met refusals or errors, with the first error of each.
+fn error_lines(report: &CompareReport, out: &mut String) {
     let mut notes = Vec::new();
     for p in &report.points {
         for (name, s) in [("squadron", &p.squadron), ("etcd", &p.etcd)] {
@@ -174,7 +207,6 @@ pub fn render_table(report: &CompareReport) -> String {
             out.push('\n');
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -91,6 +91,16 @@ impl WorkerConfig {
                 message,
             })
         };
+        // Sandboxes bind these by path: a relative one would resolve elsewhere (bubblewrap
+        // resolves bind sources against its own working directory).
+        for (field, dir) in [
+            ("data_dir", Some(&self.data_dir)),
+            ("global_dir", self.global_dir.as_ref()),
+        ] {
+            if dir.is_some_and(|d| d.is_relative()) {
+                return bad(field, "must be an absolute path".into());
+            }
+        }
         if self.control.is_empty() {
             return bad("control", "at least one control endpoint is needed".into());
         }
@@ -110,5 +120,22 @@ impl WorkerConfig {
             agents.validate()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_directories_are_refused() {
+        let id = WorkerId::new("w").unwrap();
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let mut c = WorkerConfig::new(id, vec!["http://x".into()], "./data".into(), listen);
+        assert!(c.validate().unwrap_err().to_string().contains("data_dir"));
+        c.data_dir = "/var/lib/squadron".into();
+        c.validate().unwrap();
+        c.global_dir = Some("global".into());
+        assert!(c.validate().unwrap_err().to_string().contains("global_dir"));
     }
 }

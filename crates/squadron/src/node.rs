@@ -5,18 +5,30 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use backon::{ConstantBuilder, Retryable};
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 use squadron_server::NodeConfig;
 use squadron_worker::WorkerConfig;
 
-use crate::cli::WorkerRunArgs;
+use crate::cli::worker::WorkerRunArgs;
 
 /// How long `dev` waits for its single node to elect itself before printing anyway.
 const DEV_LEADER_WAIT: Duration = Duration::from_secs(15);
+/// Between two looks for that leader.
+const DEV_LEADER_POLL_MS: u64 = 50;
+
+/// A directory or file the binary was given, made absolute against the working directory:
+/// sandboxes bind data directories by path, and bubblewrap would resolve a relative bind
+/// source against its own working directory, not ours.
+fn absolute(flag: &str, path: &Path) -> anyhow::Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("{flag}: making {} absolute", path.display()))
+}
 
 pub async fn server(config_path: &Path) -> anyhow::Result<()> {
-    let config = NodeConfig::load(config_path)
+    // Absolute, so a data dir relative to the config file is absolute too.
+    let config_path = absolute("--config", config_path)?;
+    let config = NodeConfig::load(&config_path)
         .with_context(|| format!("loading {}", config_path.display()))?;
     let id = config.node_id;
     let running = squadron_server::start(config)
@@ -39,15 +51,20 @@ pub async fn dev(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
+    let data_dir = absolute("--data-dir", &data_dir)?;
     let config = NodeConfig::single_node(data_dir.clone(), listen, grpc_listen);
     let running = squadron_server::start(config)
         .await
         .context("starting the dev node")?;
     let started = Instant::now();
-    while running.node.leader().is_none() && started.elapsed() < DEV_LEADER_WAIT {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    if running.node.leader().is_none() {
+    let polls = ConstantBuilder::default()
+        .with_delay(Duration::from_millis(DEV_LEADER_POLL_MS))
+        .with_max_times(usize::MAX);
+    let elected = (|| async { running.node.leader().ok_or(()) })
+        .retry(polls)
+        .when(|_| started.elapsed() < DEV_LEADER_WAIT)
+        .await;
+    if elected.is_err() {
         tracing::warn!(
             "no leader after {:?}; the API answers unavailable until one is elected",
             DEV_LEADER_WAIT
@@ -124,14 +141,23 @@ pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
             .context("--id: the host name is not a valid worker id; pass --id")?
         }
     };
-    let mut config = WorkerConfig::new(id, args.control, args.data_dir, args.listen);
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let data_dir = absolute("--data-dir", &args.data_dir)?;
+    let mut config = WorkerConfig::new(id, args.control, data_dir, args.listen);
     config.runtimes = args.runtimes.into_iter().collect();
     config.capacity = args.capacity;
     config.heartbeat_interval_ms = args.heartbeat_interval_ms;
     config.advertise = args.advertise;
-    config.cgroup_root = args.cgroup_root;
+    config.cgroup_root = args
+        .cgroup_root
+        .map(|d| absolute("--cgroup-root", &d))
+        .transpose()?;
     config.docker_image = args.docker_image;
-    config.global_dir = args.global_dir;
+    config.global_dir = args
+        .global_dir
+        .map(|d| absolute("--global-dir", &d))
+        .transpose()?;
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;
     config.agents = if args.no_agents {

@@ -5,13 +5,17 @@ use serde_json::Value;
 
 use crate::cli::OutputFormat;
 
-/// A table of aligned columns. Headers are printed in capitals; cells are padded to the widest
-/// cell of their column and separated by two spaces; trailing blanks are trimmed.
+/// A table of aligned columns (drawn by `comfy-table`, without borders). Headers are printed
+/// in capitals; cells are padded to the widest cell of their column (display width) and
+/// separated by two spaces; trailing blanks are trimmed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<String>>,
 }
+
+/// Spaces after each cell: the gap between two columns.
+const COLUMN_GAP: u16 = 2;
 
 impl Table {
     pub fn new(headers: &[&str]) -> Self {
@@ -26,32 +30,20 @@ impl Table {
     }
 
     pub fn render(&self) -> String {
-        let columns = self
-            .rows
-            .iter()
-            .map(Vec::len)
-            .chain(std::iter::once(self.headers.len()))
-            .max()
-            .unwrap_or(0);
-        let mut widths = vec![0usize; columns];
-        for line in std::iter::once(&self.headers).chain(self.rows.iter()) {
-            for (i, cell) in line.iter().enumerate() {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
+        let mut table = comfy_table::Table::new();
+        table
+            .load_preset(comfy_table::presets::NOTHING)
+            .set_content_arrangement(comfy_table::ContentArrangement::Disabled)
+            .set_header(self.headers.clone());
+        for row in &self.rows {
+            table.add_row(row.clone());
+        }
+        for column in table.column_iter_mut() {
+            column.set_padding((0, COLUMN_GAP));
         }
         let mut out = String::new();
-        for line in std::iter::once(&self.headers).chain(self.rows.iter()) {
-            let mut text = String::new();
-            for (i, width) in widths.iter().enumerate() {
-                let cell = line.get(i).map(String::as_str).unwrap_or("");
-                if i > 0 {
-                    text.push_str("  ");
-                }
-                text.push_str(cell);
-                let pad = width.saturating_sub(cell.chars().count());
-                text.extend(std::iter::repeat_n(' ', pad));
-            }
-            out.push_str(text.trim_end());
+        for line in table.lines() {
+            out.push_str(line.trim_end());
             out.push('\n');
         }
         if self.rows.is_empty() {

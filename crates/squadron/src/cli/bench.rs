@@ -1,0 +1,116 @@
+//! `squadron bench`: the closed-loop lease benchmark against --endpoint, and `bench compare`,
+//! which starts its own Squadron and etcd clusters and compares them.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use squadron_core::ids::{ProjectId, TenantId};
+
+use super::{Ctx, OutputFormat};
+use crate::lease_bench;
+use crate::output::emit;
+
+/// `squadron bench [flags]` runs the lease benchmark against --endpoint; `squadron bench
+/// compare …` starts its own Squadron and etcd clusters and compares them.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchTop {
+    #[command(subcommand)]
+    pub cmd: Option<BenchCmd>,
+    #[command(flatten)]
+    pub args: BenchArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// Squadron against etcd, side by side on loopback, same load generator, ratios.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// Nodes per cluster.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Client counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+    pub clients: Vec<usize>,
+    /// Seconds per measured point.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub duration: u64,
+    /// Workloads, comma-separated: lease-cycle, capacity, read, submit (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub workloads: Vec<String>,
+    /// Skip the kill -9 failover measurement.
+    #[arg(long)]
+    pub no_failover: bool,
+    /// The etcd binary.
+    #[arg(long, value_name = "PATH", default_value = "/usr/bin/etcd")]
+    pub etcd: std::path::PathBuf,
+    /// The squadron binary that runs the nodes (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub squadron: Option<std::path::PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Concurrent closed-loop clients.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// Seconds to run.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub duration: u64,
+    /// Profiles in the bench project (1..=64); client i uses profile i % P.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub profiles: u32,
+    #[arg(long, default_value = "bench")]
+    pub tenant: TenantId,
+    /// Default: bench-<random>.
+    #[arg(long)]
+    pub project: Option<ProjectId>,
+    /// TTL of the bench leases.
+    #[arg(long, default_value_t = 30_000)]
+    pub ttl_ms: u64,
+}
+
+pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
+    match top.cmd {
+        None => {
+            let report = lease_bench::run(&ctx.client, &top.args).await?;
+            emit(ctx.out, &report, lease_bench::render)
+        }
+        Some(BenchCmd::Compare(args)) => compare(ctx.out, args).await,
+    }
+}
+
+/// `squadron bench compare`: both clusters are stopped when the comparison ends or on Ctrl-C.
+async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
+    let bin = match args.squadron {
+        Some(p) => p,
+        None => std::env::current_exe().context("locating this squadron binary")?,
+    };
+    let mut opts = squadron_bench::CompareOptions::new(bin);
+    opts.nodes = args.nodes;
+    opts.clients = args.clients;
+    opts.duration = Duration::from_secs(args.duration);
+    if !args.workloads.is_empty() {
+        opts.workloads = args
+            .workloads
+            .iter()
+            .map(|w| w.parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("--workloads: {e}"))?;
+    }
+    opts.failover = !args.no_failover;
+    opts.etcd_bin = args.etcd;
+    opts.seed = args.seed;
+    opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = tokio::select! {
+        r = squadron_bench::compare(&opts) => r?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; both clusters were stopped"),
+    };
+    emit(out, &report, squadron_bench::render_table)
+}

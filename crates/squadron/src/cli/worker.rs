@@ -1,0 +1,204 @@
+//! `squadron worker`: runs a worker (no subcommand), or manages worker nodes.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use squadron_client::{Decommission, RegisterWorker};
+use squadron_core::ids::{McpServerId, SkillId, WorkerId};
+use squadron_core::manifest::RuntimeKind;
+use squadron_core::worker::Worker;
+
+use super::Ctx;
+use crate::node;
+use crate::output::{self, emit, emit_generic, Table};
+
+/// `squadron worker --control URL… --data-dir DIR --runtimes process,docker` runs a worker;
+/// `squadron worker list|get|…` manages them.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct WorkerArgs {
+    #[command(subcommand)]
+    pub cmd: Option<WorkerCmd>,
+    #[command(flatten)]
+    pub run: WorkerRunArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WorkerRunArgs {
+    /// This worker's id; defaults to the host name.
+    #[arg(long)]
+    pub id: Option<WorkerId>,
+    /// A control node's REST URL; repeat or comma-separate for several.
+    #[arg(long = "control", value_name = "URL", value_delimiter = ',')]
+    pub control: Vec<String>,
+    /// Where task directories live.
+    #[arg(long, value_name = "DIR", default_value = "./.squadron-worker")]
+    pub data_dir: PathBuf,
+    /// Runtimes to offer; each is probed at start and left out, with the reason, if this host
+    /// cannot run it.
+    #[arg(long, value_delimiter = ',', default_value = "process")]
+    pub runtimes: Vec<RuntimeKind>,
+    /// Tasks run at once.
+    #[arg(long, default_value_t = 4)]
+    pub capacity: u32,
+    #[arg(long, value_name = "MS", default_value_t = 30_000)]
+    pub heartbeat_interval_ms: u64,
+    /// Address of the output server (logs, artifacts, live stream) control nodes relay.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8130")]
+    pub listen: SocketAddr,
+    /// URL control nodes use to reach the output server (default `http://LISTEN`).
+    #[arg(long, value_name = "URL")]
+    pub advertise: Option<String>,
+    /// cgroup v2 mount for the process runtime (detected when unset).
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+    /// Image of the Docker runtime.
+    #[arg(long, default_value = "squadron-agent:latest")]
+    pub docker_image: String,
+    /// Host directory mounted read-only at /mnt/global in sandboxes.
+    #[arg(long, value_name = "DIR")]
+    pub global_dir: Option<PathBuf>,
+    /// Worker environment variables copied into sandboxes (e.g. provider API keys).
+    #[arg(long = "env-allow", value_name = "NAME", value_delimiter = ',')]
+    pub env_allowlist: Vec<String>,
+    /// Replace every retry delay of manifests (clone, provision) with this many ms.
+    #[arg(long, value_name = "MS")]
+    pub backoff_override_ms: Option<u64>,
+    /// Do not run agent profiles (`placement: project`) on this worker.
+    #[arg(long)]
+    pub no_agents: bool,
+    /// Time to live of the leases this worker's agents hold; renewed every third of it.
+    #[arg(long, value_name = "MS", default_value_t = squadron_worker::agent_config::AGENT_LEASE_TTL_MS_DEFAULT)]
+    pub agent_lease_ttl_ms: u64,
+    /// Grace between SIGTERM and SIGKILL when a provider is stopped or taken over.
+    #[arg(long, value_name = "MS", default_value_t = squadron_worker::agent_config::AGENT_STOP_GRACE_MS_DEFAULT)]
+    pub agent_stop_grace_ms: u64,
+    /// Run a provider as a shell script from this host: `NAME=PATH` (codex, claude or
+    /// script); repeat for several. Without it codex and claude run as the `codex` and
+    /// `claude` commands.
+    #[arg(long = "provider-script", value_name = "NAME=PATH")]
+    pub provider_scripts: Vec<String>,
+    /// Skills this host offers to agent profiles' capability manifests.
+    #[arg(long, value_delimiter = ',')]
+    pub skills: Vec<SkillId>,
+    /// MCP servers this host offers to agent profiles' capability manifests.
+    #[arg(long, value_delimiter = ',')]
+    pub mcp_servers: Vec<McpServerId>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WorkerCmd {
+    /// Register (or re-register) a worker.
+    Register {
+        #[arg(long)]
+        worker: WorkerId,
+        #[arg(long, default_value = "127.0.0.1:0")]
+        address: String,
+        #[arg(long, value_delimiter = ',', default_value = "process")]
+        runtimes: Vec<RuntimeKind>,
+        #[arg(long, default_value_t = 4)]
+        capacity: u32,
+        /// `key=value`; repeat for several labels.
+        #[arg(long = "label", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        #[arg(long)]
+        heartbeat_interval_ms: Option<u64>,
+    },
+    /// List workers.
+    List,
+    /// Show a worker.
+    Get { id: WorkerId },
+    /// Send one heartbeat for a worker.
+    Heartbeat { id: WorkerId },
+    /// An operator's audited decision that a worker and its processes are gone.
+    Decommission {
+        id: WorkerId,
+        #[arg(long)]
+        operator: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// `squadron worker [flags]` runs a worker until a signal; a subcommand manages workers.
+pub async fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<()> {
+    match args.cmd {
+        Some(cmd) => manage(ctx, cmd).await,
+        None => node::worker(args.run).await,
+    }
+}
+
+async fn manage(ctx: &Ctx, cmd: WorkerCmd) -> anyhow::Result<()> {
+    let c = &ctx.client;
+    match cmd {
+        WorkerCmd::Register {
+            worker,
+            address,
+            runtimes,
+            capacity,
+            labels,
+            heartbeat_interval_ms,
+        } => {
+            let req = RegisterWorker {
+                worker,
+                address,
+                runtimes,
+                capacity,
+                labels: labels.into_iter().collect(),
+                heartbeat_interval_ms,
+            };
+            ctx.outcome(&c.register_worker(&req, ctx.key()).await?)
+        }
+        WorkerCmd::List => {
+            let list = c.list_workers(ctx.consistency).await?;
+            emit(ctx.out, &list, |list| workers_table(list))
+        }
+        WorkerCmd::Get { id } => emit_generic(ctx.out, &c.get_worker(&id, ctx.consistency).await?),
+        WorkerCmd::Heartbeat { id } => ctx.outcome(&c.worker_heartbeat(&id, ctx.key()).await?),
+        WorkerCmd::Decommission {
+            id,
+            operator,
+            reason,
+        } => ctx.outcome(
+            &c.decommission_worker(&id, &Decommission { operator, reason }, ctx.key())
+                .await?,
+        ),
+    }
+}
+
+fn workers_table(list: &[Worker]) -> String {
+    let mut t = Table::new(&[
+        "id",
+        "status",
+        "runtimes",
+        "capacity",
+        "tasks",
+        "last_heartbeat_ms",
+        "address",
+    ]);
+    for w in list {
+        t.row(vec![
+            w.id.to_string(),
+            serde_json::to_value(w.status)
+                .map(|v| output::cell(&v))
+                .unwrap_or_default(),
+            w.runtimes
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            w.capacity.to_string(),
+            w.tasks.len().to_string(),
+            w.last_heartbeat_ms.to_string(),
+            w.address.clone(),
+        ]);
+    }
+    t.render()
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
