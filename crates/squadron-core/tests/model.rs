@@ -22,7 +22,12 @@ use squadron_core::capsule::{CapsuleDigestInput, CapsuleDraft, CapsulePayload};
 use squadron_core::codec::{
     command_fingerprint, decode_command, decode_response, encode_command, encode_response,
 };
-use squadron_core::command::{Assignment, Command, CommandEnvelope, NextHolder, TransitionDetail};
+use squadron_core::command::{
+    AcquireLease, AssignTasks, Assignment, AttachSandbox, CancelTask, Command, CommandEnvelope,
+    CommitCapsule, CrashTakeover, CreateProfile, CreateProject, FenceLease, GracefulTakeover,
+    NextHolder, RecordReapEvidence, RegisterWorker, ReleaseLease, RenewLease, ReportTransition,
+    SubmitTask, TransitionDetail, WorkerHeartbeat,
+};
 use squadron_core::ids::{
     Digest, Generation, IdempotencyKey, LeaseId, ProfileId, ProfileKey, ProjectId, TaskId,
     TenantId, WorkerId,
@@ -131,9 +136,9 @@ fn noop(at_ms: u64) -> CommandEnvelope {
     CommandEnvelope {
         at_ms,
         idempotency_key: None,
-        command: Command::WorkerHeartbeat {
+        command: Command::WorkerHeartbeat(WorkerHeartbeat {
             worker: WorkerId::new("ghost").expect("worker name"),
-        },
+        }),
     }
 }
 
@@ -467,16 +472,18 @@ impl Model {
 
     fn apply(&mut self, cmd: &Command) -> Expect {
         match cmd {
-            Command::AssignTasks { assignments } => match self.assign(assignments) {
+            Command::AssignTasks(AssignTasks { assignments }) => match self.assign(assignments) {
                 Ok(v) => Expect::Assigned(v),
                 Err(r) => Expect::Rejected(r),
             },
             _ => match self.apply_one(cmd) {
                 Ok(o) => Expect::Ok(o),
                 Err(Rej::Kind("either")) => match cmd {
-                    Command::ReportTransition { task, .. } => Expect::CompletedWithNewExitCode(
-                        self.task_idx(*task).expect("reported task"),
-                    ),
+                    Command::ReportTransition(ReportTransition { task, .. }) => {
+                        Expect::CompletedWithNewExitCode(
+                            self.task_idx(*task).expect("reported task"),
+                        )
+                    }
                     _ => unreachable!("only reports are open"),
                 },
                 Err(r) => Expect::Rejected(r),
@@ -486,13 +493,13 @@ impl Model {
 
     fn apply_one(&mut self, cmd: &Command) -> MResult<Outcome> {
         match cmd {
-            Command::AcquireLease {
+            Command::AcquireLease(AcquireLease {
                 profile,
                 expected_generation,
                 provider,
                 holder,
                 ttl_ms,
-            } => {
+            }) => {
                 self.check_admission(
                     *profile,
                     *expected_generation,
@@ -508,7 +515,7 @@ impl Model {
                 }
                 Ok(Outcome::LeaseGranted(self.grant(p, holder, *ttl_ms)))
             }
-            Command::RenewLease { fence, ttl_ms } => {
+            Command::RenewLease(RenewLease { fence, ttl_ms }) => {
                 if !(1_000..=600_000).contains(ttl_ms) {
                     return rej("Invalid");
                 }
@@ -521,12 +528,12 @@ impl Model {
                     expires_at_ms: l.expires_at,
                 })
             }
-            Command::ReleaseLease { fence } => {
+            Command::ReleaseLease(ReleaseLease { fence }) => {
                 let id = self.check_fence(fence, false)?;
                 self.end(id, MLeaseState::Released);
                 Ok(Outcome::LeaseReleased)
             }
-            Command::FenceLease { fence, reason } => {
+            Command::FenceLease(FenceLease { fence, reason }) => {
                 if matches!(reason, FenceReason::Takeover | FenceReason::Decommissioned) {
                     return rej("Invalid");
                 }
@@ -540,7 +547,7 @@ impl Model {
                 self.fence(id);
                 Ok(Outcome::LeaseFenced)
             }
-            Command::RecordReapEvidence { profile, evidence } => {
+            Command::RecordReapEvidence(RecordReapEvidence { profile, evidence }) => {
                 let Some(p) = self.profile_idx(*profile) else {
                     return rej("NotFound");
                 };
@@ -560,12 +567,12 @@ impl Model {
                 self.end(id, MLeaseState::Reaped);
                 Ok(Outcome::EvidenceRecorded { slot_freed: true })
             }
-            Command::GracefulTakeover {
+            Command::GracefulTakeover(GracefulTakeover {
                 fence,
                 capsule,
                 next,
                 old_reap_evidence,
-            } => {
+            }) => {
                 let old = self.check_fence(fence, true)?;
                 let head = self.check_capsule(old, capsule)?;
                 if let Some(ev) = old_reap_evidence {
@@ -596,13 +603,13 @@ impl Model {
                     grant,
                 })
             }
-            Command::CrashTakeover {
+            Command::CrashTakeover(CrashTakeover {
                 profile,
                 lease,
                 generation,
                 next,
                 reap_evidence,
-            } => {
+            }) => {
                 let Some(p) = self.profile_idx(*profile) else {
                     return rej("NotFound");
                 };
@@ -664,7 +671,7 @@ impl Model {
                     grant,
                 })
             }
-            Command::CommitCapsule { fence, capsule } => {
+            Command::CommitCapsule(CommitCapsule { fence, capsule }) => {
                 let writer = self.check_fence(fence, true)?;
                 let (sequence, digest) = self.check_capsule(writer, capsule)?;
                 let p = self.leases[&writer].profile;
@@ -689,7 +696,7 @@ impl Model {
                     ..SweepReport::default()
                 }))
             }
-            Command::SubmitTask { spec } => {
+            Command::SubmitTask(SubmitTask { spec }) => {
                 self.tasks.push(MTask {
                     state: TaskState::Pending,
                     worker: None,
@@ -702,14 +709,14 @@ impl Model {
                     task: task_id(self.tasks.len() - 1),
                 })
             }
-            Command::ReportTransition {
+            Command::ReportTransition(ReportTransition {
                 task,
                 worker,
                 attempt,
                 from,
                 to,
                 detail,
-            } => {
+            }) => {
                 let Some(t) = self.task_idx(*task) else {
                     return rej("NotFound");
                 };
@@ -750,7 +757,7 @@ impl Model {
                 }
                 Ok(Outcome::TransitionRecorded { state: *to })
             }
-            Command::CancelTask { task, .. } => {
+            Command::CancelTask(CancelTask { task, .. }) => {
                 let Some(t) = self.task_idx(*task) else {
                     return rej("NotFound");
                 };
@@ -1609,31 +1616,31 @@ impl Model {
                     Gen::Behind => g.checked_sub(1).unwrap_or(1),
                     Gen::Ahead => g + 1,
                 };
-                Command::AcquireLease {
+                Command::AcquireLease(AcquireLease {
                     profile: profile_id(p),
                     expected_generation: Generation::new(expected),
                     provider: next.provider,
                     holder: self.holder(p, *next),
                     ttl_ms: next.ttl,
-                }
+                })
             }
-            Op::Renew { p, tok, ttl } => Command::RenewLease {
+            Op::Renew { p, tok, ttl } => Command::RenewLease(RenewLease {
                 fence: self.token(self.pick_live(*p, *tok), *tok),
                 ttl_ms: *ttl,
-            },
-            Op::Release { p, tok } => Command::ReleaseLease {
+            }),
+            Op::Release { p, tok } => Command::ReleaseLease(ReleaseLease {
                 fence: self.token(self.pick_live(*p, *tok), *tok),
-            },
-            Op::Fence { p, tok, reason } => Command::FenceLease {
+            }),
+            Op::Fence { p, tok, reason } => Command::FenceLease(FenceLease {
                 fence: self.token(self.pick_live(*p, *tok), *tok),
                 reason: reason.clone(),
-            },
+            }),
             Op::Reap { p, target, ev } => {
                 let (p, lease) = self.target(*p, *target);
-                Command::RecordReapEvidence {
+                Command::RecordReapEvidence(RecordReapEvidence {
                     profile: profile_id(p),
                     evidence: self.evidence(lease, *ev, now),
-                }
+                })
             }
             Op::Graceful {
                 p,
@@ -1646,12 +1653,12 @@ impl Model {
             } => {
                 let p = self.pick_live(*p, *tok);
                 let fence = self.token(p, *tok);
-                Command::GracefulTakeover {
+                Command::GracefulTakeover(GracefulTakeover {
                     fence,
                     capsule: self.draft(p, *chain, *verify, *seed),
                     next: self.next_holder(p, *next),
                     old_reap_evidence: ev.map(|ev| self.evidence(fence.lease.get(), ev, now)),
-                }
+                })
             }
             Op::Crash {
                 p,
@@ -1662,13 +1669,13 @@ impl Model {
             } => {
                 let (p, lease) = self.target(*p, *target);
                 let g = self.profiles[p].generation;
-                Command::CrashTakeover {
+                Command::CrashTakeover(CrashTakeover {
                     profile: profile_id(p),
                     lease: lease_id(lease),
                     generation: Generation::new(if *gen_ok { g } else { g + 1 }),
                     next: self.next_holder(p, *next),
                     reap_evidence: ev.map(|ev| self.evidence(lease, ev, now)),
-                }
+                })
             }
             Op::Commit {
                 p,
@@ -1678,16 +1685,16 @@ impl Model {
                 seed,
             } => {
                 let p = self.pick_live(*p, *tok);
-                Command::CommitCapsule {
+                Command::CommitCapsule(CommitCapsule {
                     fence: self.token(p, *tok),
                     capsule: self.draft(p, *chain, *verify, *seed),
-                }
+                })
             }
             Op::Sweep => Command::Sweep,
-            Op::Submit { spec } => Command::SubmitTask {
+            Op::Submit { spec } => Command::SubmitTask(SubmitTask {
                 spec: Box::new(specs()[*spec].clone()),
-            },
-            Op::Assign { picks, raw } => Command::AssignTasks {
+            }),
+            Op::Assign { picks, raw } => Command::AssignTasks(AssignTasks {
                 assignments: picks
                     .iter()
                     .map(|(t, w)| Assignment {
@@ -1695,7 +1702,7 @@ impl Model {
                         worker: worker_id(*w),
                     })
                     .collect(),
-            },
+            }),
             Op::Report {
                 t,
                 raw,
@@ -1727,7 +1734,7 @@ impl Model {
                     To::Cancel => TaskState::Cancelled,
                     To::Any(i) => TaskState::ALL[i % TaskState::ALL.len()],
                 };
-                Command::ReportTransition {
+                Command::ReportTransition(ReportTransition {
                     task: id,
                     worker: worker_id(worker),
                     attempt: if *attempt_ok { 1 } else { 2 },
@@ -1738,12 +1745,12 @@ impl Model {
                         error: None,
                         artifacts: Vec::new(),
                     },
-                }
+                })
             }
-            Op::Cancel { t } => Command::CancelTask {
+            Op::Cancel { t } => Command::CancelTask(CancelTask {
                 task: self.task_sel(*t, true, |_| true),
                 reason: "operator changed their mind".into(),
-            },
+            }),
         }
     }
 }
@@ -1803,38 +1810,38 @@ impl Run {
     fn new(u: &Universe, checks: Checks) -> Self {
         let mut setup = Vec::new();
         for (i, _) in WORKERS.iter().enumerate() {
-            setup.push(Command::RegisterWorker {
+            setup.push(Command::RegisterWorker(RegisterWorker {
                 worker: worker_id(i),
                 address: format!("10.0.0.{i}:7000"),
                 runtimes: vec![RuntimeKind::Process],
                 capacity: WORKER_CAPACITY,
                 labels: BTreeMap::new(),
                 heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
-            });
+            }));
         }
         for (i, max) in u.max_active.iter().enumerate() {
-            setup.push(Command::CreateProject {
+            setup.push(Command::CreateProject(CreateProject {
                 tenant: tenant(),
                 project: project_id(i),
                 max_profiles: None,
                 max_active: Some(*max),
-            });
-            setup.push(Command::AttachSandbox {
+            }));
+            setup.push(Command::AttachSandbox(AttachSandbox {
                 tenant: tenant(),
                 project: project_id(i),
                 worker: worker_id(i),
                 runtime: RuntimeKind::Process,
                 sandbox_ref: format!("sandbox-{i}"),
-            });
+            }));
         }
         for (j, project) in u.profile_projects.iter().enumerate() {
-            setup.push(Command::CreateProfile {
+            setup.push(Command::CreateProfile(CreateProfile {
                 tenant: tenant(),
                 project: project_id(*project),
                 key: ProfileKey::new(format!("agent-{j}")).expect("profile key"),
                 providers: PROVIDERS.to_vec(),
                 context_ref: None,
-            });
+            }));
         }
         let mut core = State::new();
         let mut replica = checks.replicas.then(State::new);
@@ -2133,11 +2140,11 @@ impl Run {
 
         // INV-6: a fenced operation succeeds only with the profile's current active token.
         let token = match command {
-            Command::RenewLease { fence, .. }
-            | Command::ReleaseLease { fence }
-            | Command::FenceLease { fence, .. }
-            | Command::CommitCapsule { fence, .. }
-            | Command::GracefulTakeover { fence, .. } => Some(*fence),
+            Command::RenewLease(RenewLease { fence, .. })
+            | Command::ReleaseLease(ReleaseLease { fence })
+            | Command::FenceLease(FenceLease { fence, .. })
+            | Command::CommitCapsule(CommitCapsule { fence, .. })
+            | Command::GracefulTakeover(GracefulTakeover { fence, .. }) => Some(*fence),
             _ => None,
         };
         if let (Some(t), true, false) = (token, response.is_ok(), replay) {
@@ -2350,14 +2357,14 @@ impl Run {
 
 fn invariant_of(command: &Command) -> &'static str {
     match command {
-        Command::AcquireLease { .. } => "INV-3/INV-4/INV-5 (acquire)",
-        Command::RenewLease { .. } | Command::ReleaseLease { .. } | Command::FenceLease { .. } => {
+        Command::AcquireLease(_) => "INV-3/INV-4/INV-5 (acquire)",
+        Command::RenewLease(_) | Command::ReleaseLease(_) | Command::FenceLease(_) => {
             "INV-6 (fenced lease operation)"
         }
-        Command::RecordReapEvidence { .. } => "INV-5/INV-9 (reap evidence)",
-        Command::GracefulTakeover { .. } => "INV-8/INV-7/INV-6 (graceful takeover)",
-        Command::CrashTakeover { .. } => "INV-9 (crash takeover)",
-        Command::CommitCapsule { .. } => "INV-7/INV-6 (capsule commit)",
+        Command::RecordReapEvidence(_) => "INV-5/INV-9 (reap evidence)",
+        Command::GracefulTakeover(_) => "INV-8/INV-7/INV-6 (graceful takeover)",
+        Command::CrashTakeover(_) => "INV-9 (crash takeover)",
+        Command::CommitCapsule(_) => "INV-7/INV-6 (capsule commit)",
         Command::Sweep => "INV-5/INV-9 (sweep: expiry by command time)",
         _ => "INV-10 (task lifecycle)",
     }
@@ -2490,28 +2497,28 @@ fn inv_10_completed_task_keeps_a_success_exit_code() {
         })
     };
     let w = worker_id(0);
-    assert!(apply(Command::RegisterWorker {
+    assert!(apply(Command::RegisterWorker(RegisterWorker {
         worker: w.clone(),
         address: "10.0.0.0:7000".into(),
         runtimes: vec![RuntimeKind::Process],
         capacity: WORKER_CAPACITY,
         labels: BTreeMap::new(),
         heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
-    })
+    }))
     .is_ok());
-    assert!(apply(Command::SubmitTask {
+    assert!(apply(Command::SubmitTask(SubmitTask {
         spec: Box::new(specs()[0].clone()),
-    })
+    }))
     .is_ok());
-    assert!(apply(Command::AssignTasks {
+    assert!(apply(Command::AssignTasks(AssignTasks {
         assignments: vec![Assignment {
             task: task_id(0),
             worker: w.clone(),
         }],
-    })
+    }))
     .is_ok());
     let mut report = |from, to, exit_code| {
-        apply(Command::ReportTransition {
+        apply(Command::ReportTransition(ReportTransition {
             task: task_id(0),
             worker: w.clone(),
             attempt: 1,
@@ -2522,7 +2529,7 @@ fn inv_10_completed_task_keeps_a_success_exit_code() {
                 error: None,
                 artifacts: Vec::new(),
             },
-        })
+        }))
     };
     use TaskState::*;
     for (from, to, exit) in [
