@@ -134,10 +134,7 @@ impl State {
         let w = self.worker_ref(&worker)?;
         if !w.runtimes.contains(&runtime) {
             return Err(Rejection::WorkerUnavailable {
-                reason: format!(
-                    "worker {worker} does not offer the {} runtime",
-                    runtime.as_str()
-                ),
+                reason: format!("worker {worker} does not offer the {runtime} runtime"),
             });
         }
         let project = self.projects.get_mut(&key).expect("project checked above");

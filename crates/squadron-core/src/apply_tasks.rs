@@ -184,7 +184,7 @@ impl State {
             return Some(Rejection::WorkerUnavailable {
                 reason: format!(
                     "worker {worker} does not offer the {} runtime",
-                    task.spec.sandbox.runtime.as_str()
+                    task.spec.sandbox.runtime
                 ),
             });
         }

@@ -36,7 +36,9 @@ use squadron_core::lease::{
     EvidenceSource, FenceReason, FencingToken, LeaseHolder, LeaseState, ReapEvidence,
 };
 use squadron_core::limits::TERMINAL_LEASES_PER_PROFILE_KEPT;
-use squadron_core::manifest::{parse_manifest_yaml, FailureAction, RuntimeKind, TaskSpec};
+use squadron_core::manifest::{
+    parse_manifest_yaml, FailureAction, Keyword as _, RuntimeKind, TaskSpec,
+};
 use squadron_core::provider::Provider;
 use squadron_core::rejection::Rejection;
 use squadron_core::response::{LeaseGrant, Outcome, Response, SweepReport};

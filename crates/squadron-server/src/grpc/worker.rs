@@ -11,7 +11,7 @@ use squadron_core::command::{
 };
 use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{EvidenceSource, FencingToken, ReapEvidence};
-use squadron_core::manifest::RuntimeKind;
+use squadron_core::manifest::{Keyword as _, RuntimeKind};
 use squadron_core::task::TaskState;
 use squadron_core::{Command, Outcome};
 use squadron_proto::v1 as pb;
