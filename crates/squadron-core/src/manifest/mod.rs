@@ -16,6 +16,7 @@ mod parse;
 mod raw;
 mod spec;
 mod validate;
+mod yaml_budget;
 
 #[cfg(test)]
 mod tests;

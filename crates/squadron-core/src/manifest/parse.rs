@@ -1,14 +1,24 @@
 //! Parsing a YAML or JSON document into a spec, with errors that name the field by its path.
+//!
+//! YAML is read by `yaml_serde`, serde_yaml's successor maintained by the YAML organization
+//! (serde_yaml 0.9 is archived). It is serde_yaml's code base, so errors read and name paths as
+//! before and its limits (nesting, alias repetition) stay; we chose it over `serde_yaml_ng` and
+//! `serde_norway` (forks by single maintainers, quiet since 2025 and 2024) and over
+//! `serde-saphyr` (a new API and error format, and a newer Rust than this workspace's). Its
+//! alias limit still lets a quadratic expansion through, so `yaml_budget` adds a node budget.
 
 use super::raw::RawManifest;
 use super::spec::TaskSpec;
+use super::yaml_budget::check_yaml_budget;
 use crate::limits::MANIFEST_BYTES_MAX;
 use crate::validation_error::ValidationError;
 
 /// Parses and validates a YAML manifest.
 pub fn parse_manifest_yaml(text: &str) -> Result<TaskSpec, ValidationError> {
     check_manifest_size(text)?;
-    let de = serde_yaml::Deserializer::from_str(text);
+    check_yaml_budget(text)
+        .map_err(|overrun| ValidationError::new(MANIFEST_FIELD, overrun.to_string()))?;
+    let de = yaml_serde::Deserializer::from_str(text);
     let raw: RawManifest = serde_path_to_error::deserialize(de)
         .map_err(|e| from_serde(e.path(), &e.inner().to_string()))?;
     raw.into_spec()
@@ -45,7 +55,7 @@ fn check_manifest_size(text: &str) -> Result<(), ValidationError> {
 fn from_serde(path: &serde_path_to_error::Path, message: &str) -> ValidationError {
     let path = path.to_string();
     let path = if path == "." { String::new() } else { path };
-    // serde_yaml prefixes its own copy of the path (sometimes the parent's); the field
+    // yaml_serde prefixes its own copy of the path (sometimes the parent's); the field
     // already carries it.
     let message = match message.split_once(": ") {
         Some((head, rest))

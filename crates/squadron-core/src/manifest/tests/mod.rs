@@ -1,12 +1,13 @@
 //! Manifest tests: the fixtures and document-editing helpers here, one file per concern.
 
 mod field_paths;
+mod limits;
 mod parsing;
 mod spec_rules;
 
 use std::collections::BTreeMap;
 
-use serde_yaml::{Mapping, Value};
+use yaml_serde::{Mapping, Value};
 
 use super::raw::RawSandbox;
 use super::*;
@@ -103,7 +104,7 @@ observation: { retention_class: short, redaction_profile: secrets-v1 }
 const GIB: u64 = 1 << 30;
 
 fn yaml(text: &str) -> Value {
-    serde_yaml::from_str(text).unwrap()
+    yaml_serde::from_str(text).unwrap()
 }
 
 fn set(doc: &mut Value, path: &str, value: Value) {
@@ -149,7 +150,7 @@ fn parse_both(
     Result<TaskSpec, ValidationError>,
     Result<TaskSpec, ValidationError>,
 ) {
-    let from_yaml = parse_manifest_yaml(&serde_yaml::to_string(doc).unwrap());
+    let from_yaml = parse_manifest_yaml(&yaml_serde::to_string(doc).unwrap());
     let from_json = parse_manifest_json(&serde_json::to_string(doc).unwrap());
     (from_yaml, from_json)
 }

@@ -277,7 +277,7 @@ fn accepted_repository_locations() {
         "git@github.com:org/repo.git",
     ] {
         let spec = parse_manifest_yaml(
-            &serde_yaml::to_string(&mutated(&[("repository.url", &format!("'{url}'"))])).unwrap(),
+            &yaml_serde::to_string(&mutated(&[("repository.url", &format!("'{url}'"))])).unwrap(),
         );
         assert!(spec.is_ok(), "{url}: {spec:?}");
     }
