@@ -100,144 +100,155 @@ pub(crate) fn to() -> impl Strategy<Value = To> {
 }
 
 pub(crate) fn op(mix: Mix) -> BoxedStrategy<Op> {
-    let arms: Vec<(u32, BoxedStrategy<Op>)> =
-        vec![
-        (
-            mix.acquire,
-            (
-                any_p(),
-                prop::bool::weighted(0.75),
-                prop_oneof![8 => Just(Gen::Right), 1 => Just(Gen::Behind), 1 => Just(Gen::Ahead)],
-                next(),
-            )
-                .prop_map(|(p, idle, gen, next)| Op::Acquire { p, idle, gen, next })
-                .boxed(),
-        ),
-        (
-            mix.renew,
-            (any_p(), tok(), ttl())
-                .prop_map(|(p, tok, ttl)| Op::Renew { p, tok, ttl })
-                .boxed(),
-        ),
-        (
-            mix.release,
-            (any_p(), tok())
-                .prop_map(|(p, tok)| Op::Release { p, tok })
-                .boxed(),
-        ),
-        (
-            mix.fence,
-            (
-                any_p(),
-                tok(),
-                prop_oneof![
-                    5 => Just(FenceReason::Operator),
-                    4 => Just(FenceReason::Expired),
-                    1 => Just(FenceReason::Takeover),
-                ],
-            )
-                .prop_map(|(p, tok, reason)| Op::Fence { p, tok, reason })
-                .boxed(),
-        ),
-        (
-            mix.reap,
-            (any_p(), target(), ev())
-                .prop_map(|(p, target, ev)| Op::Reap { p, target, ev })
-                .boxed(),
-        ),
-        (
-            mix.graceful,
-            (
-                any_p(),
-                tok(),
-                chain(),
-                verify(),
-                any::<u8>(),
-                prop::option::weighted(0.5, ev()),
-                next(),
-            )
-                .prop_map(|(p, tok, chain, verify, seed, ev, next)| Op::Graceful {
-                    p,
-                    tok,
-                    chain,
-                    verify,
-                    seed,
-                    ev,
-                    next,
-                })
-                .boxed(),
-        ),
-        (
-            mix.crash,
-            (
-                any_p(),
-                target(),
-                prop::bool::weighted(0.9),
-                prop::option::weighted(0.75, ev()),
-                next(),
-            )
-                .prop_map(|(p, target, gen_ok, ev, next)| Op::Crash {
-                    p,
-                    target,
-                    gen_ok,
-                    ev,
-                    next,
-                })
-                .boxed(),
-        ),
-        (
-            mix.commit,
-            (any_p(), tok(), chain(), verify(), any::<u8>())
-                .prop_map(|(p, tok, chain, verify, seed)| Op::Commit {
-                    p,
-                    tok,
-                    chain,
-                    verify,
-                    seed,
-                })
-                .boxed(),
-        ),
+    let arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
+        (mix.acquire, acquire_op()),
+        (mix.renew, renew_op()),
+        (mix.release, release_op()),
+        (mix.fence, fence_op()),
+        (mix.reap, reap_op()),
+        (mix.graceful, graceful_op()),
+        (mix.crash, crash_op()),
+        (mix.commit, commit_op()),
         (mix.sweep, Just(Op::Sweep).boxed()),
         (
             mix.submit,
             (0usize..8).prop_map(|spec| Op::Submit { spec }).boxed(),
         ),
-        (
-            mix.assign,
-            (
-                prop::collection::vec((0usize..16, 0usize..2), 1..=3),
-                prop::bool::weighted(0.15),
-            )
-                .prop_map(|(picks, raw)| Op::Assign { picks, raw })
-                .boxed(),
-        ),
-        (
-            mix.report,
-            (
-                (0usize..16, prop::bool::weighted(0.1)),
-                prop::bool::weighted(0.92),
-                prop::bool::weighted(0.95),
-                prop::bool::weighted(0.9),
-                to(),
-                prop_oneof![8 => Just(Some(0)), 1 => Just(Some(1)), 1 => Just(None)],
-            )
-                .prop_map(|((t, raw), worker_ok, attempt_ok, from_ok, to, exit)| Op::Report {
-                    t,
-                    raw,
-                    worker_ok,
-                    attempt_ok,
-                    from_ok,
-                    to,
-                    exit,
-                })
-                .boxed(),
-        ),
+        (mix.assign, assign_op()),
+        (mix.report, report_op()),
         (
             mix.cancel,
             (0usize..16).prop_map(|t| Op::Cancel { t }).boxed(),
         ),
     ];
     Union::new_weighted(arms.into_iter().filter(|(w, _)| *w > 0).collect()).boxed()
+}
+
+fn acquire_op() -> BoxedStrategy<Op> {
+    (
+        any_p(),
+        prop::bool::weighted(0.75),
+        prop_oneof![8 => Just(Gen::Right), 1 => Just(Gen::Behind), 1 => Just(Gen::Ahead)],
+        next(),
+    )
+        .prop_map(|(p, idle, gen, next)| Op::Acquire { p, idle, gen, next })
+        .boxed()
+}
+
+fn renew_op() -> BoxedStrategy<Op> {
+    (any_p(), tok(), ttl())
+        .prop_map(|(p, tok, ttl)| Op::Renew { p, tok, ttl })
+        .boxed()
+}
+
+fn release_op() -> BoxedStrategy<Op> {
+    (any_p(), tok())
+        .prop_map(|(p, tok)| Op::Release { p, tok })
+        .boxed()
+}
+
+fn fence_op() -> BoxedStrategy<Op> {
+    (
+        any_p(),
+        tok(),
+        prop_oneof![
+            5 => Just(FenceReason::Operator),
+            4 => Just(FenceReason::Expired),
+            1 => Just(FenceReason::Takeover),
+        ],
+    )
+        .prop_map(|(p, tok, reason)| Op::Fence { p, tok, reason })
+        .boxed()
+}
+
+fn reap_op() -> BoxedStrategy<Op> {
+    (any_p(), target(), ev())
+        .prop_map(|(p, target, ev)| Op::Reap { p, target, ev })
+        .boxed()
+}
+
+fn graceful_op() -> BoxedStrategy<Op> {
+    (
+        any_p(),
+        tok(),
+        chain(),
+        verify(),
+        any::<u8>(),
+        prop::option::weighted(0.5, ev()),
+        next(),
+    )
+        .prop_map(|(p, tok, chain, verify, seed, ev, next)| Op::Graceful {
+            p,
+            tok,
+            chain,
+            verify,
+            seed,
+            ev,
+            next,
+        })
+        .boxed()
+}
+
+fn crash_op() -> BoxedStrategy<Op> {
+    (
+        any_p(),
+        target(),
+        prop::bool::weighted(0.9),
+        prop::option::weighted(0.75, ev()),
+        next(),
+    )
+        .prop_map(|(p, target, gen_ok, ev, next)| Op::Crash {
+            p,
+            target,
+            gen_ok,
+            ev,
+            next,
+        })
+        .boxed()
+}
+
+fn commit_op() -> BoxedStrategy<Op> {
+    (any_p(), tok(), chain(), verify(), any::<u8>())
+        .prop_map(|(p, tok, chain, verify, seed)| Op::Commit {
+            p,
+            tok,
+            chain,
+            verify,
+            seed,
+        })
+        .boxed()
+}
+
+fn assign_op() -> BoxedStrategy<Op> {
+    (
+        prop::collection::vec((0usize..16, 0usize..2), 1..=3),
+        prop::bool::weighted(0.15),
+    )
+        .prop_map(|(picks, raw)| Op::Assign { picks, raw })
+        .boxed()
+}
+
+fn report_op() -> BoxedStrategy<Op> {
+    (
+        (0usize..16, prop::bool::weighted(0.1)),
+        prop::bool::weighted(0.92),
+        prop::bool::weighted(0.95),
+        prop::bool::weighted(0.9),
+        to(),
+        prop_oneof![8 => Just(Some(0)), 1 => Just(Some(1)), 1 => Just(None)],
+    )
+        .prop_map(
+            |((t, raw), worker_ok, attempt_ok, from_ok, to, exit)| Op::Report {
+                t,
+                raw,
+                worker_ok,
+                attempt_ok,
+                from_ok,
+                to,
+                exit,
+            },
+        )
+        .boxed()
 }
 
 pub(crate) fn key_use(keyed: u32) -> impl Strategy<Value = KeyUse> {

@@ -181,30 +181,42 @@ impl Model {
     /// The concrete command of an operation, against the model's current view. `now` is the
     /// time the command will be applied at.
     pub(crate) fn resolve(&self, op: &Op, now: u64) -> Command {
-        let n = self.n_profiles();
         match op {
-            Op::Acquire { p, idle, gen, next } => {
-                let p = if *idle {
-                    self.pick(*p, |m, q| {
-                        m.profiles[q].live.is_none() && !m.unreaped_current(q)
-                    })
-                } else {
-                    p % n
-                };
-                let g = self.profiles[p].generation;
-                let expected = match gen {
-                    Gen::Right => g,
-                    Gen::Behind => g.checked_sub(1).unwrap_or(1),
-                    Gen::Ahead => g + 1,
-                };
-                Command::AcquireLease(AcquireLease {
-                    profile: profile_id(p),
-                    expected_generation: Generation::new(expected),
-                    provider: next.provider,
-                    holder: self.holder(p, *next),
-                    ttl_ms: next.ttl,
-                })
+            Op::Submit { .. } | Op::Assign { .. } | Op::Report { .. } | Op::Cancel { .. } => {
+                self.resolve_task_op(op)
             }
+            _ => self.resolve_lease_op(op, now),
+        }
+    }
+
+    /// An idle profile (or any, unless `idle`), with the generation `gen` says.
+    fn resolve_acquire(&self, p: usize, idle: bool, gen: Gen, next: Next) -> Command {
+        let p = if idle {
+            self.pick(p, |m, q| {
+                m.profiles[q].live.is_none() && !m.unreaped_current(q)
+            })
+        } else {
+            p % self.n_profiles()
+        };
+        let g = self.profiles[p].generation;
+        let expected = match gen {
+            Gen::Right => g,
+            Gen::Behind => g.checked_sub(1).unwrap_or(1),
+            Gen::Ahead => g + 1,
+        };
+        Command::AcquireLease(AcquireLease {
+            profile: profile_id(p),
+            expected_generation: Generation::new(expected),
+            provider: next.provider,
+            holder: self.holder(p, next),
+            ttl_ms: next.ttl,
+        })
+    }
+
+    /// Leases, takeovers and capsule commits.
+    fn resolve_lease_op(&self, op: &Op, now: u64) -> Command {
+        match op {
+            Op::Acquire { p, idle, gen, next } => self.resolve_acquire(*p, *idle, *gen, *next),
             Op::Renew { p, tok, ttl } => Command::RenewLease(RenewLease {
                 fence: self.token(self.pick_live(*p, *tok), *tok),
                 ttl_ms: *ttl,
@@ -272,6 +284,13 @@ impl Model {
                 })
             }
             Op::Sweep => Command::Sweep,
+            _ => unreachable!("a task operation"),
+        }
+    }
+
+    /// Task submission, assignment, reports and cancellation.
+    fn resolve_task_op(&self, op: &Op) -> Command {
+        match op {
             Op::Submit { spec } => Command::SubmitTask(SubmitTask {
                 spec: Box::new(specs()[*spec].clone()),
             }),
@@ -332,6 +351,7 @@ impl Model {
                 task: self.task_sel(*t, true, |_| true),
                 reason: "operator changed their mind".into(),
             }),
+            _ => unreachable!("a lease operation"),
         }
     }
 }

@@ -44,6 +44,18 @@ pub(crate) fn views(s: &State) -> Views {
     }
 }
 
+/// One command the core applied, as the per-step checks see it.
+pub(crate) struct Applied<'a> {
+    /// The core before the command.
+    pub(crate) pre: &'a State,
+    pub(crate) command: &'a Command,
+    pub(crate) response: &'a Response,
+    pub(crate) at_ms: u64,
+    /// The time the core applied it at: `max(clock, at_ms)`.
+    pub(crate) now: u64,
+    pub(crate) ctx: &'a str,
+}
+
 pub(crate) struct Run {
     pub(crate) core: State,
     pub(crate) model: Model,
@@ -54,41 +66,7 @@ pub(crate) struct Run {
 
 impl Run {
     pub(crate) fn new(u: &Universe, checks: Checks) -> Self {
-        let mut setup = Vec::new();
-        for (i, _) in WORKERS.iter().enumerate() {
-            setup.push(Command::RegisterWorker(RegisterWorker {
-                worker: worker_id(i),
-                address: format!("10.0.0.{i}:7000"),
-                runtimes: vec![RuntimeKind::Process],
-                capacity: WORKER_CAPACITY,
-                labels: BTreeMap::new(),
-                heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
-            }));
-        }
-        for (i, max) in u.max_active.iter().enumerate() {
-            setup.push(Command::CreateProject(CreateProject {
-                tenant: tenant(),
-                project: project_id(i),
-                max_profiles: None,
-                max_active: Some(*max),
-            }));
-            setup.push(Command::AttachSandbox(AttachSandbox {
-                tenant: tenant(),
-                project: project_id(i),
-                worker: worker_id(i),
-                runtime: RuntimeKind::Process,
-                sandbox_ref: format!("sandbox-{i}"),
-            }));
-        }
-        for (j, project) in u.profile_projects.iter().enumerate() {
-            setup.push(Command::CreateProfile(CreateProfile {
-                tenant: tenant(),
-                project: project_id(*project),
-                key: ProfileKey::new(format!("agent-{j}")).expect("profile key"),
-                providers: PROVIDERS.to_vec(),
-                context_ref: None,
-            }));
-        }
+        let setup = setup_commands(u);
         let mut core = State::new();
         let mut replica = checks.replicas.then(State::new);
         for command in setup {
@@ -111,36 +89,7 @@ impl Run {
                 "profiles get ids 1.. in creation order"
             );
         }
-        let model = Model {
-            now: SETUP_AT_MS,
-            last_at: SETUP_AT_MS,
-            next_lease: 1,
-            projects: u
-                .max_active
-                .iter()
-                .enumerate()
-                .map(|(i, m)| MProject {
-                    max_active: *m,
-                    sandbox_worker: i,
-                })
-                .collect(),
-            profiles: u
-                .profile_projects
-                .iter()
-                .map(|project| MProfile {
-                    project: *project,
-                    generation: 0,
-                    live: None,
-                    past: VecDeque::new(),
-                    head: None,
-                })
-                .collect(),
-            leases: BTreeMap::new(),
-            tasks: Vec::new(),
-            ledger: Vec::new(),
-            granted: BTreeMap::new(),
-            slack: 0,
-        };
+        let model = Model::for_universe(u);
         let run = Self {
             core,
             model,
@@ -153,6 +102,83 @@ impl Run {
     }
 
     pub(crate) fn step(&mut self, i: usize, step: &Step) {
+        let (env, now) = self.next_envelope(step);
+        let (at_ms, key, command) = (env.at_ms, env.idempotency_key.clone(), env.command.clone());
+        let ctx = format!("step {i}: {} at {at_ms} ms (key {key:?})", command.name());
+        self.check_before_apply(&env, now, &ctx);
+
+        let pre = self.core.clone();
+        let pre_live: Vec<(Option<u64>, u64)> = self
+            .model
+            .profiles
+            .iter()
+            .map(|p| (p.live, p.generation))
+            .collect();
+        let response = self.core.apply(env.clone());
+        if let Err(e) = self.core.check_invariants() {
+            panic!("check_invariants failed ({e}) after {ctx}\ncommand {command:#?}");
+        }
+        assert_eq!(
+            decode_response(&encode_response(&response)).as_ref(),
+            Ok(&response),
+            "INV-12: response codec round trip, {ctx}"
+        );
+        let applied = Applied {
+            pre: &pre,
+            command: &command,
+            response: &response,
+            at_ms,
+            now,
+            ctx: &ctx,
+        };
+
+        // The model's answer.
+        self.model.now = now;
+        let prior = key
+            .as_ref()
+            .and_then(|k| self.model.ledger.iter().find(|e| &e.key == k))
+            .cloned();
+        let expect = match &prior {
+            Some(e) if e.command == command => Expect::Replay(e.response.clone()),
+            Some(_) => Expect::Rejected(Rej::Kind("IdempotencyKeyReused")),
+            None => self.model.apply(&command),
+        };
+        check_response(&expect, &response, &ctx, &command);
+        if let (Expect::CompletedWithNewExitCode(t), true) = (&expect, response.is_ok()) {
+            let task = self.core.task(task_id(*t)).expect("reported task");
+            self.model.tasks[*t].state = TaskState::Completed;
+            self.model.tasks[*t].exit_code = task.exit_code;
+        }
+
+        // INV-11: a keyed first attempt records exactly its answer.
+        if let (Some(k), None) = (&key, &prior) {
+            self.check_first_answer_recorded(&applied, k);
+        }
+
+        // A refused command, a replay and a reused key change nothing but the clock (and a
+        // refused first attempt its ledger record, checked above).
+        let replay = matches!(expect, Expect::Replay(_));
+        self.check_step(&applied, &pre_live, replay);
+        self.check_agreement(&ctx);
+
+        let unchanged = matches!(expect, Expect::Replay(_) | Expect::Rejected(_))
+            || (matches!(expect, Expect::CompletedWithNewExitCode(_)) && !response.is_ok());
+        if unchanged {
+            self.check_unchanged(&applied, key.is_some() && prior.is_none());
+        }
+
+        if self.checks.replicas {
+            self.check_replica(
+                env,
+                &response,
+                i % SNAPSHOT_EVERY == SNAPSHOT_EVERY - 1,
+                &ctx,
+            );
+        }
+    }
+
+    /// The envelope a step proposes, and the time the core will apply it at.
+    fn next_envelope(&mut self, step: &Step) -> (CommandEnvelope, u64) {
         let at_ms = self.model.last_at.saturating_add_signed(step.dt);
         self.model.last_at = at_ms;
         let now = self.model.now.max(at_ms);
@@ -175,16 +201,20 @@ impl Run {
         };
         let env = CommandEnvelope {
             at_ms,
-            idempotency_key: key.clone(),
-            command: command.clone(),
+            idempotency_key: key,
+            command,
         };
-        let ctx = format!("step {i}: {} at {at_ms} ms (key {key:?})", command.name());
+        (env, now)
+    }
 
+    /// What holds before the core applies `env`: the log encoding round-trips it, and the
+    /// leader's idle-sweep shortcut agrees with the model.
+    fn check_before_apply(&self, env: &CommandEnvelope, now: u64, ctx: &str) {
         // The log encoding round-trips every envelope.
-        let encoded = encode_command(&env);
+        let encoded = encode_command(env);
         assert_eq!(
             decode_command(&encoded).as_ref(),
-            Ok(&env),
+            Ok(env),
             "INV-12: command codec round trip, {ctx}"
         );
 
@@ -196,104 +226,56 @@ impl Run {
             .values()
             .any(|l| l.state == MLeaseState::Active && now >= l.expires_at);
         assert_eq!(
-            self.core.sweep_due(at_ms),
+            self.core.sweep_due(env.at_ms),
             expired_active,
             "INV-5/INV-9: sweep_due judges expiry by command time, {ctx}"
         );
+    }
 
-        let pre = self.core.clone();
-        let pre_live: Vec<(Option<u64>, u64)> = self
-            .model
-            .profiles
-            .iter()
-            .map(|p| (p.live, p.generation))
-            .collect();
-        let response = self.core.apply(env.clone());
-        if let Err(e) = self.core.check_invariants() {
-            panic!("check_invariants failed ({e}) after {ctx}\ncommand {command:#?}");
-        }
-        assert_eq!(
-            decode_response(&encode_response(&response)).as_ref(),
-            Ok(&response),
-            "INV-12: response codec round trip, {ctx}"
+    /// INV-11: a keyed first attempt records exactly its answer.
+    fn check_first_answer_recorded(&mut self, a: &Applied<'_>, key: &IdempotencyKey) {
+        let ctx = a.ctx;
+        let mut ledger = a.pre.idempotency().clone();
+        ledger.record(
+            key.clone(),
+            command_fingerprint(a.command),
+            a.response.clone(),
+            a.now,
         );
+        assert!(
+            self.core.idempotency() == &ledger,
+            "INV-11: the ledger must gain exactly this answer, {ctx}"
+        );
+        self.model.ledger.push(LedgerEntry {
+            key: key.clone(),
+            command: a.command.clone(),
+            response: a.response.clone(),
+        });
+    }
 
-        // The model's answer.
-        self.model.now = now;
-        let prior = key
-            .as_ref()
-            .and_then(|k| self.model.ledger.iter().find(|e| &e.key == k))
-            .cloned();
-        let expect = match &prior {
-            Some(e) if e.command == command => Expect::Replay(e.response.clone()),
-            Some(_) => Expect::Rejected(Rej::Kind("IdempotencyKeyReused")),
-            None => self.model.apply(&command),
-        };
-        check_response(&expect, &response, &ctx, &command);
-        if let (Expect::CompletedWithNewExitCode(t), true) = (&expect, response.is_ok()) {
-            let task = self.core.task(task_id(*t)).expect("reported task");
-            self.model.tasks[*t].state = TaskState::Completed;
-            self.model.tasks[*t].exit_code = task.exit_code;
-        }
-
-        // INV-11: a keyed first attempt records exactly its answer.
-        if let (Some(k), None) = (&key, &prior) {
-            let mut ledger = pre.idempotency().clone();
-            ledger.record(
-                k.clone(),
-                command_fingerprint(&command),
-                response.clone(),
-                now,
-            );
+    /// A refused command, a replay and a reused key change nothing but the clock; a refused
+    /// keyed first attempt (`first_keyed`) also its ledger record.
+    fn check_unchanged(&self, a: &Applied<'_>, first_keyed: bool) {
+        let (ctx, response) = (a.ctx, a.response);
+        let mut expected = a.pre.clone();
+        assert!(
+            !expected.apply(noop(a.at_ms)).is_ok(),
+            "the clock-moving no-op must be refused"
+        );
+        if first_keyed {
             assert!(
-                self.core.idempotency() == &ledger,
-                "INV-11: the ledger must gain exactly this answer, {ctx}"
+                views(&self.core) == views(&expected),
+                "a refused command changed the state, {ctx}\nresponse {response:?}"
             );
-            self.model.ledger.push(LedgerEntry {
-                key: k.clone(),
-                command: command.clone(),
-                response: response.clone(),
-            });
-        }
-
-        // A refused command, a replay and a reused key change nothing but the clock (and a
-        // refused first attempt its ledger record, checked above).
-        let replay = matches!(expect, Expect::Replay(_));
-        self.check_step(&pre, &pre_live, &command, &response, replay, &ctx);
-        self.check_agreement(&ctx);
-
-        let unchanged = matches!(expect, Expect::Replay(_) | Expect::Rejected(_))
-            || (matches!(expect, Expect::CompletedWithNewExitCode(_)) && !response.is_ok());
-        if unchanged {
-            let mut expected = pre;
+        } else {
+            // Equal states have equal digests; comparing the values is the same check,
+            // cheaper, and names what differs.
             assert!(
-                !expected.apply(noop(at_ms)).is_ok(),
-                "the clock-moving no-op must be refused"
-            );
-            if key.is_some() && prior.is_none() {
-                assert!(
-                    views(&self.core) == views(&expected),
-                    "a refused command changed the state, {ctx}\nresponse {response:?}"
-                );
-            } else {
-                // Equal states have equal digests; comparing the values is the same check,
-                // cheaper, and names what differs.
-                assert!(
-                    self.core == expected,
-                    "a refused or replayed command changed the state (digest {} vs {}), {ctx}\n\
-                     response {response:?}",
-                    state_digest(&self.core),
-                    state_digest(&expected)
-                );
-            }
-        }
-
-        if self.checks.replicas {
-            self.check_replica(
-                env,
-                &response,
-                i % SNAPSHOT_EVERY == SNAPSHOT_EVERY - 1,
-                &ctx,
+                self.core == expected,
+                "a refused or replayed command changed the state (digest {} vs {}), {ctx}\n\
+                 response {response:?}",
+                state_digest(&self.core),
+                state_digest(&expected)
             );
         }
     }
@@ -330,16 +312,21 @@ impl Run {
         self.replica = Some(replica);
     }
 
-    /// Per-step checks that compare the state before and after one command.
+    /// Per-step checks that compare the state before and after one command; a `replay`
+    /// changed nothing.
     pub(crate) fn check_step(
         &mut self,
-        pre: &State,
+        a: &Applied<'_>,
         pre_live: &[(Option<u64>, u64)],
-        command: &Command,
-        response: &Response,
         replay: bool,
-        ctx: &str,
     ) {
+        self.check_generations(a, replay);
+        self.check_fencing(a, pre_live, replay);
+        self.check_task_moves(a);
+    }
+
+    fn check_generations(&mut self, a: &Applied<'_>, replay: bool) {
+        let (pre, response, ctx) = (a.pre, a.response, a.ctx);
         let post = &self.core;
         // INV-3: a generation moves by at most one per command, and only with a grant.
         let grant = match response {
@@ -383,7 +370,10 @@ impl Run {
                 g.profile
             );
         }
+    }
 
+    fn check_fencing(&self, a: &Applied<'_>, pre_live: &[(Option<u64>, u64)], replay: bool) {
+        let (command, response, ctx) = (a.command, a.response, a.ctx);
         // INV-6: a fenced operation succeeds only with the profile's current active token.
         let token = match command {
             Command::RenewLease(RenewLease { fence, .. })
@@ -405,7 +395,10 @@ impl Run {
                 command.name()
             );
         }
+    }
 
+    fn check_task_moves(&self, a: &Applied<'_>) {
+        let (pre, post, ctx) = (a.pre, &self.core, a.ctx);
         // INV-10: tasks move only along legal transitions; terminal states are final.
         for before in pre.tasks(None) {
             let after = post.task(before.id).expect("tasks are never removed");
@@ -436,7 +429,16 @@ impl Run {
             model.now,
             "clock: now = max(prev now, at_ms), {ctx}"
         );
+        self.agree_on_slots(ctx);
+        self.agree_on_profiles(ctx);
+        self.agree_on_leases(ctx);
+        self.agree_on_tasks(ctx);
+    }
 
+    /// INV-4 and INV-5: one active lease per profile; slots counted, recounted and modelled
+    /// alike.
+    fn agree_on_slots(&self, ctx: &str) {
+        let (core, model) = (&self.core, &self.model);
         let mut active_per_profile: BTreeMap<ProfileId, u32> = BTreeMap::new();
         let mut slots_per_project: BTreeMap<String, u32> = BTreeMap::new();
         for l in core.leases() {
@@ -470,7 +472,12 @@ impl Run {
             );
             assert_eq!(cp.max_active, mp.max_active);
         }
+    }
 
+    /// INV-3, INV-4, INV-7 and INV-9 per profile: generation, live lease, capsule head,
+    /// fenced leases.
+    fn agree_on_profiles(&self, ctx: &str) {
+        let (core, model) = (&self.core, &self.model);
         for (i, mp) in model.profiles.iter().enumerate() {
             let cp = core.profile(profile_id(i)).expect("profile");
             assert_eq!(
@@ -521,7 +528,11 @@ impl Run {
                 "INV-5/INV-9: fenced, unreaped leases of profile {i}, {ctx}"
             );
         }
+    }
 
+    /// Every lease the model keeps, as the core keeps it.
+    fn agree_on_leases(&self, ctx: &str) {
+        let (core, model) = (&self.core, &self.model);
         assert_eq!(
             core.leases().count(),
             model.leases.len(),
@@ -548,7 +559,11 @@ impl Run {
                 ml.id
             );
         }
+    }
 
+    /// INV-10: every task, the success codes of completed ones, the queue, assignments.
+    fn agree_on_tasks(&self, ctx: &str) {
+        let (core, model) = (&self.core, &self.model);
         assert_eq!(
             core.tasks(None).count(),
             model.tasks.len(),
@@ -597,6 +612,82 @@ impl Run {
                 model.assigned_count(w),
                 "INV-10: tasks assigned to worker {w}, {ctx}"
             );
+        }
+    }
+}
+
+/// The commands that build a universe: its workers, projects with their sandboxes, profiles.
+fn setup_commands(u: &Universe) -> Vec<Command> {
+    let mut setup = Vec::new();
+    for (i, _) in WORKERS.iter().enumerate() {
+        setup.push(Command::RegisterWorker(RegisterWorker {
+            worker: worker_id(i),
+            address: format!("10.0.0.{i}:7000"),
+            runtimes: vec![RuntimeKind::Process],
+            capacity: WORKER_CAPACITY,
+            labels: BTreeMap::new(),
+            heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS,
+        }));
+    }
+    for (i, max) in u.max_active.iter().enumerate() {
+        setup.push(Command::CreateProject(CreateProject {
+            tenant: tenant(),
+            project: project_id(i),
+            max_profiles: None,
+            max_active: Some(*max),
+        }));
+        setup.push(Command::AttachSandbox(AttachSandbox {
+            tenant: tenant(),
+            project: project_id(i),
+            worker: worker_id(i),
+            runtime: RuntimeKind::Process,
+            sandbox_ref: format!("sandbox-{i}"),
+        }));
+    }
+    for (j, project) in u.profile_projects.iter().enumerate() {
+        setup.push(Command::CreateProfile(CreateProfile {
+            tenant: tenant(),
+            project: project_id(*project),
+            key: ProfileKey::new(format!("agent-{j}")).expect("profile key"),
+            providers: PROVIDERS.to_vec(),
+            context_ref: None,
+        }));
+    }
+    setup
+}
+
+impl Model {
+    /// The model of a universe just set up.
+    fn for_universe(u: &Universe) -> Self {
+        Model {
+            now: SETUP_AT_MS,
+            last_at: SETUP_AT_MS,
+            next_lease: 1,
+            projects: u
+                .max_active
+                .iter()
+                .enumerate()
+                .map(|(i, m)| MProject {
+                    max_active: *m,
+                    sandbox_worker: i,
+                })
+                .collect(),
+            profiles: u
+                .profile_projects
+                .iter()
+                .map(|project| MProfile {
+                    project: *project,
+                    generation: 0,
+                    live: None,
+                    past: VecDeque::new(),
+                    head: None,
+                })
+                .collect(),
+            leases: BTreeMap::new(),
+            tasks: Vec::new(),
+            ledger: Vec::new(),
+            granted: BTreeMap::new(),
+            slack: 0,
         }
     }
 }
