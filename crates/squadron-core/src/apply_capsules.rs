@@ -1,7 +1,8 @@
 //! Continuity capsule commits (INV-7).
 
 use crate::capsule::{CapsuleDigestInput, CapsuleDraft, ContinuityCapsule};
-use crate::lease::{FencingToken, RuntimeLease};
+use crate::command::CommitCapsule;
+use crate::lease::RuntimeLease;
 use crate::limits::CAPSULES_PER_PROFILE_KEPT;
 use crate::profile::CapsuleHead;
 use crate::rejection::Rejection;
@@ -76,12 +77,15 @@ impl State {
         }
     }
 
-    pub(crate) fn commit_capsule_cmd(
+    pub(crate) fn commit_capsule(
         &mut self,
         now: u64,
-        fence: FencingToken,
-        draft: CapsuleDraft,
+        command: CommitCapsule,
     ) -> Result<Outcome, Rejection> {
+        let CommitCapsule {
+            fence,
+            capsule: draft,
+        } = command;
         let writer = self.check_fence(&fence, now, true)?.clone();
         let capsule = self.prepare_capsule(&writer, draft)?;
         let (sequence, digest) = (capsule.sequence, capsule.digest);

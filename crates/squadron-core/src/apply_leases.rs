@@ -6,16 +6,17 @@
 //! reap evidence, never by time alone, so admission cannot be fooled by a process that outlived
 //! its lease.
 
-use crate::capsule::CapsuleDraft;
-use crate::command::NextHolder;
+use crate::command::{
+    AcquireLease, CrashTakeover, FenceLease, GracefulTakeover, NextHolder, RecordReapEvidence,
+    ReleaseLease, RenewLease, RenewLeases,
+};
 use crate::ids::{Generation, LeaseId, ProfileId, WorkerId};
 use crate::lease::{
-    EvidenceSource, FenceReason, FencingToken, LeaseHolder, LeaseState, ReapEvidence, RuntimeLease,
+    EvidenceSource, FenceReason, FencingToken, LeaseState, ReapEvidence, RuntimeLease,
 };
 use crate::limits::{
     LEASE_TTL_MS_MAX, LEASE_TTL_MS_MIN, RENEWALS_PER_BATCH_MAX, TERMINAL_LEASES_PER_PROFILE_KEPT,
 };
-use crate::provider::Provider;
 use crate::rejection::Rejection;
 use crate::response::{LeaseGrant, Outcome, RenewalResult};
 use crate::roster::RosterStatus;
@@ -71,6 +72,26 @@ fn check_evidence(lease: &RuntimeLease, ev: &ReapEvidence) -> Result<(), Rejecti
     Ok(())
 }
 
+/// What a new generation is admitted against (see `State::check_admission`).
+struct Admission<'a> {
+    profile: ProfileId,
+    /// The generation the caller expects the profile to be at (INV-3).
+    expected: Generation,
+    next: &'a NextHolder,
+    /// The lease a takeover moves on from: its activity does not make the profile busy.
+    replacing: Option<LeaseId>,
+    /// The slots the same command frees before the grant.
+    freed_slots: u32,
+}
+
+/// What the checks of a crash takeover found about the old lease.
+struct CrashTakeoverPlan {
+    /// It is still active (and expired), so it is fenced first.
+    must_fence: bool,
+    /// Evidence was recorded before; its slot is already free.
+    already_reaped: bool,
+}
+
 impl State {
     /// INV-6: the token names the profile's current active lease, same generation.
     pub(crate) fn check_fence(
@@ -115,26 +136,21 @@ impl State {
         Ok(lease)
     }
 
-    /// Admission of a new generation. `replacing` is the lease a takeover moves on from (its
-    /// activity does not make the profile busy) and `freed_slots` the slots that takeover frees
-    /// in the same command.
-    #[allow(clippy::too_many_arguments)]
-    fn check_admission(
-        &self,
-        profile_id: ProfileId,
-        expected: Generation,
-        provider: Provider,
-        holder: &LeaseHolder,
-        ttl_ms: u64,
-        replacing: Option<LeaseId>,
-        freed_slots: u32,
-    ) -> Result<(), Rejection> {
-        holder.validate()?;
-        check_ttl("ttl_ms", ttl_ms)?;
+    /// Admission of a new generation (INV-1, INV-3 … INV-5).
+    fn check_admission(&self, admission: Admission<'_>) -> Result<(), Rejection> {
+        let Admission {
+            profile: profile_id,
+            expected,
+            next,
+            replacing,
+            freed_slots,
+        } = admission;
+        next.holder.validate()?;
+        check_ttl("ttl_ms", next.ttl_ms)?;
         let profile = self.profile_ref(profile_id)?;
-        if !profile.providers.contains(&provider) {
+        if !profile.providers.contains(&next.provider) {
             return Err(Rejection::ProviderNotAllowed {
-                provider,
+                provider: next.provider,
                 allowed: profile.providers.clone(),
             });
         }
@@ -159,12 +175,12 @@ impl State {
         let Some(sandbox) = &project.sandbox else {
             return Err(Rejection::NoSandbox);
         };
-        if sandbox.worker != holder.worker {
+        if sandbox.worker != next.holder.worker {
             return Err(Rejection::SandboxMismatch {
                 sandbox_worker: sandbox.worker.to_string(),
             });
         }
-        let worker = self.worker_ref(&holder.worker)?;
+        let worker = self.worker_ref(&next.holder.worker)?;
         if worker.status != WorkerStatus::Alive {
             return Err(Rejection::WorkerUnavailable {
                 reason: format!("worker {} is {:?}", worker.id, worker.status),
@@ -182,14 +198,12 @@ impl State {
     }
 
     /// Grants the next generation. Callers have run `check_admission`.
-    fn grant(
-        &mut self,
-        now: u64,
-        profile_id: ProfileId,
-        provider: Provider,
-        holder: LeaseHolder,
-        ttl_ms: u64,
-    ) -> LeaseGrant {
+    fn grant(&mut self, now: u64, profile_id: ProfileId, next: NextHolder) -> LeaseGrant {
+        let NextHolder {
+            provider,
+            holder,
+            ttl_ms,
+        } = next;
         let id = self.next_lease_id;
         self.next_lease_id = id.next();
         let profile = self
@@ -326,13 +340,27 @@ impl State {
     pub(crate) fn acquire_lease(
         &mut self,
         now: u64,
-        profile: ProfileId,
-        expected: Generation,
-        provider: Provider,
-        holder: LeaseHolder,
-        ttl_ms: u64,
+        command: AcquireLease,
     ) -> Result<Outcome, Rejection> {
-        self.check_admission(profile, expected, provider, &holder, ttl_ms, None, 0)?;
+        let AcquireLease {
+            profile,
+            expected_generation,
+            provider,
+            holder,
+            ttl_ms,
+        } = command;
+        let next = NextHolder {
+            provider,
+            holder,
+            ttl_ms,
+        };
+        self.check_admission(Admission {
+            profile,
+            expected: expected_generation,
+            next: &next,
+            replacing: None,
+            freed_slots: 0,
+        })?;
         // A fenced generation whose process is not proved gone blocks a plain acquire: only a
         // crash takeover with evidence (INV-9) or a graceful takeover (INV-8) moves past it.
         if let Some(unreaped) = self.unreaped_lease_of(profile) {
@@ -343,9 +371,7 @@ impl State {
                 state: lease.state.name().into(),
             });
         }
-        Ok(Outcome::LeaseGranted(
-            self.grant(now, profile, provider, holder, ttl_ms),
-        ))
+        Ok(Outcome::LeaseGranted(self.grant(now, profile, next)))
     }
 
     /// The fenced lease of the profile's current generation, if it still awaits reap evidence.
@@ -359,9 +385,9 @@ impl State {
     pub(crate) fn renew_lease(
         &mut self,
         now: u64,
-        fence: FencingToken,
-        ttl_ms: u64,
+        command: RenewLease,
     ) -> Result<Outcome, Rejection> {
+        let RenewLease { fence, ttl_ms } = command;
         check_ttl("ttl_ms", ttl_ms)?;
         self.check_fence(&fence, now, true)?;
         Ok(Outcome::LeaseRenewed {
@@ -383,10 +409,13 @@ impl State {
     pub(crate) fn renew_leases(
         &mut self,
         now: u64,
-        worker: &WorkerId,
-        fences: Vec<FencingToken>,
-        ttl_ms: u64,
+        command: RenewLeases,
     ) -> Result<Outcome, Rejection> {
+        let RenewLeases {
+            worker,
+            fences,
+            ttl_ms,
+        } = command;
         check_ttl("ttl_ms", ttl_ms)?;
         if fences.is_empty() || fences.len() > RENEWALS_PER_BATCH_MAX {
             return Err(Rejection::invalid(
@@ -397,11 +426,11 @@ impl State {
                 ),
             ));
         }
-        self.worker_ref(worker)?;
+        self.worker_ref(&worker)?;
         let mut results = Vec::with_capacity(fences.len());
         for fence in fences {
             let checked = self.check_fence(&fence, now, true).and_then(|lease| {
-                if &lease.holder.worker == worker {
+                if lease.holder.worker == worker {
                     Ok(())
                 } else {
                     Err(Rejection::Fenced {
@@ -423,8 +452,9 @@ impl State {
     pub(crate) fn release_lease(
         &mut self,
         now: u64,
-        fence: FencingToken,
+        command: ReleaseLease,
     ) -> Result<Outcome, Rejection> {
+        let ReleaseLease { fence } = command;
         // The holder may release after expiry: it says its process has stopped, which frees
         // the slot sooner than waiting for a sweep, a fence and reap evidence.
         self.check_fence(&fence, now, false)?;
@@ -432,12 +462,12 @@ impl State {
         Ok(Outcome::LeaseReleased)
     }
 
-    pub(crate) fn fence_lease_cmd(
+    pub(crate) fn fence_lease(
         &mut self,
         now: u64,
-        fence: FencingToken,
-        reason: FenceReason,
+        command: FenceLease,
     ) -> Result<Outcome, Rejection> {
+        let FenceLease { fence, reason } = command;
         if matches!(reason, FenceReason::Takeover | FenceReason::Decommissioned) {
             return Err(Rejection::invalid(
                 "reason",
@@ -457,9 +487,9 @@ impl State {
     pub(crate) fn record_reap_evidence(
         &mut self,
         now: u64,
-        profile: ProfileId,
-        evidence: ReapEvidence,
+        command: RecordReapEvidence,
     ) -> Result<Outcome, Rejection> {
+        let RecordReapEvidence { profile, evidence } = command;
         self.profile_ref(profile)?;
         let lease = self.lease_ref(evidence.lease)?;
         if lease.profile != profile {
@@ -503,11 +533,14 @@ impl State {
     pub(crate) fn graceful_takeover(
         &mut self,
         now: u64,
-        fence: FencingToken,
-        draft: CapsuleDraft,
-        next: NextHolder,
-        old_evidence: Option<ReapEvidence>,
+        command: GracefulTakeover,
     ) -> Result<Outcome, Rejection> {
+        let GracefulTakeover {
+            fence,
+            capsule: draft,
+            next,
+            old_reap_evidence: old_evidence,
+        } = command;
         // INV-8, step 1: the writer is current, and its capsule verifies against the chain.
         let old = self.check_fence(&fence, now, true)?.clone();
         let capsule = self.prepare_capsule(&old, draft)?;
@@ -515,15 +548,13 @@ impl State {
             check_evidence(&old, ev)?;
         }
         let freed = u32::from(old_evidence.is_some());
-        self.check_admission(
-            fence.profile,
-            fence.generation,
-            next.provider,
-            &next.holder,
-            next.ttl_ms,
-            Some(old.id),
-            freed,
-        )?;
+        self.check_admission(Admission {
+            profile: fence.profile,
+            expected: fence.generation,
+            next: &next,
+            replacing: Some(old.id),
+            freed_slots: freed,
+        })?;
         // All checks passed; mutate in the order the invariant names.
         let head = (capsule.sequence, capsule.digest);
         self.append_capsule(capsule);
@@ -538,7 +569,7 @@ impl State {
                 },
             );
         }
-        let grant = self.grant(now, fence.profile, next.provider, next.holder, next.ttl_ms);
+        let grant = self.grant(now, fence.profile, next);
         self.bump_takeovers(fence.profile, true);
         Ok(Outcome::TookOver {
             capsule: Some(head),
@@ -551,12 +582,62 @@ impl State {
     pub(crate) fn crash_takeover(
         &mut self,
         now: u64,
-        profile: ProfileId,
-        lease_id: LeaseId,
-        generation: Generation,
-        next: NextHolder,
-        evidence: Option<ReapEvidence>,
+        command: CrashTakeover,
     ) -> Result<Outcome, Rejection> {
+        let plan = self.plan_crash_takeover(now, &command)?;
+        let CrashTakeover {
+            profile,
+            lease: lease_id,
+            generation,
+            next,
+            reap_evidence: evidence,
+        } = command;
+        let freed = u32::from(!plan.already_reaped);
+        self.check_admission(Admission {
+            profile,
+            expected: generation,
+            next: &next,
+            replacing: Some(lease_id),
+            freed_slots: freed,
+        })?;
+        if plan.must_fence {
+            self.fence(now, lease_id, FenceReason::Expired);
+        }
+        if let Some(evidence) = evidence {
+            self.end(
+                now,
+                lease_id,
+                LeaseState::Reaped {
+                    at_ms: now,
+                    evidence,
+                },
+            );
+        }
+        let grant = self.grant(now, profile, next);
+        self.bump_takeovers(profile, false);
+        Ok(Outcome::TookOver {
+            capsule: None,
+            fenced: lease_id,
+            old_reaped: true,
+            grant,
+        })
+    }
+
+    /// INV-9: expiry first, then evidence for this exact generation; admission of the next
+    /// holder is checked by the caller.
+    fn plan_crash_takeover(
+        &self,
+        now: u64,
+        command: &CrashTakeover,
+    ) -> Result<CrashTakeoverPlan, Rejection> {
+        let CrashTakeover {
+            profile,
+            lease: lease_id,
+            generation,
+            reap_evidence: evidence,
+            ..
+        } = command;
+        let (profile, lease_id, generation) = (*profile, *lease_id, *generation);
         let p = self.profile_ref(profile)?;
         if generation != p.generation {
             return Err(Rejection::StaleGeneration {
@@ -564,19 +645,12 @@ impl State {
                 current: p.generation,
             });
         }
-        let old = self.lease_ref(lease_id)?.clone();
+        let old = self.lease_ref(lease_id)?;
         if old.profile != profile || old.generation != generation {
             return Err(Rejection::TakeoverBlocked {
                 reason: format!("lease {lease_id} is not generation {generation} of {profile}"),
             });
         }
-        let no_evidence = || Rejection::TakeoverBlocked {
-            reason: format!(
-                "no reap evidence for generation {generation}: its cgroup must be shown empty \
-                 (populated 0), or its worker decommissioned by an operator"
-            ),
-        };
-        // INV-9: expiry first, then evidence for this exact generation, then the grant.
         let must_fence = match &old.state {
             LeaseState::Active if !old.is_expired(now) => {
                 return Err(Rejection::LeaseNotExpired {
@@ -603,41 +677,21 @@ impl State {
             }
         };
         let already_reaped = matches!(old.state, LeaseState::Reaped { .. });
-        match &evidence {
-            Some(ev) => check_evidence(&old, ev)?,
+        match evidence {
+            Some(ev) => check_evidence(old, ev)?,
             None if already_reaped => {}
-            None => return Err(no_evidence()),
+            None => {
+                return Err(Rejection::TakeoverBlocked {
+                    reason: format!(
+                        "no reap evidence for generation {generation}: its cgroup must be shown \
+                         empty (populated 0), or its worker decommissioned by an operator"
+                    ),
+                })
+            }
         }
-        let freed = u32::from(!already_reaped);
-        self.check_admission(
-            profile,
-            generation,
-            next.provider,
-            &next.holder,
-            next.ttl_ms,
-            Some(lease_id),
-            freed,
-        )?;
-        if must_fence {
-            self.fence(now, lease_id, FenceReason::Expired);
-        }
-        if let Some(evidence) = evidence {
-            self.end(
-                now,
-                lease_id,
-                LeaseState::Reaped {
-                    at_ms: now,
-                    evidence,
-                },
-            );
-        }
-        let grant = self.grant(now, profile, next.provider, next.holder, next.ttl_ms);
-        self.bump_takeovers(profile, false);
-        Ok(Outcome::TookOver {
-            capsule: None,
-            fenced: lease_id,
-            old_reaped: true,
-            grant,
+        Ok(CrashTakeoverPlan {
+            must_fence,
+            already_reaped,
         })
     }
 

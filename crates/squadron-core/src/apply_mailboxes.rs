@@ -1,7 +1,8 @@
 //! Mailbox posts and acknowledgements, and roster delivery.
 
+use crate::command::{AckMessages, PostMessage};
 use crate::ids::ProfileId;
-use crate::lease::{check_descriptor, FencingToken};
+use crate::lease::check_descriptor;
 use crate::limits::{MAILBOX_MESSAGES_MAX, MESSAGE_BODY_BYTES_MAX, ROSTER_REVISIONS_KEPT};
 use crate::mailbox::{
     is_lifecycle_noise, MailboxMessage, MessageKind, MessagePayload, MessageSender,
@@ -15,11 +16,14 @@ impl State {
     pub(crate) fn post_message(
         &mut self,
         now: u64,
-        to: ProfileId,
-        sender: MessageSender,
-        kind: MessageKind,
-        body: String,
+        command: PostMessage,
     ) -> Result<Outcome, Rejection> {
+        let PostMessage {
+            to,
+            sender,
+            kind,
+            body,
+        } = command;
         if body.len() > MESSAGE_BODY_BYTES_MAX {
             return Err(Rejection::invalid(
                 "body",
@@ -29,26 +33,7 @@ impl State {
                 ),
             ));
         }
-        match &sender {
-            // INV-6: a peer posts only under its current lease.
-            MessageSender::Profile(fence) => {
-                self.check_fence(fence, now, true)?;
-                let from = self.profile_ref(fence.profile)?;
-                let target = self.profile_ref(to)?;
-                if (&from.tenant, &from.project) != (&target.tenant, &target.project) {
-                    return Err(Rejection::PermissionDenied {
-                        reason: "profiles may write only to mailboxes of their own project".into(),
-                    });
-                }
-            }
-            MessageSender::Operator(name) => check_descriptor("sender.operator", name, true)?,
-            MessageSender::System => {
-                return Err(Rejection::invalid(
-                    "sender",
-                    "system messages are posted by the control plane only",
-                ))
-            }
-        }
+        self.check_sender(now, to, &sender)?;
         if kind == MessageKind::RosterDelta {
             return Err(Rejection::invalid(
                 "kind",
@@ -84,12 +69,40 @@ impl State {
         Ok(Outcome::MessagePosted { seq })
     }
 
+    /// Who may post to `to`: a peer of the same project under its current lease, or an operator.
+    fn check_sender(
+        &self,
+        now: u64,
+        to: ProfileId,
+        sender: &MessageSender,
+    ) -> Result<(), Rejection> {
+        match sender {
+            // INV-6: a peer posts only under its current lease.
+            MessageSender::Profile(fence) => {
+                self.check_fence(fence, now, true)?;
+                let from = self.profile_ref(fence.profile)?;
+                let target = self.profile_ref(to)?;
+                if (&from.tenant, &from.project) != (&target.tenant, &target.project) {
+                    return Err(Rejection::PermissionDenied {
+                        reason: "profiles may write only to mailboxes of their own project".into(),
+                    });
+                }
+                Ok(())
+            }
+            MessageSender::Operator(name) => Ok(check_descriptor("sender.operator", name, true)?),
+            MessageSender::System => Err(Rejection::invalid(
+                "sender",
+                "system messages are posted by the control plane only",
+            )),
+        }
+    }
+
     pub(crate) fn ack_messages(
         &mut self,
         now: u64,
-        fence: FencingToken,
-        through_seq: u64,
+        command: AckMessages,
     ) -> Result<Outcome, Rejection> {
+        let AckMessages { fence, through_seq } = command;
         self.check_fence(&fence, now, true)?;
         let mailbox = self
             .mailboxes

@@ -3,7 +3,10 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use crate::ids::{McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId};
+use crate::command::{
+    AttachSandbox, CreateProfile, CreateProject, DetachSandbox, GrantMcpUse, RevokeMcpUse,
+    SetCapabilityManifest,
+};
 use crate::lease::check_descriptor;
 use crate::limits::{
     ACTIVE_LEASES_PER_PROJECT_DEFAULT, ACTIVE_LEASES_PER_PROJECT_MAX, CAPABILITY_ENTRIES_MAX,
@@ -11,7 +14,6 @@ use crate::limits::{
     RELATION_TUPLES_MAX,
 };
 use crate::mailbox::Mailbox;
-use crate::manifest::RuntimeKind;
 use crate::profile::{AgentProfile, CapabilityManifest};
 use crate::project::{Project, ProjectSandbox, ProjectStats};
 use crate::provider::Provider;
@@ -31,15 +33,45 @@ fn bounded(field: &str, value: Option<u32>, default: u32, max: u32) -> Result<u3
     Ok(v)
 }
 
+/// A profile's providers: at least one, a bounded number, none twice.
+fn check_providers(providers: &[Provider]) -> Result<(), Rejection> {
+    if providers.is_empty() {
+        return Err(Rejection::invalid(
+            "providers",
+            "must name at least one provider",
+        ));
+    }
+    if providers.len() > PROVIDERS_PER_PROFILE_MAX {
+        return Err(Rejection::invalid(
+            "providers",
+            format!(
+                "must name at most {PROVIDERS_PER_PROFILE_MAX} providers, got {}",
+                providers.len()
+            ),
+        ));
+    }
+    let distinct: BTreeSet<_> = providers.iter().collect();
+    if distinct.len() != providers.len() {
+        return Err(Rejection::invalid(
+            "providers",
+            "must not repeat a provider",
+        ));
+    }
+    Ok(())
+}
+
 impl State {
     pub(crate) fn create_project(
         &mut self,
         now: u64,
-        tenant: TenantId,
-        project: ProjectId,
-        max_profiles: Option<u32>,
-        max_active: Option<u32>,
+        command: CreateProject,
     ) -> Result<Outcome, Rejection> {
+        let CreateProject {
+            tenant,
+            project,
+            max_profiles,
+            max_active,
+        } = command;
         let max_profiles = bounded(
             "max_profiles",
             max_profiles,
@@ -80,11 +112,16 @@ impl State {
     pub(crate) fn attach_sandbox(
         &mut self,
         now: u64,
-        key: ProjectKey,
-        worker: WorkerId,
-        runtime: RuntimeKind,
-        sandbox_ref: String,
+        command: AttachSandbox,
     ) -> Result<Outcome, Rejection> {
+        let AttachSandbox {
+            tenant,
+            project,
+            worker,
+            runtime,
+            sandbox_ref,
+        } = command;
+        let key: ProjectKey = (tenant, project);
         check_descriptor("sandbox_ref", &sandbox_ref, true)?;
         let project = self.project_ref(&key)?;
         // INV-1: one live sandbox per project; a second is refused, never created beside it.
@@ -97,10 +134,7 @@ impl State {
         let w = self.worker_ref(&worker)?;
         if !w.runtimes.contains(&runtime) {
             return Err(Rejection::WorkerUnavailable {
-                reason: format!(
-                    "worker {worker} does not offer the {} runtime",
-                    runtime.as_str()
-                ),
+                reason: format!("worker {worker} does not offer the {runtime} runtime"),
             });
         }
         let project = self.projects.get_mut(&key).expect("project checked above");
@@ -114,17 +148,19 @@ impl State {
         Ok(Outcome::SandboxAttached)
     }
 
-    pub(crate) fn detach_sandbox(
-        &mut self,
-        key: ProjectKey,
-        sandbox_ref: &str,
-    ) -> Result<Outcome, Rejection> {
+    pub(crate) fn detach_sandbox(&mut self, command: DetachSandbox) -> Result<Outcome, Rejection> {
+        let DetachSandbox {
+            tenant,
+            project,
+            sandbox_ref,
+        } = command;
+        let key: ProjectKey = (tenant, project);
         let project = self.project_ref(&key)?;
         let Some(sandbox) = &project.sandbox else {
             return Err(Rejection::NoSandbox);
         };
         if sandbox.sandbox_ref != sandbox_ref {
-            return Err(Rejection::not_found(Entity::Sandbox, sandbox_ref));
+            return Err(Rejection::not_found(Entity::Sandbox, &sandbox_ref));
         }
         // Provider processes live in the sandbox: it goes only when none can be running.
         if project.slots_held > 0 {
@@ -142,33 +178,17 @@ impl State {
     pub(crate) fn create_profile(
         &mut self,
         now: u64,
-        key: ProjectKey,
-        profile_key: ProfileKey,
-        providers: Vec<Provider>,
-        context_ref: Option<String>,
+        command: CreateProfile,
     ) -> Result<Outcome, Rejection> {
-        if providers.is_empty() {
-            return Err(Rejection::invalid(
-                "providers",
-                "must name at least one provider",
-            ));
-        }
-        if providers.len() > PROVIDERS_PER_PROFILE_MAX {
-            return Err(Rejection::invalid(
-                "providers",
-                format!(
-                    "must name at most {PROVIDERS_PER_PROFILE_MAX} providers, got {}",
-                    providers.len()
-                ),
-            ));
-        }
-        let distinct: BTreeSet<_> = providers.iter().collect();
-        if distinct.len() != providers.len() {
-            return Err(Rejection::invalid(
-                "providers",
-                "must not repeat a provider",
-            ));
-        }
+        let CreateProfile {
+            tenant,
+            project,
+            key: profile_key,
+            providers,
+            context_ref,
+        } = command;
+        let key: ProjectKey = (tenant, project);
+        check_providers(&providers)?;
         if let Some(c) = &context_ref {
             check_descriptor("context_ref", c, false)?;
         }
@@ -223,11 +243,14 @@ impl State {
 
     pub(crate) fn set_capability_manifest(
         &mut self,
-        profile: ProfileId,
-        expected_version: u64,
-        required_skills: Vec<SkillId>,
-        mcp_servers: Vec<McpServerId>,
+        command: SetCapabilityManifest,
     ) -> Result<Outcome, Rejection> {
+        let SetCapabilityManifest {
+            profile,
+            expected_version,
+            required_skills,
+            mcp_servers,
+        } = command;
         for (field, n) in [
             ("required_skills", required_skills.len()),
             ("mcp_servers", mcp_servers.len()),
@@ -260,11 +283,8 @@ impl State {
         })
     }
 
-    pub(crate) fn grant_mcp_use(
-        &mut self,
-        profile: ProfileId,
-        server: McpServerId,
-    ) -> Result<Outcome, Rejection> {
+    pub(crate) fn grant_mcp_use(&mut self, command: GrantMcpUse) -> Result<Outcome, Rejection> {
+        let GrantMcpUse { profile, server } = command;
         self.profile_ref(profile)?;
         if self.mcp_use.contains(&(profile, server.clone())) {
             return Err(Rejection::AlreadyExists {
@@ -282,11 +302,8 @@ impl State {
         Ok(Outcome::McpUseGranted)
     }
 
-    pub(crate) fn revoke_mcp_use(
-        &mut self,
-        profile: ProfileId,
-        server: &McpServerId,
-    ) -> Result<Outcome, Rejection> {
+    pub(crate) fn revoke_mcp_use(&mut self, command: RevokeMcpUse) -> Result<Outcome, Rejection> {
+        let RevokeMcpUse { profile, server } = command;
         if !self.mcp_use.remove(&(profile, server.clone())) {
             return Err(Rejection::not_found(
                 Entity::Relation,

@@ -2,13 +2,16 @@
 
 use std::collections::BTreeMap;
 
-use crate::command::{Assignment, TransitionDetail};
+use crate::command::{
+    AssignTasks, Assignment, CancelTask, ReportProgress, ReportTransition, SubmitTask,
+    TransitionDetail,
+};
 use crate::ids::{TaskId, WorkerId};
 use crate::limits::{
     ARTIFACT_NAME_BYTES_MAX, ASSIGNMENTS_PER_BATCH_MAX, PENDING_TASKS_MAX, REASON_BYTES_MAX,
     TASK_ARTIFACTS_MAX, TASK_ATTEMPTS_MAX, TASK_ERROR_BYTES_MAX,
 };
-use crate::manifest::{FailureAction, Placement, TaskSpec};
+use crate::manifest::{FailureAction, Placement};
 use crate::rejection::{Entity, Rejection};
 use crate::response::{AssignmentResult, Outcome};
 use crate::state::State;
@@ -60,8 +63,61 @@ fn check_text(field: &str, text: &str, max: usize) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// INV-10: a worker may move `task` from `from` to `to` with this report.
+fn check_transition(
+    task: &Task,
+    from: TaskState,
+    to: TaskState,
+    detail: &TransitionDetail,
+) -> Result<(), Rejection> {
+    if from != task.state {
+        return Err(Rejection::StaleTaskState {
+            expected: from,
+            current: task.state,
+        });
+    }
+    let illegal = |reason: &str| Rejection::IllegalTransition {
+        from,
+        to,
+        reason: reason.to_string(),
+    };
+    if !from.can_move(to, TransitionActor::Worker) {
+        return Err(illegal("not in the lifecycle's transition table"));
+    }
+    match to {
+        TaskState::Completing if detail.exit_code.is_none() => {
+            Err(illegal("leaving RUNNING needs the provider's exit code"))
+        }
+        TaskState::Completed => {
+            // The code the task ends with is the one this report records, if it brings one.
+            let code = detail.exit_code.or(task.exit_code).unwrap_or(-1);
+            if task.spec.lifecycle.success_exit_codes.contains(&code) {
+                Ok(())
+            } else {
+                Err(illegal(&format!(
+                    "exit code {code} is not one of the task's success codes"
+                )))
+            }
+        }
+        TaskState::FailedPreserved
+            if task.spec.lifecycle.failure_action != FailureAction::Preserve =>
+        {
+            Err(illegal("the task's failure_action is destroy"))
+        }
+        TaskState::Cancelled if task.cancel_requested.is_none() => {
+            Err(illegal("nobody asked to cancel this task"))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl State {
-    pub(crate) fn submit_task(&mut self, now: u64, spec: TaskSpec) -> Result<Outcome, Rejection> {
+    pub(crate) fn submit_task(
+        &mut self,
+        now: u64,
+        command: SubmitTask,
+    ) -> Result<Outcome, Rejection> {
+        let spec = *command.spec;
         spec.validate()?;
         if self.pending.len() >= PENDING_TASKS_MAX {
             return Err(Rejection::QueueFull {
@@ -128,7 +184,7 @@ impl State {
             return Some(Rejection::WorkerUnavailable {
                 reason: format!(
                     "worker {worker} does not offer the {} runtime",
-                    task.spec.sandbox.runtime.as_str()
+                    task.spec.sandbox.runtime
                 ),
             });
         }
@@ -155,8 +211,9 @@ impl State {
     pub(crate) fn assign_tasks(
         &mut self,
         now: u64,
-        assignments: Vec<Assignment>,
+        command: AssignTasks,
     ) -> Result<Outcome, Rejection> {
+        let AssignTasks { assignments } = command;
         if assignments.is_empty() || assignments.len() > ASSIGNMENTS_PER_BATCH_MAX {
             return Err(Rejection::invalid(
                 "assignments",
@@ -219,60 +276,26 @@ impl State {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn report_transition(
         &mut self,
         now: u64,
-        id: TaskId,
-        worker: &WorkerId,
-        attempt: u32,
-        from: TaskState,
-        to: TaskState,
-        detail: TransitionDetail,
+        command: ReportTransition,
     ) -> Result<Outcome, Rejection> {
+        let ReportTransition {
+            task: id,
+            worker,
+            attempt,
+            from,
+            to,
+            detail,
+        } = command;
         if let Some(e) = &detail.error {
             check_text("detail.error", e, TASK_ERROR_BYTES_MAX)?;
         }
         check_artifacts(&detail.artifacts)?;
         let task = self.task_ref(id)?;
-        self.check_owner(task, worker, attempt)?;
-        if from != task.state {
-            return Err(Rejection::StaleTaskState {
-                expected: from,
-                current: task.state,
-            });
-        }
-        let illegal = |reason: &str| Rejection::IllegalTransition {
-            from,
-            to,
-            reason: reason.to_string(),
-        };
-        if !from.can_move(to, TransitionActor::Worker) {
-            return Err(illegal("not in the lifecycle's transition table"));
-        }
-        match to {
-            TaskState::Completing if detail.exit_code.is_none() => {
-                return Err(illegal("leaving RUNNING needs the provider's exit code"))
-            }
-            TaskState::Completed => {
-                // The code the task ends with is the one this report records, if it brings one.
-                let code = detail.exit_code.or(task.exit_code).unwrap_or(-1);
-                if !task.spec.lifecycle.success_exit_codes.contains(&code) {
-                    return Err(illegal(&format!(
-                        "exit code {code} is not one of the task's success codes"
-                    )));
-                }
-            }
-            TaskState::FailedPreserved
-                if task.spec.lifecycle.failure_action != FailureAction::Preserve =>
-            {
-                return Err(illegal("the task's failure_action is destroy"))
-            }
-            TaskState::Cancelled if task.cancel_requested.is_none() => {
-                return Err(illegal("nobody asked to cancel this task"))
-            }
-            _ => {}
-        }
+        self.check_owner(task, &worker, attempt)?;
+        check_transition(task, from, to, &detail)?;
         let task = self.tasks.get_mut(&id).expect("checked above");
         task.state = to;
         task.entered_at_ms.insert(to, now);
@@ -286,7 +309,7 @@ impl State {
             task.artifacts = detail.artifacts;
         }
         if to.is_terminal() {
-            if let Some(w) = self.workers.get_mut(worker) {
+            if let Some(w) = self.workers.get_mut(&worker) {
                 w.tasks.remove(&id);
             }
         }
@@ -295,13 +318,11 @@ impl State {
 
     pub(crate) fn report_progress(
         &mut self,
-        id: TaskId,
-        worker: &WorkerId,
-        attempt: u32,
-        progress: TaskProgress,
+        command: ReportProgress,
     ) -> Result<Outcome, Rejection> {
+        let (id, progress) = (command.task, command.progress());
         let task = self.task_ref(id)?;
-        self.check_owner(task, worker, attempt)?;
+        self.check_owner(task, &command.worker, command.attempt)?;
         if task.state.is_terminal() {
             return Err(Rejection::IllegalTransition {
                 from: task.state,
@@ -330,9 +351,9 @@ impl State {
     pub(crate) fn cancel_task(
         &mut self,
         now: u64,
-        id: TaskId,
-        reason: String,
+        command: CancelTask,
     ) -> Result<Outcome, Rejection> {
+        let CancelTask { task: id, reason } = command;
         check_text("reason", &reason, REASON_BYTES_MAX)?;
         let task = self.task_ref(id)?;
         if task.state.is_terminal() {

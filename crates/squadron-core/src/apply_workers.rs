@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::command::{DecommissionWorker, RegisterWorker, WorkerHeartbeat};
 use crate::ids::WorkerId;
 use crate::lease::check_descriptor;
 use crate::limits::{
@@ -47,17 +48,19 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Rejection> {
 }
 
 impl State {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn register_worker(
         &mut self,
         now: u64,
-        id: WorkerId,
-        address: String,
-        runtimes: Vec<RuntimeKind>,
-        capacity: u32,
-        labels: BTreeMap<String, String>,
-        heartbeat_interval_ms: u64,
+        command: RegisterWorker,
     ) -> Result<Outcome, Rejection> {
+        let RegisterWorker {
+            worker: id,
+            address,
+            runtimes,
+            capacity,
+            labels,
+            heartbeat_interval_ms,
+        } = command;
         check_descriptor("address", &address, true)?;
         if address.len() > ADDRESS_BYTES_MAX {
             return Err(Rejection::invalid(
@@ -119,8 +122,9 @@ impl State {
     pub(crate) fn worker_heartbeat(
         &mut self,
         now: u64,
-        id: &WorkerId,
+        command: WorkerHeartbeat,
     ) -> Result<Outcome, Rejection> {
+        let id = &command.worker;
         let w = self.worker_ref(id)?;
         if w.status != WorkerStatus::Alive {
             return Err(Rejection::WorkerUnavailable {
@@ -137,10 +141,14 @@ impl State {
     pub(crate) fn decommission_worker(
         &mut self,
         now: u64,
-        id: &WorkerId,
-        operator: String,
-        reason: String,
+        command: DecommissionWorker,
     ) -> Result<Outcome, Rejection> {
+        let DecommissionWorker {
+            worker,
+            operator,
+            reason,
+        } = command;
+        let id = &worker;
         Self::check_reason("operator", &operator)?;
         Self::check_reason("reason", &reason)?;
         let w = self.worker_ref(id)?;

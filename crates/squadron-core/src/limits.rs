@@ -87,6 +87,12 @@ pub const IDEMPOTENCY_RETENTION_MS: u64 = 24 * 60 * 60 * 1_000;
 
 /// Size of a manifest as submitted, checked before it is parsed.
 pub const MANIFEST_BYTES_MAX: usize = 512 * 1024;
+/// Nodes a YAML manifest may expand to with its aliases followed, at the least. The budget is
+/// this or the document's length in bytes, whichever is larger: every node takes at least a
+/// byte, so only aliases can exceed it.
+pub const MANIFEST_YAML_NODES_MIN: usize = 10_000;
+/// Nesting of a YAML manifest, in collections; a valid manifest nests at most 5.
+pub const MANIFEST_YAML_DEPTH_MAX: usize = 32;
 /// Length of `metadata.name`.
 pub const TASK_NAME_BYTES_MAX: usize = 256;
 /// Length of a label key.

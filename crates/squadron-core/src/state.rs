@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::codec::command_fingerprint;
-use crate::command::{Command, CommandEnvelope};
+use crate::command::{Batch, Command, CommandEnvelope};
 use crate::idempotency::{IdempotencyLedger, IdempotencyLookup};
 use crate::ids::{
     IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
@@ -87,7 +87,7 @@ impl State {
         let now = self.clock_ms.max(envelope.at_ms);
         self.clock_ms = now;
         match envelope.command {
-            Command::Batch { commands } => {
+            Command::Batch(Batch { commands }) => {
                 if envelope.idempotency_key.is_some() {
                     return Response::Rejected(Rejection::invalid(
                         "idempotency_key",
@@ -106,7 +106,7 @@ impl State {
                 let responses = commands
                     .into_iter()
                     .map(|b| match b.command {
-                        Command::Batch { .. } => Response::Rejected(Rejection::invalid(
+                        Command::Batch(_) => Response::Rejected(Rejection::invalid(
                             "command",
                             "a batch cannot hold a batch",
                         )),
@@ -146,138 +146,35 @@ impl State {
     fn dispatch(&mut self, now: u64, command: Command) -> Response {
         use Command as C;
         let result = match command {
-            C::CreateProject {
-                tenant,
-                project,
-                max_profiles,
-                max_active,
-            } => self.create_project(now, tenant, project, max_profiles, max_active),
-            C::AttachSandbox {
-                tenant,
-                project,
-                worker,
-                runtime,
-                sandbox_ref,
-            } => self.attach_sandbox(now, (tenant, project), worker, runtime, sandbox_ref),
-            C::DetachSandbox {
-                tenant,
-                project,
-                sandbox_ref,
-            } => self.detach_sandbox((tenant, project), &sandbox_ref),
-            C::CreateProfile {
-                tenant,
-                project,
-                key,
-                providers,
-                context_ref,
-            } => self.create_profile(now, (tenant, project), key, providers, context_ref),
-            C::SetCapabilityManifest {
-                profile,
-                expected_version,
-                required_skills,
-                mcp_servers,
-            } => self.set_capability_manifest(
-                profile,
-                expected_version,
-                required_skills,
-                mcp_servers,
-            ),
-            C::GrantMcpUse { profile, server } => self.grant_mcp_use(profile, server),
-            C::RevokeMcpUse { profile, server } => self.revoke_mcp_use(profile, &server),
-            C::AcquireLease {
-                profile,
-                expected_generation,
-                provider,
-                holder,
-                ttl_ms,
-            } => self.acquire_lease(now, profile, expected_generation, provider, holder, ttl_ms),
-            C::RenewLease { fence, ttl_ms } => self.renew_lease(now, fence, ttl_ms),
-            C::RenewLeases {
-                worker,
-                fences,
-                ttl_ms,
-            } => self.renew_leases(now, &worker, fences, ttl_ms),
-            C::ReleaseLease { fence } => self.release_lease(now, fence),
-            C::FenceLease { fence, reason } => self.fence_lease_cmd(now, fence, reason),
-            C::RecordReapEvidence { profile, evidence } => {
-                self.record_reap_evidence(now, profile, evidence)
-            }
-            C::GracefulTakeover {
-                fence,
-                capsule,
-                next,
-                old_reap_evidence,
-            } => self.graceful_takeover(now, fence, capsule, next, old_reap_evidence),
-            C::CrashTakeover {
-                profile,
-                lease,
-                generation,
-                next,
-                reap_evidence,
-            } => self.crash_takeover(now, profile, lease, generation, next, reap_evidence),
-            C::CommitCapsule { fence, capsule } => self.commit_capsule_cmd(now, fence, capsule),
-            C::PostMessage {
-                to,
-                sender,
-                kind,
-                body,
-            } => self.post_message(now, to, sender, kind, body),
-            C::AckMessages { fence, through_seq } => self.ack_messages(now, fence, through_seq),
-            C::SubmitTask { spec } => self.submit_task(now, *spec),
-            C::AssignTasks { assignments } => self.assign_tasks(now, assignments),
-            C::ReportTransition {
-                task,
-                worker,
-                attempt,
-                from,
-                to,
-                detail,
-            } => self.report_transition(now, task, &worker, attempt, from, to, detail),
-            C::ReportProgress {
-                task,
-                worker,
-                attempt,
-                stdout_bytes,
-                stderr_bytes,
-                lines,
-                events,
-            } => self.report_progress(
-                task,
-                &worker,
-                attempt,
-                crate::task::TaskProgress {
-                    stdout_bytes,
-                    stderr_bytes,
-                    lines,
-                    events,
-                },
-            ),
-            C::CancelTask { task, reason } => self.cancel_task(now, task, reason),
-            C::RegisterWorker {
-                worker,
-                address,
-                runtimes,
-                capacity,
-                labels,
-                heartbeat_interval_ms,
-            } => self.register_worker(
-                now,
-                worker,
-                address,
-                runtimes,
-                capacity,
-                labels,
-                heartbeat_interval_ms,
-            ),
-            C::WorkerHeartbeat { worker } => self.worker_heartbeat(now, &worker),
-            C::DecommissionWorker {
-                worker,
-                operator,
-                reason,
-            } => self.decommission_worker(now, &worker, operator, reason),
+            C::CreateProject(c) => self.create_project(now, c),
+            C::AttachSandbox(c) => self.attach_sandbox(now, c),
+            C::DetachSandbox(c) => self.detach_sandbox(c),
+            C::CreateProfile(c) => self.create_profile(now, c),
+            C::SetCapabilityManifest(c) => self.set_capability_manifest(c),
+            C::GrantMcpUse(c) => self.grant_mcp_use(c),
+            C::RevokeMcpUse(c) => self.revoke_mcp_use(c),
+            C::AcquireLease(c) => self.acquire_lease(now, c),
+            C::RenewLease(c) => self.renew_lease(now, c),
+            C::RenewLeases(c) => self.renew_leases(now, c),
+            C::ReleaseLease(c) => self.release_lease(now, c),
+            C::FenceLease(c) => self.fence_lease(now, c),
+            C::RecordReapEvidence(c) => self.record_reap_evidence(now, c),
+            C::GracefulTakeover(c) => self.graceful_takeover(now, c),
+            C::CrashTakeover(c) => self.crash_takeover(now, c),
+            C::CommitCapsule(c) => self.commit_capsule(now, c),
+            C::PostMessage(c) => self.post_message(now, c),
+            C::AckMessages(c) => self.ack_messages(now, c),
+            C::SubmitTask(c) => self.submit_task(now, c),
+            C::AssignTasks(c) => self.assign_tasks(now, c),
+            C::ReportTransition(c) => self.report_transition(now, c),
+            C::ReportProgress(c) => self.report_progress(c),
+            C::CancelTask(c) => self.cancel_task(now, c),
+            C::RegisterWorker(c) => self.register_worker(now, c),
+            C::WorkerHeartbeat(c) => self.worker_heartbeat(now, c),
+            C::DecommissionWorker(c) => self.decommission_worker(now, c),
             C::Sweep => self.sweep(now),
             // `apply` unpacks batches; one reaching here was nested.
-            C::Batch { .. } => Err(Rejection::invalid("command", "a batch cannot hold a batch")),
+            C::Batch(_) => Err(Rejection::invalid("command", "a batch cannot hold a batch")),
         };
         result.into()
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use squadron_core::command::AssignTasks;
 use squadron_core::limits::ASSIGNMENTS_PER_BATCH_MAX;
 use squadron_core::scheduler::schedule;
 use squadron_core::Command;
@@ -41,7 +42,7 @@ pub fn spawn(
                     }
                     let plan = node.state.with_state(|s| schedule(s, now_ms(), ASSIGNMENTS_PER_BATCH_MAX));
                     if !plan.is_empty() {
-                        if let Err(e) = node.propose_here(Command::AssignTasks { assignments: plan }, None).await {
+                        if let Err(e) = node.propose_here(Command::AssignTasks(AssignTasks { assignments: plan }), None).await {
                             tracing::debug!(error = ?e, "assignments not proposed");
                         }
                     }

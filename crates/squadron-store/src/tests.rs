@@ -12,7 +12,7 @@ use openraft::storage::{
 use openraft::testing::{log_id, StoreBuilder, Suite};
 use openraft::{EntryPayload, Membership, StorageError, StorageHelper};
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
-use squadron_core::command::Command;
+use squadron_core::command::{Command, CreateProject, RegisterWorker};
 use squadron_core::ids::{ProjectId, TenantId, WorkerId};
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::{CommandEnvelope, Outcome, Response};
@@ -55,23 +55,23 @@ fn envelope(at_ms: u64, command: Command) -> CommandEnvelope {
 }
 
 fn create_project(name: &str) -> Command {
-    Command::CreateProject {
+    Command::CreateProject(CreateProject {
         tenant: TenantId::new("acme").unwrap(),
         project: ProjectId::new(name).unwrap(),
         max_profiles: None,
         max_active: None,
-    }
+    })
 }
 
 fn register_worker(name: &str) -> Command {
-    Command::RegisterWorker {
+    Command::RegisterWorker(RegisterWorker {
         worker: WorkerId::new(name).unwrap(),
         address: "127.0.0.1:9000".into(),
         runtimes: vec![RuntimeKind::Process],
         capacity: 2,
         labels: BTreeMap::from([("zone".into(), "a".into())]),
         heartbeat_interval_ms: 1_000,
-    }
+    })
 }
 
 fn normal(index: u64, command: Command) -> Entry {

@@ -217,7 +217,7 @@ fn prepare(
             .open(&path)
             .map_err(|e| WorkerError::io("creating", &path, e))?;
     }
-    let yaml = serde_yaml::to_string(spec)
+    let yaml = yaml_serde::to_string(spec)
         .map_err(|e| WorkerError::Staging(format!("cannot encode manifest.yaml: {e}")))?;
     write_atomic(&dir.manifest(), yaml.as_bytes())?;
     Ok(None)
@@ -751,7 +751,7 @@ mod tests {
         }
         assert!(dir.artifacts().is_dir() && dir.run().is_dir());
         let manifest: TaskSpec =
-            serde_yaml::from_str(&std::fs::read_to_string(dir.manifest()).unwrap()).unwrap();
+            yaml_serde::from_str(&std::fs::read_to_string(dir.manifest()).unwrap()).unwrap();
         assert_eq!(manifest, spec);
 
         let inbox = dir.inbox();

@@ -28,12 +28,12 @@ fn project_and_profile_fields() {
     ] {
         refused_naming(
             &mut fx,
-            Command::CreateProject {
+            Command::CreateProject(CreateProject {
                 tenant: tenant(),
                 project: other.clone(),
                 max_profiles,
                 max_active,
-            },
+            }),
             field,
         );
     }
@@ -53,36 +53,36 @@ fn project_and_profile_fields() {
     ] {
         refused_naming(
             &mut fx,
-            Command::CreateProfile {
+            Command::CreateProfile(CreateProfile {
                 tenant: tenant(),
                 project: project(),
                 key: ProfileKey::new("k").unwrap(),
                 providers,
                 context_ref,
-            },
+            }),
             "providers",
         );
     }
     refused_naming(
         &mut fx,
-        Command::CreateProfile {
+        Command::CreateProfile(CreateProfile {
             tenant: tenant(),
             project: project(),
             key: ProfileKey::new("k").unwrap(),
             providers: vec![Provider::Codex],
             context_ref: Some("x".repeat(DESCRIPTOR_BYTES_MAX + 1)),
-        },
+        }),
         "context_ref",
     );
     refused_naming(
         &mut fx,
-        Command::AttachSandbox {
+        Command::AttachSandbox(AttachSandbox {
             tenant: tenant(),
             project: other,
             worker: worker(),
             runtime: RuntimeKind::Process,
             sandbox_ref: String::new(),
-        },
+        }),
         "sandbox_ref",
     );
     let p = fx.profile("a");
@@ -91,20 +91,20 @@ fn project_and_profile_fields() {
         .collect();
     refused_naming(
         &mut fx,
-        Command::SetCapabilityManifest {
+        Command::SetCapabilityManifest(SetCapabilityManifest {
             profile: p,
             expected_version: 0,
             required_skills: many_skills,
             mcp_servers: vec![],
-        },
+        }),
         "required_skills",
     );
-    let r = fx.rejected(Command::SetCapabilityManifest {
+    let r = fx.rejected(Command::SetCapabilityManifest(SetCapabilityManifest {
         profile: p,
         expected_version: 3,
         required_skills: vec![],
         mcp_servers: vec![McpServerId::new("github").unwrap()],
-    });
+    }));
     assert_eq!(
         r,
         Rejection::ManifestVersionConflict {
@@ -113,12 +113,12 @@ fn project_and_profile_fields() {
         }
     );
     assert_eq!(
-        fx.ok(Command::SetCapabilityManifest {
+        fx.ok(Command::SetCapabilityManifest(SetCapabilityManifest {
             profile: p,
             expected_version: 0,
             required_skills: vec![SkillId::new("rust").unwrap()],
             mcp_servers: vec![McpServerId::new("github").unwrap()],
-        }),
+        })),
         Outcome::CapabilityManifestSet { version: 1 }
     );
 }
@@ -130,13 +130,13 @@ fn lease_fields() {
     for ttl in [0, LEASE_TTL_MS_MIN - 1, LEASE_TTL_MS_MAX + 1] {
         refused_naming(
             &mut fx,
-            Command::AcquireLease {
+            Command::AcquireLease(AcquireLease {
                 profile: p,
                 expected_generation: Generation::ZERO,
                 provider: Provider::Codex,
                 holder: holder(),
                 ttl_ms: ttl,
-            },
+            }),
             "ttl_ms",
         );
     }
@@ -153,48 +153,48 @@ fn lease_fields() {
     ] {
         refused_naming(
             &mut fx,
-            Command::AcquireLease {
+            Command::AcquireLease(AcquireLease {
                 profile: p,
                 expected_generation: Generation::ZERO,
                 provider: Provider::Codex,
                 holder: h,
                 ttl_ms: TTL,
-            },
+            }),
             field,
         );
     }
-    let r = fx.rejected(Command::AcquireLease {
+    let r = fx.rejected(Command::AcquireLease(AcquireLease {
         profile: p,
         expected_generation: Generation::ZERO,
         provider: Provider::Script,
         holder: holder(),
         ttl_ms: TTL,
-    });
+    }));
     assert!(matches!(r, Rejection::ProviderNotAllowed { .. }));
     let g = fx.acquire(p);
     refused_naming(
         &mut fx,
-        Command::RenewLease {
+        Command::RenewLease(RenewLease {
             fence: token(&g),
             ttl_ms: LEASE_TTL_MS_MAX + 1,
-        },
+        }),
         "ttl_ms",
     );
     refused_naming(
         &mut fx,
-        Command::RenewLeases {
+        Command::RenewLeases(RenewLeases {
             worker: worker(),
             fences: vec![],
             ttl_ms: TTL,
-        },
+        }),
         "fences",
     );
     refused_naming(
         &mut fx,
-        Command::FenceLease {
+        Command::FenceLease(FenceLease {
             fence: token(&g),
             reason: crate::lease::FenceReason::Takeover,
-        },
+        }),
         "reason",
     );
     fx.advance(TTL);
@@ -202,10 +202,10 @@ fn lease_fields() {
     ev.cgroup = String::new();
     refused_naming(
         &mut fx,
-        Command::RecordReapEvidence {
+        Command::RecordReapEvidence(RecordReapEvidence {
             profile: p,
             evidence: ev,
-        },
+        }),
         "evidence.cgroup",
     );
     // Unknown ids are not-found, not invalid.
@@ -225,50 +225,50 @@ fn capsule_and_mailbox_fields() {
     big.payload.pending_work = vec![String::new(); CAPSULE_LIST_ITEMS_MAX + 1];
     refused_naming(
         &mut fx,
-        Command::CommitCapsule {
+        Command::CommitCapsule(CommitCapsule {
             fence: token(&g),
             capsule: big,
-        },
+        }),
         "capsule.payload.pending_work",
     );
     let mut zero = draft(1, None, "x");
     zero.sequence = 0;
     refused_naming(
         &mut fx,
-        Command::CommitCapsule {
+        Command::CommitCapsule(CommitCapsule {
             fence: token(&g),
             capsule: zero,
-        },
+        }),
         "capsule.sequence",
     );
     refused_naming(
         &mut fx,
-        Command::PostMessage {
+        Command::PostMessage(PostMessage {
             to: p,
             sender: MessageSender::Operator("alice".into()),
             kind: MessageKind::Note,
             body: "x".repeat(MESSAGE_BODY_BYTES_MAX + 1),
-        },
+        }),
         "body",
     );
     refused_naming(
         &mut fx,
-        Command::PostMessage {
+        Command::PostMessage(PostMessage {
             to: p,
             sender: MessageSender::Operator(String::new()),
             kind: MessageKind::Note,
             body: "hello".into(),
-        },
+        }),
         "sender.operator",
     );
     refused_naming(
         &mut fx,
-        Command::PostMessage {
+        Command::PostMessage(PostMessage {
             to: p,
             sender: MessageSender::System,
             kind: MessageKind::Note,
             body: "hello".into(),
-        },
+        }),
         "sender",
     );
 }
@@ -277,14 +277,14 @@ fn capsule_and_mailbox_fields() {
 fn task_and_worker_fields() {
     let mut fx = Fx::new();
     let register = |address: &str, runtimes: Vec<RuntimeKind>, capacity, interval, labels| {
-        Command::RegisterWorker {
+        Command::RegisterWorker(RegisterWorker {
             worker: WorkerId::new("w9").unwrap(),
             address: address.into(),
             runtimes,
             capacity,
             labels,
             heartbeat_interval_ms: interval,
-        }
+        })
     };
     let rt = || vec![RuntimeKind::Process];
     let bad_label = std::collections::BTreeMap::from([("bad key".to_string(), "v".to_string())]);
@@ -322,25 +322,27 @@ fn task_and_worker_fields() {
     }
     refused_naming(
         &mut fx,
-        Command::AssignTasks {
+        Command::AssignTasks(AssignTasks {
             assignments: vec![],
-        },
+        }),
         "assignments",
     );
     let t = fx.submit("");
-    fx.ok(Command::AssignTasks {
+    fx.ok(Command::AssignTasks(AssignTasks {
         assignments: vec![Assignment {
             task: t,
             worker: worker(),
         }],
-    });
-    let transition = |detail: TransitionDetail| Command::ReportTransition {
-        task: t,
-        worker: worker(),
-        attempt: 1,
-        from: TaskState::Staging,
-        to: TaskState::Provisioning,
-        detail,
+    }));
+    let transition = |detail: TransitionDetail| {
+        Command::ReportTransition(ReportTransition {
+            task: t,
+            worker: worker(),
+            attempt: 1,
+            from: TaskState::Staging,
+            to: TaskState::Provisioning,
+            detail,
+        })
     };
     for (detail, field) in [
         (
@@ -367,33 +369,35 @@ fn task_and_worker_fields() {
     ] {
         refused_naming(&mut fx, transition(detail), field);
     }
-    let progress = |stdout_bytes| Command::ReportProgress {
-        task: t,
-        worker: worker(),
-        attempt: 1,
-        stdout_bytes,
-        stderr_bytes: 0,
-        lines: 0,
-        events: 0,
+    let progress = |stdout_bytes| {
+        Command::ReportProgress(ReportProgress {
+            task: t,
+            worker: worker(),
+            attempt: 1,
+            stdout_bytes,
+            stderr_bytes: 0,
+            lines: 0,
+            events: 0,
+        })
     };
     fx.ok(progress(100));
     refused_naming(&mut fx, progress(99), "stdout_bytes");
     refused_naming(
         &mut fx,
-        Command::CancelTask {
+        Command::CancelTask(CancelTask {
             task: t,
             reason: "x".repeat(REASON_BYTES_MAX + 1),
-        },
+        }),
         "reason",
     );
     for (operator, reason, field) in [("", "r", "operator"), ("alice", " ", "reason")] {
         refused_naming(
             &mut fx,
-            Command::DecommissionWorker {
+            Command::DecommissionWorker(DecommissionWorker {
                 worker: worker(),
                 operator: operator.into(),
                 reason: reason.into(),
-            },
+            }),
             field,
         );
     }

@@ -10,7 +10,7 @@ fn batch_of(at_ms: u64, envelopes: &[CommandEnvelope]) -> CommandEnvelope {
     CommandEnvelope {
         at_ms,
         idempotency_key: None,
-        command: Command::Batch {
+        command: Command::Batch(Batch {
             commands: envelopes
                 .iter()
                 .map(|e| BatchedCommand {
@@ -18,7 +18,7 @@ fn batch_of(at_ms: u64, envelopes: &[CommandEnvelope]) -> CommandEnvelope {
                     command: e.command.clone(),
                 })
                 .collect(),
-        },
+        }),
     }
 }
 
@@ -55,14 +55,14 @@ fn inv_11_keys_inside_a_batch_are_honoured_per_command() {
     let register = |address: &str| CommandEnvelope {
         at_ms: 1,
         idempotency_key: Some(key.clone()),
-        command: Command::RegisterWorker {
+        command: Command::RegisterWorker(RegisterWorker {
             worker: worker(),
             address: address.into(),
             runtimes: vec![RuntimeKind::Process],
             capacity: 4,
             labels: BTreeMap::new(),
             heartbeat_interval_ms: 1_000,
-        },
+        }),
     };
     let mut s = State::new();
     let answers = responses(s.apply(batch_of(
@@ -89,7 +89,7 @@ fn bad_batches_are_refused_and_change_nothing() {
     let heartbeat = CommandEnvelope {
         at_ms: 1,
         idempotency_key: None,
-        command: Command::WorkerHeartbeat { worker: worker() },
+        command: Command::WorkerHeartbeat(WorkerHeartbeat { worker: worker() }),
     };
     let mut s = State::new();
     let before = state_digest(&s);
@@ -110,7 +110,7 @@ fn bad_batches_are_refused_and_change_nothing() {
     clock_only.apply(CommandEnvelope {
         at_ms: 1,
         idempotency_key: None,
-        command: Command::Batch { commands: vec![] },
+        command: Command::Batch(Batch { commands: vec![] }),
     });
     assert_eq!(state_digest(&s), state_digest(&clock_only));
     assert_ne!(before, state_digest(&clock_only));
@@ -119,19 +119,19 @@ fn bad_batches_are_refused_and_change_nothing() {
     let nested = CommandEnvelope {
         at_ms: 2,
         idempotency_key: None,
-        command: Command::Batch { commands: vec![] },
+        command: Command::Batch(Batch { commands: vec![] }),
     };
     let register = CommandEnvelope {
         at_ms: 2,
         idempotency_key: None,
-        command: Command::RegisterWorker {
+        command: Command::RegisterWorker(RegisterWorker {
             worker: worker(),
             address: "a:1".into(),
             runtimes: vec![RuntimeKind::Process],
             capacity: 4,
             labels: BTreeMap::new(),
             heartbeat_interval_ms: 1_000,
-        },
+        }),
     };
     let answers = responses(s.apply(batch_of(2, &[nested, register])));
     match &answers[0] {

@@ -20,76 +20,76 @@ pub(super) fn commands() -> Vec<CommandEnvelope> {
     vec![
         env(
             1,
-            Command::RegisterWorker {
+            Command::RegisterWorker(RegisterWorker {
                 worker: worker(),
                 address: "127.0.0.1:1".into(),
                 runtimes: vec![RuntimeKind::Process],
                 capacity: 4,
                 labels: BTreeMap::from([("zone".into(), "a".into())]),
                 heartbeat_interval_ms: 1_000,
-            },
+            }),
         ),
         env(
             2,
-            Command::CreateProject {
+            Command::CreateProject(CreateProject {
                 tenant: tenant(),
                 project: project(),
                 max_profiles: None,
                 max_active: None,
-            },
+            }),
         ),
         env(
             3,
-            Command::AttachSandbox {
+            Command::AttachSandbox(AttachSandbox {
                 tenant: tenant(),
                 project: project(),
                 worker: worker(),
                 runtime: RuntimeKind::Process,
                 sandbox_ref: "s".into(),
-            },
+            }),
         ),
         env(
             4,
-            Command::CreateProfile {
+            Command::CreateProfile(CreateProfile {
                 tenant: tenant(),
                 project: project(),
                 key: ProfileKey::new("a").unwrap(),
                 providers: vec![Provider::Codex, Provider::Claude],
                 context_ref: Some("ctx".into()),
-            },
+            }),
         ),
         env(
             5,
-            Command::AcquireLease {
+            Command::AcquireLease(AcquireLease {
                 profile: p1,
                 expected_generation: Generation::ZERO,
                 provider: Provider::Codex,
                 holder: holder(),
                 ttl_ms: TTL,
-            },
+            }),
         ),
         env(
             6,
-            Command::CommitCapsule {
+            Command::CommitCapsule(CommitCapsule {
                 fence,
                 capsule: draft(1, None, "one"),
-            },
+            }),
         ),
         env(
             7,
-            Command::SubmitTask {
+            Command::SubmitTask(SubmitTask {
                 spec: Box::new(spec("lifecycle:\n  artifact_patterns: [\"**/*.md\"]\n")),
-            },
+            }),
         ),
         env(8, Command::Sweep),
         env(
             9,
-            Command::GracefulTakeover {
+            Command::GracefulTakeover(GracefulTakeover {
                 fence,
                 capsule: draft(2, None, "wrong previous"),
                 next: next(Provider::Claude),
                 old_reap_evidence: None,
-            },
+            }),
         ),
     ]
 }
@@ -109,7 +109,7 @@ fn inv_12_same_commands_same_digest_on_every_replica() {
     a.apply(CommandEnvelope {
         at_ms: 10,
         idempotency_key: None,
-        command: Command::WorkerHeartbeat { worker: worker() },
+        command: Command::WorkerHeartbeat(WorkerHeartbeat { worker: worker() }),
     });
     assert_ne!(state_digest(&a), before);
 }

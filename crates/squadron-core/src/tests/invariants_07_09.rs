@@ -5,10 +5,10 @@ use crate::capsule::CapsuleDigestInput;
 use crate::lease::LeaseState;
 
 fn commit(fx: &mut Fx, g: &LeaseGrant, d: CapsuleDraft) -> (u64, Digest) {
-    match fx.ok(Command::CommitCapsule {
+    match fx.ok(Command::CommitCapsule(CommitCapsule {
         fence: token(g),
         capsule: d,
-    }) {
+    })) {
         Outcome::CapsuleCommitted { sequence, digest } => (sequence, digest),
         o => panic!("{o:?}"),
     }
@@ -44,10 +44,10 @@ fn inv_07_broken_chain_is_refused() {
     let mut fx = Fx::new();
     let p = fx.profile("a");
     let g = fx.acquire(p);
-    let r = fx.rejected(Command::CommitCapsule {
+    let r = fx.rejected(Command::CommitCapsule(CommitCapsule {
         fence: token(&g),
         capsule: draft(2, None, "skips one"),
-    });
+    }));
     assert_eq!(
         r,
         Rejection::ChainBroken {
@@ -57,18 +57,18 @@ fn inv_07_broken_chain_is_refused() {
     );
     let (_, d1) = commit(&mut fx, &g, draft(1, None, "one"));
     // Right sequence, forged previous digest: a fork.
-    let r = fx.rejected(Command::CommitCapsule {
+    let r = fx.rejected(Command::CommitCapsule(CommitCapsule {
         fence: token(&g),
         capsule: draft(2, Some(Digest::from_bytes([7; 32])), "fork"),
-    });
+    }));
     assert!(
         matches!(r, Rejection::ChainBroken { expected_sequence: 2, expected_previous: Some(d) } if d == d1)
     );
     // Replaying sequence 1 is a fork too.
-    let r = fx.rejected(Command::CommitCapsule {
+    let r = fx.rejected(Command::CommitCapsule(CommitCapsule {
         fence: token(&g),
         capsule: draft(1, None, "one again"),
-    });
+    }));
     assert!(matches!(r, Rejection::ChainBroken { .. }));
 }
 
@@ -79,10 +79,10 @@ fn inv_07_commit_and_verify_refuses_a_wrong_expected_digest() {
     let g = fx.acquire(p);
     let mut d = draft(1, None, "one");
     d.expected_digest = Some(Digest::from_bytes([1; 32]));
-    let r = fx.rejected(Command::CommitCapsule {
+    let r = fx.rejected(Command::CommitCapsule(CommitCapsule {
         fence: token(&g),
         capsule: d.clone(),
-    });
+    }));
     let Rejection::DigestMismatch { computed } = r else {
         panic!("{r:?}")
     };
@@ -97,10 +97,10 @@ fn inv_07_unsupported_schema_version_is_refused() {
     let g = fx.acquire(p);
     let mut d = draft(1, None, "one");
     d.schema_version = 9;
-    let r = fx.rejected(Command::CommitCapsule {
+    let r = fx.rejected(Command::CommitCapsule(CommitCapsule {
         fence: token(&g),
         capsule: d,
-    });
+    }));
     assert!(matches!(r, Rejection::Invalid(ref e) if e.field == "capsule.schema_version"));
 }
 
@@ -110,12 +110,12 @@ fn inv_08_graceful_takeover_commits_fences_then_grants_in_one_command() {
     let p = fx.profile("a");
     let g1 = fx.acquire(p);
     let (_, d1) = commit(&mut fx, &g1, draft(1, None, "codex state"));
-    let out = fx.ok(Command::GracefulTakeover {
+    let out = fx.ok(Command::GracefulTakeover(GracefulTakeover {
         fence: token(&g1),
         capsule: draft(2, Some(d1), "handoff to claude"),
         next: next(Provider::Claude),
         old_reap_evidence: None,
-    });
+    }));
     let Outcome::TookOver {
         capsule: Some((2, d2)),
         fenced,
@@ -140,15 +140,15 @@ fn inv_08_graceful_takeover_commits_fences_then_grants_in_one_command() {
         LeaseState::Fenced { .. }
     ));
     assert_eq!(fx.slots_held(), 2);
-    let r = fx.rejected(Command::RenewLease {
+    let r = fx.rejected(Command::RenewLease(RenewLease {
         fence: token(&g1),
         ttl_ms: TTL,
-    });
+    }));
     assert!(matches!(r, Rejection::Fenced { .. }));
-    fx.ok(Command::RecordReapEvidence {
+    fx.ok(Command::RecordReapEvidence(RecordReapEvidence {
         profile: p,
         evidence: evidence(&g1, fx.now),
-    });
+    }));
     assert_eq!(fx.slots_held(), 1);
     // The identity carries on: the new generation extends the same chain.
     commit(&mut fx, &grant, draft(3, Some(d2), "claude continues"));
@@ -162,12 +162,12 @@ fn inv_08_takeover_with_evidence_passes_the_slot_at_full_capacity() {
     let profiles: Vec<_> = (0..4).map(|i| fx.profile(&format!("a{i}"))).collect();
     let grants: Vec<_> = profiles.iter().map(|p| fx.acquire(*p)).collect();
     // Without evidence the old process may still run: a fifth slot would be needed.
-    let r = fx.rejected(Command::GracefulTakeover {
+    let r = fx.rejected(Command::GracefulTakeover(GracefulTakeover {
         fence: token(&grants[0]),
         capsule: draft(1, None, "handoff"),
         next: next(Provider::Claude),
         old_reap_evidence: None,
-    });
+    }));
     assert_eq!(r, Rejection::CapacityFull { held: 4, max: 4 });
     assert!(fx
         .state
@@ -175,12 +175,12 @@ fn inv_08_takeover_with_evidence_passes_the_slot_at_full_capacity() {
         .unwrap()
         .capsule_head
         .is_none());
-    let out = fx.ok(Command::GracefulTakeover {
+    let out = fx.ok(Command::GracefulTakeover(GracefulTakeover {
         fence: token(&grants[0]),
         capsule: draft(1, None, "handoff"),
         next: next(Provider::Claude),
         old_reap_evidence: Some(evidence(&grants[0], fx.now)),
-    });
+    }));
     assert!(matches!(
         out,
         Outcome::TookOver {
@@ -196,19 +196,19 @@ fn inv_08_takeover_with_broken_capsule_changes_nothing() {
     let mut fx = Fx::new();
     let p = fx.profile("a");
     let g = fx.acquire(p);
-    let r = fx.rejected(Command::GracefulTakeover {
+    let r = fx.rejected(Command::GracefulTakeover(GracefulTakeover {
         fence: token(&g),
         capsule: draft(5, None, "bad"),
         next: next(Provider::Claude),
         old_reap_evidence: None,
-    });
+    }));
     assert!(matches!(r, Rejection::ChainBroken { .. }));
-    let r = fx.rejected(Command::GracefulTakeover {
+    let r = fx.rejected(Command::GracefulTakeover(GracefulTakeover {
         fence: token(&g),
         capsule: draft(1, None, "ok"),
         next: next(Provider::Script),
         old_reap_evidence: None,
-    });
+    }));
     assert!(matches!(r, Rejection::ProviderNotAllowed { .. }));
 }
 
@@ -217,13 +217,13 @@ fn inv_09_crash_takeover_waits_for_expiry() {
     let mut fx = Fx::new();
     let p = fx.profile("a");
     let g = fx.acquire(p);
-    let r = fx.rejected(Command::CrashTakeover {
+    let r = fx.rejected(Command::CrashTakeover(CrashTakeover {
         profile: p,
         lease: g.lease,
         generation: g.generation,
         next: next(Provider::Claude),
         reap_evidence: Some(evidence(&g, fx.now)),
-    });
+    }));
     assert_eq!(
         r,
         Rejection::LeaseNotExpired {
@@ -238,12 +238,14 @@ fn inv_09_no_evidence_no_takeover() {
     let p = fx.profile("a");
     let g = fx.acquire(p);
     fx.advance(TTL);
-    let cmd = |ev: Option<ReapEvidence>| Command::CrashTakeover {
-        profile: p,
-        lease: g.lease,
-        generation: g.generation,
-        next: next(Provider::Claude),
-        reap_evidence: ev,
+    let cmd = |ev: Option<ReapEvidence>| {
+        Command::CrashTakeover(CrashTakeover {
+            profile: p,
+            lease: g.lease,
+            generation: g.generation,
+            next: next(Provider::Claude),
+            reap_evidence: ev,
+        })
     };
     let r = fx.rejected(cmd(None));
     assert!(
@@ -311,18 +313,18 @@ fn inv_09_evidence_recorded_first_then_takeover() {
     fx.advance(TTL);
     fx.ok(Command::Sweep);
     // Evidence alone ends the fenced lease and frees its slot.
-    fx.ok(Command::RecordReapEvidence {
+    fx.ok(Command::RecordReapEvidence(RecordReapEvidence {
         profile: p,
         evidence: evidence(&g, fx.now),
-    });
+    }));
     assert_eq!(fx.slots_held(), 0);
-    let out = fx.ok(Command::CrashTakeover {
+    let out = fx.ok(Command::CrashTakeover(CrashTakeover {
         profile: p,
         lease: g.lease,
         generation: g.generation,
         next: next(Provider::Claude),
         reap_evidence: None,
-    });
+    }));
     assert!(
         matches!(out, Outcome::TookOver { grant, .. } if grant.generation == Generation::new(2))
     );
@@ -333,10 +335,10 @@ fn inv_09_evidence_for_an_active_unexpired_lease_is_refused() {
     let mut fx = Fx::new();
     let p = fx.profile("a");
     let g = fx.acquire(p);
-    let r = fx.rejected(Command::RecordReapEvidence {
+    let r = fx.rejected(Command::RecordReapEvidence(RecordReapEvidence {
         profile: p,
         evidence: evidence(&g, fx.now),
-    });
+    }));
     assert!(matches!(r, Rejection::EvidenceRefused { .. }));
 }
 
@@ -346,11 +348,11 @@ fn inv_09_decommission_is_the_audited_way_past_missing_evidence() {
     let p = fx.profile("a");
     let g = fx.acquire(p);
     fx.advance(TTL);
-    let out = fx.ok(Command::DecommissionWorker {
+    let out = fx.ok(Command::DecommissionWorker(DecommissionWorker {
         worker: worker(),
         operator: "alice".into(),
         reason: "host lost its disk".into(),
-    });
+    }));
     assert!(
         matches!(out, Outcome::WorkerDecommissioned { ref leases_reaped, .. } if leases_reaped == &vec![g.lease])
     );
@@ -369,14 +371,14 @@ fn inv_09_decommission_is_the_audited_way_past_missing_evidence() {
         .is_none());
     let w2 = WorkerId::new("w2").unwrap();
     fx.register_worker(w2.clone());
-    fx.ok(Command::AttachSandbox {
+    fx.ok(Command::AttachSandbox(AttachSandbox {
         tenant: tenant(),
         project: project(),
         worker: w2.clone(),
         runtime: RuntimeKind::Process,
         sandbox_ref: "sandbox-2".into(),
-    });
-    let out = fx.ok(Command::CrashTakeover {
+    }));
+    let out = fx.ok(Command::CrashTakeover(CrashTakeover {
         profile: p,
         lease: g.lease,
         generation: g.generation,
@@ -386,6 +388,6 @@ fn inv_09_decommission_is_the_audited_way_past_missing_evidence() {
             ttl_ms: TTL,
         },
         reap_evidence: None,
-    });
+    }));
     assert!(matches!(out, Outcome::TookOver { .. }));
 }

@@ -6,12 +6,12 @@ use crate::limits::{IDEMPOTENCY_RETENTION_MS, TASK_ATTEMPTS_MAX};
 use crate::task::TaskState::{self, *};
 
 fn assign(fx: &mut Fx, task: TaskId) {
-    let Outcome::TasksAssigned { results } = fx.ok(Command::AssignTasks {
+    let Outcome::TasksAssigned { results } = fx.ok(Command::AssignTasks(AssignTasks {
         assignments: vec![Assignment {
             task,
             worker: worker(),
         }],
-    }) else {
+    })) else {
         panic!()
     };
     assert_eq!(results[0].result, Ok(()), "{results:?}");
@@ -25,7 +25,7 @@ fn report(
     exit: Option<i32>,
 ) -> Response {
     let attempt = fx.state.task(task).unwrap().attempt;
-    fx.apply(Command::ReportTransition {
+    fx.apply(Command::ReportTransition(ReportTransition {
         task,
         worker: worker(),
         attempt,
@@ -35,7 +35,7 @@ fn report(
             exit_code: exit,
             ..TransitionDetail::default()
         },
-    })
+    }))
 }
 
 fn walk(fx: &mut Fx, task: TaskId, path: &[TaskState]) {
@@ -92,10 +92,10 @@ fn inv_10_no_skipping_no_going_back_terminal_is_final() {
         assert!(!r.is_ok(), "FAILED -> {to} accepted");
     }
     assert!(matches!(
-        fx.apply(Command::CancelTask {
+        fx.apply(Command::CancelTask(CancelTask {
             task: t,
             reason: "late".into()
-        })
+        }))
         .rejection(),
         Some(Rejection::IllegalTransition { .. })
     ));
@@ -153,16 +153,16 @@ fn inv_10_cancel_ends_a_queued_task_and_asks_a_running_one_to_stop() {
         r.rejection(),
         Some(Rejection::IllegalTransition { .. })
     ));
-    let out = fx.ok(Command::CancelTask {
+    let out = fx.ok(Command::CancelTask(CancelTask {
         task: queued,
         reason: "not needed".into(),
-    });
+    }));
     assert_eq!(out, Outcome::CancelAccepted { state: Cancelled });
     assert_eq!(fx.state.pending_queue().count(), 0);
-    let out = fx.ok(Command::CancelTask {
+    let out = fx.ok(Command::CancelTask(CancelTask {
         task: running,
         reason: "operator".into(),
-    });
+    }));
     assert_eq!(out, Outcome::CancelAccepted { state: Running });
     assert!(report(&mut fx, running, Running, Cancelled, None).is_ok());
 }
@@ -174,23 +174,23 @@ fn inv_10_reports_from_another_worker_or_a_stale_attempt_are_refused() {
     assign(&mut fx, t);
     let w2 = WorkerId::new("w2").unwrap();
     fx.register_worker(w2.clone());
-    let r = fx.rejected(Command::ReportTransition {
+    let r = fx.rejected(Command::ReportTransition(ReportTransition {
         task: t,
         worker: w2,
         attempt: 1,
         from: Staging,
         to: Provisioning,
         detail: TransitionDetail::default(),
-    });
+    }));
     assert!(matches!(r, Rejection::NotTaskOwner { .. }));
-    let r = fx.rejected(Command::ReportTransition {
+    let r = fx.rejected(Command::ReportTransition(ReportTransition {
         task: t,
         worker: worker(),
         attempt: 2,
         from: Staging,
         to: Provisioning,
         detail: TransitionDetail::default(),
-    });
+    }));
     assert!(matches!(r, Rejection::NotTaskOwner { .. }));
 }
 
@@ -213,14 +213,14 @@ fn inv_10_lost_worker_requeues_unstarted_tasks_and_fails_running_ones() {
     assert_eq!((t.state, t.attempt, t.worker.clone()), (Pending, 2, None));
     assert_eq!(fx.state.task(running).unwrap().state, Failed);
     // The old attempt's late report is refused.
-    let r = fx.rejected(Command::ReportTransition {
+    let r = fx.rejected(Command::ReportTransition(ReportTransition {
         task: staging,
         worker: worker(),
         attempt: 1,
         from: Staging,
         to: Provisioning,
         detail: TransitionDetail::default(),
-    });
+    }));
     assert!(matches!(r, Rejection::NotTaskOwner { .. }));
 }
 
@@ -255,7 +255,7 @@ fn inv_11_keyed_command_is_applied_once_and_retry_gets_first_answer() {
     let Response::Ok(Outcome::LeaseGranted(g)) = &first else {
         panic!()
     };
-    fx.ok(Command::ReleaseLease { fence: token(g) });
+    fx.ok(Command::ReleaseLease(ReleaseLease { fence: token(g) }));
     fx.advance(1_000);
     let retry = fx.apply_keyed("k-1", acquire);
     assert_eq!(retry, first);
@@ -273,7 +273,7 @@ fn inv_11_a_rejection_is_replayed_too_never_a_blind_cas_retry() {
         first.rejection(),
         Some(Rejection::StaleGeneration { .. })
     ));
-    fx.ok(Command::ReleaseLease { fence: token(&g) });
+    fx.ok(Command::ReleaseLease(ReleaseLease { fence: token(&g) }));
     assert_eq!(fx.apply_keyed("k-2", stale), first);
 }
 
@@ -291,7 +291,10 @@ fn inv_11_key_reused_for_another_command_is_refused() {
 #[test]
 fn inv_11_records_are_pruned_after_retention() {
     let mut fx = Fx::new();
-    fx.apply_keyed("old", Command::WorkerHeartbeat { worker: worker() });
+    fx.apply_keyed(
+        "old",
+        Command::WorkerHeartbeat(WorkerHeartbeat { worker: worker() }),
+    );
     assert_eq!(fx.state.idempotency().len(), 1);
     fx.advance(IDEMPOTENCY_RETENTION_MS);
     fx.register_worker(worker());
@@ -327,24 +330,24 @@ fn inv_14_mcp_use_needs_the_relation_for_that_exact_profile() {
     let b = fx.profile("b");
     let server = crate::ids::McpServerId::new("github").unwrap();
     assert!(!fx.state.mcp_use_allowed(a, &server));
-    fx.ok(Command::GrantMcpUse {
+    fx.ok(Command::GrantMcpUse(GrantMcpUse {
         profile: a,
         server: server.clone(),
-    });
+    }));
     assert!(fx.state.mcp_use_allowed(a, &server));
     assert!(
         !fx.state.mcp_use_allowed(b, &server),
         "no fallback to a peer's grant"
     );
-    let r = fx.rejected(Command::GrantMcpUse {
+    let r = fx.rejected(Command::GrantMcpUse(GrantMcpUse {
         profile: a,
         server: server.clone(),
-    });
+    }));
     assert!(matches!(r, Rejection::AlreadyExists { .. }));
-    fx.ok(Command::RevokeMcpUse {
+    fx.ok(Command::RevokeMcpUse(RevokeMcpUse {
         profile: a,
         server: server.clone(),
-    });
+    }));
     assert!(!fx.state.mcp_use_allowed(a, &server));
     assert_eq!(
         Rejection::PermissionDenied {

@@ -8,12 +8,12 @@ use crate::roster::RosterStatus;
 use crate::scheduler::schedule;
 
 fn post(to: ProfileId, kind: MessageKind, body: &str) -> Command {
-    Command::PostMessage {
+    Command::PostMessage(PostMessage {
         to,
         sender: MessageSender::Operator("alice".into()),
         kind,
         body: body.into(),
-    }
+    })
 }
 
 #[test]
@@ -25,23 +25,23 @@ fn mailbox_sequence_is_monotonic_and_ack_is_fenced() {
     let s2 = fx.ok(post(a, MessageKind::Note, "tests are red"));
     assert_eq!(s1, Outcome::MessagePosted { seq: 1 });
     assert_eq!(s2, Outcome::MessagePosted { seq: 2 });
-    let r = fx.rejected(Command::AckMessages {
+    let r = fx.rejected(Command::AckMessages(AckMessages {
         fence: token(&g),
         through_seq: 3,
-    });
+    }));
     assert_eq!(r, Rejection::AckBeyondHead { last_seq: 2 });
-    fx.ok(Command::AckMessages {
+    fx.ok(Command::AckMessages(AckMessages {
         fence: token(&g),
         through_seq: 1,
-    });
+    }));
     let m = fx.state.mailbox(a).unwrap();
     assert_eq!(m.acked_through, 1);
     assert_eq!(m.messages.keys().copied().collect::<Vec<_>>(), vec![2]);
     // Acknowledged messages stay acknowledged; the sequence never goes back.
-    fx.ok(Command::AckMessages {
+    fx.ok(Command::AckMessages(AckMessages {
         fence: token(&g),
         through_seq: 0,
-    });
+    }));
     assert_eq!(fx.state.mailbox(a).unwrap().acked_through, 1);
     assert_eq!(
         fx.ok(post(a, MessageKind::Note, "more")),
@@ -131,10 +131,10 @@ fn roster_deltas_reach_every_peer_mailbox_by_revision() {
         .values()
         .all(|m| !matches!(&m.payload, MessagePayload::Roster(d) if d.entry.profile == a)));
     // A renewal is not a roster change.
-    fx.ok(Command::RenewLease {
+    fx.ok(Command::RenewLease(RenewLease {
         fence: token(&g),
         ttl_ms: TTL,
-    });
+    }));
     assert_eq!(
         fx.state
             .project(&tenant(), &project())
@@ -172,7 +172,7 @@ fn scheduler_takes_priority_then_age_and_matches_runtime() {
             }
         ]
     );
-    fx.ok(Command::AssignTasks { assignments: plan });
+    fx.ok(Command::AssignTasks(AssignTasks { assignments: plan }));
     assert!(
         schedule(&fx.state, fx.now, 10).is_empty(),
         "the worker is full"
@@ -191,7 +191,9 @@ fn scheduler_spreads_by_free_slots_and_skips_silent_workers() {
     assert_ne!(plan[0].worker, plan[1].worker, "{plan:?}");
     assert_eq!((plan[0].task, plan[1].task), (t1, t2));
     fx.advance(WORKER_TTL);
-    fx.apply(Command::WorkerHeartbeat { worker: w2.clone() });
+    fx.apply(Command::WorkerHeartbeat(WorkerHeartbeat {
+        worker: w2.clone(),
+    }));
     let plan = schedule(&fx.state, fx.now, 10);
     assert!(plan.iter().all(|a| a.worker == w2), "{plan:?}");
 }
@@ -204,12 +206,12 @@ fn project_placed_tasks_go_to_the_sandbox_worker_only() {
     fx.register_worker(w2.clone());
     let t =
         fx.submit("placement:\n  kind: project\n  tenant: acme\n  project: web\n  profile: a\n");
-    let Outcome::TasksAssigned { results } = fx.ok(Command::AssignTasks {
+    let Outcome::TasksAssigned { results } = fx.ok(Command::AssignTasks(AssignTasks {
         assignments: vec![Assignment {
             task: t,
             worker: w2,
         }],
-    }) else {
+    })) else {
         panic!()
     };
     assert!(matches!(
@@ -225,11 +227,11 @@ fn project_placed_tasks_go_to_the_sandbox_worker_only() {
         }]
     );
     // A project-placed task must name an existing profile.
-    let r = fx.rejected(Command::SubmitTask {
+    let r = fx.rejected(Command::SubmitTask(SubmitTask {
         spec: Box::new(spec(
             "placement:\n  kind: project\n  tenant: acme\n  project: web\n  profile: ghost\n",
         )),
-    });
+    }));
     assert!(matches!(r, Rejection::NotFound { .. }));
 }
 

@@ -12,7 +12,7 @@ mod mailboxes_and_scheduling;
 use std::collections::BTreeMap;
 
 use crate::capsule::{CapsuleDraft, CapsulePayload};
-use crate::command::{Command, CommandEnvelope, NextHolder};
+use crate::command::*;
 use crate::ids::{
     Digest, Generation, IdempotencyKey, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
     WorkerId,
@@ -128,31 +128,31 @@ impl Fx {
             now: 1_000,
         };
         fx.register_worker(worker());
-        fx.ok(Command::CreateProject {
+        fx.ok(Command::CreateProject(CreateProject {
             tenant: tenant(),
             project: project(),
             max_profiles: None,
             max_active: None,
-        });
-        fx.ok(Command::AttachSandbox {
+        }));
+        fx.ok(Command::AttachSandbox(AttachSandbox {
             tenant: tenant(),
             project: project(),
             worker: worker(),
             runtime: RuntimeKind::Process,
             sandbox_ref: "sandbox-1".into(),
-        });
+        }));
         fx
     }
 
     pub fn register_worker(&mut self, id: WorkerId) {
-        self.ok(Command::RegisterWorker {
+        self.ok(Command::RegisterWorker(RegisterWorker {
             worker: id,
             address: "127.0.0.1:9000".into(),
             runtimes: vec![RuntimeKind::Process, RuntimeKind::Docker],
             capacity: 2,
             labels: BTreeMap::new(),
             heartbeat_interval_ms: WORKER_TTL / 3,
-        });
+        }));
     }
 
     pub fn advance(&mut self, ms: u64) {
@@ -208,26 +208,26 @@ impl Fx {
     }
 
     pub fn profile_with(&mut self, key: &str, providers: Vec<Provider>) -> ProfileId {
-        match self.ok(Command::CreateProfile {
+        match self.ok(Command::CreateProfile(CreateProfile {
             tenant: tenant(),
             project: project(),
             key: ProfileKey::new(key).unwrap(),
             providers,
             context_ref: None,
-        }) {
+        })) {
             Outcome::ProfileCreated { profile } => profile,
             o => panic!("unexpected {o:?}"),
         }
     }
 
     pub fn acquire_cmd(&self, profile: ProfileId, expected: u64) -> Command {
-        Command::AcquireLease {
+        Command::AcquireLease(AcquireLease {
             profile,
             expected_generation: Generation::new(expected),
             provider: Provider::Codex,
             holder: holder(),
             ttl_ms: TTL,
-        }
+        })
     }
 
     #[track_caller]
@@ -247,9 +247,9 @@ impl Fx {
     }
 
     pub fn submit(&mut self, extra: &str) -> TaskId {
-        match self.ok(Command::SubmitTask {
+        match self.ok(Command::SubmitTask(SubmitTask {
             spec: Box::new(spec(extra)),
-        }) {
+        })) {
             Outcome::TaskSubmitted { task } => task,
             o => panic!("unexpected {o:?}"),
         }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use squadron_core::capsule::{CapsuleDraft, CapsulePayload};
+use squadron_core::command::{AcquireLease, CommitCapsule, ReleaseLease, RenewLease};
 use squadron_core::ids::{Digest, Generation, McpServerId, ProfileId, WorkerId};
 use squadron_core::lease::LeaseHolder;
 use squadron_core::provider::Provider;
@@ -48,7 +49,7 @@ impl AgentService for AgentGrpc {
         let key = key_of(&request)?;
         let r = request.into_inner();
         let holder = r.holder.ok_or_else(|| missing("holder"))?;
-        let command = Command::AcquireLease {
+        let command = Command::AcquireLease(AcquireLease {
             profile: ProfileId::new(r.profile).map_err(invalid)?,
             expected_generation: Generation::new(r.expected_generation),
             provider: Provider::parse("provider", &r.provider).map_err(invalid)?,
@@ -58,7 +59,7 @@ impl AgentService for AgentGrpc {
                 cgroup: (!holder.cgroup.is_empty()).then_some(holder.cgroup),
             },
             ttl_ms: r.ttl_ms,
-        };
+        });
         match propose(&self.node, key, command).await? {
             Outcome::LeaseGranted(g) => Ok(Response::new(pb::LeaseGrant {
                 profile: g.profile.get(),
@@ -79,10 +80,10 @@ impl AgentService for AgentGrpc {
         match propose(
             &self.node,
             None,
-            Command::RenewLease {
+            Command::RenewLease(RenewLease {
                 fence,
                 ttl_ms: r.ttl_ms,
-            },
+            }),
         )
         .await?
         {
@@ -99,7 +100,12 @@ impl AgentService for AgentGrpc {
     ) -> Result<Response<pb::ReleaseLeaseReply>, Status> {
         let key = key_of(&request)?;
         let fence = fence_of(&request.into_inner())?;
-        propose(&self.node, key, Command::ReleaseLease { fence }).await?;
+        propose(
+            &self.node,
+            key,
+            Command::ReleaseLease(ReleaseLease { fence }),
+        )
+        .await?;
         Ok(Response::new(pb::ReleaseLeaseReply {}))
     }
 
@@ -125,7 +131,13 @@ impl AgentService for AgentGrpc {
             },
             expected_digest: digest_opt("expected_digest", &r.expected_digest)?,
         };
-        match propose(&self.node, key, Command::CommitCapsule { fence, capsule }).await? {
+        match propose(
+            &self.node,
+            key,
+            Command::CommitCapsule(CommitCapsule { fence, capsule }),
+        )
+        .await?
+        {
             Outcome::CapsuleCommitted { sequence, digest } => {
                 Ok(Response::new(pb::CapsuleCommitted {
                     sequence,

@@ -5,10 +5,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use squadron_core::command::TransitionDetail;
+use squadron_core::command::{
+    RecordReapEvidence, RegisterWorker, RenewLeases, ReportProgress, ReportTransition,
+    TransitionDetail, WorkerHeartbeat,
+};
 use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{EvidenceSource, FencingToken, ReapEvidence};
-use squadron_core::manifest::RuntimeKind;
+use squadron_core::manifest::{Keyword as _, RuntimeKind};
 use squadron_core::task::TaskState;
 use squadron_core::{Command, Outcome};
 use squadron_proto::v1 as pb;
@@ -62,14 +65,14 @@ impl WorkerService for WorkerGrpc {
             .iter()
             .map(|s| RuntimeKind::parse("runtimes", s).map_err(invalid))
             .collect::<Result<Vec<_>, _>>()?;
-        let command = Command::RegisterWorker {
+        let command = Command::RegisterWorker(RegisterWorker {
             worker: worker_id(&r.worker)?,
             address: r.address,
             runtimes,
             capacity: r.capacity,
             labels: r.labels.into_iter().collect(),
             heartbeat_interval_ms: r.heartbeat_interval_ms,
-        };
+        });
         propose(&self.node, key, command).await?;
         Ok(Response::new(pb::RegisterWorkerReply {}))
     }
@@ -79,7 +82,12 @@ impl WorkerService for WorkerGrpc {
         request: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatReply>, Status> {
         let worker = worker_id(&request.into_inner().worker)?;
-        propose(&self.node, None, Command::WorkerHeartbeat { worker }).await?;
+        propose(
+            &self.node,
+            None,
+            Command::WorkerHeartbeat(WorkerHeartbeat { worker }),
+        )
+        .await?;
         Ok(Response::new(pb::WorkerHeartbeatReply {}))
     }
 
@@ -157,7 +165,7 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<pb::ReportTransitionReply>, Status> {
         let key = key_of(&request)?;
         let r = request.into_inner();
-        let command = Command::ReportTransition {
+        let command = Command::ReportTransition(ReportTransition {
             task: TaskId::new(r.task).map_err(invalid)?,
             worker: worker_id(&r.worker)?,
             attempt: r.attempt,
@@ -168,7 +176,7 @@ impl WorkerService for WorkerGrpc {
                 error: (!r.error.is_empty()).then_some(r.error),
                 artifacts: r.artifacts,
             },
-        };
+        });
         match propose(&self.node, key, command).await? {
             Outcome::TransitionRecorded { state } => Ok(Response::new(pb::ReportTransitionReply {
                 state: state.as_str().into(),
@@ -183,7 +191,7 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<pb::ReportProgressReply>, Status> {
         let key = key_of(&request)?;
         let r = request.into_inner();
-        let command = Command::ReportProgress {
+        let command = Command::ReportProgress(ReportProgress {
             task: TaskId::new(r.task).map_err(invalid)?,
             worker: worker_id(&r.worker)?,
             attempt: r.attempt,
@@ -191,7 +199,7 @@ impl WorkerService for WorkerGrpc {
             stderr_bytes: r.stderr_bytes,
             lines: r.lines,
             events: r.events,
-        };
+        });
         propose(&self.node, key, command).await?;
         Ok(Response::new(pb::ReportProgressReply {}))
     }
@@ -206,11 +214,11 @@ impl WorkerService for WorkerGrpc {
             .iter()
             .map(fence_of)
             .collect::<Result<Vec<_>, _>>()?;
-        let command = Command::RenewLeases {
+        let command = Command::RenewLeases(RenewLeases {
             worker: worker_id(&r.worker)?,
             fences,
             ttl_ms: r.ttl_ms,
-        };
+        });
         match propose(&self.node, None, command).await? {
             Outcome::LeasesRenewed { results } => Ok(Response::new(pb::RenewLeasesReply {
                 results: results
@@ -243,7 +251,7 @@ impl WorkerService for WorkerGrpc {
     ) -> Result<Response<pb::ReapEvidenceReply>, Status> {
         let key = key_of(&request)?;
         let r = request.into_inner();
-        let command = Command::RecordReapEvidence {
+        let command = Command::RecordReapEvidence(RecordReapEvidence {
             profile: ProfileId::new(r.profile).map_err(invalid)?,
             evidence: ReapEvidence {
                 lease: LeaseId::new(r.lease).map_err(invalid)?,
@@ -253,7 +261,7 @@ impl WorkerService for WorkerGrpc {
                 observed_at_ms: r.observed_at_ms,
                 source: EvidenceSource::CgroupEvents,
             },
-        };
+        });
         match propose(&self.node, key, command).await? {
             Outcome::EvidenceRecorded { slot_freed } => {
                 Ok(Response::new(pb::ReapEvidenceReply { slot_freed }))

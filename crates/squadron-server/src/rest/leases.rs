@@ -6,6 +6,7 @@ use axum::routing::{get, post};
 use axum::Json;
 use serde::Deserialize;
 use squadron_core::capsule::{CapsuleDraft, ContinuityCapsule};
+use squadron_core::command as cmd;
 use squadron_core::command::NextHolder;
 use squadron_core::ids::{Generation, LeaseId, ProfileId, WorkerId};
 use squadron_core::lease::{
@@ -152,13 +153,13 @@ async fn acquire(
     write(
         &node,
         &headers,
-        Command::AcquireLease {
+        Command::AcquireLease(cmd::AcquireLease {
             profile,
             expected_generation: b.expected_generation,
             provider: b.provider,
             holder: b.holder,
             ttl_ms: b.ttl_ms,
-        },
+        }),
     )
     .await
 }
@@ -236,10 +237,10 @@ async fn renew(
     write(
         &node,
         &headers,
-        Command::RenewLease {
+        Command::RenewLease(cmd::RenewLease {
             fence,
             ttl_ms: b.ttl_ms,
-        },
+        }),
     )
     .await
 }
@@ -251,7 +252,12 @@ async fn release(
     JsonBody(b): JsonBody<Fence>,
 ) -> Result<Json<Outcome>, ApiError> {
     let fence = b.token(lease_id(&id)?);
-    write(&node, &headers, Command::ReleaseLease { fence }).await
+    write(
+        &node,
+        &headers,
+        Command::ReleaseLease(cmd::ReleaseLease { fence }),
+    )
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -276,10 +282,10 @@ async fn fence(
     write(
         &node,
         &headers,
-        Command::FenceLease {
+        Command::FenceLease(cmd::FenceLease {
             fence,
             reason: b.reason,
-        },
+        }),
     )
     .await
 }
@@ -318,10 +324,10 @@ async fn evidence(
     write(
         &node,
         &headers,
-        Command::RecordReapEvidence {
+        Command::RecordReapEvidence(cmd::RecordReapEvidence {
             profile,
             evidence: b.into_evidence(lease),
-        },
+        }),
     )
     .await
 }
@@ -343,11 +349,11 @@ async fn renew_batch(
     write(
         &node,
         &headers,
-        Command::RenewLeases {
+        Command::RenewLeases(cmd::RenewLeases {
             worker,
             fences: b.fences,
             ttl_ms: b.ttl_ms,
-        },
+        }),
     )
     .await
 }
@@ -412,7 +418,7 @@ async fn takeover(
             capsule,
             next,
             old_reap_evidence,
-        } => Command::GracefulTakeover {
+        } => Command::GracefulTakeover(cmd::GracefulTakeover {
             fence: FencingToken {
                 profile,
                 lease,
@@ -421,19 +427,19 @@ async fn takeover(
             capsule,
             next,
             old_reap_evidence: evidence_for(old_reap_evidence, lease, generation),
-        },
+        }),
         Takeover::Crash {
             lease,
             generation,
             next,
             reap_evidence,
-        } => Command::CrashTakeover {
+        } => Command::CrashTakeover(cmd::CrashTakeover {
             profile,
             lease,
             generation,
             next,
             reap_evidence: evidence_for(reap_evidence, lease, generation),
-        },
+        }),
     };
     write(&node, &headers, command).await
 }
@@ -461,10 +467,10 @@ async fn commit_capsule(
     write(
         &node,
         &headers,
-        Command::CommitCapsule {
+        Command::CommitCapsule(cmd::CommitCapsule {
             fence,
             capsule: b.capsule,
-        },
+        }),
     )
     .await
 }
@@ -501,12 +507,12 @@ async fn post_message(
     write(
         &node,
         &headers,
-        Command::PostMessage {
+        Command::PostMessage(cmd::PostMessage {
             to,
             sender: b.sender,
             kind: b.kind,
             body: b.body,
-        },
+        }),
     )
     .await
 }
@@ -544,14 +550,14 @@ async fn ack(
     write(
         &node,
         &headers,
-        Command::AckMessages {
+        Command::AckMessages(cmd::AckMessages {
             fence: FencingToken {
                 profile,
                 lease: b.lease,
                 generation: b.generation,
             },
             through_seq: b.through_seq,
-        },
+        }),
     )
     .await
 }

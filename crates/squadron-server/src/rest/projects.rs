@@ -5,6 +5,7 @@ use axum::http::HeaderMap;
 use axum::routing::{delete, get, post, put};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use squadron_core::command as cmd;
 use squadron_core::ids::{
     McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId,
 };
@@ -140,12 +141,12 @@ async fn create_project(
     write(
         &node,
         &headers,
-        Command::CreateProject {
+        Command::CreateProject(cmd::CreateProject {
             tenant: b.tenant,
             project: b.project,
             max_profiles: b.max_profiles,
             max_active: b.max_active,
-        },
+        }),
     )
     .await
 }
@@ -224,13 +225,13 @@ async fn attach_sandbox(
     write(
         &node,
         &headers,
-        Command::AttachSandbox {
+        Command::AttachSandbox(cmd::AttachSandbox {
             tenant,
             project,
             worker: b.worker,
             runtime: b.runtime,
             sandbox_ref: b.sandbox_ref,
-        },
+        }),
     )
     .await
 }
@@ -244,11 +245,11 @@ async fn detach_sandbox(
     write(
         &node,
         &headers,
-        Command::DetachSandbox {
+        Command::DetachSandbox(cmd::DetachSandbox {
             tenant,
             project,
             sandbox_ref,
-        },
+        }),
     )
     .await
 }
@@ -284,13 +285,13 @@ async fn create_profile(
     write(
         &node,
         &headers,
-        Command::CreateProfile {
+        Command::CreateProfile(cmd::CreateProfile {
             tenant,
             project,
             key: b.key,
             providers: b.providers,
             context_ref: b.context_ref,
-        },
+        }),
     )
     .await
 }
@@ -352,12 +353,12 @@ async fn set_capabilities(
     write(
         &node,
         &headers,
-        Command::SetCapabilityManifest {
+        Command::SetCapabilityManifest(cmd::SetCapabilityManifest {
             profile,
             expected_version: b.expected_version,
             required_skills: b.required_skills,
             mcp_servers: b.mcp_servers,
-        },
+        }),
     )
     .await
 }
@@ -372,7 +373,12 @@ async fn grant_mcp(
     Path((id, server)): Path<(String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let (profile, server) = mcp_params(&id, &server)?;
-    write(&node, &headers, Command::GrantMcpUse { profile, server }).await
+    write(
+        &node,
+        &headers,
+        Command::GrantMcpUse(cmd::GrantMcpUse { profile, server }),
+    )
+    .await
 }
 
 async fn revoke_mcp(
@@ -381,7 +387,12 @@ async fn revoke_mcp(
     Path((id, server)): Path<(String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let (profile, server) = mcp_params(&id, &server)?;
-    write(&node, &headers, Command::RevokeMcpUse { profile, server }).await
+    write(
+        &node,
+        &headers,
+        Command::RevokeMcpUse(cmd::RevokeMcpUse { profile, server }),
+    )
+    .await
 }
 
 #[derive(Debug, Serialize, Deserialize)]

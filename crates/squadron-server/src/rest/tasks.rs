@@ -6,6 +6,7 @@ use axum::http::{header, HeaderMap};
 use axum::routing::{get, post};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use squadron_core::command as cmd;
 use squadron_core::command::TransitionDetail;
 use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{parse_manifest_json, parse_manifest_yaml};
@@ -92,9 +93,9 @@ async fn submit(
     write(
         &node,
         &headers,
-        Command::SubmitTask {
+        Command::SubmitTask(cmd::SubmitTask {
             spec: Box::new(spec),
-        },
+        }),
     )
     .await
 }
@@ -184,7 +185,12 @@ async fn cancel(
 ) -> Result<Json<Outcome>, ApiError> {
     let task = task_id(&id)?;
     let reason = q.reason.unwrap_or_else(|| "cancelled by operator".into());
-    write(&node, &headers, Command::CancelTask { task, reason }).await
+    write(
+        &node,
+        &headers,
+        Command::CancelTask(cmd::CancelTask { task, reason }),
+    )
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,14 +214,14 @@ async fn transition(
     write(
         &node,
         &headers,
-        Command::ReportTransition {
+        Command::ReportTransition(cmd::ReportTransition {
             task,
             worker: b.worker,
             attempt: b.attempt,
             from: b.from,
             to: b.to,
             detail: b.detail,
-        },
+        }),
     )
     .await
 }
@@ -241,7 +247,7 @@ async fn progress(
     write(
         &node,
         &headers,
-        Command::ReportProgress {
+        Command::ReportProgress(cmd::ReportProgress {
             task,
             worker: b.worker,
             attempt: b.attempt,
@@ -249,7 +255,7 @@ async fn progress(
             stderr_bytes: b.stderr_bytes,
             lines: b.lines,
             events: b.events,
-        },
+        }),
     )
     .await
 }

@@ -7,6 +7,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Json;
 use serde::Deserialize;
+use squadron_core::command as cmd;
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::worker::Worker;
@@ -72,14 +73,14 @@ async fn register(
     write(
         &node,
         &headers,
-        Command::RegisterWorker {
+        Command::RegisterWorker(cmd::RegisterWorker {
             worker: b.worker,
             address: b.address,
             runtimes: b.runtimes,
             capacity: b.capacity,
             labels: b.labels,
             heartbeat_interval_ms: b.heartbeat_interval_ms,
-        },
+        }),
     )
     .await
 }
@@ -115,7 +116,12 @@ async fn heartbeat(
     Path(id): Path<String>,
 ) -> Result<Json<Outcome>, ApiError> {
     let worker: WorkerId = parse_id("worker", &id)?;
-    write(&node, &headers, Command::WorkerHeartbeat { worker }).await
+    write(
+        &node,
+        &headers,
+        Command::WorkerHeartbeat(cmd::WorkerHeartbeat { worker }),
+    )
+    .await
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,11 +141,11 @@ async fn decommission(
     write(
         &node,
         &headers,
-        Command::DecommissionWorker {
+        Command::DecommissionWorker(cmd::DecommissionWorker {
             worker,
             operator: b.operator,
             reason: b.reason,
-        },
+        }),
     )
     .await
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
 use squadron_core::codec::command_encoded_len;
+use squadron_core::command::Batch;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::limits::COMMANDS_PER_BATCH_MAX;
 use squadron_core::{BatchedCommand, Command, CommandEnvelope, Outcome, Response};
@@ -145,7 +146,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
     let envelope = CommandEnvelope {
         at_ms,
         idempotency_key: None,
-        command: Command::Batch { commands },
+        command: Command::Batch(Batch { commands }),
     };
     match raft.client_write(envelope).await {
         Ok(r) => match r.data {

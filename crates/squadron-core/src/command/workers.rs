@@ -1,0 +1,33 @@
+//! Commands on workers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::WorkerId;
+use crate::manifest::RuntimeKind;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterWorker {
+    pub worker: WorkerId,
+    pub address: String,
+    pub runtimes: Vec<RuntimeKind>,
+    pub capacity: u32,
+    pub labels: BTreeMap<String, String>,
+    /// The worker is lost after three intervals without a heartbeat.
+    pub heartbeat_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerHeartbeat {
+    pub worker: WorkerId,
+}
+
+/// An operator's explicit, audited decision that a worker and everything it ran are gone. Its
+/// slot-holding leases are fenced and reaped on the operator's word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecommissionWorker {
+    pub worker: WorkerId,
+    pub operator: String,
+    pub reason: String,
+}

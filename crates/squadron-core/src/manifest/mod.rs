@@ -1,0 +1,38 @@
+//! Task manifests: the YAML or JSON a user submits, and the validated [`TaskSpec`] the state
+//! machine stores.
+//!
+//! Two layers. The private `Raw*` structs (`raw`) mirror the document (unknown fields refused,
+//! paths tracked by `serde_path_to_error`); converting them yields a typed `TaskSpec` (`spec`)
+//! with durations in milliseconds, sizes in bytes and ids as newtypes. `TaskSpec` is encoded
+//! into the Raft log with bincode's serde mode, so it uses only externally tagged enums,
+//! `Option`, `Vec` and `BTreeMap`. Every semantic rule lives in [`TaskSpec::validate`]
+//! (`validate`, one check per section, built from the field checks in `checks`), which the
+//! parser (`parse`) also runs, so a spec decoded from the log is held to exactly the rules a
+//! fresh submission is.
+
+mod checks;
+mod keywords;
+mod parse;
+mod raw;
+mod spec;
+mod validate;
+mod yaml_budget;
+
+#[cfg(test)]
+mod tests;
+
+pub use keywords::{
+    FailureAction, Keyword, NetworkMode, RuntimeKind, StartupTrigger, TaskPriority,
+};
+pub use parse::{parse_manifest_json, parse_manifest_yaml};
+pub use spec::{
+    AgentSpec, CredentialRef, LifecycleSpec, ObservationSpec, Placement, ProbeSpec, ReadinessSpec,
+    RepositorySpec, RetryPolicy, RetrySpec, SandboxSpec, SessionSpec, StartupProfileSpec, TaskSpec,
+};
+
+/// The only manifest `version` this core reads.
+pub const MANIFEST_VERSION: &str = "1";
+/// The only manifest `kind` this core reads.
+pub const MANIFEST_KIND: &str = "Task";
+/// The label whose value sets [`TaskSpec::priority`].
+pub const PRIORITY_LABEL: &str = "priority";
