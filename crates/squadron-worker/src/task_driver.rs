@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use squadron_core::command::TransitionDetail;
 use squadron_core::ids::TaskId;
-use squadron_core::manifest::{FailureAction, TaskSpec};
+use squadron_core::manifest::{FailureAction, RetrySpec, TaskSpec};
 use squadron_core::task::TaskState;
 use tokio::sync::watch;
 
@@ -316,45 +316,44 @@ impl TaskDriver {
         let runtime = self.runtime()?;
         let spec = self.launch_spec().await?;
         let limit = Duration::from_millis(self.spec.lifecycle.provision_timeout_ms);
-        let retries = self.spec.lifecycle.retries.provision.clone();
-        let mut attempt = 0u32;
-        let handle = loop {
-            if let Some(h) = self.sandbox(&runtime).await? {
-                break h;
+        let retries = ProvisionRetries {
+            policy: &self.spec.lifecycle.retries.provision,
+            override_ms: self.ctx.config.backoff_override_ms,
+        };
+        let provisioned = provision_sandbox(
+            runtime.as_ref(),
+            &spec,
+            limit,
+            &retries,
+            |delay| tokio::time::sleep(delay),
+            |retry, error, delay_ms| {
+                self.event(serde_json::json!({"event": "provision_retry", "try": retry, "error": error.to_string(), "delay_ms": delay_ms}));
+            },
+        )
+        .await;
+        let handle = match provisioned {
+            Ok(h) => h,
+            Err(ProvisionFailure::Adopt(e)) => return Err(e),
+            Err(ProvisionFailure::Failed(e)) => {
+                return Ok(self
+                    .fail(
+                        TaskState::Provisioning,
+                        None,
+                        format!("provisioning failed: {e}"),
+                    )
+                    .await)
             }
-            match tokio::time::timeout(limit, runtime.provision(&spec)).await {
-                Ok(Ok(h)) => break h,
-                Ok(Err(e)) if attempt < retries.max => {
-                    let delay = self
-                        .ctx
-                        .config
-                        .backoff_override_ms
-                        .unwrap_or_else(|| retries.delay_ms(attempt));
-                    self.event(serde_json::json!({"event": "provision_retry", "try": attempt + 1, "error": e.to_string(), "delay_ms": delay}));
-                    attempt += 1;
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                }
-                Ok(Err(e)) => {
-                    return Ok(self
-                        .fail(
-                            TaskState::Provisioning,
-                            None,
-                            format!("provisioning failed: {e}"),
-                        )
-                        .await)
-                }
-                Err(_) => {
-                    return Ok(self
-                        .fail(
-                            TaskState::Provisioning,
-                            None,
-                            format!(
-                                "provision timeout: no sandbox after {} ms",
-                                limit.as_millis()
-                            ),
-                        )
-                        .await)
-                }
+            Err(ProvisionFailure::TimedOut) => {
+                return Ok(self
+                    .fail(
+                        TaskState::Provisioning,
+                        None,
+                        format!(
+                            "provision timeout: no sandbox after {} ms",
+                            limit.as_millis()
+                        ),
+                    )
+                    .await)
             }
         };
         self.checkpoint(|c| c.sandbox = Some(handle.id.clone()));
@@ -700,4 +699,190 @@ fn truncate(s: &str) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+/// The provisioning retry policy of a task, with the worker's override of its delays.
+struct ProvisionRetries<'a> {
+    policy: &'a RetrySpec,
+    override_ms: Option<u64>,
+}
+
+impl ProvisionRetries<'_> {
+    /// The pause before retry `retry`, counted from 1 as the seed's table is (10 s, then 30 s).
+    fn delay_ms(&self, retry: u32) -> u64 {
+        self.override_ms
+            .unwrap_or_else(|| self.policy.delay_ms(retry))
+    }
+}
+
+/// Why provisioning gave up.
+#[derive(Debug)]
+enum ProvisionFailure {
+    /// Looking for a sandbox of an earlier life failed; not retried.
+    Adopt(WorkerError),
+    /// The runtime refused on the first try and on every retry.
+    Failed(WorkerError),
+    /// One try outlived the provision timeout; not retried.
+    TimedOut,
+}
+
+/// PROVISIONING: adopts the attempt's sandbox if an earlier life made it, else provisions
+/// one, retrying a refusal per the policy (each try bounded by `limit`). `on_retry` hears of
+/// each retry (its number from 1, the error, the pause) before `sleep` waits.
+async fn provision_sandbox<F: std::future::Future<Output = ()>>(
+    runtime: &dyn Runtime,
+    spec: &LaunchSpec,
+    limit: Duration,
+    retries: &ProvisionRetries<'_>,
+    sleep: impl Fn(Duration) -> F,
+    mut on_retry: impl FnMut(u32, &WorkerError, u64),
+) -> Result<SandboxHandle, ProvisionFailure> {
+    let mut retry = 0u32;
+    loop {
+        let adopted = runtime
+            .adopt(spec.task, spec.attempt, &spec.dir)
+            .await
+            .map_err(ProvisionFailure::Adopt)?;
+        if let Some(h) = adopted {
+            return Ok(h);
+        }
+        match tokio::time::timeout(limit, runtime.provision(spec)).await {
+            Ok(Ok(h)) => return Ok(h),
+            Ok(Err(e)) if retry < retries.policy.max => {
+                retry += 1;
+                let delay = retries.delay_ms(retry);
+                on_retry(retry, &e, delay);
+                sleep(Duration::from_millis(delay)).await;
+            }
+            Ok(Err(e)) => return Err(ProvisionFailure::Failed(e)),
+            Err(_) => return Err(ProvisionFailure::TimedOut),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use squadron_core::manifest::{NetworkMode, RetryPolicy, RuntimeKind};
+
+    use super::*;
+    use crate::runtime::ReapReport;
+
+    /// Refuses the first `refusals` provisions, then hands out a sandbox.
+    #[derive(Debug)]
+    struct FlakyRuntime {
+        refusals: u32,
+        provisions: AtomicU32,
+    }
+
+    #[async_trait]
+    impl Runtime for FlakyRuntime {
+        fn kind(&self) -> RuntimeKind {
+            RuntimeKind::Process
+        }
+        async fn provision(&self, _: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+            let n = self.provisions.fetch_add(1, Ordering::SeqCst);
+            if n < self.refusals {
+                return Err(WorkerError::runtime("flaky", format!("refusal {}", n + 1)));
+            }
+            Ok(SandboxHandle {
+                runtime: RuntimeKind::Process,
+                id: "sandbox".into(),
+            })
+        }
+        async fn start(&self, _: &SandboxHandle, _: &LaunchSpec) -> Result<(), WorkerError> {
+            Err(WorkerError::runtime("flaky", "not used"))
+        }
+        async fn status(&self, _: &SandboxHandle) -> Result<RunStatus, WorkerError> {
+            Err(WorkerError::runtime("flaky", "not used"))
+        }
+        async fn terminate(&self, _: &SandboxHandle, _: Duration) -> Result<(), WorkerError> {
+            Err(WorkerError::runtime("flaky", "not used"))
+        }
+        async fn destroy(&self, _: &SandboxHandle) -> Result<ReapReport, WorkerError> {
+            Err(WorkerError::runtime("flaky", "not used"))
+        }
+        async fn adopt(
+            &self,
+            _: TaskId,
+            _: u32,
+            _: &TaskDir,
+        ) -> Result<Option<SandboxHandle>, WorkerError> {
+            Ok(None)
+        }
+        fn break_glass(&self, _: &SandboxHandle) -> String {
+            String::new()
+        }
+    }
+
+    fn launch_spec(tmp: &std::path::Path) -> LaunchSpec {
+        let task = TaskId::new(1).unwrap();
+        LaunchSpec {
+            task,
+            attempt: 1,
+            dir: TaskDir::new(tmp, task),
+            argv: vec!["/bin/true".into()],
+            workdir: "/mnt/inbox".into(),
+            env: BTreeMap::new(),
+            limits: SandboxLimits::default(),
+            network: NetworkMode::Isolated,
+            full_control: false,
+            global_dir: None,
+        }
+    }
+
+    /// Provisions against a runtime refusing `refusals` times under the seed's default
+    /// policy; returns the outcome, the pauses taken and the retries heard of.
+    async fn provision_refused(
+        refusals: u32,
+    ) -> (
+        Result<SandboxHandle, ProvisionFailure>,
+        Vec<Duration>,
+        Vec<(u32, u64)>,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let runtime = FlakyRuntime {
+            refusals,
+            provisions: AtomicU32::new(0),
+        };
+        let policy = RetryPolicy::default().provision;
+        let retries = ProvisionRetries {
+            policy: &policy,
+            override_ms: None,
+        };
+        let slept = Mutex::new(Vec::new());
+        let mut heard = Vec::new();
+        let outcome = provision_sandbox(
+            &runtime,
+            &launch_spec(tmp.path()),
+            Duration::from_secs(5),
+            &retries,
+            |d| {
+                slept.lock().unwrap().push(d);
+                std::future::ready(())
+            },
+            |retry, _, delay_ms| heard.push((retry, delay_ms)),
+        )
+        .await;
+        (outcome, slept.into_inner().unwrap(), heard)
+    }
+
+    /// The seed's retry table: "VM provision — 2 retries — 10s, 30s".
+    #[tokio::test]
+    async fn provisioning_retries_wait_ten_then_thirty_seconds() {
+        let (outcome, slept, heard) = provision_refused(2).await;
+        assert_eq!(outcome.unwrap().id, "sandbox");
+        assert_eq!(slept, [Duration::from_secs(10), Duration::from_secs(30)]);
+        assert_eq!(heard, [(1, 10_000), (2, 30_000)]);
+
+        let (outcome, slept, _) = provision_refused(3).await;
+        match outcome {
+            Err(ProvisionFailure::Failed(e)) => assert!(e.to_string().contains("refusal 3"), "{e}"),
+            other => panic!("a third refusal must end provisioning: {other:?}"),
+        }
+        assert_eq!(slept, [Duration::from_secs(10), Duration::from_secs(30)]);
+    }
 }
