@@ -17,17 +17,17 @@ use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::output_counter::OutputCounts;
+use crate::task::output_counter::OutputCounts;
 
 /// Attempts of one report before the driver gives up on this pass.
-pub const REPORT_ATTEMPTS_MAX: u32 = 8;
+pub(crate) const REPORT_ATTEMPTS_MAX: u32 = 8;
 /// First pause between report attempts; doubled each time up to the max.
-pub const REPORT_BACKOFF_MS_MIN: u64 = 200;
-pub const REPORT_BACKOFF_MS_MAX: u64 = 5_000;
+pub(crate) const REPORT_BACKOFF_MS_MIN: u64 = 200;
+pub(crate) const REPORT_BACKOFF_MS_MAX: u64 = 5_000;
 
 /// What became of a report.
 #[derive(Debug)]
-pub enum ReportAnswer {
+pub(crate) enum ReportAnswer {
     /// Committed: the task is now in the returned state.
     Recorded(TaskState),
     /// The control plane refused it (another attempt owns the task, the state moved on).
@@ -35,24 +35,24 @@ pub enum ReportAnswer {
 }
 
 #[derive(Debug, Clone)]
-pub struct ControlLink {
+pub(crate) struct ControlLink {
     config: WorkerConfig,
     rest: SquadronClient,
     grpc: GrpcLeader,
 }
 
 impl ControlLink {
-    pub fn new(config: WorkerConfig) -> Self {
+    pub(crate) fn new(config: WorkerConfig) -> Self {
         let rest = SquadronClient::new(config.control.clone());
         let grpc = GrpcLeader::new(rest.clone());
         Self { config, rest, grpc }
     }
 
-    pub fn rest(&self) -> &SquadronClient {
+    pub(crate) fn rest(&self) -> &SquadronClient {
         &self.rest
     }
 
-    pub async fn register(&self) -> Result<(), WorkerError> {
+    pub(crate) async fn register(&self) -> Result<(), WorkerError> {
         let req = RegisterWorker {
             worker: self.config.id.clone(),
             address: self.config.advertised_url(),
@@ -74,7 +74,7 @@ impl ControlLink {
     }
 
     /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.
-    pub async fn heartbeat(&self) -> Result<(), WorkerError> {
+    pub(crate) async fn heartbeat(&self) -> Result<(), WorkerError> {
         match self.rest.worker_heartbeat(&self.config.id, None).await {
             Ok(_) => Ok(()),
             Err(ClientError::Api { status, .. }) if status != 503 => self.register().await,
@@ -83,7 +83,7 @@ impl ControlLink {
     }
 
     /// Opens the assignment stream on the leader, following a follower's redirect.
-    pub async fn watch(&self) -> Result<tonic::Streaming<pb::AssignmentEvent>, WorkerError> {
+    pub(crate) async fn watch(&self) -> Result<tonic::Streaming<pb::AssignmentEvent>, WorkerError> {
         let mut last = String::new();
         for _ in 0..3 {
             let (_, channel) = self.grpc.channel().await.map_err(control)?;
@@ -107,11 +107,11 @@ impl ControlLink {
     }
 
     /// Forgets the leader channel after the stream broke.
-    pub async fn reset(&self) {
+    pub(crate) async fn reset(&self) {
         self.grpc.reset().await;
     }
 
-    pub async fn task(&self, id: TaskId) -> Result<Task, WorkerError> {
+    pub(crate) async fn task(&self, id: TaskId) -> Result<Task, WorkerError> {
         self.rest
             .get_task(id, Consistency::Linearizable)
             .await
@@ -119,7 +119,7 @@ impl ControlLink {
     }
 
     /// Reports a transition, resending under the same key until it is answered.
-    pub async fn transition(
+    pub(crate) async fn transition(
         &self,
         task: TaskId,
         attempt: u32,
@@ -161,7 +161,7 @@ impl ControlLink {
     }
 
     /// Best effort: a lost counter update is replaced by the next one.
-    pub async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
+    pub(crate) async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
         let req = ReportProgress {
             worker: self.config.id.clone(),
             attempt,

@@ -19,41 +19,41 @@ use serde::{Deserialize, Serialize};
 use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use crate::task_dir::TaskDir;
+use crate::task::task_dir::TaskDir;
 
 /// Largest chunk one read of a log returns; a caller pages on with `offset`.
-pub const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
+pub(crate) const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
 /// Most lines `tail` returns.
-pub const TAIL_LINES_MAX: u64 = 10_000;
+pub(crate) const TAIL_LINES_MAX: u64 = 10_000;
 /// Bytes scanned from the end of a file to find the tail's lines.
-pub const TAIL_SCAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
+pub(crate) const TAIL_SCAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// How often a follower looks for appended output.
-pub const FOLLOW_POLL_MS: u64 = 200;
+pub(crate) const FOLLOW_POLL_MS: u64 = 200;
 /// Largest piece of output one stream frame carries.
-pub const FRAME_DATA_BYTES_MAX: usize = 64 * 1024;
+pub(crate) const FRAME_DATA_BYTES_MAX: usize = 64 * 1024;
 /// A follow ends after this long even if the task still runs; the caller reconnects with
 /// the offset it reached.
-pub const FOLLOW_DURATION_MS_MAX: u64 = 6 * 60 * 60 * 1000;
+pub(crate) const FOLLOW_DURATION_MS_MAX: u64 = 6 * 60 * 60 * 1000;
 /// Most artifacts listed.
-pub const ARTIFACT_LIST_MAX: usize = 10_000;
+pub(crate) const ARTIFACT_LIST_MAX: usize = 10_000;
 
 /// Tasks whose provider may still write output; a follow ends once its task leaves the set
 /// and the files are drained.
 #[derive(Debug, Clone, Default)]
-pub struct ActiveTasks(Arc<Mutex<BTreeSet<TaskId>>>);
+pub(crate) struct ActiveTasks(Arc<Mutex<BTreeSet<TaskId>>>);
 
 impl ActiveTasks {
-    pub fn insert(&self, id: TaskId) {
+    pub(crate) fn insert(&self, id: TaskId) {
         if let Ok(mut s) = self.0.lock() {
             s.insert(id);
         }
     }
-    pub fn remove(&self, id: TaskId) {
+    pub(crate) fn remove(&self, id: TaskId) {
         if let Ok(mut s) = self.0.lock() {
             s.remove(&id);
         }
     }
-    pub fn contains(&self, id: TaskId) -> bool {
+    pub(crate) fn contains(&self, id: TaskId) -> bool {
         self.0.lock().map(|s| s.contains(&id)).unwrap_or(false)
     }
 }
@@ -64,7 +64,7 @@ struct ServerState {
     active: ActiveTasks,
 }
 
-pub fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
+pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
     Router::new()
         .route("/worker/v1/tasks/:id/logs", get(logs))
         .route("/worker/v1/tasks/:id/artifacts", get(list_artifacts))
@@ -406,7 +406,7 @@ fn walk_artifacts(root: &Path) -> Vec<ArtifactEntry> {
 
 /// Resolves an artifact name to a regular file inside the artifacts directory, refusing
 /// anything that could leave it: absolute paths, `..`, symlinks anywhere on the way.
-pub fn resolve_artifact(root: &Path, name: &str) -> Result<PathBuf, String> {
+pub(crate) fn resolve_artifact(root: &Path, name: &str) -> Result<PathBuf, String> {
     if name.is_empty() || name.starts_with('/') || name.contains('\\') || name.contains('\0') {
         return Err("artifact name must be a relative path".into());
     }

@@ -26,6 +26,17 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WorkerError>
     })
 }
 
+/// Removes a file, symlink or directory tree (without following symlinks), if present.
+pub(crate) fn remove_path(path: &Path) -> Result<(), WorkerError> {
+    let result = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    result.map_err(|e| WorkerError::io("removing", path, e))
+}
+
 /// Milliseconds since the Unix epoch, for event lines and metadata (the client's clock helper).
 pub(crate) use squadron_client::now_ms;
 

@@ -7,32 +7,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::ids::TaskId;
-use squadron_core::manifest::{RuntimeKind, TaskSpec};
+use squadron_core::manifest::TaskSpec;
 use squadron_core::task::TaskState;
 use squadron_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::agent_runtime::AgentRuntime;
-use crate::agent_supervisor::AgentSupervisor;
+use crate::agent::runtime::AgentRuntime;
+use crate::agent::supervisor::AgentSupervisor;
 use crate::config::WorkerConfig;
 use crate::control_link::ControlLink;
-use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
 use crate::output_server::{self, ActiveTasks};
-use crate::process_runtime::ProcessRuntimeConfig;
-use crate::runtime::Runtime;
-use crate::task_driver::{DriverContext, TaskDriver};
+use crate::runtime::probe::RuntimeSet;
+use crate::runtime::process::ProcessRuntimeConfig;
+use crate::task::driver::{DriverContext, TaskDriver};
+use crate::task::env_allowlist::EnvAllowlist;
 
 /// Pause before reopening a broken assignment stream; doubled up to the max.
-pub const WATCH_RETRY_MS_MIN: u64 = 200;
-pub const WATCH_RETRY_MS_MAX: u64 = 5_000;
+pub(crate) const WATCH_RETRY_MS_MIN: u64 = 200;
+pub(crate) const WATCH_RETRY_MS_MAX: u64 = 5_000;
 /// Pause between registration attempts at start-up.
-pub const REGISTER_RETRY_MS: u64 = 500;
+pub(crate) const REGISTER_RETRY_MS: u64 = 500;
 /// Most drivers tracked at once (assigned attempts, including finished ones not yet pruned).
-pub const DRIVERS_MAX: usize = 4_096;
+pub(crate) const DRIVERS_MAX: usize = 4_096;
 /// Largest task spec accepted on the stream.
-pub const SPEC_JSON_BYTES_MAX: usize = 1024 * 1024;
+pub(crate) const SPEC_JSON_BYTES_MAX: usize = 1024 * 1024;
 
 struct DriverSlot {
     attempt: u32,
@@ -60,11 +60,11 @@ impl RunningWorker {
 /// until a control node answers), and spawns the heartbeat and assignment loops.
 pub async fn start(
     config: WorkerConfig,
-    runtimes: BTreeMap<RuntimeKind, Arc<dyn Runtime>>,
+    runtimes: RuntimeSet,
 ) -> Result<RunningWorker, WorkerError> {
     config.validate()?;
     let mut config = config;
-    config.runtimes = runtimes.keys().copied().collect();
+    config.runtimes = runtimes.kinds().collect();
     if config.runtimes.is_empty() {
         return Err(WorkerError::Invalid {
             field: "runtimes".into(),
@@ -85,7 +85,7 @@ pub async fn start(
     let agents = agent_supervisor(&config, control.rest());
     let mut app = output_server::router(config.data_dir.clone(), active.clone());
     if let Some(s) = &agents {
-        app = app.merge(crate::agent_api::router(s.clone()));
+        app = app.merge(crate::agent::api::router(s.clone()));
     }
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).tcp_nodelay(true).await {

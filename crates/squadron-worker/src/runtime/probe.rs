@@ -8,15 +8,36 @@ use std::sync::Arc;
 use squadron_core::manifest::RuntimeKind;
 
 use crate::config::WorkerConfig;
-use crate::docker_runtime::{DockerConfig, DockerRuntime};
-use crate::process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
+use crate::runtime::docker::{DockerConfig, DockerRuntime};
+use crate::runtime::process::{ProcessRuntime, ProcessRuntimeConfig};
 use crate::runtime::Runtime;
 
-pub type RuntimeSet = BTreeMap<RuntimeKind, Arc<dyn Runtime>>;
+/// The runtimes a worker starts with, by kind: what [`probe_runtimes`] found on this host.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeSet(BTreeMap<RuntimeKind, Arc<dyn Runtime>>);
+
+impl RuntimeSet {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The kinds offered, in order.
+    pub fn kinds(&self) -> impl Iterator<Item = RuntimeKind> + '_ {
+        self.0.keys().copied()
+    }
+
+    pub(crate) fn get(&self, kind: RuntimeKind) -> Option<&Arc<dyn Runtime>> {
+        self.0.get(&kind)
+    }
+
+    pub(crate) fn insert(&mut self, kind: RuntimeKind, runtime: Arc<dyn Runtime>) {
+        self.0.insert(kind, runtime);
+    }
+}
 
 /// The runtimes of `config.runtimes` this host can run, and why the others cannot.
 pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeKind, String)>) {
-    let mut ready: RuntimeSet = BTreeMap::new();
+    let mut ready = RuntimeSet::default();
     let mut unavailable = Vec::new();
     for kind in &config.runtimes {
         match kind {
@@ -27,7 +48,7 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 }
                 match ProcessRuntime::new(pc) {
                     Ok(r) => {
-                        ready.insert(RuntimeKind::Process, Arc::new(r));
+                        ready.insert(r.kind(), Arc::new(r));
                     }
                     Err(e) => unavailable.push((RuntimeKind::Process, e.to_string())),
                 }
@@ -38,7 +59,7 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 dc.global_dir = config.global_dir.clone();
                 match DockerRuntime::connect(dc).await {
                     Ok(r) => {
-                        ready.insert(RuntimeKind::Docker, Arc::new(r));
+                        ready.insert(r.kind(), Arc::new(r));
                     }
                     Err(e) => unavailable.push((RuntimeKind::Docker, e.to_string())),
                 }

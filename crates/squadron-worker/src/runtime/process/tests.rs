@@ -577,7 +577,7 @@ async fn a_run_survives_a_killed_worker_and_is_adopted_not_restarted() {
     let data = tempfile::tempdir().expect("tempdir");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([
-            "process_runtime::tests::a_run_survives_a_killed_worker_and_is_adopted_not_restarted",
+            "runtime::process::tests::a_run_survives_a_killed_worker_and_is_adopted_not_restarted",
             "--exact",
             "--nocapture",
             "--test-threads=1",

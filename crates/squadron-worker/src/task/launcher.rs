@@ -26,49 +26,50 @@ use std::path::PathBuf;
 use squadron_core::manifest::{AgentSpec, TaskSpec};
 use squadron_core::provider::Provider;
 
-use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
-use crate::staging::remove_path;
+use crate::support::remove_path;
 use crate::support::write_atomic;
-use crate::task_dir::TaskDir;
+use crate::task::env_allowlist::EnvAllowlist;
+use crate::task::task_dir::TaskDir;
 use squadron_isolation::shell_quote;
 
 /// Where the sandbox mounts the task's `run/`, `inbox/` and `outbox/` (see `task_dir`).
-pub const SANDBOX_MOUNT_PREFIX: &str = "/mnt";
-pub const LAUNCH_SCRIPT_NAME: &str = "launch.sh";
-pub const PROMPT_FILE_NAME: &str = "prompt.txt";
-pub const SCRIPT_FILE_NAME: &str = "script.sh";
+pub(crate) const SANDBOX_MOUNT_PREFIX: &str = "/mnt";
+pub(crate) const LAUNCH_SCRIPT_NAME: &str = "launch.sh";
+pub(crate) const PROMPT_FILE_NAME: &str = "prompt.txt";
+pub(crate) const SCRIPT_FILE_NAME: &str = "script.sh";
 /// The sandbox's fixed environment, whatever the worker's own.
-pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-pub const SANDBOX_HOME: &str = "/tmp";
-pub const SANDBOX_LANG: &str = "C.UTF-8";
-pub const SANDBOX_TERM: &str = "dumb";
+pub(crate) const SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const SANDBOX_HOME: &str = "/tmp";
+pub(crate) const SANDBOX_LANG: &str = "C.UTF-8";
+pub(crate) const SANDBOX_TERM: &str = "dumb";
 /// Codex's own sandbox mode inside Squadron's (see the module documentation).
-pub const CODEX_SANDBOX_MODE: &str = "danger-full-access";
+pub(crate) const CODEX_SANDBOX_MODE: &str = "danger-full-access";
 /// Longest working directory accepted.
-pub const LAUNCH_WORKDIR_BYTES_MAX: usize = 4_096;
+pub(crate) const LAUNCH_WORKDIR_BYTES_MAX: usize = 4_096;
 /// Exit status of `launch.sh` when the working directory cannot be entered.
-pub const LAUNCH_WORKDIR_EXIT_CODE: i32 = 126;
+pub(crate) const LAUNCH_WORKDIR_EXIT_CODE: i32 = 126;
 
 /// What the runtime starts: `argv`, `env` and `workdir` go into its `LaunchSpec`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchPlan {
+pub(crate) struct LaunchPlan {
     /// `["/bin/sh", "/mnt/run/launch.sh"]`.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     /// The fixed base, `SQUADRON_TASK_ID`, `SQUADRON_ATTEMPT` and the allowlisted variables
     /// the worker has. Secrets among them are never written to disk by the launcher.
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// Inside the sandbox.
-    pub workdir: String,
-    pub provider: Provider,
+    pub(crate) workdir: String,
+    pub(crate) provider: Provider,
     /// The command `launch.sh` execs, for logs and events (the prompt is not in it).
-    pub provider_argv: Vec<String>,
+    pub(crate) provider_argv: Vec<String>,
     /// `launch.sh` on the worker's side.
-    pub launch_script: PathBuf,
+    pub(crate) launch_script: PathBuf,
 }
 
 /// Writes `run/{prompt.txt, script.sh, launch.sh}` for the standard sandbox mounts.
-pub fn prepare_launch(
+pub(crate) fn prepare_launch(
     dir: &TaskDir,
     attempt: u32,
     spec: &TaskSpec,
@@ -88,7 +89,7 @@ pub fn prepare_launch(
 /// As [`prepare_launch`], with `run/`, `inbox/` and `outbox/` mounted under `mount_prefix`
 /// instead of `/mnt` (a runtime with other mounts; tests run `launch.sh` on the host with
 /// the task directory itself as the prefix). `workdir` must lie in `{mount_prefix}/inbox`.
-pub fn prepare_launch_with_mounts(
+pub(crate) fn prepare_launch_with_mounts(
     dir: &TaskDir,
     attempt: u32,
     spec: &TaskSpec,
@@ -162,7 +163,7 @@ pub fn prepare_launch_with_mounts(
 
 /// The provider's command line (no prompt: that comes on stdin). `run` is where `run/` is
 /// mounted.
-pub fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
+pub(crate) fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
     let mut argv: Vec<String> = Vec::new();
     let mut push = |args: &[&str]| argv.extend(args.iter().map(|a| a.to_string()));
     match agent.provider {
@@ -265,7 +266,7 @@ mod tests {
     use std::process::Command;
 
     use super::*;
-    use crate::task_dir::{INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+    use crate::task::task_dir::{INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
     use crate::test_support::{spec_for, task_dir, write};
 
     const NASTY_PROMPT: &str = "Fix it; rm -rf / && echo $HOME $(id) `whoami` 'single' \"double\"\n\

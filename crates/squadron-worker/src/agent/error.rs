@@ -11,18 +11,18 @@ use crate::error::WorkerError;
 
 #[derive(Debug, Clone, thiserror::Error, Serialize)]
 #[error("{}: {message}", code.as_str())]
-pub struct AgentError {
-    pub code: ErrorCode,
-    pub message: String,
+pub(crate) struct AgentError {
+    pub(crate) code: ErrorCode,
+    pub(crate) message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
+    pub(crate) field: Option<String>,
     /// The control plane's rejection, passed through unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rejection: Option<Rejection>,
+    pub(crate) rejection: Option<Rejection>,
 }
 
 impl AgentError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         AgentError {
             code,
             message: message.into(),
@@ -31,27 +31,27 @@ impl AgentError {
         }
     }
 
-    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Self {
         AgentError {
             field: Some(field.to_owned()),
             ..AgentError::new(ErrorCode::InvalidArgument, message)
         }
     }
 
-    pub fn precondition(message: impl Into<String>) -> Self {
+    pub(crate) fn precondition(message: impl Into<String>) -> Self {
         AgentError::new(ErrorCode::FailedPrecondition, message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
         AgentError::new(ErrorCode::NotFound, message)
     }
 
-    pub fn http_status(&self) -> u16 {
+    pub(crate) fn http_status(&self) -> u16 {
         self.code.http_status()
     }
 
     /// Prefixes the message with what was being done.
-    pub fn context(mut self, doing: &str) -> Self {
+    pub(crate) fn context(mut self, doing: &str) -> Self {
         self.message = format!("{doing}: {}", self.message);
         self
     }

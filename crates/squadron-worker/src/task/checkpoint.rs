@@ -10,27 +10,27 @@ use squadron_core::task::TaskState;
 use crate::error::WorkerError;
 
 /// Largest `state.json` read back; anything bigger is not ours.
-pub const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024;
+pub(crate) const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskCheckpoint {
-    pub task: u64,
-    pub attempt: u32,
+pub(crate) struct TaskCheckpoint {
+    pub(crate) task: u64,
+    pub(crate) attempt: u32,
     /// The last state the control plane confirmed.
-    pub state: TaskState,
-    pub runtime: RuntimeKind,
+    pub(crate) state: TaskState,
+    pub(crate) runtime: RuntimeKind,
     /// The sandbox id (cgroup path or container id) once provisioned.
-    pub sandbox: Option<String>,
-    pub workdir: Option<String>,
+    pub(crate) sandbox: Option<String>,
+    pub(crate) workdir: Option<String>,
     /// When the provider was started (worker clock), for the task timeout across restarts.
-    pub started_at_ms: Option<u64>,
-    pub exit_code: Option<i32>,
-    pub error: Option<String>,
-    pub updated_at_ms: u64,
+    pub(crate) started_at_ms: Option<u64>,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) error: Option<String>,
+    pub(crate) updated_at_ms: u64,
 }
 
 impl TaskCheckpoint {
-    pub fn load(path: &Path) -> Result<Option<Self>, WorkerError> {
+    pub(crate) fn load(path: &Path) -> Result<Option<Self>, WorkerError> {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(WorkerError::io("reading checkpoint", path, e)),
@@ -53,7 +53,7 @@ impl TaskCheckpoint {
     }
 
     /// Written to a temporary file and renamed, so a crash leaves the old or the new record.
-    pub fn store(&self, path: &Path) -> Result<(), WorkerError> {
+    pub(crate) fn store(&self, path: &Path) -> Result<(), WorkerError> {
         let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| WorkerError::Invalid {
             field: "checkpoint".into(),

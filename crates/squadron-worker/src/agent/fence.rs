@@ -10,7 +10,7 @@ use squadron_isolation::{BrokerError, FenceCheck, FenceFuture, FenceVerdict};
 
 /// Margin before a lease's expiry after which commits are already refused: a commit must not
 /// race the sweep that fences the lease.
-pub const FENCE_EXPIRY_MARGIN_MS: u64 = 1_000;
+pub(crate) const FENCE_EXPIRY_MARGIN_MS: u64 = 1_000;
 
 #[derive(Debug, Clone)]
 pub struct ControlFence {

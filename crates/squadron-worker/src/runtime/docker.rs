@@ -69,25 +69,25 @@ use squadron_core::manifest::{NetworkMode, RuntimeKind};
 use crate::error::WorkerError;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
-use crate::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
 
 /// The engine socket when the configuration names none.
-pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// The agent image `scripts/build-agent-image` builds.
-pub const DEFAULT_IMAGE: &str = "squadron-agent:latest";
+pub(crate) const DEFAULT_IMAGE: &str = "squadron-agent:latest";
 
 /// Label with the task id; with the attempt and managed labels, what `adopt` searches by.
-pub const LABEL_TASK: &str = "squadron.task";
+pub(crate) const LABEL_TASK: &str = "squadron.task";
 /// Label with the attempt number of the task.
-pub const LABEL_ATTEMPT: &str = "squadron.attempt";
+pub(crate) const LABEL_ATTEMPT: &str = "squadron.attempt";
 /// Label with the id of the worker that created the container.
-pub const LABEL_WORKER: &str = "squadron.worker";
+pub(crate) const LABEL_WORKER: &str = "squadron.worker";
 /// Label `true` on every container Squadron created.
-pub const LABEL_MANAGED: &str = "squadron.managed";
+pub(crate) const LABEL_MANAGED: &str = "squadron.managed";
 /// Label with the host path of the task directory: task ids restart with every cluster, so
 /// only the directory tells this worker's attempt from a leftover of another cluster or data
 /// directory that happens to share the task id.
-pub const LABEL_TASK_DIR: &str = "squadron.task-dir";
+pub(crate) const LABEL_TASK_DIR: &str = "squadron.task-dir";
 
 const RUNTIME_NAME: &str = "docker";
 /// Every engine request but `stop` (which waits out the grace period) ends within this.
@@ -106,20 +106,20 @@ const NANO_CPUS_PER_CPU: i64 = 1_000_000_000;
 
 /// How the worker reaches its Docker engine and what it runs there.
 #[derive(Debug, Clone)]
-pub struct DockerConfig {
+pub(crate) struct DockerConfig {
     /// The engine's unix socket.
-    pub socket: PathBuf,
+    pub(crate) socket: PathBuf,
     /// The agent image every container starts from.
-    pub image: String,
+    pub(crate) image: String,
     /// Written into the `squadron.worker` label.
-    pub worker: WorkerId,
+    pub(crate) worker: WorkerId,
     /// Mounted read-only at `/mnt/global` when the launch spec brings no global directory.
-    pub global_dir: Option<PathBuf>,
+    pub(crate) global_dir: Option<PathBuf>,
 }
 
 impl DockerConfig {
     /// The default socket and image for this worker.
-    pub fn new(worker: WorkerId) -> Self {
+    pub(crate) fn new(worker: WorkerId) -> Self {
         DockerConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
             image: DEFAULT_IMAGE.to_string(),
@@ -131,7 +131,7 @@ impl DockerConfig {
 
 /// A connection to one Docker engine, at the API version both sides speak.
 #[derive(Debug, Clone)]
-pub struct DockerRuntime {
+pub(crate) struct DockerRuntime {
     docker: Docker,
     config: DockerConfig,
 }
@@ -139,7 +139,7 @@ pub struct DockerRuntime {
 impl DockerRuntime {
     /// Connects to the engine, negotiates the API version down to the engine's, and checks
     /// that the agent image exists, so a worker without it fails at start and not per task.
-    pub async fn connect(config: DockerConfig) -> Result<Self, WorkerError> {
+    pub(crate) async fn connect(config: DockerConfig) -> Result<Self, WorkerError> {
         let socket = config.socket.to_str().ok_or_else(|| WorkerError::Invalid {
             field: "docker.socket".to_string(),
             message: format!("{} is not valid UTF-8", config.socket.display()),
@@ -186,19 +186,15 @@ impl DockerRuntime {
         Ok(DockerRuntime { docker, config })
     }
 
+    #[cfg(test)]
     /// The API version negotiated with the engine, e.g. `1.41`.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         self.docker.client_version().to_string()
-    }
-
-    /// The configuration this runtime was connected with.
-    pub fn config(&self) -> &DockerConfig {
-        &self.config
     }
 
     /// The container name of one attempt of a task: the task id, the attempt, and a hash of
     /// the task directory (see [`LABEL_TASK_DIR`]).
-    pub fn container_name(dir: &TaskDir, attempt: u32) -> String {
+    pub(crate) fn container_name(dir: &TaskDir, attempt: u32) -> String {
         format!(
             "squadron-task-{}-a{attempt}-{:08x}",
             dir.task().get(),
@@ -642,7 +638,7 @@ impl Runtime for DockerRuntime {
 }
 
 /// The engine network mode for a manifest network mode (see the module docs).
-pub fn network_mode(mode: NetworkMode) -> &'static str {
+pub(crate) fn network_mode(mode: NetworkMode) -> &'static str {
     match mode {
         NetworkMode::Isolated => "none",
         NetworkMode::Outbound => "bridge",

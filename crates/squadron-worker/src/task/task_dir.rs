@@ -16,62 +16,63 @@ use std::path::{Path, PathBuf};
 use squadron_core::ids::TaskId;
 
 /// Where the task's directories appear inside every sandbox, whatever the runtime.
-pub const INBOX_MOUNT: &str = "/mnt/inbox";
-pub const OUTBOX_MOUNT: &str = "/mnt/outbox";
-pub const GLOBAL_MOUNT: &str = "/mnt/global";
-pub const RUN_MOUNT: &str = "/mnt/run";
+pub(crate) const INBOX_MOUNT: &str = "/mnt/inbox";
+pub(crate) const OUTBOX_MOUNT: &str = "/mnt/outbox";
+pub(crate) const GLOBAL_MOUNT: &str = "/mnt/global";
+pub(crate) const RUN_MOUNT: &str = "/mnt/run";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskDir {
+pub(crate) struct TaskDir {
     root: PathBuf,
     task: TaskId,
 }
 
 impl TaskDir {
-    pub fn new(data_dir: &Path, task: TaskId) -> Self {
+    pub(crate) fn new(data_dir: &Path, task: TaskId) -> Self {
         TaskDir {
             root: data_dir.join("tasks").join(task.get().to_string()),
             task,
         }
     }
 
-    pub fn task(&self) -> TaskId {
+    pub(crate) fn task(&self) -> TaskId {
         self.task
     }
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
-    pub fn manifest(&self) -> PathBuf {
+    pub(crate) fn manifest(&self) -> PathBuf {
         self.root.join("manifest.yaml")
     }
-    pub fn state_json(&self) -> PathBuf {
+    pub(crate) fn state_json(&self) -> PathBuf {
         self.root.join("state.json")
     }
-    pub fn run(&self) -> PathBuf {
+    pub(crate) fn run(&self) -> PathBuf {
         self.root.join("run")
     }
-    pub fn inbox(&self) -> PathBuf {
+    pub(crate) fn inbox(&self) -> PathBuf {
         self.root.join("inbox")
     }
-    pub fn task_md(&self) -> PathBuf {
+    #[cfg(test)]
+    pub(crate) fn task_md(&self) -> PathBuf {
         self.inbox().join("TASK.md")
     }
-    pub fn outbox(&self) -> PathBuf {
+    pub(crate) fn outbox(&self) -> PathBuf {
         self.root.join("outbox")
     }
-    pub fn progress(&self) -> PathBuf {
+    pub(crate) fn progress(&self) -> PathBuf {
         self.outbox().join("progress")
     }
-    pub fn stdout_log(&self) -> PathBuf {
+    pub(crate) fn stdout_log(&self) -> PathBuf {
         self.progress().join("stdout.log")
     }
-    pub fn stderr_log(&self) -> PathBuf {
+    pub(crate) fn stderr_log(&self) -> PathBuf {
         self.progress().join("stderr.log")
     }
-    pub fn events(&self) -> PathBuf {
+    pub(crate) fn events(&self) -> PathBuf {
         self.progress().join("events.jsonl")
     }
-    pub fn artifacts(&self) -> PathBuf {
+    pub(crate) fn artifacts(&self) -> PathBuf {
         self.outbox().join("artifacts")
     }
 }

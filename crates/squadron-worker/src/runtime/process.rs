@@ -31,44 +31,44 @@ use squadron_isolation::{
 
 use crate::error::WorkerError;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
-use crate::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
 
 #[cfg(test)]
 mod tests;
 
 /// The runtime's name in errors.
-pub const PROCESS_RUNTIME: &str = "process";
+pub(crate) const PROCESS_RUNTIME: &str = "process";
 /// Most entries walked when handing the inbox and outbox to an unprivileged sandbox user.
-pub const CHOWN_ENTRIES_MAX: usize = 2_000_000;
+pub(crate) const CHOWN_ENTRIES_MAX: usize = 2_000_000;
 /// Most attempts whose files this runtime remembers at once (provisioned or adopted, not
 /// destroyed); one worker runs far fewer.
-pub const ATTEMPTS_TRACKED_MAX: usize = 4096;
+pub(crate) const ATTEMPTS_TRACKED_MAX: usize = 4096;
 
 /// How the process runtime is set up on this worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessRuntimeConfig {
+pub(crate) struct ProcessRuntimeConfig {
     /// Names this worker's cgroup parent, `<v2 base>/<worker>`; one path component.
-    pub worker: String,
+    pub(crate) worker: String,
     /// Where leaves live; detected when unset (cgroup v2 mount, v1 memory/pids fallbacks).
-    pub cgroup: CgroupRootConfig,
-    pub bwrap: PathBuf,
+    pub(crate) cgroup: CgroupRootConfig,
+    pub(crate) bwrap: PathBuf,
     /// util-linux `setpriv`, which empties the bounding set inside the boundary; `None`
     /// leaves bubblewrap's own dropping (effective and permitted sets only).
-    pub setpriv: Option<PathBuf>,
+    pub(crate) setpriv: Option<PathBuf>,
     /// Run providers as this host (uid, gid) instead of root without capabilities; the
     /// inbox, outbox and run directories are then handed to that user before the start
     /// (the global directory is not: it must be world-readable).
-    pub sandbox_user: Option<(u32, u32)>,
+    pub(crate) sandbox_user: Option<(u32, u32)>,
     /// Size of the private /tmp; `None` for the tmpfs default.
-    pub tmp_bytes: Option<u64>,
+    pub(crate) tmp_bytes: Option<u64>,
     /// How long `destroy` waits for `populated 0` after `cgroup.kill`.
-    pub reap_wait: Duration,
+    pub(crate) reap_wait: Duration,
 }
 
 impl ProcessRuntimeConfig {
     /// The defaults for worker `worker`: detected cgroups, `/usr/bin/bwrap`,
     /// `/usr/bin/setpriv`, root without capabilities, a 1 GiB /tmp.
-    pub fn new(worker: impl Into<String>) -> Self {
+    pub(crate) fn new(worker: impl Into<String>) -> Self {
         ProcessRuntimeConfig {
             worker: worker.into(),
             cgroup: CgroupRootConfig::default(),
@@ -101,7 +101,7 @@ impl AttemptFiles {
 
 /// Runs attempts as bubblewrap boundaries in cgroup leaves.
 #[derive(Debug)]
-pub struct ProcessRuntime {
+pub(crate) struct ProcessRuntime {
     config: ProcessRuntimeConfig,
     root: CgroupRoot,
     /// Leaf path → the attempt's files, for `status`.
@@ -110,7 +110,7 @@ pub struct ProcessRuntime {
 
 impl ProcessRuntime {
     /// Checks the host (see `probe`) and opens this worker's cgroup parent.
-    pub fn new(config: ProcessRuntimeConfig) -> Result<Self, WorkerError> {
+    pub(crate) fn new(config: ProcessRuntimeConfig) -> Result<Self, WorkerError> {
         let root = Self::probe(&config)?;
         Ok(ProcessRuntime {
             config,
@@ -122,7 +122,7 @@ impl ProcessRuntime {
     /// Whether this host can run the process runtime, and if not, every reason why: no
     /// bubblewrap, no setpriv, no cgroup v2, not permitted to create cgroups. On success
     /// returns the opened cgroup parent.
-    pub fn probe(config: &ProcessRuntimeConfig) -> Result<CgroupRoot, WorkerError> {
+    pub(crate) fn probe(config: &ProcessRuntimeConfig) -> Result<CgroupRoot, WorkerError> {
         let mut problems = Vec::new();
         match std::process::Command::new(&config.bwrap)
             .arg("--version")
@@ -166,26 +166,27 @@ impl ProcessRuntime {
     }
 
     /// The leaf name of an attempt: `task-<id>-a<attempt>`.
-    pub fn leaf_name(task: TaskId, attempt: u32) -> String {
+    pub(crate) fn leaf_name(task: TaskId, attempt: u32) -> String {
         format!("task-{}-a{attempt}", task.get())
     }
 
     /// Where the shim records the attempt's exit code: beside, not inside, the mounted dirs.
-    pub fn exit_code_file(dir: &TaskDir, attempt: u32) -> PathBuf {
+    pub(crate) fn exit_code_file(dir: &TaskDir, attempt: u32) -> PathBuf {
         dir.root().join(format!("exit-code-a{attempt}"))
     }
 
     /// Created exclusively just before the spawn: its existence means "started once".
-    pub fn started_marker(dir: &TaskDir, attempt: u32) -> PathBuf {
+    pub(crate) fn started_marker(dir: &TaskDir, attempt: u32) -> PathBuf {
         dir.root().join(format!("started-a{attempt}"))
     }
 
-    pub fn cgroup_root(&self) -> &CgroupRoot {
+    #[cfg(test)]
+    pub(crate) fn cgroup_root(&self) -> &CgroupRoot {
         &self.root
     }
 
     /// The leaf behind a handle; only leaves of this worker's parent are accepted.
-    pub fn leaf(&self, handle: &SandboxHandle) -> Result<CgroupLeaf, WorkerError> {
+    pub(crate) fn leaf(&self, handle: &SandboxHandle) -> Result<CgroupLeaf, WorkerError> {
         let path = Path::new(&handle.id);
         let name = path
             .file_name()

@@ -20,13 +20,13 @@
 use crate::error::WorkerError;
 
 /// Longest pattern accepted, in bytes; the manifest allows fewer.
-pub const ARTIFACT_PATTERN_BYTES_MAX: usize = 1_024;
+pub(crate) const ARTIFACT_PATTERN_BYTES_MAX: usize = 1_024;
 /// Deepest path matched, in segments; deeper paths never match.
-pub const ARTIFACT_PATH_SEGMENTS_MAX: usize = 256;
+pub(crate) const ARTIFACT_PATH_SEGMENTS_MAX: usize = 256;
 
 /// One compiled artifact pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArtifactPattern {
+pub(crate) struct ArtifactPattern {
     text: String,
     segments: Vec<Segment>,
 }
@@ -64,7 +64,7 @@ impl Token {
 
 impl ArtifactPattern {
     /// Compiles `text`. `field` names the pattern in errors (`lifecycle.artifact_patterns[2]`).
-    pub fn parse(field: &str, text: &str) -> Result<Self, WorkerError> {
+    pub(crate) fn parse(field: &str, text: &str) -> Result<Self, WorkerError> {
         let invalid = |message: String| WorkerError::Invalid {
             field: field.to_string(),
             message,
@@ -114,13 +114,8 @@ impl ArtifactPattern {
         })
     }
 
-    /// The pattern as written.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
     /// Whether `path` (relative, `/`-separated, no empty, `.` or `..` segments) matches.
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         let parts: Vec<Vec<char>> = path
             .split('/')
             .filter(|p| !p.is_empty())

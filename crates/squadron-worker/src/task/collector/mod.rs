@@ -30,6 +30,8 @@
 //! `outbox/artifacts/` at the end, so nothing the sandbox plants there can redirect a write.
 //! Whatever was there before is replaced.
 
+pub(crate) mod artifact_pattern;
+
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
@@ -41,40 +43,41 @@ use squadron_core::ids::TaskId;
 use squadron_core::limits::{ARTIFACT_NAME_BYTES_MAX, TASK_ARTIFACTS_MAX};
 use squadron_core::manifest::{RuntimeKind, TaskSpec};
 
-use crate::artifact_pattern::ArtifactPattern;
 use crate::error::WorkerError;
-use crate::staging::{remove_path, StagingReport, TASK_MD_NAME};
+use crate::support::remove_path;
 use crate::support::{now_ms, write_atomic};
-use crate::task_dir::{TaskDir, INBOX_MOUNT};
+use crate::task::staging::{StagingReport, TASK_MD_NAME};
+use crate::task::task_dir::{TaskDir, INBOX_MOUNT};
+use artifact_pattern::ArtifactPattern;
 
 /// Largest patch; files beyond it are left out and listed.
-pub const PATCH_BYTES_MAX: u64 = 64 << 20;
+pub(crate) const PATCH_BYTES_MAX: u64 = 64 << 20;
 /// Largest single pattern-matched file copied.
-pub const ARTIFACT_FILE_BYTES_MAX: u64 = 64 << 20;
+pub(crate) const ARTIFACT_FILE_BYTES_MAX: u64 = 64 << 20;
 /// Bytes of pattern-matched files copied in all.
-pub const ARTIFACT_TOTAL_BYTES_MAX: u64 = 512 << 20;
+pub(crate) const ARTIFACT_TOTAL_BYTES_MAX: u64 = 512 << 20;
 /// Pattern-matched files copied: the control plane records at most `TASK_ARTIFACTS_MAX`
 /// names, three of which are the patch, the untracked list and `metadata.json`.
-pub const ARTIFACT_FILES_MAX: usize = TASK_ARTIFACTS_MAX - 3;
+pub(crate) const ARTIFACT_FILES_MAX: usize = TASK_ARTIFACTS_MAX - 3;
 /// Paths in `{id}-untracked.txt`.
-pub const UNTRACKED_PATHS_MAX: usize = 100_000;
+pub(crate) const UNTRACKED_PATHS_MAX: usize = 100_000;
 /// Directory entries the pattern walk visits before it stops.
-pub const WALK_ENTRIES_MAX: usize = 1_000_000;
+pub(crate) const WALK_ENTRIES_MAX: usize = 1_000_000;
 /// Directory depth the pattern walk descends to.
-pub const WALK_DEPTH_MAX: usize = 64;
+pub(crate) const WALK_DEPTH_MAX: usize = 64;
 /// Skipped files (and files left out of the patch) listed by name in `metadata.json`;
 /// the totals count them all.
-pub const SKIPPED_LISTED_MAX: usize = 256;
+pub(crate) const SKIPPED_LISTED_MAX: usize = 256;
 /// Notes kept in `metadata.json`; more are counted in a last note.
-pub const NOTES_MAX: usize = 64;
+pub(crate) const NOTES_MAX: usize = 64;
 /// Entries of `.git/objects` (loose objects included) inspected for symbolic links; a
 /// repository with more is not read at all.
 const GIT_OBJECT_ENTRIES_CHECKED_MAX: usize = 200_000;
 
 /// The metadata file's name in `artifacts/`.
-pub const METADATA_NAME: &str = "metadata.json";
+pub(crate) const METADATA_NAME: &str = "metadata.json";
 /// The directory of `artifacts/` holding the pattern-matched copies.
-pub const FILES_DIR: &str = "files";
+pub(crate) const FILES_DIR: &str = "files";
 /// Where the artifacts are assembled, in the task root (not mounted in any sandbox).
 const ASSEMBLY_DIR_NAME: &str = ".artifacts.assembling";
 /// Tries at swapping the assembled directory in while a sandbox recreates the old one.
@@ -84,39 +87,39 @@ const SWAP_TRIES_MAX: u32 = 3;
 const OPEN_NONBLOCK: i32 = 0o4000;
 
 /// The patch's name in `artifacts/`.
-pub fn patch_name(task: TaskId) -> String {
+pub(crate) fn patch_name(task: TaskId) -> String {
     format!("{task}.patch")
 }
 
 /// The untracked list's name in `artifacts/`.
-pub fn untracked_name(task: TaskId) -> String {
+pub(crate) fn untracked_name(task: TaskId) -> String {
     format!("{task}-untracked.txt")
 }
 
 /// What the worker observed of the provider's run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunFacts {
-    pub attempt: u32,
-    pub runtime: RuntimeKind,
+pub(crate) struct RunFacts {
+    pub(crate) attempt: u32,
+    pub(crate) runtime: RuntimeKind,
     /// `None` when the sandbox vanished without an exit code.
-    pub exit_code: Option<i32>,
-    pub started_at_ms: u64,
-    pub finished_at_ms: u64,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub lines: u64,
-    pub events: u64,
+    pub(crate) exit_code: Option<i32>,
+    pub(crate) started_at_ms: u64,
+    pub(crate) finished_at_ms: u64,
+    pub(crate) stdout_bytes: u64,
+    pub(crate) stderr_bytes: u64,
+    pub(crate) lines: u64,
+    pub(crate) events: u64,
 }
 
 /// The bounds of one collection; [`Default`] gives the module's constants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CollectLimits {
-    pub patch_bytes_max: u64,
-    pub artifact_file_bytes_max: u64,
-    pub artifact_total_bytes_max: u64,
-    pub artifact_files_max: usize,
-    pub untracked_paths_max: usize,
-    pub walk_entries_max: usize,
+pub(crate) struct CollectLimits {
+    pub(crate) patch_bytes_max: u64,
+    pub(crate) artifact_file_bytes_max: u64,
+    pub(crate) artifact_total_bytes_max: u64,
+    pub(crate) artifact_files_max: usize,
+    pub(crate) untracked_paths_max: usize,
+    pub(crate) walk_entries_max: usize,
 }
 
 impl Default for CollectLimits {
@@ -134,96 +137,96 @@ impl Default for CollectLimits {
 
 /// One file in `artifacts/`; `name` is relative to it, `/`-separated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArtifactEntry {
-    pub name: String,
-    pub bytes: u64,
+pub(crate) struct ArtifactEntry {
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
 }
 
 /// A file matched by a pattern but not copied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SkippedFile {
+pub(crate) struct SkippedFile {
     /// Relative to the working directory.
-    pub path: String,
-    pub reason: String,
+    pub(crate) path: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunStats {
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub lines: u64,
-    pub events: u64,
+pub(crate) struct RunStats {
+    pub(crate) stdout_bytes: u64,
+    pub(crate) stderr_bytes: u64,
+    pub(crate) lines: u64,
+    pub(crate) events: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PatchSummary {
-    pub name: String,
-    pub bytes: u64,
+pub(crate) struct PatchSummary {
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
     /// Files whose changes are in the patch.
-    pub files: u64,
+    pub(crate) files: u64,
     /// Some changed files were left out (too large for the remaining room).
-    pub truncated: bool,
+    pub(crate) truncated: bool,
     /// Repository paths left out, up to [`SKIPPED_LISTED_MAX`].
-    pub omitted: Vec<String>,
-    pub omitted_total: u64,
+    pub(crate) omitted: Vec<String>,
+    pub(crate) omitted_total: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UntrackedSummary {
-    pub name: String,
-    pub paths: u64,
+pub(crate) struct UntrackedSummary {
+    pub(crate) name: String,
+    pub(crate) paths: u64,
     /// More untracked paths existed than [`CollectLimits::untracked_paths_max`].
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 /// The content of `metadata.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CollectMetadata {
-    pub task_id: TaskId,
-    pub attempt: u32,
-    pub name: String,
-    pub runtime: RuntimeKind,
-    pub exit_code: Option<i32>,
+pub(crate) struct CollectMetadata {
+    pub(crate) task_id: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) name: String,
+    pub(crate) runtime: RuntimeKind,
+    pub(crate) exit_code: Option<i32>,
     /// The exit code is one of `lifecycle.success_exit_codes`.
-    pub success: bool,
-    pub started_at_ms: u64,
-    pub finished_at_ms: u64,
-    pub duration_ms: u64,
-    pub collected_at_ms: u64,
-    pub stats: RunStats,
+    pub(crate) success: bool,
+    pub(crate) started_at_ms: u64,
+    pub(crate) finished_at_ms: u64,
+    pub(crate) duration_ms: u64,
+    pub(crate) collected_at_ms: u64,
+    pub(crate) stats: RunStats,
     /// The commit the patch is relative to (`None`: the empty tree).
-    pub base_commit: Option<String>,
+    pub(crate) base_commit: Option<String>,
     /// The working directory the patterns were matched in, as the sandbox saw it.
-    pub workdir: String,
-    pub patch: Option<PatchSummary>,
-    pub untracked: Option<UntrackedSummary>,
+    pub(crate) workdir: String,
+    pub(crate) patch: Option<PatchSummary>,
+    pub(crate) untracked: Option<UntrackedSummary>,
     /// Every artifact but `metadata.json` itself.
-    pub artifacts: Vec<ArtifactEntry>,
+    pub(crate) artifacts: Vec<ArtifactEntry>,
     /// Pattern matches not copied, up to [`SKIPPED_LISTED_MAX`].
-    pub skipped: Vec<SkippedFile>,
-    pub skipped_total: u64,
+    pub(crate) skipped: Vec<SkippedFile>,
+    pub(crate) skipped_total: u64,
     /// Anything else worth knowing: outputs not produced and why, limits hit.
-    pub notes: Vec<String>,
-    pub limits: CollectLimits,
+    pub(crate) notes: Vec<String>,
+    pub(crate) limits: CollectLimits,
 }
 
 /// What the control plane is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectReport {
+pub(crate) struct CollectReport {
     /// Every file in `artifacts/`, `metadata.json` included, names relative to it.
-    pub artifacts: Vec<ArtifactEntry>,
-    pub metadata: CollectMetadata,
+    pub(crate) artifacts: Vec<ArtifactEntry>,
+    pub(crate) metadata: CollectMetadata,
 }
 
 impl CollectReport {
     /// The artifact names, for the task record.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.artifacts.iter().map(|a| a.name.clone()).collect()
     }
 }
 
 /// Collects the artifacts of `task` with the default [`CollectLimits`].
-pub async fn collect(
+pub(crate) async fn collect(
     dir: &TaskDir,
     task: TaskId,
     spec: &TaskSpec,
@@ -235,7 +238,7 @@ pub async fn collect(
 /// Collects the artifacts of `task` within `limits`. Git trouble (a broken or hostile
 /// repository) does not fail the collection: the patch or list is left out and a note says
 /// why. Errors are reserved for the worker's own file system.
-pub async fn collect_with_limits(
+pub(crate) async fn collect_with_limits(
     dir: &TaskDir,
     task: TaskId,
     spec: &TaskSpec,
@@ -965,7 +968,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::staging::{stage, StagingOptions};
+    use crate::task::staging::{stage, StagingOptions};
     use crate::test_support::{
         binary_blob, git, git_output, spec_for, task_dir, write, SourceRepo,
     };
@@ -1504,7 +1507,7 @@ mod tests {
     async fn without_a_staging_record_the_patch_is_relative_to_head() {
         let source = SourceRepo::new();
         let (_tmp, dir, spec) = staged(&source, 16, &[]).await;
-        std::fs::remove_file(crate::staging::staged_marker(&dir)).unwrap();
+        std::fs::remove_file(crate::task::staging::staged_marker(&dir)).unwrap();
         write(&dir.inbox().join("README.md"), "edited\n");
         let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
         assert_eq!(

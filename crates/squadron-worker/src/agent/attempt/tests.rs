@@ -12,8 +12,8 @@ use squadron_core::ids::{ProjectId, TenantId};
 use squadron_isolation::CgroupRoot;
 
 use super::*;
-use crate::agent_runtime::nested_root;
-use crate::process_runtime::ProcessRuntimeConfig;
+use crate::agent::runtime::nested_root;
+use crate::runtime::process::ProcessRuntimeConfig;
 use crate::test_support::{git, SourceRepo};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);

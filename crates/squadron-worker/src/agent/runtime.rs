@@ -18,18 +18,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use squadron_core::ids::{Generation, ProfileKey, ProjectId, TenantId};
 use squadron_isolation::{CgroupRoot, CgroupRootConfig, IsolationError};
 
+use crate::agent::project_sandbox::leaf_populated;
 use crate::error::WorkerError;
-use crate::process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
-use crate::project_sandbox::leaf_populated;
+use crate::runtime::process::{ProcessRuntime, ProcessRuntimeConfig};
 
 /// The runtime's name in errors.
-pub const AGENT_RUNTIME: &str = "agent process";
+pub(crate) const AGENT_RUNTIME: &str = "agent process";
 /// Most leaves of one project's cgroup read when looking for a profile's running generations.
-pub const PROJECT_LEAVES_SCANNED_MAX: usize = 4096;
+pub(crate) const PROJECT_LEAVES_SCANNED_MAX: usize = 4096;
 
 /// The worker's cgroup parent and boundary settings for agent attempts. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct AgentRuntime {
+pub(crate) struct AgentRuntime {
     inner: Arc<Inner>,
 }
 
@@ -56,7 +56,7 @@ impl AgentRuntime {
     /// `config.sandbox_user` must be unset: a provider in a project sandbox runs as root
     /// without capabilities, because Git refuses a repository (the shared `.git`, owned by
     /// the worker) that another user owns.
-    pub fn new(config: ProcessRuntimeConfig) -> Result<AgentRuntime, WorkerError> {
+    pub(crate) fn new(config: ProcessRuntimeConfig) -> Result<AgentRuntime, WorkerError> {
         if config.sandbox_user.is_some() {
             return Err(WorkerError::Invalid {
                 field: "sandbox_user".to_owned(),
@@ -75,22 +75,17 @@ impl AgentRuntime {
         })
     }
 
-    pub fn config(&self) -> &ProcessRuntimeConfig {
+    pub(crate) fn config(&self) -> &ProcessRuntimeConfig {
         &self.inner.config
     }
 
-    /// The worker's cgroup parent.
-    pub fn cgroup_root(&self) -> &CgroupRoot {
-        &self.inner.root
-    }
-
     /// `profile-{key}-g{generation}`.
-    pub fn leaf_name(key: &ProfileKey, generation: Generation) -> String {
+    pub(crate) fn leaf_name(key: &ProfileKey, generation: Generation) -> String {
         format!("profile-{key}-g{generation}")
     }
 
     /// The v2 directory of a project's cgroup (not created by this call).
-    pub fn project_cgroup_path(&self, tenant: &TenantId, project: &ProjectId) -> PathBuf {
+    pub(crate) fn project_cgroup_path(&self, tenant: &TenantId, project: &ProjectId) -> PathBuf {
         self.inner
             .root
             .v2_parent()
@@ -99,7 +94,7 @@ impl AgentRuntime {
     }
 
     /// The v2 leaf of (profile, generation): the cgroup its lease holder runs in.
-    pub fn leaf_path(
+    pub(crate) fn leaf_path(
         &self,
         tenant: &TenantId,
         project: &ProjectId,
@@ -111,7 +106,7 @@ impl AgentRuntime {
     }
 
     /// The generations of `key` whose leaf exists and is populated now, ascending.
-    pub fn running_generations(
+    pub(crate) fn running_generations(
         &self,
         tenant: &TenantId,
         project: &ProjectId,

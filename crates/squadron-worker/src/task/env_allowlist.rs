@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::error::WorkerError;
 
 /// Names in one allowlist.
-pub const ENV_ALLOWLIST_NAMES_MAX: usize = 64;
+pub(crate) const ENV_ALLOWLIST_NAMES_MAX: usize = 64;
 /// Length of one variable name.
-pub const ENV_NAME_BYTES_MAX: usize = 128;
+pub(crate) const ENV_NAME_BYTES_MAX: usize = 128;
 /// Length of one inherited value; longer values are not passed.
-pub const ENV_VALUE_BYTES_MAX: usize = 32 * 1024;
+pub(crate) const ENV_VALUE_BYTES_MAX: usize = 32 * 1024;
 /// Variables the launcher always sets itself; the allowlist cannot override them.
-pub const ENV_RESERVED_NAMES: [&str; 6] = [
+pub(crate) const ENV_RESERVED_NAMES: [&str; 6] = [
     "PATH",
     "HOME",
     "LANG",
@@ -24,13 +24,13 @@ pub const ENV_RESERVED_NAMES: [&str; 6] = [
 /// (e.g. a provider's API key until credential leases exist). Empty by default: nothing of
 /// the worker's environment leaks in unless named here.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EnvAllowlist {
+pub(crate) struct EnvAllowlist {
     names: BTreeSet<String>,
 }
 
 impl EnvAllowlist {
     /// Checks each name (`[A-Za-z_][A-Za-z0-9_]*`, not one of [`ENV_RESERVED_NAMES`]).
-    pub fn new<I, S>(names: I) -> Result<Self, WorkerError>
+    pub(crate) fn new<I, S>(names: I) -> Result<Self, WorkerError>
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -74,13 +74,14 @@ impl EnvAllowlist {
         Ok(Self { names: set })
     }
 
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    #[cfg(test)]
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.names.iter().map(String::as_str)
     }
 
     /// The allowlisted variables `lookup` knows, skipping values longer than
     /// [`ENV_VALUE_BYTES_MAX`] or holding a NUL.
-    pub fn resolve_with(
+    pub(crate) fn resolve_with(
         &self,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> BTreeMap<String, String> {
@@ -95,7 +96,7 @@ impl EnvAllowlist {
     }
 
     /// The allowlisted variables of the worker's own environment.
-    pub fn resolve(&self) -> BTreeMap<String, String> {
+    pub(crate) fn resolve(&self) -> BTreeMap<String, String> {
         self.resolve_with(|name| std::env::var(name).ok())
     }
 }

@@ -6,17 +6,17 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use crate::task_dir::TaskDir;
+use crate::task::task_dir::TaskDir;
 
 /// Most bytes read from one file per look; the rest is read next time.
-pub const COUNT_READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
+pub(crate) const COUNT_READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OutputCounts {
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub lines: u64,
-    pub events: u64,
+pub(crate) struct OutputCounts {
+    pub(crate) stdout_bytes: u64,
+    pub(crate) stderr_bytes: u64,
+    pub(crate) lines: u64,
+    pub(crate) events: u64,
 }
 
 #[derive(Debug)]
@@ -61,14 +61,14 @@ impl CountedFile {
 
 /// Incremental counters over one task's progress files.
 #[derive(Debug)]
-pub struct OutputCounter {
+pub(crate) struct OutputCounter {
     stdout: CountedFile,
     stderr: CountedFile,
     events: CountedFile,
 }
 
 impl OutputCounter {
-    pub fn new(dir: &TaskDir) -> Self {
+    pub(crate) fn new(dir: &TaskDir) -> Self {
         Self {
             stdout: CountedFile::new(dir.stdout_log()),
             stderr: CountedFile::new(dir.stderr_log()),
@@ -76,7 +76,7 @@ impl OutputCounter {
         }
     }
 
-    pub fn look(&mut self) -> OutputCounts {
+    pub(crate) fn look(&mut self) -> OutputCounts {
         let stdout_bytes = self.stdout.advance();
         let stderr_bytes = self.stderr.advance();
         self.events.advance();
@@ -90,7 +90,7 @@ impl OutputCounter {
 }
 
 /// Appends one structured event line to `events.jsonl`.
-pub fn append_event(path: &Path, event: &serde_json::Value) -> std::io::Result<()> {
+pub(crate) fn append_event(path: &Path, event: &serde_json::Value) -> std::io::Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -58,30 +58,30 @@ use squadron_core::response::LeaseGrant;
 use squadron_core::Outcome;
 use squadron_isolation::{BrokerServer, GitBroker};
 
-use crate::agent_attempt::{AgentAttempt, AgentLaunch, AGENT_RUN_MOUNT, BROKER_MOUNT};
-use crate::agent_config::{AgentConfig, ProviderLauncher, PROVIDER_SCRIPT_BYTES_MAX};
-use crate::agent_error::AgentError;
-use crate::agent_runtime::AgentRuntime;
-use crate::control_fence::ControlFence;
-use crate::project_sandbox::{ProjectSandbox, SandboxRecord};
+use crate::agent::attempt::{AgentAttempt, AgentLaunch, AGENT_RUN_MOUNT, BROKER_MOUNT};
+use crate::agent::config::{AgentConfig, ProviderLauncher, PROVIDER_SCRIPT_BYTES_MAX};
+use crate::agent::error::AgentError;
+use crate::agent::fence::ControlFence;
+use crate::agent::project_sandbox::{ProjectSandbox, SandboxRecord};
+use crate::agent::runtime::AgentRuntime;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::write_atomic;
 
 /// How often running attempts are checked for exit and mailboxes for news.
-pub const SUPERVISOR_TICK_MS: u64 = 250;
+pub(crate) const SUPERVISOR_TICK_MS: u64 = 250;
 /// Longest a crash takeover waits for the old lease to expire.
-pub const WAIT_FOR_EXPIRY_MS_MAX: u64 = 120_000;
+pub(crate) const WAIT_FOR_EXPIRY_MS_MAX: u64 = 120_000;
 /// Largest `/state/capsule.json` read at a graceful takeover.
-pub const CAPSULE_FILE_BYTES_MAX: u64 = 256 * 1024;
+pub(crate) const CAPSULE_FILE_BYTES_MAX: u64 = 256 * 1024;
 /// Largest prompt handed to a provider.
-pub const PROMPT_BYTES_MAX: usize = 1 << 20;
+pub(crate) const PROMPT_BYTES_MAX: usize = 1 << 20;
 /// Most bytes of mailbox deliveries kept in one generation's `mailbox.jsonl`; past it the
 /// file is rewritten with the newest half.
-pub const MAILBOX_FILE_BYTES_MAX: u64 = 8 << 20;
+pub(crate) const MAILBOX_FILE_BYTES_MAX: u64 = 8 << 20;
 /// Most agents one worker supervises.
-pub const AGENTS_MAX: usize = 1_024;
+pub(crate) const AGENTS_MAX: usize = 1_024;
 /// The broker socket's name in `/mnt/broker`.
-pub const BROKER_SOCKET_NAME: &str = "git.sock";
+pub(crate) const BROKER_SOCKET_NAME: &str = "git.sock";
 /// Where `adopt_all` and the evidence look for projects' launch files with credentials.
 const CREDENTIAL_FILE_MARKERS: [&str; 4] = ["credential", ".token", "secret", ".pem"];
 
@@ -112,7 +112,7 @@ wait "$child"
 
 /// Cheap to clone; clones share the supervisor.
 #[derive(Debug, Clone)]
-pub struct AgentSupervisor {
+pub(crate) struct AgentSupervisor {
     inner: Arc<Inner>,
 }
 
@@ -175,7 +175,7 @@ struct ProjectCounters {
 
 impl AgentSupervisor {
     /// A supervisor for `worker`, its broker state under `data_dir/agent-broker`.
-    pub fn new(
+    pub(crate) fn new(
         worker: WorkerId,
         data_dir: PathBuf,
         config: AgentConfig,
@@ -200,10 +200,6 @@ impl AgentSupervisor {
         })
     }
 
-    pub fn worker(&self) -> &WorkerId {
-        &self.inner.worker
-    }
-
     fn registry(&self) -> MutexGuard<'_, Registry> {
         self.inner
             .registry
@@ -214,7 +210,7 @@ impl AgentSupervisor {
     /// Starts the renewal loop and the tick loop (exits, mailboxes, evidence, releases) on
     /// the current runtime. Renewals get their own task so a slow reap or mailbox read never
     /// delays them past a deadline.
-    pub fn spawn_loops(&self) -> Vec<tokio::task::JoinHandle<()>> {
+    pub(crate) fn spawn_loops(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let renewer = self.clone();
         let renewals = tokio::spawn(async move {
             let every = Duration::from_millis(renewer.inner.config.renew_interval_ms());
@@ -242,7 +238,11 @@ impl AgentSupervisor {
 
     // --- operator operations --------------------------------------------------------------
 
-    pub async fn launch(&self, id: ProfileId, req: LaunchAgent) -> Result<AgentView, AgentError> {
+    pub(crate) async fn launch(
+        &self,
+        id: ProfileId,
+        req: LaunchAgent,
+    ) -> Result<AgentView, AgentError> {
         let _op = self.inner.ops.lock().await;
         self.launch_locked(id, req).await
     }
@@ -329,7 +329,7 @@ impl AgentSupervisor {
         .await
     }
 
-    pub async fn takeover(
+    pub(crate) async fn takeover(
         &self,
         id: ProfileId,
         req: TakeoverAgent,
@@ -575,15 +575,19 @@ impl AgentSupervisor {
 
     /// Stops the profile's provider, reaps it and ends its lease (released if still the
     /// profile's writer, else ended by the evidence).
-    pub async fn stop(&self, id: ProfileId, req: StopAgent) -> Result<AgentView, AgentError> {
+    pub(crate) async fn stop(
+        &self,
+        id: ProfileId,
+        req: StopAgent,
+    ) -> Result<AgentView, AgentError> {
         let _op = self.inner.ops.lock().await;
         let grace = match req.grace_ms {
-            Some(ms) if ms > crate::agent_config::AGENT_STOP_GRACE_MS_MAX => {
+            Some(ms) if ms > crate::agent::config::AGENT_STOP_GRACE_MS_MAX => {
                 return Err(AgentError::invalid(
                     "grace_ms",
                     format!(
                         "must be at most {}, got {ms}",
-                        crate::agent_config::AGENT_STOP_GRACE_MS_MAX
+                        crate::agent::config::AGENT_STOP_GRACE_MS_MAX
                     ),
                 ))
             }
@@ -620,7 +624,7 @@ impl AgentSupervisor {
     /// Reaps the profile's current generation if it runs here and is not renewed (crashed,
     /// self-fenced, adopted dead), and records the evidence: a fenced or expired lease
     /// frees its slot.
-    pub async fn reap(&self, id: ProfileId) -> Result<ReplacedGeneration, AgentError> {
+    pub(crate) async fn reap(&self, id: ProfileId) -> Result<ReplacedGeneration, AgentError> {
         let _op = self.inner.ops.lock().await;
         let profile = self.profile(id).await?;
         if let Some(entry) = self.registry().agents.get(&id) {
@@ -666,7 +670,7 @@ impl AgentSupervisor {
     }
 
     /// The profile's attempt as this worker sees it.
-    pub fn view(&self, id: ProfileId) -> Result<AgentView, AgentError> {
+    pub(crate) fn view(&self, id: ProfileId) -> Result<AgentView, AgentError> {
         self.registry()
             .agents
             .get(&id)
@@ -680,7 +684,7 @@ impl AgentSupervisor {
     }
 
     /// Every attempt this worker knows.
-    pub fn views(&self) -> Vec<AgentView> {
+    pub(crate) fn views(&self) -> Vec<AgentView> {
         self.registry()
             .agents
             .values()
@@ -689,7 +693,7 @@ impl AgentSupervisor {
     }
 
     /// The worker's half of the project's release evidence.
-    pub fn evidence(&self, tenant: &TenantId, project: &ProjectId) -> WorkerEvidence {
+    pub(crate) fn evidence(&self, tenant: &TenantId, project: &ProjectId) -> WorkerEvidence {
         let key = (tenant.clone(), project.clone());
         self.sample_processes(tenant, project);
         let counters = self
@@ -731,7 +735,7 @@ impl AgentSupervisor {
 
     /// After a restart: the attempts of every active lease this worker holds are adopted —
     /// renewed again when their leaf is populated, reported crashed when not.
-    pub async fn adopt_all(&self) -> Result<usize, AgentError> {
+    pub(crate) async fn adopt_all(&self) -> Result<usize, AgentError> {
         let _op = self.inner.ops.lock().await;
         let projects = self
             .inner
@@ -1089,7 +1093,7 @@ impl AgentSupervisor {
     }
 
     /// `{data_dir}/agent-sockets/p{id}`: apart from the sandbox, shown at `/mnt/broker`.
-    pub fn broker_dir(&self, id: ProfileId) -> PathBuf {
+    pub(crate) fn broker_dir(&self, id: ProfileId) -> PathBuf {
         self.inner
             .data_dir
             .join("agent-sockets")
@@ -2014,13 +2018,14 @@ fn populated_leaves(dir: &Path) -> u32 {
     let mut n = 0;
     for entry in entries
         .flatten()
-        .take(crate::agent_runtime::PROJECT_LEAVES_SCANNED_MAX)
+        .take(crate::agent::runtime::PROJECT_LEAVES_SCANNED_MAX)
     {
         let is_leaf = entry
             .file_name()
             .to_str()
             .is_some_and(|name| name.starts_with("profile-"));
-        if is_leaf && crate::project_sandbox::leaf_populated(&entry.path()).unwrap_or(false) {
+        if is_leaf && crate::agent::project_sandbox::leaf_populated(&entry.path()).unwrap_or(false)
+        {
             n += 1;
         }
     }
@@ -2035,7 +2040,7 @@ fn list_dir_names(dir: &Path) -> Vec<String> {
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .map(|e| e.path().display().to_string())
-        .take(crate::agent_runtime::PROJECT_LEAVES_SCANNED_MAX)
+        .take(crate::agent::runtime::PROJECT_LEAVES_SCANNED_MAX)
         .collect()
 }
 
@@ -2050,7 +2055,7 @@ fn credential_files(run_root: &Path) -> Vec<String> {
         };
         for entry in entries.flatten() {
             seen += 1;
-            if seen > crate::agent_runtime::PROJECT_LEAVES_SCANNED_MAX * 16 {
+            if seen > crate::agent::runtime::PROJECT_LEAVES_SCANNED_MAX * 16 {
                 return found;
             }
             let path = entry.path();

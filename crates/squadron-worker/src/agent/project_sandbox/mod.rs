@@ -40,28 +40,29 @@ use squadron_isolation::bubblewrap::SYSTEM_RO_PATHS;
 use squadron_isolation::ReapEvidence;
 
 use crate::error::WorkerError;
-use crate::staging::{redact_url, remove_path, CLONE_BYTES_MAX_DEFAULT};
+use crate::support::remove_path;
 use crate::support::{now_ms, write_atomic};
+use crate::task::staging::{redact_url, CLONE_BYTES_MAX_DEFAULT};
 
 /// Directory of `data_dir` holding every project sandbox.
-pub const PROJECTS_DIR: &str = "projects";
-pub const REPO_DIR: &str = "repo";
-pub const WORKTREES_DIR: &str = "worktrees";
-pub const STATE_DIR: &str = "state";
-pub const RUN_DIR: &str = "run";
+pub(crate) const PROJECTS_DIR: &str = "projects";
+pub(crate) const REPO_DIR: &str = "repo";
+pub(crate) const WORKTREES_DIR: &str = "worktrees";
+pub(crate) const STATE_DIR: &str = "state";
+pub(crate) const RUN_DIR: &str = "run";
 /// Inside `state/{profile_key}/`: the provider's stdout and stderr, one pair per generation.
-pub const LOGS_DIR: &str = "logs";
-pub const SANDBOX_RECORD_NAME: &str = "sandbox.json";
+pub(crate) const LOGS_DIR: &str = "logs";
+pub(crate) const SANDBOX_RECORD_NAME: &str = "sandbox.json";
 /// In `run/{profile_key}/`: written once the worktree's first checkout is complete.
-pub const WORKTREE_READY_NAME: &str = "worktree.ready";
+pub(crate) const WORKTREE_READY_NAME: &str = "worktree.ready";
 /// Profile branches are `squadron/{profile_key}`.
-pub const PROFILE_BRANCH_PREFIX: &str = "squadron/";
+pub(crate) const PROFILE_BRANCH_PREFIX: &str = "squadron/";
 /// Most profiles (worktrees) one sandbox holds; the control plane's `max_profiles` is lower.
-pub const PROJECT_PROFILES_MAX: usize = 64;
+pub(crate) const PROJECT_PROFILES_MAX: usize = 64;
 /// Most directory entries read when listing worktrees or a profile's run directory.
-pub const SANDBOX_DIR_ENTRIES_MAX: usize = 100_000;
+pub(crate) const SANDBOX_DIR_ENTRIES_MAX: usize = 100_000;
 /// Largest `sandbox.json` or `g{n}.started` read back.
-pub const SANDBOX_RECORD_BYTES_MAX: u64 = 64 * 1024;
+pub(crate) const SANDBOX_RECORD_BYTES_MAX: u64 = 64 * 1024;
 /// Longest `cgroup.events` read when checking a leaf.
 const CGROUP_EVENTS_BYTES_MAX: usize = 4096;
 /// Clones are made in `{root}/{CLONING_DIR_NAME}.{pid}.{n}`, then renamed to `repo/.git`.
@@ -70,68 +71,68 @@ const ORIGIN: &str = "origin";
 
 /// What a sandbox was made from; `sandbox.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxRecord {
-    pub tenant: TenantId,
-    pub project: ProjectId,
+pub(crate) struct SandboxRecord {
+    pub(crate) tenant: TenantId,
+    pub(crate) project: ProjectId,
     /// Kept on the worker's disk only; never put in errors or events.
-    pub repo_url: String,
+    pub(crate) repo_url: String,
     /// `None`: the repository's default branch.
-    pub branch: Option<String>,
+    pub(crate) branch: Option<String>,
     /// Every profile branch starts here.
-    pub base_commit: String,
-    pub created_at_ms: u64,
+    pub(crate) base_commit: String,
+    pub(crate) created_at_ms: u64,
 }
 
 /// The record of a started generation, `run/{key}/g{n}.started`, written exclusively before
 /// the spawn: the cgroup leaf whose `populated 0` proves that generation quiescent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StartedGeneration {
-    pub generation: Generation,
+pub(crate) struct StartedGeneration {
+    pub(crate) generation: Generation,
     /// The v2 leaf path, as `ReapEvidence::cgroup` spells it.
-    pub cgroup: String,
-    pub started_at_ms: u64,
+    pub(crate) cgroup: String,
+    pub(crate) started_at_ms: u64,
 }
 
 /// The host paths of one profile in a sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProfilePaths {
-    pub key: ProfileKey,
+pub(crate) struct ProfilePaths {
+    pub(crate) key: ProfileKey,
     /// `worktrees/{key}`: shown writable at `/workspace`.
-    pub worktree: PathBuf,
+    pub(crate) worktree: PathBuf,
     /// `state/{key}`: shown writable at `/state`.
-    pub state: PathBuf,
+    pub(crate) state: PathBuf,
     /// `state/{key}/logs`.
-    pub logs: PathBuf,
+    pub(crate) logs: PathBuf,
     /// `run/{key}`: never shown; one `g{n}/` of it is shown read-only per attempt.
-    pub run: PathBuf,
+    pub(crate) run: PathBuf,
     /// `squadron/{key}`.
-    pub branch: String,
+    pub(crate) branch: String,
 }
 
 impl ProfilePaths {
     /// `run/{key}/g{n}/`: the launch files of generation n.
-    pub fn generation_run_dir(&self, generation: Generation) -> PathBuf {
+    pub(crate) fn generation_run_dir(&self, generation: Generation) -> PathBuf {
         self.run.join(format!("g{generation}"))
     }
 
-    pub fn started_marker(&self, generation: Generation) -> PathBuf {
+    pub(crate) fn started_marker(&self, generation: Generation) -> PathBuf {
         self.run.join(format!("g{generation}.started"))
     }
 
-    pub fn exit_code_file(&self, generation: Generation) -> PathBuf {
+    pub(crate) fn exit_code_file(&self, generation: Generation) -> PathBuf {
         self.run.join(format!("g{generation}.exit-code"))
     }
 
     /// The evidence of the reap that proved generation n quiescent.
-    pub fn reaped_record(&self, generation: Generation) -> PathBuf {
+    pub(crate) fn reaped_record(&self, generation: Generation) -> PathBuf {
         self.run.join(format!("g{generation}.reaped"))
     }
 
-    pub fn stdout_log(&self, generation: Generation) -> PathBuf {
+    pub(crate) fn stdout_log(&self, generation: Generation) -> PathBuf {
         self.logs.join(format!("g{generation}.stdout.log"))
     }
 
-    pub fn stderr_log(&self, generation: Generation) -> PathBuf {
+    pub(crate) fn stderr_log(&self, generation: Generation) -> PathBuf {
         self.logs.join(format!("g{generation}.stderr.log"))
     }
 }
@@ -140,7 +141,7 @@ impl ProfilePaths {
 /// process (share it): its lock is what serialises worktree creation, resets and start
 /// records; there is no lock across processes (one worker owns a data directory).
 #[derive(Debug)]
-pub struct ProjectSandbox {
+pub(crate) struct ProjectSandbox {
     record: SandboxRecord,
     root: PathBuf,
     /// Serialises worktree creation, resets and start records within this process.
@@ -151,7 +152,7 @@ impl ProjectSandbox {
     /// Opens the sandbox of (tenant, project) under `data_dir`, cloning `repo_url` (bare, into
     /// `repo/.git`) the first time. Idempotent; a second call with another URL or branch is
     /// refused, naming the field. `branch` `None` takes the repository's default branch.
-    pub fn open_or_create(
+    pub(crate) fn open_or_create(
         data_dir: &Path,
         tenant: &TenantId,
         project: &ProjectId,
@@ -254,36 +255,37 @@ impl ProjectSandbox {
         })
     }
 
-    pub fn tenant(&self) -> &TenantId {
+    pub(crate) fn tenant(&self) -> &TenantId {
         &self.record.tenant
     }
 
-    pub fn project(&self) -> &ProjectId {
+    pub(crate) fn project(&self) -> &ProjectId {
         &self.record.project
     }
 
-    pub fn record(&self) -> &SandboxRecord {
+    #[cfg(test)]
+    pub(crate) fn record(&self) -> &SandboxRecord {
         &self.record
     }
 
     /// `{data_dir}/projects/{tenant}/{project}`, a real path.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The sandbox's id for the control plane's `AttachSandbox` (`sandbox_ref`): its root
     /// path, unique on this worker and at most `DESCRIPTOR_BYTES_MAX` bytes.
-    pub fn sandbox_ref(&self) -> String {
+    pub(crate) fn sandbox_ref(&self) -> String {
         self.root.display().to_string()
     }
 
     /// `repo/.git`: the Git common directory every worktree shares.
-    pub fn git_dir(&self) -> PathBuf {
+    pub(crate) fn git_dir(&self) -> PathBuf {
         self.root.join(REPO_DIR).join(".git")
     }
 
     /// The paths of a profile (nothing is created).
-    pub fn profile_paths(&self, key: &ProfileKey) -> ProfilePaths {
+    pub(crate) fn profile_paths(&self, key: &ProfileKey) -> ProfilePaths {
         let state = self.root.join(STATE_DIR).join(key.as_str());
         ProfilePaths {
             key: key.clone(),
@@ -298,7 +300,7 @@ impl ProjectSandbox {
     /// Makes the profile's worktree (branch `squadron/{key}` from the base commit, or the
     /// branch as it is when it exists already), state and run directories. Idempotent: an
     /// existing worktree is returned untouched, whatever its content.
-    pub fn ensure_profile(&self, key: &ProfileKey) -> Result<ProfilePaths, WorkerError> {
+    pub(crate) fn ensure_profile(&self, key: &ProfileKey) -> Result<ProfilePaths, WorkerError> {
         let _guard = self.guard();
         let paths = self.profile_paths(key);
         for dir in [&paths.state, &paths.logs, &paths.run] {
@@ -368,13 +370,13 @@ impl ProjectSandbox {
     /// Whether the profile has a worktree: its directory and its administrative directory in
     /// `repo/.git/worktrees/` both exist. The `.git` link inside the worktree is not asked:
     /// the provider can delete it, but not the administrative directory.
-    pub fn has_worktree(&self, key: &ProfileKey) -> bool {
+    pub(crate) fn has_worktree(&self, key: &ProfileKey) -> bool {
         let admin = self.git_dir().join("worktrees").join(key.as_str());
         self.profile_paths(key).worktree.is_dir() && admin.is_dir()
     }
 
     /// The profiles that have a worktree, sorted.
-    pub fn profiles(&self) -> Result<Vec<ProfileKey>, WorkerError> {
+    pub(crate) fn profiles(&self) -> Result<Vec<ProfileKey>, WorkerError> {
         let dir = self.root.join(WORKTREES_DIR);
         let mut keys = Vec::new();
         for name in list_names(&dir)? {
@@ -389,7 +391,10 @@ impl ProjectSandbox {
     }
 
     /// The generations of a profile started on this worker, ascending.
-    pub fn started_generations(&self, key: &ProfileKey) -> Result<Vec<Generation>, WorkerError> {
+    pub(crate) fn started_generations(
+        &self,
+        key: &ProfileKey,
+    ) -> Result<Vec<Generation>, WorkerError> {
         let run = self.profile_paths(key).run;
         let mut generations: Vec<Generation> = list_names(&run)?
             .iter()
@@ -404,7 +409,7 @@ impl ProjectSandbox {
     }
 
     /// The record of a started generation; `None` if it never started here.
-    pub fn started(
+    pub(crate) fn started(
         &self,
         key: &ProfileKey,
         generation: Generation,
@@ -423,8 +428,15 @@ impl ProjectSandbox {
         Ok(Some(record))
     }
 
+    #[allow(
+        dead_code,
+        reason = "no caller yet: a takeover that resets the worktree will use it (ADR-0011 decision 6); the tests prove the proof requirement"
+    )]
     /// The last generation of a profile started here, with its leaf.
-    pub fn last_started(&self, key: &ProfileKey) -> Result<Option<StartedGeneration>, WorkerError> {
+    pub(crate) fn last_started(
+        &self,
+        key: &ProfileKey,
+    ) -> Result<Option<StartedGeneration>, WorkerError> {
         match self.started_generations(key)?.last() {
             Some(generation) => self.started(key, *generation),
             None => Ok(None),
@@ -432,7 +444,7 @@ impl ProjectSandbox {
     }
 
     /// The reap evidence recorded for a generation (`run/{key}/g{n}.reaped`), if any.
-    pub fn reap_evidence(
+    pub(crate) fn reap_evidence(
         &self,
         key: &ProfileKey,
         generation: Generation,
@@ -514,6 +526,10 @@ impl ProjectSandbox {
         }
     }
 
+    #[allow(
+        dead_code,
+        reason = "no caller yet: a takeover that resets the worktree will use it (ADR-0011 decision 6); the tests prove the proof requirement"
+    )]
     /// Resets the profile's worktree to the tip of `squadron/{key}`: every file of the
     /// worktree is removed (symlinks are not followed), the `.git` link rewritten, the tip
     /// checked out and the index reset. Returns the commit.
@@ -521,7 +537,7 @@ impl ProjectSandbox {
     /// Refused unless `proof` is reap evidence with `populated: false` for the leaf of the
     /// profile's last started generation, and that leaf is not populated now. A profile
     /// that never started on this worker needs no proof.
-    pub fn reset_worktree(
+    pub(crate) fn reset_worktree(
         &self,
         key: &ProfileKey,
         proof: Option<&ReapEvidence>,
@@ -607,6 +623,10 @@ fn check_not_shown(data_dir: &Path) -> Result<(), WorkerError> {
     }
 }
 
+#[allow(
+    dead_code,
+    reason = "no caller yet: a takeover that resets the worktree will use it (ADR-0011 decision 6); the tests prove the proof requirement"
+)]
 /// The proof `reset_worktree` demands for the last started generation.
 fn check_quiescence_proof(
     key: &ProfileKey,

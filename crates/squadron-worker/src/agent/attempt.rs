@@ -43,54 +43,54 @@ use squadron_isolation::{
     SandboxProcess, Termination, TerminationOutcome,
 };
 
-use crate::agent_runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
+use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
+use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
-use crate::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::runtime::{RunStatus, SandboxLimits};
-use crate::staging::remove_path;
+use crate::support::remove_path;
 use crate::support::write_atomic;
 
 /// Where the profile's worktree appears inside the boundary.
-pub const WORKSPACE_MOUNT: &str = "/workspace";
+pub(crate) const WORKSPACE_MOUNT: &str = "/workspace";
 /// Where the profile's state directory appears.
-pub const STATE_MOUNT: &str = "/state";
+pub(crate) const STATE_MOUNT: &str = "/state";
 /// Where the generation's launch files appear, read-only.
-pub const AGENT_RUN_MOUNT: &str = "/mnt/run";
+pub(crate) const AGENT_RUN_MOUNT: &str = "/mnt/run";
 /// Where the Git broker's socket directory appears, read-only.
-pub const BROKER_MOUNT: &str = "/mnt/broker";
+pub(crate) const BROKER_MOUNT: &str = "/mnt/broker";
 /// Set inside the boundary by `start`, whatever the launch's environment says.
-pub const PROFILE_KEY_ENV: &str = "SQUADRON_PROFILE_KEY";
-pub const GENERATION_ENV: &str = "SQUADRON_GENERATION";
+pub(crate) const PROFILE_KEY_ENV: &str = "SQUADRON_PROFILE_KEY";
+pub(crate) const GENERATION_ENV: &str = "SQUADRON_GENERATION";
 /// Most launch files of one attempt.
-pub const RUN_FILES_MAX: usize = 16;
+pub(crate) const RUN_FILES_MAX: usize = 16;
 /// Largest launch file (a prompt included).
-pub const RUN_FILE_BYTES_MAX: usize = 4 << 20;
+pub(crate) const RUN_FILE_BYTES_MAX: usize = 4 << 20;
 /// Longest launch file name.
-pub const RUN_FILE_NAME_BYTES_MAX: usize = 128;
+pub(crate) const RUN_FILE_NAME_BYTES_MAX: usize = 128;
 
 /// What one attempt runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AgentLaunch {
+pub(crate) struct AgentLaunch {
     /// The command inside the boundary, e.g. `["/bin/sh", "/mnt/run/launch.sh"]`.
-    pub argv: Vec<String>,
+    pub(crate) argv: Vec<String>,
     /// The complete environment inside, already reduced to the allowlist.
     /// `SQUADRON_PROFILE_KEY` and `SQUADRON_GENERATION` are added.
-    pub env: BTreeMap<String, String>,
+    pub(crate) env: BTreeMap<String, String>,
     /// Files written to `run/{key}/g{n}/` before the start, seen at `/mnt/run/{name}`.
-    pub run_files: BTreeMap<String, Vec<u8>>,
+    pub(crate) run_files: BTreeMap<String, Vec<u8>>,
     /// The name of one of `run_files` fed to the provider on standard input; `None` for
     /// /dev/null.
-    pub stdin: Option<String>,
-    pub network: NetworkMode,
-    pub limits: SandboxLimits,
+    pub(crate) stdin: Option<String>,
+    pub(crate) network: NetworkMode,
+    pub(crate) limits: SandboxLimits,
     /// The directory holding the Git broker's socket, shown read-only at `/mnt/broker`.
     /// It must hold nothing else a provider may not read.
-    pub broker_dir: Option<PathBuf>,
+    pub(crate) broker_dir: Option<PathBuf>,
 }
 
 /// A started (or adopted) attempt: the handle the worker keeps for (profile, generation).
 #[derive(Debug, Clone)]
-pub struct AgentAttempt {
+pub(crate) struct AgentAttempt {
     runtime: AgentRuntime,
     cgroups: ProjectCgroups,
     leaf: CgroupLeaf,
@@ -105,7 +105,7 @@ impl AgentAttempt {
     /// Refused before anything runs when the generation is 0, not newer than the last one
     /// started here, or another generation of the profile is still populated. After a
     /// failure past the start record the generation is spent: reap it for evidence.
-    pub fn start(
+    pub(crate) fn start(
         runtime: &AgentRuntime,
         sandbox: &ProjectSandbox,
         key: &ProfileKey,
@@ -213,7 +213,7 @@ impl AgentAttempt {
 
     /// The attempt a previous life of this worker started for (profile, generation), found
     /// by its start record or its leaf; `None` when neither exists.
-    pub fn adopt(
+    pub(crate) fn adopt(
         runtime: &AgentRuntime,
         sandbox: &ProjectSandbox,
         key: &ProfileKey,
@@ -257,34 +257,32 @@ impl AgentAttempt {
         }))
     }
 
-    pub fn profile_key(&self) -> &ProfileKey {
-        &self.paths.key
-    }
-
-    pub fn generation(&self) -> Generation {
+    pub(crate) fn generation(&self) -> Generation {
         self.generation
     }
 
     /// The leaf's v2 directory: the lease holder's cgroup, and what reap evidence names.
-    pub fn cgroup_path(&self) -> &Path {
+    pub(crate) fn cgroup_path(&self) -> &Path {
         self.leaf.path()
     }
 
-    pub fn leaf(&self) -> &CgroupLeaf {
+    pub(crate) fn leaf(&self) -> &CgroupLeaf {
         &self.leaf
     }
 
-    pub fn stdout_log(&self) -> PathBuf {
+    #[cfg(test)]
+    pub(crate) fn stdout_log(&self) -> PathBuf {
         self.paths.stdout_log(self.generation)
     }
 
-    pub fn stderr_log(&self) -> PathBuf {
+    #[cfg(test)]
+    pub(crate) fn stderr_log(&self) -> PathBuf {
         self.paths.stderr_log(self.generation)
     }
 
     /// Running while the leaf is populated; then the exit code the shim recorded, or
     /// `Vanished` when it recorded none (killed from outside, or a failed start).
-    pub fn status(&self) -> Result<RunStatus, WorkerError> {
+    pub(crate) fn status(&self) -> Result<RunStatus, WorkerError> {
         if self.leaf.populated().map_err(isolation)? {
             return Ok(RunStatus::Running);
         }
@@ -300,14 +298,14 @@ impl AgentAttempt {
     }
 
     /// SIGTERM to the provider, `grace`, then SIGKILL (see `squadron_isolation::termination`).
-    pub fn terminate(&self, grace: Duration) -> Result<TerminationOutcome, WorkerError> {
+    pub(crate) fn terminate(&self, grace: Duration) -> Result<TerminationOutcome, WorkerError> {
         Termination::new(grace).run(&self.leaf).map_err(isolation)
     }
 
     /// Freeze → kill → `populated 0` → rmdir. The evidence is the proof a crash takeover
     /// and `ProjectSandbox::reset_worktree` need; `populated: true` proves nothing. Proving
     /// evidence is also kept in `run/{key}/g{n}.reaped` (`ProjectSandbox::reap_evidence`).
-    pub fn reap(&self) -> Result<ReapEvidence, WorkerError> {
+    pub(crate) fn reap(&self) -> Result<ReapEvidence, WorkerError> {
         let reaper = Reaper::new(self.runtime.config().reap_wait);
         let evidence = reaper.reap(&self.leaf).map_err(isolation)?;
         if !evidence.populated {

@@ -20,13 +20,13 @@ use serde::de::DeserializeOwned;
 use squadron_client::{LaunchAgent, StopAgent, TakeoverAgent};
 use squadron_core::ids::{ProfileId, ProjectId, TenantId};
 
-use crate::agent_error::AgentError;
-use crate::agent_supervisor::AgentSupervisor;
+use crate::agent::error::AgentError;
+use crate::agent::supervisor::AgentSupervisor;
 
 /// Largest request body accepted (a prompt included).
-pub const AGENT_REQUEST_BYTES_MAX: usize = 2 << 20;
+pub(crate) const AGENT_REQUEST_BYTES_MAX: usize = 2 << 20;
 
-pub fn router(supervisor: AgentSupervisor) -> Router {
+pub(crate) fn router(supervisor: AgentSupervisor) -> Router {
     Router::new()
         .route("/worker/v1/agents", get(list))
         .route("/worker/v1/agents/:profile", get(view))

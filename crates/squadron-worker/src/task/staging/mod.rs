@@ -28,25 +28,25 @@ use squadron_core::ids::TaskId;
 use squadron_core::manifest::{RepositorySpec, TaskSpec};
 
 use crate::error::WorkerError;
-use crate::support::{now_ms, truncate_at_char, write_atomic};
-use crate::task_dir::{TaskDir, INBOX_MOUNT};
+use crate::support::{now_ms, remove_path, truncate_at_char, write_atomic};
+use crate::task::task_dir::{TaskDir, INBOX_MOUNT};
 
 /// The instructions file written at the root of the clone.
-pub const TASK_MD_NAME: &str = "TASK.md";
+pub(crate) const TASK_MD_NAME: &str = "TASK.md";
 /// Used instead of [`TASK_MD_NAME`] when the repository itself tracks a `TASK.md`, so the
 /// agent's patch never shows the worker's instructions overwriting the project's file.
-pub const TASK_MD_FALLBACK_NAME: &str = "SQUADRON_TASK.md";
+pub(crate) const TASK_MD_FALLBACK_NAME: &str = "SQUADRON_TASK.md";
 /// Largest `TASK.md`; a longer prompt is cut there (the provider gets it whole on stdin).
-pub const TASK_MD_BYTES_MAX: usize = 320 * 1024;
+pub(crate) const TASK_MD_BYTES_MAX: usize = 320 * 1024;
 /// Bytes a clone may download unless [`StagingOptions::clone_bytes_max`] says otherwise.
 /// Local-path clones copy objects without progress reports and are not metered.
-pub const CLONE_BYTES_MAX_DEFAULT: u64 = 16 << 30;
+pub(crate) const CLONE_BYTES_MAX_DEFAULT: u64 = 16 << 30;
 /// Longest git error message kept in an event line or error.
-pub const CLONE_ERROR_BYTES_MAX: usize = 1_024;
+pub(crate) const CLONE_ERROR_BYTES_MAX: usize = 1_024;
 /// Largest `run/staged` marker read back; anything bigger is not ours and means restage.
 const STAGED_MARKER_BYTES_MAX: u64 = 64 * 1024;
 /// The file, in `run/`, whose presence means staging of an attempt finished.
-pub const STAGED_MARKER_NAME: &str = "staged";
+pub(crate) const STAGED_MARKER_NAME: &str = "staged";
 /// The remote name of the clone; branches are looked up under `refs/remotes/{ORIGIN}/`.
 const ORIGIN: &str = "origin";
 /// Clone tries write to `{task root}/{CLONING_DIR_PREFIX}{pid}.{n}`, renamed to `inbox/`.
@@ -56,12 +56,12 @@ const URL_PLACEHOLDER: &str = "<repository.url>";
 
 /// Knobs the worker's configuration (or a test) sets; the task's own policy comes from its spec.
 #[derive(Debug, Clone)]
-pub struct StagingOptions {
+pub(crate) struct StagingOptions {
     /// Replaces every delay of `lifecycle.retries.clone.backoff` when set (tests, operators
     /// draining a queue); the number of retries still comes from the spec.
-    pub backoff_override_ms: Option<u64>,
+    pub(crate) backoff_override_ms: Option<u64>,
     /// Bytes a clone may download before it is aborted as too large (not retried).
-    pub clone_bytes_max: u64,
+    pub(crate) clone_bytes_max: u64,
 }
 
 impl Default for StagingOptions {
@@ -75,31 +75,31 @@ impl Default for StagingOptions {
 
 /// What staging produced; also stored as `run/staged`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StagingReport {
-    pub task: TaskId,
-    pub attempt: u32,
+pub(crate) struct StagingReport {
+    pub(crate) task: TaskId,
+    pub(crate) attempt: u32,
     /// The commit checked out: the base the collector diffs against. `None` only for an empty
     /// repository with no commit at all.
-    pub base_commit: Option<String>,
+    pub(crate) base_commit: Option<String>,
     /// The local branch checked out; `None` when detached at `repository.commit`.
-    pub branch: Option<String>,
+    pub(crate) branch: Option<String>,
     /// The agent's working directory inside the sandbox: `/mnt/inbox` or
     /// `/mnt/inbox/<subpath>` (normalised: no `.` or empty segments).
-    pub workdir: String,
+    pub(crate) workdir: String,
     /// `repository.subpath`, normalised; empty for the repository root.
-    pub subpath: String,
+    pub(crate) subpath: String,
     /// The instructions file at the root of the clone: [`TASK_MD_NAME`] or, when the
     /// repository tracks one, [`TASK_MD_FALLBACK_NAME`].
-    pub task_md: String,
+    pub(crate) task_md: String,
     /// Clone tries it took, the successful one included.
-    pub clone_attempts: u32,
-    pub staged_at_ms: u64,
+    pub(crate) clone_attempts: u32,
+    pub(crate) staged_at_ms: u64,
 }
 
 impl StagingReport {
     /// The report of a finished staging of this task directory, if there is one. A marker
     /// that is unreadable or malformed counts as absent (the caller then stages again).
-    pub fn load(dir: &TaskDir) -> Result<Option<StagingReport>, WorkerError> {
+    pub(crate) fn load(dir: &TaskDir) -> Result<Option<StagingReport>, WorkerError> {
         let path = staged_marker(dir);
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(meta) => meta,
@@ -113,8 +113,9 @@ impl StagingReport {
         Ok(serde_json::from_slice(&bytes).ok())
     }
 
+    #[cfg(test)]
     /// The agent's working directory on the worker's side.
-    pub fn workdir_host(&self, dir: &TaskDir) -> PathBuf {
+    pub(crate) fn workdir_host(&self, dir: &TaskDir) -> PathBuf {
         if self.subpath.is_empty() {
             dir.inbox()
         } else {
@@ -124,12 +125,12 @@ impl StagingReport {
 }
 
 /// `run/staged` of a task directory.
-pub fn staged_marker(dir: &TaskDir) -> PathBuf {
+pub(crate) fn staged_marker(dir: &TaskDir) -> PathBuf {
     dir.run().join(STAGED_MARKER_NAME)
 }
 
 /// Stages attempt `attempt` of `task` into `dir` (see the module documentation).
-pub async fn stage(
+pub(crate) async fn stage(
     dir: &TaskDir,
     task: TaskId,
     attempt: u32,
@@ -221,17 +222,6 @@ fn prepare(
         .map_err(|e| WorkerError::Staging(format!("cannot encode manifest.yaml: {e}")))?;
     write_atomic(&dir.manifest(), yaml.as_bytes())?;
     Ok(None)
-}
-
-/// Removes a file, symlink or directory tree (without following symlinks), if present.
-pub(crate) fn remove_path(path: &Path) -> Result<(), WorkerError> {
-    let result = match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    };
-    result.map_err(|e| WorkerError::io("removing", path, e))
 }
 
 /// Why one clone try failed.
@@ -382,7 +372,7 @@ fn cloning_dir(inbox: &Path) -> PathBuf {
 
 /// Replaces every spelling of `url` in a git message, and any `user:password@` left in a URL
 /// git may have rebuilt, so messages can be logged and stored.
-pub fn redact_url(message: &str, url: &str) -> String {
+pub(crate) fn redact_url(message: &str, url: &str) -> String {
     let mut needles = vec![url.to_string()];
     if let Some(path) = url.strip_prefix("file://") {
         needles.push(path.to_string());

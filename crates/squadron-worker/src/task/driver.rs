@@ -5,7 +5,6 @@
 //! idempotent, sandboxes are adopted rather than recreated, and a provider that was already
 //! started is never started again.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,32 +14,33 @@ use squadron_core::manifest::{FailureAction, RetrySpec, TaskSpec};
 use squadron_core::task::TaskState;
 use tokio::sync::watch;
 
-use crate::checkpoint::TaskCheckpoint;
-use crate::collector::{collect, RunFacts};
 use crate::config::WorkerConfig;
 use crate::control_link::{ControlLink, ReportAnswer};
-use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
-use crate::launcher::prepare_launch;
-use crate::output_counter::{append_event, OutputCounter, OutputCounts};
 use crate::output_server::ActiveTasks;
+use crate::runtime::probe::RuntimeSet;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
-use crate::staging::{stage, StagingOptions};
-use crate::task_dir::TaskDir;
+use crate::task::checkpoint::TaskCheckpoint;
+use crate::task::collector::{collect, RunFacts};
+use crate::task::env_allowlist::EnvAllowlist;
+use crate::task::launcher::prepare_launch;
+use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
+use crate::task::staging::{stage, StagingOptions};
+use crate::task::task_dir::TaskDir;
 
 /// Tasks a sandbox may hold at most (pids limit of every sandbox).
-pub const SANDBOX_PIDS_MAX: u64 = 4_096;
+pub(crate) const SANDBOX_PIDS_MAX: u64 = 4_096;
 /// Longest error text sent to the control plane.
-pub const ERROR_TEXT_BYTES_MAX: usize = 2_000;
+pub(crate) const ERROR_TEXT_BYTES_MAX: usize = 2_000;
 
 /// What the driver needs from the worker, shared by all drivers.
 #[derive(Debug)]
-pub struct DriverContext {
-    pub config: WorkerConfig,
-    pub control: ControlLink,
-    pub runtimes: BTreeMap<squadron_core::manifest::RuntimeKind, Arc<dyn Runtime>>,
-    pub active: ActiveTasks,
-    pub env_allowlist: EnvAllowlist,
+pub(crate) struct DriverContext {
+    pub(crate) config: WorkerConfig,
+    pub(crate) control: ControlLink,
+    pub(crate) runtimes: RuntimeSet,
+    pub(crate) active: ActiveTasks,
+    pub(crate) env_allowlist: EnvAllowlist,
 }
 
 /// Why a run stopped before the provider exited on its own.
@@ -52,7 +52,7 @@ enum Interruption {
 }
 
 #[derive(Debug)]
-pub struct TaskDriver {
+pub(crate) struct TaskDriver {
     ctx: Arc<DriverContext>,
     task: TaskId,
     attempt: u32,
@@ -70,7 +70,7 @@ enum Step {
 }
 
 impl TaskDriver {
-    pub fn new(
+    pub(crate) fn new(
         ctx: Arc<DriverContext>,
         task: TaskId,
         attempt: u32,
@@ -89,7 +89,7 @@ impl TaskDriver {
     }
 
     /// Runs the attempt from `state` (the state the control plane reported) to its end.
-    pub async fn run(mut self, mut state: TaskState) {
+    pub(crate) async fn run(mut self, mut state: TaskState) {
         loop {
             if state.is_terminal() {
                 return;
@@ -116,7 +116,7 @@ impl TaskDriver {
         let kind = self.spec.sandbox.runtime;
         self.ctx
             .runtimes
-            .get(&kind)
+            .get(kind)
             .cloned()
             .ok_or_else(|| WorkerError::Invalid {
                 field: "vm.runtime".into(),
@@ -767,6 +767,8 @@ mod tests {
 
     use async_trait::async_trait;
     use squadron_core::manifest::{NetworkMode, RetryPolicy, RuntimeKind};
+
+    use std::collections::BTreeMap;
 
     use super::*;
     use crate::runtime::ReapReport;

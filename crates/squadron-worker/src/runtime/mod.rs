@@ -4,6 +4,10 @@
 //! redirects stdout and stderr into the task's progress files, so a run survives a worker
 //! crash and a restarted worker re-adopts it by its labels or paths (`adopt`).
 
+pub(crate) mod docker;
+pub(crate) mod probe;
+pub(crate) mod process;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -12,45 +16,45 @@ use squadron_core::ids::TaskId;
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
 
 use crate::error::WorkerError;
-use crate::task_dir::TaskDir;
+use crate::task::task_dir::TaskDir;
 
 /// What to run and inside which boundary. Paths in `argv`, `workdir` and `stdin` are paths
 /// inside the sandbox (see the `*_MOUNT` constants of `task_dir`).
 #[derive(Debug, Clone)]
-pub struct LaunchSpec {
-    pub task: TaskId,
-    pub attempt: u32,
-    pub dir: TaskDir,
+pub(crate) struct LaunchSpec {
+    pub(crate) task: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) dir: TaskDir,
     /// The program and its arguments; conventionally `["/bin/sh", "/mnt/run/launch.sh"]`,
     /// a script that redirects output into the progress files and execs the provider.
-    pub argv: Vec<String>,
-    pub workdir: String,
+    pub(crate) argv: Vec<String>,
+    pub(crate) workdir: String,
     /// Already reduced to the allowlist; nothing of the worker's own environment leaks in.
-    pub env: BTreeMap<String, String>,
-    pub limits: SandboxLimits,
-    pub network: NetworkMode,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) limits: SandboxLimits,
+    pub(crate) network: NetworkMode,
     /// Docker only: keep capabilities and privileges (the seed's "agent has full control").
-    pub full_control: bool,
+    pub(crate) full_control: bool,
     /// Host directory mounted read-only at `/mnt/global`, when the worker has one.
-    pub global_dir: Option<std::path::PathBuf>,
+    pub(crate) global_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SandboxLimits {
-    pub cpus: Option<u32>,
-    pub memory_bytes: Option<u64>,
-    pub pids_max: Option<u64>,
+pub(crate) struct SandboxLimits {
+    pub(crate) cpus: Option<u32>,
+    pub(crate) memory_bytes: Option<u64>,
+    pub(crate) pids_max: Option<u64>,
 }
 
 /// A sandbox the runtime created: a cgroup leaf path or a container id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxHandle {
-    pub runtime: RuntimeKind,
-    pub id: String,
+pub(crate) struct SandboxHandle {
+    pub(crate) runtime: RuntimeKind,
+    pub(crate) id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunStatus {
+pub(crate) enum RunStatus {
     /// Created, provider not started yet.
     Created,
     Running,
@@ -64,18 +68,18 @@ pub enum RunStatus {
 
 /// Proof that a sandbox is quiescent, kept as reap evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReapReport {
+pub(crate) struct ReapReport {
     /// What was reaped: the cgroup path or `docker:<container id>`.
-    pub sandbox: String,
+    pub(crate) sandbox: String,
     /// `false` once nothing is left running in it.
-    pub populated: bool,
-    pub observed_at_ms: u64,
+    pub(crate) populated: bool,
+    pub(crate) observed_at_ms: u64,
     /// Human-readable steps taken (freeze, kill, wait), for the task's events.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 #[async_trait]
-pub trait Runtime: Send + Sync + std::fmt::Debug {
+pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     fn kind(&self) -> RuntimeKind;
 
     /// PROVISIONING: create the sandbox (cgroup leaf and boundary, or container) without

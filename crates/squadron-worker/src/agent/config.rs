@@ -21,7 +21,7 @@ pub const SELF_FENCE_MARGIN_MS_DEFAULT: u64 = 1_500;
 /// Most grace an operator may ask for.
 pub const AGENT_STOP_GRACE_MS_MAX: u64 = 120_000;
 /// Largest provider script read from the host.
-pub const PROVIDER_SCRIPT_BYTES_MAX: u64 = 1 << 20;
+pub(crate) const PROVIDER_SCRIPT_BYTES_MAX: u64 = 1 << 20;
 
 /// How one provider is started inside the boundary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +143,7 @@ impl AgentConfig {
     }
 
     /// Renewals are sent every third of the TTL, so two may be lost before expiry.
-    pub fn renew_interval_ms(&self) -> u64 {
+    pub(crate) fn renew_interval_ms(&self) -> u64 {
         (self.lease_ttl_ms / 3).max(1)
     }
 }

@@ -13,7 +13,7 @@ use squadron_core::manifest::{NetworkMode, RuntimeKind};
 
 use super::*;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxLimits};
-use crate::task_dir::TaskDir;
+use crate::task::task_dir::TaskDir;
 
 const EXIT_WAIT: Duration = Duration::from_secs(120);
 const POLL: Duration = Duration::from_millis(100);
