@@ -8,7 +8,8 @@
 //! - `GET  /worker/v1/evidence/{tenant}/{project}`
 //!
 //! Bodies are parsed strictly (unknown fields refused) and errors have the control plane's
-//! shape, so an operator reads the same error whether a node or the worker refused.
+//! shape, so an operator reads the same error whether a node or the worker refused. The
+//! supervisor's own state becomes the wire's `AgentView` here, and nowhere else.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -86,14 +87,20 @@ fn parse<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Failure> {
 }
 
 async fn list(State(s): State<AgentSupervisor>) -> Response {
-    Json(s.views()).into_response()
+    let views: Vec<_> = s
+        .states()
+        .iter()
+        .map(|a| a.view(s.worker(), None))
+        .collect();
+    Json(views).into_response()
 }
 
 async fn view(
     State(s): State<AgentSupervisor>,
     Path(id): Path<String>,
 ) -> Result<Response, Failure> {
-    Ok(Json(s.view(profile_id(&id)?)?).into_response())
+    let agent = s.state(profile_id(&id)?)?;
+    Ok(Json(agent.view(s.worker(), None)).into_response())
 }
 
 async fn launch(
@@ -103,7 +110,8 @@ async fn launch(
 ) -> Result<Response, Failure> {
     let id = profile_id(&id)?;
     let req: LaunchAgent = body(&bytes)?;
-    Ok((StatusCode::CREATED, Json(s.launch(id, req).await?)).into_response())
+    let agent = s.launch(id, req).await?;
+    Ok((StatusCode::CREATED, Json(agent.view(s.worker(), None))).into_response())
 }
 
 async fn takeover(
@@ -113,7 +121,8 @@ async fn takeover(
 ) -> Result<Response, Failure> {
     let id = profile_id(&id)?;
     let req: TakeoverAgent = parse(&bytes)?;
-    Ok(Json(s.takeover(id, req).await?).into_response())
+    let t = s.takeover(id, req).await?;
+    Ok(Json(t.agent.view(s.worker(), t.replaced.as_ref())).into_response())
 }
 
 async fn stop(
@@ -123,7 +132,8 @@ async fn stop(
 ) -> Result<Response, Failure> {
     let id = profile_id(&id)?;
     let req: StopAgent = body(&bytes)?;
-    Ok(Json(s.stop(id, req).await?).into_response())
+    let agent = s.stop(id, req).await?;
+    Ok(Json(agent.view(s.worker(), None)).into_response())
 }
 
 async fn reap(
@@ -131,7 +141,7 @@ async fn reap(
     Path(id): Path<String>,
 ) -> Result<Response, Failure> {
     let id = profile_id(&id)?;
-    Ok(Json(s.reap(id).await?).into_response())
+    Ok(Json(s.reap(id).await?.replaced()).into_response())
 }
 
 async fn evidence(
