@@ -4,8 +4,7 @@
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
-use std::time::Duration;
-
+use backon::Retryable;
 use squadron_client::types::{RegisterWorker, ReportProgress, ReportTransition};
 use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
@@ -17,11 +16,12 @@ use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
+use crate::retry;
 use crate::task::output_counter::OutputCounts;
 
 /// Attempts of one report before the driver gives up on this pass.
 pub(crate) const REPORT_ATTEMPTS_MAX: u32 = 8;
-/// First pause between report attempts; doubled each time up to the max.
+/// First pause between report attempts; doubled each time up to the max (`retry`).
 pub(crate) const REPORT_BACKOFF_MS_MIN: u64 = 200;
 pub(crate) const REPORT_BACKOFF_MS_MAX: u64 = 5_000;
 
@@ -135,29 +135,28 @@ impl ControlLink {
             detail,
         };
         let key = key(format!("t{task}-a{attempt}-{from}-{to}"));
-        let mut backoff = REPORT_BACKOFF_MS_MIN;
-        let mut last = String::new();
-        for _ in 0..REPORT_ATTEMPTS_MAX {
-            match self.rest.report_transition(task, &req, key.as_ref()).await {
-                Ok(Outcome::TransitionRecorded { state }) => {
-                    return Ok(ReportAnswer::Recorded(state))
-                }
-                Ok(other) => {
-                    return Ok(ReportAnswer::Refused(format!(
-                        "unexpected answer {other:?}"
-                    )))
-                }
-                Err(ClientError::Api { status, body, .. }) if status != 503 => {
-                    return Ok(ReportAnswer::Refused(body.message))
-                }
-                Err(e) => last = e.to_string(),
+        // Keyed by what it reports, so a resend whose first answer was lost is answered
+        // with that first answer; only a transport failure or 503 is resent.
+        let answer = (|| self.rest.report_transition(task, &req, key.as_ref()))
+            .retry(retry::doubling(
+                REPORT_BACKOFF_MS_MIN,
+                REPORT_BACKOFF_MS_MAX,
+                Some(REPORT_ATTEMPTS_MAX as usize - 1),
+            ))
+            .when(|e| !is_answer(e))
+            .await;
+        match answer {
+            Ok(Outcome::TransitionRecorded { state }) => Ok(ReportAnswer::Recorded(state)),
+            Ok(other) => Ok(ReportAnswer::Refused(format!(
+                "unexpected answer {other:?}"
+            ))),
+            Err(ClientError::Api { status, body, .. }) if status != 503 => {
+                Ok(ReportAnswer::Refused(body.message))
             }
-            tokio::time::sleep(Duration::from_millis(backoff)).await;
-            backoff = (backoff * 2).min(REPORT_BACKOFF_MS_MAX);
+            Err(e) => Err(WorkerError::Control(format!(
+                "transition {from} → {to} of task {task} not answered after {REPORT_ATTEMPTS_MAX} attempts: {e}"
+            ))),
         }
-        Err(WorkerError::Control(format!(
-            "transition {from} → {to} of task {task} not answered after {REPORT_ATTEMPTS_MAX} attempts: {last}"
-        )))
     }
 
     /// Best effort: a lost counter update is replaced by the next one.
@@ -176,6 +175,11 @@ impl ControlLink {
 
 fn key(s: String) -> Option<IdempotencyKey> {
     IdempotencyKey::new(s).ok()
+}
+
+/// The control plane decided (a refusal other than "unavailable"): resending changes nothing.
+fn is_answer(e: &ClientError) -> bool {
+    matches!(e, ClientError::Api { status, .. } if *status != 503)
 }
 
 fn control(e: ClientError) -> WorkerError {

@@ -29,6 +29,7 @@ pub(crate) mod config;
 pub(crate) mod control_link;
 pub(crate) mod error;
 pub(crate) mod output_server;
+pub(crate) mod retry;
 pub(crate) mod runtime;
 pub(crate) mod support;
 pub(crate) mod task;

@@ -18,6 +18,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
 
 use crate::task::task_dir::TaskDir;
 
@@ -448,7 +449,7 @@ async fn artifact(
         Err(e) => return not_found(format!("artifact {name:?}: {e}")),
     };
     let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
-    let body = Body::from_stream(tokio_util_stream(file));
+    let body = Body::from_stream(ReaderStream::with_capacity(file, FRAME_DATA_BYTES_MAX));
     let mut r = Response::new(body);
     let h = r.headers_mut();
     h.insert(
@@ -465,23 +466,6 @@ async fn artifact(
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     r
-}
-
-/// Reads a file in bounded chunks as a byte stream.
-fn tokio_util_stream(
-    file: tokio::fs::File,
-) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
-    futures_util::stream::unfold(file, |mut f| async move {
-        let mut buf = vec![0u8; FRAME_DATA_BYTES_MAX];
-        match f.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(buf), f))
-            }
-            Err(e) => Some((Err(e), f)),
-        }
-    })
 }
 
 #[cfg(test)]

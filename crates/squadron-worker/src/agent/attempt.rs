@@ -112,24 +112,8 @@ impl AgentAttempt {
         generation: Generation,
         launch: &AgentLaunch,
     ) -> Result<AgentAttempt, WorkerError> {
-        validate_launch(launch)?;
-        if generation == Generation::ZERO {
-            return Err(invalid(
-                "generation",
-                "0 is never granted; start the generation the lease holds",
-            ));
-        }
+        check_startable(sandbox, key, generation, launch)?;
         let paths = sandbox.profile_paths(key);
-        if !sandbox.has_worktree(key) || !paths.state.is_dir() {
-            return Err(invalid(
-                "profile_key",
-                format!(
-                    "{key} has no worktree in {}; ensure_profile first",
-                    sandbox.root().display()
-                ),
-            ));
-        }
-        check_broker_dir(sandbox, launch)?;
         let (tenant, project) = (sandbox.tenant(), sandbox.project());
         let leaf_path = runtime.leaf_path(tenant, project, key, generation);
         sandbox.record_start(&paths, generation, &leaf_path, || {
@@ -144,46 +128,8 @@ impl AgentAttempt {
                 None => Ok(()),
             }
         })?;
-
-        let run_dir = paths.generation_run_dir(generation);
-        remove_path(&run_dir)?;
-        fs::create_dir_all(&run_dir).map_err(|e| WorkerError::io("creating", &run_dir, e))?;
-        for (name, bytes) in &launch.run_files {
-            write_atomic(&run_dir.join(name), bytes)?;
-        }
-        prepare_logs(&paths, generation)?;
-
-        let (cgroups, leaf) = {
-            let _guard = runtime.lock_cgroups();
-            let cgroups = runtime.project_cgroups(tenant, project)?;
-            let leaf = cgroups
-                .project
-                .leaf(&AgentRuntime::leaf_name(key, generation))
-                .map_err(isolation)?;
-            leaf.create().map_err(isolation)?;
-            (cgroups, leaf)
-        };
-        if leaf.path() != leaf_path {
-            return Err(WorkerError::runtime(
-                AGENT_RUNTIME,
-                format!(
-                    "leaf {} is not the recorded {}",
-                    leaf.path().display(),
-                    leaf_path.display()
-                ),
-            ));
-        }
-        let applied = leaf
-            .set_limits(&CgroupLimits {
-                memory_bytes: launch.limits.memory_bytes,
-                pids_max: launch.limits.pids_max,
-                cpus: launch.limits.cpus,
-            })
-            .map_err(isolation)?;
-        for missing in &applied.unavailable {
-            tracing::warn!(profile = %key, %generation, "limit not enforced: {missing}");
-        }
-
+        let run_dir = write_run_files(&paths, generation, launch)?;
+        let (cgroups, leaf) = make_leaf(runtime, sandbox, key, generation, &leaf_path, launch)?;
         let boundary = boundary(runtime, sandbox, &paths, generation, launch)?;
         let sandbox_launch = SandboxLaunch {
             leaf: leaf.clone(),
@@ -314,6 +260,93 @@ impl AgentAttempt {
         }
         Ok(evidence)
     }
+}
+
+/// What must hold before anything of a start is written: a valid launch, a granted
+/// generation, the profile's worktree, and a broker directory apart from the sandbox.
+fn check_startable(
+    sandbox: &ProjectSandbox,
+    key: &ProfileKey,
+    generation: Generation,
+    launch: &AgentLaunch,
+) -> Result<(), WorkerError> {
+    validate_launch(launch)?;
+    if generation == Generation::ZERO {
+        return Err(invalid(
+            "generation",
+            "0 is never granted; start the generation the lease holds",
+        ));
+    }
+    let paths = sandbox.profile_paths(key);
+    if !sandbox.has_worktree(key) || !paths.state.is_dir() {
+        return Err(invalid(
+            "profile_key",
+            format!(
+                "{key} has no worktree in {}; ensure_profile first",
+                sandbox.root().display()
+            ),
+        ));
+    }
+    check_broker_dir(sandbox, launch)
+}
+
+/// `run/{key}/g{n}/` written afresh with the launch files, and the logs made ready.
+fn write_run_files(
+    paths: &ProfilePaths,
+    generation: Generation,
+    launch: &AgentLaunch,
+) -> Result<PathBuf, WorkerError> {
+    let run_dir = paths.generation_run_dir(generation);
+    remove_path(&run_dir)?;
+    fs::create_dir_all(&run_dir).map_err(|e| WorkerError::io("creating", &run_dir, e))?;
+    for (name, bytes) in &launch.run_files {
+        write_atomic(&run_dir.join(name), bytes)?;
+    }
+    prepare_logs(paths, generation)?;
+    Ok(run_dir)
+}
+
+/// The generation's cgroup leaf, created at the path its start record names, with the
+/// launch's limits.
+fn make_leaf(
+    runtime: &AgentRuntime,
+    sandbox: &ProjectSandbox,
+    key: &ProfileKey,
+    generation: Generation,
+    leaf_path: &Path,
+    launch: &AgentLaunch,
+) -> Result<(ProjectCgroups, CgroupLeaf), WorkerError> {
+    let (cgroups, leaf) = {
+        let _guard = runtime.lock_cgroups();
+        let cgroups = runtime.project_cgroups(sandbox.tenant(), sandbox.project())?;
+        let leaf = cgroups
+            .project
+            .leaf(&AgentRuntime::leaf_name(key, generation))
+            .map_err(isolation)?;
+        leaf.create().map_err(isolation)?;
+        (cgroups, leaf)
+    };
+    if leaf.path() != leaf_path {
+        return Err(WorkerError::runtime(
+            AGENT_RUNTIME,
+            format!(
+                "leaf {} is not the recorded {}",
+                leaf.path().display(),
+                leaf_path.display()
+            ),
+        ));
+    }
+    let applied = leaf
+        .set_limits(&CgroupLimits {
+            memory_bytes: launch.limits.memory_bytes,
+            pids_max: launch.limits.pids_max,
+            cpus: launch.limits.cpus,
+        })
+        .map_err(isolation)?;
+    for missing in &applied.unavailable {
+        tracing::warn!(profile = %key, %generation, "limit not enforced: {missing}");
+    }
+    Ok((cgroups, leaf))
 }
 
 /// The boundary's argv (see the module documentation for what it shows).

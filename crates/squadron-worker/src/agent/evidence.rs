@@ -7,8 +7,7 @@ use std::path::Path;
 use squadron_client::{BrokerEvidence, WorkerEvidence};
 use squadron_core::ids::{ProjectId, TenantId};
 
-use crate::agent::project_sandbox::leaf_populated;
-use crate::agent::runtime::PROJECT_LEAVES_SCANNED_MAX;
+use crate::agent::runtime::{leaf_populated, PROJECT_LEAVES_SCANNED_MAX};
 use crate::agent::supervisor::AgentSupervisor;
 
 /// Names that mark a file under a project's launch directories as a credential.

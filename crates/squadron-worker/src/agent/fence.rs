@@ -28,12 +28,6 @@ impl ControlFence {
         lease: u64,
         generation: u64,
     ) -> Result<FenceVerdict, BrokerError> {
-        let stale = |current: Option<u64>, reason: String| {
-            Ok(FenceVerdict::Stale {
-                current_generation: current,
-                reason,
-            })
-        };
         let (Ok(profile_id), Ok(lease_id)) = (ProfileId::new(profile), LeaseId::new(lease)) else {
             return stale(None, "profile and lease ids must be positive".into());
         };
@@ -63,9 +57,20 @@ impl ControlFence {
                 format!("lease {lease} is not the profile's live lease"),
             );
         }
+        self.lease_verdict(profile_id, lease_id, current).await
+    }
+
+    /// The second half of the check, once the profile names `lease` its live lease at the
+    /// current generation: the lease itself must agree, be active, and not about to expire.
+    async fn lease_verdict(
+        &self,
+        profile: ProfileId,
+        lease: LeaseId,
+        current: u64,
+    ) -> Result<FenceVerdict, BrokerError> {
         let l = match self
             .client
-            .get_lease(lease_id, Consistency::Linearizable)
+            .get_lease(lease, Consistency::Linearizable)
             .await
         {
             Ok(l) => l,
@@ -74,7 +79,7 @@ impl ControlFence {
             }
             Err(e) => return Err(BrokerError::FenceUnavailable(e.to_string())),
         };
-        if l.profile != profile_id || l.generation.get() != generation {
+        if l.profile != profile || l.generation.get() != current {
             return stale(
                 Some(current),
                 format!("lease {lease} belongs to another profile or generation"),
@@ -102,6 +107,13 @@ impl ControlFence {
         }
         Ok(FenceVerdict::Current)
     }
+}
+
+fn stale(current_generation: Option<u64>, reason: String) -> Result<FenceVerdict, BrokerError> {
+    Ok(FenceVerdict::Stale {
+        current_generation,
+        reason,
+    })
 }
 
 fn is_not_found(e: &ClientError) -> bool {

@@ -10,20 +10,24 @@
 //! tenant level keeps two tenants' projects of the same name apart. A leaf belongs to exactly
 //! one generation, so its `populated 0` proves that generation quiescent and no other.
 //!
-//! The attempts themselves are in `agent_attempt`.
+//! The attempts themselves are in `attempt`.
 
+use std::fs;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use squadron_core::ids::{Generation, ProfileKey, ProjectId, TenantId};
 use squadron_isolation::{CgroupRoot, CgroupRootConfig, IsolationError};
 
-use crate::agent::project_sandbox::leaf_populated;
 use crate::error::WorkerError;
 use crate::runtime::process::{ProcessRuntime, ProcessRuntimeConfig};
+use crate::support::truncate_at_char;
 
 /// The runtime's name in errors.
 pub(crate) const AGENT_RUNTIME: &str = "agent process";
+/// Longest `cgroup.events` read when checking a leaf.
+const CGROUP_EVENTS_BYTES_MAX: usize = 4096;
 /// Most leaves of one project's cgroup read when looking for a profile's running generations.
 pub(crate) const PROJECT_LEAVES_SCANNED_MAX: usize = 4096;
 
@@ -193,4 +197,19 @@ pub(crate) fn nested_root(parent: &CgroupRoot, name: &str) -> Result<CgroupRoot,
 
 pub(crate) fn isolation(e: IsolationError) -> WorkerError {
     WorkerError::runtime(AGENT_RUNTIME, e.to_string())
+}
+
+/// `populated` of a v2 cgroup directory; an absent directory holds nothing.
+pub(crate) fn leaf_populated(cgroup: &Path) -> Result<bool, WorkerError> {
+    let events = cgroup.join("cgroup.events");
+    let text = match fs::read_to_string(&events) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(WorkerError::io("reading", &events, e)),
+    };
+    let text = truncate_at_char(&text, CGROUP_EVENTS_BYTES_MAX);
+    text.lines()
+        .find_map(|line| line.strip_prefix("populated "))
+        .map(|v| v.trim() == "1")
+        .ok_or_else(|| WorkerError::Project(format!("{} has no populated line", events.display())))
 }

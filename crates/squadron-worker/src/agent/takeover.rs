@@ -159,16 +159,7 @@ impl AgentSupervisor {
             // The dead generation was already proved gone (evidence recorded, e.g. by this
             // worker's adoption after a restart): nothing is left to take over, so the next
             // generation is a plain launch.
-            let launch = LaunchAgent {
-                provider: req.provider,
-                prompt: req.prompt,
-                ..LaunchAgent::default()
-            };
-            let agent = self.launch_locked(id, launch).await?;
-            return Ok(TakeoverOutcome {
-                agent,
-                replaced: None,
-            });
+            return self.launch_instead(id, req).await;
         }
         let old = self.takeover_target(&profile).await?;
         let provider = self.choose_provider(&profile, req.provider, Some(old.provider))?;
@@ -217,6 +208,24 @@ impl AgentSupervisor {
             replaced: proof,
         };
         self.finish(takeover, outcome).await
+    }
+
+    /// A crash takeover with nothing left to take over: the next generation is launched.
+    async fn launch_instead(
+        &self,
+        id: ProfileId,
+        req: TakeoverAgent,
+    ) -> Result<TakeoverOutcome, AgentError> {
+        let launch = LaunchAgent {
+            provider: req.provider,
+            prompt: req.prompt,
+            ..LaunchAgent::default()
+        };
+        let agent = self.launch_locked(id, launch).await?;
+        Ok(TakeoverOutcome {
+            agent,
+            replaced: None,
+        })
     }
 
     /// The one tail of both takeovers: the granted generation starts, with the capsule the

@@ -49,6 +49,7 @@
 //! catches what comes before that, capped at `LOG_FILE_BYTES_MAX`.
 
 use std::collections::HashMap;
+use std::hash::Hasher;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -217,29 +218,40 @@ impl DockerRuntime {
 
     /// The full container configuration for one launch spec.
     fn container_config(&self, spec: &LaunchSpec) -> Result<Config<String>, WorkerError> {
-        if spec.task != spec.dir.task() {
-            return Err(invalid(
-                "launch.task",
-                format!(
-                    "task {} does not match the task directory of task {}",
-                    spec.task,
-                    spec.dir.task()
-                ),
-            ));
-        }
-        if spec.argv.is_empty() {
-            return Err(invalid("launch.argv", "must name a program".to_string()));
-        }
-        if !spec.workdir.starts_with('/') {
-            return Err(invalid(
-                "launch.workdir",
-                format!(
-                    "must be an absolute path inside the sandbox, got {:?}",
-                    spec.workdir
-                ),
-            ));
-        }
+        check_launch(spec)?;
+        let mut host = self.host_config(spec)?;
+        let user = if spec.full_control {
+            // The image's user, root: installing software needs it.
+            None
+        } else {
+            harden(&mut host);
+            let inbox = spec.dir.inbox();
+            let meta = std::fs::metadata(&inbox)
+                .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
+            Some(format!("{}:{}", meta.uid(), meta.gid()))
+        };
+        Ok(Config {
+            image: Some(self.config.image.clone()),
+            cmd: Some(spec.argv.clone()),
+            // The image's entrypoint, if any, must not wrap the provider.
+            entrypoint: Some(Vec::new()),
+            working_dir: Some(spec.workdir.clone()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            user,
+            labels: Some(self.labels(&spec.dir, spec.attempt)),
+            stop_signal: Some("SIGTERM".to_string()),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            open_stdin: Some(false),
+            tty: Some(false),
+            host_config: Some(host),
+            ..Default::default()
+        })
+    }
 
+    /// The mounts, network, limits and logging of an attempt's container.
+    fn host_config(&self, spec: &LaunchSpec) -> Result<HostConfig, WorkerError> {
         let mut mounts = vec![
             bind(&spec.dir.inbox(), INBOX_MOUNT, false, "inbox")?,
             bind(&spec.dir.outbox(), OUTBOX_MOUNT, false, "outbox")?,
@@ -248,7 +260,6 @@ impl DockerRuntime {
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
             mounts.push(bind(global, GLOBAL_MOUNT, true, "global_dir")?);
         }
-
         let mut host = HostConfig {
             mounts: Some(mounts),
             network_mode: Some(network_mode(spec.network).to_string()),
@@ -278,42 +289,7 @@ impl DockerRuntime {
                 .map_err(|_| invalid("limits.pids_max", format!("{pids} is too large")))?;
             host.pids_limit = Some(pids);
         }
-
-        let user = if spec.full_control {
-            // The image's user, root: installing software needs it.
-            None
-        } else {
-            host.cap_drop = Some(vec!["ALL".to_string()]);
-            host.security_opt = Some(vec!["no-new-privileges".to_string()]);
-            host.readonly_rootfs = Some(true);
-            host.tmpfs = Some(HashMap::from([(
-                "/tmp".to_string(),
-                format!("rw,exec,nosuid,nodev,mode=1777,size={TMP_TMPFS_BYTES_MAX}"),
-            )]));
-            let inbox = spec.dir.inbox();
-            let meta = std::fs::metadata(&inbox)
-                .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
-            Some(format!("{}:{}", meta.uid(), meta.gid()))
-        };
-
-        Ok(Config {
-            image: Some(self.config.image.clone()),
-            cmd: Some(spec.argv.clone()),
-            // The image's entrypoint, if any, must not wrap the provider.
-            entrypoint: Some(Vec::new()),
-            working_dir: Some(spec.workdir.clone()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            user,
-            labels: Some(self.labels(&spec.dir, spec.attempt)),
-            stop_signal: Some("SIGTERM".to_string()),
-            attach_stdin: Some(false),
-            attach_stdout: Some(false),
-            attach_stderr: Some(false),
-            open_stdin: Some(false),
-            tty: Some(false),
-            host_config: Some(host),
-            ..Default::default()
-        })
+        Ok(host)
     }
 
     /// The container by id or name; `None` once the engine no longer knows it.
@@ -637,6 +613,46 @@ impl Runtime for DockerRuntime {
     }
 }
 
+/// A launch the Docker runtime can run: its own task directory, a program, an absolute
+/// working directory.
+fn check_launch(spec: &LaunchSpec) -> Result<(), WorkerError> {
+    if spec.task != spec.dir.task() {
+        return Err(invalid(
+            "launch.task",
+            format!(
+                "task {} does not match the task directory of task {}",
+                spec.task,
+                spec.dir.task()
+            ),
+        ));
+    }
+    if spec.argv.is_empty() {
+        return Err(invalid("launch.argv", "must name a program".to_string()));
+    }
+    if !spec.workdir.starts_with('/') {
+        return Err(invalid(
+            "launch.workdir",
+            format!(
+                "must be an absolute path inside the sandbox, got {:?}",
+                spec.workdir
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Without full control: no capabilities, no new privileges, a read-only root with a
+/// private /tmp.
+fn harden(host: &mut HostConfig) {
+    host.cap_drop = Some(vec!["ALL".to_string()]);
+    host.security_opt = Some(vec!["no-new-privileges".to_string()]);
+    host.readonly_rootfs = Some(true);
+    host.tmpfs = Some(HashMap::from([(
+        "/tmp".to_string(),
+        format!("rw,exec,nosuid,nodev,mode=1777,size={TMP_TMPFS_BYTES_MAX}"),
+    )]));
+}
+
 /// The engine network mode for a manifest network mode (see the module docs).
 pub(crate) fn network_mode(mode: NetworkMode) -> &'static str {
     match mode {
@@ -657,11 +673,12 @@ fn task_dir_label(dir: &TaskDir) -> String {
     dir.root().to_string_lossy().into_owned()
 }
 
-/// 64-bit FNV-1a: a stable, dependency-free hash for container names.
+/// 64-bit FNV-1a (`fnv`): a hash that never changes between builds, for container names a
+/// restarted worker must find again.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 /// A bind mount of an existing host directory, by its absolute path.

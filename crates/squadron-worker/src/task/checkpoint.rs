@@ -8,6 +8,7 @@ use squadron_core::manifest::RuntimeKind;
 use squadron_core::task::TaskState;
 
 use crate::error::WorkerError;
+use crate::support::write_atomic;
 
 /// Largest `state.json` read back; anything bigger is not ours.
 pub(crate) const CHECKPOINT_BYTES_MAX: u64 = 64 * 1024;
@@ -52,15 +53,14 @@ impl TaskCheckpoint {
             })
     }
 
-    /// Written to a temporary file and renamed, so a crash leaves the old or the new record.
+    /// Written to a temporary file, synced and renamed, so a crash leaves the old or the new
+    /// record.
     pub(crate) fn store(&self, path: &Path) -> Result<(), WorkerError> {
-        let tmp = path.with_extension("json.tmp");
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| WorkerError::Invalid {
             field: "checkpoint".into(),
             message: e.to_string(),
         })?;
-        std::fs::write(&tmp, bytes).map_err(|e| WorkerError::io("writing checkpoint", &tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| WorkerError::io("renaming checkpoint", path, e))
+        write_atomic(path, &bytes)
     }
 }
 

@@ -5,12 +5,14 @@
 //! idempotent, sandboxes are adopted rather than recreated, and a provider that was already
 //! started is never started again.
 
+mod provision;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::command::TransitionDetail;
 use squadron_core::ids::TaskId;
-use squadron_core::manifest::{FailureAction, RetrySpec, TaskSpec};
+use squadron_core::manifest::{FailureAction, TaskSpec};
 use squadron_core::task::TaskState;
 use tokio::sync::watch;
 
@@ -18,6 +20,7 @@ use crate::config::WorkerConfig;
 use crate::control_link::{ControlLink, ReportAnswer};
 use crate::error::WorkerError;
 use crate::output_server::ActiveTasks;
+use crate::retry;
 use crate::runtime::probe::RuntimeSet;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
 use crate::task::checkpoint::TaskCheckpoint;
@@ -27,6 +30,7 @@ use crate::task::launcher::prepare_launch;
 use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
 use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
+use provision::{provision_sandbox, ProvisionFailure};
 
 /// Tasks a sandbox may hold at most (pids limit of every sandbox).
 pub(crate) const SANDBOX_PIDS_MAX: u64 = 4_096;
@@ -49,6 +53,63 @@ enum Interruption {
     Cancelled(String),
     TimedOut(u64),
     Hung(u64),
+}
+
+/// How a monitored run ended.
+#[derive(Debug)]
+enum RunEnd {
+    /// The provider exited on its own.
+    Exited,
+    /// The sandbox is gone without an exit code.
+    Vanished,
+    Interrupted(Interruption),
+}
+
+/// The output counters of a running task: what was seen, when output last grew, what the
+/// control plane was last sent.
+#[derive(Debug)]
+struct Progress {
+    counter: OutputCounter,
+    last: OutputCounts,
+    last_output_ms: u64,
+    reported: OutputCounts,
+    last_report_ms: u64,
+}
+
+impl Progress {
+    fn new(dir: &TaskDir) -> Self {
+        let mut counter = OutputCounter::new(dir);
+        let last = counter.look();
+        Self {
+            counter,
+            last,
+            last_output_ms: squadron_client::now_ms(),
+            reported: OutputCounts::default(),
+            last_report_ms: 0,
+        }
+    }
+
+    /// Looks at the progress files; output that grew resets the hang clock.
+    fn look(&mut self, now: u64) -> OutputCounts {
+        let counts = self.counter.look();
+        if counts.stdout_bytes != self.last.stdout_bytes
+            || counts.stderr_bytes != self.last.stderr_bytes
+        {
+            self.last_output_ms = now;
+        }
+        self.last = counts;
+        counts
+    }
+
+    /// Whether the counters changed since the last report and the interval has passed.
+    fn due(&self, now: u64, interval_ms: u64) -> bool {
+        self.last != self.reported && now.saturating_sub(self.last_report_ms) >= interval_ms
+    }
+
+    fn sent(&mut self, counts: OutputCounts, now: u64) {
+        self.reported = counts;
+        self.last_report_ms = now;
+    }
 }
 
 #[derive(Debug)]
@@ -316,16 +377,16 @@ impl TaskDriver {
         let runtime = self.runtime()?;
         let spec = self.launch_spec().await?;
         let limit = Duration::from_millis(self.spec.lifecycle.provision_timeout_ms);
-        let retries = ProvisionRetries {
-            policy: &self.spec.lifecycle.retries.provision,
-            override_ms: self.ctx.config.backoff_override_ms,
-        };
+        let pauses = retry::table(
+            &self.spec.lifecycle.retries.provision,
+            self.ctx.config.backoff_override_ms,
+        );
         let provisioned = provision_sandbox(
             runtime.as_ref(),
             &spec,
             limit,
-            &retries,
-            |delay| tokio::time::sleep(delay),
+            pauses,
+            tokio::time::sleep,
             |retry, error, delay_ms| {
                 self.event(serde_json::json!({"event": "provision_retry", "try": retry, "error": error.to_string(), "delay_ms": delay_ms}));
             },
@@ -419,76 +480,20 @@ impl TaskDriver {
             .load_checkpoint()
             .and_then(|c| c.started_at_ms)
             .unwrap_or_else(squadron_client::now_ms);
-        let lifecycle = self.spec.lifecycle.clone();
-        let mut counter = OutputCounter::new(&self.dir);
-        let mut last = counter.look();
-        let mut last_output_ms = squadron_client::now_ms();
-        let mut reported = OutputCounts::default();
-        let mut last_report_ms = 0u64;
-        let monitor = Duration::from_millis(self.ctx.config.monitor_interval_ms);
-        let (code, interruption) = loop {
-            let now = squadron_client::now_ms();
-            let counts = counter.look();
-            if counts.stdout_bytes != last.stdout_bytes || counts.stderr_bytes != last.stderr_bytes
-            {
-                last_output_ms = now;
-            }
-            last = counts;
-            if counts != reported
-                && now.saturating_sub(last_report_ms) >= self.ctx.config.progress_interval_ms
-                && self
-                    .ctx
-                    .control
-                    .progress(self.task, self.attempt, counts)
-                    .await
-            {
-                reported = counts;
-                last_report_ms = now;
-            }
-            match runtime.status(&handle).await? {
-                RunStatus::Exited { code } => break (Some(code), None),
-                RunStatus::Vanished => {
-                    break (
-                        None,
-                        Some(Err("the sandbox vanished while the task ran".to_string())),
-                    )
-                }
-                RunStatus::Created | RunStatus::Running => {}
-            }
-            let interruption = if let Some(reason) = self.cancel_reason() {
-                Some(Interruption::Cancelled(reason))
-            } else if now.saturating_sub(started) > lifecycle.timeout_ms {
-                Some(Interruption::TimedOut(lifecycle.timeout_ms))
-            } else if now.saturating_sub(last_output_ms) > lifecycle.hang_timeout_ms {
-                Some(Interruption::Hung(lifecycle.hang_timeout_ms))
-            } else {
-                None
-            };
-            if let Some(i) = interruption {
-                let grace = Duration::from_millis(lifecycle.cancel_grace_ms);
-                self.event(serde_json::json!({"event": "terminating", "why": format!("{i:?}"), "grace_ms": lifecycle.cancel_grace_ms}));
-                runtime.terminate(&handle, grace).await?;
-                let code = match runtime.status(&handle).await? {
-                    RunStatus::Exited { code } => Some(code),
-                    _ => None,
-                };
-                break (code, Some(Ok(i)));
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(monitor) => {}
-                _ = self.cancel.changed() => {}
-            }
-        };
-        let counts = counter.look();
-        if counts != reported {
+        let mut progress = Progress::new(&self.dir);
+        let (code, end) = self
+            .monitor(&runtime, &handle, started, &mut progress)
+            .await?;
+        let counts = progress.counter.look();
+        if counts != progress.reported {
             self.ctx
                 .control
                 .progress(self.task, self.attempt, counts)
                 .await;
         }
         self.checkpoint(|c| c.exit_code = code);
-        match interruption {
-            None => {
+        match end {
+            RunEnd::Exited => {
                 let detail = TransitionDetail {
                     exit_code: code,
                     ..TransitionDetail::default()
@@ -496,24 +501,85 @@ impl TaskDriver {
                 self.report(TaskState::Running, TaskState::Completing, detail)
                     .await
             }
-            Some(Ok(Interruption::Cancelled(reason))) => {
+            RunEnd::Interrupted(Interruption::Cancelled(reason)) => {
                 Ok(self.cancel_now(TaskState::Running, reason).await)
             }
-            Some(Ok(Interruption::TimedOut(ms))) => Ok(self
+            RunEnd::Interrupted(Interruption::TimedOut(ms)) => Ok(self
                 .fail(
                     TaskState::Running,
                     code,
                     format!("task timeout: still running after {ms} ms"),
                 )
                 .await),
-            Some(Ok(Interruption::Hung(ms))) => Ok(self
+            RunEnd::Interrupted(Interruption::Hung(ms)) => Ok(self
                 .fail(
                     TaskState::Running,
                     code,
                     format!("hang detected: no output for {ms} ms"),
                 )
                 .await),
-            Some(Err(why)) => Ok(self.fail(TaskState::Running, code, why).await),
+            RunEnd::Vanished => Ok(self
+                .fail(
+                    TaskState::Running,
+                    code,
+                    "the sandbox vanished while the task ran".to_string(),
+                )
+                .await),
+        }
+    }
+
+    /// Watches the running provider until it exits, vanishes or is interrupted (cancel,
+    /// task timeout, hang), sending output counters on the way; an interrupted provider is
+    /// terminated with the cancel grace. Returns its exit code, when it has one.
+    async fn monitor(
+        &mut self,
+        runtime: &Arc<dyn Runtime>,
+        handle: &SandboxHandle,
+        started: u64,
+        progress: &mut Progress,
+    ) -> Result<(Option<i32>, RunEnd), WorkerError> {
+        let lifecycle = self.spec.lifecycle.clone();
+        let monitor = Duration::from_millis(self.ctx.config.monitor_interval_ms);
+        loop {
+            let now = squadron_client::now_ms();
+            let counts = progress.look(now);
+            if progress.due(now, self.ctx.config.progress_interval_ms)
+                && self
+                    .ctx
+                    .control
+                    .progress(self.task, self.attempt, counts)
+                    .await
+            {
+                progress.sent(counts, now);
+            }
+            match runtime.status(handle).await? {
+                RunStatus::Exited { code } => return Ok((Some(code), RunEnd::Exited)),
+                RunStatus::Vanished => return Ok((None, RunEnd::Vanished)),
+                RunStatus::Created | RunStatus::Running => {}
+            }
+            let interruption = if let Some(reason) = self.cancel_reason() {
+                Some(Interruption::Cancelled(reason))
+            } else if now.saturating_sub(started) > lifecycle.timeout_ms {
+                Some(Interruption::TimedOut(lifecycle.timeout_ms))
+            } else if now.saturating_sub(progress.last_output_ms) > lifecycle.hang_timeout_ms {
+                Some(Interruption::Hung(lifecycle.hang_timeout_ms))
+            } else {
+                None
+            };
+            if let Some(i) = interruption {
+                let grace = Duration::from_millis(lifecycle.cancel_grace_ms);
+                self.event(serde_json::json!({"event": "terminating", "why": format!("{i:?}"), "grace_ms": lifecycle.cancel_grace_ms}));
+                runtime.terminate(handle, grace).await?;
+                let code = match runtime.status(handle).await? {
+                    RunStatus::Exited { code } => Some(code),
+                    _ => None,
+                };
+                return Ok((code, RunEnd::Interrupted(i)));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(monitor) => {}
+                _ = self.cancel.changed() => {}
+            }
         }
     }
 
@@ -699,192 +765,4 @@ fn truncate(s: &str) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
-}
-
-/// The provisioning retry policy of a task, with the worker's override of its delays.
-struct ProvisionRetries<'a> {
-    policy: &'a RetrySpec,
-    override_ms: Option<u64>,
-}
-
-impl ProvisionRetries<'_> {
-    /// The pause before retry `retry`, counted from 1 as the seed's table is (10 s, then 30 s).
-    fn delay_ms(&self, retry: u32) -> u64 {
-        self.override_ms
-            .unwrap_or_else(|| self.policy.delay_ms(retry))
-    }
-}
-
-/// Why provisioning gave up.
-#[derive(Debug)]
-enum ProvisionFailure {
-    /// Looking for a sandbox of an earlier life failed; not retried.
-    Adopt(WorkerError),
-    /// The runtime refused on the first try and on every retry.
-    Failed(WorkerError),
-    /// One try outlived the provision timeout; not retried.
-    TimedOut,
-}
-
-/// PROVISIONING: adopts the attempt's sandbox if an earlier life made it, else provisions
-/// one, retrying a refusal per the policy (each try bounded by `limit`). `on_retry` hears of
-/// each retry (its number from 1, the error, the pause) before `sleep` waits.
-async fn provision_sandbox<F: std::future::Future<Output = ()>>(
-    runtime: &dyn Runtime,
-    spec: &LaunchSpec,
-    limit: Duration,
-    retries: &ProvisionRetries<'_>,
-    sleep: impl Fn(Duration) -> F,
-    mut on_retry: impl FnMut(u32, &WorkerError, u64),
-) -> Result<SandboxHandle, ProvisionFailure> {
-    let mut retry = 0u32;
-    loop {
-        let adopted = runtime
-            .adopt(spec.task, spec.attempt, &spec.dir)
-            .await
-            .map_err(ProvisionFailure::Adopt)?;
-        if let Some(h) = adopted {
-            return Ok(h);
-        }
-        match tokio::time::timeout(limit, runtime.provision(spec)).await {
-            Ok(Ok(h)) => return Ok(h),
-            Ok(Err(e)) if retry < retries.policy.max => {
-                retry += 1;
-                let delay = retries.delay_ms(retry);
-                on_retry(retry, &e, delay);
-                sleep(Duration::from_millis(delay)).await;
-            }
-            Ok(Err(e)) => return Err(ProvisionFailure::Failed(e)),
-            Err(_) => return Err(ProvisionFailure::TimedOut),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::Mutex;
-
-    use async_trait::async_trait;
-    use squadron_core::manifest::{NetworkMode, RetryPolicy, RuntimeKind};
-
-    use std::collections::BTreeMap;
-
-    use super::*;
-    use crate::runtime::ReapReport;
-
-    /// Refuses the first `refusals` provisions, then hands out a sandbox.
-    #[derive(Debug)]
-    struct FlakyRuntime {
-        refusals: u32,
-        provisions: AtomicU32,
-    }
-
-    #[async_trait]
-    impl Runtime for FlakyRuntime {
-        fn kind(&self) -> RuntimeKind {
-            RuntimeKind::Process
-        }
-        async fn provision(&self, _: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
-            let n = self.provisions.fetch_add(1, Ordering::SeqCst);
-            if n < self.refusals {
-                return Err(WorkerError::runtime("flaky", format!("refusal {}", n + 1)));
-            }
-            Ok(SandboxHandle {
-                runtime: RuntimeKind::Process,
-                id: "sandbox".into(),
-            })
-        }
-        async fn start(&self, _: &SandboxHandle, _: &LaunchSpec) -> Result<(), WorkerError> {
-            Err(WorkerError::runtime("flaky", "not used"))
-        }
-        async fn status(&self, _: &SandboxHandle) -> Result<RunStatus, WorkerError> {
-            Err(WorkerError::runtime("flaky", "not used"))
-        }
-        async fn terminate(&self, _: &SandboxHandle, _: Duration) -> Result<(), WorkerError> {
-            Err(WorkerError::runtime("flaky", "not used"))
-        }
-        async fn destroy(&self, _: &SandboxHandle) -> Result<ReapReport, WorkerError> {
-            Err(WorkerError::runtime("flaky", "not used"))
-        }
-        async fn adopt(
-            &self,
-            _: TaskId,
-            _: u32,
-            _: &TaskDir,
-        ) -> Result<Option<SandboxHandle>, WorkerError> {
-            Ok(None)
-        }
-        fn break_glass(&self, _: &SandboxHandle) -> String {
-            String::new()
-        }
-    }
-
-    fn launch_spec(tmp: &std::path::Path) -> LaunchSpec {
-        let task = TaskId::new(1).unwrap();
-        LaunchSpec {
-            task,
-            attempt: 1,
-            dir: TaskDir::new(tmp, task),
-            argv: vec!["/bin/true".into()],
-            workdir: "/mnt/inbox".into(),
-            env: BTreeMap::new(),
-            limits: SandboxLimits::default(),
-            network: NetworkMode::Isolated,
-            full_control: false,
-            global_dir: None,
-        }
-    }
-
-    /// Provisions against a runtime refusing `refusals` times under the seed's default
-    /// policy; returns the outcome, the pauses taken and the retries heard of.
-    async fn provision_refused(
-        refusals: u32,
-    ) -> (
-        Result<SandboxHandle, ProvisionFailure>,
-        Vec<Duration>,
-        Vec<(u32, u64)>,
-    ) {
-        let tmp = tempfile::tempdir().unwrap();
-        let runtime = FlakyRuntime {
-            refusals,
-            provisions: AtomicU32::new(0),
-        };
-        let policy = RetryPolicy::default().provision;
-        let retries = ProvisionRetries {
-            policy: &policy,
-            override_ms: None,
-        };
-        let slept = Mutex::new(Vec::new());
-        let mut heard = Vec::new();
-        let outcome = provision_sandbox(
-            &runtime,
-            &launch_spec(tmp.path()),
-            Duration::from_secs(5),
-            &retries,
-            |d| {
-                slept.lock().unwrap().push(d);
-                std::future::ready(())
-            },
-            |retry, _, delay_ms| heard.push((retry, delay_ms)),
-        )
-        .await;
-        (outcome, slept.into_inner().unwrap(), heard)
-    }
-
-    /// The seed's retry table: "VM provision — 2 retries — 10s, 30s".
-    #[tokio::test]
-    async fn provisioning_retries_wait_ten_then_thirty_seconds() {
-        let (outcome, slept, heard) = provision_refused(2).await;
-        assert_eq!(outcome.unwrap().id, "sandbox");
-        assert_eq!(slept, [Duration::from_secs(10), Duration::from_secs(30)]);
-        assert_eq!(heard, [(1, 10_000), (2, 30_000)]);
-
-        let (outcome, slept, _) = provision_refused(3).await;
-        match outcome {
-            Err(ProvisionFailure::Failed(e)) => assert!(e.to_string().contains("refusal 3"), "{e}"),
-            other => panic!("a third refusal must end provisioning: {other:?}"),
-        }
-        assert_eq!(slept, [Duration::from_secs(10), Duration::from_secs(30)]);
-    }
 }

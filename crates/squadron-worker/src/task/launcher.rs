@@ -31,7 +31,6 @@ use crate::support::remove_path;
 use crate::support::write_atomic;
 use crate::task::env_allowlist::EnvAllowlist;
 use crate::task::task_dir::TaskDir;
-use squadron_isolation::shell_quote;
 
 /// Where the sandbox mounts the task's `run/`, `inbox/` and `outbox/` (see `task_dir`).
 pub(crate) const SANDBOX_MOUNT_PREFIX: &str = "/mnt";
@@ -136,10 +135,26 @@ pub(crate) fn prepare_launch_with_mounts(
             stderr: format!("{outbox}/progress/stderr.log"),
             workdir,
         },
-    );
+    )?;
     let launch_script = run_host.join(LAUNCH_SCRIPT_NAME);
     write_atomic(&launch_script, text.as_bytes())?;
 
+    Ok(LaunchPlan {
+        argv: vec!["/bin/sh".to_string(), format!("{run}/{LAUNCH_SCRIPT_NAME}")],
+        env: sandbox_env(dir, attempt, env_allowlist),
+        workdir: workdir.to_string(),
+        provider: agent.provider,
+        provider_argv,
+        launch_script,
+    })
+}
+
+/// The allowlisted variables the worker has, under the fixed base the launcher always sets.
+fn sandbox_env(
+    dir: &TaskDir,
+    attempt: u32,
+    env_allowlist: &EnvAllowlist,
+) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = env_allowlist.resolve();
     for (name, value) in [
         ("PATH", SANDBOX_PATH.to_string()),
@@ -151,14 +166,7 @@ pub(crate) fn prepare_launch_with_mounts(
     ] {
         env.insert(name.to_string(), value);
     }
-    Ok(LaunchPlan {
-        argv: vec!["/bin/sh".to_string(), format!("{run}/{LAUNCH_SCRIPT_NAME}")],
-        env,
-        workdir: workdir.to_string(),
-        provider: agent.provider,
-        provider_argv,
-        launch_script,
-    })
+    env
 }
 
 /// The provider's command line (no prompt: that comes on stdin). `run` is where `run/` is
@@ -216,9 +224,9 @@ fn launch_script(
     provider: Provider,
     argv: &[String],
     paths: &LaunchPaths<'_>,
-) -> String {
-    let command: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
-    format!(
+) -> Result<String, WorkerError> {
+    let command = shlex::try_join(argv.iter().map(String::as_str)).map_err(quote_error)?;
+    Ok(format!(
         "#!/bin/sh\n\
          # Written by the Squadron worker: task {task}, attempt {attempt}, provider {provider}.\n\
          # The prompt reaches the provider on standard input; it is never an argument.\n\
@@ -227,12 +235,26 @@ fn launch_script(
          cd {workdir} || exit {LAUNCH_WORKDIR_EXIT_CODE}\n\
          exec {command}\n",
         task = dir.task(),
-        prompt = shell_quote(&paths.prompt),
-        stdout = shell_quote(&paths.stdout),
-        stderr = shell_quote(&paths.stderr),
-        workdir = shell_quote(paths.workdir),
-        command = command.join(" "),
-    )
+        prompt = quote(&paths.prompt)?,
+        stdout = quote(&paths.stdout)?,
+        stderr = quote(&paths.stderr)?,
+        workdir = quote(paths.workdir)?,
+    ))
+}
+
+/// One word for `sh`, exactly as given (`shlex`).
+fn quote(word: &str) -> Result<String, WorkerError> {
+    shlex::try_quote(word)
+        .map(|q| q.into_owned())
+        .map_err(quote_error)
+}
+
+/// A word `sh` cannot be handed: only a NUL byte is.
+fn quote_error(e: shlex::QuoteError) -> WorkerError {
+    WorkerError::Invalid {
+        field: "agent".into(),
+        message: format!("a word of the provider's command line cannot be quoted: {e}"),
+    }
 }
 
 /// An absolute sandbox path that `sh` can be handed: no control characters (NUL and newline

@@ -15,7 +15,7 @@
 //! ```
 //!
 //! A profile's process sees only its own worktree and state writable; `repo/.git` is shown
-//! read-only (see `agent_attempt`), so Git metadata is changed only from the worker's side.
+//! read-only (see `agent::attempt`), so Git metadata is changed only from the worker's side.
 //!
 //! A worktree is created once and never reset implicitly: `reset_worktree` is the only way,
 //! and it demands reap evidence (`populated 0`) for the leaf of the profile's last started
@@ -24,25 +24,26 @@
 //!
 //! Everything here blocks (git, file system): call it from a blocking task.
 
-use std::cell::Cell;
+mod clone;
+mod records;
+mod reset;
+
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use git2::build::{CheckoutBuilder, CloneLocal, RepoBuilder};
-use git2::{FetchOptions, RemoteCallbacks, Repository, ResetType, WorktreeAddOptions};
+use git2::WorktreeAddOptions;
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::{Generation, ProfileKey, ProjectId, TenantId};
 use squadron_core::limits::DESCRIPTOR_BYTES_MAX;
 use squadron_isolation::bubblewrap::SYSTEM_RO_PATHS;
-use squadron_isolation::ReapEvidence;
 
 use crate::error::WorkerError;
-use crate::support::remove_path;
-use crate::support::{now_ms, write_atomic};
-use crate::task::staging::{redact_url, CLONE_BYTES_MAX_DEFAULT};
+use crate::support::{now_ms, remove_path, write_atomic};
+use clone::{clone_bare, open_bare, resolve_base};
+pub(crate) use records::record_reap;
 
 /// Directory of `data_dir` holding every project sandbox.
 pub(crate) const PROJECTS_DIR: &str = "projects";
@@ -63,8 +64,6 @@ pub(crate) const PROJECT_PROFILES_MAX: usize = 64;
 pub(crate) const SANDBOX_DIR_ENTRIES_MAX: usize = 100_000;
 /// Largest `sandbox.json` or `g{n}.started` read back.
 pub(crate) const SANDBOX_RECORD_BYTES_MAX: u64 = 64 * 1024;
-/// Longest `cgroup.events` read when checking a leaf.
-const CGROUP_EVENTS_BYTES_MAX: usize = 4096;
 /// Clones are made in `{root}/{CLONING_DIR_NAME}.{pid}.{n}`, then renamed to `repo/.git`.
 const CLONING_DIR_NAME: &str = ".repo.cloning";
 const ORIGIN: &str = "origin";
@@ -167,87 +166,19 @@ impl ProjectSandbox {
                 ));
             }
         }
-        check_not_shown(data_dir)?;
-        fs::create_dir_all(data_dir).map_err(|e| WorkerError::io("creating", data_dir, e))?;
-        // Real paths: the worktrees' `.git` files name the common directory by its real path,
-        // and the boundary shows it at exactly that path.
-        let data_dir = fs::canonicalize(data_dir)
-            .map_err(|e| WorkerError::io("resolving data dir", data_dir, e))?;
-        check_not_shown(&data_dir)?;
-        let root = data_dir
-            .join(PROJECTS_DIR)
-            .join(tenant.as_str())
-            .join(project.as_str());
-        let sandbox_ref = root.display().to_string();
-        if sandbox_ref.len() > DESCRIPTOR_BYTES_MAX {
-            return Err(invalid(
-                "data_dir",
-                format!("sandbox path {sandbox_ref} is longer than {DESCRIPTOR_BYTES_MAX} bytes"),
-            ));
-        }
-        for dir in [
-            root.join(REPO_DIR),
-            root.join(WORKTREES_DIR),
-            root.join(STATE_DIR),
-            root.join(RUN_DIR),
-        ] {
-            fs::create_dir_all(&dir).map_err(|e| WorkerError::io("creating", &dir, e))?;
-        }
-
+        let root = make_root(data_dir, tenant, project)?;
+        let origin = SandboxOrigin {
+            tenant,
+            project,
+            repo_url,
+            branch,
+        };
         let record_path = root.join(SANDBOX_RECORD_NAME);
         let record = match read_json::<SandboxRecord>(&record_path)? {
             Some(record) => record,
-            None => {
-                let git_dir = root.join(REPO_DIR).join(".git");
-                if !git_dir.exists() {
-                    clone_bare(repo_url, &root, &git_dir)?;
-                }
-                let repo = open_bare(&git_dir)?;
-                let record = SandboxRecord {
-                    tenant: tenant.clone(),
-                    project: project.clone(),
-                    repo_url: repo_url.to_owned(),
-                    branch: branch.map(str::to_owned),
-                    base_commit: resolve_base(&repo, branch)?,
-                    created_at_ms: now_ms(),
-                };
-                let json = serde_json::to_vec_pretty(&record).map_err(|e| {
-                    project_error(format!("cannot encode {SANDBOX_RECORD_NAME}: {e}"))
-                })?;
-                write_atomic(&record_path, &json)?;
-                record
-            }
+            None => first_record(&root, &origin)?,
         };
-        if record.tenant != *tenant || record.project != *project {
-            return Err(invalid(
-                "sandbox",
-                format!(
-                    "{} belongs to {}/{}",
-                    record_path.display(),
-                    record.tenant,
-                    record.project
-                ),
-            ));
-        }
-        if record.repo_url != repo_url {
-            return Err(invalid(
-                "repository.url",
-                format!(
-                    "the sandbox at {} was cloned from another repository",
-                    root.display()
-                ),
-            ));
-        }
-        if record.branch.as_deref() != branch {
-            return Err(invalid(
-                "branch",
-                format!(
-                    "the sandbox at {} was made from branch {:?}, not {branch:?}",
-                    root.display(),
-                    record.branch
-                ),
-            ));
-        }
+        origin.check(&record, &record_path, &root)?;
         Ok(ProjectSandbox {
             record,
             root,
@@ -390,212 +321,113 @@ impl ProjectSandbox {
         Ok(keys)
     }
 
-    /// The generations of a profile started on this worker, ascending.
-    pub(crate) fn started_generations(
-        &self,
-        key: &ProfileKey,
-    ) -> Result<Vec<Generation>, WorkerError> {
-        let run = self.profile_paths(key).run;
-        let mut generations: Vec<Generation> = list_names(&run)?
-            .iter()
-            .filter_map(|name| {
-                let digits = name.strip_prefix('g')?.strip_suffix(".started")?;
-                let valid = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
-                valid.then(|| digits.parse().ok().map(Generation::new))?
-            })
-            .collect();
-        generations.sort();
-        Ok(generations)
-    }
-
-    /// The record of a started generation; `None` if it never started here.
-    pub(crate) fn started(
-        &self,
-        key: &ProfileKey,
-        generation: Generation,
-    ) -> Result<Option<StartedGeneration>, WorkerError> {
-        let path = self.profile_paths(key).started_marker(generation);
-        let Some(record) = read_json::<StartedGeneration>(&path)? else {
-            if path.exists() {
-                return Err(project_error(format!(
-                    "{} is unreadable: generation {generation} of {key} started but its leaf \
-                     is unknown",
-                    path.display()
-                )));
-            }
-            return Ok(None);
-        };
-        Ok(Some(record))
-    }
-
-    #[allow(
-        dead_code,
-        reason = "no caller yet: a takeover that resets the worktree will use it (ADR-0011 decision 6); the tests prove the proof requirement"
-    )]
-    /// The last generation of a profile started here, with its leaf.
-    pub(crate) fn last_started(
-        &self,
-        key: &ProfileKey,
-    ) -> Result<Option<StartedGeneration>, WorkerError> {
-        match self.started_generations(key)?.last() {
-            Some(generation) => self.started(key, *generation),
-            None => Ok(None),
-        }
-    }
-
-    /// The reap evidence recorded for a generation (`run/{key}/g{n}.reaped`), if any.
-    pub(crate) fn reap_evidence(
-        &self,
-        key: &ProfileKey,
-        generation: Generation,
-    ) -> Result<Option<ReapEvidence>, WorkerError> {
-        read_json(&self.profile_paths(key).reaped_record(generation))
-    }
-
-    /// Records, exclusively and before anything is spawned, that `generation` of the profile
-    /// starts in leaf `cgroup`. Refused when this or a newer generation started already, or
-    /// when `precheck` (the caller's proof that no other generation runs) fails.
-    pub(crate) fn record_start(
-        &self,
-        paths: &ProfilePaths,
-        generation: Generation,
-        cgroup: &Path,
-        precheck: impl FnOnce() -> Result<(), WorkerError>,
-    ) -> Result<StartedGeneration, WorkerError> {
-        let _guard = self.guard();
-        let key = &paths.key;
-        let last = self.started_generations(key)?.last().copied();
-        if let Some(last) = last {
-            if last == generation {
-                return Err(invalid(
-                    "generation",
-                    format!(
-                        "generation {generation} of profile {key} was started already; adopt it"
-                    ),
-                ));
-            }
-            if last > generation {
-                return Err(invalid(
-                    "generation",
-                    format!(
-                        "generation {generation} of profile {key} is older than generation \
-                         {last}, which started already"
-                    ),
-                ));
-            }
-        }
-        precheck()?;
-        if let Some(last) = last {
-            // The previous generation may still be between its start record and its leaf:
-            // only its exit code or its reap record says it is over.
-            let exited = paths.exit_code_file(last).exists();
-            let reaped = self
-                .reap_evidence(key, last)?
-                .is_some_and(|evidence| !evidence.populated);
-            if !exited && !reaped {
-                return Err(invalid(
-                    "generation",
-                    format!(
-                        "generation {last} of profile {key} has neither exited nor been \
-                         reaped; reap it before starting generation {generation}"
-                    ),
-                ));
-            }
-        }
-        let record = StartedGeneration {
-            generation,
-            cgroup: cgroup.display().to_string(),
-            started_at_ms: now_ms(),
-        };
-        let json = serde_json::to_vec_pretty(&record)
-            .map_err(|e| project_error(format!("cannot encode the start record: {e}")))?;
-        let marker = paths.started_marker(generation);
-        // Written whole under another name, then linked: the marker appears complete or not at
-        // all, and link(2) fails if it exists (the once-only guarantee).
-        let tmp = unique_sibling(&marker, ".tmp");
-        write_atomic(&tmp, &json)?;
-        let linked = fs::hard_link(&tmp, &marker);
-        let _ = fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => Ok(record),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(invalid(
-                "generation",
-                format!("generation {generation} of profile {key} was started already; adopt it"),
-            )),
-            Err(e) => Err(WorkerError::io("recording the start at", &marker, e)),
-        }
-    }
-
-    #[allow(
-        dead_code,
-        reason = "no caller yet: a takeover that resets the worktree will use it (ADR-0011 decision 6); the tests prove the proof requirement"
-    )]
-    /// Resets the profile's worktree to the tip of `squadron/{key}`: every file of the
-    /// worktree is removed (symlinks are not followed), the `.git` link rewritten, the tip
-    /// checked out and the index reset. Returns the commit.
-    ///
-    /// Refused unless `proof` is reap evidence with `populated: false` for the leaf of the
-    /// profile's last started generation, and that leaf is not populated now. A profile
-    /// that never started on this worker needs no proof.
-    pub(crate) fn reset_worktree(
-        &self,
-        key: &ProfileKey,
-        proof: Option<&ReapEvidence>,
-    ) -> Result<String, WorkerError> {
-        let _guard = self.guard();
-        let paths = self.profile_paths(key);
-        let admin = self.git_dir().join("worktrees").join(key.as_str());
-        if !self.has_worktree(key) {
-            return Err(invalid(
-                "profile_key",
-                format!("{key} has no worktree in {}", self.root.display()),
-            ));
-        }
-        if let Some(last) = self.last_started(key)? {
-            check_quiescence_proof(key, &last, proof)?;
-        }
-
-        for name in list_names(&paths.worktree)? {
-            remove_path(&paths.worktree.join(name))?;
-        }
-        let gitfile = paths.worktree.join(".git");
-        let link = format!("gitdir: {}\n", admin.display());
-        write_atomic(&gitfile, link.as_bytes())?;
-        let repo = Repository::open(&paths.worktree)
-            .map_err(|e| git_error("opening the profile worktree", &e))?;
-        let refname = format!("refs/heads/{}", paths.branch);
-        let tip = repo
-            .find_reference(&refname)
-            .and_then(|r| r.peel_to_commit())
-            .map_err(|e| git_error("finding the profile branch", &e))?;
-        repo.set_head(&refname)
-            .map_err(|e| git_error("pointing the worktree at its branch", &e))?;
-        let mut checkout = CheckoutBuilder::new();
-        checkout.force().recreate_missing(true);
-        repo.reset(tip.as_object(), ResetType::Hard, Some(&mut checkout))
-            .map_err(|e| git_error("resetting the profile worktree", &e))?;
-        Ok(tip.id().to_string())
-    }
-
     fn guard(&self) -> MutexGuard<'_, ()> {
         self.lock.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Keeps the evidence of a reap that proved a generation quiescent, so a restarted worker
-/// can still show it (a crash takeover needs it, INV-9); evidence that proves nothing is not
-/// kept.
-pub(crate) fn record_reap(
-    paths: &ProfilePaths,
-    generation: Generation,
-    evidence: &ReapEvidence,
-) -> Result<(), WorkerError> {
-    if evidence.populated {
-        return Ok(());
+/// What a sandbox is asked to be made from.
+struct SandboxOrigin<'a> {
+    tenant: &'a TenantId,
+    project: &'a ProjectId,
+    repo_url: &'a str,
+    branch: Option<&'a str>,
+}
+
+impl SandboxOrigin<'_> {
+    /// An existing sandbox is reopened only for the project, repository and branch it was
+    /// made for; the refusal names the field that differs.
+    fn check(&self, record: &SandboxRecord, path: &Path, root: &Path) -> Result<(), WorkerError> {
+        if record.tenant != *self.tenant || record.project != *self.project {
+            return Err(invalid(
+                "sandbox",
+                format!(
+                    "{} belongs to {}/{}",
+                    path.display(),
+                    record.tenant,
+                    record.project
+                ),
+            ));
+        }
+        if record.repo_url != self.repo_url {
+            return Err(invalid(
+                "repository.url",
+                format!(
+                    "the sandbox at {} was cloned from another repository",
+                    root.display()
+                ),
+            ));
+        }
+        if record.branch.as_deref() != self.branch {
+            return Err(invalid(
+                "branch",
+                format!(
+                    "the sandbox at {} was made from branch {:?}, not {:?}",
+                    root.display(),
+                    record.branch,
+                    self.branch
+                ),
+            ));
+        }
+        Ok(())
     }
-    let json = serde_json::to_vec_pretty(evidence)
-        .map_err(|e| project_error(format!("cannot encode reap evidence: {e}")))?;
-    write_atomic(&paths.reaped_record(generation), &json)
+}
+
+/// `{data_dir}/projects/{tenant}/{project}` and its directories, by real path: the
+/// worktrees' `.git` files name the common directory by its real path, and the boundary
+/// shows it at exactly that path.
+fn make_root(
+    data_dir: &Path,
+    tenant: &TenantId,
+    project: &ProjectId,
+) -> Result<PathBuf, WorkerError> {
+    check_not_shown(data_dir)?;
+    fs::create_dir_all(data_dir).map_err(|e| WorkerError::io("creating", data_dir, e))?;
+    let data_dir = fs::canonicalize(data_dir)
+        .map_err(|e| WorkerError::io("resolving data dir", data_dir, e))?;
+    check_not_shown(&data_dir)?;
+    let root = data_dir
+        .join(PROJECTS_DIR)
+        .join(tenant.as_str())
+        .join(project.as_str());
+    let sandbox_ref = root.display().to_string();
+    if sandbox_ref.len() > DESCRIPTOR_BYTES_MAX {
+        return Err(invalid(
+            "data_dir",
+            format!("sandbox path {sandbox_ref} is longer than {DESCRIPTOR_BYTES_MAX} bytes"),
+        ));
+    }
+    for dir in [
+        root.join(REPO_DIR),
+        root.join(WORKTREES_DIR),
+        root.join(STATE_DIR),
+        root.join(RUN_DIR),
+    ] {
+        fs::create_dir_all(&dir).map_err(|e| WorkerError::io("creating", &dir, e))?;
+    }
+    Ok(root)
+}
+
+/// The first opening of a sandbox: the bare clone (unless a crash left a complete one) and
+/// `sandbox.json`.
+fn first_record(root: &Path, origin: &SandboxOrigin<'_>) -> Result<SandboxRecord, WorkerError> {
+    let git_dir = root.join(REPO_DIR).join(".git");
+    if !git_dir.exists() {
+        clone_bare(origin.repo_url, root, &git_dir)?;
+    }
+    let repo = open_bare(&git_dir)?;
+    let record = SandboxRecord {
+        tenant: origin.tenant.clone(),
+        project: origin.project.clone(),
+        repo_url: origin.repo_url.to_owned(),
+        branch: origin.branch.map(str::to_owned),
+        base_commit: resolve_base(&repo, origin.branch)?,
+        created_at_ms: now_ms(),
+    };
+    let json = serde_json::to_vec_pretty(&record)
+        .map_err(|e| project_error(format!("cannot encode {SANDBOX_RECORD_NAME}: {e}")))?;
+    write_atomic(&root.join(SANDBOX_RECORD_NAME), &json)?;
+    Ok(record)
 }
 
 /// A data directory must be absolute and outside the system directories every boundary
@@ -621,74 +453,6 @@ fn check_not_shown(data_dir: &Path) -> Result<(), WorkerError> {
         )),
         None => Ok(()),
     }
-}
-
-#[allow(
-    dead_code,
-    reason = "no caller yet: a takeover that resets the worktree will use it (ADR-0011 decision 6); the tests prove the proof requirement"
-)]
-/// The proof `reset_worktree` demands for the last started generation.
-fn check_quiescence_proof(
-    key: &ProfileKey,
-    last: &StartedGeneration,
-    proof: Option<&ReapEvidence>,
-) -> Result<(), WorkerError> {
-    let generation = last.generation;
-    let Some(proof) = proof else {
-        return Err(invalid(
-            "reap evidence",
-            format!(
-                "missing: resetting the worktree of {key} needs reap evidence that generation \
-                 {generation} (cgroup {}) is quiescent",
-                last.cgroup
-            ),
-        ));
-    };
-    if proof.cgroup != last.cgroup {
-        return Err(invalid(
-            "reap evidence",
-            format!(
-                "it is for {}, not for {}, the leaf of generation {generation} of {key}, the \
-                 last one started",
-                proof.cgroup, last.cgroup
-            ),
-        ));
-    }
-    if proof.populated {
-        return Err(invalid(
-            "reap evidence",
-            format!(
-                "{} was still populated when reaped; generation {generation} of {key} is not \
-                 proved quiescent",
-                proof.cgroup
-            ),
-        ));
-    }
-    if leaf_populated(Path::new(&last.cgroup))? {
-        return Err(invalid(
-            "reap evidence",
-            format!(
-                "{} is populated now; generation {generation} of {key} runs again",
-                last.cgroup
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// `populated` of a v2 cgroup directory; an absent directory holds nothing.
-pub(crate) fn leaf_populated(cgroup: &Path) -> Result<bool, WorkerError> {
-    let events = cgroup.join("cgroup.events");
-    let text = match fs::read_to_string(&events) {
-        Ok(text) => text,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(WorkerError::io("reading", &events, e)),
-    };
-    let text = crate::support::truncate_at_char(&text, CGROUP_EVENTS_BYTES_MAX);
-    text.lines()
-        .find_map(|line| line.strip_prefix("populated "))
-        .map(|v| v.trim() == "1")
-        .ok_or_else(|| project_error(format!("{} has no populated line", events.display())))
 }
 
 /// The UTF-8 names in a directory (others are skipped); empty when it does not exist.
@@ -726,90 +490,6 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, W
     }
     let bytes = fs::read(path).map_err(|e| WorkerError::io("reading", path, e))?;
     Ok(serde_json::from_slice(&bytes).ok())
-}
-
-fn open_bare(git_dir: &Path) -> Result<Repository, WorkerError> {
-    Repository::open_bare(git_dir).map_err(|e| git_error("opening repo/.git", &e))
-}
-
-/// Clones `url` bare into a fresh directory beside the sandbox and renames it to `git_dir`,
-/// so `repo/.git` only ever appears complete.
-fn clone_bare(url: &str, root: &Path, git_dir: &Path) -> Result<(), WorkerError> {
-    let local = url.strip_prefix("file://").unwrap_or(url);
-    if local.starts_with('/') && fs::symlink_metadata(local).is_err() {
-        return Err(invalid(
-            "repository.url",
-            "no repository at <repository.url>: the local path does not exist",
-        ));
-    }
-    let too_large = Cell::new(false);
-    let mut callbacks = RemoteCallbacks::new();
-    callbacks.transfer_progress(|progress| {
-        let over =
-            u64::try_from(progress.received_bytes()).unwrap_or(u64::MAX) > CLONE_BYTES_MAX_DEFAULT;
-        too_large.set(over);
-        !over
-    });
-    let mut fetch = FetchOptions::new();
-    fetch.remote_callbacks(callbacks);
-    let mut builder = RepoBuilder::new();
-    builder.bare(true).fetch_options(fetch);
-    // Never hard-link the source's objects (see staging): copy them, or use the transport.
-    builder.clone_local(if url.starts_with("file://") {
-        CloneLocal::None
-    } else {
-        CloneLocal::NoLinks
-    });
-    let cloning = unique_sibling(&root.join(CLONING_DIR_NAME), "");
-    let cloned = builder.clone(url, &cloning);
-    drop(builder);
-    let outcome = match cloned {
-        Ok(_) => match fs::rename(&cloning, git_dir) {
-            Ok(()) => Ok(()),
-            // Another caller finished first; its clone is as good as ours.
-            Err(_) if git_dir.join("HEAD").exists() => Ok(()),
-            Err(e) => Err(WorkerError::io("moving the clone to", git_dir, e)),
-        },
-        Err(_) if too_large.get() => Err(project_error(format!(
-            "repository.url: clone aborted after downloading more than \
-             {CLONE_BYTES_MAX_DEFAULT} bytes"
-        ))),
-        Err(e) => Err(project_error(format!(
-            "repository.url: clone failed: {}",
-            redact_url(e.message(), url)
-        ))),
-    };
-    let _ = remove_path(&cloning);
-    outcome
-}
-
-/// The commit profiles start from: the branch's tip at the remote, or the default branch.
-fn resolve_base(repo: &Repository, branch: Option<&str>) -> Result<String, WorkerError> {
-    let commit = match branch {
-        Some(branch) => [
-            format!("refs/remotes/{ORIGIN}/{branch}"),
-            format!("refs/heads/{branch}"),
-        ]
-        .iter()
-        .find_map(|name| {
-            repo.find_reference(name)
-                .and_then(|r| r.peel_to_commit())
-                .ok()
-        })
-        .ok_or_else(|| {
-            invalid(
-                "branch",
-                format!("branch {branch:?} does not exist in the repository"),
-            )
-        })?,
-        None => repo.head().and_then(|h| h.peel_to_commit()).map_err(|_| {
-            invalid(
-                "repository.url",
-                "the repository has no commit to start from",
-            )
-        })?,
-    };
-    Ok(commit.id().to_string())
 }
 
 /// `path` with a suffix unique in this process: `{path}.{pid}.{n}{suffix}`.

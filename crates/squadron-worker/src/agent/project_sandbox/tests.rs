@@ -1,8 +1,10 @@
 //! The project sandbox against real git repositories: one bare clone, a worktree per
 //! profile sharing its `.git`, idempotence, and the proof `reset_worktree` demands. The
-//! proofs here are hand-made; `agent_attempt`'s tests use real reap evidence.
+//! proofs here are hand-made; `agent::attempt`'s tests use real reap evidence.
 
 use std::path::Path;
+
+use squadron_isolation::ReapEvidence;
 
 use super::*;
 use crate::test_support::{git, SourceRepo};

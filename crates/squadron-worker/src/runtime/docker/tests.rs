@@ -728,3 +728,12 @@ echo "gid=$(id -g)" >> {r}
     let written = std::fs::metadata(case.dir.inbox().join("in.txt")).unwrap();
     assert_eq!(written.uid(), owner.uid());
 }
+
+/// Container names must stay what an earlier build of the worker named them: the hash is
+/// 64-bit FNV-1a, checked against its published test vectors.
+#[test]
+fn the_container_name_hash_is_fnv1a() {
+    assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+}

@@ -14,8 +14,14 @@
 //!
 //! Patterns are anchored at the working directory like shell globs, not floating like
 //! `.gitignore` lines: `*.txt` matches `notes.txt` only, `**/*.txt` matches at any depth.
-//! Matching is a dynamic program over (pattern segment, path segment), so its cost is
-//! bounded by their product whatever the number of `**` and `*`.
+//!
+//! A pattern is parsed here and compiled to a `regex` (whose matching is linear in the
+//! path, whatever the number of `**` and `*`); the matcher itself is the crate's. Not
+//! `globset`, though it does the same compilation: it matches bytes, so its `?` and classes
+//! would match one byte of a multi-byte character (`?.md` would not match `é.md`), and it
+//! reads `{a,b}`, an unclosed `[` and a trailing `\` differently from the syntax above.
+
+use regex::{Regex, RegexBuilder};
 
 use crate::error::WorkerError;
 
@@ -23,12 +29,15 @@ use crate::error::WorkerError;
 pub(crate) const ARTIFACT_PATTERN_BYTES_MAX: usize = 1_024;
 /// Deepest path matched, in segments; deeper paths never match.
 pub(crate) const ARTIFACT_PATH_SEGMENTS_MAX: usize = 256;
+/// Largest compiled form of one pattern; a pattern within the byte bound stays far below.
+pub(crate) const ARTIFACT_PATTERN_REGEX_BYTES_MAX: usize = 8 << 20;
 
 /// One compiled artifact pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct ArtifactPattern {
-    text: String,
-    segments: Vec<Segment>,
+    regex: Regex,
+    #[cfg(test)]
+    segments: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,13 +59,29 @@ enum Token {
 }
 
 impl Token {
-    fn matches_char(&self, c: char) -> bool {
+    /// The token as a regular expression over one path segment (never matching `/`).
+    fn push_regex(&self, out: &mut String) {
         match self {
-            Token::Literal(l) => *l == c,
-            Token::AnyChar => true,
-            Token::Star => false,
+            Token::Literal(c) => out.push_str(&regex::escape(&c.to_string())),
+            Token::AnyChar => out.push_str("[^/]"),
+            Token::Star => out.push_str("[^/]*"),
             Token::Class { negated, ranges } => {
-                ranges.iter().any(|(lo, hi)| *lo <= c && c <= *hi) != *negated
+                let valid: Vec<_> = ranges.iter().filter(|(lo, hi)| lo <= hi).collect();
+                match (negated, valid.is_empty()) {
+                    // A class of nothing: its segment never matches.
+                    (false, true) => out.push_str(r"[^\x{0}-\x{10FFFF}]"),
+                    (true, true) => out.push_str("[^/]"),
+                    (negated, false) => {
+                        out.push_str(if *negated { "[^/" } else { "[" });
+                        for (lo, hi) in valid {
+                            out.push_str(&format!(
+                                r"\x{{{:x}}}-\x{{{:x}}}",
+                                *lo as u32, *hi as u32
+                            ));
+                        }
+                        out.push(']');
+                    }
+                }
             }
         }
     }
@@ -108,45 +133,57 @@ impl ArtifactPattern {
         if segments.is_empty() {
             return Err(invalid(format!("matches nothing: {text:?}")));
         }
+        let regex = RegexBuilder::new(&to_regex(&segments))
+            .size_limit(ARTIFACT_PATTERN_REGEX_BYTES_MAX)
+            .build()
+            .map_err(|e| invalid(format!("cannot be compiled: {e}")))?;
         Ok(Self {
-            text: text.to_string(),
-            segments,
+            regex,
+            #[cfg(test)]
+            segments: segments.len(),
         })
     }
 
     /// Whether `path` (relative, `/`-separated, no empty, `.` or `..` segments) matches.
     pub(crate) fn matches(&self, path: &str) -> bool {
-        let parts: Vec<Vec<char>> = path
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .map(|p| p.chars().collect())
-            .collect();
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
         if parts.is_empty() || parts.len() > ARTIFACT_PATH_SEGMENTS_MAX {
             return false;
         }
-        let (np, ns) = (self.segments.len(), parts.len());
-        // done[p][s]: pattern segments p.. match path segments s..
-        let width = ns + 1;
-        let mut done = vec![false; (np + 1) * width];
-        done[np * width + ns] = true;
-        for p in (0..np).rev() {
-            for s in (0..=ns).rev() {
-                let value = match &self.segments[p] {
-                    Segment::AnyDirs => {
-                        let last = p + 1 == np;
-                        let skip = !last && done[(p + 1) * width + s];
-                        let take = s < ns && (done[p * width + s + 1] || (last && s + 1 == ns));
-                        skip || take
-                    }
-                    Segment::Glob(tokens) => {
-                        s < ns && done[(p + 1) * width + s + 1] && glob_matches(tokens, &parts[s])
-                    }
-                };
-                done[p * width + s] = value;
+        self.regex.is_match(&parts.join("/"))
+    }
+}
+
+/// The whole pattern as one anchored regular expression: a glob segment matches one path
+/// segment, a `**` between segments any number of whole segments (zero included), a last
+/// `**` one or more.
+fn to_regex(segments: &[Segment]) -> String {
+    let mut out = String::from("^");
+    let mut after_segment = false;
+    for (i, segment) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        if after_segment {
+            out.push('/');
+        }
+        match segment {
+            Segment::Glob(tokens) => {
+                for token in tokens {
+                    token.push_regex(&mut out);
+                }
+                after_segment = true;
+            }
+            Segment::AnyDirs if last => {
+                out.push_str("[^/]+(?:/[^/]+)*");
+                after_segment = true;
+            }
+            Segment::AnyDirs => {
+                out.push_str("(?:[^/]+/)*");
+                after_segment = false;
             }
         }
-        done[0]
     }
+    out.push('$');
+    out
 }
 
 fn parse_segment(part: &str) -> Vec<Token> {
@@ -223,33 +260,6 @@ fn parse_class(chars: &[char], open: usize) -> Option<(Token, usize)> {
     }
 }
 
-/// Wildcard match of one segment: linear scan, backtracking only to the last `*`.
-fn glob_matches(tokens: &[Token], text: &[char]) -> bool {
-    let (mut t, mut s) = (0, 0);
-    let mut last_star: Option<(usize, usize)> = None;
-    while s < text.len() {
-        match tokens.get(t) {
-            Some(Token::Star) => {
-                last_star = Some((t, s));
-                t += 1;
-            }
-            Some(token) if token.matches_char(text[s]) => {
-                t += 1;
-                s += 1;
-            }
-            _ => match last_star {
-                Some((star, from)) => {
-                    t = star + 1;
-                    s = from + 1;
-                    last_star = Some((star, from + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    tokens[t..].iter().all(|token| *token == Token::Star)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -323,7 +333,7 @@ mod tests {
         check("**", &["a", "a/b/c"], &[]);
         check("**/**/x", &["x", "a/x", "a/b/x"], &["x/a"]);
         check("a**b", &["ab", "axxb"], &["a/b"]);
-        assert_eq!(pattern("**/**/**/x").segments.len(), 2);
+        assert_eq!(pattern("**/**/**/x").segments, 2);
     }
 
     #[test]
