@@ -6,17 +6,24 @@
 //!
 //! Map, by room:
 //! - `worker` (start, the heartbeat and assignment loops), `control_link` (the worker's side
-//!   of the control plane protocol), `output_server` (logs, artifacts, live stream), `config`.
-//! - `task/`: one task attempt — `driver` (the lifecycle steps), `staging` (clone, TASK.md,
-//!   progress files), `collector` (patch, untracked list, pattern artifacts, metadata),
-//!   `launcher` (provider command lines, `launch.sh`), `task_dir` (the on-disk layout),
-//!   `checkpoint` (`state.json`), `output_counter`, `env_allowlist`.
-//! - `agent/`: agent profiles — `supervisor` (the state of every attempt here) with its
-//!   steps in `launch`, `takeover` (graceful and crash), `renewal` (a pure decide step),
-//!   `mailbox`, `adoption` and `evidence`; `attempt` (one provider attempt in its own cgroup
-//!   leaf and boundary), `project_sandbox` (one clone, a worktree per profile), `runtime`
-//!   (where attempts' leaves live), `fence` (the Git broker's fence), `api` (the HTTP edge),
-//!   `config`, `error`, and `watchdog.sh` (the self-fencing watchdog).
+//!   of the control plane protocol: keyed reports, reads, the assignment stream),
+//!   `output_server` (logs, artifacts, live stream), `config`, `retry` (the pauses of every
+//!   retry, through `backon`), `support` (the durable atomic write, path removal).
+//! - `task/`: one task attempt — `driver` (the lifecycle steps; `driver/provision` the
+//!   provisioning retries), `staging/` (clone, checkout, TASK.md, URL redaction, progress
+//!   files), `collector/` (patch, untracked list, pattern artifacts with `artifact_pattern`,
+//!   the `.git` guard, metadata), `launcher` (provider command lines, `launch.sh`),
+//!   `task_dir` (the on-disk layout), `checkpoint` (`state.json`), `output_counter`,
+//!   `env_allowlist`.
+//! - `agent/`: agent profiles — `supervisor` (the supervisor and its loops) over `registry`
+//!   (its state behind one lock) and `state` (its own `AgentState`, `ReapProof`), with one
+//!   file per step: `launch`, `takeover` (graceful and crash, one tail), `stop`,
+//!   `lease_end`, `renewal` (a pure decide step), `exits`, `mailbox`, `adoption`,
+//!   `evidence`; `attempt` (one provider attempt in its own cgroup leaf and boundary),
+//!   `project_sandbox/` (one clone, a worktree per profile, start and reap records),
+//!   `runtime` (where attempts' leaves live), `fence` (the Git broker's fence), `api` (the
+//!   HTTP edge, where `AgentState` becomes `AgentView`), `config`, `error`, and
+//!   `watchdog.sh` (the self-fencing watchdog, included at build time).
 //! - `runtime/`: the `Runtime` trait and its implementations, `process` (cgroup v2 +
 //!   bubblewrap, via `squadron-isolation`) and `docker` (bollard); `probe` says which this
 //!   host offers. KVM comes later.

@@ -16,6 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use squadron_client::ErrorBody;
+use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
@@ -74,42 +76,28 @@ pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
         .with_state(ServerState { data_dir, active })
 }
 
-#[derive(Debug, Serialize)]
-struct ErrorBody {
-    code: &'static str,
-    message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'static str>,
-}
-
-fn error(
-    status: StatusCode,
-    code: &'static str,
-    field: Option<&'static str>,
-    m: String,
-) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            code,
-            message: m,
-            field,
-        }),
-    )
-        .into_response()
+/// An error answer, in the control plane's error body (`{code, message, field?}`).
+fn error(status: StatusCode, code: ErrorCode, field: Option<&'static str>, m: String) -> Response {
+    let body = ErrorBody {
+        code,
+        message: m,
+        field: field.map(str::to_owned),
+        rejection: None,
+    };
+    (status, Json(body)).into_response()
 }
 
 fn invalid(field: &'static str, m: impl Into<String>) -> Response {
     error(
         StatusCode::BAD_REQUEST,
-        "invalid_argument",
+        ErrorCode::InvalidArgument,
         Some(field),
         m.into(),
     )
 }
 
 fn not_found(m: impl Into<String>) -> Response {
-    error(StatusCode::NOT_FOUND, "not_found", None, m.into())
+    error(StatusCode::NOT_FOUND, ErrorCode::NotFound, None, m.into())
 }
 
 // The error is the handler's own response, returned at once: boxing it would buy nothing.

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use squadron_client::{LaunchAgent, StopAgent, TakeoverAgent};
+use squadron_client::{ErrorBody, LaunchAgent, StopAgent, TakeoverAgent};
 use squadron_core::ids::{ProfileId, ProjectId, TenantId};
 
 use crate::agent::error::AgentError;
@@ -48,7 +48,7 @@ impl IntoResponse for Failure {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(self.0)).into_response()
+        (status, Json(ErrorBody::from(self.0))).into_response()
     }
 }
 

@@ -1,24 +1,33 @@
-//! Why an agent operation (launch, takeover, stop, reap) did not happen, in the shape the
-//! control plane's REST errors have (`{code, message, field?, rejection?}`), so a relayed
-//! answer reads the same as one from a control node.
+//! Why an agent operation (launch, takeover, stop, reap) did not happen, with what the
+//! control plane's REST errors carry (`{code, message, field?, rejection?}`), so a relayed
+//! answer reads the same as one from a control node: the agent API sends it as the client's
+//! `ErrorBody`.
 
-use serde::Serialize;
-use squadron_client::ClientError;
+use squadron_client::{ClientError, ErrorBody};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::Rejection;
 
 use crate::error::WorkerError;
 
-#[derive(Debug, Clone, thiserror::Error, Serialize)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{}: {message}", code.as_str())]
 pub(crate) struct AgentError {
     pub(crate) code: ErrorCode,
     pub(crate) message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) field: Option<String>,
     /// The control plane's rejection, passed through unchanged.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rejection: Option<Rejection>,
+}
+
+impl From<AgentError> for ErrorBody {
+    fn from(e: AgentError) -> Self {
+        ErrorBody {
+            code: e.code,
+            message: e.message,
+            field: e.field,
+            rejection: e.rejection,
+        }
+    }
 }
 
 impl AgentError {
