@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use squadron_isolation::{CommitOutcome, CommitRequest, GitBroker, RefusalCode};
-use squadron_worker::control_fence::ControlFence;
+use squadron_worker::ControlFence;
 use support::*;
 
 fn acquire(url: &str, profile: u64, expected: u64) -> (u64, u64) {

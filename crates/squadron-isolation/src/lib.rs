@@ -8,7 +8,7 @@
 //! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
 //! leaf, runs the boundary and records the exit code), `termination` (SIGTERM, grace,
 //! SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
-//! `process_entry` (a pid with its start time, read from /proc), `shell_quote`, and
+//! `process_entry` (a pid with its start time, read from /proc), and
 //! `git_broker` (the generation-fenced Git broker: provider processes commit through it).
 //!
 //! The containment code is synchronous std code: callers on an async runtime wrap the
@@ -23,7 +23,6 @@ pub mod git_broker;
 pub mod process_entry;
 pub mod reaper;
 pub mod sandbox_process;
-pub mod shell_quote;
 pub mod termination;
 
 mod clock;
@@ -40,5 +39,4 @@ pub use git_broker::{
 pub use process_entry::ProcessEntry;
 pub use reaper::{ReapEvidence, Reaper};
 pub use sandbox_process::{SandboxLaunch, SandboxProcess};
-pub use shell_quote::shell_quote;
 pub use termination::{Termination, TerminationOutcome};

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use crate::cgroup_leaf::CgroupLeaf;
 use crate::error::IsolationError;
-use crate::shell_quote::{shell_join, shell_quote};
 
 /// The shell running the shim.
 pub const SHIM_SHELL: &str = "/bin/sh";
@@ -120,7 +119,7 @@ impl SandboxProcess {
         let exit_tmp = format!("{exit_file}.tmp");
         let mut script = String::new();
         for procs in launch.leaf.attach_files() {
-            let procs = shell_quote(&path_string(&procs)?);
+            let procs = sh_quote(&path_string(&procs)?)?;
             script.push_str(&format!(
                 "echo $$ > {procs} || {{ echo \"squadron shim: cannot join cgroup \"{procs} >&2; \
                  exit {SHIM_JOIN_FAILED_STATUS}; }}\n"
@@ -131,13 +130,13 @@ impl SandboxProcess {
         // privilege, and the boundary cannot lower it again below its starting 0.
         script.push_str(&format!(
             "(echo {OOM_SCORE_ADJ_BOUNDARY} > /proc/self/oom_score_adj; exec {})\n",
-            shell_join(&launch.boundary)
+            sh_join(&launch.boundary)?
         ));
         script.push_str("code=$?\n");
         script.push_str(&format!(
             "echo \"$code\" > {tmp} && mv -f {tmp} {file}\n",
-            tmp = shell_quote(&exit_tmp),
-            file = shell_quote(&exit_file)
+            tmp = sh_quote(&exit_tmp)?,
+            file = sh_quote(&exit_file)?
         ));
         script.push_str("exit \"$code\"\n");
         Ok(script)
@@ -257,4 +256,85 @@ fn path_string(path: &Path) -> Result<String, IsolationError> {
     path.to_str().map(str::to_owned).ok_or_else(|| {
         IsolationError::invalid("path", format!("{} is not valid UTF-8", path.display()))
     })
+}
+
+/// `word` quoted so that POSIX `sh` reads it back as exactly one word with the same bytes
+/// (`shlex`); a NUL byte cannot be passed through a shell and is refused.
+pub(crate) fn sh_quote(word: &str) -> Result<String, IsolationError> {
+    shlex::try_quote(word)
+        .map(|q| q.into_owned())
+        .map_err(|e| IsolationError::invalid("shell word", format!("{word:?}: {e}")))
+}
+
+/// Every word quoted (see [`sh_quote`]) and joined with spaces: a command line for `sh`.
+pub(crate) fn sh_join<S: AsRef<str>>(words: &[S]) -> Result<String, IsolationError> {
+    shlex::try_join(words.iter().map(AsRef::as_ref))
+        .map_err(|e| IsolationError::invalid("shell words", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn plain_words_stay_readable() {
+        assert_eq!(
+            sh_quote("/sys/fs/cgroup/unified/a-b_c.d").unwrap(),
+            "/sys/fs/cgroup/unified/a-b_c.d"
+        );
+        assert_eq!(sh_quote("--ro-bind").unwrap(), "--ro-bind");
+    }
+
+    #[test]
+    fn special_words_are_quoted() {
+        assert_eq!(sh_quote("").unwrap(), "''");
+        assert_eq!(sh_quote("a b").unwrap(), "'a b'");
+        assert_eq!(sh_quote("$HOME").unwrap(), "'$HOME'");
+        assert_eq!(sh_quote("`id`;rm -rf /").unwrap(), "'`id`;rm -rf /'");
+        assert!(sh_quote("nul\0byte").is_err());
+    }
+
+    /// The real proof: `sh` must hand every word back byte for byte, as one argument each.
+    #[test]
+    fn sh_reads_back_exactly_the_words_given() {
+        let words = [
+            "plain",
+            "",
+            "with space",
+            "it's",
+            "''",
+            "\"double\"",
+            "$HOME $(id) `id`",
+            "back\\slash",
+            "new\nline",
+            "tab\there",
+            "glob * ? [a]",
+            "semi;colon&amp|pipe>redir<in",
+            "~tilde",
+            "#hash",
+            "ünïcødé ✓",
+            "-n",
+            "PATH=/usr/bin:/bin",
+        ];
+        let script = format!(
+            "for w in {}; do printf '%s\\0' \"$w\"; done",
+            sh_join(&words).unwrap()
+        );
+        let out = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&script)
+            .env_clear()
+            .output()
+            .expect("run /bin/sh");
+        assert!(out.status.success(), "sh failed: {out:?}");
+        let got: Vec<String> = out
+            .stdout
+            .split(|b| *b == 0)
+            .map(|w| String::from_utf8(w.to_vec()).expect("utf-8"))
+            .collect();
+        // printf ends every word with NUL, so the split leaves one empty tail.
+        assert_eq!(got.len(), words.len() + 1);
+        assert_eq!(&got[..words.len()], &words[..]);
+    }
 }

@@ -17,12 +17,15 @@
 //! and the core invariants before it installs anything. The checksum catches the corruption
 //! that a well-formed bincode body would not (a flipped bit inside a string).
 //!
-//! On disk there is one file, `snapshot/current.snap`, replaced atomically: write
-//! `current.snap.tmp`, fsync it, rename it over, fsync the directory.
+//! On disk there is one file, `snapshot/current.snap`, replaced atomically and durably: a
+//! temporary file is written and fsynced, renamed over it, and the directory fsynced
+//! (`atomic-write-file`).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Write};
 use std::path::PathBuf;
+
+use atomic_write_file::AtomicWriteFile;
 
 use sha2::{Digest as _, Sha256};
 
@@ -157,7 +160,9 @@ pub struct SnapshotDir {
 }
 
 impl SnapshotDir {
-    /// Creates the directory when missing and removes a temp file a crash left behind.
+    /// Creates the directory when missing and removes the temp file a crash of an earlier
+    /// version left behind (writes now go through `atomic-write-file`, whose temporary files
+    /// are unnamed or removed on drop).
     pub fn open(dir: PathBuf) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let this = Self { dir };
@@ -188,15 +193,11 @@ impl SnapshotDir {
     /// Replaces the live snapshot atomically and durably: a crash leaves either the old file
     /// or the new one, never a torn one.
     pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        let tmp = self.tmp_path();
-        {
-            let mut file = File::create(&tmp)?;
-            file.write_all(bytes)?;
-            file.sync_all()?;
-        }
-        fs::rename(&tmp, self.path())?;
-        // The rename is durable only once the directory entry is.
-        File::open(&self.dir)?.sync_all()
+        // A temporary file beside it, fsynced, renamed over it, and the directory fsynced:
+        // the rename is durable only once the directory entry is.
+        let mut file = AtomicWriteFile::open(self.path())?;
+        file.write_all(bytes)?;
+        file.commit()
     }
 }
 

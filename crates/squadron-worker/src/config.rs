@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 
-use crate::agent_config::AgentConfig;
+use crate::agent::config::AgentConfig;
 
 /// Default interval between heartbeats (the seed: "Heartbeats every 30s").
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;

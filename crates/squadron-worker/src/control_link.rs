@@ -4,8 +4,7 @@
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
-use std::time::Duration;
-
+use backon::Retryable;
 use squadron_client::types::{RegisterWorker, ReportProgress, ReportTransition};
 use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
@@ -17,17 +16,18 @@ use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::output_counter::OutputCounts;
+use crate::retry;
+use crate::task::output_counter::OutputCounts;
 
 /// Attempts of one report before the driver gives up on this pass.
-pub const REPORT_ATTEMPTS_MAX: u32 = 8;
-/// First pause between report attempts; doubled each time up to the max.
-pub const REPORT_BACKOFF_MS_MIN: u64 = 200;
-pub const REPORT_BACKOFF_MS_MAX: u64 = 5_000;
+pub(crate) const REPORT_ATTEMPTS_MAX: u32 = 8;
+/// First pause between report attempts; doubled each time up to the max (`retry`).
+pub(crate) const REPORT_BACKOFF_MS_MIN: u64 = 200;
+pub(crate) const REPORT_BACKOFF_MS_MAX: u64 = 5_000;
 
 /// What became of a report.
 #[derive(Debug)]
-pub enum ReportAnswer {
+pub(crate) enum ReportAnswer {
     /// Committed: the task is now in the returned state.
     Recorded(TaskState),
     /// The control plane refused it (another attempt owns the task, the state moved on).
@@ -35,24 +35,24 @@ pub enum ReportAnswer {
 }
 
 #[derive(Debug, Clone)]
-pub struct ControlLink {
+pub(crate) struct ControlLink {
     config: WorkerConfig,
     rest: SquadronClient,
     grpc: GrpcLeader,
 }
 
 impl ControlLink {
-    pub fn new(config: WorkerConfig) -> Self {
+    pub(crate) fn new(config: WorkerConfig) -> Self {
         let rest = SquadronClient::new(config.control.clone());
         let grpc = GrpcLeader::new(rest.clone());
         Self { config, rest, grpc }
     }
 
-    pub fn rest(&self) -> &SquadronClient {
+    pub(crate) fn rest(&self) -> &SquadronClient {
         &self.rest
     }
 
-    pub async fn register(&self) -> Result<(), WorkerError> {
+    pub(crate) async fn register(&self) -> Result<(), WorkerError> {
         let req = RegisterWorker {
             worker: self.config.id.clone(),
             address: self.config.advertised_url(),
@@ -74,7 +74,7 @@ impl ControlLink {
     }
 
     /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.
-    pub async fn heartbeat(&self) -> Result<(), WorkerError> {
+    pub(crate) async fn heartbeat(&self) -> Result<(), WorkerError> {
         match self.rest.worker_heartbeat(&self.config.id, None).await {
             Ok(_) => Ok(()),
             Err(ClientError::Api { status, .. }) if status != 503 => self.register().await,
@@ -83,7 +83,7 @@ impl ControlLink {
     }
 
     /// Opens the assignment stream on the leader, following a follower's redirect.
-    pub async fn watch(&self) -> Result<tonic::Streaming<pb::AssignmentEvent>, WorkerError> {
+    pub(crate) async fn watch(&self) -> Result<tonic::Streaming<pb::AssignmentEvent>, WorkerError> {
         let mut last = String::new();
         for _ in 0..3 {
             let (_, channel) = self.grpc.channel().await.map_err(control)?;
@@ -107,11 +107,11 @@ impl ControlLink {
     }
 
     /// Forgets the leader channel after the stream broke.
-    pub async fn reset(&self) {
+    pub(crate) async fn reset(&self) {
         self.grpc.reset().await;
     }
 
-    pub async fn task(&self, id: TaskId) -> Result<Task, WorkerError> {
+    pub(crate) async fn task(&self, id: TaskId) -> Result<Task, WorkerError> {
         self.rest
             .get_task(id, Consistency::Linearizable)
             .await
@@ -119,7 +119,7 @@ impl ControlLink {
     }
 
     /// Reports a transition, resending under the same key until it is answered.
-    pub async fn transition(
+    pub(crate) async fn transition(
         &self,
         task: TaskId,
         attempt: u32,
@@ -135,33 +135,32 @@ impl ControlLink {
             detail,
         };
         let key = key(format!("t{task}-a{attempt}-{from}-{to}"));
-        let mut backoff = REPORT_BACKOFF_MS_MIN;
-        let mut last = String::new();
-        for _ in 0..REPORT_ATTEMPTS_MAX {
-            match self.rest.report_transition(task, &req, key.as_ref()).await {
-                Ok(Outcome::TransitionRecorded { state }) => {
-                    return Ok(ReportAnswer::Recorded(state))
-                }
-                Ok(other) => {
-                    return Ok(ReportAnswer::Refused(format!(
-                        "unexpected answer {other:?}"
-                    )))
-                }
-                Err(ClientError::Api { status, body, .. }) if status != 503 => {
-                    return Ok(ReportAnswer::Refused(body.message))
-                }
-                Err(e) => last = e.to_string(),
+        // Keyed by what it reports, so a resend whose first answer was lost is answered
+        // with that first answer; only a transport failure or 503 is resent.
+        let answer = (|| self.rest.report_transition(task, &req, key.as_ref()))
+            .retry(retry::doubling(
+                REPORT_BACKOFF_MS_MIN,
+                REPORT_BACKOFF_MS_MAX,
+                Some(REPORT_ATTEMPTS_MAX as usize - 1),
+            ))
+            .when(|e| !is_answer(e))
+            .await;
+        match answer {
+            Ok(Outcome::TransitionRecorded { state }) => Ok(ReportAnswer::Recorded(state)),
+            Ok(other) => Ok(ReportAnswer::Refused(format!(
+                "unexpected answer {other:?}"
+            ))),
+            Err(ClientError::Api { status, body, .. }) if status != 503 => {
+                Ok(ReportAnswer::Refused(body.message))
             }
-            tokio::time::sleep(Duration::from_millis(backoff)).await;
-            backoff = (backoff * 2).min(REPORT_BACKOFF_MS_MAX);
+            Err(e) => Err(WorkerError::Control(format!(
+                "transition {from} → {to} of task {task} not answered after {REPORT_ATTEMPTS_MAX} attempts: {e}"
+            ))),
         }
-        Err(WorkerError::Control(format!(
-            "transition {from} → {to} of task {task} not answered after {REPORT_ATTEMPTS_MAX} attempts: {last}"
-        )))
     }
 
     /// Best effort: a lost counter update is replaced by the next one.
-    pub async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
+    pub(crate) async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
         let req = ReportProgress {
             worker: self.config.id.clone(),
             attempt,
@@ -176,6 +175,11 @@ impl ControlLink {
 
 fn key(s: String) -> Option<IdempotencyKey> {
     IdempotencyKey::new(s).ok()
+}
+
+/// The control plane decided (a refusal other than "unavailable"): resending changes nothing.
+fn is_answer(e: &ClientError) -> bool {
+    matches!(e, ClientError::Api { status, .. } if *status != 503)
 }
 
 fn control(e: ClientError) -> WorkerError {

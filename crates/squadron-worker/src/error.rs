@@ -31,7 +31,7 @@ pub enum WorkerError {
 }
 
 impl WorkerError {
-    pub fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         WorkerError::Io {
             what,
             path: path.into(),
@@ -39,7 +39,7 @@ impl WorkerError {
         }
     }
 
-    pub fn runtime(runtime: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn runtime(runtime: &'static str, message: impl Into<String>) -> Self {
         WorkerError::Runtime {
             runtime,
             message: message.into(),

@@ -1,62 +1,59 @@
 //! Squadron's worker: it registers with the control plane, watches the tasks assigned to it,
 //! and drives each one through the lifecycle of `task-run-lifecycle.txt` — staging, a sandbox
 //! from one of its runtimes, the provider run, artifact collection — committing every
-//! transition through the control plane before it acts on the next stage (INV-10).
+//! transition through the control plane before it acts on the next stage (INV-10). For
+//! `placement: project` it also runs agent profiles' providers under runtime leases.
 //!
-//! Map: `task_dir` (the on-disk layout of a task), `runtime` (the sandbox trait every runtime
-//! implements), `process_runtime` (cgroup v2 + bubblewrap, via `squadron-isolation`),
-//! `docker_runtime` (bollard), `staging` (clone, TASK.md, progress files), `collector`
-//! (patch, untracked list, pattern artifacts, metadata; patterns in `artifact_pattern`),
-//! `launcher` (provider command lines, `launch.sh`; with `env_allowlist`);
-//! for `placement: project`, `project_sandbox` (one clone, a worktree per profile),
-//! `agent_runtime` (where attempts' cgroup leaves live) and `agent_attempt` (one provider
-//! attempt of a profile generation in its own leaf and boundary), `agent_supervisor` (leases,
-//! renewals, self-fencing, takeovers, mailbox delivery) behind `agent_api`.
+//! Map, by room:
+//! - `worker` (start, the heartbeat and assignment loops), `control_link` (the worker's side
+//!   of the control plane protocol: keyed reports, reads, the assignment stream),
+//!   `output_server` (logs, artifacts, live stream), `config`, `retry` (the pauses of every
+//!   retry, through `backon`), `support` (the durable atomic write, path removal).
+//! - `task/`: one task attempt — `driver` (the lifecycle steps; `driver/provision` the
+//!   provisioning retries), `staging/` (clone, checkout, TASK.md, URL redaction, progress
+//!   files), `collector/` (patch, untracked list, pattern artifacts with `artifact_pattern`,
+//!   the `.git` guard, metadata), `launcher` (provider command lines, `launch.sh`),
+//!   `task_dir` (the on-disk layout), `checkpoint` (`state.json`), `output_counter`,
+//!   `env_allowlist`.
+//! - `agent/`: agent profiles — `supervisor` (the supervisor and its loops) over `registry`
+//!   (its state behind one lock) and `state` (its own `AgentState`, `ReapProof`), with one
+//!   file per step: `launch`, `takeover` (graceful and crash, one tail), `stop`,
+//!   `lease_end`, `renewal` (a pure decide step), `exits`, `mailbox`, `adoption`,
+//!   `evidence`; `attempt` (one provider attempt in its own cgroup leaf and boundary),
+//!   `project_sandbox/` (one clone, a worktree per profile, start and reap records),
+//!   `runtime` (where attempts' leaves live), `fence` (the Git broker's fence), `api` (the
+//!   HTTP edge, where `AgentState` becomes `AgentView`), `config`, `error`, and
+//!   `watchdog.sh` (the self-fencing watchdog, included at build time).
+//! - `runtime/`: the `Runtime` trait and its implementations, `process` (cgroup v2 +
+//!   bubblewrap, via `squadron-isolation`) and `docker` (bollard); `probe` says which this
+//!   host offers. KVM comes later.
+//!
+//! Public: [`start`], the configuration ([`WorkerConfig`], [`AgentConfig`]), the runtime
+//! probe, and [`ControlFence`] for a Git broker checked against the control plane.
 
-pub mod agent_api;
-pub mod agent_attempt;
-pub mod agent_config;
-pub mod agent_error;
-pub mod agent_runtime;
-pub mod agent_supervisor;
-pub mod artifact_pattern;
-pub mod checkpoint;
-pub mod collector;
-pub mod config;
-pub mod control_fence;
-pub mod control_link;
-pub mod docker_runtime;
-pub mod env_allowlist;
-pub mod error;
-pub mod launcher;
-pub mod output_counter;
-pub mod output_server;
-pub mod process_runtime;
-pub mod project_sandbox;
-pub mod runtime;
-pub mod runtime_probe;
-pub mod staging;
-mod support;
-pub mod task_dir;
-pub mod task_driver;
+pub(crate) mod agent;
+pub(crate) mod config;
+pub(crate) mod control_link;
+pub(crate) mod error;
+pub(crate) mod output_server;
+pub(crate) mod retry;
+pub(crate) mod runtime;
+pub(crate) mod support;
+pub(crate) mod task;
 #[cfg(test)]
 mod test_support;
-pub mod worker;
+pub(crate) mod worker;
 
-pub use agent_attempt::{AgentAttempt, AgentLaunch};
-pub use agent_config::{AgentConfig, ProviderLauncher};
-pub use agent_error::AgentError;
-pub use agent_runtime::AgentRuntime;
-pub use agent_supervisor::AgentSupervisor;
-pub use collector::{collect, collect_with_limits, CollectLimits, CollectReport, RunFacts};
-pub use config::WorkerConfig;
-pub use env_allowlist::EnvAllowlist;
+pub use agent::config::{
+    AgentConfig, ProviderLauncher, AGENT_LEASE_TTL_MS_DEFAULT, AGENT_STOP_GRACE_MS_DEFAULT,
+    AGENT_STOP_GRACE_MS_MAX, SELF_FENCE_MARGIN_MS_DEFAULT,
+};
+pub use agent::fence::ControlFence;
+pub use config::{
+    WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX, DOCKER_IMAGE_DEFAULT,
+    HEARTBEAT_INTERVAL_MS_DEFAULT, HEARTBEAT_INTERVAL_MS_MIN, MONITOR_INTERVAL_MS_DEFAULT,
+    PROGRESS_INTERVAL_MS_DEFAULT,
+};
 pub use error::WorkerError;
-pub use launcher::{prepare_launch, LaunchPlan};
-pub use process_runtime::{ProcessRuntime, ProcessRuntimeConfig};
-pub use project_sandbox::{ProfilePaths, ProjectSandbox};
-pub use runtime::{Runtime, SandboxHandle};
-pub use runtime_probe::probe_runtimes;
-pub use staging::{stage, StagingOptions, StagingReport};
-pub use task_dir::TaskDir;
+pub use runtime::probe::{probe_runtimes, RuntimeSet};
 pub use worker::{start, RunningWorker};

@@ -16,44 +16,47 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use squadron_client::ErrorBody;
+use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio_util::io::ReaderStream;
 
-use crate::task_dir::TaskDir;
+use crate::task::task_dir::TaskDir;
 
 /// Largest chunk one read of a log returns; a caller pages on with `offset`.
-pub const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
+pub(crate) const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
 /// Most lines `tail` returns.
-pub const TAIL_LINES_MAX: u64 = 10_000;
+pub(crate) const TAIL_LINES_MAX: u64 = 10_000;
 /// Bytes scanned from the end of a file to find the tail's lines.
-pub const TAIL_SCAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
+pub(crate) const TAIL_SCAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// How often a follower looks for appended output.
-pub const FOLLOW_POLL_MS: u64 = 200;
+pub(crate) const FOLLOW_POLL_MS: u64 = 200;
 /// Largest piece of output one stream frame carries.
-pub const FRAME_DATA_BYTES_MAX: usize = 64 * 1024;
+pub(crate) const FRAME_DATA_BYTES_MAX: usize = 64 * 1024;
 /// A follow ends after this long even if the task still runs; the caller reconnects with
 /// the offset it reached.
-pub const FOLLOW_DURATION_MS_MAX: u64 = 6 * 60 * 60 * 1000;
+pub(crate) const FOLLOW_DURATION_MS_MAX: u64 = 6 * 60 * 60 * 1000;
 /// Most artifacts listed.
-pub const ARTIFACT_LIST_MAX: usize = 10_000;
+pub(crate) const ARTIFACT_LIST_MAX: usize = 10_000;
 
 /// Tasks whose provider may still write output; a follow ends once its task leaves the set
 /// and the files are drained.
 #[derive(Debug, Clone, Default)]
-pub struct ActiveTasks(Arc<Mutex<BTreeSet<TaskId>>>);
+pub(crate) struct ActiveTasks(Arc<Mutex<BTreeSet<TaskId>>>);
 
 impl ActiveTasks {
-    pub fn insert(&self, id: TaskId) {
+    pub(crate) fn insert(&self, id: TaskId) {
         if let Ok(mut s) = self.0.lock() {
             s.insert(id);
         }
     }
-    pub fn remove(&self, id: TaskId) {
+    pub(crate) fn remove(&self, id: TaskId) {
         if let Ok(mut s) = self.0.lock() {
             s.remove(&id);
         }
     }
-    pub fn contains(&self, id: TaskId) -> bool {
+    pub(crate) fn contains(&self, id: TaskId) -> bool {
         self.0.lock().map(|s| s.contains(&id)).unwrap_or(false)
     }
 }
@@ -64,7 +67,7 @@ struct ServerState {
     active: ActiveTasks,
 }
 
-pub fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
+pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
     Router::new()
         .route("/worker/v1/tasks/:id/logs", get(logs))
         .route("/worker/v1/tasks/:id/artifacts", get(list_artifacts))
@@ -73,42 +76,28 @@ pub fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
         .with_state(ServerState { data_dir, active })
 }
 
-#[derive(Debug, Serialize)]
-struct ErrorBody {
-    code: &'static str,
-    message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'static str>,
-}
-
-fn error(
-    status: StatusCode,
-    code: &'static str,
-    field: Option<&'static str>,
-    m: String,
-) -> Response {
-    (
-        status,
-        Json(ErrorBody {
-            code,
-            message: m,
-            field,
-        }),
-    )
-        .into_response()
+/// An error answer, in the control plane's error body (`{code, message, field?}`).
+fn error(status: StatusCode, code: ErrorCode, field: Option<&'static str>, m: String) -> Response {
+    let body = ErrorBody {
+        code,
+        message: m,
+        field: field.map(str::to_owned),
+        rejection: None,
+    };
+    (status, Json(body)).into_response()
 }
 
 fn invalid(field: &'static str, m: impl Into<String>) -> Response {
     error(
         StatusCode::BAD_REQUEST,
-        "invalid_argument",
+        ErrorCode::InvalidArgument,
         Some(field),
         m.into(),
     )
 }
 
 fn not_found(m: impl Into<String>) -> Response {
-    error(StatusCode::NOT_FOUND, "not_found", None, m.into())
+    error(StatusCode::NOT_FOUND, ErrorCode::NotFound, None, m.into())
 }
 
 // The error is the handler's own response, returned at once: boxing it would buy nothing.
@@ -406,7 +395,7 @@ fn walk_artifacts(root: &Path) -> Vec<ArtifactEntry> {
 
 /// Resolves an artifact name to a regular file inside the artifacts directory, refusing
 /// anything that could leave it: absolute paths, `..`, symlinks anywhere on the way.
-pub fn resolve_artifact(root: &Path, name: &str) -> Result<PathBuf, String> {
+pub(crate) fn resolve_artifact(root: &Path, name: &str) -> Result<PathBuf, String> {
     if name.is_empty() || name.starts_with('/') || name.contains('\\') || name.contains('\0') {
         return Err("artifact name must be a relative path".into());
     }
@@ -448,7 +437,7 @@ async fn artifact(
         Err(e) => return not_found(format!("artifact {name:?}: {e}")),
     };
     let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
-    let body = Body::from_stream(tokio_util_stream(file));
+    let body = Body::from_stream(ReaderStream::with_capacity(file, FRAME_DATA_BYTES_MAX));
     let mut r = Response::new(body);
     let h = r.headers_mut();
     h.insert(
@@ -465,23 +454,6 @@ async fn artifact(
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     r
-}
-
-/// Reads a file in bounded chunks as a byte stream.
-fn tokio_util_stream(
-    file: tokio::fs::File,
-) -> impl futures_util::Stream<Item = Result<Vec<u8>, std::io::Error>> {
-    futures_util::stream::unfold(file, |mut f| async move {
-        let mut buf = vec![0u8; FRAME_DATA_BYTES_MAX];
-        match f.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(buf), f))
-            }
-            Err(e) => Some((Err(e), f)),
-        }
-    })
 }
 
 #[cfg(test)]

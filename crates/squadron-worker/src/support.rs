@@ -1,29 +1,35 @@
-//! Small helpers shared by staging, the collector and the launcher.
+//! Small helpers shared across the worker's rooms: the durable file write, path removal,
+//! the clock and text truncation.
 
 use std::io::Write;
 use std::path::Path;
 
+use atomic_write_file::AtomicWriteFile;
+
 use crate::error::WorkerError;
 
-/// Writes `bytes` to a sibling temporary file, syncs it, and renames it over `path`, so a
-/// crash leaves either the old content or the new, never a torn mix a recovering worker would
-/// have to second-guess.
+/// Replaces `path` with `bytes` durably: a temporary file beside it is written and synced,
+/// renamed over `path`, and the directory synced, so a crash leaves either the old content or
+/// the new, never a torn mix a recovering worker would have to second-guess
+/// (`atomic-write-file`, as the store and the isolation crate use it).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WorkerError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
+    let written = (|| {
+        let mut file = AtomicWriteFile::open(path)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
+        file.commit()
     })();
-    result.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        WorkerError::io("writing", path, e)
-    })
+    written.map_err(|e| WorkerError::io("writing", path, e))
+}
+
+/// Removes a file, symlink or directory tree (without following symlinks), if present.
+pub(crate) fn remove_path(path: &Path) -> Result<(), WorkerError> {
+    let result = match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    };
+    result.map_err(|e| WorkerError::io("removing", path, e))
 }
 
 /// Milliseconds since the Unix epoch, for event lines and metadata (the client's clock helper).

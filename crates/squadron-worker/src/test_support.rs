@@ -6,10 +6,10 @@ use std::process::Command;
 use squadron_core::ids::TaskId;
 use squadron_core::manifest::{parse_manifest_yaml, TaskSpec};
 
-use crate::task_dir::TaskDir;
+use crate::task::task_dir::TaskDir;
 
 /// Runs the git CLI in `dir` with a config that does not depend on the machine's.
-pub fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = git_output(dir, args);
     assert!(
         out.status.success(),
@@ -20,7 +20,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-pub fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
+pub(crate) fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new("git")
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -37,13 +37,13 @@ pub fn git_output(dir: &Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-pub fn write(path: &Path, bytes: impl AsRef<[u8]>) {
+pub(crate) fn write(path: &Path, bytes: impl AsRef<[u8]>) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, bytes).unwrap();
 }
 
 /// A binary blob: NUL bytes and every byte value, so git treats it as binary.
-pub fn binary_blob(seed: u8, len: usize) -> Vec<u8> {
+pub(crate) fn binary_blob(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
         .chain([0u8, 0, 0xff])
@@ -57,16 +57,16 @@ pub fn binary_blob(seed: u8, len: usize) -> Vec<u8> {
 /// - `feature`: from `main`'s first commit, changes `README.md`, removes `docs/guide.md`,
 ///   adds `feature.txt`.
 #[derive(Debug)]
-pub struct SourceRepo {
+pub(crate) struct SourceRepo {
     _tmp: tempfile::TempDir,
-    pub path: PathBuf,
-    pub main_first: String,
-    pub main_head: String,
-    pub feature_head: String,
+    pub(crate) path: PathBuf,
+    pub(crate) main_first: String,
+    pub(crate) main_head: String,
+    pub(crate) feature_head: String,
 }
 
 impl SourceRepo {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("source");
         std::fs::create_dir_all(&path).unwrap();
@@ -110,17 +110,17 @@ impl SourceRepo {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.path.to_str().unwrap().to_string()
     }
 
-    pub fn file_url(&self) -> String {
+    pub(crate) fn file_url(&self) -> String {
         format!("file://{}", self.url())
     }
 }
 
 /// A task spec cloning `url`, with fast clone retries.
-pub fn spec_for(url: &str) -> TaskSpec {
+pub(crate) fn spec_for(url: &str) -> TaskSpec {
     let text = format!(
         r#"
 version: "1"
@@ -142,14 +142,14 @@ lifecycle:
 }
 
 /// A task directory under a fresh data directory.
-pub fn task_dir(id: u64) -> (tempfile::TempDir, TaskDir) {
+pub(crate) fn task_dir(id: u64) -> (tempfile::TempDir, TaskDir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = TaskDir::new(tmp.path(), TaskId::new(id).unwrap());
     (tmp, dir)
 }
 
 /// Every line of `events.jsonl`, parsed.
-pub fn events(dir: &TaskDir) -> Vec<serde_json::Value> {
+pub(crate) fn events(dir: &TaskDir) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.events())
         .unwrap()
         .lines()

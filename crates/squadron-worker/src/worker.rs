@@ -6,33 +6,36 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, Retryable};
 use squadron_core::ids::TaskId;
-use squadron_core::manifest::{RuntimeKind, TaskSpec};
+use squadron_core::manifest::TaskSpec;
 use squadron_core::task::TaskState;
 use squadron_proto::v1 as pb;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::agent_runtime::AgentRuntime;
-use crate::agent_supervisor::AgentSupervisor;
+use crate::agent::runtime::AgentRuntime;
+use crate::agent::supervisor::AgentSupervisor;
 use crate::config::WorkerConfig;
 use crate::control_link::ControlLink;
-use crate::env_allowlist::EnvAllowlist;
 use crate::error::WorkerError;
 use crate::output_server::{self, ActiveTasks};
-use crate::process_runtime::ProcessRuntimeConfig;
-use crate::runtime::Runtime;
-use crate::task_driver::{DriverContext, TaskDriver};
+use crate::retry;
+use crate::runtime::probe::RuntimeSet;
+use crate::runtime::process::ProcessRuntimeConfig;
+use crate::task::driver::{DriverContext, TaskDriver};
+use crate::task::env_allowlist::EnvAllowlist;
 
-/// Pause before reopening a broken assignment stream; doubled up to the max.
-pub const WATCH_RETRY_MS_MIN: u64 = 200;
-pub const WATCH_RETRY_MS_MAX: u64 = 5_000;
+/// Pause before reopening a broken assignment stream (and between adoption attempts);
+/// doubled up to the max.
+pub(crate) const WATCH_RETRY_MS_MIN: u64 = 200;
+pub(crate) const WATCH_RETRY_MS_MAX: u64 = 5_000;
 /// Pause between registration attempts at start-up.
-pub const REGISTER_RETRY_MS: u64 = 500;
+pub(crate) const REGISTER_RETRY_MS: u64 = 500;
 /// Most drivers tracked at once (assigned attempts, including finished ones not yet pruned).
-pub const DRIVERS_MAX: usize = 4_096;
+pub(crate) const DRIVERS_MAX: usize = 4_096;
 /// Largest task spec accepted on the stream.
-pub const SPEC_JSON_BYTES_MAX: usize = 1024 * 1024;
+pub(crate) const SPEC_JSON_BYTES_MAX: usize = 1024 * 1024;
 
 struct DriverSlot {
     attempt: u32,
@@ -60,11 +63,11 @@ impl RunningWorker {
 /// until a control node answers), and spawns the heartbeat and assignment loops.
 pub async fn start(
     config: WorkerConfig,
-    runtimes: BTreeMap<RuntimeKind, Arc<dyn Runtime>>,
+    runtimes: RuntimeSet,
 ) -> Result<RunningWorker, WorkerError> {
     config.validate()?;
     let mut config = config;
-    config.runtimes = runtimes.keys().copied().collect();
+    config.runtimes = runtimes.kinds().collect();
     if config.runtimes.is_empty() {
         return Err(WorkerError::Invalid {
             field: "runtimes".into(),
@@ -85,7 +88,7 @@ pub async fn start(
     let agents = agent_supervisor(&config, control.rest());
     let mut app = output_server::router(config.data_dir.clone(), active.clone());
     if let Some(s) = &agents {
-        app = app.merge(crate::agent_api::router(s.clone()));
+        app = app.merge(crate::agent::api::router(s.clone()));
     }
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).tcp_nodelay(true).await {
@@ -94,15 +97,10 @@ pub async fn start(
     });
 
     let env_allowlist = EnvAllowlist::new(config.env_allowlist.iter().cloned())?;
-    loop {
-        match control.register().await {
-            Ok(()) => break,
-            Err(e) => {
-                tracing::warn!(error = %e, "registration failed; retrying");
-                tokio::time::sleep(Duration::from_millis(REGISTER_RETRY_MS)).await;
-            }
-        }
-    }
+    (|| control.register())
+        .retry(retry::constant(REGISTER_RETRY_MS, None))
+        .notify(|e, _| tracing::warn!(error = %e, "registration failed; retrying"))
+        .await?;
     tracing::info!(worker = %config.id, url = %config.advertised_url(), runtimes = ?config.runtimes, "worker registered");
     let url = config.advertised_url();
     let ctx = Arc::new(DriverContext {
@@ -157,19 +155,19 @@ fn agent_supervisor(
 /// Adopts the attempts of the leases this worker holds, retrying until the control plane
 /// answers.
 async fn adopt_agents(supervisor: AgentSupervisor) {
-    let mut backoff = WATCH_RETRY_MS_MIN;
-    loop {
-        match supervisor.adopt_all().await {
-            Ok(n) => {
-                if n > 0 {
-                    tracing::info!(adopted = n, "agent attempts adopted after restart");
-                }
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot adopt agent attempts yet"),
-        }
-        tokio::time::sleep(Duration::from_millis(backoff)).await;
-        backoff = (backoff * 2).min(WATCH_RETRY_MS_MAX);
+    let adopted = (|| supervisor.adopt_all())
+        .retry(retry::doubling(
+            WATCH_RETRY_MS_MIN,
+            WATCH_RETRY_MS_MAX,
+            None,
+        ))
+        .notify(|e, _| tracing::warn!(error = %e, "cannot adopt agent attempts yet"))
+        .await;
+    match adopted {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(adopted = n, "agent attempts adopted after restart"),
+        // Unreachable: the pauses never run out.
+        Err(e) => tracing::error!(error = %e, "agent attempts not adopted"),
     }
 }
 
@@ -186,11 +184,12 @@ async fn heartbeat_loop(control: ControlLink, interval_ms: u64) {
 
 async fn watch_loop(ctx: Arc<DriverContext>) {
     let mut drivers: BTreeMap<TaskId, DriverSlot> = BTreeMap::new();
-    let mut backoff = WATCH_RETRY_MS_MIN;
+    let reconnect = || retry::doubling(WATCH_RETRY_MS_MIN, WATCH_RETRY_MS_MAX, None).build();
+    let mut pauses = reconnect();
     loop {
         match ctx.control.watch().await {
             Ok(mut stream) => {
-                backoff = WATCH_RETRY_MS_MIN;
+                pauses = reconnect();
                 loop {
                     match stream.message().await {
                         Ok(Some(event)) => on_event(&ctx, &mut drivers, event),
@@ -206,8 +205,10 @@ async fn watch_loop(ctx: Arc<DriverContext>) {
             Err(e) => tracing::warn!(error = %e, "cannot open the assignment stream"),
         }
         drivers.retain(|_, d| !d.handle.is_finished());
-        tokio::time::sleep(Duration::from_millis(backoff)).await;
-        backoff = (backoff * 2).min(WATCH_RETRY_MS_MAX);
+        let pause = pauses
+            .next()
+            .unwrap_or(Duration::from_millis(WATCH_RETRY_MS_MAX));
+        tokio::time::sleep(pause).await;
     }
 }
 

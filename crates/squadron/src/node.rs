@@ -167,7 +167,7 @@ pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
             lease_ttl_ms: args.agent_lease_ttl_ms,
             stop_grace_ms: args.agent_stop_grace_ms,
             // A short TTL (tests) gets a proportionally short margin.
-            self_fence_margin_ms: squadron_worker::agent_config::SELF_FENCE_MARGIN_MS_DEFAULT
+            self_fence_margin_ms: squadron_worker::SELF_FENCE_MARGIN_MS_DEFAULT
                 .min(args.agent_lease_ttl_ms / 4),
             skills: args.skills.into_iter().collect(),
             mcp_servers: args.mcp_servers.into_iter().collect(),

@@ -19,6 +19,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use atomic_write_file::AtomicWriteFile;
 use serde::{Deserialize, Serialize};
 
 use super::broker_error::BrokerError;
@@ -28,7 +29,6 @@ pub const LEDGER_ENTRIES_MAX: usize = 10_000;
 /// A ledger line longer than this is treated as corrupt.
 const LEDGER_LINE_BYTES_MAX: usize = 4 * 1024;
 const LEDGER_FILE: &str = "commit-ledger.jsonl";
-const LEDGER_TMP_FILE: &str = "commit-ledger.jsonl.tmp";
 
 /// One accepted commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,7 +146,6 @@ impl CommitLedger {
     /// Replaces the file with the remembered entries, oldest first.
     fn rewrite(&mut self) -> Result<(), BrokerError> {
         let path = self.dir.join(LEDGER_FILE);
-        let tmp = self.dir.join(LEDGER_TMP_FILE);
         let mut bytes = Vec::new();
         for key in &self.order {
             if let Some(entry) = self.entries.get(key) {
@@ -156,17 +155,13 @@ impl CommitLedger {
                 bytes.push(b'\n');
             }
         }
-        {
-            let mut out = File::create(&tmp)
-                .map_err(|e| BrokerError::io("create the ledger copy", &tmp, e))?;
-            out.write_all(&bytes)
-                .map_err(|e| BrokerError::io("write the ledger copy", &tmp, e))?;
-            out.sync_all()
-                .map_err(|e| BrokerError::io("sync the ledger copy", &tmp, e))?;
-        }
-        fs::rename(&tmp, &path)
-            .map_err(|e| BrokerError::io("replace the commit ledger", &path, e))?;
-        sync_dir(&self.dir)?;
+        // A temporary file, fsynced, renamed over the ledger, and the directory fsynced.
+        (|| {
+            let mut out = AtomicWriteFile::open(&path)?;
+            out.write_all(&bytes)?;
+            out.commit()
+        })()
+        .map_err(|e| BrokerError::io("replace the commit ledger", &path, e))?;
         self.file = open_append(&path)?;
         self.lines_in_file = self.order.len();
         Ok(())

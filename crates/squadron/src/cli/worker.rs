@@ -69,10 +69,10 @@ pub struct WorkerRunArgs {
     #[arg(long)]
     pub no_agents: bool,
     /// Time to live of the leases this worker's agents hold; renewed every third of it.
-    #[arg(long, value_name = "MS", default_value_t = squadron_worker::agent_config::AGENT_LEASE_TTL_MS_DEFAULT)]
+    #[arg(long, value_name = "MS", default_value_t = squadron_worker::AGENT_LEASE_TTL_MS_DEFAULT)]
     pub agent_lease_ttl_ms: u64,
     /// Grace between SIGTERM and SIGKILL when a provider is stopped or taken over.
-    #[arg(long, value_name = "MS", default_value_t = squadron_worker::agent_config::AGENT_STOP_GRACE_MS_DEFAULT)]
+    #[arg(long, value_name = "MS", default_value_t = squadron_worker::AGENT_STOP_GRACE_MS_DEFAULT)]
     pub agent_stop_grace_ms: u64,
     /// Run a provider as a shell script from this host: `NAME=PATH` (codex, claude or
     /// script); repeat for several. Without it codex and claude run as the `codex` and

@@ -1,0 +1,156 @@
+//! The worker's agent endpoints, which control nodes relay the operator facade to:
+//!
+//! - `POST /worker/v1/agents/{profile}/launch` ([`LaunchAgent`])
+//! - `POST /worker/v1/agents/{profile}/takeover` ([`TakeoverAgent`])
+//! - `POST /worker/v1/agents/{profile}/stop` ([`StopAgent`])
+//! - `POST /worker/v1/agents/{profile}/reap`
+//! - `GET  /worker/v1/agents/{profile}` and `GET /worker/v1/agents`
+//! - `GET  /worker/v1/evidence/{tenant}/{project}`
+//!
+//! Bodies are parsed strictly (unknown fields refused) and errors have the control plane's
+//! shape, so an operator reads the same error whether a node or the worker refused. The
+//! supervisor's own state becomes the wire's `AgentView` here, and nowhere else.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use squadron_client::{ErrorBody, LaunchAgent, StopAgent, TakeoverAgent};
+use squadron_core::ids::{ProfileId, ProjectId, TenantId};
+
+use crate::agent::error::AgentError;
+use crate::agent::supervisor::AgentSupervisor;
+
+/// Largest request body accepted (a prompt included).
+pub(crate) const AGENT_REQUEST_BYTES_MAX: usize = 2 << 20;
+
+pub(crate) fn router(supervisor: AgentSupervisor) -> Router {
+    Router::new()
+        .route("/worker/v1/agents", get(list))
+        .route("/worker/v1/agents/:profile", get(view))
+        .route("/worker/v1/agents/:profile/launch", post(launch))
+        .route("/worker/v1/agents/:profile/takeover", post(takeover))
+        .route("/worker/v1/agents/:profile/stop", post(stop))
+        .route("/worker/v1/agents/:profile/reap", post(reap))
+        .route("/worker/v1/evidence/:tenant/:project", get(evidence))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            AGENT_REQUEST_BYTES_MAX,
+        ))
+        .with_state(supervisor)
+}
+
+struct Failure(AgentError);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(ErrorBody::from(self.0))).into_response()
+    }
+}
+
+impl From<AgentError> for Failure {
+    fn from(e: AgentError) -> Self {
+        Failure(e)
+    }
+}
+
+fn profile_id(raw: &str) -> Result<ProfileId, Failure> {
+    raw.parse::<u64>()
+        .ok()
+        .and_then(|n| ProfileId::new(n).ok())
+        .ok_or_else(|| {
+            Failure(AgentError::invalid(
+                "profile",
+                format!("{raw:?} is not a profile id (a positive integer)"),
+            ))
+        })
+}
+
+fn body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, Failure> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    parse(bytes)
+}
+
+fn parse<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Failure> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "body".to_owned() } else { path };
+        Failure(AgentError::invalid(&field, e.inner().to_string()))
+    })
+}
+
+async fn list(State(s): State<AgentSupervisor>) -> Response {
+    let views: Vec<_> = s
+        .states()
+        .iter()
+        .map(|a| a.view(s.worker(), None))
+        .collect();
+    Json(views).into_response()
+}
+
+async fn view(
+    State(s): State<AgentSupervisor>,
+    Path(id): Path<String>,
+) -> Result<Response, Failure> {
+    let agent = s.state(profile_id(&id)?)?;
+    Ok(Json(agent.view(s.worker(), None)).into_response())
+}
+
+async fn launch(
+    State(s): State<AgentSupervisor>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    let id = profile_id(&id)?;
+    let req: LaunchAgent = body(&bytes)?;
+    let agent = s.launch(id, req).await?;
+    Ok((StatusCode::CREATED, Json(agent.view(s.worker(), None))).into_response())
+}
+
+async fn takeover(
+    State(s): State<AgentSupervisor>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    let id = profile_id(&id)?;
+    let req: TakeoverAgent = parse(&bytes)?;
+    let t = s.takeover(id, req).await?;
+    Ok(Json(t.agent.view(s.worker(), t.replaced.as_ref())).into_response())
+}
+
+async fn stop(
+    State(s): State<AgentSupervisor>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> Result<Response, Failure> {
+    let id = profile_id(&id)?;
+    let req: StopAgent = body(&bytes)?;
+    let agent = s.stop(id, req).await?;
+    Ok(Json(agent.view(s.worker(), None)).into_response())
+}
+
+async fn reap(
+    State(s): State<AgentSupervisor>,
+    Path(id): Path<String>,
+) -> Result<Response, Failure> {
+    let id = profile_id(&id)?;
+    Ok(Json(s.reap(id).await?.replaced()).into_response())
+}
+
+async fn evidence(
+    State(s): State<AgentSupervisor>,
+    Path((tenant, project)): Path<(String, String)>,
+) -> Result<Response, Failure> {
+    let tenant =
+        TenantId::new(tenant).map_err(|e| Failure(AgentError::invalid("tenant", e.to_string())))?;
+    let project = ProjectId::new(project)
+        .map_err(|e| Failure(AgentError::invalid("project", e.to_string())))?;
+    Ok(Json(s.evidence(&tenant, &project)).into_response())
+}

@@ -1,0 +1,415 @@
+//! Launch: a profile's next generation is granted a lease and its provider started, and the
+//! start every takeover ends with (`start_or_release`).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use squadron_client::types::AcquireLease;
+use squadron_client::{Consistency, LaunchAgent};
+use squadron_core::capsule::ContinuityCapsule;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::{Generation, ProfileId};
+use squadron_core::lease::FencingToken;
+use squadron_core::manifest::NetworkMode;
+use squadron_core::profile::AgentProfile;
+use squadron_core::provider::Provider;
+use squadron_core::roster::RosterSnapshot;
+use squadron_core::Outcome;
+
+use crate::agent::attempt::{AgentAttempt, AgentLaunch, AGENT_RUN_MOUNT, BROKER_MOUNT};
+use crate::agent::config::{ProviderLauncher, PROVIDER_SCRIPT_BYTES_MAX};
+use crate::agent::error::AgentError;
+use crate::agent::project_sandbox::ProjectSandbox;
+use crate::agent::registry::AgentEntry;
+use crate::agent::state::{AgentState, AttemptStatus};
+use crate::agent::supervisor::{
+    blocking, check_prompt, grant_token, unexpected, AgentSupervisor, AGENTS_MAX,
+    BROKER_SOCKET_NAME,
+};
+use crate::runtime::SandboxLimits;
+
+/// The watchdog every provider runs under: it forwards SIGTERM and kills the provider once
+/// the worker's deadline for the lease has passed (self-fencing). Exit status is the
+/// provider's.
+const WATCHDOG_SCRIPT: &str = include_str!("watchdog.sh");
+
+/// A lease just granted and what its provider starts with.
+pub(super) struct GrantedAttempt<'a> {
+    pub(super) profile: &'a AgentProfile,
+    pub(super) sandbox: Arc<ProjectSandbox>,
+    pub(super) token: FencingToken,
+    pub(super) provider: Provider,
+    /// The newest capsule, shown at `/mnt/run/capsule.json`.
+    pub(super) capsule: Option<ContinuityCapsule>,
+    pub(super) prompt: Option<String>,
+    /// When the grant was requested (local clock): the first renewal deadline counts from it.
+    pub(super) sent_at: u64,
+}
+
+impl AgentSupervisor {
+    pub(crate) async fn launch(
+        &self,
+        id: ProfileId,
+        req: LaunchAgent,
+    ) -> Result<AgentState, AgentError> {
+        let _op = self.inner.ops.lock().await;
+        self.launch_locked(id, req).await
+    }
+
+    /// A launch, with the operations lock held.
+    pub(super) async fn launch_locked(
+        &self,
+        id: ProfileId,
+        req: LaunchAgent,
+    ) -> Result<AgentState, AgentError> {
+        if let Some(prompt) = &req.prompt {
+            check_prompt(prompt)?;
+        }
+        let profile = self.profile(id).await?;
+        let (running, here) = self.registry().admission(id);
+        check_launchable(&profile, here)?;
+        let provider = self.choose_provider(&profile, req.provider, None)?;
+        self.check_capabilities(&profile)?;
+        if running >= AGENTS_MAX {
+            return Err(AgentError::new(
+                ErrorCode::ResourceExhausted,
+                format!("this worker supervises {AGENTS_MAX} agents already"),
+            ));
+        }
+        let sandbox = self
+            .sandbox_for(&profile, req.repository.as_ref(), req.worker.as_ref())
+            .await?;
+        let sb = sandbox.clone();
+        let key = profile.key.clone();
+        blocking(move || sb.ensure_profile(&key)).await?;
+
+        // Everything that can fail is read before the grant, so a granted lease is either
+        // started or released.
+        let capsule = self.latest_capsule(id).await?;
+        let next = profile.generation.successor();
+        let holder = self.holder(&sandbox, &profile, provider, next);
+        let sent_at = squadron_client::now_ms();
+        let acquire = AcquireLease {
+            expected_generation: profile.generation,
+            provider,
+            holder,
+            ttl_ms: self.inner.config.lease_ttl_ms,
+        };
+        // Unkeyed and never resent: a compare-and-swap on the generation is re-read and
+        // decided again by the operator, not repeated blindly (INV-11).
+        let outcome = self
+            .inner
+            .control
+            .acquire_lease(id, &acquire, None)
+            .await
+            .map_err(|e| AgentError::from(e).context("acquiring the lease"))?;
+        let Outcome::LeaseGranted(grant) = outcome else {
+            return Err(unexpected("acquire", &outcome));
+        };
+        self.start_or_release(GrantedAttempt {
+            profile: &profile,
+            sandbox,
+            token: grant_token(id, &grant),
+            provider,
+            capsule,
+            prompt: req.prompt,
+            sent_at,
+        })
+        .await
+    }
+
+    /// The requested provider, else the first of the profile's (in its order of preference)
+    /// this worker can launch, preferring one other than `current` (a takeover swaps).
+    pub(super) fn choose_provider(
+        &self,
+        profile: &AgentProfile,
+        requested: Option<Provider>,
+        current: Option<Provider>,
+    ) -> Result<Provider, AgentError> {
+        let launchable = |p: &Provider| self.inner.config.providers.contains_key(p);
+        if let Some(p) = requested {
+            if !profile.providers.contains(&p) {
+                return Err(AgentError::invalid(
+                    "provider",
+                    format!(
+                        "{p} is not one of profile {}'s providers {:?}",
+                        profile.id, profile.providers
+                    ),
+                ));
+            }
+            if !launchable(&p) {
+                return Err(AgentError::precondition(format!(
+                    "worker {} has no launcher for provider {p}",
+                    self.inner.worker
+                )));
+            }
+            return Ok(p);
+        }
+        let mut candidates = profile.providers.iter().filter(|p| launchable(p));
+        let first = candidates.clone().find(|p| Some(**p) != current);
+        first.or_else(|| candidates.next()).copied().ok_or_else(|| {
+            AgentError::precondition(format!(
+                "worker {} can launch none of profile {}'s providers {:?}",
+                self.inner.worker, profile.id, profile.providers
+            ))
+        })
+    }
+
+    /// A missing required skill or MCP server denies the launch; there is no fallback.
+    pub(super) fn check_capabilities(&self, profile: &AgentProfile) -> Result<(), AgentError> {
+        let caps = &profile.capabilities;
+        let missing_skills: Vec<_> = caps
+            .required_skills
+            .iter()
+            .filter(|s| !self.inner.config.skills.contains(*s))
+            .map(ToString::to_string)
+            .collect();
+        let missing_mcp: Vec<_> = caps
+            .mcp_servers
+            .iter()
+            .filter(|s| !self.inner.config.mcp_servers.contains(*s))
+            .map(ToString::to_string)
+            .collect();
+        if missing_skills.is_empty() && missing_mcp.is_empty() {
+            return Ok(());
+        }
+        let mut what = Vec::new();
+        if !missing_skills.is_empty() {
+            what.push(format!("skills {}", missing_skills.join(", ")));
+        }
+        if !missing_mcp.is_empty() {
+            what.push(format!("MCP servers {}", missing_mcp.join(", ")));
+        }
+        Err(AgentError::precondition(format!(
+            "launch denied: capability manifest v{} of profile {} requires {} that worker {} \
+             does not offer",
+            caps.version,
+            profile.id,
+            what.join(" and "),
+            self.inner.worker
+        )))
+    }
+
+    /// Starts the attempt of a granted lease; when the start fails, whatever started is
+    /// reaped and the lease released, so a failed launch holds no slot.
+    pub(super) async fn start_or_release(
+        &self,
+        g: GrantedAttempt<'_>,
+    ) -> Result<AgentState, AgentError> {
+        let (profile, sandbox, token) = (g.profile, g.sandbox.clone(), g.token);
+        let e = match self.start(g).await {
+            Ok(state) => return Ok(state),
+            Err(e) => e,
+        };
+        tracing::warn!(profile = %profile.id, generation = %token.generation, error = %e, "start failed; reaping and releasing");
+        let (rt, key, generation) = (
+            self.inner.runtime.clone(),
+            profile.key.clone(),
+            token.generation,
+        );
+        let adopted = blocking(move || AgentAttempt::adopt(&rt, &sandbox, &key, generation)).await;
+        if let Ok(Some(attempt)) = adopted {
+            if let Ok(proof) = self
+                .stop_attempt(&attempt, token.lease, Duration::ZERO)
+                .await
+            {
+                let _ = self.end_lease(token, proof).await;
+                return Err(e.context("starting the provider"));
+            }
+        }
+        self.release_or_queue(token).await;
+        Err(e.context("starting the provider"))
+    }
+
+    async fn start(&self, g: GrantedAttempt<'_>) -> Result<AgentState, AgentError> {
+        let config = &self.inner.config;
+        let deadline = g.sent_at + config.lease_ttl_ms - config.self_fence_margin_ms;
+        let roster = self
+            .inner
+            .control
+            .roster(
+                &g.profile.tenant,
+                &g.profile.project,
+                Consistency::Linearizable,
+            )
+            .await?;
+        let launch = self.agent_launch(&g, deadline, &roster)?;
+        let broker_server = self.serve_broker(&g.sandbox, g.profile)?;
+        let (rt, sb, key, generation) = (
+            self.inner.runtime.clone(),
+            g.sandbox.clone(),
+            g.profile.key.clone(),
+            g.token.generation,
+        );
+        let attempt =
+            blocking(move || AgentAttempt::start(&rt, &sb, &key, generation, &launch)).await?;
+        let (profile, token) = (g.profile, g.token);
+        let state = AgentState {
+            profile: profile.id,
+            key: profile.key.clone(),
+            tenant: profile.tenant.clone(),
+            project: profile.project.clone(),
+            provider: g.provider,
+            lease: token.lease,
+            generation: token.generation,
+            status: AttemptStatus::Running,
+            cgroup: attempt.cgroup_path().display().to_string(),
+            exit_code: None,
+            capsule_sequence: g.capsule.as_ref().map(|c| c.sequence),
+            mailbox_delivered_through: 0,
+        };
+        tracing::info!(profile = %profile.id, provider = %g.provider, generation = %token.generation, lease = %token.lease, "agent launched");
+        self.registry().insert(AgentEntry {
+            state: state.clone(),
+            attempt,
+            sandbox: g.sandbox,
+            broker_server: Some(broker_server),
+            deadline_ms: deadline,
+            pending_evidence: None,
+        });
+        self.sample_processes(&profile.tenant, &profile.project);
+        Ok(state)
+    }
+
+    /// What the granted generation runs: the watchdog around the provider's command, the
+    /// launch files, the prompt on standard input, and the fixed environment.
+    fn agent_launch(
+        &self,
+        g: &GrantedAttempt<'_>,
+        deadline: u64,
+        roster: &RosterSnapshot,
+    ) -> Result<AgentLaunch, AgentError> {
+        let mut run_files = run_files(g, deadline, roster)?;
+        let mut argv = vec![
+            "/bin/sh".to_owned(),
+            format!("{AGENT_RUN_MOUNT}/watchdog.sh"),
+        ];
+        match self.inner.config.providers.get(&g.provider) {
+            Some(ProviderLauncher::Command(command)) => argv.extend(command.iter().cloned()),
+            Some(ProviderLauncher::Script(path)) => {
+                let script = read_bounded(path, PROVIDER_SCRIPT_BYTES_MAX)?;
+                run_files.insert("provider.sh".to_owned(), script);
+                argv.push("/bin/sh".to_owned());
+                argv.push(format!("{AGENT_RUN_MOUNT}/provider.sh"));
+            }
+            None => {
+                return Err(AgentError::precondition(format!(
+                    "worker {} has no launcher for provider {}",
+                    self.inner.worker, g.provider
+                )))
+            }
+        }
+        let stdin = g.prompt.clone().map(|p| {
+            run_files.insert("prompt".to_owned(), p.into_bytes());
+            "prompt".to_owned()
+        });
+        Ok(AgentLaunch {
+            argv,
+            env: agent_env(g),
+            run_files,
+            stdin,
+            network: NetworkMode::Outbound,
+            limits: SandboxLimits::default(),
+            broker_dir: Some(self.broker_dir(g.profile.id)),
+        })
+    }
+}
+
+/// A launch needs the profile idle here (`here`: the generation it runs here, if any) and
+/// without a live lease anywhere.
+fn check_launchable(profile: &AgentProfile, here: Option<Generation>) -> Result<(), AgentError> {
+    let id = profile.id;
+    if let Some(generation) = here {
+        return Err(AgentError::precondition(format!(
+            "profile {id} already runs generation {generation} here; stop it or take it over"
+        )));
+    }
+    if let Some(live) = profile.live_lease {
+        return Err(AgentError::precondition(format!(
+            "profile {id} holds lease {live} (generation {}); take it over instead of \
+             launching",
+            profile.generation
+        )));
+    }
+    Ok(())
+}
+
+/// The generation's launch files: the watchdog, its deadline, the roster, who it is, and the
+/// capsule it starts from.
+fn run_files(
+    g: &GrantedAttempt<'_>,
+    deadline: u64,
+    roster: &RosterSnapshot,
+) -> Result<BTreeMap<String, Vec<u8>>, AgentError> {
+    let (profile, token) = (g.profile, g.token);
+    let mut files = BTreeMap::new();
+    files.insert(
+        "watchdog.sh".to_owned(),
+        WATCHDOG_SCRIPT.as_bytes().to_vec(),
+    );
+    files.insert(
+        "lease-deadline-ms".to_owned(),
+        deadline.to_string().into_bytes(),
+    );
+    files.insert("roster.json".to_owned(), to_json(roster)?);
+    files.insert(
+        "identity.json".to_owned(),
+        to_json(&serde_json::json!({
+            "profile": profile.id,
+            "key": profile.key,
+            "subject": profile.subject,
+            "lease": token.lease,
+            "generation": token.generation,
+            "provider": g.provider,
+        }))?,
+    );
+    if let Some(c) = &g.capsule {
+        files.insert("capsule.json".to_owned(), to_json(c)?);
+    }
+    Ok(files)
+}
+
+/// The provider's whole environment: nothing of the worker's own leaks in.
+fn agent_env(g: &GrantedAttempt<'_>) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("PATH".to_owned(), "/usr/local/bin:/usr/bin:/bin".to_owned()),
+        ("HOME".to_owned(), "/state".to_owned()),
+        ("SQUADRON_PROFILE_ID".to_owned(), g.profile.id.to_string()),
+        ("SQUADRON_LEASE_ID".to_owned(), g.token.lease.to_string()),
+        ("SQUADRON_PROVIDER".to_owned(), g.provider.to_string()),
+        (
+            "SQUADRON_BROKER_SOCKET".to_owned(),
+            format!("{BROKER_MOUNT}/{BROKER_SOCKET_NAME}"),
+        ),
+        (
+            "SQUADRON_MAILBOX".to_owned(),
+            format!("{AGENT_RUN_MOUNT}/mailbox.jsonl"),
+        ),
+    ])
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, AgentError> {
+    serde_json::to_vec_pretty(value)
+        .map_err(|e| AgentError::new(ErrorCode::Internal, format!("encoding: {e}")))
+}
+
+fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, AgentError> {
+    let meta = fs::metadata(path).map_err(|e| {
+        AgentError::new(
+            ErrorCode::FailedPrecondition,
+            format!("provider script {}: {e}", path.display()),
+        )
+    })?;
+    if meta.len() > max {
+        return Err(AgentError::precondition(format!(
+            "provider script {} is {} bytes, at most {max}",
+            path.display(),
+            meta.len()
+        )));
+    }
+    fs::read(path)
+        .map_err(|e| AgentError::precondition(format!("provider script {}: {e}", path.display())))
+}

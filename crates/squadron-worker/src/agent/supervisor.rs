@@ -1,0 +1,411 @@
+//! The worker's side of the identity runtime (ADR-0011): it runs agent profiles' provider
+//! processes in their project's one sandbox, each under a runtime lease it holds, and does
+//! what the operator facade asks — launch, graceful or crash takeover, stop, reap.
+//!
+//! Order of every step, and why:
+//! - **Launch** (`launch`): capability manifest checked against this host → sandbox opened
+//!   (and attached to the project, INV-1) → lease acquired with the next generation's cgroup
+//!   leaf as holder (INV-3, INV-5: the control plane admits at most `max_active`) → provider
+//!   started in that leaf. A failed start is reaped and its lease released.
+//! - **Renewal** (`renewal`): one `RenewLeases` command per tick for every lease this worker
+//!   holds (one Raft entry per worker, not per agent). Each success moves the attempt's local
+//!   deadline (send time + TTL − margin) into `/mnt/run/lease-deadline-ms`.
+//! - **Self-fencing:** the provider runs under a watchdog (`watchdog.sh`, at
+//!   `/mnt/run/watchdog.sh`) that kills it once that deadline passes, so a provider whose
+//!   worker died or lost the control plane stops writing on its own; a worker that is alive
+//!   does the same from its side (terminate, reap), and the Git broker refuses the fenced
+//!   generation anyway.
+//! - **Graceful takeover (INV-8)** (`takeover`): SIGTERM (the provider writes
+//!   `/state/capsule.json`), grace, reap with `populated 0`, then one `GracefulTakeover`
+//!   command (capsule commit and verify, fence, grant, with the reap evidence so the slot
+//!   passes on), then the next provider starts with the capsule at `/mnt/run/capsule.json`.
+//! - **Crash takeover (INV-9)** (`takeover`): only for a generation that is not running and
+//!   renewed here: wait for the lease to expire, reap its leaf for evidence (or find the
+//!   recorded evidence), then one `CrashTakeover` command, then start. Without evidence (the
+//!   holder was another worker) the control plane refuses, and the refusal says to
+//!   decommission. Both takeovers end in one shared tail.
+//! - **Mailbox** (`mailbox`): each tick appends new mailbox messages (roster deltas
+//!   included) to `/mnt/run/mailbox.jsonl` and acknowledges them under the lease. The run
+//!   directory is read-only inside, so what a provider reads there was written by the worker.
+//!
+//! A restarted worker adopts the attempts of the active leases it holds (`adoption`).
+//!
+//! The supervisor's state is its own ([`AgentState`] in a [`Registry`] behind one lock);
+//! the agent API turns it into the wire's `AgentView`.
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use squadron_client::types::AttachSandbox;
+use squadron_client::{Consistency, SandboxRepository, SquadronClient};
+use squadron_core::capsule::ContinuityCapsule;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::{Generation, ProfileId, WorkerId};
+use squadron_core::lease::{FencingToken, LeaseHolder};
+use squadron_core::manifest::RuntimeKind;
+use squadron_core::profile::AgentProfile;
+use squadron_core::provider::Provider;
+use squadron_core::response::LeaseGrant;
+use squadron_core::Outcome;
+use squadron_isolation::{BrokerServer, GitBroker};
+
+use crate::agent::config::AgentConfig;
+use crate::agent::error::AgentError;
+use crate::agent::fence::ControlFence;
+use crate::agent::project_sandbox::{ProjectSandbox, SandboxRecord};
+use crate::agent::registry::Registry;
+use crate::agent::runtime::AgentRuntime;
+use crate::agent::state::AgentState;
+use crate::error::WorkerError;
+
+/// How often running attempts are checked for exit and mailboxes for news.
+pub(crate) const SUPERVISOR_TICK_MS: u64 = 250;
+/// Largest prompt handed to a provider.
+pub(crate) const PROMPT_BYTES_MAX: usize = 1 << 20;
+/// Most agents one worker supervises.
+pub(crate) const AGENTS_MAX: usize = 1_024;
+/// The broker socket's name in `/mnt/broker`.
+pub(crate) const BROKER_SOCKET_NAME: &str = "git.sock";
+
+/// Cheap to clone; clones share the supervisor.
+#[derive(Debug, Clone)]
+pub(crate) struct AgentSupervisor {
+    pub(super) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(super) worker: WorkerId,
+    pub(super) data_dir: PathBuf,
+    pub(super) config: AgentConfig,
+    pub(super) runtime: AgentRuntime,
+    pub(super) control: SquadronClient,
+    pub(super) broker: GitBroker,
+    /// Operator operations run one at a time: each reads the profile, decides and commits,
+    /// and two interleaved on one profile would decide on stale reads.
+    pub(super) ops: tokio::sync::Mutex<()>,
+    registry: Mutex<Registry>,
+}
+
+impl AgentSupervisor {
+    /// A supervisor for `worker`, its broker state under `data_dir/agent-broker`.
+    pub(crate) fn new(
+        worker: WorkerId,
+        data_dir: PathBuf,
+        config: AgentConfig,
+        runtime: AgentRuntime,
+        control: SquadronClient,
+    ) -> Result<AgentSupervisor, WorkerError> {
+        config.validate()?;
+        let fence = Arc::new(ControlFence::new(control.clone()));
+        let broker = GitBroker::open(&data_dir.join("agent-broker"), fence)
+            .map_err(|e| WorkerError::runtime("git broker", e.to_string()))?;
+        Ok(AgentSupervisor {
+            inner: Arc::new(Inner {
+                worker,
+                data_dir,
+                config,
+                runtime,
+                control,
+                broker,
+                ops: tokio::sync::Mutex::new(()),
+                registry: Mutex::new(Registry::default()),
+            }),
+        })
+    }
+
+    pub(crate) fn worker(&self) -> &WorkerId {
+        &self.inner.worker
+    }
+
+    /// The one lock over the supervisor's state; hold it for one transition, never across
+    /// an await.
+    pub(super) fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.inner
+            .registry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts the renewal loop and the tick loop (exits, mailboxes, evidence, releases) on
+    /// the current runtime. Renewals get their own task so a slow reap or mailbox read never
+    /// delays them past a deadline.
+    pub(crate) fn spawn_loops(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let renewer = self.clone();
+        let renewals = tokio::spawn(async move {
+            let every = Duration::from_millis(renewer.inner.config.renew_interval_ms());
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                renewer.renew_all().await;
+            }
+        });
+        let me = self.clone();
+        let ticks = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(SUPERVISOR_TICK_MS));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.check_exits().await;
+                me.deliver_mailboxes().await;
+                me.retry_pending_evidence().await;
+                me.retry_pending_releases().await;
+            }
+        });
+        vec![renewals, ticks]
+    }
+
+    /// The profile's attempt as this worker sees it.
+    pub(crate) fn state(&self, id: ProfileId) -> Result<AgentState, AgentError> {
+        self.registry().state(id).ok_or_else(|| {
+            AgentError::not_found(format!(
+                "profile {id} has no provider attempt on worker {}",
+                self.inner.worker
+            ))
+        })
+    }
+
+    /// Every attempt this worker knows.
+    pub(crate) fn states(&self) -> Vec<AgentState> {
+        self.registry().states()
+    }
+
+    // --- reads and pieces shared by the steps ----------------------------------------------
+
+    pub(super) async fn profile(&self, id: ProfileId) -> Result<AgentProfile, AgentError> {
+        self.inner
+            .control
+            .get_profile(id, Consistency::Linearizable)
+            .await
+            .map_err(AgentError::from)
+    }
+
+    pub(super) async fn latest_capsule(
+        &self,
+        id: ProfileId,
+    ) -> Result<Option<ContinuityCapsule>, AgentError> {
+        let capsules = self
+            .inner
+            .control
+            .list_capsules(id, Consistency::Linearizable)
+            .await?;
+        Ok(capsules.into_iter().max_by_key(|c| c.sequence))
+    }
+
+    /// The lease holder of `generation`: this worker, and the generation's cgroup leaf.
+    pub(super) fn holder(
+        &self,
+        sandbox: &ProjectSandbox,
+        profile: &AgentProfile,
+        provider: Provider,
+        generation: Generation,
+    ) -> LeaseHolder {
+        let leaf = self.inner.runtime.leaf_path(
+            sandbox.tenant(),
+            sandbox.project(),
+            &profile.key,
+            generation,
+        );
+        LeaseHolder {
+            worker: self.inner.worker.clone(),
+            process: format!("{provider} for {} generation {generation}", profile.key),
+            cgroup: Some(leaf.display().to_string()),
+        }
+    }
+
+    /// The project's sandbox here: opened when attached to this worker, made and attached
+    /// when the project has none (`repository` and, if given, `worker` naming this one).
+    pub(super) async fn sandbox_for(
+        &self,
+        profile: &AgentProfile,
+        repository: Option<&SandboxRepository>,
+        worker: Option<&WorkerId>,
+    ) -> Result<Arc<ProjectSandbox>, AgentError> {
+        let project = self
+            .inner
+            .control
+            .get_project(&profile.tenant, &profile.project, Consistency::Linearizable)
+            .await?;
+        if let Some(attached) = &project.sandbox {
+            if attached.worker != self.inner.worker {
+                return Err(AgentError::precondition(format!(
+                    "project {}/{} has its sandbox on worker {}, not {} (INV-1)",
+                    profile.tenant, profile.project, attached.worker, self.inner.worker
+                )));
+            }
+            return self.sandbox_of(profile).await;
+        }
+        let repo = self.new_sandbox_repository(profile, repository, worker)?;
+        let (data_dir, tenant, proj, url, branch) = (
+            self.inner.data_dir.clone(),
+            profile.tenant.clone(),
+            profile.project.clone(),
+            repo.url.clone(),
+            repo.branch.clone(),
+        );
+        let sandbox = blocking(move || {
+            ProjectSandbox::open_or_create(&data_dir, &tenant, &proj, &url, branch.as_deref())
+        })
+        .await?;
+        let sandbox = Arc::new(sandbox);
+        let attach = AttachSandbox {
+            worker: self.inner.worker.clone(),
+            runtime: RuntimeKind::Process,
+            sandbox_ref: sandbox.sandbox_ref(),
+        };
+        self.inner
+            .control
+            .attach_sandbox(&profile.tenant, &profile.project, &attach, None)
+            .await
+            .map_err(|e| AgentError::from(e).context("attaching the sandbox"))?;
+        self.registry().add_sandbox(
+            (profile.tenant.clone(), profile.project.clone()),
+            sandbox.clone(),
+        );
+        Ok(sandbox)
+    }
+
+    /// What a project without a sandbox is made from: the request's repository, on this
+    /// worker if the request names one.
+    fn new_sandbox_repository<'r>(
+        &self,
+        profile: &AgentProfile,
+        repository: Option<&'r SandboxRepository>,
+        worker: Option<&WorkerId>,
+    ) -> Result<&'r SandboxRepository, AgentError> {
+        if let Some(w) = worker {
+            if *w != self.inner.worker {
+                return Err(AgentError::invalid(
+                    "worker",
+                    format!("this is worker {}, not {w}", self.inner.worker),
+                ));
+            }
+        }
+        let Some(repo) = repository else {
+            return Err(AgentError::invalid(
+                "repository",
+                format!(
+                    "project {}/{} has no sandbox yet: give repository.url (and worker) to \
+                     make one",
+                    profile.tenant, profile.project
+                ),
+            ));
+        };
+        if repo.url.is_empty() {
+            return Err(AgentError::invalid("repository.url", "must not be empty"));
+        }
+        Ok(repo)
+    }
+
+    /// The project's sandbox on this worker, opened from its record.
+    pub(super) async fn sandbox_of(
+        &self,
+        profile: &AgentProfile,
+    ) -> Result<Arc<ProjectSandbox>, AgentError> {
+        let key = (profile.tenant.clone(), profile.project.clone());
+        if let Some(s) = self.registry().sandbox(&key) {
+            return Ok(s);
+        }
+        let (data_dir, tenant, project) = (
+            self.inner.data_dir.clone(),
+            profile.tenant.clone(),
+            profile.project.clone(),
+        );
+        let sandbox = blocking(move || {
+            let record_path = data_dir
+                .join("projects")
+                .join(tenant.as_str())
+                .join(project.as_str())
+                .join("sandbox.json");
+            let bytes = fs::read(&record_path).map_err(|e| {
+                WorkerError::Project(format!(
+                    "project {tenant}/{project} is attached to this worker but {} cannot be \
+                     read: {e}",
+                    record_path.display()
+                ))
+            })?;
+            let record: SandboxRecord = serde_json::from_slice(&bytes)
+                .map_err(|e| WorkerError::Project(format!("{}: {e}", record_path.display())))?;
+            ProjectSandbox::open_or_create(
+                &data_dir,
+                &tenant,
+                &project,
+                &record.repo_url,
+                record.branch.as_deref(),
+            )
+        })
+        .await?;
+        Ok(self.registry().sandbox_or(key, Arc::new(sandbox)))
+    }
+
+    /// Registers the profile's worktree with the Git broker and serves its socket.
+    pub(super) fn serve_broker(
+        &self,
+        sandbox: &ProjectSandbox,
+        profile: &AgentProfile,
+    ) -> Result<BrokerServer, AgentError> {
+        let dir = self.broker_dir(profile.id);
+        fs::create_dir_all(&dir)
+            .map_err(|e| AgentError::from(WorkerError::io("creating", &dir, e)))?;
+        let worktree = sandbox.profile_paths(&profile.key).worktree;
+        self.inner
+            .broker
+            .register_profile(profile.id.get(), &worktree)
+            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
+        self.inner
+            .broker
+            .serve_profile(&dir.join(BROKER_SOCKET_NAME), profile.id.get())
+            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))
+    }
+
+    /// `{data_dir}/agent-sockets/p{id}`: apart from the sandbox, shown at `/mnt/broker`.
+    pub(super) fn broker_dir(&self, id: ProfileId) -> PathBuf {
+        self.inner
+            .data_dir
+            .join("agent-sockets")
+            .join(format!("p{id}"))
+    }
+}
+
+pub(super) fn grant_token(profile: ProfileId, grant: &LeaseGrant) -> FencingToken {
+    FencingToken {
+        profile,
+        lease: grant.lease,
+        generation: grant.generation,
+    }
+}
+
+pub(super) fn unexpected(what: &str, outcome: &Outcome) -> AgentError {
+    AgentError::new(
+        ErrorCode::Internal,
+        format!("unexpected answer to {what}: {outcome:?}"),
+    )
+}
+
+pub(super) fn check_prompt(prompt: &str) -> Result<(), AgentError> {
+    if prompt.len() > PROMPT_BYTES_MAX {
+        return Err(AgentError::invalid(
+            "prompt",
+            format!("{} bytes, at most {PROMPT_BYTES_MAX}", prompt.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs blocking file-system, cgroup and git work off the async threads.
+pub(super) async fn blocking<T, F>(f: F) -> Result<T, AgentError>
+where
+    F: FnOnce() -> Result<T, WorkerError> + Send + 'static,
+    T: Send + 'static,
+{
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(AgentError::from),
+        Err(e) => Err(AgentError::new(
+            ErrorCode::Internal,
+            format!("a blocking step failed: {e}"),
+        )),
+    }
+}

@@ -1,0 +1,745 @@
+//! The Docker runtime: one container per task attempt, driven through the engine API
+//! (bollard), the seed's "Docker containers are supported as a parallel runtime".
+//!
+//! # The container
+//!
+//! `provision` creates — does not start — a container named `squadron-task-<task>-a<attempt>`
+//! from the agent image (built locally by `scripts/build-agent-image`, no registry), labelled
+//! `squadron.task`, `squadron.attempt`, `squadron.worker` and `squadron.managed=true` so a
+//! restarted worker finds it again (`adopt`). The task directory is bind-mounted:
+//!
+//! | host            | container      | mode |
+//! |-----------------|----------------|------|
+//! | `inbox/`        | `/mnt/inbox`   | rw   |
+//! | `outbox/`       | `/mnt/outbox`  | rw   |
+//! | `run/`          | `/mnt/run`     | ro   |
+//! | global dir      | `/mnt/global`  | ro   |
+//!
+//! The command is the launch spec's argv, its working directory the spec's, and its
+//! environment the spec's allowlist only (the engine adds `PATH` and `HOSTNAME`). CPU, memory
+//! (with swap equal to memory, so no swap) and pid limits come from the manifest.
+//!
+//! # Network modes
+//!
+//! - `isolated` → network mode `none`: a private namespace with only `lo`.
+//! - `outbound` → the engine's default bridge: a private namespace with NAT to the outside and
+//!   no published ports, so nothing outside the host can connect in. Other containers on the
+//!   default bridge and the host itself can still reach it.
+//! - `full` → network mode `host`: the host's own namespace, including services the host
+//!   binds to 127.0.0.1 and the right to listen on host ports.
+//!
+//! # Hardened versus full control
+//!
+//! By default the container is hardened: every capability dropped, `no-new-privileges`, a
+//! read-only root filesystem with a tmpfs `/tmp`, and the process runs as the owner of the
+//! task's inbox (without `CAP_DAC_OVERRIDE` a root process could not write into a task
+//! directory owned by another user; it also keeps the files it writes owned by the worker).
+//!
+//! A manifest that asks for the seed's full-control mode ("the agent has full control within
+//! container limits": install software, modify system configuration) gets instead: the
+//! engine's default capability set (chown, dac_override, fowner, setuid/setgid, net_bind_service,
+//! kill, … but not sys_admin, net_admin or sys_module), setuid binaries working, root as the
+//! user and a writable root filesystem. It never gets `privileged`, extra devices, host
+//! mounts beyond the task's, or the engine socket: the limits, the namespaces, the engine's
+//! seccomp profile and the network mode still hold.
+//!
+//! Both modes run the engine's init (`docker-init`) as pid 1: the provider is then not pid 1,
+//! so a SIGTERM it does not handle still ends it, and orphaned children are reaped. The
+//! launch script redirects its own output into the progress files; the engine's log only
+//! catches what comes before that, capped at `LOG_FILE_BYTES_MAX`.
+
+use std::collections::HashMap;
+use std::hash::Hasher;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::container::{
+    Config, CreateContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    StopContainerOptions,
+};
+use bollard::models::{
+    ContainerInspectResponse, ContainerStateStatusEnum, HostConfig, HostConfigLogConfig, Mount,
+    MountTypeEnum,
+};
+use bollard::{Docker, API_DEFAULT_VERSION};
+use squadron_core::ids::{TaskId, WorkerId};
+use squadron_core::manifest::{NetworkMode, RuntimeKind};
+
+use crate::error::WorkerError;
+use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
+use crate::support::now_ms;
+use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+
+/// The engine socket when the configuration names none.
+pub(crate) const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
+/// The agent image `scripts/build-agent-image` builds.
+pub(crate) const DEFAULT_IMAGE: &str = "squadron-agent:latest";
+
+/// Label with the task id; with the attempt and managed labels, what `adopt` searches by.
+pub(crate) const LABEL_TASK: &str = "squadron.task";
+/// Label with the attempt number of the task.
+pub(crate) const LABEL_ATTEMPT: &str = "squadron.attempt";
+/// Label with the id of the worker that created the container.
+pub(crate) const LABEL_WORKER: &str = "squadron.worker";
+/// Label `true` on every container Squadron created.
+pub(crate) const LABEL_MANAGED: &str = "squadron.managed";
+/// Label with the host path of the task directory: task ids restart with every cluster, so
+/// only the directory tells this worker's attempt from a leftover of another cluster or data
+/// directory that happens to share the task id.
+pub(crate) const LABEL_TASK_DIR: &str = "squadron.task-dir";
+
+const RUNTIME_NAME: &str = "docker";
+/// Every engine request but `stop` (which waits out the grace period) ends within this.
+const REQUEST_TIMEOUT_SECS: u64 = 60;
+/// How long a `stop` request may take beyond its grace period: the SIGKILL and the exit.
+const STOP_MARGIN_SECS: u64 = 30;
+/// How long `destroy` waits for the engine to report the container gone.
+const REAP_WAIT_MS_MAX: u64 = 30_000;
+const REAP_POLL_MS: u64 = 100;
+/// The tmpfs `/tmp` of a hardened container (also charged to its memory limit).
+const TMP_TMPFS_BYTES_MAX: u64 = 512 * 1024 * 1024;
+/// The engine's own log of the container: only output before the launch script redirects.
+const LOG_FILE_BYTES_MAX: u64 = 1024 * 1024;
+const LOG_FILES_MAX: u32 = 2;
+const NANO_CPUS_PER_CPU: i64 = 1_000_000_000;
+
+/// How the worker reaches its Docker engine and what it runs there.
+#[derive(Debug, Clone)]
+pub(crate) struct DockerConfig {
+    /// The engine's unix socket.
+    pub(crate) socket: PathBuf,
+    /// The agent image every container starts from.
+    pub(crate) image: String,
+    /// Written into the `squadron.worker` label.
+    pub(crate) worker: WorkerId,
+    /// Mounted read-only at `/mnt/global` when the launch spec brings no global directory.
+    pub(crate) global_dir: Option<PathBuf>,
+}
+
+impl DockerConfig {
+    /// The default socket and image for this worker.
+    pub(crate) fn new(worker: WorkerId) -> Self {
+        DockerConfig {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            image: DEFAULT_IMAGE.to_string(),
+            worker,
+            global_dir: None,
+        }
+    }
+}
+
+/// A connection to one Docker engine, at the API version both sides speak.
+#[derive(Debug, Clone)]
+pub(crate) struct DockerRuntime {
+    docker: Docker,
+    config: DockerConfig,
+}
+
+impl DockerRuntime {
+    /// Connects to the engine, negotiates the API version down to the engine's, and checks
+    /// that the agent image exists, so a worker without it fails at start and not per task.
+    pub(crate) async fn connect(config: DockerConfig) -> Result<Self, WorkerError> {
+        let socket = config.socket.to_str().ok_or_else(|| WorkerError::Invalid {
+            field: "docker.socket".to_string(),
+            message: format!("{} is not valid UTF-8", config.socket.display()),
+        })?;
+        let docker = Docker::connect_with_socket(socket, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+            .map_err(|e| {
+                WorkerError::runtime(
+                    RUNTIME_NAME,
+                    format!(
+                        "cannot use the engine socket {socket}: {e} (is dockerd running? \
+                         start it with `dockerd` or `systemctl start docker`)"
+                    ),
+                )
+            })?;
+        let docker = docker.negotiate_version().await.map_err(|e| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "the engine at {socket} is not reachable: {e} (is dockerd running? \
+                     start it with `dockerd` or `systemctl start docker`)"
+                ),
+            )
+        })?;
+        match docker.inspect_image(&config.image).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(WorkerError::runtime(
+                    RUNTIME_NAME,
+                    format!(
+                        "agent image {} not found in the engine at {socket}: build it with \
+                         scripts/build-agent-image",
+                        config.image
+                    ),
+                ))
+            }
+            Err(e) => return Err(engine_error(&format!("inspect image {}", config.image), e)),
+        }
+        tracing::info!(
+            socket,
+            api_version = %docker.client_version(),
+            image = %config.image,
+            "connected to the Docker engine"
+        );
+        Ok(DockerRuntime { docker, config })
+    }
+
+    #[cfg(test)]
+    /// The API version negotiated with the engine, e.g. `1.41`.
+    pub(crate) fn api_version(&self) -> String {
+        self.docker.client_version().to_string()
+    }
+
+    /// The container name of one attempt of a task: the task id, the attempt, and a hash of
+    /// the task directory (see [`LABEL_TASK_DIR`]).
+    pub(crate) fn container_name(dir: &TaskDir, attempt: u32) -> String {
+        format!(
+            "squadron-task-{}-a{attempt}-{:08x}",
+            dir.task().get(),
+            fnv1a(dir.root().as_os_str().as_encoded_bytes()) as u32
+        )
+    }
+
+    fn labels(&self, dir: &TaskDir, attempt: u32) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_TASK.to_string(), dir.task().get().to_string()),
+            (LABEL_ATTEMPT.to_string(), attempt.to_string()),
+            (LABEL_TASK_DIR.to_string(), task_dir_label(dir)),
+            (
+                LABEL_WORKER.to_string(),
+                self.config.worker.as_str().to_string(),
+            ),
+            (LABEL_MANAGED.to_string(), "true".to_string()),
+        ])
+    }
+
+    /// The full container configuration for one launch spec.
+    fn container_config(&self, spec: &LaunchSpec) -> Result<Config<String>, WorkerError> {
+        check_launch(spec)?;
+        let mut host = self.host_config(spec)?;
+        let user = if spec.full_control {
+            // The image's user, root: installing software needs it.
+            None
+        } else {
+            harden(&mut host);
+            let inbox = spec.dir.inbox();
+            let meta = std::fs::metadata(&inbox)
+                .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
+            Some(format!("{}:{}", meta.uid(), meta.gid()))
+        };
+        Ok(Config {
+            image: Some(self.config.image.clone()),
+            cmd: Some(spec.argv.clone()),
+            // The image's entrypoint, if any, must not wrap the provider.
+            entrypoint: Some(Vec::new()),
+            working_dir: Some(spec.workdir.clone()),
+            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            user,
+            labels: Some(self.labels(&spec.dir, spec.attempt)),
+            stop_signal: Some("SIGTERM".to_string()),
+            attach_stdin: Some(false),
+            attach_stdout: Some(false),
+            attach_stderr: Some(false),
+            open_stdin: Some(false),
+            tty: Some(false),
+            host_config: Some(host),
+            ..Default::default()
+        })
+    }
+
+    /// The mounts, network, limits and logging of an attempt's container.
+    fn host_config(&self, spec: &LaunchSpec) -> Result<HostConfig, WorkerError> {
+        let mut mounts = vec![
+            bind(&spec.dir.inbox(), INBOX_MOUNT, false, "inbox")?,
+            bind(&spec.dir.outbox(), OUTBOX_MOUNT, false, "outbox")?,
+            bind(&spec.dir.run(), RUN_MOUNT, true, "run")?,
+        ];
+        if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
+            mounts.push(bind(global, GLOBAL_MOUNT, true, "global_dir")?);
+        }
+        let mut host = HostConfig {
+            mounts: Some(mounts),
+            network_mode: Some(network_mode(spec.network).to_string()),
+            init: Some(true),
+            privileged: Some(false),
+            auto_remove: Some(false),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".to_string()),
+                config: Some(HashMap::from([
+                    ("max-size".to_string(), LOG_FILE_BYTES_MAX.to_string()),
+                    ("max-file".to_string(), LOG_FILES_MAX.to_string()),
+                ])),
+            }),
+            ..Default::default()
+        };
+        if let Some(cpus) = spec.limits.cpus {
+            host.nano_cpus = Some(i64::from(cpus).saturating_mul(NANO_CPUS_PER_CPU));
+        }
+        if let Some(bytes) = spec.limits.memory_bytes {
+            let bytes = i64::try_from(bytes)
+                .map_err(|_| invalid("limits.memory_bytes", format!("{bytes} is too large")))?;
+            host.memory = Some(bytes);
+            host.memory_swap = Some(bytes);
+        }
+        if let Some(pids) = spec.limits.pids_max {
+            let pids = i64::try_from(pids)
+                .map_err(|_| invalid("limits.pids_max", format!("{pids} is too large")))?;
+            host.pids_limit = Some(pids);
+        }
+        Ok(host)
+    }
+
+    /// The container by id or name; `None` once the engine no longer knows it.
+    async fn inspect(&self, id: &str) -> Result<Option<ContainerInspectResponse>, WorkerError> {
+        match self.docker.inspect_container(id, None).await {
+            Ok(found) => Ok(Some(found)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(engine_error(&format!("inspect container {id}"), e)),
+        }
+    }
+
+    /// The container `provision` met under its name: ours when its labels say so.
+    async fn existing_for(
+        &self,
+        name: &str,
+        dir: &TaskDir,
+        attempt: u32,
+    ) -> Result<SandboxHandle, WorkerError> {
+        let task = dir.task();
+        let found = self.inspect(name).await?.ok_or_else(|| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("container {name} conflicted on create but is gone now; retry"),
+            )
+        })?;
+        let labels = found
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        if !labels_match(&labels, dir, attempt) {
+            return Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "a container named {name} exists but is not labelled as task {task} \
+                     attempt {attempt}; remove it by hand"
+                ),
+            ));
+        }
+        let id = found.id.ok_or_else(|| {
+            WorkerError::runtime(RUNTIME_NAME, format!("container {name} has no id"))
+        })?;
+        tracing::info!(container = %id, %task, attempt, "re-using the container an earlier life created");
+        Ok(SandboxHandle {
+            runtime: RuntimeKind::Docker,
+            id,
+        })
+    }
+}
+
+#[async_trait]
+impl Runtime for DockerRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Docker
+    }
+
+    /// Creates the container; if this attempt's container already exists (a previous life
+    /// crashed between create and checkpoint), returns it instead.
+    async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        let config = self.container_config(spec)?;
+        let name = Self::container_name(&spec.dir, spec.attempt);
+        let options = CreateContainerOptions {
+            name: name.clone(),
+            platform: None,
+        };
+        match self.docker.create_container(Some(options), config).await {
+            Ok(created) => {
+                for warning in &created.warnings {
+                    tracing::warn!(container = %created.id, %warning, "engine warning on create");
+                }
+                tracing::info!(container = %created.id, %name, "provisioned container");
+                Ok(SandboxHandle {
+                    runtime: RuntimeKind::Docker,
+                    id: created.id,
+                })
+            }
+            Err(e) if status_code(&e) == Some(409) => {
+                self.existing_for(&name, &spec.dir, spec.attempt).await
+            }
+            Err(e) if is_not_found(&e) => Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "create container {name}: image {} not found ({e}); build it with \
+                     scripts/build-agent-image",
+                    self.config.image
+                ),
+            )),
+            Err(e) => Err(engine_error(&format!("create container {name}"), e)),
+        }
+    }
+
+    /// Starts the container only while it is still `created`: a container that already ran
+    /// (started by an earlier life of the worker) is never started a second time.
+    async fn start(&self, handle: &SandboxHandle, spec: &LaunchSpec) -> Result<(), WorkerError> {
+        let id = docker_id(handle)?;
+        let found = self.inspect(id).await?.ok_or_else(|| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("container {id} vanished before start"),
+            )
+        })?;
+        let labels = found
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        if !labels_match(&labels, &spec.dir, spec.attempt) {
+            return Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "container {id} is not labelled as task {} attempt {}",
+                    spec.task, spec.attempt
+                ),
+            ));
+        }
+        let status = found.state.as_ref().and_then(|s| s.status);
+        if status != Some(ContainerStateStatusEnum::CREATED) {
+            tracing::info!(container = %id, ?status, "container already started; not starting it again");
+            return Ok(());
+        }
+        self.docker
+            .start_container::<String>(id, None)
+            .await
+            .map_err(|e| engine_error(&format!("start container {id}"), e))
+    }
+
+    async fn status(&self, handle: &SandboxHandle) -> Result<RunStatus, WorkerError> {
+        let id = docker_id(handle)?;
+        let Some(found) = self.inspect(id).await? else {
+            return Ok(RunStatus::Vanished);
+        };
+        let state = found.state.unwrap_or_default();
+        match state.status {
+            Some(ContainerStateStatusEnum::CREATED) => Ok(RunStatus::Created),
+            Some(
+                ContainerStateStatusEnum::RUNNING
+                | ContainerStateStatusEnum::PAUSED
+                | ContainerStateStatusEnum::RESTARTING,
+            ) => Ok(RunStatus::Running),
+            Some(
+                ContainerStateStatusEnum::EXITED
+                | ContainerStateStatusEnum::DEAD
+                | ContainerStateStatusEnum::REMOVING,
+            ) => {
+                let code = state.exit_code.ok_or_else(|| {
+                    WorkerError::runtime(
+                        RUNTIME_NAME,
+                        format!("container {id} stopped without an exit code"),
+                    )
+                })?;
+                let code = i32::try_from(code).map_err(|_| {
+                    WorkerError::runtime(
+                        RUNTIME_NAME,
+                        format!("container {id} reports exit code {code} out of range"),
+                    )
+                })?;
+                if state.oom_killed == Some(true) {
+                    tracing::warn!(container = %id, code, "the provider was killed for memory");
+                }
+                Ok(RunStatus::Exited { code })
+            }
+            Some(ContainerStateStatusEnum::EMPTY) | None => Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("container {id} reports no state"),
+            )),
+        }
+    }
+
+    /// `docker stop -t <grace>`: SIGTERM to the init, which forwards it to the provider, and
+    /// SIGKILL to the whole container once the grace period (rounded up to seconds) is over.
+    async fn terminate(&self, handle: &SandboxHandle, grace: Duration) -> Result<(), WorkerError> {
+        let id = docker_id(handle)?;
+        let grace_secs = grace.as_secs() + u64::from(grace.subsec_nanos() > 0);
+        let t = i64::try_from(grace_secs)
+            .map_err(|_| invalid("grace", format!("{grace:?} is too long")))?;
+        // The engine answers only once the container stopped, after at most the grace period.
+        let docker = self
+            .docker
+            .clone()
+            .with_timeout(Duration::from_secs(grace_secs + STOP_MARGIN_SECS));
+        match docker
+            .stop_container(id, Some(StopContainerOptions { t }))
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(e) => return Err(engine_error(&format!("stop container {id}"), e)),
+        }
+        match self.status(handle).await? {
+            RunStatus::Running => Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("container {id} still runs after stop"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes the container with force (SIGKILL to what is left) and proves it gone: the
+    /// report is written only once the engine answers 404 for it.
+    async fn destroy(&self, handle: &SandboxHandle) -> Result<ReapReport, WorkerError> {
+        let id = docker_id(handle)?;
+        let sandbox = format!("docker:{id}");
+        let mut steps = Vec::new();
+        match self.inspect(id).await? {
+            None => steps.push("already removed".to_string()),
+            Some(found) => {
+                let state = found.state.unwrap_or_default();
+                let status = state
+                    .status
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| "unknown".to_string());
+                match state.exit_code {
+                    Some(code) if state.running != Some(true) => {
+                        steps.push(format!("was {status} (exit code {code})"))
+                    }
+                    _ => steps.push(format!("was {status}")),
+                }
+                let options = RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    link: false,
+                };
+                match self.docker.remove_container(id, Some(options)).await {
+                    Ok(()) => steps.push("removed with force".to_string()),
+                    Err(e) if is_not_found(&e) => steps.push("gone before removal".to_string()),
+                    Err(e) => return Err(engine_error(&format!("remove container {id}"), e)),
+                }
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(REAP_WAIT_MS_MAX);
+        while self.inspect(id).await?.is_some() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(WorkerError::runtime(
+                    RUNTIME_NAME,
+                    format!("container {id} still exists {REAP_WAIT_MS_MAX} ms after removal"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(REAP_POLL_MS)).await;
+        }
+        steps.push("engine reports no such container".to_string());
+        Ok(ReapReport {
+            sandbox,
+            populated: false,
+            observed_at_ms: now_ms(),
+            detail: steps.join("; "),
+        })
+    }
+
+    /// Finds the attempt's container by its labels, running or not.
+    async fn adopt(
+        &self,
+        task: TaskId,
+        attempt: u32,
+        dir: &TaskDir,
+    ) -> Result<Option<SandboxHandle>, WorkerError> {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![
+                format!("{LABEL_TASK}={}", task.get()),
+                format!("{LABEL_ATTEMPT}={attempt}"),
+                format!("{LABEL_MANAGED}=true"),
+                format!("{LABEL_TASK_DIR}={}", task_dir_label(dir)),
+            ],
+        )]);
+        let found = self
+            .docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters,
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| engine_error(&format!("list containers of task {task}"), e))?;
+        let name = format!("/{}", Self::container_name(dir, attempt));
+        let chosen = match found.len() {
+            0 => return Ok(None),
+            1 => found.into_iter().next(),
+            _ => {
+                // Only the container under the attempt's own name is ours; the name is unique.
+                let ids: Vec<String> = found.iter().filter_map(|c| c.id.clone()).collect();
+                let named = found
+                    .into_iter()
+                    .find(|c| c.names.as_ref().is_some_and(|names| names.contains(&name)));
+                if named.is_none() {
+                    return Err(WorkerError::runtime(
+                        RUNTIME_NAME,
+                        format!(
+                            "{} containers carry the labels of task {task} attempt {attempt} \
+                             and none is named {name}: {}",
+                            ids.len(),
+                            ids.join(", ")
+                        ),
+                    ));
+                }
+                named
+            }
+        };
+        let id = chosen.and_then(|c| c.id).ok_or_else(|| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("the container of task {task} attempt {attempt} has no id"),
+            )
+        })?;
+        tracing::info!(container = %id, %task, attempt, "adopted container");
+        Ok(Some(SandboxHandle {
+            runtime: RuntimeKind::Docker,
+            id,
+        }))
+    }
+
+    fn break_glass(&self, handle: &SandboxHandle) -> String {
+        let id = &handle.id;
+        format!(
+            "Direct access (dev/break-glass, bypasses the gateway's audit): docker exec -it {id} sh \
+             — if the provider has exited, inspect a copy instead of restarting it: \
+             docker commit {id} squadron-preserved:{short} && \
+             docker run --rm -it --entrypoint /bin/sh squadron-preserved:{short}; \
+             remove it when done: docker rm -f {id}",
+            short = id.get(..12).unwrap_or(id)
+        )
+    }
+}
+
+/// A launch the Docker runtime can run: its own task directory, a program, an absolute
+/// working directory.
+fn check_launch(spec: &LaunchSpec) -> Result<(), WorkerError> {
+    if spec.task != spec.dir.task() {
+        return Err(invalid(
+            "launch.task",
+            format!(
+                "task {} does not match the task directory of task {}",
+                spec.task,
+                spec.dir.task()
+            ),
+        ));
+    }
+    if spec.argv.is_empty() {
+        return Err(invalid("launch.argv", "must name a program".to_string()));
+    }
+    if !spec.workdir.starts_with('/') {
+        return Err(invalid(
+            "launch.workdir",
+            format!(
+                "must be an absolute path inside the sandbox, got {:?}",
+                spec.workdir
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Without full control: no capabilities, no new privileges, a read-only root with a
+/// private /tmp.
+fn harden(host: &mut HostConfig) {
+    host.cap_drop = Some(vec!["ALL".to_string()]);
+    host.security_opt = Some(vec!["no-new-privileges".to_string()]);
+    host.readonly_rootfs = Some(true);
+    host.tmpfs = Some(HashMap::from([(
+        "/tmp".to_string(),
+        format!("rw,exec,nosuid,nodev,mode=1777,size={TMP_TMPFS_BYTES_MAX}"),
+    )]));
+}
+
+/// The engine network mode for a manifest network mode (see the module docs).
+pub(crate) fn network_mode(mode: NetworkMode) -> &'static str {
+    match mode {
+        NetworkMode::Isolated => "none",
+        NetworkMode::Outbound => "bridge",
+        NetworkMode::Full => "host",
+    }
+}
+
+fn labels_match(labels: &HashMap<String, String>, dir: &TaskDir, attempt: u32) -> bool {
+    labels.get(LABEL_TASK) == Some(&dir.task().get().to_string())
+        && labels.get(LABEL_ATTEMPT) == Some(&attempt.to_string())
+        && labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
+        && labels.get(LABEL_TASK_DIR) == Some(&task_dir_label(dir))
+}
+
+fn task_dir_label(dir: &TaskDir) -> String {
+    dir.root().to_string_lossy().into_owned()
+}
+
+/// 64-bit FNV-1a (`fnv`): a hash that never changes between builds, for container names a
+/// restarted worker must find again.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(bytes);
+    hasher.finish()
+}
+
+/// A bind mount of an existing host directory, by its absolute path.
+fn bind(source: &Path, target: &str, read_only: bool, field: &str) -> Result<Mount, WorkerError> {
+    let absolute = std::fs::canonicalize(source)
+        .map_err(|e| invalid(field, format!("{}: {e}", source.display())))?;
+    if !absolute.is_dir() {
+        return Err(invalid(
+            field,
+            format!("{} is not a directory", absolute.display()),
+        ));
+    }
+    let absolute = absolute
+        .to_str()
+        .ok_or_else(|| invalid(field, format!("{} is not valid UTF-8", absolute.display())))?;
+    Ok(Mount {
+        target: Some(target.to_string()),
+        source: Some(absolute.to_string()),
+        typ: Some(MountTypeEnum::BIND),
+        read_only: Some(read_only),
+        ..Default::default()
+    })
+}
+
+fn docker_id(handle: &SandboxHandle) -> Result<&str, WorkerError> {
+    if handle.runtime != RuntimeKind::Docker {
+        return Err(invalid(
+            "sandbox.runtime",
+            format!(
+                "the Docker runtime cannot drive a {} sandbox ({})",
+                handle.runtime, handle.id
+            ),
+        ));
+    }
+    if handle.id.is_empty() {
+        return Err(invalid("sandbox.id", "is empty".to_string()));
+    }
+    Ok(&handle.id)
+}
+
+fn status_code(e: &bollard::errors::Error) -> Option<u16> {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    status_code(e) == Some(404)
+}
+
+fn engine_error(what: &str, e: bollard::errors::Error) -> WorkerError {
+    WorkerError::runtime(RUNTIME_NAME, format!("{what}: {e}"))
+}
+
+fn invalid(field: &str, message: String) -> WorkerError {
+    WorkerError::Invalid {
+        field: field.to_string(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,110 @@
+//! The sandbox contract every runtime implements (process, Docker; KVM later).
+//!
+//! A runtime never pipes the provider's output through the worker: the launch script
+//! redirects stdout and stderr into the task's progress files, so a run survives a worker
+//! crash and a restarted worker re-adopts it by its labels or paths (`adopt`).
+
+pub(crate) mod docker;
+pub(crate) mod probe;
+pub(crate) mod process;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use squadron_core::ids::TaskId;
+use squadron_core::manifest::{NetworkMode, RuntimeKind};
+
+use crate::error::WorkerError;
+use crate::task::task_dir::TaskDir;
+
+/// What to run and inside which boundary. Paths in `argv`, `workdir` and `stdin` are paths
+/// inside the sandbox (see the `*_MOUNT` constants of `task_dir`).
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchSpec {
+    pub(crate) task: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) dir: TaskDir,
+    /// The program and its arguments; conventionally `["/bin/sh", "/mnt/run/launch.sh"]`,
+    /// a script that redirects output into the progress files and execs the provider.
+    pub(crate) argv: Vec<String>,
+    pub(crate) workdir: String,
+    /// Already reduced to the allowlist; nothing of the worker's own environment leaks in.
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) limits: SandboxLimits,
+    pub(crate) network: NetworkMode,
+    /// Docker only: keep capabilities and privileges (the seed's "agent has full control").
+    pub(crate) full_control: bool,
+    /// Host directory mounted read-only at `/mnt/global`, when the worker has one.
+    pub(crate) global_dir: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SandboxLimits {
+    pub(crate) cpus: Option<u32>,
+    pub(crate) memory_bytes: Option<u64>,
+    pub(crate) pids_max: Option<u64>,
+}
+
+/// A sandbox the runtime created: a cgroup leaf path or a container id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SandboxHandle {
+    pub(crate) runtime: RuntimeKind,
+    pub(crate) id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunStatus {
+    /// Created, provider not started yet.
+    Created,
+    Running,
+    /// The provider exited with this code (128 + n when killed by signal n).
+    Exited {
+        code: i32,
+    },
+    /// The sandbox is gone and no exit code was recorded (killed from outside).
+    Vanished,
+}
+
+/// Proof that a sandbox is quiescent, kept as reap evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReapReport {
+    /// What was reaped: the cgroup path or `docker:<container id>`.
+    pub(crate) sandbox: String,
+    /// `false` once nothing is left running in it.
+    pub(crate) populated: bool,
+    pub(crate) observed_at_ms: u64,
+    /// Human-readable steps taken (freeze, kill, wait), for the task's events.
+    pub(crate) detail: String,
+}
+
+#[async_trait]
+pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
+    fn kind(&self) -> RuntimeKind;
+
+    /// PROVISIONING: create the sandbox (cgroup leaf and boundary, or container) without
+    /// starting the provider.
+    async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError>;
+
+    /// RUNNING: start the provider in a provisioned sandbox.
+    async fn start(&self, handle: &SandboxHandle, spec: &LaunchSpec) -> Result<(), WorkerError>;
+
+    async fn status(&self, handle: &SandboxHandle) -> Result<RunStatus, WorkerError>;
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL whatever is left.
+    async fn terminate(&self, handle: &SandboxHandle, grace: Duration) -> Result<(), WorkerError>;
+
+    /// Kill everything left, prove quiescence and remove the sandbox.
+    async fn destroy(&self, handle: &SandboxHandle) -> Result<ReapReport, WorkerError>;
+
+    /// Finds the sandbox a previous life of this worker made for this attempt, if any.
+    async fn adopt(
+        &self,
+        task: TaskId,
+        attempt: u32,
+        dir: &TaskDir,
+    ) -> Result<Option<SandboxHandle>, WorkerError>;
+
+    /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
+    fn break_glass(&self, handle: &SandboxHandle) -> String;
+}

@@ -1,0 +1,502 @@
+//! The process runtime: each attempt runs in a cgroup v2 leaf `<parent>/task-<id>-a<attempt>`
+//! behind a bubblewrap boundary, through `squadron-isolation`.
+//!
+//! Inside the boundary the task's inbox and outbox are writable at `/mnt/inbox` and
+//! `/mnt/outbox`, its run directory and the worker's global directory are read-only at
+//! `/mnt/run` and `/mnt/global`, the host's system directories are read-only, /tmp is
+//! private and nothing else of the host is visible.
+//!
+//! Restart safety: the run's stdout and stderr go to the progress files, never through the
+//! worker; the exit code is written by the shim to `<task root>/exit-code-a<attempt>`; a
+//! marker `<task root>/started-a<attempt>`, created exclusively before the spawn, makes
+//! `start` a no-op the second time, in this life or the next. A restarted worker finds the
+//! leaf by its path (`adopt`) and reads the status from the leaf and those two files.
+
+use std::collections::HashMap;
+use std::fs::{self, OpenOptions};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use squadron_core::ids::TaskId;
+use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use squadron_isolation::bubblewrap::{BWRAP_PROGRAM_DEFAULT, SETPRIV_PROGRAM_DEFAULT};
+use squadron_isolation::reaper::REAP_WAIT_MS_DEFAULT;
+use squadron_isolation::{
+    BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, IsolationError,
+    Reaper, SandboxLaunch, SandboxProcess, Termination, TerminationOutcome,
+};
+
+use crate::error::WorkerError;
+use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
+use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+
+#[cfg(test)]
+mod tests;
+
+/// The runtime's name in errors.
+pub(crate) const PROCESS_RUNTIME: &str = "process";
+/// Most entries walked when handing the inbox and outbox to an unprivileged sandbox user.
+pub(crate) const CHOWN_ENTRIES_MAX: usize = 2_000_000;
+/// Most attempts whose files this runtime remembers at once (provisioned or adopted, not
+/// destroyed); one worker runs far fewer.
+pub(crate) const ATTEMPTS_TRACKED_MAX: usize = 4096;
+
+/// How the process runtime is set up on this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProcessRuntimeConfig {
+    /// Names this worker's cgroup parent, `<v2 base>/<worker>`; one path component.
+    pub(crate) worker: String,
+    /// Where leaves live; detected when unset (cgroup v2 mount, v1 memory/pids fallbacks).
+    pub(crate) cgroup: CgroupRootConfig,
+    pub(crate) bwrap: PathBuf,
+    /// util-linux `setpriv`, which empties the bounding set inside the boundary; `None`
+    /// leaves bubblewrap's own dropping (effective and permitted sets only).
+    pub(crate) setpriv: Option<PathBuf>,
+    /// Run providers as this host (uid, gid) instead of root without capabilities; the
+    /// inbox, outbox and run directories are then handed to that user before the start
+    /// (the global directory is not: it must be world-readable).
+    pub(crate) sandbox_user: Option<(u32, u32)>,
+    /// Size of the private /tmp; `None` for the tmpfs default.
+    pub(crate) tmp_bytes: Option<u64>,
+    /// How long `destroy` waits for `populated 0` after `cgroup.kill`.
+    pub(crate) reap_wait: Duration,
+}
+
+impl ProcessRuntimeConfig {
+    /// The defaults for worker `worker`: detected cgroups, `/usr/bin/bwrap`,
+    /// `/usr/bin/setpriv`, root without capabilities, a 1 GiB /tmp.
+    pub(crate) fn new(worker: impl Into<String>) -> Self {
+        ProcessRuntimeConfig {
+            worker: worker.into(),
+            cgroup: CgroupRootConfig::default(),
+            bwrap: PathBuf::from(BWRAP_PROGRAM_DEFAULT),
+            setpriv: Some(PathBuf::from(SETPRIV_PROGRAM_DEFAULT)),
+            sandbox_user: None,
+            tmp_bytes: Some(squadron_isolation::bubblewrap::SANDBOX_TMP_BYTES_DEFAULT),
+            reap_wait: Duration::from_millis(REAP_WAIT_MS_DEFAULT),
+        }
+    }
+}
+
+/// The files of one attempt, found from its task directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct AttemptFiles {
+    root: PathBuf,
+    exit_code: PathBuf,
+    started: PathBuf,
+}
+
+impl AttemptFiles {
+    fn new(dir: &TaskDir, attempt: u32) -> Self {
+        AttemptFiles {
+            root: dir.root().to_path_buf(),
+            exit_code: ProcessRuntime::exit_code_file(dir, attempt),
+            started: ProcessRuntime::started_marker(dir, attempt),
+        }
+    }
+}
+
+/// Runs attempts as bubblewrap boundaries in cgroup leaves.
+#[derive(Debug)]
+pub(crate) struct ProcessRuntime {
+    config: ProcessRuntimeConfig,
+    root: CgroupRoot,
+    /// Leaf path → the attempt's files, for `status`.
+    attempts: Mutex<HashMap<String, AttemptFiles>>,
+}
+
+impl ProcessRuntime {
+    /// Checks the host (see `probe`) and opens this worker's cgroup parent.
+    pub(crate) fn new(config: ProcessRuntimeConfig) -> Result<Self, WorkerError> {
+        let root = Self::probe(&config)?;
+        Ok(ProcessRuntime {
+            config,
+            root,
+            attempts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether this host can run the process runtime, and if not, every reason why: no
+    /// bubblewrap, no setpriv, no cgroup v2, not permitted to create cgroups. On success
+    /// returns the opened cgroup parent.
+    pub(crate) fn probe(config: &ProcessRuntimeConfig) -> Result<CgroupRoot, WorkerError> {
+        let mut problems = Vec::new();
+        match std::process::Command::new(&config.bwrap)
+            .arg("--version")
+            .env_clear()
+            .output()
+        {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => problems.push(format!(
+                "bubblewrap {} --version failed ({}): {}",
+                config.bwrap.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Err(e) => problems.push(format!(
+                "bubblewrap not usable at {} ({e}); install the bubblewrap package",
+                config.bwrap.display()
+            )),
+        }
+        if let Some(setpriv) = &config.setpriv {
+            if !setpriv.is_file() {
+                problems.push(format!(
+                    "setpriv not found at {} (util-linux)",
+                    setpriv.display()
+                ));
+            }
+        }
+        let root = match CgroupRoot::open(&config.worker, &config.cgroup) {
+            Ok(root) => Some(root),
+            Err(e) => {
+                problems.push(format!("cgroups: {e}"));
+                None
+            }
+        };
+        match (root, problems.is_empty()) {
+            (Some(root), true) => Ok(root),
+            _ => Err(WorkerError::runtime(
+                PROCESS_RUNTIME,
+                format!("unavailable on this host: {}", problems.join("; ")),
+            )),
+        }
+    }
+
+    /// The leaf name of an attempt: `task-<id>-a<attempt>`.
+    pub(crate) fn leaf_name(task: TaskId, attempt: u32) -> String {
+        format!("task-{}-a{attempt}", task.get())
+    }
+
+    /// Where the shim records the attempt's exit code: beside, not inside, the mounted dirs.
+    pub(crate) fn exit_code_file(dir: &TaskDir, attempt: u32) -> PathBuf {
+        dir.root().join(format!("exit-code-a{attempt}"))
+    }
+
+    /// Created exclusively just before the spawn: its existence means "started once".
+    pub(crate) fn started_marker(dir: &TaskDir, attempt: u32) -> PathBuf {
+        dir.root().join(format!("started-a{attempt}"))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn cgroup_root(&self) -> &CgroupRoot {
+        &self.root
+    }
+
+    /// The leaf behind a handle; only leaves of this worker's parent are accepted.
+    pub(crate) fn leaf(&self, handle: &SandboxHandle) -> Result<CgroupLeaf, WorkerError> {
+        let path = Path::new(&handle.id);
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|_| {
+                path.parent() == Some(self.root.v2_parent())
+                    && handle.runtime == RuntimeKind::Process
+            })
+            .ok_or_else(|| WorkerError::Invalid {
+                field: "sandbox handle".to_owned(),
+                message: format!(
+                    "{:?} ({}) is not a process leaf under {}",
+                    handle.id,
+                    handle.runtime,
+                    self.root.v2_parent().display()
+                ),
+            })?;
+        self.root.leaf(name).map_err(isolation)
+    }
+
+    fn handle_for(&self, leaf: &CgroupLeaf) -> SandboxHandle {
+        SandboxHandle {
+            runtime: RuntimeKind::Process,
+            id: leaf.path().display().to_string(),
+        }
+    }
+
+    fn remember(&self, leaf: &CgroupLeaf, files: AttemptFiles) -> Result<(), WorkerError> {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = leaf.path().display().to_string();
+        if !attempts.contains_key(&key) && attempts.len() >= ATTEMPTS_TRACKED_MAX {
+            return Err(WorkerError::runtime(
+                PROCESS_RUNTIME,
+                format!("more than {ATTEMPTS_TRACKED_MAX} live attempts; destroy some first"),
+            ));
+        }
+        attempts.insert(key, files);
+        Ok(())
+    }
+
+    fn files(&self, leaf: &CgroupLeaf) -> Option<AttemptFiles> {
+        let attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        attempts.get(&leaf.path().display().to_string()).cloned()
+    }
+
+    fn forget(&self, leaf: &CgroupLeaf) {
+        let mut attempts = self.attempts.lock().unwrap_or_else(PoisonError::into_inner);
+        attempts.remove(&leaf.path().display().to_string());
+    }
+
+    fn boundary(&self, spec: &LaunchSpec) -> Result<Vec<String>, WorkerError> {
+        let dir = &spec.dir;
+        let mut command = BubblewrapCommand::new(spec.argv.clone())
+            .program(&self.config.bwrap)
+            .setpriv(self.config.setpriv.clone())
+            .sandbox_user(self.config.sandbox_user)
+            .tmp_bytes(self.config.tmp_bytes)
+            .bind_rw(dir.inbox(), INBOX_MOUNT)
+            .bind_rw(dir.outbox(), OUTBOX_MOUNT)
+            .bind_ro(dir.run(), RUN_MOUNT)
+            .env(spec.env.clone())
+            .isolate_network(spec.network == NetworkMode::Isolated);
+        if let Some(global) = &spec.global_dir {
+            command = command.bind_ro(global, GLOBAL_MOUNT);
+        }
+        if !spec.workdir.is_empty() {
+            command = command.chdir(spec.workdir.clone());
+        }
+        command.argv().map_err(isolation)
+    }
+}
+
+#[async_trait]
+impl Runtime for ProcessRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Process
+    }
+
+    async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        let leaf = self
+            .root
+            .leaf(&Self::leaf_name(spec.task, spec.attempt))
+            .map_err(isolation)?;
+        let files = AttemptFiles::new(&spec.dir, spec.attempt);
+        if files.started.exists() {
+            return Err(WorkerError::runtime(
+                PROCESS_RUNTIME,
+                format!(
+                    "attempt {} of task {} was started already ({}); adopt it instead",
+                    spec.attempt,
+                    spec.task,
+                    files.started.display()
+                ),
+            ));
+        }
+        leaf.create().map_err(isolation)?;
+        let applied = leaf
+            .set_limits(&CgroupLimits {
+                memory_bytes: spec.limits.memory_bytes,
+                pids_max: spec.limits.pids_max,
+                cpus: spec.limits.cpus,
+            })
+            .map_err(isolation)?;
+        for missing in &applied.unavailable {
+            tracing::warn!(task = %spec.task, attempt = spec.attempt, "limit not enforced: {missing}");
+        }
+        if spec.full_control {
+            tracing::info!(task = %spec.task, "full_control applies to Docker only; the process boundary stays closed");
+        }
+        self.remember(&leaf, files)?;
+        Ok(self.handle_for(&leaf))
+    }
+
+    async fn start(&self, handle: &SandboxHandle, spec: &LaunchSpec) -> Result<(), WorkerError> {
+        let leaf = self.leaf(handle)?;
+        let expected = Self::leaf_name(spec.task, spec.attempt);
+        if leaf.name() != expected {
+            return Err(WorkerError::Invalid {
+                field: "sandbox handle".to_owned(),
+                message: format!("{} is not the leaf of this attempt ({expected})", handle.id),
+            });
+        }
+        if !leaf.exists() {
+            return Err(WorkerError::runtime(
+                PROCESS_RUNTIME,
+                format!("{} does not exist; provision first", handle.id),
+            ));
+        }
+        let files = AttemptFiles::new(&spec.dir, spec.attempt);
+        self.remember(&leaf, files.clone())?;
+        let boundary = self.boundary(spec)?;
+
+        // The exclusive create is the once-only guarantee: whoever creates it starts.
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&files.started)
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                tracing::info!(sandbox = %handle.id, "already started; not starting twice");
+                return Ok(());
+            }
+            Err(e) => return Err(WorkerError::io("create start marker", &files.started, e)),
+        }
+        if let Some((uid, gid)) = self.config.sandbox_user {
+            // run/ too, so the user can read what staging wrote there: its mount is
+            // read-only, so owning it grants no writes.
+            for dir in [spec.dir.inbox(), spec.dir.outbox(), spec.dir.run()] {
+                chown_tree(&dir, uid, gid)?;
+            }
+        }
+        let progress = spec.dir.progress();
+        fs::create_dir_all(&progress)
+            .map_err(|e| WorkerError::io("create progress directory", &progress, e))?;
+        let launch = SandboxLaunch {
+            leaf,
+            boundary,
+            exit_code_file: files.exit_code,
+            stdin: None,
+            stdout: spec.dir.stdout_log(),
+            stderr: spec.dir.stderr_log(),
+        };
+        let process = tokio::task::spawn_blocking(move || SandboxProcess::spawn(&launch))
+            .await
+            .map_err(joined)?
+            .map_err(isolation)?;
+        tracing::info!(sandbox = %handle.id, shim = process.shim_pid(), "sandbox started");
+        process.detach();
+        Ok(())
+    }
+
+    async fn status(&self, handle: &SandboxHandle) -> Result<RunStatus, WorkerError> {
+        let leaf = self.leaf(handle)?;
+        let Some(files) = self.files(&leaf) else {
+            if !leaf.exists() {
+                return Ok(RunStatus::Vanished);
+            }
+            return Err(WorkerError::runtime(
+                PROCESS_RUNTIME,
+                format!(
+                    "{} is not known in this life of the worker; adopt it first",
+                    handle.id
+                ),
+            ));
+        };
+        if leaf.populated().map_err(isolation)? {
+            return Ok(RunStatus::Running);
+        }
+        if let Some(code) = SandboxProcess::read_exit_code(&files.exit_code).map_err(isolation)? {
+            return Ok(RunStatus::Exited { code });
+        }
+        if leaf.exists() && !files.started.exists() {
+            return Ok(RunStatus::Created);
+        }
+        Ok(RunStatus::Vanished)
+    }
+
+    async fn terminate(&self, handle: &SandboxHandle, grace: Duration) -> Result<(), WorkerError> {
+        let leaf = self.leaf(handle)?;
+        let outcome = tokio::task::spawn_blocking(move || Termination::new(grace).run(&leaf))
+            .await
+            .map_err(joined)?
+            .map_err(isolation)?;
+        match outcome {
+            TerminationOutcome::StillPopulated => tracing::warn!(
+                sandbox = %handle.id,
+                "still populated after SIGTERM, SIGKILL and cgroup.kill; destroy will retry"
+            ),
+            other => tracing::info!(sandbox = %handle.id, outcome = ?other, "terminated"),
+        }
+        Ok(())
+    }
+
+    async fn destroy(&self, handle: &SandboxHandle) -> Result<ReapReport, WorkerError> {
+        let leaf = self.leaf(handle)?;
+        let reaper = Reaper::new(self.config.reap_wait);
+        let target = leaf.clone();
+        let evidence = tokio::task::spawn_blocking(move || reaper.reap(&target))
+            .await
+            .map_err(joined)?
+            .map_err(isolation)?;
+        if !evidence.populated {
+            self.forget(&leaf);
+        }
+        Ok(ReapReport {
+            sandbox: evidence.cgroup,
+            populated: evidence.populated,
+            observed_at_ms: evidence.observed_at_ms,
+            detail: evidence.steps.join("; "),
+        })
+    }
+
+    async fn adopt(
+        &self,
+        task: TaskId,
+        attempt: u32,
+        dir: &TaskDir,
+    ) -> Result<Option<SandboxHandle>, WorkerError> {
+        let leaf = self
+            .root
+            .leaf(&Self::leaf_name(task, attempt))
+            .map_err(isolation)?;
+        if !leaf.exists() {
+            return Ok(None);
+        }
+        self.remember(&leaf, AttemptFiles::new(dir, attempt))?;
+        Ok(Some(self.handle_for(&leaf)))
+    }
+
+    fn break_glass(&self, handle: &SandboxHandle) -> String {
+        let leaf = match self.leaf(handle) {
+            Ok(leaf) => leaf,
+            Err(e) => return format!("no break-glass for {}: {e}", handle.id),
+        };
+        let procs = leaf.path().join("cgroup.procs");
+        match leaf.sandboxed_procs().ok().and_then(|p| p.first().copied()) {
+            Some(pid) => format!(
+                "nsenter --target {pid} --mount --uts --ipc --net --pid --root --wd -- /bin/sh  \
+                 # members: cat {}",
+                procs.display()
+            ),
+            None => {
+                let files = self
+                    .files(&leaf)
+                    .map(|f| format!("; the task's files are in {}", f.root.display()))
+                    .unwrap_or_default();
+                format!(
+                    "nothing runs in {} (cat {}){files}",
+                    leaf.path().display(),
+                    procs.display()
+                )
+            }
+        }
+    }
+}
+
+fn isolation(e: IsolationError) -> WorkerError {
+    WorkerError::runtime(PROCESS_RUNTIME, e.to_string())
+}
+
+fn joined(e: tokio::task::JoinError) -> WorkerError {
+    WorkerError::runtime(PROCESS_RUNTIME, format!("blocking task failed: {e}"))
+}
+
+/// Gives `dir` and everything below it to (uid, gid), without following symlinks.
+fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), WorkerError> {
+    let mut pending = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(path) = pending.pop() {
+        seen += 1;
+        if seen > CHOWN_ENTRIES_MAX {
+            return Err(WorkerError::runtime(
+                PROCESS_RUNTIME,
+                format!(
+                    "{} holds more than {CHOWN_ENTRIES_MAX} entries",
+                    dir.display()
+                ),
+            ));
+        }
+        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
+            .map_err(|e| WorkerError::io("hand to the sandbox user", &path, e))?;
+        let meta = fs::symlink_metadata(&path).map_err(|e| WorkerError::io("inspect", &path, e))?;
+        if meta.is_dir() {
+            let entries = fs::read_dir(&path).map_err(|e| WorkerError::io("list", &path, e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| WorkerError::io("list", &path, e))?;
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(())
+}

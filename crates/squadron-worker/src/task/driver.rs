@@ -1,0 +1,768 @@
+//! Drives one task attempt through the lifecycle. Each step starts from the state the
+//! control plane confirmed and ends by reporting the next one; the driver acts on a stage only
+//! after the previous transition is committed (INV-10). After a worker restart the driver
+//! starts again from the confirmed state, and every step is written to be re-run: staging is
+//! idempotent, sandboxes are adopted rather than recreated, and a provider that was already
+//! started is never started again.
+
+mod provision;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use squadron_core::command::TransitionDetail;
+use squadron_core::ids::TaskId;
+use squadron_core::manifest::{FailureAction, TaskSpec};
+use squadron_core::task::TaskState;
+use tokio::sync::watch;
+
+use crate::config::WorkerConfig;
+use crate::control_link::{ControlLink, ReportAnswer};
+use crate::error::WorkerError;
+use crate::output_server::ActiveTasks;
+use crate::retry;
+use crate::runtime::probe::RuntimeSet;
+use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
+use crate::task::checkpoint::TaskCheckpoint;
+use crate::task::collector::{collect, RunFacts};
+use crate::task::env_allowlist::EnvAllowlist;
+use crate::task::launcher::prepare_launch;
+use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
+use crate::task::staging::{stage, StagingOptions};
+use crate::task::task_dir::TaskDir;
+use provision::{provision_sandbox, ProvisionFailure};
+
+/// Tasks a sandbox may hold at most (pids limit of every sandbox).
+pub(crate) const SANDBOX_PIDS_MAX: u64 = 4_096;
+/// Longest error text sent to the control plane.
+pub(crate) const ERROR_TEXT_BYTES_MAX: usize = 2_000;
+
+/// What the driver needs from the worker, shared by all drivers.
+#[derive(Debug)]
+pub(crate) struct DriverContext {
+    pub(crate) config: WorkerConfig,
+    pub(crate) control: ControlLink,
+    pub(crate) runtimes: RuntimeSet,
+    pub(crate) active: ActiveTasks,
+    pub(crate) env_allowlist: EnvAllowlist,
+}
+
+/// Why a run stopped before the provider exited on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Interruption {
+    Cancelled(String),
+    TimedOut(u64),
+    Hung(u64),
+}
+
+/// How a monitored run ended.
+#[derive(Debug)]
+enum RunEnd {
+    /// The provider exited on its own.
+    Exited,
+    /// The sandbox is gone without an exit code.
+    Vanished,
+    Interrupted(Interruption),
+}
+
+/// The output counters of a running task: what was seen, when output last grew, what the
+/// control plane was last sent.
+#[derive(Debug)]
+struct Progress {
+    counter: OutputCounter,
+    last: OutputCounts,
+    last_output_ms: u64,
+    reported: OutputCounts,
+    last_report_ms: u64,
+}
+
+impl Progress {
+    fn new(dir: &TaskDir) -> Self {
+        let mut counter = OutputCounter::new(dir);
+        let last = counter.look();
+        Self {
+            counter,
+            last,
+            last_output_ms: squadron_client::now_ms(),
+            reported: OutputCounts::default(),
+            last_report_ms: 0,
+        }
+    }
+
+    /// Looks at the progress files; output that grew resets the hang clock.
+    fn look(&mut self, now: u64) -> OutputCounts {
+        let counts = self.counter.look();
+        if counts.stdout_bytes != self.last.stdout_bytes
+            || counts.stderr_bytes != self.last.stderr_bytes
+        {
+            self.last_output_ms = now;
+        }
+        self.last = counts;
+        counts
+    }
+
+    /// Whether the counters changed since the last report and the interval has passed.
+    fn due(&self, now: u64, interval_ms: u64) -> bool {
+        self.last != self.reported && now.saturating_sub(self.last_report_ms) >= interval_ms
+    }
+
+    fn sent(&mut self, counts: OutputCounts, now: u64) {
+        self.reported = counts;
+        self.last_report_ms = now;
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct TaskDriver {
+    ctx: Arc<DriverContext>,
+    task: TaskId,
+    attempt: u32,
+    spec: TaskSpec,
+    dir: TaskDir,
+    cancel: watch::Receiver<Option<String>>,
+}
+
+/// How a step ended.
+enum Step {
+    /// The control plane confirmed this state; go on from it.
+    Next(TaskState),
+    /// The attempt is over for this worker (terminal, or no longer ours).
+    Done,
+}
+
+impl TaskDriver {
+    pub(crate) fn new(
+        ctx: Arc<DriverContext>,
+        task: TaskId,
+        attempt: u32,
+        spec: TaskSpec,
+        cancel: watch::Receiver<Option<String>>,
+    ) -> Self {
+        let dir = TaskDir::new(&ctx.config.data_dir, task);
+        Self {
+            ctx,
+            task,
+            attempt,
+            spec,
+            dir,
+            cancel,
+        }
+    }
+
+    /// Runs the attempt from `state` (the state the control plane reported) to its end.
+    pub(crate) async fn run(mut self, mut state: TaskState) {
+        loop {
+            if state.is_terminal() {
+                return;
+            }
+            let step = match self.step(state).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(task = %self.task, %state, error = %e, "task step failed");
+                    self.fail(state, None, truncate(&e.to_string())).await
+                }
+            };
+            match step {
+                Step::Next(s) => state = s,
+                Step::Done => return,
+            }
+        }
+    }
+
+    fn cancel_reason(&self) -> Option<String> {
+        self.cancel.borrow().clone()
+    }
+
+    fn runtime(&self) -> Result<Arc<dyn Runtime>, WorkerError> {
+        let kind = self.spec.sandbox.runtime;
+        self.ctx
+            .runtimes
+            .get(kind)
+            .cloned()
+            .ok_or_else(|| WorkerError::Invalid {
+                field: "vm.runtime".into(),
+                message: format!("this worker does not offer the {kind} runtime"),
+            })
+    }
+
+    async fn step(&mut self, state: TaskState) -> Result<Step, WorkerError> {
+        if let Some(reason) = self.cancel_reason() {
+            return Ok(self.cancel_now(state, reason).await);
+        }
+        match state {
+            TaskState::Pending => Ok(Step::Done),
+            TaskState::Staging => self.staging().await,
+            TaskState::Provisioning => self.provisioning().await,
+            TaskState::Ready => self.ready().await,
+            TaskState::Running => self.running().await,
+            TaskState::Completing => self.completing().await,
+            _ => Ok(Step::Done),
+        }
+    }
+
+    fn event(&self, event: serde_json::Value) {
+        let mut e = event;
+        if let Some(o) = e.as_object_mut() {
+            o.insert("ts_ms".into(), squadron_client::now_ms().into());
+            o.insert("attempt".into(), self.attempt.into());
+        }
+        if let Err(err) = append_event(&self.dir.events(), &e) {
+            tracing::debug!(task = %self.task, error = %err, "could not append an event");
+        }
+    }
+
+    fn checkpoint(&self, f: impl FnOnce(&mut TaskCheckpoint)) {
+        let path = self.dir.state_json();
+        let mut c = TaskCheckpoint::load(&path)
+            .ok()
+            .flatten()
+            .unwrap_or(TaskCheckpoint {
+                task: self.task.get(),
+                attempt: self.attempt,
+                state: TaskState::Staging,
+                runtime: self.spec.sandbox.runtime,
+                sandbox: None,
+                workdir: None,
+                started_at_ms: None,
+                exit_code: None,
+                error: None,
+                updated_at_ms: 0,
+            });
+        if c.attempt != self.attempt {
+            c.attempt = self.attempt;
+            c.sandbox = None;
+            c.started_at_ms = None;
+            c.exit_code = None;
+        }
+        f(&mut c);
+        c.updated_at_ms = squadron_client::now_ms();
+        if let Err(e) = std::fs::create_dir_all(self.dir.root()) {
+            tracing::warn!(task = %self.task, error = %e, "could not create the task directory");
+        }
+        if let Err(e) = c.store(&path) {
+            tracing::warn!(task = %self.task, error = %e, "could not write the checkpoint");
+        }
+    }
+
+    fn load_checkpoint(&self) -> Option<TaskCheckpoint> {
+        TaskCheckpoint::load(&self.dir.state_json())
+            .ok()
+            .flatten()
+            .filter(|c| c.attempt == self.attempt)
+    }
+
+    /// Reports `from → to` and says where to go next.
+    async fn report(
+        &self,
+        from: TaskState,
+        to: TaskState,
+        detail: TransitionDetail,
+    ) -> Result<Step, WorkerError> {
+        let answer = self
+            .ctx
+            .control
+            .transition(self.task, self.attempt, from, to, detail)
+            .await?;
+        match answer {
+            ReportAnswer::Recorded(state) => {
+                self.event(serde_json::json!({"event": "transition", "from": from, "to": state}));
+                self.checkpoint(|c| c.state = state);
+                Ok(if state.is_terminal() {
+                    Step::Done
+                } else {
+                    Step::Next(state)
+                })
+            }
+            ReportAnswer::Refused(why) => {
+                // The control plane knows better: re-read and continue from its state if
+                // the task is still ours, else stop.
+                self.event(serde_json::json!({"event": "report_refused", "from": from, "to": to, "reason": why}));
+                let task = self.ctx.control.task(self.task).await?;
+                let ours = task.attempt == self.attempt
+                    && task.worker.as_ref() == Some(&self.ctx.config.id);
+                if !ours || task.state.is_terminal() {
+                    tracing::info!(task = %self.task, state = %task.state, "the attempt is no longer ours or has ended");
+                    return Ok(Step::Done);
+                }
+                if task.state == from {
+                    return Err(WorkerError::Control(format!(
+                        "transition {from} → {to} refused: {why}"
+                    )));
+                }
+                Ok(Step::Next(task.state))
+            }
+        }
+    }
+
+    fn staging_options(&self) -> StagingOptions {
+        StagingOptions {
+            backoff_override_ms: self.ctx.config.backoff_override_ms,
+            ..StagingOptions::default()
+        }
+    }
+
+    async fn staging(&mut self) -> Result<Step, WorkerError> {
+        self.ctx.active.insert(self.task);
+        self.checkpoint(|c| c.state = TaskState::Staging);
+        let limit = Duration::from_millis(self.spec.lifecycle.stage_timeout_ms);
+        let opts = self.staging_options();
+        let staged = tokio::time::timeout(
+            limit,
+            stage(&self.dir, self.task, self.attempt, &self.spec, &opts),
+        )
+        .await;
+        let report = match staged {
+            Err(_) => {
+                return Ok(self
+                    .fail(
+                        TaskState::Staging,
+                        None,
+                        format!(
+                            "stage timeout: staging took longer than {} ms",
+                            limit.as_millis()
+                        ),
+                    )
+                    .await)
+            }
+            Ok(Err(e)) => return Ok(self.fail(TaskState::Staging, None, e.to_string()).await),
+            Ok(Ok(r)) => r,
+        };
+        self.checkpoint(|c| c.workdir = Some(report.workdir.clone()));
+        self.report(
+            TaskState::Staging,
+            TaskState::Provisioning,
+            TransitionDetail::default(),
+        )
+        .await
+    }
+
+    /// The launch for this attempt; deterministic, so it is rebuilt after a restart.
+    async fn launch_spec(&self) -> Result<LaunchSpec, WorkerError> {
+        let opts = self.staging_options();
+        let staged = stage(&self.dir, self.task, self.attempt, &self.spec, &opts).await?;
+        let plan = prepare_launch(
+            &self.dir,
+            self.attempt,
+            &self.spec,
+            &staged.workdir,
+            &self.ctx.env_allowlist,
+        )?;
+        Ok(LaunchSpec {
+            task: self.task,
+            attempt: self.attempt,
+            dir: self.dir.clone(),
+            argv: plan.argv,
+            workdir: plan.workdir,
+            env: plan.env,
+            limits: SandboxLimits {
+                cpus: self.spec.sandbox.cpus,
+                memory_bytes: self.spec.sandbox.memory_bytes,
+                pids_max: Some(SANDBOX_PIDS_MAX),
+            },
+            network: self.spec.sandbox.network_mode,
+            full_control: self.spec.sandbox.full_control,
+            global_dir: self.ctx.config.global_dir.clone(),
+        })
+    }
+
+    async fn sandbox(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+    ) -> Result<Option<SandboxHandle>, WorkerError> {
+        runtime.adopt(self.task, self.attempt, &self.dir).await
+    }
+
+    async fn provisioning(&mut self) -> Result<Step, WorkerError> {
+        self.ctx.active.insert(self.task);
+        let runtime = self.runtime()?;
+        let spec = self.launch_spec().await?;
+        let limit = Duration::from_millis(self.spec.lifecycle.provision_timeout_ms);
+        let pauses = retry::table(
+            &self.spec.lifecycle.retries.provision,
+            self.ctx.config.backoff_override_ms,
+        );
+        let provisioned = provision_sandbox(
+            runtime.as_ref(),
+            &spec,
+            limit,
+            pauses,
+            tokio::time::sleep,
+            |retry, error, delay_ms| {
+                self.event(serde_json::json!({"event": "provision_retry", "try": retry, "error": error.to_string(), "delay_ms": delay_ms}));
+            },
+        )
+        .await;
+        let handle = match provisioned {
+            Ok(h) => h,
+            Err(ProvisionFailure::Adopt(e)) => return Err(e),
+            Err(ProvisionFailure::Failed(e)) => {
+                return Ok(self
+                    .fail(
+                        TaskState::Provisioning,
+                        None,
+                        format!("provisioning failed: {e}"),
+                    )
+                    .await)
+            }
+            Err(ProvisionFailure::TimedOut) => {
+                return Ok(self
+                    .fail(
+                        TaskState::Provisioning,
+                        None,
+                        format!(
+                            "provision timeout: no sandbox after {} ms",
+                            limit.as_millis()
+                        ),
+                    )
+                    .await)
+            }
+        };
+        self.checkpoint(|c| c.sandbox = Some(handle.id.clone()));
+        self.event(serde_json::json!({"event": "provisioned", "sandbox": handle.id}));
+        self.report(
+            TaskState::Provisioning,
+            TaskState::Ready,
+            TransitionDetail::default(),
+        )
+        .await
+    }
+
+    async fn ready(&mut self) -> Result<Step, WorkerError> {
+        self.ctx.active.insert(self.task);
+        let runtime = self.runtime()?;
+        let Some(handle) = self.sandbox(&runtime).await? else {
+            return Ok(self
+                .fail(
+                    TaskState::Ready,
+                    None,
+                    "the sandbox vanished before the provider started".into(),
+                )
+                .await);
+        };
+        // A provider that already started (the worker died right after starting it) is not
+        // started a second time.
+        if runtime.status(&handle).await? == RunStatus::Created {
+            let spec = self.launch_spec().await?;
+            runtime.start(&handle, &spec).await?;
+            let now = squadron_client::now_ms();
+            self.checkpoint(|c| c.started_at_ms = Some(now));
+            self.event(serde_json::json!({"event": "started", "sandbox": handle.id}));
+        }
+        if self
+            .load_checkpoint()
+            .and_then(|c| c.started_at_ms)
+            .is_none()
+        {
+            let now = squadron_client::now_ms();
+            self.checkpoint(|c| c.started_at_ms = Some(now));
+        }
+        self.report(
+            TaskState::Ready,
+            TaskState::Running,
+            TransitionDetail::default(),
+        )
+        .await
+    }
+
+    async fn running(&mut self) -> Result<Step, WorkerError> {
+        self.ctx.active.insert(self.task);
+        let runtime = self.runtime()?;
+        let Some(handle) = self.sandbox(&runtime).await? else {
+            return Ok(self
+                .fail(
+                    TaskState::Running,
+                    None,
+                    "the sandbox vanished while the task ran".into(),
+                )
+                .await);
+        };
+        let started = self
+            .load_checkpoint()
+            .and_then(|c| c.started_at_ms)
+            .unwrap_or_else(squadron_client::now_ms);
+        let mut progress = Progress::new(&self.dir);
+        let (code, end) = self
+            .monitor(&runtime, &handle, started, &mut progress)
+            .await?;
+        let counts = progress.counter.look();
+        if counts != progress.reported {
+            self.ctx
+                .control
+                .progress(self.task, self.attempt, counts)
+                .await;
+        }
+        self.checkpoint(|c| c.exit_code = code);
+        match end {
+            RunEnd::Exited => {
+                let detail = TransitionDetail {
+                    exit_code: code,
+                    ..TransitionDetail::default()
+                };
+                self.report(TaskState::Running, TaskState::Completing, detail)
+                    .await
+            }
+            RunEnd::Interrupted(Interruption::Cancelled(reason)) => {
+                Ok(self.cancel_now(TaskState::Running, reason).await)
+            }
+            RunEnd::Interrupted(Interruption::TimedOut(ms)) => Ok(self
+                .fail(
+                    TaskState::Running,
+                    code,
+                    format!("task timeout: still running after {ms} ms"),
+                )
+                .await),
+            RunEnd::Interrupted(Interruption::Hung(ms)) => Ok(self
+                .fail(
+                    TaskState::Running,
+                    code,
+                    format!("hang detected: no output for {ms} ms"),
+                )
+                .await),
+            RunEnd::Vanished => Ok(self
+                .fail(
+                    TaskState::Running,
+                    code,
+                    "the sandbox vanished while the task ran".to_string(),
+                )
+                .await),
+        }
+    }
+
+    /// Watches the running provider until it exits, vanishes or is interrupted (cancel,
+    /// task timeout, hang), sending output counters on the way; an interrupted provider is
+    /// terminated with the cancel grace. Returns its exit code, when it has one.
+    async fn monitor(
+        &mut self,
+        runtime: &Arc<dyn Runtime>,
+        handle: &SandboxHandle,
+        started: u64,
+        progress: &mut Progress,
+    ) -> Result<(Option<i32>, RunEnd), WorkerError> {
+        let lifecycle = self.spec.lifecycle.clone();
+        let monitor = Duration::from_millis(self.ctx.config.monitor_interval_ms);
+        loop {
+            let now = squadron_client::now_ms();
+            let counts = progress.look(now);
+            if progress.due(now, self.ctx.config.progress_interval_ms)
+                && self
+                    .ctx
+                    .control
+                    .progress(self.task, self.attempt, counts)
+                    .await
+            {
+                progress.sent(counts, now);
+            }
+            match runtime.status(handle).await? {
+                RunStatus::Exited { code } => return Ok((Some(code), RunEnd::Exited)),
+                RunStatus::Vanished => return Ok((None, RunEnd::Vanished)),
+                RunStatus::Created | RunStatus::Running => {}
+            }
+            let interruption = if let Some(reason) = self.cancel_reason() {
+                Some(Interruption::Cancelled(reason))
+            } else if now.saturating_sub(started) > lifecycle.timeout_ms {
+                Some(Interruption::TimedOut(lifecycle.timeout_ms))
+            } else if now.saturating_sub(progress.last_output_ms) > lifecycle.hang_timeout_ms {
+                Some(Interruption::Hung(lifecycle.hang_timeout_ms))
+            } else {
+                None
+            };
+            if let Some(i) = interruption {
+                let grace = Duration::from_millis(lifecycle.cancel_grace_ms);
+                self.event(serde_json::json!({"event": "terminating", "why": format!("{i:?}"), "grace_ms": lifecycle.cancel_grace_ms}));
+                runtime.terminate(handle, grace).await?;
+                let code = match runtime.status(handle).await? {
+                    RunStatus::Exited { code } => Some(code),
+                    _ => None,
+                };
+                return Ok((code, RunEnd::Interrupted(i)));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(monitor) => {}
+                _ = self.cancel.changed() => {}
+            }
+        }
+    }
+
+    fn run_facts(&self, exit_code: Option<i32>) -> RunFacts {
+        let cp = self.load_checkpoint();
+        let counts = OutputCounter::new(&self.dir).look();
+        let now = squadron_client::now_ms();
+        RunFacts {
+            attempt: self.attempt,
+            exit_code,
+            started_at_ms: cp.as_ref().and_then(|c| c.started_at_ms).unwrap_or(now),
+            finished_at_ms: now,
+            stdout_bytes: counts.stdout_bytes,
+            stderr_bytes: counts.stderr_bytes,
+            lines: counts.lines,
+            events: counts.events,
+            runtime: self.spec.sandbox.runtime,
+        }
+    }
+
+    /// Collects what exists; a failure to collect is recorded, not fatal.
+    async fn collect_what_exists(&self, exit_code: Option<i32>) -> (Vec<String>, Option<String>) {
+        if !self.dir.inbox().join(".git").exists() {
+            return (Vec::new(), None);
+        }
+        match collect(&self.dir, self.task, &self.spec, &self.run_facts(exit_code)).await {
+            Ok(r) => (r.names(), None),
+            Err(e) => (Vec::new(), Some(format!("artifact collection failed: {e}"))),
+        }
+    }
+
+    async fn completing(&mut self) -> Result<Step, WorkerError> {
+        self.ctx.active.remove(self.task);
+        let task = self.ctx.control.task(self.task).await?;
+        let code = task
+            .exit_code
+            .or_else(|| self.load_checkpoint().and_then(|c| c.exit_code));
+        let (artifacts, collect_error) = self.collect_what_exists(code).await;
+        let success = code.is_some_and(|c| self.spec.lifecycle.is_success_exit_code(c));
+        if success && collect_error.is_none() {
+            self.destroy_sandbox().await;
+            let detail = TransitionDetail {
+                exit_code: code,
+                error: None,
+                artifacts,
+            };
+            return self
+                .report(TaskState::Completing, TaskState::Completed, detail)
+                .await;
+        }
+        let why = collect_error.unwrap_or_else(|| match code {
+            Some(c) => format!("the provider exited with code {c}"),
+            None => "the provider's exit code is unknown".into(),
+        });
+        Ok(self
+            .finish_failed(TaskState::Completing, code, why, artifacts)
+            .await)
+    }
+
+    async fn destroy_sandbox(&self) -> Option<String> {
+        let runtime = self.runtime().ok()?;
+        let handle = self.sandbox(&runtime).await.ok().flatten()?;
+        match runtime.destroy(&handle).await {
+            Ok(report) => {
+                self.event(serde_json::json!({"event": "reaped", "sandbox": report.sandbox, "populated": report.populated, "observed_at_ms": report.observed_at_ms, "detail": report.detail}));
+                None
+            }
+            Err(e) => {
+                self.event(serde_json::json!({"event": "reap_failed", "error": e.to_string()}));
+                Some(e.to_string())
+            }
+        }
+    }
+
+    /// A failure at `from`: terminate what runs, collect what exists, then destroy or
+    /// preserve the sandbox as the manifest says.
+    async fn fail(&mut self, from: TaskState, exit_code: Option<i32>, why: String) -> Step {
+        self.stop_if_running().await;
+        let (artifacts, _) = self.collect_what_exists(exit_code).await;
+        self.finish_failed(from, exit_code, why, artifacts).await
+    }
+
+    async fn finish_failed(
+        &mut self,
+        from: TaskState,
+        exit_code: Option<i32>,
+        why: String,
+        artifacts: Vec<String>,
+    ) -> Step {
+        self.ctx.active.remove(self.task);
+        let mut error = why;
+        let mut to = TaskState::Failed;
+        let preserved = if self.spec.lifecycle.failure_action == FailureAction::Preserve {
+            match self.runtime() {
+                Ok(runtime) => match self.sandbox(&runtime).await {
+                    Ok(Some(h)) => Some(runtime.break_glass(&h)),
+                    _ => None,
+                },
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        match preserved {
+            Some(line) => {
+                to = TaskState::FailedPreserved;
+                error = format!(
+                    "{error}; sandbox preserved for debugging — break-glass access: {line}"
+                );
+                self.event(serde_json::json!({"event": "preserved", "break_glass": line}));
+            }
+            None => {
+                if let Some(e) = self.destroy_sandbox().await {
+                    error = format!("{error}; destroying the sandbox failed: {e}");
+                }
+            }
+        }
+        self.checkpoint(|c| c.error = Some(truncate(&error)));
+        let detail = TransitionDetail {
+            exit_code: if from == TaskState::Running {
+                exit_code
+            } else {
+                None
+            },
+            error: Some(truncate(&error)),
+            artifacts,
+        };
+        match self.report(from, to, detail).await {
+            Ok(step) => step,
+            Err(e) => {
+                tracing::error!(task = %self.task, error = %e, "could not report the failure");
+                Step::Done
+            }
+        }
+    }
+
+    /// CANCELLED: SIGTERM, grace, SIGKILL, collect, destroy.
+    /// SIGTERM, grace, SIGKILL for the attempt's provider if it still runs; its exit code
+    /// when it has one.
+    async fn stop_if_running(&self) -> Option<i32> {
+        let runtime = self.runtime().ok()?;
+        let handle = self.sandbox(&runtime).await.ok().flatten()?;
+        if matches!(runtime.status(&handle).await, Ok(RunStatus::Running)) {
+            let grace = Duration::from_millis(self.spec.lifecycle.cancel_grace_ms);
+            let _ = runtime.terminate(&handle, grace).await;
+        }
+        match runtime.status(&handle).await {
+            Ok(RunStatus::Exited { code }) => Some(code),
+            _ => None,
+        }
+    }
+
+    async fn cancel_now(&mut self, from: TaskState, reason: String) -> Step {
+        let code = self.stop_if_running().await;
+        self.ctx.active.remove(self.task);
+        let (artifacts, _) = self.collect_what_exists(code).await;
+        let destroy_error = self.destroy_sandbox().await;
+        self.event(serde_json::json!({"event": "cancelled", "reason": reason}));
+        let detail = TransitionDetail {
+            exit_code: None,
+            error: Some(truncate(&match destroy_error {
+                None => format!("cancelled: {reason}"),
+                Some(e) => format!("cancelled: {reason}; destroying the sandbox failed: {e}"),
+            })),
+            artifacts,
+        };
+        match self.report(from, TaskState::Cancelled, detail).await {
+            Ok(step) => step,
+            Err(e) => {
+                tracing::error!(task = %self.task, error = %e, "could not report the cancellation");
+                Step::Done
+            }
+        }
+    }
+}
+
+fn truncate(s: &str) -> String {
+    if s.len() <= ERROR_TEXT_BYTES_MAX {
+        return s.to_string();
+    }
+    let mut end = ERROR_TEXT_BYTES_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

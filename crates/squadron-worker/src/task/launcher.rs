@@ -1,0 +1,659 @@
+//! READY → RUNNING: the provider command a runtime starts, written as files in `run/`.
+//!
+//! - `prompt.txt`: the prompt, fed to the provider on standard input. It is never an
+//!   argument and never part of `launch.sh` (argv is visible to every process of the host,
+//!   and launch scripts end up in logs).
+//! - `script.sh`: the manifest's script, for the `script` provider only.
+//! - `launch.sh`: a POSIX `sh` script that points stdin at the prompt, appends stdout and
+//!   stderr to the progress logs, enters the working directory and `exec`s the provider, so
+//!   the runtime's signals (SIGTERM on cancel) reach the provider itself.
+//!
+//! Provider command lines (every argument shell-quoted):
+//! - claude: `claude --print --output-format stream-json --verbose [--model M]
+//!   [--max-turns N] [--allowedTools a,b]` — stream-json needs `--verbose` in print mode;
+//!   an empty `allowed_tools` list adds no flag.
+//! - codex: `codex exec [--model M] --sandbox danger-full-access --skip-git-repo-check -` —
+//!   `-` reads the prompt from stdin; `codex exec` is read-only by default, and Squadron's
+//!   sandbox (bubblewrap, container or VM) is the boundary, so Codex's own nested sandbox,
+//!   which often cannot start inside another, is turned off; the check for a trusted git
+//!   repository is skipped because the working directory may be a subpath or a fresh clone.
+//!   `max_turns` and `allowed_tools` have no Codex equivalent and are ignored.
+//! - script: `/bin/sh /mnt/run/script.sh`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use squadron_core::manifest::{AgentSpec, TaskSpec};
+use squadron_core::provider::Provider;
+
+use crate::error::WorkerError;
+use crate::support::remove_path;
+use crate::support::write_atomic;
+use crate::task::env_allowlist::EnvAllowlist;
+use crate::task::task_dir::TaskDir;
+
+/// Where the sandbox mounts the task's `run/`, `inbox/` and `outbox/` (see `task_dir`).
+pub(crate) const SANDBOX_MOUNT_PREFIX: &str = "/mnt";
+pub(crate) const LAUNCH_SCRIPT_NAME: &str = "launch.sh";
+pub(crate) const PROMPT_FILE_NAME: &str = "prompt.txt";
+pub(crate) const SCRIPT_FILE_NAME: &str = "script.sh";
+/// The sandbox's fixed environment, whatever the worker's own.
+pub(crate) const SANDBOX_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const SANDBOX_HOME: &str = "/tmp";
+pub(crate) const SANDBOX_LANG: &str = "C.UTF-8";
+pub(crate) const SANDBOX_TERM: &str = "dumb";
+/// Codex's own sandbox mode inside Squadron's (see the module documentation).
+pub(crate) const CODEX_SANDBOX_MODE: &str = "danger-full-access";
+/// Longest working directory accepted.
+pub(crate) const LAUNCH_WORKDIR_BYTES_MAX: usize = 4_096;
+/// Exit status of `launch.sh` when the working directory cannot be entered.
+pub(crate) const LAUNCH_WORKDIR_EXIT_CODE: i32 = 126;
+
+/// What the runtime starts: `argv`, `env` and `workdir` go into its `LaunchSpec`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LaunchPlan {
+    /// `["/bin/sh", "/mnt/run/launch.sh"]`.
+    pub(crate) argv: Vec<String>,
+    /// The fixed base, `SQUADRON_TASK_ID`, `SQUADRON_ATTEMPT` and the allowlisted variables
+    /// the worker has. Secrets among them are never written to disk by the launcher.
+    pub(crate) env: BTreeMap<String, String>,
+    /// Inside the sandbox.
+    pub(crate) workdir: String,
+    pub(crate) provider: Provider,
+    /// The command `launch.sh` execs, for logs and events (the prompt is not in it).
+    pub(crate) provider_argv: Vec<String>,
+    /// `launch.sh` on the worker's side.
+    pub(crate) launch_script: PathBuf,
+}
+
+/// Writes `run/{prompt.txt, script.sh, launch.sh}` for the standard sandbox mounts.
+pub(crate) fn prepare_launch(
+    dir: &TaskDir,
+    attempt: u32,
+    spec: &TaskSpec,
+    workdir: &str,
+    env_allowlist: &EnvAllowlist,
+) -> Result<LaunchPlan, WorkerError> {
+    prepare_launch_with_mounts(
+        dir,
+        attempt,
+        spec,
+        workdir,
+        env_allowlist,
+        SANDBOX_MOUNT_PREFIX,
+    )
+}
+
+/// As [`prepare_launch`], with `run/`, `inbox/` and `outbox/` mounted under `mount_prefix`
+/// instead of `/mnt` (a runtime with other mounts; tests run `launch.sh` on the host with
+/// the task directory itself as the prefix). `workdir` must lie in `{mount_prefix}/inbox`.
+pub(crate) fn prepare_launch_with_mounts(
+    dir: &TaskDir,
+    attempt: u32,
+    spec: &TaskSpec,
+    workdir: &str,
+    env_allowlist: &EnvAllowlist,
+    mount_prefix: &str,
+) -> Result<LaunchPlan, WorkerError> {
+    spec.validate().map_err(|e| WorkerError::Invalid {
+        field: e.field,
+        message: e.reason,
+    })?;
+    let prefix = mount_prefix.trim_end_matches('/');
+    check_path("mount_prefix", mount_prefix)?;
+    check_path("workdir", workdir)?;
+    let inbox = format!("{prefix}/inbox");
+    if workdir.trim_end_matches('/') != inbox && !workdir.starts_with(&format!("{inbox}/")) {
+        return Err(WorkerError::Invalid {
+            field: "workdir".into(),
+            message: format!("{workdir:?} is not inside {inbox}"),
+        });
+    }
+    let run = format!("{prefix}/run");
+    let outbox = format!("{prefix}/outbox");
+    let agent = &spec.agent;
+
+    let run_host = dir.run();
+    std::fs::create_dir_all(&run_host).map_err(|e| WorkerError::io("creating", &run_host, e))?;
+    write_atomic(&run_host.join(PROMPT_FILE_NAME), agent.prompt.as_bytes())?;
+    let script_host = run_host.join(SCRIPT_FILE_NAME);
+    match (&agent.provider, &agent.script) {
+        (Provider::Script, Some(script)) => write_atomic(&script_host, script.as_bytes())?,
+        _ => remove_path(&script_host)?,
+    }
+
+    let provider_argv = provider_argv(agent, &run);
+    let text = launch_script(
+        dir,
+        attempt,
+        agent.provider,
+        &provider_argv,
+        &LaunchPaths {
+            prompt: format!("{run}/{PROMPT_FILE_NAME}"),
+            stdout: format!("{outbox}/progress/stdout.log"),
+            stderr: format!("{outbox}/progress/stderr.log"),
+            workdir,
+        },
+    )?;
+    let launch_script = run_host.join(LAUNCH_SCRIPT_NAME);
+    write_atomic(&launch_script, text.as_bytes())?;
+
+    Ok(LaunchPlan {
+        argv: vec!["/bin/sh".to_string(), format!("{run}/{LAUNCH_SCRIPT_NAME}")],
+        env: sandbox_env(dir, attempt, env_allowlist),
+        workdir: workdir.to_string(),
+        provider: agent.provider,
+        provider_argv,
+        launch_script,
+    })
+}
+
+/// The allowlisted variables the worker has, under the fixed base the launcher always sets.
+fn sandbox_env(
+    dir: &TaskDir,
+    attempt: u32,
+    env_allowlist: &EnvAllowlist,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = env_allowlist.resolve();
+    for (name, value) in [
+        ("PATH", SANDBOX_PATH.to_string()),
+        ("HOME", SANDBOX_HOME.to_string()),
+        ("LANG", SANDBOX_LANG.to_string()),
+        ("TERM", SANDBOX_TERM.to_string()),
+        ("SQUADRON_TASK_ID", dir.task().to_string()),
+        ("SQUADRON_ATTEMPT", attempt.to_string()),
+    ] {
+        env.insert(name.to_string(), value);
+    }
+    env
+}
+
+/// The provider's command line (no prompt: that comes on stdin). `run` is where `run/` is
+/// mounted.
+pub(crate) fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
+    let mut argv: Vec<String> = Vec::new();
+    let mut push = |args: &[&str]| argv.extend(args.iter().map(|a| a.to_string()));
+    match agent.provider {
+        Provider::Claude => {
+            push(&[
+                "claude",
+                "--print",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+            ]);
+            if let Some(model) = &agent.model {
+                push(&["--model", model]);
+            }
+            if let Some(turns) = agent.max_turns {
+                push(&["--max-turns", &turns.to_string()]);
+            }
+            if let Some(tools) = agent.allowed_tools.as_ref().filter(|t| !t.is_empty()) {
+                push(&["--allowedTools", &tools.join(",")]);
+            }
+        }
+        Provider::Codex => {
+            push(&["codex", "exec"]);
+            if let Some(model) = &agent.model {
+                push(&["--model", model]);
+            }
+            push(&[
+                "--sandbox",
+                CODEX_SANDBOX_MODE,
+                "--skip-git-repo-check",
+                "-",
+            ]);
+        }
+        Provider::Script => push(&["/bin/sh", &format!("{run}/{SCRIPT_FILE_NAME}")]),
+    }
+    argv
+}
+
+/// Sandbox paths `launch.sh` wires together.
+struct LaunchPaths<'a> {
+    prompt: String,
+    stdout: String,
+    stderr: String,
+    workdir: &'a str,
+}
+
+fn launch_script(
+    dir: &TaskDir,
+    attempt: u32,
+    provider: Provider,
+    argv: &[String],
+    paths: &LaunchPaths<'_>,
+) -> Result<String, WorkerError> {
+    let command = shlex::try_join(argv.iter().map(String::as_str)).map_err(quote_error)?;
+    Ok(format!(
+        "#!/bin/sh\n\
+         # Written by the Squadron worker: task {task}, attempt {attempt}, provider {provider}.\n\
+         # The prompt reaches the provider on standard input; it is never an argument.\n\
+         # Output is appended to the task's progress logs; exec hands signals to the provider.\n\
+         exec <{prompt} >>{stdout} 2>>{stderr}\n\
+         cd {workdir} || exit {LAUNCH_WORKDIR_EXIT_CODE}\n\
+         exec {command}\n",
+        task = dir.task(),
+        prompt = quote(&paths.prompt)?,
+        stdout = quote(&paths.stdout)?,
+        stderr = quote(&paths.stderr)?,
+        workdir = quote(paths.workdir)?,
+    ))
+}
+
+/// One word for `sh`, exactly as given (`shlex`).
+fn quote(word: &str) -> Result<String, WorkerError> {
+    shlex::try_quote(word)
+        .map(|q| q.into_owned())
+        .map_err(quote_error)
+}
+
+/// A word `sh` cannot be handed: only a NUL byte is.
+fn quote_error(e: shlex::QuoteError) -> WorkerError {
+    WorkerError::Invalid {
+        field: "agent".into(),
+        message: format!("a word of the provider's command line cannot be quoted: {e}"),
+    }
+}
+
+/// An absolute sandbox path that `sh` can be handed: no control characters (NUL and newline
+/// included), no `..`, bounded.
+fn check_path(field: &str, path: &str) -> Result<(), WorkerError> {
+    let invalid = |message: String| WorkerError::Invalid {
+        field: field.to_string(),
+        message,
+    };
+    if path.len() > LAUNCH_WORKDIR_BYTES_MAX {
+        return Err(invalid(format!(
+            "must be at most {LAUNCH_WORKDIR_BYTES_MAX} bytes"
+        )));
+    }
+    if !path.starts_with('/') {
+        return Err(invalid(format!("must be an absolute path, got {path:?}")));
+    }
+    if path.chars().any(char::is_control) {
+        return Err(invalid("must not contain control characters".into()));
+    }
+    if path.split('/').any(|part| part == "..") {
+        return Err(invalid(format!("must not contain '..', got {path:?}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::process::Command;
+
+    use super::*;
+    use crate::task::task_dir::{INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+    use crate::test_support::{spec_for, task_dir, write};
+
+    const NASTY_PROMPT: &str = "Fix it; rm -rf / && echo $HOME $(id) `whoami` 'single' \"double\"\n\
+                                second line \\ with backslash | cat > /tmp/x < /dev/null & ${PATH}\n";
+
+    fn claude_spec() -> TaskSpec {
+        let mut spec = spec_for("/srv/repo");
+        spec.agent.provider = Provider::Claude;
+        spec.agent.script = None;
+        spec
+    }
+
+    fn launch_text(dir: &TaskDir) -> String {
+        std::fs::read_to_string(dir.run().join(LAUNCH_SCRIPT_NAME)).unwrap()
+    }
+
+    fn last_line(text: &str) -> &str {
+        text.lines().last().unwrap()
+    }
+
+    #[test]
+    fn mount_paths_agree_with_the_task_dir() {
+        assert_eq!(RUN_MOUNT, format!("{SANDBOX_MOUNT_PREFIX}/run"));
+        assert_eq!(INBOX_MOUNT, format!("{SANDBOX_MOUNT_PREFIX}/inbox"));
+        assert_eq!(OUTBOX_MOUNT, format!("{SANDBOX_MOUNT_PREFIX}/outbox"));
+    }
+
+    #[test]
+    fn claude_command_line_follows_the_spec() {
+        let (_tmp, dir) = task_dir(7);
+        let mut spec = claude_spec();
+        let plan = prepare_launch(&dir, 2, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+        assert_eq!(plan.argv, ["/bin/sh", "/mnt/run/launch.sh"]);
+        assert_eq!(plan.workdir, "/mnt/inbox");
+        assert_eq!(plan.provider, Provider::Claude);
+        assert_eq!(
+            plan.provider_argv,
+            [
+                "claude",
+                "--print",
+                "--output-format",
+                "stream-json",
+                "--verbose"
+            ]
+        );
+        let text = launch_text(&dir);
+        assert!(text.starts_with("#!/bin/sh\n"), "{text}");
+        assert!(text.contains(
+            "exec </mnt/run/prompt.txt >>/mnt/outbox/progress/stdout.log 2>>/mnt/outbox/progress/stderr.log\n"
+        ));
+        assert!(text.contains("cd /mnt/inbox || exit 126\n"), "{text}");
+        assert_eq!(
+            last_line(&text),
+            "exec claude --print --output-format stream-json --verbose"
+        );
+        assert!(
+            text.contains("task 7, attempt 2, provider claude"),
+            "{text}"
+        );
+        assert!(!dir.run().join(SCRIPT_FILE_NAME).exists());
+
+        spec.agent.model = Some("claude-sonnet-4-5-20250929".into());
+        spec.agent.max_turns = Some(100);
+        spec.agent.allowed_tools = Some(vec!["Read".into(), "Bash(git:*)".into(), "Edit".into()]);
+        let plan = prepare_launch(
+            &dir,
+            2,
+            &spec,
+            "/mnt/inbox/packages/a b",
+            &EnvAllowlist::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.provider_argv,
+            [
+                "claude",
+                "--print",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--model",
+                "claude-sonnet-4-5-20250929",
+                "--max-turns",
+                "100",
+                "--allowedTools",
+                "Read,Bash(git:*),Edit",
+            ]
+        );
+        let text = launch_text(&dir);
+        assert_eq!(
+            last_line(&text),
+            "exec claude --print --output-format stream-json --verbose --model \
+             claude-sonnet-4-5-20250929 --max-turns 100 --allowedTools 'Read,Bash(git:*),Edit'"
+        );
+        assert!(
+            text.contains("cd '/mnt/inbox/packages/a b' || exit 126\n"),
+            "{text}"
+        );
+
+        spec.agent.allowed_tools = Some(vec![]);
+        prepare_launch(&dir, 2, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+        assert!(!launch_text(&dir).contains("--allowedTools"));
+    }
+
+    #[test]
+    fn codex_and_script_command_lines() {
+        let (_tmp, dir) = task_dir(8);
+        let mut spec = claude_spec();
+        spec.agent.provider = Provider::Codex;
+        spec.agent.max_turns = Some(5);
+        spec.agent.allowed_tools = Some(vec!["Read".into()]);
+        let plan = prepare_launch(&dir, 1, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+        assert_eq!(
+            plan.provider_argv,
+            [
+                "codex",
+                "exec",
+                "--sandbox",
+                "danger-full-access",
+                "--skip-git-repo-check",
+                "-"
+            ]
+        );
+        spec.agent.model = Some("gpt-5-codex".into());
+        prepare_launch(&dir, 1, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+        assert_eq!(
+            last_line(&launch_text(&dir)),
+            "exec codex exec --model gpt-5-codex --sandbox danger-full-access --skip-git-repo-check -"
+        );
+
+        let spec = spec_for("/srv/repo");
+        let plan = prepare_launch(&dir, 1, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+        assert_eq!(plan.provider_argv, ["/bin/sh", "/mnt/run/script.sh"]);
+        assert_eq!(
+            last_line(&launch_text(&dir)),
+            "exec /bin/sh /mnt/run/script.sh"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.run().join(SCRIPT_FILE_NAME)).unwrap(),
+            "cat"
+        );
+    }
+
+    #[test]
+    fn the_prompt_is_only_in_prompt_txt() {
+        let (_tmp, dir) = task_dir(9);
+        for provider in Provider::ALL {
+            let mut spec = spec_for("/srv/repo");
+            spec.agent.prompt = NASTY_PROMPT.into();
+            if provider != Provider::Script {
+                spec.agent.provider = provider;
+                spec.agent.script = None;
+            }
+            let plan =
+                prepare_launch(&dir, 1, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+            assert_eq!(
+                std::fs::read_to_string(dir.run().join(PROMPT_FILE_NAME)).unwrap(),
+                NASTY_PROMPT
+            );
+            let text = launch_text(&dir);
+            for fragment in ["Fix it", "whoami", "second line", "rm -rf"] {
+                assert!(!text.contains(fragment), "{provider}: {text}");
+                assert!(plan
+                    .argv
+                    .iter()
+                    .chain(&plan.provider_argv)
+                    .all(|a| !a.contains(fragment)));
+            }
+        }
+    }
+
+    #[test]
+    fn the_environment_is_the_base_plus_the_allowlist() {
+        let (_tmp, dir) = task_dir(10);
+        let spec = spec_for("/srv/repo");
+        // A name no other test or process uses.
+        std::env::set_var("SQUADRON_LAUNCHER_TEST_KEY", "sk-test-value");
+        let allow =
+            EnvAllowlist::new(["SQUADRON_LAUNCHER_TEST_KEY", "SQUADRON_LAUNCHER_TEST_UNSET"])
+                .unwrap();
+        let plan = prepare_launch(&dir, 3, &spec, "/mnt/inbox", &allow).unwrap();
+        let expected: BTreeMap<String, String> = [
+            ("HOME", SANDBOX_HOME),
+            ("LANG", SANDBOX_LANG),
+            ("PATH", SANDBOX_PATH),
+            ("SQUADRON_ATTEMPT", "3"),
+            ("SQUADRON_LAUNCHER_TEST_KEY", "sk-test-value"),
+            ("SQUADRON_TASK_ID", "10"),
+            ("TERM", SANDBOX_TERM),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(plan.env, expected);
+        // Values stay in memory: never written to the run directory.
+        for entry in std::fs::read_dir(dir.run()).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            assert!(!text.contains("sk-test-value"));
+        }
+        let plan = prepare_launch(&dir, 3, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
+        assert!(!plan.env.contains_key("SQUADRON_LAUNCHER_TEST_KEY"));
+    }
+
+    #[test]
+    fn bad_workdirs_are_refused() {
+        let (_tmp, dir) = task_dir(11);
+        let spec = spec_for("/srv/repo");
+        for (workdir, why) in [
+            ("mnt/inbox", "absolute"),
+            ("/mnt/inbox/../run", "'..'"),
+            ("/mnt/inbox/a\nb", "control"),
+            ("/mnt/inboxes", "not inside /mnt/inbox"),
+            ("/etc", "not inside /mnt/inbox"),
+        ] {
+            let err = prepare_launch(&dir, 1, &spec, workdir, &EnvAllowlist::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("workdir") && err.contains(why),
+                "{workdir:?}: {err}"
+            );
+        }
+        let mut bad = spec.clone();
+        bad.agent.script = None;
+        let err =
+            prepare_launch(&dir, 1, &bad, "/mnt/inbox", &EnvAllowlist::default()).unwrap_err();
+        assert!(err.to_string().contains("agent.script"), "{err}");
+    }
+
+    /// Runs `launch.sh` with `/bin/sh` on the host, the task directory standing in for `/mnt`.
+    fn run_on_host(dir: &TaskDir, plan: &LaunchPlan, extra_path: Option<&Path>) -> i32 {
+        let mut env = plan.env.clone();
+        if let Some(extra) = extra_path {
+            env.insert("PATH".into(), format!("{}:{SANDBOX_PATH}", extra.display()));
+        }
+        let status = Command::new(&plan.argv[0])
+            .arg(&plan.argv[1])
+            .env_clear()
+            .envs(&env)
+            .current_dir(dir.root())
+            .status()
+            .unwrap();
+        status.code().unwrap()
+    }
+
+    fn host_layout(dir: &TaskDir) -> String {
+        for path in [dir.run(), dir.inbox().join("sub dir"), dir.progress()] {
+            std::fs::create_dir_all(path).unwrap();
+        }
+        dir.root().to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn launch_sh_wires_stdin_stdout_stderr_and_the_exit_code() {
+        let (_tmp, dir) = task_dir(12);
+        let prefix = host_layout(&dir);
+        let mut spec = spec_for("/srv/repo");
+        spec.agent.prompt = NASTY_PROMPT.into();
+        spec.agent.script = Some(
+            "printf 'cwd=%s\\n' \"$(pwd)\"\ncat\necho \"task=$SQUADRON_TASK_ID attempt=$SQUADRON_ATTEMPT\"\n\
+             echo to-stderr >&2\nexit 3\n"
+                .into(),
+        );
+        let workdir = format!("{prefix}/inbox/sub dir");
+        let plan =
+            prepare_launch_with_mounts(&dir, 4, &spec, &workdir, &EnvAllowlist::default(), &prefix)
+                .unwrap();
+        assert_eq!(
+            plan.argv,
+            ["/bin/sh".to_string(), format!("{prefix}/run/launch.sh")]
+        );
+        assert_eq!(run_on_host(&dir, &plan, None), 3);
+        let expected = format!("cwd={workdir}\n{NASTY_PROMPT}task=12 attempt=4\n");
+        assert_eq!(std::fs::read_to_string(dir.stdout_log()).unwrap(), expected);
+        assert_eq!(
+            std::fs::read_to_string(dir.stderr_log()).unwrap(),
+            "to-stderr\n"
+        );
+
+        // Appends: a second run keeps the first's output.
+        assert_eq!(run_on_host(&dir, &plan, None), 3);
+        assert_eq!(
+            std::fs::read_to_string(dir.stdout_log()).unwrap(),
+            format!("{expected}{expected}")
+        );
+    }
+
+    #[test]
+    fn launch_sh_execs_the_provider_with_its_arguments() {
+        let (_tmp, dir) = task_dir(13);
+        let prefix = host_layout(&dir);
+        let bin = dir.root().join("fake-bin");
+        // A stand-in `claude` that prints its arguments and its stdin, and its pid relation.
+        write(
+            &bin.join("claude"),
+            "#!/bin/sh\nfor a in \"$@\"; do printf '<%s>\\n' \"$a\"; done\ncat\n",
+        );
+        std::fs::set_permissions(bin.join("claude"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let mut spec = claude_spec();
+        spec.agent.prompt = NASTY_PROMPT.into();
+        spec.agent.model = Some("m-1".into());
+        spec.agent.allowed_tools = Some(vec!["Read".into(), "Bash(ls:*)".into()]);
+        let plan = prepare_launch_with_mounts(
+            &dir,
+            1,
+            &spec,
+            &format!("{prefix}/inbox"),
+            &EnvAllowlist::default(),
+            &prefix,
+        )
+        .unwrap();
+        assert_eq!(run_on_host(&dir, &plan, Some(&bin)), 0);
+        assert_eq!(
+            std::fs::read_to_string(dir.stdout_log()).unwrap(),
+            format!(
+                "<--print>\n<--output-format>\n<stream-json>\n<--verbose>\n<--model>\n<m-1>\n\
+                 <--allowedTools>\n<Read,Bash(ls:*)>\n{NASTY_PROMPT}"
+            )
+        );
+    }
+
+    #[test]
+    fn launch_sh_fails_clearly_without_its_workdir_or_provider() {
+        let (_tmp, dir) = task_dir(14);
+        let prefix = host_layout(&dir);
+        let spec = spec_for("/srv/repo");
+        let plan = prepare_launch_with_mounts(
+            &dir,
+            1,
+            &spec,
+            &format!("{prefix}/inbox/missing"),
+            &EnvAllowlist::default(),
+            &prefix,
+        )
+        .unwrap();
+        assert_eq!(run_on_host(&dir, &plan, None), LAUNCH_WORKDIR_EXIT_CODE);
+        let stderr = std::fs::read_to_string(dir.stderr_log()).unwrap();
+        assert!(stderr.contains("missing"), "{stderr}");
+
+        let mut spec = claude_spec();
+        spec.agent.provider = Provider::Codex;
+        let plan = prepare_launch_with_mounts(
+            &dir,
+            1,
+            &spec,
+            &format!("{prefix}/inbox"),
+            &EnvAllowlist::default(),
+            &prefix,
+        )
+        .unwrap();
+        // No `codex` on the sandbox PATH of this host.
+        let empty = dir.root().join("empty-bin");
+        std::fs::create_dir_all(&empty).unwrap();
+        let mut env = plan.env.clone();
+        env.insert("PATH".into(), empty.display().to_string());
+        let status = Command::new("/bin/sh")
+            .arg(&plan.argv[1])
+            .env_clear()
+            .envs(&env)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(127));
+        assert!(std::fs::read_to_string(dir.stderr_log())
+            .unwrap()
+            .contains("codex"));
+    }
+}

@@ -1,0 +1,11 @@
+//! One task attempt on this worker, from STAGING to its end: the driver walks the lifecycle,
+//! each step built from the files and modules of this room.
+
+pub(crate) mod checkpoint;
+pub(crate) mod collector;
+pub(crate) mod driver;
+pub(crate) mod env_allowlist;
+pub(crate) mod launcher;
+pub(crate) mod output_counter;
+pub(crate) mod staging;
+pub(crate) mod task_dir;

@@ -1,0 +1,78 @@
+//! The on-disk layout of one task on a worker, as in the seed's STAGING section:
+//!
+//! ```text
+//! {data_dir}/tasks/{task_id}/
+//! ├── manifest.yaml          the validated spec, as submitted
+//! ├── state.json             the worker's checkpoint (for recovery)
+//! ├── run/                   worker-written files the sandbox reads: launch.sh, prompt, script
+//! ├── inbox/                 the cloned repository + TASK.md
+//! └── outbox/
+//!     ├── progress/{stdout.log, stderr.log, events.jsonl}
+//!     └── artifacts/
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use squadron_core::ids::TaskId;
+
+/// Where the task's directories appear inside every sandbox, whatever the runtime.
+pub(crate) const INBOX_MOUNT: &str = "/mnt/inbox";
+pub(crate) const OUTBOX_MOUNT: &str = "/mnt/outbox";
+pub(crate) const GLOBAL_MOUNT: &str = "/mnt/global";
+pub(crate) const RUN_MOUNT: &str = "/mnt/run";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TaskDir {
+    root: PathBuf,
+    task: TaskId,
+}
+
+impl TaskDir {
+    pub(crate) fn new(data_dir: &Path, task: TaskId) -> Self {
+        TaskDir {
+            root: data_dir.join("tasks").join(task.get().to_string()),
+            task,
+        }
+    }
+
+    pub(crate) fn task(&self) -> TaskId {
+        self.task
+    }
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+    pub(crate) fn manifest(&self) -> PathBuf {
+        self.root.join("manifest.yaml")
+    }
+    pub(crate) fn state_json(&self) -> PathBuf {
+        self.root.join("state.json")
+    }
+    pub(crate) fn run(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    pub(crate) fn inbox(&self) -> PathBuf {
+        self.root.join("inbox")
+    }
+    #[cfg(test)]
+    pub(crate) fn task_md(&self) -> PathBuf {
+        self.inbox().join("TASK.md")
+    }
+    pub(crate) fn outbox(&self) -> PathBuf {
+        self.root.join("outbox")
+    }
+    pub(crate) fn progress(&self) -> PathBuf {
+        self.outbox().join("progress")
+    }
+    pub(crate) fn stdout_log(&self) -> PathBuf {
+        self.progress().join("stdout.log")
+    }
+    pub(crate) fn stderr_log(&self) -> PathBuf {
+        self.progress().join("stderr.log")
+    }
+    pub(crate) fn events(&self) -> PathBuf {
+        self.progress().join("events.jsonl")
+    }
+    pub(crate) fn artifacts(&self) -> PathBuf {
+        self.outbox().join("artifacts")
+    }
+}
