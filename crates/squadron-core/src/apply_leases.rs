@@ -6,6 +6,7 @@
 //! reap evidence, never by time alone, so admission cannot be fooled by a process that outlived
 //! its lease.
 
+use crate::access::Subject;
 use crate::command::{
     AcquireLease, CrashTakeover, FenceLease, GracefulTakeover, NextHolder, RecordReapEvidence,
     ReleaseLease, RenewLease, RenewLeases,
@@ -340,8 +341,10 @@ impl State {
     pub(crate) fn acquire_lease(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: AcquireLease,
     ) -> Result<Outcome, Rejection> {
+        self.require_not_other_worker(subject, &command.holder.worker)?;
         let AcquireLease {
             profile,
             expected_generation,
@@ -409,8 +412,10 @@ impl State {
     pub(crate) fn renew_leases(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: RenewLeases,
     ) -> Result<Outcome, Rejection> {
+        self.require_worker(subject, &command.worker)?;
         let RenewLeases {
             worker,
             fences,
@@ -484,11 +489,35 @@ impl State {
         Ok(Outcome::LeaseFenced)
     }
 
+    /// Reap evidence is believed only from the worker that held the lease (it reaped the
+    /// leaf); an operator's word takes the audited decommission path, never a posted
+    /// evidence body.
+    fn check_evidence_sender(
+        &self,
+        subject: &Subject,
+        evidence: &ReapEvidence,
+    ) -> Result<(), Rejection> {
+        if *subject == Subject::Legacy {
+            return Ok(());
+        }
+        if matches!(evidence.source, EvidenceSource::OperatorDecommission { .. }) {
+            return Err(Rejection::EvidenceRefused {
+                reason: "an operator's decommission is recorded by `squadron worker \
+                         decommission`, not posted as evidence"
+                    .into(),
+            });
+        }
+        let lease = self.lease_ref(evidence.lease)?;
+        self.require_worker(subject, &lease.holder.worker)
+    }
+
     pub(crate) fn record_reap_evidence(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: RecordReapEvidence,
     ) -> Result<Outcome, Rejection> {
+        self.check_evidence_sender(subject, &command.evidence)?;
         let RecordReapEvidence { profile, evidence } = command;
         self.profile_ref(profile)?;
         let lease = self.lease_ref(evidence.lease)?;
@@ -533,8 +562,13 @@ impl State {
     pub(crate) fn graceful_takeover(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: GracefulTakeover,
     ) -> Result<Outcome, Rejection> {
+        self.require_not_other_worker(subject, &command.next.holder.worker)?;
+        if let Some(evidence) = &command.old_reap_evidence {
+            self.check_evidence_sender(subject, evidence)?;
+        }
         let GracefulTakeover {
             fence,
             capsule: draft,
@@ -582,8 +616,13 @@ impl State {
     pub(crate) fn crash_takeover(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: CrashTakeover,
     ) -> Result<Outcome, Rejection> {
+        self.require_not_other_worker(subject, &command.next.holder.worker)?;
+        if let Some(evidence) = &command.reap_evidence {
+            self.check_evidence_sender(subject, evidence)?;
+        }
         let plan = self.plan_crash_takeover(now, &command)?;
         let CrashTakeover {
             profile,

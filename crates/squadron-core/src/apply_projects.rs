@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
+use crate::access::Subject;
 use crate::command::{
     AttachSandbox, CreateProfile, CreateProject, DetachSandbox, GrantMcpUse, RevokeMcpUse,
     SetCapabilityManifest,
@@ -112,8 +113,10 @@ impl State {
     pub(crate) fn attach_sandbox(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: AttachSandbox,
     ) -> Result<Outcome, Rejection> {
+        self.require_not_other_worker(subject, &command.worker)?;
         let AttachSandbox {
             tenant,
             project,

@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 
+use crate::access::{AgentIdentity, Subject};
 use crate::command::{
     AssignTasks, Assignment, CancelTask, ReportProgress, ReportTransition, SubmitTask,
     TransitionDetail,
 };
 use crate::ids::{TaskId, WorkerId};
+use crate::limits::CHILD_TASKS_PER_TASK_MAX;
 use crate::limits::{
     ARTIFACT_NAME_BYTES_MAX, ASSIGNMENTS_PER_BATCH_MAX, PENDING_TASKS_MAX, REASON_BYTES_MAX,
     TASK_ARTIFACTS_MAX, TASK_ATTEMPTS_MAX, TASK_ERROR_BYTES_MAX,
@@ -115,8 +117,10 @@ impl State {
     pub(crate) fn submit_task(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: SubmitTask,
     ) -> Result<Outcome, Rejection> {
+        let parent = self.parent_for(subject)?;
         let spec = *command.spec;
         spec.validate()?;
         if self.pending.len() >= PENDING_TASKS_MAX {
@@ -155,7 +159,39 @@ impl State {
         };
         self.pending.insert(queue_key(&task));
         self.tasks.insert(id, task);
+        if let Some(parent) = parent {
+            self.lineage.link(parent, id);
+        }
         Ok(Outcome::TaskSubmitted { task: id })
+    }
+
+    /// The parent of a task this subject submits: an agent's task submits children of itself
+    /// (the seed's parent/child pattern); operators submit top-level tasks; nobody else
+    /// submits.
+    fn parent_for(&self, subject: &Subject) -> Result<Option<TaskId>, Rejection> {
+        match subject {
+            Subject::Agent(AgentIdentity::Task(parent)) => {
+                let task = self.task_ref(*parent)?;
+                if task.state.is_terminal() {
+                    return Err(Rejection::denied(format!(
+                        "task {parent} has ended; it cannot submit children"
+                    )));
+                }
+                if self.lineage.children(*parent).count() >= CHILD_TASKS_PER_TASK_MAX {
+                    return Err(Rejection::QueueFull {
+                        max: CHILD_TASKS_PER_TASK_MAX,
+                    });
+                }
+                Ok(Some(*parent))
+            }
+            Subject::Agent(other) => Err(Rejection::denied(format!(
+                "agent {other} is not a task's agent; only a task's agent submits child tasks"
+            ))),
+            Subject::Worker(w) => Err(Rejection::denied(format!(
+                "worker {w} may not submit tasks"
+            ))),
+            _ => Ok(None),
+        }
     }
 
     /// Why `worker` cannot take `task` now, if it cannot.
@@ -279,8 +315,10 @@ impl State {
     pub(crate) fn report_transition(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: ReportTransition,
     ) -> Result<Outcome, Rejection> {
+        self.require_worker(subject, &command.worker)?;
         let ReportTransition {
             task: id,
             worker,
@@ -318,8 +356,10 @@ impl State {
 
     pub(crate) fn report_progress(
         &mut self,
+        subject: &Subject,
         command: ReportProgress,
     ) -> Result<Outcome, Rejection> {
+        self.require_worker(subject, &command.worker)?;
         let (id, progress) = (command.task, command.progress());
         let task = self.task_ref(id)?;
         self.check_owner(task, &command.worker, command.attempt)?;

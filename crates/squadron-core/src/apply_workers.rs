@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::access::{Identity, Subject};
 use crate::command::{DecommissionWorker, RegisterWorker, WorkerHeartbeat};
 use crate::ids::WorkerId;
 use crate::lease::check_descriptor;
@@ -51,8 +52,10 @@ impl State {
     pub(crate) fn register_worker(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: RegisterWorker,
     ) -> Result<Outcome, Rejection> {
+        self.require_worker(subject, &command.worker)?;
         let RegisterWorker {
             worker: id,
             address,
@@ -122,8 +125,10 @@ impl State {
     pub(crate) fn worker_heartbeat(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: WorkerHeartbeat,
     ) -> Result<Outcome, Rejection> {
+        self.require_worker(subject, &command.worker)?;
         let id = &command.worker;
         let w = self.worker_ref(id)?;
         if w.status != WorkerStatus::Alive {
@@ -141,8 +146,10 @@ impl State {
     pub(crate) fn decommission_worker(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: DecommissionWorker,
     ) -> Result<Outcome, Rejection> {
+        self.require_admin(now, subject)?;
         let DecommissionWorker {
             worker,
             operator,
@@ -158,6 +165,8 @@ impl State {
             });
         }
         let leases_reaped = self.reap_leases_of_worker(now, id, &operator, &reason);
+        // Its certificates stop being believed on every node once this applies.
+        self.revoke_certificates_of(now, &Identity::Worker(id.clone()));
         let (tasks_requeued, tasks_failed) = self.orphan_tasks_of(now, id, "was decommissioned");
         // The project sandboxes it hosted are gone with it (INV-1 allows a new one).
         for project in self.projects.values_mut() {
@@ -212,6 +221,7 @@ impl State {
             report.workers_lost.push(id.to_string());
         }
         report.idempotency_pruned = self.idempotency.prune(now);
+        self.prune_access(now);
         Ok(Outcome::Swept(report))
     }
 }

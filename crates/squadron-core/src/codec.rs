@@ -4,12 +4,18 @@
 
 use sha2::{Digest as _, Sha256};
 
+use crate::access::Subject;
 use crate::command::{Command, CommandEnvelope};
 use crate::ids::Digest;
 use crate::response::Response;
 
-/// Version byte of the current command and response encoding.
-pub const LOG_ENCODING_VERSION: u8 = 1;
+/// Version byte of the current command encoding. Version 2 added the subject of every
+/// command; version-1 entries still decode (`legacy.rs`), as `Subject::Legacy`.
+pub const LOG_ENCODING_VERSION: u8 = 2;
+/// The command encoding before subjects.
+pub const LOG_ENCODING_VERSION_V1: u8 = 1;
+/// Version byte of the response encoding (responses only grew variants, at the end).
+pub const RESPONSE_ENCODING_VERSION: u8 = 1;
 /// Largest encoded command or response accepted.
 pub const LOG_ENTRY_BYTES_MAX: usize = 4 * 1024 * 1024;
 
@@ -95,20 +101,36 @@ pub fn command_encoded_len(command: &Command) -> usize {
     }
 }
 
+/// Decodes the current encoding, or version 1 as a legacy command.
 pub fn decode_command(bytes: &[u8]) -> Result<CommandEnvelope, CodecError> {
+    if bytes.first() == Some(&LOG_ENCODING_VERSION_V1) {
+        let v1: crate::legacy::CommandEnvelopeV1 =
+            decode_versioned(LOG_ENCODING_VERSION_V1, bytes)?;
+        return Ok(v1.into());
+    }
     decode_versioned(LOG_ENCODING_VERSION, bytes)
 }
 
 pub fn encode_response(response: &Response) -> Vec<u8> {
-    encode_versioned(LOG_ENCODING_VERSION, response)
+    encode_versioned(RESPONSE_ENCODING_VERSION, response)
 }
 
 pub fn decode_response(bytes: &[u8]) -> Result<Response, CodecError> {
-    decode_versioned(LOG_ENCODING_VERSION, bytes)
+    decode_versioned(RESPONSE_ENCODING_VERSION, bytes)
 }
 
-/// SHA-256 of a command's encoding: what an idempotency key is bound to.
-pub fn command_fingerprint(command: &Command) -> Digest {
-    let bytes = encode_versioned(LOG_ENCODING_VERSION, command);
-    Digest::from_bytes(Sha256::digest(bytes).into())
+/// The version byte inside fingerprints. Fixed at 1 whatever the log encoding, so the keys a
+/// ledger recorded before a log-encoding change still match their retries.
+const FINGERPRINT_VERSION: u8 = 1;
+
+/// SHA-256 of a command's encoding and, since subjects are recorded, of its subject: what an
+/// idempotency key is bound to. An old entry's (`Subject::Legacy`) leaves the subject out,
+/// so it matches what the ledger recorded then.
+pub fn command_fingerprint(subject: &Subject, command: &Command) -> Digest {
+    let mut hasher = Sha256::new();
+    hasher.update(encode_versioned(FINGERPRINT_VERSION, command));
+    if *subject != Subject::Legacy {
+        hasher.update(encode_versioned(FINGERPRINT_VERSION, subject));
+    }
+    Digest::from_bytes(hasher.finalize().into())
 }

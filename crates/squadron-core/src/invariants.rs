@@ -17,7 +17,54 @@ impl State {
         self.check_capsules()?;
         self.check_mailboxes()?;
         self.check_tasks()?;
+        self.check_access()?;
         self.idempotency.check()
+    }
+
+    /// The trust boundary's records agree with each other and stay within their bounds.
+    fn check_access(&self) -> Result<(), String> {
+        use crate::limits::{BOOTSTRAP_TOKENS_MAX, CERTIFICATES_MAX, OPERATOR_TOKENS_MAX};
+        let a = &self.access;
+        if a.operator_tokens.len() > OPERATOR_TOKENS_MAX
+            || a.bootstrap_tokens.len() > BOOTSTRAP_TOKENS_MAX
+            || a.certificates.len() > CERTIFICATES_MAX
+        {
+            return Err("access: a record bound is exceeded".into());
+        }
+        for (id, t) in &a.operator_tokens {
+            if &t.id != id {
+                return Err(format!("access: token {id} stored under another id"));
+            }
+        }
+        for (id, t) in &a.bootstrap_tokens {
+            if &t.id != id {
+                return Err(format!(
+                    "access: bootstrap token {id} stored under another id"
+                ));
+            }
+        }
+        if a.certificates.len() != a.certificates_by_identity.len() {
+            return Err("access: certificate index and records differ in size".into());
+        }
+        for (identity, serial) in &a.certificates_by_identity {
+            match a.certificates.get(serial) {
+                Some(c) if &c.identity == identity && &c.serial == serial => {}
+                _ => return Err(format!("access: certificate {serial} indexed wrongly")),
+            }
+        }
+        for (child, parent) in &self.lineage.parent_of {
+            if !self.tasks.contains_key(child)
+                || !self.lineage.children.contains(&(*parent, *child))
+            {
+                return Err(format!(
+                    "lineage: task {child} linked to {parent} inconsistently"
+                ));
+            }
+        }
+        if self.lineage.children.len() != self.lineage.parent_of.len() {
+            return Err("lineage: parent and child indexes differ in size".into());
+        }
+        a.audit.check()
     }
 
     fn check_projects_and_profiles(&self) -> Result<(), String> {

@@ -10,6 +10,7 @@
 //! task placement), `codec` / `snapshot` (log and snapshot encodings, state digest),
 //! `error_code` (the one error table for REST and gRPC), `manifest` (task manifests).
 
+mod apply_access;
 mod apply_capsules;
 mod apply_leases;
 mod apply_mailboxes;
@@ -18,6 +19,7 @@ mod apply_tasks;
 mod apply_workers;
 mod invariants;
 
+pub mod access;
 pub mod capsule;
 pub mod codec;
 pub mod command;
@@ -25,6 +27,7 @@ pub mod error_code;
 pub mod idempotency;
 pub mod ids;
 pub mod lease;
+pub mod legacy;
 pub mod limits;
 pub mod mailbox;
 pub mod manifest;

@@ -204,3 +204,35 @@ pub const PROVISION_BACKOFF_MS_DEFAULT: [u64; 2] = [10_000, 30_000];
 pub const AGENT_CONNECT_RETRIES_DEFAULT: u32 = 30;
 /// Agent connect backoff when omitted.
 pub const AGENT_CONNECT_BACKOFF_MS_DEFAULT: [u64; 1] = [2_000];
+
+// --- the trust boundary (DESIGN §5) ---------------------------------------------------------
+
+/// Operator tokens the state holds, revoked and expired ones included until pruned.
+pub const OPERATOR_TOKENS_MAX: usize = 10_000;
+/// Bootstrap tokens the state holds, used and expired ones included until pruned.
+pub const BOOTSTRAP_TOKENS_MAX: usize = 10_000;
+/// Shortest life of a bootstrap token: shorter could expire before the worker is started.
+pub const BOOTSTRAP_TOKEN_TTL_MS_MIN: u64 = 10_000;
+/// Longest life of a bootstrap token: enrollment material should not lie around.
+pub const BOOTSTRAP_TOKEN_TTL_MS_MAX: u64 = 24 * 3_600 * 1_000;
+/// Certificate records the state holds (each worker renews about once a day; expired ones
+/// are pruned).
+pub const CERTIFICATES_MAX: usize = 100_000;
+/// Longest validity of a certificate issued to an enrolled identity.
+pub const CERT_VALIDITY_MS_MAX: u64 = 7 * 24 * 3_600 * 1_000;
+/// How far a certificate's expiry, made from the signing node's clock, may run past the
+/// leader's clock plus the longest validity.
+pub const CERT_CLOCK_SKEW_MS_MAX: u64 = 10 * 60 * 1_000;
+/// Length of a token's name.
+pub const TOKEN_NAME_BYTES_MAX: usize = 128;
+/// Entries in one token's scope.
+pub const TOKEN_SCOPE_ENTRIES_MAX: usize = 64;
+/// How long revoked or expired tokens and certificates, and used bootstrap tokens, stay
+/// listed before the sweep prunes them.
+pub const ACCESS_RECORD_RETENTION_MS: u64 = 7 * 24 * 3_600 * 1_000;
+/// Audit records kept; older ones are pruned first.
+pub const AUDIT_RECORDS_KEPT: usize = 10_000;
+/// Child tasks one task may submit.
+pub const CHILD_TASKS_PER_TASK_MAX: usize = 1_000;
+/// Length of a revocation reason.
+pub const REVOCATION_REASON_BYTES_MAX: usize = 512;

@@ -22,6 +22,8 @@ pub enum Entity {
     Worker,
     Message,
     Relation,
+    Token,
+    Certificate,
 }
 
 impl Entity {
@@ -35,6 +37,8 @@ impl Entity {
             Entity::Worker => "worker",
             Entity::Message => "message",
             Entity::Relation => "relation",
+            Entity::Token => "token",
+            Entity::Certificate => "certificate",
         }
     }
 }
@@ -128,11 +132,27 @@ pub enum Rejection {
     IdempotencyKeyReused,
     #[error("permission denied: {reason}")]
     PermissionDenied { reason: String },
+    /// A presented token or certificate does not prove what it claims (unknown, used,
+    /// expired, revoked). The reason never repeats the secret.
+    #[error("not authenticated: {reason}")]
+    Unauthenticated { reason: String },
 }
 
 impl Rejection {
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Rejection::Invalid(ValidationError::new(field, reason))
+    }
+
+    pub fn denied(reason: impl Into<String>) -> Self {
+        Rejection::PermissionDenied {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn unauthenticated(reason: impl Into<String>) -> Self {
+        Rejection::Unauthenticated {
+            reason: reason.into(),
+        }
     }
 
     pub fn not_found(entity: Entity, id: impl ToString) -> Self {
@@ -176,6 +196,7 @@ impl Rejection {
             | Rejection::MailboxFull { .. }
             | Rejection::QueueFull { .. } => ErrorCode::ResourceExhausted,
             Rejection::PermissionDenied { .. } => ErrorCode::PermissionDenied,
+            Rejection::Unauthenticated { .. } => ErrorCode::Unauthenticated,
         }
     }
 }

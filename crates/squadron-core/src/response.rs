@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{CertSerial, Identity, TokenId};
+
 use crate::ids::{Digest, Generation, LeaseId, ProfileId, TaskId};
 use crate::rejection::Rejection;
 use crate::task::TaskState;
@@ -136,5 +138,29 @@ pub enum Outcome {
     /// The responses of a [`crate::Command::Batch`], in its order.
     Batch {
         responses: Vec<Response>,
+    },
+    // New variants go last: the order is part of the encoding of recorded answers.
+    OperatorTokenCreated {
+        id: TokenId,
+    },
+    OperatorTokenRevoked {
+        id: TokenId,
+    },
+    BootstrapTokenMinted {
+        id: TokenId,
+        expires_at_ms: u64,
+    },
+    Enrolled {
+        identity: Identity,
+        serial: CertSerial,
+        not_after_ms: u64,
+    },
+    CertificateRecorded {
+        serial: CertSerial,
+        not_after_ms: u64,
+    },
+    IdentityRevoked {
+        identity: Identity,
+        certificates: u32,
     },
 }

@@ -7,8 +7,11 @@ use crate::state::State;
 
 /// Magic bytes that open every snapshot.
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SQDSNAP\0";
-/// Version of the snapshot layout.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// Version of the snapshot layout. Version 2 appended the trust boundary's state (tokens,
+/// certificates, audit) and task lineage; version 1 still decodes, with those empty.
+pub const SNAPSHOT_VERSION: u32 = 2;
+/// The layout before the trust boundary.
+pub const SNAPSHOT_VERSION_V1: u32 = 1;
 /// Largest snapshot accepted when decoding.
 pub const SNAPSHOT_BYTES_MAX: usize = 8 * 1024 * 1024 * 1024;
 
@@ -58,14 +61,18 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
     }
     let (version, body) = rest.split_at(4);
     let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
-    if version != SNAPSHOT_VERSION {
-        return Err(SnapshotError::UnsupportedVersion {
-            found: version,
-            supported: SNAPSHOT_VERSION,
-        });
+    let (state, used): (State, usize) = match version {
+        SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
+        SNAPSHOT_VERSION_V1 => bincode::serde::decode_from_slice(body, config())
+            .map(|(v1, used): (crate::legacy::StateV1, usize)| (v1.into(), used)),
+        found => {
+            return Err(SnapshotError::UnsupportedVersion {
+                found,
+                supported: SNAPSHOT_VERSION,
+            })
+        }
     }
-    let (state, used): (State, usize) = bincode::serde::decode_from_slice(body, config())
-        .map_err(|e| SnapshotError::Malformed(e.to_string()))?;
+    .map_err(|e| SnapshotError::Malformed(e.to_string()))?;
     if used != body.len() {
         return Err(SnapshotError::Malformed(format!(
             "{} trailing bytes",

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::{AccessState, AuditLog, OperatorToken, Subject, TaskLineage, TokenId};
 use crate::codec::command_fingerprint;
 use crate::command::{Batch, Command, CommandEnvelope};
 use crate::idempotency::{IdempotencyLedger, IdempotencyLookup};
@@ -51,6 +52,12 @@ pub struct State {
     pub(crate) pending: BTreeSet<(u8, TaskId)>,
     pub(crate) workers: BTreeMap<WorkerId, Worker>,
     pub(crate) idempotency: IdempotencyLedger,
+    // Fields from here on came with snapshot version 2; a version-1 snapshot decodes with
+    // them empty (`snapshot.rs`).
+    /// Tokens, certificates and the audit record (DESIGN §5).
+    pub(crate) access: AccessState,
+    /// Parent links of child tasks.
+    pub(crate) lineage: TaskLineage,
 }
 
 impl Default for State {
@@ -77,6 +84,8 @@ impl State {
             pending: BTreeSet::new(),
             workers: BTreeMap::new(),
             idempotency: IdempotencyLedger::default(),
+            access: AccessState::default(),
+            lineage: TaskLineage::default(),
         }
     }
 
@@ -110,26 +119,29 @@ impl State {
                             "command",
                             "a batch cannot hold a batch",
                         )),
-                        command => self.apply_one(now, b.idempotency_key, command),
+                        command => self.apply_one(now, b.idempotency_key, &b.subject, command),
                     })
                     .collect();
                 Response::Ok(Outcome::Batch { responses })
             }
-            command => self.apply_one(now, envelope.idempotency_key, command),
+            command => self.apply_one(now, envelope.idempotency_key, &envelope.subject, command),
         }
     }
 
-    /// One command at time `now`: at most once per idempotency key (INV-11).
+    /// One command at time `now`: at most once per idempotency key (INV-11). The key is bound
+    /// to the command and its subject, so another caller reusing a key is refused rather than
+    /// shown the first caller's answer.
     fn apply_one(
         &mut self,
         now: u64,
         idempotency_key: Option<IdempotencyKey>,
+        subject: &Subject,
         command: Command,
     ) -> Response {
         let Some(key) = idempotency_key else {
-            return self.dispatch(now, command);
+            return self.dispatch_audited(now, subject, command);
         };
-        let fingerprint = command_fingerprint(&command);
+        let fingerprint = command_fingerprint(subject, &command);
         match self.idempotency.lookup(&key, &fingerprint) {
             IdempotencyLookup::Replay(first) => return first.clone(),
             IdempotencyLookup::KeyReused => {
@@ -137,44 +149,60 @@ impl State {
             }
             IdempotencyLookup::Miss => {}
         }
-        let response = self.dispatch(now, command);
+        let response = self.dispatch_audited(now, subject, command);
         self.idempotency
             .record(key, fingerprint, response.clone(), now);
         response
     }
 
-    fn dispatch(&mut self, now: u64, command: Command) -> Response {
+    fn dispatch_audited(&mut self, now: u64, subject: &Subject, command: Command) -> Response {
+        let audit = (!command.is_routine()).then(|| (command.name(), command.audit_target()));
+        let response = self.dispatch(now, subject, command);
+        if let (Some((name, target)), Response::Ok(_)) = (audit, &response) {
+            self.access.audit.record(now, subject, name, target);
+        }
+        response
+    }
+
+    fn dispatch(&mut self, now: u64, subject: &Subject, command: Command) -> Response {
         use Command as C;
+        let s = subject;
         let result = match command {
             C::CreateProject(c) => self.create_project(now, c),
-            C::AttachSandbox(c) => self.attach_sandbox(now, c),
+            C::AttachSandbox(c) => self.attach_sandbox(now, s, c),
             C::DetachSandbox(c) => self.detach_sandbox(c),
             C::CreateProfile(c) => self.create_profile(now, c),
             C::SetCapabilityManifest(c) => self.set_capability_manifest(c),
             C::GrantMcpUse(c) => self.grant_mcp_use(c),
             C::RevokeMcpUse(c) => self.revoke_mcp_use(c),
-            C::AcquireLease(c) => self.acquire_lease(now, c),
+            C::AcquireLease(c) => self.acquire_lease(now, s, c),
             C::RenewLease(c) => self.renew_lease(now, c),
-            C::RenewLeases(c) => self.renew_leases(now, c),
+            C::RenewLeases(c) => self.renew_leases(now, s, c),
             C::ReleaseLease(c) => self.release_lease(now, c),
             C::FenceLease(c) => self.fence_lease(now, c),
-            C::RecordReapEvidence(c) => self.record_reap_evidence(now, c),
-            C::GracefulTakeover(c) => self.graceful_takeover(now, c),
-            C::CrashTakeover(c) => self.crash_takeover(now, c),
+            C::RecordReapEvidence(c) => self.record_reap_evidence(now, s, c),
+            C::GracefulTakeover(c) => self.graceful_takeover(now, s, c),
+            C::CrashTakeover(c) => self.crash_takeover(now, s, c),
             C::CommitCapsule(c) => self.commit_capsule(now, c),
             C::PostMessage(c) => self.post_message(now, c),
             C::AckMessages(c) => self.ack_messages(now, c),
-            C::SubmitTask(c) => self.submit_task(now, c),
+            C::SubmitTask(c) => self.submit_task(now, s, c),
             C::AssignTasks(c) => self.assign_tasks(now, c),
-            C::ReportTransition(c) => self.report_transition(now, c),
-            C::ReportProgress(c) => self.report_progress(c),
+            C::ReportTransition(c) => self.report_transition(now, s, c),
+            C::ReportProgress(c) => self.report_progress(s, c),
             C::CancelTask(c) => self.cancel_task(now, c),
-            C::RegisterWorker(c) => self.register_worker(now, c),
-            C::WorkerHeartbeat(c) => self.worker_heartbeat(now, c),
-            C::DecommissionWorker(c) => self.decommission_worker(now, c),
+            C::RegisterWorker(c) => self.register_worker(now, s, c),
+            C::WorkerHeartbeat(c) => self.worker_heartbeat(now, s, c),
+            C::DecommissionWorker(c) => self.decommission_worker(now, s, c),
             C::Sweep => self.sweep(now),
             // `apply` unpacks batches; one reaching here was nested.
             C::Batch(_) => Err(Rejection::invalid("command", "a batch cannot hold a batch")),
+            C::CreateOperatorToken(c) => self.create_operator_token(now, s, c),
+            C::RevokeOperatorToken(c) => self.revoke_operator_token(now, s, c),
+            C::MintBootstrapToken(c) => self.mint_bootstrap_token(now, s, c),
+            C::Enroll(c) => self.enroll(now, c),
+            C::RecordCertificate(c) => self.record_certificate(now, s, c),
+            C::RevokeIdentity(c) => self.revoke_identity(now, s, c),
         };
         result.into()
     }
@@ -251,6 +279,35 @@ impl State {
 
     pub fn workers(&self) -> impl Iterator<Item = &Worker> {
         self.workers.values()
+    }
+
+    /// An operator token by id (revoked and expired ones too; see `OperatorToken::is_live`).
+    pub fn operator_token(&self, id: &TokenId) -> Option<&OperatorToken> {
+        self.access.operator_tokens.get(id)
+    }
+
+    pub fn operator_tokens(&self) -> impl Iterator<Item = &OperatorToken> {
+        self.access.operator_tokens.values()
+    }
+
+    pub fn bootstrap_tokens(&self) -> impl Iterator<Item = &crate::access::BootstrapToken> {
+        self.access.bootstrap_tokens.values()
+    }
+
+    /// A certificate record by serial.
+    pub fn certificate(
+        &self,
+        serial: &crate::access::CertSerial,
+    ) -> Option<&crate::access::IssuedCertificate> {
+        self.access.certificates.get(serial)
+    }
+
+    pub fn audit(&self) -> &AuditLog {
+        &self.access.audit
+    }
+
+    pub fn lineage(&self) -> &TaskLineage {
+        &self.lineage
     }
 
     pub fn idempotency(&self) -> &IdempotencyLedger {

@@ -7,7 +7,12 @@
 //! proposals would no longer decode or would fingerprint differently. Commands are built by
 //! decoding the JSON goldens, so this file needs no edit when the Rust shape of `Command`
 //! changes and keeps proving the wire stays the same.
+//!
+//! Log encoding 2 added the subject of every command. The version-1 goldens below must still
+//! decode (as `Subject::Legacy`) and fingerprint as they did, so an old data directory replays
+//! and its idempotency ledger still answers retries; `V2_LOG_GOLDENS` pins the new encoding.
 
+use squadron_core::access::{Subject, TokenId};
 use squadron_core::codec::{command_fingerprint, decode_command, encode_command};
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, CommandEnvelope};
@@ -23,6 +28,50 @@ struct Golden {
     /// `command_fingerprint(&command)`, in hex.
     fingerprint: &'static str,
 }
+
+/// `encode_command` of each golden's envelope with subject `operator()`, in hex (log encoding
+/// 2), in the order of `GOLDENS`.
+const V2_LOG_GOLDENS: &[(&str, &str)] = &[
+    ("create_project", "02fd0000018bcfe5680001056b65792d30031030303131323233336161626263636464000461636d6503776562010800"),
+    ("attach_sandbox", "02fd0000018bcfe5680100031030303131323233336161626263636464010461636d6503776562027731010973616e64626f782d31"),
+    ("detach_sandbox", "02fd0000018bcfe5680201056b65792d32031030303131323233336161626263636464020461636d65037765620973616e64626f782d31"),
+    ("create_profile", "02fd0000018bcfe5680300031030303131323233336161626263636464030461636d650377656208726576696577657202000101056374782d31"),
+    ("set_capability_manifest", "02fd0000018bcfe5680401056b65792d340310303031313232333361616262636364640403020104727573740206676974687562046a697261"),
+    ("grant_mcp_use", "02fd0000018bcfe5680500031030303131323233336161626263636464050306676974687562"),
+    ("revoke_mcp_use", "02fd0000018bcfe5680601056b65792d360310303031313232333361616262636364640603046a697261"),
+    ("acquire_lease", "02fd0000018bcfe568070003103030313132323333616162626363646407030100027731127069642034323432206f6e20686f73742d6101167371756164726f6e2f61636d652f7765622f6c656166fb2710"),
+    ("renew_lease", "02fd0000018bcfe5680801056b65792d3803103030313132323333616162626363646408030702fb2710"),
+    ("renew_leases", "02fd0000018bcfe56809000310303031313232333361616262636364640902773102030702040801fb3a98"),
+    ("release_lease", "02fd0000018bcfe5680a01066b65792d31300310303031313232333361616262636364640a030702"),
+    ("fence_lease", "02fd0000018bcfe5680b000310303031313232333361616262636364640b03070202"),
+    ("record_reap_evidence", "02fd0000018bcfe5680c01066b65792d31320310303031313232333361616262636364640c030702167371756164726f6e2f61636d652f7765622f6c65616600fc0001e24000"),
+    ("graceful_takeover", "02fd0000018bcfe5680d000310303031313232333361616262636364640d03070204014061626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162010768616c66776179010c6b65657020746865206170690205746573747304646f6373076162633132333409056374782d310001027731127069642034323432206f6e20686f73742d6101167371756164726f6e2f61636d652f7765622f6c656166fb7530010702167371756164726f6e2f61636d652f7765622f6c65616600fc0001e24000"),
+    ("crash_takeover", "02fd0000018bcfe5680e01066b65792d31340310303031313232333361616262636364640e03070201027731127069642034323432206f6e20686f73742d6101167371756164726f6e2f61636d652f7765622f6c656166fb7530010702167371756164726f6e2f61636d652f7765622f6c65616600fc0001e24001036f707309686f737420676f6e65"),
+    ("commit_capsule", "02fd0000018bcfe5680f000310303031313232333361616262636364640f0307020400010768616c66776179010c6b65657020746865206170690205746573747304646f6373076162633132333409056374782d31014031313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131313131"),
+    ("post_message", "02fd0000018bcfe5681001066b65792d3136031030303131323233336161626263636464100400030702000b6f76657220746f20796f75"),
+    ("ack_messages", "02fd0000018bcfe5681100031030303131323233336161626263636464110307020c"),
+    ("submit_task", "02fd0000018bcfe5681201066b65792d3138031030303131323233336161626263636464121150696e2074686520656e636f64696e677302087072696f726974790468696768047465616d08706c6174666f726d021b68747470733a2f2f6769746875622e636f6d2f6f72672f7265706f01046d61696e010761626331323334010d7061636b616765732f61757468145265666163746f7220746865206d6f64756c652e0111636c617564652d736f6e6e65742d342d350164010204526561640557726974650100010b6167656e7469632d646576010401fd000000020000000001fd0000000a00000000000101010461636d65037765620872657669657765720109737461727475702d6100196167656e7469632d636c617564652d6175746f6d6174696f6e0a2f776f726b7370616365781e0106637265645f61056b65795f610106636c6175646504617574680573686f72740a736563726574732d7631fc006ddd00fc000927c0fc000493e0fc000dbba0fb4e200102072a2e70617463680e7265706f7274732f2a2e6a736f6e0200060202fb03e8fb13880101fb27100401fb07d0"),
+    ("assign_tasks", "02fd0000018bcfe568130003103030313132323333616162626363646413020502773106027732"),
+    ("report_transition", "02fd0000018bcfe5681401066b65792d32300310303031313232333361616262636364641405027731010405010001046e6f6e6501096f75742e7061746368"),
+    ("report_progress", "02fd0000018bcfe5681500031030303131323233336161626263636464150502773101fb04000c2803"),
+    ("cancel_task", "02fd0000018bcfe5681601066b65792d323203103030313132323333616162626363646416050a73757065727365646564"),
+    ("register_worker", "02fd0000018bcfe5681700031030303131323233336161626263636464170277310d31302e302e302e353a393030300200020401047a6f6e650161fb1388"),
+    ("worker_heartbeat", "02fd0000018bcfe5681801066b65792d323403103030313132323333616162626363646418027731"),
+    ("decommission_worker", "02fd0000018bcfe568190003103030313132323333616162626363646419027732036f707309686f737420676f6e65"),
+    ("sweep", "02fd0000018bcfe5681a01066b65792d32360310303031313232333361616262636364641a"),
+    ("batch", "02fd0000018bcfe5681b000310303031313232333361616262636364641b0201036b2d3101180277310001160603647570"),
+];
+
+/// Commands that came with log encoding 2 (no version-1 form): their JSON and, with subject
+/// `operator()` at `at_ms` 1700000000100 and no key, their log encoding in hex.
+const NEW_GOLDENS: &[(&str, &str, &str)] = &[
+    ("create_operator_token", r#"{"create_operator_token":{"id":"0123456789abcdef","digest":"abababababababababababababababababababababababababababababababab","role":"operator","scope":[{"tenant":"acme","project":"web"}],"name":"ci","expires_at_ms":1800000000000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364641c1030313233343536373839616263646566406162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616201010461636d65010377656202636901fd000001a3185c5000"),
+    ("revoke_operator_token", r#"{"revoke_operator_token":{"id":"0123456789abcdef"}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364641d1030313233343536373839616263646566"),
+    ("mint_bootstrap_token", r#"{"mint_bootstrap_token":{"id":"fedcba9876543210","digest":"abababababababababababababababababababababababababababababababab","purpose":{"worker":{"worker":"w1"}},"expires_at_ms":1700000600000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364641e106665646362613938373635343332313040616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261620001027731fd0000018bcfee8fc0"),
+    ("enroll", r#"{"enroll":{"token":"fedcba9876543210","presented":"abababababababababababababababababababababababababababababababab","identity":{"worker":"w1"},"serial":"0a1b2c","not_after_ms":1700086400000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364641f106665646362613938373635343332313040616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261620002773106306131623263fd0000018bd50bc400"),
+    ("record_certificate", r#"{"record_certificate":{"identity":{"agent":{"task":7}},"serial":"0a1b2d","not_after_ms":1700086400000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642001000706306131623264fd0000018bd50bc400"),
+    ("revoke_identity", r#"{"revoke_identity":{"identity":{"worker":"w1"},"reason":"host retired"}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646421000277310c686f73742072657469726564"),
+];
 
 /// Every `Command` variant once, in declaration order; the last is a batch holding two.
 const GOLDENS: &[Golden] = &[
@@ -282,28 +331,76 @@ const VARIANTS: &[&str] = &[
     "decommission_worker",
     "sweep",
     "batch",
+    "create_operator_token",
+    "revoke_operator_token",
+    "mint_bootstrap_token",
+    "enroll",
+    "record_certificate",
+    "revoke_identity",
 ];
+
+fn new_command(json: &str) -> Command {
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("new golden does not decode: {e}"))
+}
+
+fn new_envelope(json: &str) -> CommandEnvelope {
+    CommandEnvelope {
+        at_ms: 1700000000100,
+        idempotency_key: None,
+        subject: operator(),
+        command: new_command(json),
+    }
+}
+
+#[test]
+fn new_commands_are_pinned_in_json_and_log_encoding() {
+    for (name, json, hex_v2) in NEW_GOLDENS {
+        let command = new_command(json);
+        assert_eq!(command.name(), *name);
+        assert_eq!(
+            serde_json::to_string(&command).expect("json"),
+            *json,
+            "{name}: JSON"
+        );
+        let envelope = new_envelope(json);
+        let bytes = encode_command(&envelope);
+        assert_eq!(hex::encode(&bytes), *hex_v2, "{name}: log encoding changed");
+        assert_eq!(decode_command(&bytes).expect("decodes"), envelope);
+    }
+}
 
 fn command(golden: &Golden) -> Command {
     serde_json::from_str(golden.json)
         .unwrap_or_else(|e| panic!("{}: the JSON golden no longer decodes: {e}", golden.name))
 }
 
-fn envelope(golden: &Golden) -> CommandEnvelope {
+fn envelope(golden: &Golden, subject: Subject) -> CommandEnvelope {
     CommandEnvelope {
         at_ms: golden.at_ms,
         idempotency_key: golden
             .idempotency_key
             .map(|k| IdempotencyKey::new(k).expect("golden key")),
+        subject,
         command: command(golden),
     }
 }
 
+/// The subject of the version-2 goldens: an operator's token.
+fn operator() -> Subject {
+    Subject::Operator(TokenId::new("00112233aabbccdd").expect("token id"))
+}
+
 #[test]
 fn the_goldens_cover_every_command_variant() {
-    let names: Vec<&str> = GOLDENS.iter().map(|g| command(g).name()).collect();
+    let mut names: Vec<&str> = GOLDENS.iter().map(|g| command(g).name()).collect();
+    names.extend(
+        NEW_GOLDENS
+            .iter()
+            .map(|(_, json, _)| new_command(json).name()),
+    );
     assert_eq!(names, VARIANTS);
-    let labelled: Vec<&str> = GOLDENS.iter().map(|g| g.name).collect();
+    let mut labelled: Vec<&str> = GOLDENS.iter().map(|g| g.name).collect();
+    labelled.extend(NEW_GOLDENS.iter().map(|(name, _, _)| *name));
     assert_eq!(labelled, VARIANTS);
     let batch: serde_json::Value =
         serde_json::from_str(GOLDENS.last().expect("goldens").json).expect("batch JSON");
@@ -315,36 +412,69 @@ fn the_goldens_cover_every_command_variant() {
 fn json_encoding_is_unchanged() {
     for golden in GOLDENS {
         let json = serde_json::to_string(&command(golden)).expect("encode");
+        if golden.name == "batch" {
+            // Batched commands gained a subject (a batch never travels as JSON: it is made by
+            // the leader's batcher). The old form still decodes, as legacy commands.
+            assert_eq!(
+                json,
+                golden
+                    .json
+                    .replace(r#""command":"#, r#""subject":"legacy","command":"#),
+                "batch: JSON encoding changed"
+            );
+            continue;
+        }
         assert_eq!(json, golden.json, "{}: JSON encoding changed", golden.name);
     }
 }
 
 #[test]
-fn log_encoding_is_unchanged() {
+fn version_1_log_entries_still_decode_as_legacy_commands() {
     for golden in GOLDENS {
-        let envelope = envelope(golden);
-        let bytes = encode_command(&envelope);
-        assert_eq!(
-            hex::encode(&bytes),
-            golden.log_hex,
-            "{}: log encoding changed",
-            golden.name
-        );
         let expected = hex::decode(golden.log_hex).expect("golden hex");
         let decoded = decode_command(&expected)
             .unwrap_or_else(|e| panic!("{}: the log golden no longer decodes: {e}", golden.name));
-        assert_eq!(decoded, envelope, "{}: log decoding changed", golden.name);
+        assert_eq!(
+            decoded,
+            envelope(golden, Subject::Legacy),
+            "{}: log decoding changed",
+            golden.name
+        );
+    }
+}
+
+#[test]
+fn version_2_log_encoding_is_pinned_and_round_trips() {
+    assert_eq!(V2_LOG_GOLDENS.len(), GOLDENS.len());
+    for (golden, (name, hex_v2)) in GOLDENS.iter().zip(V2_LOG_GOLDENS) {
+        assert_eq!(golden.name, *name);
+        let envelope = envelope(golden, operator());
+        let bytes = encode_command(&envelope);
+        assert_eq!(hex::encode(&bytes), *hex_v2, "{name}: log encoding changed");
+        assert_eq!(bytes[0], 2, "{name}: version byte");
+        assert_eq!(decode_command(&bytes).expect("decodes"), envelope);
     }
 }
 
 #[test]
 fn command_fingerprints_are_unchanged() {
     for golden in GOLDENS {
-        let fingerprint = command_fingerprint(&command(golden)).to_string();
+        if golden.name == "batch" {
+            // Batched commands gained subjects; a batch cannot carry a key, so no ledger ever
+            // recorded its fingerprint.
+            continue;
+        }
+        let fingerprint = command_fingerprint(&Subject::Legacy, &command(golden)).to_string();
         assert_eq!(
             fingerprint, golden.fingerprint,
             "{}: fingerprint changed",
             golden.name
+        );
+        // Another subject binds the key to itself: the same command from someone else does
+        // not replay the first answer.
+        assert_ne!(
+            command_fingerprint(&operator(), &command(golden)).to_string(),
+            golden.fingerprint
         );
     }
 }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use squadron_core::access::Subject;
 use squadron_core::command::AssignTasks;
 use squadron_core::limits::ASSIGNMENTS_PER_BATCH_MAX;
 use squadron_core::scheduler::schedule;
@@ -31,7 +32,7 @@ pub fn spawn(
                 _ = shutdown.changed() => return,
                 _ = sweep.tick() => {
                     if node.is_leader() && node.state.with_state(|s| s.sweep_due(now_ms())) {
-                        if let Err(e) = node.propose_here(Command::Sweep, None).await {
+                        if let Err(e) = node.propose_here(Subject::System, Command::Sweep, None).await {
                             tracing::debug!(error = ?e, "sweep not proposed");
                         }
                     }
@@ -42,7 +43,7 @@ pub fn spawn(
                     }
                     let plan = node.state.with_state(|s| schedule(s, now_ms(), ASSIGNMENTS_PER_BATCH_MAX));
                     if !plan.is_empty() {
-                        if let Err(e) = node.propose_here(Command::AssignTasks(AssignTasks { assignments: plan }), None).await {
+                        if let Err(e) = node.propose_here(Subject::System, Command::AssignTasks(AssignTasks { assignments: plan }), None).await {
                             tracing::debug!(error = ?e, "assignments not proposed");
                         }
                     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use squadron_core::access::Subject;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Response};
 use squadron_raft::RaftNode;
@@ -139,20 +140,24 @@ impl ControlNode {
     /// is forwarded to the leader once; the caller sees the result, never "not leader".
     pub async fn write(
         &self,
+        subject: Subject,
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Response, WriteError> {
-        self.writes.write(command, idempotency_key).await
+        self.writes.write(subject, command, idempotency_key).await
     }
 
     /// Proposes on this node only (the leader): a forwarded write, the leader's own loops and
     /// the leader-only gRPC services. On a follower it answers `WriteError::NotLeader`.
     pub async fn propose_here(
         &self,
+        subject: Subject,
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Response, WriteError> {
-        self.writes.propose_here(command, idempotency_key).await
+        self.writes
+            .propose_here(subject, command, idempotency_key)
+            .await
     }
 
     /// Runs a membership change on the leader, relaying it there once from a follower.

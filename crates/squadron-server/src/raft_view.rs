@@ -18,6 +18,11 @@ pub fn leader(raft: &RaftNode) -> Option<(NodeId, NodeAddr)> {
     Some((leader, node))
 }
 
+/// This node's own id.
+pub fn node_id(raft: &RaftNode) -> NodeId {
+    raft.metrics().borrow().id
+}
+
 pub fn is_leader(raft: &RaftNode, id: NodeId) -> bool {
     raft.metrics().borrow().current_leader == Some(id)
 }

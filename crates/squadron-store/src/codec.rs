@@ -7,8 +7,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// Format byte of the current value encoding. Bump it when the layout changes, and keep a
-/// decoder for the old one.
-pub const VALUE_FORMAT_VERSION: u8 = 1;
+/// decoder for the old one. Format 2 changed only log entries (their commands carry a subject);
+/// every other value has the same layout in both, so format 1 still decodes for all, and
+/// format-1 log entries through [`decode_entry_v1`].
+pub const VALUE_FORMAT_VERSION: u8 = 2;
+/// The format before commands carried subjects.
+pub const VALUE_FORMAT_VERSION_V1: u8 = 1;
 
 /// Largest encoded value accepted. A log entry carries one core command (the core caps those
 /// at 4 MiB) or a membership config; the margin leaves room for the entry's own framing.
@@ -66,18 +70,62 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
         });
     }
     let (&found, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if found != VALUE_FORMAT_VERSION {
+    if found != VALUE_FORMAT_VERSION && found != VALUE_FORMAT_VERSION_V1 {
         return Err(CodecError::UnsupportedFormat {
             found,
             supported: VALUE_FORMAT_VERSION,
         });
     }
+    decode_body(body)
+}
+
+/// The format byte of an encoded value.
+pub fn format_of(bytes: &[u8]) -> Option<u8> {
+    bytes.first().copied()
+}
+
+fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, CodecError> {
     let (value, used) = bincode::serde::decode_from_slice(body, config())
         .map_err(|e| CodecError::Malformed(e.to_string()))?;
     if used != body.len() {
         return Err(CodecError::TrailingBytes(body.len() - used));
     }
     Ok(value)
+}
+
+/// A format-1 log entry: openraft's entry layout with a command of log encoding 1 inside,
+/// made current with `Subject::Legacy`.
+pub fn decode_entry_v1(bytes: &[u8]) -> Result<crate::type_config::Entry, CodecError> {
+    use squadron_core::legacy::CommandEnvelopeV1;
+
+    #[derive(serde::Deserialize)]
+    struct EntryV1 {
+        log_id: crate::type_config::LogId,
+        payload: PayloadV1,
+    }
+    #[derive(serde::Deserialize)]
+    enum PayloadV1 {
+        Blank,
+        Normal(CommandEnvelopeV1),
+        Membership(openraft::Membership<crate::type_config::NodeId, crate::type_config::NodeAddr>),
+    }
+
+    let (&found, body) = bytes.split_first().ok_or(CodecError::Empty)?;
+    if found != VALUE_FORMAT_VERSION_V1 {
+        return Err(CodecError::UnsupportedFormat {
+            found,
+            supported: VALUE_FORMAT_VERSION_V1,
+        });
+    }
+    let v1: EntryV1 = decode_body(body)?;
+    Ok(openraft::Entry {
+        log_id: v1.log_id,
+        payload: match v1.payload {
+            PayloadV1::Blank => openraft::EntryPayload::Blank,
+            PayloadV1::Normal(c) => openraft::EntryPayload::Normal(c.into()),
+            PayloadV1::Membership(m) => openraft::EntryPayload::Membership(m),
+        },
+    })
 }
 
 #[cfg(test)]
@@ -92,6 +140,9 @@ mod tests {
         assert_eq!(decode::<Vote>(&bytes).unwrap(), vote);
 
         assert_eq!(decode::<Vote>(&[]), Err(CodecError::Empty));
+        let mut v1 = bytes.clone();
+        v1[0] = VALUE_FORMAT_VERSION_V1;
+        assert_eq!(decode::<Vote>(&v1).unwrap(), vote, "format 1 still decodes");
         assert!(matches!(
             decode::<Vote>(&[9, 1, 2]),
             Err(CodecError::UnsupportedFormat { found: 9, .. })

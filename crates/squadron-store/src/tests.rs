@@ -1,6 +1,7 @@
 //! Store tests: openraft's own storage suite, then durability across reopen and refusal of
 //! corrupt data.
 
+use squadron_core::access::Subject;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Cursor;
 use std::path::Path;
@@ -48,6 +49,7 @@ fn openraft_storage_suite() {
 
 fn envelope(at_ms: u64, command: Command) -> CommandEnvelope {
     CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms,
         idempotency_key: None,
         command,

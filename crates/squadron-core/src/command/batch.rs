@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Command;
+use crate::access::Subject;
 use crate::ids::IdempotencyKey;
 
 /// Commands proposed concurrently, carried in one log entry and applied in order, each exactly
@@ -18,5 +19,13 @@ pub struct Batch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchedCommand {
     pub idempotency_key: Option<IdempotencyKey>,
+    /// The caller of this command (the batch's envelope names the proposing node). Absent in
+    /// JSON written before subjects: such a command is a legacy one.
+    #[serde(default = "legacy")]
+    pub subject: Subject,
     pub command: Command,
+}
+
+fn legacy() -> Subject {
+    Subject::Legacy
 }

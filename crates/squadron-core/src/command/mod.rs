@@ -7,6 +7,7 @@
 //! golden test `tests/encoding_goldens.rs` pins both, and the fingerprints the idempotency
 //! ledger keeps.
 
+mod access;
 mod batch;
 mod leases;
 mod mailboxes;
@@ -16,8 +17,13 @@ mod workers;
 
 use serde::{Deserialize, Serialize};
 
+use crate::access::Subject;
 use crate::ids::IdempotencyKey;
 
+pub use access::{
+    CreateOperatorToken, Enroll, MintBootstrapToken, RecordCertificate, RevokeIdentity,
+    RevokeOperatorToken,
+};
 pub use batch::{Batch, BatchedCommand};
 pub use leases::{
     AcquireLease, CommitCapsule, CrashTakeover, FenceLease, GracefulTakeover, NextHolder,
@@ -41,6 +47,9 @@ pub struct CommandEnvelope {
     pub at_ms: u64,
     /// When set, the command is applied at most once (INV-11).
     pub idempotency_key: Option<IdempotencyKey>,
+    /// Who asked, as the edge authenticated it (DESIGN §5). A batch's own subject is the
+    /// proposing node's; each batched command carries its caller's.
+    pub subject: Subject,
     pub command: Command,
 }
 
@@ -92,6 +101,14 @@ pub enum Command {
 
     // --- batching ------------------------------------------------------------------------
     Batch(Batch),
+
+    // --- the trust boundary ------------------------------------------------------------------
+    CreateOperatorToken(CreateOperatorToken),
+    RevokeOperatorToken(RevokeOperatorToken),
+    MintBootstrapToken(MintBootstrapToken),
+    Enroll(Enroll),
+    RecordCertificate(RecordCertificate),
+    RevokeIdentity(RevokeIdentity),
 }
 
 impl Command {
@@ -126,6 +143,71 @@ impl Command {
             Command::DecommissionWorker(_) => "decommission_worker",
             Command::Sweep => "sweep",
             Command::Batch(_) => "batch",
+            Command::CreateOperatorToken(_) => "create_operator_token",
+            Command::RevokeOperatorToken(_) => "revoke_operator_token",
+            Command::MintBootstrapToken(_) => "mint_bootstrap_token",
+            Command::Enroll(_) => "enroll",
+            Command::RecordCertificate(_) => "record_certificate",
+            Command::RevokeIdentity(_) => "revoke_identity",
+        }
+    }
+
+    /// Periodic machinery the audit record leaves out (their subjects stay in the log).
+    pub fn is_routine(&self) -> bool {
+        matches!(
+            self,
+            Command::RenewLease(_)
+                | Command::RenewLeases(_)
+                | Command::WorkerHeartbeat(_)
+                | Command::ReportProgress(_)
+                | Command::AckMessages(_)
+                | Command::AssignTasks(_)
+                | Command::Sweep
+                | Command::Batch(_)
+        )
+    }
+
+    /// What the command names first, for the audit record.
+    pub fn audit_target(&self) -> String {
+        use Command as C;
+        match self {
+            C::CreateProject(c) => format!("project {}/{}", c.tenant, c.project),
+            C::AttachSandbox(c) => format!("project {}/{}", c.tenant, c.project),
+            C::DetachSandbox(c) => format!("project {}/{}", c.tenant, c.project),
+            C::CreateProfile(c) => format!("project {}/{}", c.tenant, c.project),
+            C::SetCapabilityManifest(c) => format!("profile {}", c.profile),
+            C::GrantMcpUse(c) => format!("profile {}", c.profile),
+            C::RevokeMcpUse(c) => format!("profile {}", c.profile),
+            C::AcquireLease(c) => format!("profile {}", c.profile),
+            C::RenewLease(c) => format!("lease {}", c.fence.lease),
+            C::RenewLeases(c) => format!("worker {}", c.worker),
+            C::ReleaseLease(c) => format!("lease {}", c.fence.lease),
+            C::FenceLease(c) => format!("lease {}", c.fence.lease),
+            C::RecordReapEvidence(c) => format!("profile {}", c.profile),
+            C::GracefulTakeover(c) => format!("profile {}", c.fence.profile),
+            C::CrashTakeover(c) => format!("profile {}", c.profile),
+            C::CommitCapsule(c) => format!("profile {}", c.fence.profile),
+            C::PostMessage(c) => format!("profile {}", c.to),
+            C::AckMessages(c) => format!("profile {}", c.fence.profile),
+            C::SubmitTask(c) => match &c.spec.placement {
+                crate::manifest::Placement::Project {
+                    tenant, project, ..
+                } => format!("project {tenant}/{project}"),
+                crate::manifest::Placement::Dedicated => format!("task {:?}", c.spec.name),
+            },
+            C::AssignTasks(_) | C::Sweep | C::Batch(_) => String::new(),
+            C::ReportTransition(c) => format!("task {}", c.task),
+            C::ReportProgress(c) => format!("task {}", c.task),
+            C::CancelTask(c) => format!("task {}", c.task),
+            C::RegisterWorker(c) => format!("worker {}", c.worker),
+            C::WorkerHeartbeat(c) => format!("worker {}", c.worker),
+            C::DecommissionWorker(c) => format!("worker {}", c.worker),
+            C::CreateOperatorToken(c) => format!("token {}", c.id),
+            C::RevokeOperatorToken(c) => format!("token {}", c.id),
+            C::MintBootstrapToken(c) => format!("bootstrap token {}", c.id),
+            C::Enroll(c) => format!("{}", c.identity),
+            C::RecordCertificate(c) => format!("{}", c.identity),
+            C::RevokeIdentity(c) => format!("{}", c.identity),
         }
     }
 }

@@ -2,18 +2,21 @@
 //! exactly as those writes would have as entries of their own (INV-11, INV-12).
 
 use super::*;
+use crate::access::Subject;
 use crate::command::BatchedCommand;
 use crate::limits::COMMANDS_PER_BATCH_MAX;
 use crate::snapshot::state_digest;
 
 fn batch_of(at_ms: u64, envelopes: &[CommandEnvelope]) -> CommandEnvelope {
     CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms,
         idempotency_key: None,
         command: Command::Batch(Batch {
             commands: envelopes
                 .iter()
                 .map(|e| BatchedCommand {
+                    subject: Subject::Legacy,
                     idempotency_key: e.idempotency_key.clone(),
                     command: e.command.clone(),
                 })
@@ -53,6 +56,7 @@ fn inv_12_a_batch_answers_and_changes_the_state_as_its_commands_one_by_one() {
 fn inv_11_keys_inside_a_batch_are_honoured_per_command() {
     let key = IdempotencyKey::new("k-1").unwrap();
     let register = |address: &str| CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms: 1,
         idempotency_key: Some(key.clone()),
         command: Command::RegisterWorker(RegisterWorker {
@@ -87,6 +91,7 @@ fn inv_11_keys_inside_a_batch_are_honoured_per_command() {
 #[test]
 fn bad_batches_are_refused_and_change_nothing() {
     let heartbeat = CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms: 1,
         idempotency_key: None,
         command: Command::WorkerHeartbeat(WorkerHeartbeat { worker: worker() }),
@@ -108,6 +113,7 @@ fn bad_batches_are_refused_and_change_nothing() {
     // Only the clock moved (it moves with every entry).
     let mut clock_only = State::new();
     clock_only.apply(CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms: 1,
         idempotency_key: None,
         command: Command::Batch(Batch { commands: vec![] }),
@@ -117,11 +123,13 @@ fn bad_batches_are_refused_and_change_nothing() {
 
     // A nested batch is refused by itself; its neighbours apply.
     let nested = CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms: 2,
         idempotency_key: None,
         command: Command::Batch(Batch { commands: vec![] }),
     };
     let register = CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms: 2,
         idempotency_key: None,
         command: Command::RegisterWorker(RegisterWorker {

@@ -1,11 +1,13 @@
 //! INV-12: determinism, snapshots and log encoding.
 
 use super::*;
+use crate::access::Subject;
 use crate::codec::{decode_command, decode_response, encode_command, encode_response, CodecError};
 use crate::snapshot::{decode_snapshot, encode_snapshot, state_digest, SnapshotError};
 
 pub(super) fn commands() -> Vec<CommandEnvelope> {
     let env = |at_ms, command| CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms,
         idempotency_key: None,
         command,
@@ -107,6 +109,7 @@ fn inv_12_same_commands_same_digest_on_every_replica() {
     // And the digest moves when the state does.
     let before = state_digest(&a);
     a.apply(CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms: 10,
         idempotency_key: None,
         command: Command::WorkerHeartbeat(WorkerHeartbeat { worker: worker() }),
@@ -138,11 +141,12 @@ fn inv_12_corrupt_snapshots_are_refused() {
         decode_snapshot(b"nope").unwrap_err(),
         SnapshotError::BadMagic
     );
-    let mut v2 = bytes.clone();
-    v2[11] = 2;
+    // A version this build does not know (the current one is 2, version 1 still decodes).
+    let mut v3 = bytes.clone();
+    v3[11] = 3;
     assert!(matches!(
-        decode_snapshot(&v2),
-        Err(SnapshotError::UnsupportedVersion { found: 2, .. })
+        decode_snapshot(&v3),
+        Err(SnapshotError::UnsupportedVersion { found: 3, .. })
     ));
     assert!(matches!(
         decode_snapshot(&bytes[..bytes.len() - 3]),

@@ -1,6 +1,7 @@
 //! Mailboxes, roster deltas and the scheduling function.
 
 use super::*;
+use crate::access::Subject;
 use crate::command::Assignment;
 use crate::limits::MAILBOX_MESSAGES_MAX;
 use crate::mailbox::{MessageKind, MessagePayload, MessageSender};
@@ -73,6 +74,7 @@ fn mailbox_is_bounded() {
     let a = fx.profile("a");
     for i in 0..MAILBOX_MESSAGES_MAX {
         fx.state.apply(CommandEnvelope {
+            subject: Subject::Legacy,
             at_ms: fx.now,
             idempotency_key: None,
             command: post(a, MessageKind::Note, &format!("note {i}")),

@@ -1,6 +1,7 @@
 //! State-machine tests: a fixture, then one file per concern. Invariant tests are named after
 //! the invariant id they would catch breaking.
 
+mod access;
 mod bad_input;
 mod batching;
 mod determinism;
@@ -9,6 +10,7 @@ mod invariants_07_09;
 mod invariants_10_14;
 mod mailboxes_and_scheduling;
 
+use crate::access::Subject;
 use std::collections::BTreeMap;
 
 use crate::capsule::{CapsuleDraft, CapsulePayload};
@@ -161,6 +163,7 @@ impl Fx {
 
     pub fn apply(&mut self, command: Command) -> Response {
         let r = self.state.apply(CommandEnvelope {
+            subject: Subject::Legacy,
             at_ms: self.now,
             idempotency_key: None,
             command,
@@ -171,8 +174,44 @@ impl Fx {
         r
     }
 
+    /// Applies a command as `subject` asked for it.
+    pub fn apply_as(&mut self, subject: &Subject, command: Command) -> Response {
+        let r = self.state.apply(CommandEnvelope {
+            subject: subject.clone(),
+            at_ms: self.now,
+            idempotency_key: None,
+            command,
+        });
+        self.state
+            .check_invariants()
+            .unwrap_or_else(|e| panic!("invariant broken: {e}"));
+        r
+    }
+
+    #[track_caller]
+    pub fn ok_as(&mut self, subject: &Subject, command: Command) -> Outcome {
+        match self.apply_as(subject, command) {
+            Response::Ok(o) => o,
+            Response::Rejected(r) => panic!("expected success, got {r:?}"),
+        }
+    }
+
+    /// Like [`Fx::rejected`], as `subject`.
+    #[track_caller]
+    pub fn rejected_as(&mut self, subject: &Subject, command: Command) -> Rejection {
+        let mut before = self.state.clone();
+        let r = match self.apply_as(subject, command) {
+            Response::Rejected(r) => r,
+            Response::Ok(o) => panic!("expected a rejection, got {o:?}"),
+        };
+        before.clock_ms = self.state.clock_ms;
+        assert!(before == self.state, "a rejected command changed the state");
+        r
+    }
+
     pub fn apply_keyed(&mut self, key: &str, command: Command) -> Response {
         let r = self.state.apply(CommandEnvelope {
+            subject: Subject::Legacy,
             at_ms: self.now,
             idempotency_key: Some(IdempotencyKey::new(key).unwrap()),
             command,

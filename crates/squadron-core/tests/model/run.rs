@@ -2,6 +2,7 @@
 //! step.
 
 use crate::*;
+use squadron_core::access::Subject;
 
 /// INV-12: how often (in steps) the replica is reinstalled from its snapshot.
 pub(crate) const SNAPSHOT_EVERY: usize = 4;
@@ -71,6 +72,7 @@ impl Run {
         let mut replica = checks.replicas.then(State::new);
         for command in setup {
             let env = CommandEnvelope {
+                subject: Subject::Legacy,
                 at_ms: SETUP_AT_MS,
                 idempotency_key: None,
                 command,
@@ -200,6 +202,7 @@ impl Run {
             _ => (self.model.resolve(&step.op, now), None),
         };
         let env = CommandEnvelope {
+            subject: Subject::Legacy,
             at_ms,
             idempotency_key: key,
             command,
@@ -238,7 +241,7 @@ impl Run {
         let mut ledger = a.pre.idempotency().clone();
         ledger.record(
             key.clone(),
-            command_fingerprint(a.command),
+            command_fingerprint(&Subject::Legacy, a.command),
             a.response.clone(),
             a.now,
         );

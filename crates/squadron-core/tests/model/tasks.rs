@@ -2,6 +2,7 @@
 //! (INV-10).
 
 use crate::*;
+use squadron_core::access::Subject;
 
 const TASKS: Mix = Mix {
     acquire: 2,
@@ -41,6 +42,7 @@ fn inv_10_completed_task_keeps_a_success_exit_code() {
     let mut s = State::new();
     let mut apply = |command: Command| {
         s.apply(CommandEnvelope {
+            subject: Subject::Legacy,
             at_ms: SETUP_AT_MS,
             idempotency_key: None,
             command,

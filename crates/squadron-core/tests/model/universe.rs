@@ -1,6 +1,7 @@
 //! The tiny universe sequences run in: one tenant, its projects, workers, ids and specs.
 
 use crate::*;
+use squadron_core::access::Subject;
 
 pub(crate) const TENANT: &str = "t";
 pub(crate) const WORKERS: [&str; 2] = ["w0", "w1"];
@@ -90,6 +91,7 @@ pub(crate) fn specs() -> &'static Vec<TaskSpec> {
 /// as the command under test moved the real one.
 pub(crate) fn noop(at_ms: u64) -> CommandEnvelope {
     CommandEnvelope {
+        subject: Subject::Legacy,
         at_ms,
         idempotency_key: None,
         command: Command::WorkerHeartbeat(WorkerHeartbeat {

@@ -8,6 +8,7 @@ mod worker;
 pub use agent::AgentGrpc;
 pub use worker::WorkerGrpc;
 
+use squadron_core::access::Subject;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response, ValidationError};
@@ -88,6 +89,12 @@ fn key_of<T>(request: &tonic::Request<T>) -> Result<Option<IdempotencyKey>, Stat
     }
 }
 
+/// Who the caller of a gRPC method is. Until callers authenticate (the trust boundary's
+/// listeners), commands are applied exactly as before subjects existed.
+fn caller() -> Subject {
+    Subject::Legacy
+}
+
 /// Proposes on the leader and maps the answer to gRPC. A leader deposed meanwhile refuses
 /// like any follower, naming the new leader.
 pub async fn propose(
@@ -96,7 +103,9 @@ pub async fn propose(
     command: Command,
 ) -> Result<Outcome, Status> {
     require_leader(node)?;
-    let answer = node.propose_here(command, key).await.map_err(|e| match e {
+    let answer = node
+        .propose_here(caller(), command, key)
+        .await.map_err(|e| match e {
         WriteError::NotLeader { .. } => not_leader(node),
         e => e.into(),
     })?;

@@ -38,7 +38,7 @@ async fn run_forwarded(
     node: &ControlNode,
     request: ProposeRequest,
 ) -> Result<Response, WriteError> {
-    node.propose_here(request.command, request.idempotency_key)
+    node.propose_here(request.subject, request.command, request.idempotency_key)
         .await
         .map_err(|e| match e {
             WriteError::NotLeader { .. } => WriteError::LeadershipMoved,

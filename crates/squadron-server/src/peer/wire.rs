@@ -2,6 +2,7 @@
 //! nowhere else: the public API neither serves nor documents them.
 
 use serde::{Deserialize, Serialize};
+use squadron_core::access::Subject;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Response};
 use squadron_store::{NodeAddr, NodeId};
@@ -23,6 +24,8 @@ pub const PROPOSE_BATCH_WRITES_MAX: usize = 1_024;
 /// A write a follower asks the leader to propose on its behalf. The leader stamps the time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProposeRequest {
+    /// The caller the forwarding node authenticated; the leader proposes on its behalf.
+    pub subject: Subject,
     pub command: Command,
     pub idempotency_key: Option<IdempotencyKey>,
 }
@@ -98,6 +101,7 @@ mod tests {
     fn a_batch_encoded_from_single_requests_reads_back_as_a_propose_batch() {
         let requests: Vec<ProposeRequest> = (0..3)
             .map(|i| ProposeRequest {
+                subject: Subject::System,
                 command: Command::Sweep,
                 idempotency_key: (i > 0).then(|| IdempotencyKey::new(format!("k{i}")).unwrap()),
             })

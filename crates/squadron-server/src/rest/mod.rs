@@ -19,6 +19,7 @@ use axum::response::{Html, IntoResponse};
 use axum::routing::{get, MethodRouter};
 use axum::{Json, Router};
 use serde::Serialize;
+use squadron_core::access::Subject;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response};
 
@@ -131,6 +132,12 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Ap
     }
 }
 
+/// Who the caller of a request is. Until callers authenticate (the trust boundary's
+/// listeners), commands are applied exactly as before subjects existed.
+fn caller(_headers: &HeaderMap) -> Subject {
+    Subject::Legacy
+}
+
 /// Proposes a command and turns the replicated answer into HTTP: an outcome is 200 with its
 /// JSON, a rejection is the status of its error code with `{code, message, rejection}`.
 pub async fn write(
@@ -139,7 +146,7 @@ pub async fn write(
     command: Command,
 ) -> Result<Json<Outcome>, ApiError> {
     let key = idempotency_key(headers)?;
-    match node.write(command, key).await? {
+    match node.write(caller(headers), command, key).await? {
         Response::Ok(outcome) => Ok(Json(outcome)),
         Response::Rejected(r) => Err(r.into()),
     }

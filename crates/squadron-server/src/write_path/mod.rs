@@ -23,6 +23,7 @@ pub mod proposal_batcher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use squadron_core::access::Subject;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Response};
 use squadron_raft::RaftNode;
@@ -106,13 +107,14 @@ impl WritePath {
     /// forwards: on a follower it answers `NotLeader` with the leader's addresses.
     pub async fn propose_here(
         &self,
+        subject: Subject,
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Response, WriteError> {
         // On a timeout the entry may still commit: the outcome is unknown, so the caller must
         // not retry a compare-and-swap blindly.
         let response =
-            tokio::time::timeout(self.timeout, self.batcher.propose(idempotency_key, command))
+            tokio::time::timeout(self.timeout, self.batcher.propose(subject, idempotency_key, command))
                 .await
                 .map_err(|_| WriteError::TimedOut)??;
         self.stats.proposals.fetch_add(1, Ordering::Relaxed);
@@ -129,6 +131,7 @@ impl WritePath {
     /// never "not leader".
     pub async fn write(
         &self,
+        subject: Subject,
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Response, WriteError> {
@@ -136,16 +139,16 @@ impl WritePath {
         // learning it from a refused proposal.
         if !raft_view::is_leader(&self.raft, self.id) {
             if let Some((_, leader)) = raft_view::leader(&self.raft) {
-                return self.forward(leader, command, idempotency_key).await;
+                return self.forward(leader, subject, command, idempotency_key).await;
             }
         }
         match self
-            .propose_here(command.clone(), idempotency_key.clone())
+            .propose_here(subject.clone(), command.clone(), idempotency_key.clone())
             .await
         {
             Err(WriteError::NotLeader {
                 leader: Some(leader),
-            }) => self.forward(leader, command, idempotency_key).await,
+            }) => self.forward(leader, subject, command, idempotency_key).await,
             Err(WriteError::NotLeader { leader: None }) => Err(WriteError::NoLeader),
             answer => answer,
         }
@@ -154,11 +157,13 @@ impl WritePath {
     async fn forward(
         &self,
         leader: NodeAddr,
+        subject: Subject,
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Response, WriteError> {
         self.stats.forwards.fetch_add(1, Ordering::Relaxed);
         let request = ProposeRequest {
+            subject,
             command,
             idempotency_key,
         };

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
+use squadron_core::access::Subject;
 use squadron_core::codec::command_encoded_len;
 use squadron_core::command::Batch;
 use squadron_core::ids::IdempotencyKey;
@@ -26,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::batch_loop::{run_batches, BatchLimits};
 use super::WriteError;
+use crate::raft_view;
 
 /// Raft entries of this node being committed at once. Small, so that writes queue (and
 /// batch) behind a few entries rather than each becoming its own.
@@ -45,6 +47,7 @@ pub struct BatchStats {
 }
 
 struct Pending {
+    subject: Subject,
     key: Option<IdempotencyKey>,
     command: Command,
     bytes: usize,
@@ -73,12 +76,14 @@ impl ProposalBatcher {
     /// Proposes one command and waits for its answer.
     pub async fn propose(
         &self,
+        subject: Subject,
         key: Option<IdempotencyKey>,
         command: Command,
     ) -> Result<Response, WriteError> {
         let (reply, answer) = oneshot::channel();
         let bytes = command_encoded_len(&command);
         let pending = Pending {
+            subject,
             key,
             command,
             bytes,
@@ -112,6 +117,8 @@ async fn run(raft: RaftNode, rx: mpsc::Receiver<Pending>, stats: Arc<BatchStats>
     .await;
 }
 
+/// A batch entry's own subject is the node that proposed it; each batched command keeps its
+/// caller's.
 async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
     let count = |n: usize| {
         stats.entries.fetch_add(1, Ordering::Relaxed);
@@ -123,6 +130,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
         let envelope = CommandEnvelope {
             at_ms,
             idempotency_key: p.key,
+            subject: p.subject,
             command: p.command,
         };
         let answer = raft.client_write(envelope).await;
@@ -139,6 +147,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
             replies.push(p.reply);
             BatchedCommand {
                 idempotency_key: p.key,
+                subject: p.subject,
                 command: p.command,
             }
         })
@@ -146,6 +155,7 @@ async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
     let envelope = CommandEnvelope {
         at_ms,
         idempotency_key: None,
+        subject: Subject::Node(raft_view::node_id(raft)),
         command: Command::Batch(Batch { commands }),
     };
     match raft.client_write(envelope).await {

@@ -1,0 +1,179 @@
+//! Decoders for what earlier versions wrote: log encoding 1 (commands without subjects) and
+//! snapshot version 1 (the state before the trust boundary). Old entries are applied as
+//! `Subject::Legacy`, exactly as they were applied then, so a data directory written by an
+//! earlier build replays to the state it had. Nothing here is ever encoded.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Deserialize;
+
+use crate::access::{AccessState, Subject, TaskLineage};
+use crate::command::{self as cmd, Batch, BatchedCommand, Command, CommandEnvelope};
+use crate::idempotency::IdempotencyLedger;
+use crate::ids::{
+    IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
+    WorkerId,
+};
+use crate::lease::RuntimeLease;
+use crate::mailbox::Mailbox;
+use crate::profile::AgentProfile;
+use crate::project::Project;
+use crate::state::{ProjectKey, State};
+use crate::task::Task;
+use crate::worker::Worker;
+
+/// A log-encoding-1 envelope.
+#[derive(Debug, Deserialize)]
+pub struct CommandEnvelopeV1 {
+    at_ms: u64,
+    idempotency_key: Option<IdempotencyKey>,
+    command: CommandV1,
+}
+
+/// The command enum as log encoding 1 knew it: the same variants in the same order; only the
+/// batch differs (its commands had no subject).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum CommandV1 {
+    CreateProject(cmd::CreateProject),
+    AttachSandbox(cmd::AttachSandbox),
+    DetachSandbox(cmd::DetachSandbox),
+    CreateProfile(cmd::CreateProfile),
+    SetCapabilityManifest(cmd::SetCapabilityManifest),
+    GrantMcpUse(cmd::GrantMcpUse),
+    RevokeMcpUse(cmd::RevokeMcpUse),
+    AcquireLease(cmd::AcquireLease),
+    RenewLease(cmd::RenewLease),
+    RenewLeases(cmd::RenewLeases),
+    ReleaseLease(cmd::ReleaseLease),
+    FenceLease(cmd::FenceLease),
+    RecordReapEvidence(cmd::RecordReapEvidence),
+    GracefulTakeover(cmd::GracefulTakeover),
+    CrashTakeover(cmd::CrashTakeover),
+    CommitCapsule(cmd::CommitCapsule),
+    PostMessage(cmd::PostMessage),
+    AckMessages(cmd::AckMessages),
+    SubmitTask(cmd::SubmitTask),
+    AssignTasks(cmd::AssignTasks),
+    ReportTransition(cmd::ReportTransition),
+    ReportProgress(cmd::ReportProgress),
+    CancelTask(cmd::CancelTask),
+    RegisterWorker(cmd::RegisterWorker),
+    WorkerHeartbeat(cmd::WorkerHeartbeat),
+    DecommissionWorker(cmd::DecommissionWorker),
+    Sweep,
+    Batch(BatchV1),
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchV1 {
+    commands: Vec<BatchedCommandV1>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BatchedCommandV1 {
+    idempotency_key: Option<IdempotencyKey>,
+    command: CommandV1,
+}
+
+impl From<CommandEnvelopeV1> for CommandEnvelope {
+    fn from(v1: CommandEnvelopeV1) -> Self {
+        CommandEnvelope {
+            at_ms: v1.at_ms,
+            idempotency_key: v1.idempotency_key,
+            subject: Subject::Legacy,
+            command: v1.command.into(),
+        }
+    }
+}
+
+impl From<CommandV1> for Command {
+    fn from(v1: CommandV1) -> Self {
+        use CommandV1 as V;
+        match v1 {
+            V::CreateProject(c) => Command::CreateProject(c),
+            V::AttachSandbox(c) => Command::AttachSandbox(c),
+            V::DetachSandbox(c) => Command::DetachSandbox(c),
+            V::CreateProfile(c) => Command::CreateProfile(c),
+            V::SetCapabilityManifest(c) => Command::SetCapabilityManifest(c),
+            V::GrantMcpUse(c) => Command::GrantMcpUse(c),
+            V::RevokeMcpUse(c) => Command::RevokeMcpUse(c),
+            V::AcquireLease(c) => Command::AcquireLease(c),
+            V::RenewLease(c) => Command::RenewLease(c),
+            V::RenewLeases(c) => Command::RenewLeases(c),
+            V::ReleaseLease(c) => Command::ReleaseLease(c),
+            V::FenceLease(c) => Command::FenceLease(c),
+            V::RecordReapEvidence(c) => Command::RecordReapEvidence(c),
+            V::GracefulTakeover(c) => Command::GracefulTakeover(c),
+            V::CrashTakeover(c) => Command::CrashTakeover(c),
+            V::CommitCapsule(c) => Command::CommitCapsule(c),
+            V::PostMessage(c) => Command::PostMessage(c),
+            V::AckMessages(c) => Command::AckMessages(c),
+            V::SubmitTask(c) => Command::SubmitTask(c),
+            V::AssignTasks(c) => Command::AssignTasks(c),
+            V::ReportTransition(c) => Command::ReportTransition(c),
+            V::ReportProgress(c) => Command::ReportProgress(c),
+            V::CancelTask(c) => Command::CancelTask(c),
+            V::RegisterWorker(c) => Command::RegisterWorker(c),
+            V::WorkerHeartbeat(c) => Command::WorkerHeartbeat(c),
+            V::DecommissionWorker(c) => Command::DecommissionWorker(c),
+            V::Sweep => Command::Sweep,
+            V::Batch(b) => Command::Batch(Batch {
+                commands: b
+                    .commands
+                    .into_iter()
+                    .map(|c| BatchedCommand {
+                        idempotency_key: c.idempotency_key,
+                        subject: Subject::Legacy,
+                        command: c.command.into(),
+                    })
+                    .collect(),
+            }),
+        }
+    }
+}
+
+/// The state as snapshot version 1 encoded it: every field of today's state up to the
+/// idempotency ledger, in the same order.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV1 {
+    clock_ms: u64,
+    next_profile_id: ProfileId,
+    next_lease_id: LeaseId,
+    next_task_id: TaskId,
+    projects: BTreeMap<ProjectKey, Project>,
+    profile_index: BTreeMap<(TenantId, ProjectId, ProfileKey), ProfileId>,
+    profiles: BTreeMap<ProfileId, AgentProfile>,
+    leases: BTreeMap<LeaseId, RuntimeLease>,
+    lease_expiry: BTreeSet<(u64, LeaseId)>,
+    mailboxes: BTreeMap<ProfileId, Mailbox>,
+    mcp_use: BTreeSet<(ProfileId, McpServerId)>,
+    tasks: BTreeMap<TaskId, Task>,
+    pending: BTreeSet<(u8, TaskId)>,
+    workers: BTreeMap<WorkerId, Worker>,
+    idempotency: IdempotencyLedger,
+}
+
+impl From<StateV1> for State {
+    fn from(v1: StateV1) -> Self {
+        State {
+            clock_ms: v1.clock_ms,
+            next_profile_id: v1.next_profile_id,
+            next_lease_id: v1.next_lease_id,
+            next_task_id: v1.next_task_id,
+            projects: v1.projects,
+            profile_index: v1.profile_index,
+            profiles: v1.profiles,
+            leases: v1.leases,
+            lease_expiry: v1.lease_expiry,
+            mailboxes: v1.mailboxes,
+            mcp_use: v1.mcp_use,
+            tasks: v1.tasks,
+            pending: v1.pending,
+            workers: v1.workers,
+            idempotency: v1.idempotency,
+            access: AccessState::default(),
+            lineage: TaskLineage::default(),
+        }
+    }
+}
