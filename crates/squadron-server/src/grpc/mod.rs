@@ -105,10 +105,11 @@ pub async fn propose(
     require_leader(node)?;
     let answer = node
         .propose_here(caller(), command, key)
-        .await.map_err(|e| match e {
-        WriteError::NotLeader { .. } => not_leader(node),
-        e => e.into(),
-    })?;
+        .await
+        .map_err(|e| match e {
+            WriteError::NotLeader { .. } => not_leader(node),
+            e => e.into(),
+        })?;
     match answer {
         Response::Ok(o) => Ok(o),
         Response::Rejected(r) => Err(ApiError::from(r).into()),

@@ -113,10 +113,12 @@ impl WritePath {
     ) -> Result<Response, WriteError> {
         // On a timeout the entry may still commit: the outcome is unknown, so the caller must
         // not retry a compare-and-swap blindly.
-        let response =
-            tokio::time::timeout(self.timeout, self.batcher.propose(subject, idempotency_key, command))
-                .await
-                .map_err(|_| WriteError::TimedOut)??;
+        let response = tokio::time::timeout(
+            self.timeout,
+            self.batcher.propose(subject, idempotency_key, command),
+        )
+        .await
+        .map_err(|_| WriteError::TimedOut)??;
         self.stats.proposals.fetch_add(1, Ordering::Relaxed);
         if !response.is_ok() {
             self.stats
@@ -139,7 +141,9 @@ impl WritePath {
         // learning it from a refused proposal.
         if !raft_view::is_leader(&self.raft, self.id) {
             if let Some((_, leader)) = raft_view::leader(&self.raft) {
-                return self.forward(leader, subject, command, idempotency_key).await;
+                return self
+                    .forward(leader, subject, command, idempotency_key)
+                    .await;
             }
         }
         match self
@@ -148,7 +152,10 @@ impl WritePath {
         {
             Err(WriteError::NotLeader {
                 leader: Some(leader),
-            }) => self.forward(leader, subject, command, idempotency_key).await,
+            }) => {
+                self.forward(leader, subject, command, idempotency_key)
+                    .await
+            }
             Err(WriteError::NotLeader { leader: None }) => Err(WriteError::NoLeader),
             answer => answer,
         }
