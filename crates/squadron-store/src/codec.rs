@@ -106,7 +106,7 @@ pub fn decode_entry_v1(bytes: &[u8]) -> Result<crate::type_config::Entry, CodecE
     #[derive(serde::Deserialize)]
     enum PayloadV1 {
         Blank,
-        Normal(CommandEnvelopeV1),
+        Normal(Box<CommandEnvelopeV1>),
         Membership(openraft::Membership<crate::type_config::NodeId, crate::type_config::NodeAddr>),
     }
 
@@ -122,7 +122,7 @@ pub fn decode_entry_v1(bytes: &[u8]) -> Result<crate::type_config::Entry, CodecE
         log_id: v1.log_id,
         payload: match v1.payload {
             PayloadV1::Blank => openraft::EntryPayload::Blank,
-            PayloadV1::Normal(c) => openraft::EntryPayload::Normal(c.into()),
+            PayloadV1::Normal(c) => openraft::EntryPayload::Normal((*c).into()),
             PayloadV1::Membership(m) => openraft::EntryPayload::Membership(m),
         },
     })

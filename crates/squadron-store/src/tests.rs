@@ -356,3 +356,37 @@ async fn non_command_entries_answer_the_fixed_response() {
     assert_eq!(responses, vec![crate::non_command_response(); 2]);
     let _: LogId = sm.reader().last_applied().unwrap();
 }
+
+/// A log written by a build before subjects (value format 1, log encoding 1) still reads: its
+/// commands come back as legacy commands, applied as they were then.
+#[tokio::test]
+async fn format_1_log_entries_still_read_as_legacy_commands() {
+    let dir = TempDir::new().unwrap();
+    {
+        let (mut log, _sm) = open(dir.path()).await.unwrap();
+        log.blocking_append(commands()).await.unwrap();
+    }
+    // The core's version-1 golden of `create_project` (envelope without a subject), wrapped
+    // in openraft's entry layout as format 1 wrote it: log id, payload variant 1 (Normal).
+    let golden_v1 = "01fd0000018bcfe5680001056b65792d30000461636d6503776562010800";
+    let envelope_v1 = &hex::decode(golden_v1).unwrap()[1..];
+    let log_id = log_id(1, 1, 2);
+    let mut value = crate::codec::encode(&log_id).unwrap();
+    value[0] = crate::codec::VALUE_FORMAT_VERSION_V1;
+    value.push(1);
+    value.extend_from_slice(envelope_v1);
+    poke(dir.path(), CF_LOG, &index_key(2), &value);
+
+    let (mut log, _sm) = open(dir.path()).await.unwrap();
+    let entries = log.try_get_log_entries(2..3).await.unwrap();
+    let EntryPayload::Normal(envelope) = &entries[0].payload else {
+        panic!("not a normal entry: {:?}", entries[0]);
+    };
+    assert_eq!(envelope.subject, Subject::Legacy);
+    assert_eq!(envelope.at_ms, 1_700_000_000_000);
+    assert_eq!(envelope.command.name(), "create_project");
+    assert_eq!(entries[0].log_id, log_id);
+    // Entries this build writes are format 2.
+    let current = crate::codec::encode(&commands()[0]).unwrap();
+    assert_eq!(current[0], crate::codec::VALUE_FORMAT_VERSION);
+}
