@@ -395,6 +395,63 @@ fn containment_through_the_whole_path(env: &Env) {
     assert!(!std::path::Path::new("/etc/squadron-escape").exists());
 }
 
+/// The sandbox owns its outbox; links it plants there are never followed by the worker, which
+/// runs as root: not to serve a host file, not to list the host's tree, not to append to a
+/// host file.
+fn outbox_links_are_not_followed(env: &Env) {
+    let victim_dir = tempfile::tempdir().expect("tempdir");
+    let victim = victim_dir.path().join("victim.txt");
+    std::fs::write(&victim, "untouched\n").expect("victim");
+    let script = format!(
+        "ln -sf /etc/shadow /mnt/outbox/progress/stderr.log\n\
+         ln -sf {victim} /mnt/outbox/progress/events.jsonl\n\
+         rm -rf /mnt/outbox/artifacts && ln -s / /mnt/outbox/artifacts\n\
+         echo planted\n\
+         sleep 5\n",
+        victim = victim.display()
+    );
+    let id = submit(
+        env.any(0),
+        &manifest(&env.repo, env.runtime, &script, "  timeout: 60s\n"),
+    );
+    let planted = wait_until(TASK_TIMEOUT, || {
+        http_text(&format!(
+            "{}/api/v1/tasks/{id}/logs?stream=stdout",
+            env.any(1)
+        ))
+        .is_ok_and(|(status, text)| status == 200 && text.contains("planted"))
+    });
+    assert!(
+        planted.is_ok(),
+        "the links were not planted: {}",
+        explain(env.any(0), id)
+    );
+    let url = env.any(2);
+    for (path, what) in [
+        ("logs?stream=stderr", "a log linked to /etc/shadow"),
+        ("logs?stream=events", "an event log linked to a host file"),
+        ("artifacts", "an artifacts directory linked to /"),
+        (
+            "artifacts/etc/passwd",
+            "a host file through the linked directory",
+        ),
+    ] {
+        let (status, body) = http_text(&format!("{url}/api/v1/tasks/{id}/{path}")).expect(what);
+        assert!((400..500).contains(&status), "{what}: {status} {body}");
+        assert!(!body.contains("root:"), "{what} leaked: {body}");
+    }
+    let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    assert_eq!(t["state"], "COMPLETED", "{t:#}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "untouched\n",
+        "the worker appended to a host file through a planted link"
+    );
+    // The collector put a real directory back in place of the link.
+    let listed = http_get(&format!("{url}/api/v1/tasks/{id}/artifacts")).expect("artifacts");
+    assert!(listed.as_array().is_some_and(|a| !a.is_empty()), "{listed}");
+}
+
 fn websocket_stream(env: &Env) {
     let script = "for i in 1 2 3 4 5; do echo line-$i; sleep 0.4; done";
     let id = submit(
@@ -548,6 +605,7 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             &p,
             containment_through_the_whole_path,
         ),
+        ("process/outbox_links", &p, outbox_links_are_not_followed),
         ("process/websocket", &p, websocket_stream),
         ("process/cli", &p, cli_submit_wait_json),
         (
@@ -560,6 +618,7 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ("docker/cancel", &d, cancel_mid_run),
         ("docker/timeout", &d, task_timeout),
         ("docker/containment", &d, containment_through_the_whole_path),
+        ("docker/outbox_links", &d, outbox_links_are_not_followed),
     ];
     run_scenarios(scenarios, &[&process, &docker]);
 }

@@ -332,6 +332,30 @@ pub fn http_send(
         Some(b) => req.send_json(b),
         None => req.call(),
     };
+    reply(res)
+}
+
+/// A request with the headers a browser (or an attacker's page) would add, and a raw body
+/// sent with the content type given.
+pub fn http_send_raw(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<(&str, &str)>,
+) -> Result<Reply, String> {
+    let mut req = agent().request(method, url);
+    for (name, value) in headers {
+        req = req.set(name, value);
+    }
+    let res = match body {
+        Some((content_type, text)) => req.set("Content-Type", content_type).send_string(text),
+        None => req.call(),
+    };
+    reply(res)
+}
+
+/// Status and JSON body of an answer, whatever its status; Err only when nothing answered.
+fn reply(res: Result<ureq::Response, ureq::Error>) -> Result<Reply, String> {
     match res {
         Ok(r) => Ok(Reply {
             status: r.status(),

@@ -111,7 +111,8 @@ impl ClientError {
 /// route the server does not know the method of).
 pub(crate) fn code_for_status(status: u16) -> ErrorCode {
     match status {
-        400 | 405 | 415 | 422 => ErrorCode::InvalidArgument,
+        400 | 405 | 422 => ErrorCode::InvalidArgument,
+        415 => ErrorCode::UnsupportedMediaType,
         401 => ErrorCode::Unauthenticated,
         403 => ErrorCode::PermissionDenied,
         404 => ErrorCode::NotFound,

@@ -32,6 +32,9 @@ pub enum ErrorCode {
     Unavailable,
     /// The server failed; the message says where. Never used for bad input.
     Internal,
+    /// The request's body has a media type the route does not take (a JSON body sent as
+    /// `text/plain`, a form). Appended last: the codes' order is their encoding.
+    UnsupportedMediaType,
 }
 
 /// One row of the table.
@@ -44,7 +47,7 @@ pub struct ErrorCodeRow {
 }
 
 /// The table itself. Every [`ErrorCode`] has exactly one row (checked by a test).
-pub const ERROR_CODE_TABLE: [ErrorCodeRow; 11] = [
+pub const ERROR_CODE_TABLE: [ErrorCodeRow; 12] = [
     row(ErrorCode::InvalidArgument, 400, 3),
     row(ErrorCode::NotFound, 404, 5),
     row(ErrorCode::AlreadyExists, 409, 6),
@@ -56,6 +59,7 @@ pub const ERROR_CODE_TABLE: [ErrorCodeRow; 11] = [
     row(ErrorCode::PayloadTooLarge, 413, 8),
     row(ErrorCode::Unavailable, 503, 14),
     row(ErrorCode::Internal, 500, 13),
+    row(ErrorCode::UnsupportedMediaType, 415, 3),
 ];
 
 const fn row(code: ErrorCode, http_status: u16, grpc_code: i32) -> ErrorCodeRow {
@@ -67,7 +71,7 @@ const fn row(code: ErrorCode, http_status: u16, grpc_code: i32) -> ErrorCodeRow 
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 11] = [
+    pub const ALL: [ErrorCode; 12] = [
         ErrorCode::InvalidArgument,
         ErrorCode::NotFound,
         ErrorCode::AlreadyExists,
@@ -79,6 +83,7 @@ impl ErrorCode {
         ErrorCode::PayloadTooLarge,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
+        ErrorCode::UnsupportedMediaType,
     ];
 
     fn row(self) -> ErrorCodeRow {
@@ -107,6 +112,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
         }
     }
 }

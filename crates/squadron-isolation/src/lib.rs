@@ -15,6 +15,7 @@
 //! waiting calls (`Reaper::reap`, `Termination::run`, `SandboxProcess::spawn`) in a blocking
 //! task. The Git broker is async (tokio) and does its blocking Git work on blocking tasks.
 
+pub mod beneath;
 pub mod bubblewrap;
 pub mod cgroup_leaf;
 pub mod cgroup_root;

@@ -9,7 +9,7 @@
 //! file. The shim's stdin, stdout and stderr are files, never pipes to the worker, so a
 //! worker crash leaves the run untouched.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::ErrorKind;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -46,6 +46,10 @@ pub struct SandboxLaunch {
     pub exit_code_file: PathBuf,
     /// `None` reads from /dev/null.
     pub stdin: Option<PathBuf>,
+    /// The directory `stdout` and `stderr` lie beneath. Nothing below it is followed when they
+    /// are opened: it may be one the sandbox writes to (a task's outbox), where a link planted
+    /// by an earlier attempt would otherwise make this (root) process append to a host file.
+    pub output_root: PathBuf,
     /// Appended to, created when missing.
     pub stdout: PathBuf,
     /// Appended to, created when missing.
@@ -87,8 +91,8 @@ impl SandboxProcess {
             ),
             None => Stdio::null(),
         };
-        let stdout = open_append(&launch.stdout, "open sandbox stdout")?;
-        let stderr = open_append(&launch.stderr, "open sandbox stderr")?;
+        let stdout = open_append(&launch.output_root, &launch.stdout, "open sandbox stdout")?;
+        let stderr = open_append(&launch.output_root, &launch.stderr, "open sandbox stderr")?;
         let child = Command::new(SHIM_SHELL)
             .arg("-c")
             .arg(&script)
@@ -244,12 +248,16 @@ fn joined_everywhere(leaf: &CgroupLeaf, pid: u32) -> bool {
     })
 }
 
-fn open_append(path: &Path, what: &'static str) -> Result<File, IsolationError> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| IsolationError::io(what, path, e))
+fn open_append(root: &Path, path: &Path, what: &'static str) -> Result<File, IsolationError> {
+    let relative = path.strip_prefix(root).map_err(|_| {
+        IsolationError::invalid(
+            "stdout",
+            format!("{} is not beneath {}", path.display(), root.display()),
+        )
+    })?;
+    crate::beneath::Beneath::open(root)
+        .and_then(|dir| dir.append(relative))
+        .map_err(|e| IsolationError::io(what, path, std::io::Error::other(e)))
 }
 
 fn path_string(path: &Path) -> Result<String, IsolationError> {

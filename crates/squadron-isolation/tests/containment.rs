@@ -68,6 +68,7 @@ impl Fixture {
             boundary: command.bind_rw(&out, "/out").argv().expect("argv"),
             exit_code_file: self.path(&format!("exit-{}", leaf.name())),
             stdin: None,
+            output_root: self.dir.path().to_path_buf(),
             stdout: self.path("stdout.log"),
             stderr: self.path("stderr.log"),
         };
@@ -323,6 +324,7 @@ fn a_missing_leaf_fails_the_spawn_by_name() {
         boundary: BubblewrapCommand::new(sh("true")).argv().expect("argv"),
         exit_code_file: fx.path("exit"),
         stdin: None,
+        output_root: fx.dir.path().to_path_buf(),
         stdout: fx.path("stdout.log"),
         stderr: fx.path("stderr.log"),
     };

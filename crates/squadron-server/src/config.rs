@@ -9,6 +9,9 @@ use squadron_raft::RaftTimeouts;
 /// Largest configuration file read.
 pub const CONFIG_BYTES_MAX: u64 = 1024 * 1024;
 
+/// Most names `server.allowed_hosts` may list.
+pub const ALLOWED_HOSTS_MAX: usize = 64;
+
 /// One member of the initial cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -57,6 +60,11 @@ pub struct ServerSettings {
     pub schedule_interval_ms: u64,
     /// How long a request waits for a leader, a forward or a read index.
     pub request_timeout_ms: u64,
+    /// Host names (besides IP literals, `localhost` and the node's own listen, advertised
+    /// and member addresses) that REST requests may name in `Host`: the names a load
+    /// balancer or DNS gives the node. Anything else is refused, which defeats DNS
+    /// rebinding from a browser.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerSettings {
@@ -66,6 +74,7 @@ impl Default for ServerSettings {
             sweep_interval_ms: 1_000,
             schedule_interval_ms: 500,
             request_timeout_ms: 5_000,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -163,6 +172,21 @@ impl NodeConfig {
         ] {
             if !(10..=600_000).contains(&v) {
                 return Err(invalid(field, format!("must be 10..=600000 ms, got {v}")));
+            }
+        }
+        if self.server.allowed_hosts.len() > ALLOWED_HOSTS_MAX {
+            return Err(invalid(
+                "server.allowed_hosts",
+                format!("at most {ALLOWED_HOSTS_MAX} names"),
+            ));
+        }
+        for (i, host) in self.server.allowed_hosts.iter().enumerate() {
+            if host.is_empty() || host.contains(|c: char| c == ':' || c == '/' || c.is_whitespace())
+            {
+                return Err(invalid(
+                    &format!("server.allowed_hosts[{i}]"),
+                    format!("must be a bare host name without port, got {host:?}"),
+                ));
             }
         }
         self.raft

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::io::SeekFrom;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +22,8 @@ use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use crate::task::task_dir::TaskDir;
+use crate::task::outbox_reader::{self, OutboxError};
+use crate::task::task_dir::{TaskDir, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
 
 /// Largest chunk one read of a log returns; a caller pages on with `offset`.
 pub(crate) const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
@@ -139,12 +140,42 @@ fn default_stream() -> StreamName {
     StreamName::Stdout
 }
 
-fn file_of(dir: &TaskDir, s: StreamName) -> PathBuf {
+fn file_of(s: StreamName) -> &'static str {
     match s {
-        StreamName::Stdout | StreamName::All => dir.stdout_log(),
-        StreamName::Stderr => dir.stderr_log(),
-        StreamName::Events => dir.events(),
+        StreamName::Stdout | StreamName::All => STDOUT_LOG,
+        StreamName::Stderr => STDERR_LOG,
+        StreamName::Events => EVENTS_LOG,
     }
+}
+
+/// The answer for an outbox file the worker will not serve, or could not read.
+fn outbox_error(e: OutboxError) -> Response {
+    match e {
+        OutboxError::Missing(m) => not_found(m),
+        OutboxError::BadName(m) => invalid("name", m),
+        OutboxError::Refused(m) => {
+            error(StatusCode::FORBIDDEN, ErrorCode::PermissionDenied, None, m)
+        }
+        OutboxError::Io(m) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            None,
+            m,
+        ),
+    }
+}
+
+/// A progress file's handle and length (0 while it does not exist).
+async fn open_log(
+    dir: &TaskDir,
+    name: &'static str,
+) -> Result<(Option<tokio::fs::File>, u64), OutboxError> {
+    let file = outbox_reader::open_progress(dir, name)?;
+    let len = match &file {
+        Some(f) => f.metadata().await.map(|m| m.len()).unwrap_or(0),
+        None => 0,
+    };
+    Ok((file, len))
 }
 
 async fn logs(
@@ -172,21 +203,21 @@ async fn logs(
         }
         return ndjson_follow(state.active.clone(), dir);
     }
-    let path = file_of(&dir, q.stream);
-    let len = tokio::fs::metadata(&path)
-        .await
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let name = file_of(q.stream);
+    let (mut file, len) = match open_log(&dir, name).await {
+        Ok(opened) => opened,
+        Err(e) => return outbox_error(e),
+    };
     let start = match (q.offset, q.tail) {
         (Some(o), _) => o.min(len),
-        (None, Some(n)) => tail_start(&path, len, n).await,
+        (None, Some(n)) => tail_start(file.as_mut(), len, n).await,
         (None, None) => 0,
     };
     if q.follow {
-        return raw_follow(state.active.clone(), dir.task(), path, start);
+        return raw_follow(state.active.clone(), dir, name, start);
     }
     let end = len.min(start + LOG_READ_BYTES_MAX);
-    let bytes = read_range(&path, start, end).await;
+    let bytes = read_range(file.as_mut(), start, end).await;
     let mut r = Response::new(Body::from(bytes));
     let h = r.headers_mut();
     h.insert(
@@ -198,25 +229,25 @@ async fn logs(
     r
 }
 
-async fn read_range(path: &Path, start: u64, end: u64) -> Vec<u8> {
-    let Ok(mut f) = tokio::fs::File::open(path).await else {
+async fn read_range(file: Option<&mut tokio::fs::File>, start: u64, end: u64) -> Vec<u8> {
+    let Some(f) = file else {
         return Vec::new();
     };
     if end <= start || f.seek(SeekFrom::Start(start)).await.is_err() {
         return Vec::new();
     }
     let mut buf = Vec::new();
-    let _ = (&mut f).take(end - start).read_to_end(&mut buf).await;
+    let _ = f.take(end - start).read_to_end(&mut buf).await;
     buf
 }
 
 /// The offset where the last `n` lines of the file begin.
-async fn tail_start(path: &Path, len: u64, n: u64) -> u64 {
+async fn tail_start(file: Option<&mut tokio::fs::File>, len: u64, n: u64) -> u64 {
     if n == 0 {
         return len;
     }
     let from = len.saturating_sub(TAIL_SCAN_BYTES_MAX);
-    let buf = read_range(path, from, len).await;
+    let buf = read_range(file, from, len).await;
     // A final newline ends the last line rather than starting an empty one.
     let body = if buf.last() == Some(&b'\n') {
         &buf[..buf.len() - 1]
@@ -237,23 +268,22 @@ async fn tail_start(path: &Path, len: u64, n: u64) -> u64 {
 
 /// Streams the file from `start` as it grows, until the task is no longer active and
 /// everything written was sent.
-fn raw_follow(active: ActiveTasks, task: TaskId, path: PathBuf, start: u64) -> Response {
+fn raw_follow(active: ActiveTasks, dir: TaskDir, name: &'static str, start: u64) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
+    let task = dir.task();
     let stream = futures_util::stream::unfold((start, false), move |(offset, done)| {
-        let (active, path) = (active.clone(), path.clone());
+        let (active, dir) = (active.clone(), dir.clone());
         async move {
             if done {
                 return None;
             }
             loop {
                 let was_active = active.contains(task);
-                let len = tokio::fs::metadata(&path)
-                    .await
-                    .map(|m| m.len())
-                    .unwrap_or(0);
+                // Opened afresh each look (the file may appear late); a link ends the follow.
+                let (mut file, len) = open_log(&dir, name).await.ok()?;
                 if len > offset {
                     let end = len.min(offset + FRAME_DATA_BYTES_MAX as u64);
-                    let bytes = read_range(&path, offset, end).await;
+                    let bytes = read_range(file.as_mut(), offset, end).await;
                     let next = offset + bytes.len() as u64;
                     return Some((Ok::<_, std::io::Error>(bytes), (next, false)));
                 }
@@ -287,23 +317,20 @@ struct Frame<'a> {
 fn ndjson_follow(active: ActiveTasks, dir: TaskDir) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
     let task = dir.task();
-    let files = [("stdout", dir.stdout_log()), ("stderr", dir.stderr_log())];
+    let files = [("stdout", STDOUT_LOG), ("stderr", STDERR_LOG)];
     let stream = futures_util::stream::unfold([0u64, 0u64], move |mut offsets| {
-        let (active, files) = (active.clone(), files.clone());
+        let (active, dir) = (active.clone(), dir.clone());
         async move {
             loop {
                 let was_active = active.contains(task);
                 let mut out = Vec::new();
-                for (i, (name, path)) in files.iter().enumerate() {
-                    let len = tokio::fs::metadata(path)
-                        .await
-                        .map(|m| m.len())
-                        .unwrap_or(0);
+                for (i, (name, file_name)) in files.iter().enumerate() {
+                    let (mut file, len) = open_log(&dir, file_name).await.ok()?;
                     if len <= offsets[i] {
                         continue;
                     }
                     let end = len.min(offsets[i] + FRAME_DATA_BYTES_MAX as u64);
-                    let bytes = read_range(path, offsets[i], end).await;
+                    let bytes = read_range(file.as_mut(), offsets[i], end).await;
                     // Cut at a UTF-8 boundary so a character is never split across frames.
                     let valid = match std::str::from_utf8(&bytes) {
                         Ok(_) => bytes.len(),
@@ -355,67 +382,22 @@ async fn list_artifacts(
         Ok(d) => d,
         Err(r) => return r,
     };
-    let root = dir.artifacts();
-    let entries = tokio::task::spawn_blocking(move || walk_artifacts(&root))
-        .await
-        .unwrap_or_default();
-    Json(entries).into_response()
-}
-
-/// Regular files under `root`, relative names, sorted; symlinks are not followed.
-fn walk_artifacts(root: &Path) -> Vec<ArtifactEntry> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(ft) = e.file_type() else { continue };
-            let p = e.path();
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file() {
-                if out.len() >= ARTIFACT_LIST_MAX {
-                    break;
-                }
-                let size = e.metadata().map(|m| m.len()).unwrap_or(0);
-                if let Ok(rel) = p.strip_prefix(root) {
-                    out.push(ArtifactEntry {
-                        name: rel.to_string_lossy().into_owned(),
-                        size,
-                    });
-                }
-            }
+    let listed =
+        tokio::task::spawn_blocking(move || outbox_reader::list_artifacts(&dir, ARTIFACT_LIST_MAX))
+            .await;
+    match listed {
+        Ok(Ok(listed)) => {
+            let entries: Vec<ArtifactEntry> = listed
+                .into_iter()
+                .map(|a| ArtifactEntry {
+                    name: a.name,
+                    size: a.size,
+                })
+                .collect();
+            Json(entries).into_response()
         }
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
-}
-
-/// Resolves an artifact name to a regular file inside the artifacts directory, refusing
-/// anything that could leave it: absolute paths, `..`, symlinks anywhere on the way.
-pub(crate) fn resolve_artifact(root: &Path, name: &str) -> Result<PathBuf, String> {
-    if name.is_empty() || name.starts_with('/') || name.contains('\\') || name.contains('\0') {
-        return Err("artifact name must be a relative path".into());
-    }
-    let mut path = root.to_path_buf();
-    for part in name.split('/') {
-        if part.is_empty() || part == "." || part == ".." {
-            return Err("artifact name must not contain empty, '.' or '..' components".into());
-        }
-        path.push(part);
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err("artifact name passes through a symbolic link".into())
-            }
-            Ok(_) => {}
-            Err(_) => return Err(format!("no artifact named {name:?}")),
-        }
-    }
-    match std::fs::symlink_metadata(&path) {
-        Ok(m) if m.is_file() => Ok(path),
-        _ => Err(format!("no artifact named {name:?}")),
+        Ok(Err(e)) => outbox_error(e),
+        Err(e) => outbox_error(OutboxError::Io(format!("listing artifacts: {e}"))),
     }
 }
 
@@ -427,14 +409,9 @@ async fn artifact(
         Ok(d) => d,
         Err(r) => return r,
     };
-    let path = match resolve_artifact(&dir.artifacts(), &name) {
-        Ok(p) => p,
-        Err(m) if m.starts_with("no artifact") => return not_found(m),
-        Err(m) => return invalid("name", m),
-    };
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(f) => f,
-        Err(e) => return not_found(format!("artifact {name:?}: {e}")),
+    let file = match outbox_reader::open_artifact(&dir, &name) {
+        Ok(f) => tokio::fs::File::from_std(f),
+        Err(e) => return outbox_error(e),
     };
     let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
     let body = Body::from_stream(ReaderStream::with_capacity(file, FRAME_DATA_BYTES_MAX));
@@ -460,52 +437,18 @@ async fn artifact(
 mod tests {
     use super::*;
 
-    #[test]
-    fn artifact_names_cannot_leave_the_directory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("artifacts");
-        std::fs::create_dir_all(root.join("sub")).unwrap();
-        std::fs::write(root.join("sub/a.txt"), b"a").unwrap();
-        std::fs::write(tmp.path().join("secret"), b"s").unwrap();
-        std::os::unix::fs::symlink(tmp.path().join("secret"), root.join("link")).unwrap();
-        std::os::unix::fs::symlink(tmp.path(), root.join("dirlink")).unwrap();
-        assert_eq!(
-            resolve_artifact(&root, "sub/a.txt").unwrap(),
-            root.join("sub/a.txt")
-        );
-        for bad in [
-            "../secret",
-            "/etc/passwd",
-            "sub/../../secret",
-            "link",
-            "dirlink/secret",
-            "",
-            "sub//a.txt",
-            "./sub/a.txt",
-        ] {
-            assert!(
-                resolve_artifact(&root, bad).is_err(),
-                "{bad:?} must be refused"
-            );
-        }
-        assert!(
-            resolve_artifact(&root, "sub").is_err(),
-            "a directory is not an artifact"
-        );
-    }
-
     #[tokio::test]
     async fn tail_finds_the_last_lines() {
         let tmp = tempfile::tempdir().unwrap();
         let p = tmp.path().join("log");
         std::fs::write(&p, b"a\nb\nc\nd\n").unwrap();
         let len = 8;
-        assert_eq!(tail_start(&p, len, 2).await, 4);
-        assert_eq!(
-            read_range(&p, tail_start(&p, len, 2).await, len).await,
-            b"c\nd\n"
-        );
-        assert_eq!(tail_start(&p, len, 10).await, 0);
-        assert_eq!(tail_start(&p, len, 0).await, len);
+        let mut f = tokio::fs::File::open(&p).await.unwrap();
+        assert_eq!(tail_start(Some(&mut f), len, 2).await, 4);
+        let from = tail_start(Some(&mut f), len, 2).await;
+        assert_eq!(read_range(Some(&mut f), from, len).await, b"c\nd\n");
+        assert_eq!(tail_start(Some(&mut f), len, 10).await, 0);
+        assert_eq!(tail_start(Some(&mut f), len, 0).await, len);
+        assert_eq!(tail_start(None, 0, 3).await, 0);
     }
 }

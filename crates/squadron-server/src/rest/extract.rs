@@ -24,6 +24,17 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // A JSON body only with a JSON media type: a browser may send `text/plain` across
+        // origins without asking first, never `application/json`.
+        match super::browser_guard::media_type(req.headers()) {
+            Some(t) if t == "application/json" => {}
+            other => {
+                return Err(super::browser_guard::unsupported(format!(
+                    "this route takes application/json, got {}",
+                    other.map_or("no Content-Type".to_string(), |t| format!("{t:?}"))
+                )))
+            }
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|e| {
             if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(

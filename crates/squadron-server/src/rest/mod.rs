@@ -3,6 +3,8 @@
 //! table that builds the router and cannot drift from it.
 
 mod agents;
+mod audit;
+mod browser_guard;
 mod cluster;
 mod extract;
 mod leases;
@@ -26,6 +28,7 @@ use squadron_core::{Command, Outcome, Response};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode, IDEMPOTENCY_HEADER};
 
+pub use browser_guard::BrowserGuard;
 pub use extract::{parse_id, ConsistencyQuery, JsonBody, QueryParams};
 
 pub type AppState = Arc<ControlNode>;
@@ -84,6 +87,7 @@ pub fn route_book() -> RouteBook {
     let book = tasks::routes(book);
     let book = task_output::routes(book);
     let book = agents::routes(book);
+    let book = audit::routes(book);
     workers::routes(book)
 }
 
@@ -105,6 +109,10 @@ pub fn router(node: AppState) -> Router {
         .route("/metrics", get(crate::metrics::render))
         .route("/", get(|| async { Html(crate::dashboard::PAGE) }))
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn_with_state(
+            BrowserGuard::for_node(&node.config),
+            browser_guard::guard,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(node)
 }
@@ -150,6 +158,17 @@ pub async fn write(
         Response::Ok(outcome) => Ok(Json(outcome)),
         Response::Rejected(r) => Err(r.into()),
     }
+}
+
+/// The first `limit` of `items` (fetched as `limit + 1` to know whether more follow) and the
+/// `after` value that continues the listing, if more do.
+pub fn page<T>(mut items: Vec<T>, limit: usize, key: impl Fn(&T) -> u64) -> (Vec<T>, Option<u64>) {
+    if items.len() <= limit {
+        return (items, None);
+    }
+    items.truncate(limit);
+    let next = items.last().map(key);
+    (items, next)
 }
 
 /// Runs a read against local state after the barrier the caller's consistency asks for.

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -33,7 +33,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
     .add(
         "GET",
         "/api/v1/tasks",
-        "List tasks: ?state=RUNNING&after=ID&limit=N",
+        "List tasks: ?state=RUNNING&parent=ID&after=ID&limit=N",
         None,
         get(list),
     )
@@ -78,13 +78,16 @@ async fn submit(
 ) -> Result<Json<Outcome>, ApiError> {
     let text =
         std::str::from_utf8(&body).map_err(|_| ApiError::invalid("body", "must be UTF-8"))?;
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    // The Content-Type decides; without one, a body starting with `{` is JSON.
-    let is_json = !content_type.contains("yaml")
-        && (content_type.contains("json") || text.trim_start().starts_with('{'));
+    let is_json = match super::browser_guard::media_type(&headers).as_deref() {
+        Some("application/json") => true,
+        Some("application/yaml" | "application/x-yaml" | "text/yaml") => false,
+        other => {
+            return Err(super::browser_guard::unsupported(format!(
+                "a manifest is application/json or application/yaml, got {}",
+                other.map_or("no Content-Type".to_string(), |t| format!("{t:?}"))
+            )))
+        }
+    };
     let spec = if is_json {
         parse_manifest_json(text)?
     } else {
@@ -109,6 +112,9 @@ struct ListQuery {
     after: Option<u64>,
     #[serde(default)]
     limit: Option<usize>,
+    /// Only the tasks this task's agent submitted (its children), in id order.
+    #[serde(default)]
+    parent: Option<String>,
     #[serde(default)]
     consistency: Consistency,
 }
@@ -137,19 +143,26 @@ async fn list(
         ));
     }
     let after = q.after.unwrap_or(0);
+    let parent = q.parent.as_deref();
+    let parent = parent
+        .map(|raw| parse_id::<TaskId>("parent", raw))
+        .transpose()?;
     read(&node, q.consistency, |s| {
-        let mut tasks: Vec<Task> = s
-            .tasks(state)
+        let listed: Box<dyn Iterator<Item = &Task>> = match parent {
+            None => Box::new(s.tasks(state)),
+            Some(p) => Box::new(
+                s.lineage()
+                    .children(p)
+                    .filter_map(|id| s.task(id))
+                    .filter(|t| state.is_none_or(|st| t.state == st)),
+            ),
+        };
+        let tasks: Vec<Task> = listed
             .filter(|t| t.id.get() > after)
             .take(limit + 1)
             .cloned()
             .collect();
-        let next_after = if tasks.len() > limit {
-            tasks.truncate(limit);
-            tasks.last().map(|t| t.id.get())
-        } else {
-            None
-        };
+        let (tasks, next_after) = super::page(tasks, limit, |t| t.id.get());
         Ok(Json(TaskPage { tasks, next_after }))
     })
     .await

@@ -136,6 +136,7 @@ impl AgentAttempt {
             boundary,
             exit_code_file: paths.exit_code_file(generation),
             stdin: launch.stdin.as_ref().map(|name| run_dir.join(name)),
+            output_root: paths.logs.clone(),
             stdout: paths.stdout_log(generation),
             stderr: paths.stderr_log(generation),
         };

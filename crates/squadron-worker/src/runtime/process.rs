@@ -347,6 +347,7 @@ impl Runtime for ProcessRuntime {
             boundary,
             exit_code_file: files.exit_code,
             stdin: None,
+            output_root: spec.dir.outbox(),
             stdout: spec.dir.stdout_log(),
             stderr: spec.dir.stderr_log(),
         };

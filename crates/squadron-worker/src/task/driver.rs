@@ -206,8 +206,8 @@ impl TaskDriver {
             o.insert("ts_ms".into(), squadron_client::now_ms().into());
             o.insert("attempt".into(), self.attempt.into());
         }
-        if let Err(err) = append_event(&self.dir.events(), &e) {
-            tracing::debug!(task = %self.task, error = %err, "could not append an event");
+        if let Err(err) = append_event(&self.dir, &e) {
+            tracing::warn!(task = %self.task, error = %err, "could not append an event");
         }
     }
 

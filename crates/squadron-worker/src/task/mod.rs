@@ -6,6 +6,7 @@ pub(crate) mod collector;
 pub(crate) mod driver;
 pub(crate) mod env_allowlist;
 pub(crate) mod launcher;
+pub(crate) mod outbox_reader;
 pub(crate) mod output_counter;
 pub(crate) mod staging;
 pub(crate) mod task_dir;

@@ -2,11 +2,12 @@
 //! output in memory: only the bytes appended since the last look are read. The counters go to
 //! the control plane; the output itself never does.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use crate::task::task_dir::TaskDir;
+use squadron_isolation::beneath::Beneath;
+
+use crate::task::task_dir::{TaskDir, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
 
 /// Most bytes read from one file per look; the rest is read next time.
 pub(crate) const COUNT_READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
@@ -21,15 +22,18 @@ pub(crate) struct OutputCounts {
 
 #[derive(Debug)]
 struct CountedFile {
-    path: PathBuf,
+    /// The outbox; `name` beneath it (the sandbox writes there: no link is followed).
+    outbox: PathBuf,
+    name: &'static str,
     offset: u64,
     newlines: u64,
 }
 
 impl CountedFile {
-    fn new(path: PathBuf) -> Self {
+    fn new(dir: &TaskDir, name: &'static str) -> Self {
         Self {
-            path,
+            outbox: dir.outbox(),
+            name,
             offset: 0,
             newlines: 0,
         }
@@ -38,7 +42,8 @@ impl CountedFile {
     /// Reads what was appended since the last call. A file that shrank (replaced) is
     /// counted again from its start.
     fn advance(&mut self) -> u64 {
-        let Ok(mut f) = File::open(&self.path) else {
+        let opened = Beneath::open(&self.outbox).and_then(|o| o.read(Path::new(self.name)));
+        let Ok(mut f) = opened else {
             return self.offset;
         };
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -70,9 +75,9 @@ pub(crate) struct OutputCounter {
 impl OutputCounter {
     pub(crate) fn new(dir: &TaskDir) -> Self {
         Self {
-            stdout: CountedFile::new(dir.stdout_log()),
-            stderr: CountedFile::new(dir.stderr_log()),
-            events: CountedFile::new(dir.events()),
+            stdout: CountedFile::new(dir, STDOUT_LOG),
+            stderr: CountedFile::new(dir, STDERR_LOG),
+            events: CountedFile::new(dir, EVENTS_LOG),
         }
     }
 
@@ -89,13 +94,14 @@ impl OutputCounter {
     }
 }
 
-/// Appends one structured event line to `events.jsonl`.
-pub(crate) fn append_event(path: &Path, event: &serde_json::Value) -> std::io::Result<()> {
+/// Appends one structured event line to `events.jsonl` (never through a link the sandbox
+/// put in its place).
+pub(crate) fn append_event(dir: &TaskDir, event: &serde_json::Value) -> std::io::Result<()> {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
+    let mut f = dir
+        .outbox_beneath()
+        .and_then(|o| o.append(Path::new(EVENTS_LOG)))
+        .map_err(std::io::Error::other)?;
     let mut line = serde_json::to_vec(event).map_err(std::io::Error::other)?;
     line.push(b'\n');
     f.write_all(&line)
@@ -117,7 +123,7 @@ mod tests {
         let mut out = std::fs::File::create(dir.stdout_log()).unwrap();
         out.write_all(b"one\ntwo\nthr").unwrap();
         std::fs::write(dir.stderr_log(), b"err\n").unwrap();
-        append_event(&dir.events(), &serde_json::json!({"event": "x"})).unwrap();
+        append_event(&dir, &serde_json::json!({"event": "x"})).unwrap();
         let a = c.look();
         assert_eq!(
             (a.stdout_bytes, a.stderr_bytes, a.lines, a.events),

@@ -14,6 +14,14 @@
 use std::path::{Path, PathBuf};
 
 use squadron_core::ids::TaskId;
+use squadron_isolation::beneath::{Beneath, BeneathError};
+
+/// The progress files and the artifacts, beneath the outbox (which the sandbox owns: open them
+/// only through [`TaskDir::outbox_beneath`]).
+pub(crate) const STDOUT_LOG: &str = "progress/stdout.log";
+pub(crate) const STDERR_LOG: &str = "progress/stderr.log";
+pub(crate) const EVENTS_LOG: &str = "progress/events.jsonl";
+pub(crate) const ARTIFACTS: &str = "artifacts";
 
 /// Where the task's directories appear inside every sandbox, whatever the runtime.
 pub(crate) const INBOX_MOUNT: &str = "/mnt/inbox";
@@ -60,19 +68,24 @@ impl TaskDir {
     pub(crate) fn outbox(&self) -> PathBuf {
         self.root.join("outbox")
     }
+    /// The outbox as a root beneath which no link is followed: every worker-side open of a
+    /// file the sandbox can write goes through it.
+    pub(crate) fn outbox_beneath(&self) -> Result<Beneath, BeneathError> {
+        Beneath::open(&self.outbox())
+    }
     pub(crate) fn progress(&self) -> PathBuf {
         self.outbox().join("progress")
     }
     pub(crate) fn stdout_log(&self) -> PathBuf {
-        self.progress().join("stdout.log")
+        self.outbox().join(STDOUT_LOG)
     }
     pub(crate) fn stderr_log(&self) -> PathBuf {
-        self.progress().join("stderr.log")
+        self.outbox().join(STDERR_LOG)
     }
     pub(crate) fn events(&self) -> PathBuf {
-        self.progress().join("events.jsonl")
+        self.outbox().join(EVENTS_LOG)
     }
     pub(crate) fn artifacts(&self) -> PathBuf {
-        self.outbox().join("artifacts")
+        self.outbox().join(ARTIFACTS)
     }
 }

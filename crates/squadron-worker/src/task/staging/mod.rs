@@ -20,7 +20,6 @@ mod redact;
 mod task_md;
 
 use std::cell::Cell;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -291,7 +290,7 @@ async fn clone_with_retries(
                 "error": message,
                 "retry_in_ms": pause.map(|d| d.as_millis() as u64),
             });
-            match append_event(&dir.events(), &event) {
+            match append_event(dir, &event) {
                 Ok(()) => pause,
                 Err(e) => {
                     *unrecorded.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
@@ -435,7 +434,7 @@ fn finish(
         staged_at_ms: now_ms(),
     };
     append_event(
-        &dir.events(),
+        dir,
         &serde_json::json!({
             "ts_ms": report.staged_at_ms,
             "event": "staged",
@@ -451,17 +450,10 @@ fn finish(
     Ok(report)
 }
 
-/// Appends one JSON line to `events.jsonl`.
-fn append_event(path: &Path, event: &serde_json::Value) -> Result<(), WorkerError> {
-    let mut line = event.to_string();
-    line.push('\n');
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| WorkerError::io("opening", path, e))?;
-    file.write_all(line.as_bytes())
-        .map_err(|e| WorkerError::io("appending to", path, e))
+/// Appends one JSON line to `events.jsonl` (through the outbox, never a link in it).
+fn append_event(dir: &TaskDir, event: &serde_json::Value) -> Result<(), WorkerError> {
+    crate::task::output_counter::append_event(dir, event)
+        .map_err(|e| WorkerError::io("appending to", dir.events(), e))
 }
 
 #[cfg(test)]

@@ -1,0 +1,65 @@
+//! Who did what: the replicated audit record, paged oldest first.
+
+use axum::extract::State;
+use axum::routing::get;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use squadron_core::access::AuditRecord;
+
+use super::{page, read, AppState, QueryParams, RouteBook};
+use crate::error::ApiError;
+use crate::node::Consistency;
+
+/// Records per page unless `limit` says otherwise, and the most one page holds.
+pub const AUDIT_PAGE_RECORDS_DEFAULT: usize = 100;
+pub const AUDIT_PAGE_RECORDS_MAX: usize = 1_000;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "GET",
+        "/api/v1/audit",
+        "The audit record, oldest first: ?after=SEQ&limit=N (the newest records are kept)",
+        None,
+        get(list),
+    )
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    limit: Option<usize>,
+    #[serde(default)]
+    consistency: Consistency,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub records: Vec<AuditRecord>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    pub next_after: Option<u64>,
+}
+
+async fn list(
+    State(node): State<AppState>,
+    QueryParams(q): QueryParams<AuditQuery>,
+) -> Result<Json<AuditPage>, ApiError> {
+    let limit = q.limit.unwrap_or(AUDIT_PAGE_RECORDS_DEFAULT);
+    if limit == 0 || limit > AUDIT_PAGE_RECORDS_MAX {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {AUDIT_PAGE_RECORDS_MAX}, got {limit}"),
+        ));
+    }
+    read(&node, q.consistency, |s| {
+        let records: Vec<AuditRecord> = s.audit().after(q.after, limit + 1).cloned().collect();
+        let (records, next_after) = page(records, limit, |r| r.seq);
+        Ok(Json(AuditPage {
+            records,
+            next_after,
+        }))
+    })
+    .await
+}
