@@ -409,9 +409,9 @@ fn websocket_stream(env: &Env) {
     );
     let ws_url = format!(
         "{}/ws/tasks/{id}/stream",
-        env.any(2).replacen("http://", "ws://", 1)
+        env.any(2).replacen("https://", "wss://", 1)
     );
-    let (mut socket, _) = tungstenite::connect(ws_url.as_str()).expect("websocket");
+    let (mut socket, _) = websocket(&ws_url);
     let mut output = String::new();
     let mut last: Value = Value::Null;
     loop {
