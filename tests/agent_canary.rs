@@ -527,7 +527,7 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         assert_eq!(v.status, AgentStatus::Stopped, "agent-{i}");
     }
 
-    let out = Command::new(BIN)
+    let out = cli(&url)
         .args(["--endpoint", &url, "--output", "json", "evidence"])
         .args(["--tenant", "acme", "--project", "canary"])
         .output()

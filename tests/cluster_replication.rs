@@ -147,6 +147,7 @@ fn a_follower_forwards_a_write_once_and_a_forwarded_write_is_never_forwarded_aga
     // The peer route on the follower: proposed there or refused, never passed on.
     let forwarded = |project: &str| {
         json!({
+            "subject": "legacy",
             "command": {"create_project": {"tenant": "acme", "project": project}},
             "idempotency_key": null
         })

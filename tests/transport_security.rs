@@ -95,6 +95,7 @@ fn plaintext_reaches_no_listener_and_peers_admit_only_nodes() {
 
     // The peer routes: a worker certificate of the same CA is refused, a node's is not.
     let forwarded = json!({
+        "subject": "legacy",
         "command": {"create_project": {"tenant": "acme", "project": "forged"}},
         "idempotency_key": null
     });
@@ -175,7 +176,11 @@ fn a_workers_listener_admits_only_nodes() {
 /// The DER of the certificate a TLS server at `addr` presents to a new connection.
 fn presented_cert(addr: &str, config: std::sync::Arc<rustls::ClientConfig>) -> Vec<u8> {
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
-    let mut conn = rustls::ClientConnection::new(config, name).expect("client");
+    // A full handshake every time: a resumed session would report the first one's certificate.
+    let mut config = (*config).clone();
+    config.resumption = rustls::client::Resumption::disabled();
+    let mut conn =
+        rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("client");
     let mut tcp = TcpStream::connect(addr).expect("connect");
     while conn.is_handshaking() {
         conn.complete_io(&mut tcp).expect("handshake");

@@ -377,6 +377,17 @@ pub fn request(method: &str, url: &str) -> ureq::Request {
     }
 }
 
+/// The `squadron` CLI as an operator of the cluster at `url` runs it: the test CA in
+/// `SQUADRON_CACERT`, the cluster's admin token in `SQUADRON_TOKEN`.
+pub fn cli(url: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command.env("SQUADRON_CACERT", &pki().ca_cert);
+    if let Some(t) = pki().token_for(url) {
+        command.env("SQUADRON_TOKEN", t);
+    }
+    command
+}
+
 /// A typed client of REST URLs with the test CA and their cluster's admin token.
 pub fn client(urls: Vec<String>) -> squadron_client::SquadronClient {
     client_with_timeouts(

@@ -131,7 +131,7 @@ impl SquadronCluster {
             let mut command = Command::new(bin);
             command
                 .args(["server", "--config"])
-                .arg(&path)
+                .arg(path)
                 .env("RUST_LOG", "warn");
             let process = NodeProcess::spawn(
                 format!("squadron node {id}"),

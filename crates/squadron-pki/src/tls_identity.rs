@@ -175,3 +175,50 @@ impl AdminTokenRecord {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret_token::{SecretToken, TokenKind};
+
+    #[test]
+    fn a_node_identity_loads_reloads_and_refuses_another_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = PkiDir::new(dir.path().join("pki"));
+        let (ca, key) = ClusterCa::generate("t").unwrap();
+        pki.write_ca(ca.cert_pem(), &key).unwrap();
+        let first = issue_node_cert(&ca, 3, &["node3.example:8211".into()]).unwrap();
+        pki.write_identity(NODE_CERT_NAME, &first).unwrap();
+        let loaded = TlsIdentity::load(&pki, NODE_CERT_NAME).unwrap();
+        assert_eq!(loaded.identity, SpiffeId::Node(3));
+        assert_eq!(load_ca(&pki).unwrap().cert_pem(), ca.cert_pem());
+
+        let rotated = issue_node_cert(&ca, 3, &[]).unwrap();
+        assert_ne!(
+            rotated.facts().unwrap().serial_hex,
+            first.facts().unwrap().serial_hex
+        );
+        pki.write_identity(NODE_CERT_NAME, &rotated).unwrap();
+        loaded.reload().unwrap();
+
+        let other = issue_node_cert(&ca, 4, &[]).unwrap();
+        pki.write_identity(NODE_CERT_NAME, &other).unwrap();
+        let refused = loaded.reload().unwrap_err().to_string();
+        assert!(refused.contains("node/4"), "{refused}");
+    }
+
+    #[test]
+    fn the_admin_token_record_keeps_the_hash_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = PkiDir::new(dir.path());
+        assert_eq!(AdminTokenRecord::read(&pki).unwrap(), None);
+        let token = SecretToken::generate(TokenKind::Operator);
+        AdminTokenRecord::of(&token).write(&pki).unwrap();
+        let back = AdminTokenRecord::read(&pki).unwrap().unwrap();
+        assert_eq!(back.id, token.id());
+        assert!(back.hash.matches(&token));
+        let text = std::fs::read_to_string(dir.path().join(ADMIN_TOKEN_HASH_FILE)).unwrap();
+        let secret = token.expose().rsplit('_').next().unwrap().to_owned();
+        assert!(!text.contains(&secret), "the secret reached the file");
+    }
+}

@@ -37,6 +37,10 @@ pub struct InitArgs {
     /// Re-issue the node certificates from the CA already in the nodes' `pki/` (rotation).
     #[arg(long)]
     pub rotate_node_certs: bool,
+    /// Only issue worker certificates, `ID=DIR` (repeatable), from the CA in the first node's
+    /// `pki/`: what `squadron worker --cert-dir DIR` reads, until workers enroll by token.
+    #[arg(long = "worker-cert", value_name = "ID=DIR")]
+    pub worker_certs: Vec<String>,
 }
 
 /// One node whose `pki/` is written.
@@ -69,12 +73,19 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         (Some(c), Some(k)) => Some(read_ca(c, k)?),
         _ => None,
     };
+    if !args.worker_certs.is_empty() {
+        return issue_worker_certs(&targets, &args.worker_certs);
+    }
     if args.rotate_node_certs {
         rotate(&targets, supplied)?;
         println!("node certificates re-issued; send each node SIGHUP to load them");
         return Ok(());
     }
     let first_ca = initialise(&targets, supplied, &token_file)?;
+    if !targets.iter().any(|t| t.initialiser) {
+        println!("export SQUADRON_CACERT={}", first_ca.display());
+        return Ok(());
+    }
     print_exports(&first_ca, &token_file)
 }
 
@@ -111,7 +122,9 @@ fn read_ca(cert: &Path, key: &Path) -> anyhow::Result<ClusterCa> {
     ClusterCa::from_pem(&cert_pem, &key_pem).context("the supplied CA")
 }
 
-/// A new cluster: refuses any node that already has PKI. Returns the first node's CA path.
+/// A new cluster (or nodes joining one): refuses any node that already has PKI. The admin
+/// token is made only when one of the targets initialises the cluster. Returns the first
+/// node's CA path.
 pub fn initialise(
     targets: &[NodeTarget],
     supplied: Option<ClusterCa>,
@@ -137,6 +150,10 @@ pub fn initialise(
         t.pki.write_ca(ca.cert_pem(), &key_pem)?;
         let cert = issue_node_cert(&ca, t.id, &t.advertised)?;
         t.pki.write_identity(NODE_CERT_NAME, &cert)?;
+    }
+    // Nodes that join an existing cluster get certificates only: its admin token exists.
+    if !targets.iter().any(|t| t.initialiser) {
+        return Ok(targets.first().map(|t| t.pki.ca_cert()).unwrap_or_default());
     }
     let token = SecretToken::generate(TokenKind::Operator);
     if let Some(parent) = token_file.parent() {
@@ -167,6 +184,24 @@ fn rotate(targets: &[NodeTarget], supplied: Option<ClusterCa>) -> anyhow::Result
         };
         let cert = issue_node_cert(&ca, t.id, &t.advertised)?;
         t.pki.write_identity(NODE_CERT_NAME, &cert)?;
+    }
+    Ok(())
+}
+
+/// Worker certificates from the first node's CA, each into its `DIR` (`worker.pem`,
+/// `worker.key`, `ca.pem`).
+fn issue_worker_certs(targets: &[NodeTarget], specs: &[String]) -> anyhow::Result<()> {
+    let first = targets.first().context("no node to take the CA from")?;
+    let ca =
+        load_ca(&first.pki).with_context(|| format!("the CA in {}", first.pki.path().display()))?;
+    for spec in specs {
+        let (id, dir) = spec
+            .split_once('=')
+            .with_context(|| format!("--worker-cert {spec:?}: expected ID=DIR"))?;
+        let id = squadron_core::ids::WorkerId::new(id).context("--worker-cert: the worker id")?;
+        let cert = squadron_pki::issue_worker_cert(&ca, &id)?;
+        PkiDir::new(dir).write_identity(squadron_pki::WORKER_CERT_NAME, &cert)?;
+        println!("worker {id}: certificate in {dir} (squadron worker --cert-dir {dir})");
     }
     Ok(())
 }
