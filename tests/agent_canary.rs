@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use squadron_client::{
-    AgentStatus, ClientError, Consistency, LaunchAgent, SandboxRepository, SquadronClient,
-    StopAgent, TakeoverAgent, TakeoverKind,
+    AgentStatus, ClientError, Consistency, LaunchAgent, SandboxRepository, StopAgent,
+    TakeoverAgent, TakeoverKind,
 };
 use squadron_core::ids::{McpServerId, ProfileId};
 use squadron_core::provider::Provider;
@@ -191,7 +191,7 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         .collect();
 
     let rt = rt();
-    let client = SquadronClient::with_timeouts(
+    let client = client_with_timeouts(
         urls.clone(),
         Duration::from_secs(120),
         Duration::from_secs(2),
@@ -527,7 +527,7 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         assert_eq!(v.status, AgentStatus::Stopped, "agent-{i}");
     }
 
-    let out = Command::new(BIN)
+    let out = cli(&url)
         .args(["--endpoint", &url, "--output", "json", "evidence"])
         .args(["--tenant", "acme", "--project", "canary"])
         .output()
@@ -593,8 +593,7 @@ fn a_provider_whose_worker_dies_fences_itself_and_the_restarted_worker_takes_ove
     let id =
         ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id");
     let rt = rt();
-    let client =
-        SquadronClient::with_timeouts(urls, Duration::from_secs(120), Duration::from_secs(2));
+    let client = client_with_timeouts(urls, Duration::from_secs(120), Duration::from_secs(2));
     let launched = rt
         .block_on(client.agent_launch(
             id,

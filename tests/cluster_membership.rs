@@ -43,7 +43,7 @@ fn add_a_learner_promote_it_then_remove_a_voter_and_the_leader_under_load() {
     let spec = cluster.nodes[&new_id].spec.clone();
     let r = post(
         &format!("{url1}/api/v1/cluster/learners"),
-        json!({"id": new_id, "rest": spec.rest, "grpc": spec.grpc}),
+        json!({"id": new_id, "rest": spec.rest, "grpc": spec.grpc, "peer": spec.peer}),
     )
     .unwrap();
     assert!(r.ok(), "add learner: {r:?}");

@@ -121,6 +121,8 @@ fn a_follower_forwards_a_write_once_and_a_forwarded_write_is_never_forwarded_aga
     let leader = cluster.wait_for_leader(Duration::from_secs(20));
     let follower = (1..=3).find(|id| *id != leader).expect("a follower");
     let (f_url, l_url) = (cluster.url(follower), cluster.url(leader));
+    // The node-to-node routes live on the peer listener, which admits only nodes.
+    let (fp_url, lp_url) = (cluster.peer_url(follower), cluster.peer_url(leader));
     let counts = || {
         (
             metric(&f_url, "squadron_forwards_total"),
@@ -151,14 +153,14 @@ fn a_follower_forwards_a_write_once_and_a_forwarded_write_is_never_forwarded_aga
         })
     };
     let before = counts();
-    let r = post(&format!("{f_url}/internal/v1/propose"), forwarded("stray")).unwrap();
+    let r = peer_post(&format!("{fp_url}/internal/v1/propose"), forwarded("stray")).unwrap();
     assert_eq!(r.status, 503, "{r:?}");
     assert_eq!(
         r.body["message"],
         json!("leadership moved while the request was forwarded; retry")
     );
-    let r = post(
-        &format!("{f_url}/internal/v1/propose-batch"),
+    let r = peer_post(
+        &format!("{fp_url}/internal/v1/propose-batch"),
         json!({"requests": [forwarded("stray"), forwarded("stray2")]}),
     )
     .unwrap();
@@ -179,7 +181,11 @@ fn a_follower_forwards_a_write_once_and_a_forwarded_write_is_never_forwarded_aga
     }
 
     // On the leader the same route proposes.
-    let r = post(&format!("{l_url}/internal/v1/propose"), forwarded("direct")).unwrap();
+    let r = peer_post(
+        &format!("{lp_url}/internal/v1/propose"),
+        forwarded("direct"),
+    )
+    .unwrap();
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body, json!({"ok": "project_created"}));
     assert_eq!(counts(), before, "the leader forwarded nothing");
@@ -193,14 +199,14 @@ fn a_follower_forwards_a_write_once_and_a_forwarded_write_is_never_forwarded_aga
     let spec = cluster.nodes[&other].spec.clone();
     let r = post(
         &format!("{f_url}/api/v1/cluster/learners"),
-        json!({"id": other, "rest": spec.rest, "grpc": spec.grpc}),
+        json!({"id": other, "rest": spec.rest, "grpc": spec.grpc, "peer": spec.peer}),
     )
     .unwrap();
     assert_eq!(r.status, 200, "relayed to the leader: {r:?}");
     assert_eq!(r.body["members"].as_array().map(Vec::len), Some(3), "{r:?}");
-    let r = post(
-        &format!("{f_url}/internal/v1/membership"),
-        json!({"add_learner": {"id": other, "addr": {"rest": spec.rest, "grpc": spec.grpc}}}),
+    let r = peer_post(
+        &format!("{fp_url}/internal/v1/membership"),
+        json!({"add_learner": {"id": other, "addr": {"rest": spec.rest, "grpc": spec.grpc, "peer": spec.peer}}}),
     )
     .unwrap();
     assert_eq!(
@@ -416,9 +422,15 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
     let follower_grpc = cluster.nodes[&follower].spec.grpc.clone();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let mut direct = WorkerServiceClient::connect(format!("http://{follower_grpc}"))
+        // The gRPC listener requires a certificate: this test speaks as worker w-grpc.
+        let worker = worker_credentials("w-grpc", &cluster.dir.path().join("w-grpc"));
+        let connector = worker.grpc_connector().expect("tls").expect("connector");
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{follower_grpc}"))
+            .expect("endpoint")
+            .connect_with_connector(connector)
             .await
             .expect("connect to the follower");
+        let mut direct = WorkerServiceClient::new(channel);
         let refusal = direct
             .heartbeat(pb::WorkerHeartbeatRequest {
                 worker: "w-grpc".into(),
@@ -430,7 +442,8 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
         assert_eq!(named.as_deref(), Some(leader_grpc.as_str()));
 
         // A client that only knows the follower follows the refusal to the leader.
-        let rest = squadron_client::SquadronClient::new(vec![cluster.url(follower)]);
+        let rest = squadron_client::SquadronClient::secured(vec![cluster.url(follower)], &worker)
+            .expect("client");
         let grpc = squadron_client::GrpcLeader::new(rest);
         assert!(grpc.on_error(&refusal).await, "the redirect was followed");
         let (addr, channel) = grpc.channel().await.expect("channel");
@@ -455,7 +468,8 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
             .expect("heartbeat on the leader");
 
         // Without a redirect in hand, discovery through any node's REST status finds it too.
-        let rest = squadron_client::SquadronClient::new(vec![cluster.url(follower)]);
+        let rest = squadron_client::SquadronClient::secured(vec![cluster.url(follower)], &worker)
+            .expect("client");
         let (found, _) = squadron_client::GrpcLeader::new(rest)
             .channel()
             .await

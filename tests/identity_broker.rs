@@ -33,9 +33,7 @@ fn a_stale_generation_cannot_commit_and_the_new_one_can() {
     let repo = git_repo(cluster.dir.path());
     let broker = GitBroker::open(
         &cluster.dir.path().join("broker-state"),
-        Arc::new(ControlFence::new(squadron_client::SquadronClient::new(
-            cluster.urls(),
-        ))),
+        Arc::new(ControlFence::new(cluster.client(cluster.urls()))),
     )
     .expect("broker");
     broker.register_profile(profile, &repo).expect("register");

@@ -19,8 +19,8 @@ use support::*;
 
 const README: &str = include_str!("../README.md");
 /// `squadron dev`'s default REST address (the tour's lines use the CLI's default endpoint).
-const DEV_URL: &str = "http://127.0.0.1:8120";
-const DEV_PORTS: [u16; 3] = [8120, 8121, 8130];
+const DEV_URL: &str = "https://127.0.0.1:8120";
+const DEV_PORTS: [u16; 4] = [8120, 8121, 8122, 8130];
 /// The local worker `squadron dev` starts.
 const DEV_WORKER: &str = "dev-worker";
 const DEV_START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -86,6 +86,20 @@ impl Dev {
             worker_data: dir.join(".squadron").join("worker"),
         };
         let worker = format!("{DEV_URL}/api/v1/workers/{DEV_WORKER}");
+        // `squadron dev` makes its CA and admin token on first start; the harness reads them
+        // where the CLI of the tour finds them.
+        let (ca, token) = (
+            dir.join(".squadron/pki/ca.pem"),
+            dir.join(".squadron/admin.token"),
+        );
+        wait_until(DEV_START_TIMEOUT, || ca.exists() && token.exists())
+            .unwrap_or_else(|_| panic!("squadron dev made no CA; log:\n{}", dev.log_tail()));
+        std::thread::sleep(Duration::from_millis(200));
+        pki().register_foreign(
+            "127.0.0.1:8120",
+            &std::fs::read_to_string(&ca).expect("dev CA"),
+            &std::fs::read_to_string(&token).expect("dev token"),
+        );
         wait_until(DEV_START_TIMEOUT, || {
             http_ok(&format!("{DEV_URL}/readyz"))
                 && http_get(&worker).is_ok_and(|w| w["status"] == "alive")

@@ -466,9 +466,9 @@ fn websocket_stream(env: &Env) {
     );
     let ws_url = format!(
         "{}/ws/tasks/{id}/stream",
-        env.any(2).replacen("http://", "ws://", 1)
+        env.any(2).replacen("https://", "wss://", 1)
     );
-    let (mut socket, _) = tungstenite::connect(ws_url.as_str()).expect("websocket");
+    let (mut socket, _) = websocket(&ws_url);
     let mut output = String::new();
     let mut last: Value = Value::Null;
     loop {
@@ -505,7 +505,7 @@ fn cli_submit_wait_json(env: &Env) {
     )
     .expect("write");
     let endpoints = env.urls.join(",");
-    let out = std::process::Command::new(BIN)
+    let out = cli(&env.urls[0])
         .args([
             "--endpoint",
             &endpoints,
@@ -528,13 +528,13 @@ fn cli_submit_wait_json(env: &Env) {
     assert_eq!(t["exit_code"], 0);
     let id = t["id"].as_u64().expect("id");
     assert!(names(&t).contains(&format!("{id}.patch")), "{t:#}");
-    let logs = std::process::Command::new(BIN)
+    let logs = cli(&env.urls[0])
         .args(["--endpoint", &endpoints, "task", "logs", &id.to_string()])
         .output()
         .expect("task logs");
     assert_eq!(String::from_utf8_lossy(&logs.stdout), "from-the-cli\n");
     let dest = dir.path().join("patch");
-    let dl = std::process::Command::new(BIN)
+    let dl = cli(&env.urls[0])
         .args([
             "--endpoint",
             &endpoints,

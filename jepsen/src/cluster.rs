@@ -5,9 +5,9 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use squadron_client::{ClusterStatus, Consistency, SquadronClient};
+use squadron_client::{ClusterStatus, Consistency, Credentials, SquadronClient};
 
-use crate::netns::{NamespaceNet, NetError, NODE_GRPC_PORT, NODE_REST_PORT};
+use crate::netns::{NamespaceNet, NetError, NODE_GRPC_PORT, NODE_PEER_PORT, NODE_REST_PORT};
 use crate::node::{NodeError, NodeProcess, NodeSpec};
 use crate::node_final::NodeFinal;
 
@@ -60,6 +60,46 @@ pub enum ClusterError {
     },
     #[error("node {0} is not part of this cluster")]
     UnknownNode(u64),
+    #[error("`squadron init`: {0}")]
+    Init(String),
+}
+
+/// Runs `squadron init` over the nodes' configs: the CA, node certificates and an admin token
+/// (written under `dir`); returns the credentials clients use.
+fn init_pki(
+    dir: &Path,
+    bin: &Path,
+    nodes: &BTreeMap<u64, NodeProcess>,
+) -> Result<Credentials, ClusterError> {
+    let token = dir.join("admin.token");
+    let out = std::process::Command::new(bin)
+        .arg("init")
+        .args(nodes.values().map(|n| &n.config))
+        .arg("--admin-token-file")
+        .arg(&token)
+        .output()
+        .map_err(|e| ClusterError::Init(e.to_string()))?;
+    if !out.status.success() {
+        return Err(ClusterError::Init(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    let first = nodes.values().next().ok_or(ClusterError::UnknownNode(1))?;
+    let ca = std::fs::read_to_string(first.dir.join("data/pki/ca.pem"))
+        .map_err(|e| ClusterError::Init(format!("reading the CA: {e}")))?;
+    let token = std::fs::read_to_string(&token)
+        .map_err(|e| ClusterError::Init(format!("reading the admin token: {e}")))?;
+    Credentials::operator(&ca, Some(token)).map_err(|e| ClusterError::Init(e.to_string()))
+}
+
+fn client_of(
+    credentials: &Credentials,
+    endpoints: Vec<String>,
+    request: Duration,
+    connect: Duration,
+) -> Result<SquadronClient, ClusterError> {
+    SquadronClient::secured_with_timeouts(endpoints, credentials, request, connect)
+        .map_err(|e| ClusterError::Init(e.to_string()))
 }
 
 fn free_port() -> Result<u16, ClusterError> {
@@ -80,6 +120,8 @@ pub struct Cluster {
     pub net_note: Option<String>,
     /// Whether the nodes run under libfaketime (clock faults possible).
     pub faketime: bool,
+    /// The cluster CA and the admin token `squadron init` made for this run.
+    pub credentials: Credentials,
     http: SquadronClient,
 }
 
@@ -116,11 +158,13 @@ impl Cluster {
                     id,
                     rest: format!("{}:{NODE_REST_PORT}", net.address(id)),
                     grpc: format!("{}:{NODE_GRPC_PORT}", net.address(id)),
+                    peer: format!("{}:{NODE_PEER_PORT}", net.address(id)),
                 },
                 None => NodeSpec {
                     id,
                     rest: format!("127.0.0.1:{}", free_port()?),
                     grpc: format!("127.0.0.1:{}", free_port()?),
+                    peer: format!("127.0.0.1:{}", free_port()?),
                 },
             });
         }
@@ -150,19 +194,32 @@ impl Cluster {
             }
             nodes.insert(spec.id, node);
         }
-        let http = SquadronClient::with_timeouts(
+        let credentials = init_pki(dir, bin, &nodes)?;
+        let http = client_of(
+            &credentials,
             Vec::new(),
             Duration::from_millis(STATUS_TIMEOUT_MS),
             Duration::from_millis(STATUS_TIMEOUT_MS),
-        );
+        )?;
         Ok(Self {
             bin: bin.into(),
             nodes,
             net,
             net_note,
+            credentials,
             http,
             faketime: faketime.is_some(),
         })
+    }
+
+    /// A client of `endpoints` with this run's CA and admin token.
+    pub fn client(
+        &self,
+        endpoints: Vec<String>,
+        request: Duration,
+        connect: Duration,
+    ) -> Result<SquadronClient, ClusterError> {
+        client_of(&self.credentials, endpoints, request, connect)
     }
 
     /// Sets node `id`'s wall-clock offset (libfaketime syntax: `+30s`, `-2m`, `+0`).

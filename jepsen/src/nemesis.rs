@@ -261,7 +261,14 @@ impl Nemesis {
             .iter()
             .filter_map(|i| cluster.nodes.get(i).map(|n| n.url()))
             .collect();
-        SquadronClient::new(endpoints)
+        // Same CA and token as every client of the run; the default timeouts.
+        cluster
+            .client(
+                endpoints,
+                squadron_client::REQUEST_TIMEOUT_DEFAULT,
+                squadron_client::CONNECT_TIMEOUT_DEFAULT,
+            )
+            .unwrap_or_else(|_| SquadronClient::new(Vec::new()))
     }
 
     fn cut(
@@ -335,6 +342,7 @@ impl Nemesis {
                 id: v,
                 rest: spec.rest.clone(),
                 grpc: spec.grpc.clone(),
+                peer: spec.peer.clone(),
             };
             // The cluster may be between leaders right after the removal: retry, bounded.
             let deadline = Instant::now() + Duration::from_millis(MEMBERSHIP_RETRY_MS_MAX);

@@ -15,6 +15,8 @@ pub const NAME_PREFIX: &str = "sqj";
 pub const NODE_REST_PORT: u16 = 8120;
 /// The port every node listens on for gRPC inside its namespace.
 pub const NODE_GRPC_PORT: u16 = 8320;
+/// The port every node listens on for its peers (Raft, the node-to-node protocol).
+pub const NODE_PEER_PORT: u16 = 8420;
 /// Most nodes one network holds (host octets 1..=this; the bridge is .254).
 pub const NODES_MAX: u64 = 9;
 

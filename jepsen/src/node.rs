@@ -15,6 +15,8 @@ pub struct NodeSpec {
     pub rest: String,
     /// `host:port` of gRPC.
     pub grpc: String,
+    /// `host:port` of the peer listener.
+    pub peer: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,8 +71,8 @@ impl NodeProcess {
             .iter()
             .map(|m| {
                 format!(
-                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\n\n",
-                    m.id, m.rest, m.grpc
+                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\npeer = \"{}\"\n\n",
+                    m.id, m.rest, m.grpc, m.peer
                 )
             })
             .collect();
@@ -78,12 +80,14 @@ impl NodeProcess {
         // runs often so expiries are prompt.
         let text = format!(
             "node_id = {id}\ncluster_name = \"jepsen\"\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\n\
+             peer_listen = \"{peer}\"\n\
              data_dir = \"data\"\n\n{members}[raft]\nheartbeat_interval_ms = 100\n\
              election_timeout_min_ms = 500\nelection_timeout_max_ms = 1000\n\n\
              [server]\nrequest_timeout_ms = 4000\n",
             id = spec.id,
             rest = spec.rest,
             grpc = spec.grpc,
+            peer = spec.peer,
         );
         let config = dir.join("node.toml");
         std::fs::write(&config, text).map_err(|e| write_err(&config, e))?;
@@ -100,7 +104,7 @@ impl NodeProcess {
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.spec.rest)
+        format!("https://{}", self.spec.rest)
     }
 
     pub fn is_running(&self) -> bool {

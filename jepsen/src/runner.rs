@@ -153,11 +153,11 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     )?;
     cluster.start_all().await?;
     let endpoints = cluster.endpoints();
-    let admin = SquadronClient::with_timeouts(
+    let admin = cluster.client(
         endpoints.clone(),
         Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
         Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
-    );
+    )?;
     let mut ctx = setup(cfg.workload, &admin).await?;
     ctx.reads = cfg.reads;
     let ctx = Arc::new(ctx);

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+mod tls;
+
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -10,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+#[allow(unused_imports)]
+pub use tls::{pki, presenting};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_squadron");
 
@@ -26,6 +30,19 @@ pub struct NodeSpec {
     pub id: u64,
     pub rest: String,
     pub grpc: String,
+    pub peer: String,
+}
+
+impl NodeSpec {
+    /// A node on free loopback ports.
+    pub fn loopback(id: u64) -> Self {
+        NodeSpec {
+            id,
+            rest: format!("127.0.0.1:{}", free_port()),
+            grpc: format!("127.0.0.1:{}", free_port()),
+            peer: format!("127.0.0.1:{}", free_port()),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -38,7 +55,7 @@ pub struct Node {
 
 impl Node {
     pub fn url(&self) -> String {
-        format!("http://{}", self.spec.rest)
+        format!("https://{}", self.spec.rest)
     }
 }
 
@@ -74,13 +91,7 @@ impl Cluster {
 
     pub fn start_with(n: u64, options: ClusterOptions) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
-        let specs: Vec<NodeSpec> = (1..=n)
-            .map(|id| NodeSpec {
-                id,
-                rest: format!("127.0.0.1:{}", free_port()),
-                grpc: format!("127.0.0.1:{}", free_port()),
-            })
-            .collect();
+        let specs: Vec<NodeSpec> = (1..=n).map(NodeSpec::loopback).collect();
         let mut cluster = Cluster {
             dir,
             nodes: BTreeMap::new(),
@@ -90,6 +101,8 @@ impl Cluster {
             let node = cluster.write_node(spec.clone(), &specs);
             cluster.nodes.insert(spec.id, node);
         }
+        let configs: Vec<PathBuf> = cluster.nodes.values().map(|n| n.config.clone()).collect();
+        cluster.init_pki(&configs, &cluster.admin_token_file());
         for id in 1..=n {
             cluster.start_node(id);
         }
@@ -104,19 +117,21 @@ impl Cluster {
             .iter()
             .map(|m| {
                 format!(
-                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\n\n",
-                    m.id, m.rest, m.grpc
+                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\npeer = \"{}\"\n\n",
+                    m.id, m.rest, m.grpc, m.peer
                 )
             })
             .collect();
         let o = &self.options;
         let text = format!(
-            "node_id = {id}\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\ndata_dir = \"data\"\n\n\
+            "node_id = {id}\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\n\
+             data_dir = \"data\"\n\n\
              {members}[raft]\nsnapshot_after_entries = {snap}\nmax_in_snapshot_log_to_keep = {keep}\n\n\
              [server]\nsweep_interval_ms = {sweep}\n",
             id = spec.id,
             rest = spec.rest,
             grpc = spec.grpc,
+            peer = spec.peer,
             snap = o.snapshot_after_entries,
             keep = o.keep_entries_after_snapshot,
             sweep = o.sweep_interval_ms,
@@ -134,15 +149,62 @@ impl Cluster {
     /// Adds a node that is not part of the initial members (to join as a learner).
     pub fn add_node(&mut self) -> u64 {
         let id = self.nodes.keys().max().copied().unwrap_or(0) + 1;
-        let spec = NodeSpec {
-            id,
-            rest: format!("127.0.0.1:{}", free_port()),
-            grpc: format!("127.0.0.1:{}", free_port()),
-        };
-        let node = self.write_node(spec, &[]);
+        let node = self.write_node(NodeSpec::loopback(id), &[]);
+        let config = node.config.clone();
         self.nodes.insert(id, node);
+        // Its certificate from the same CA; the token `init` makes for it stays unused (the
+        // cluster's admin token was made when it started).
+        let unused = self
+            .dir
+            .path()
+            .join(format!("node{id}"))
+            .join("unused.token");
+        self.init_pki(&[config], &unused);
         self.start_node(id);
         id
+    }
+
+    /// The cluster's first admin token, written by `squadron init`.
+    pub fn admin_token_file(&self) -> PathBuf {
+        self.dir.path().join("admin.token")
+    }
+
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.admin_token_file())
+            .expect("admin token")
+            .trim()
+            .to_string()
+    }
+
+    /// `squadron init` over `configs` with the process's test CA; every node's REST address
+    /// is then known to carry the cluster's admin token.
+    fn init_pki(&self, configs: &[PathBuf], token_file: &Path) {
+        let pki = pki();
+        let out = Command::new(BIN)
+            .arg("init")
+            .args(configs)
+            .arg("--ca-cert")
+            .arg(&pki.ca_cert)
+            .arg("--ca-key")
+            .arg(&pki.ca_key)
+            .arg("--admin-token-file")
+            .arg(token_file)
+            .output()
+            .expect("squadron init");
+        assert!(
+            out.status.success(),
+            "squadron init: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let token = self.admin_token();
+        for n in self.nodes.values() {
+            pki.register_token(&n.spec.rest, &token);
+        }
+    }
+
+    /// A typed client of these REST URLs with the cluster's CA and admin token.
+    pub fn client(&self, urls: Vec<String>) -> squadron_client::SquadronClient {
+        client(urls)
     }
 
     pub fn start_node(&mut self, id: u64) {
@@ -177,6 +239,11 @@ impl Cluster {
 
     pub fn url(&self, id: u64) -> String {
         self.nodes[&id].url()
+    }
+
+    /// `https://` of node `id`'s peer listener (node certificates only).
+    pub fn peer_url(&self, id: u64) -> String {
+        format!("https://{}", self.nodes[&id].spec.peer)
     }
 
     pub fn urls(&self) -> Vec<String> {
@@ -283,20 +350,71 @@ pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Result<(), 
     Err(())
 }
 
-fn agent() -> ureq::Agent {
+/// An HTTPS agent trusting the test CA (or the node's own), without a client certificate
+/// (an operator).
+fn agent_for(url: &str) -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
+        .tls_config(pki().operator_for(url))
         .build()
+}
+
+/// An agent presenting the harness's node certificate (a worker's output server admits
+/// only nodes).
+pub fn node_agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .tls_config(pki().as_node.clone())
+        .build()
+}
+
+/// A request with the admin token of the cluster `url` belongs to, as every client sends.
+pub fn request(method: &str, url: &str) -> ureq::Request {
+    let req = agent_for(url).request(method, url);
+    match pki().token_for(url) {
+        Some(t) => req.set("Authorization", &format!("Bearer {t}")),
+        None => req,
+    }
+}
+
+/// The `squadron` CLI as an operator of the cluster at `url` runs it: the test CA in
+/// `SQUADRON_CACERT`, the cluster's admin token in `SQUADRON_TOKEN`.
+pub fn cli(url: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command.env("SQUADRON_CACERT", &pki().ca_cert);
+    if let Some(t) = pki().token_for(url) {
+        command.env("SQUADRON_TOKEN", t);
+    }
+    command
+}
+
+/// A typed client of REST URLs with the test CA and their cluster's admin token.
+pub fn client(urls: Vec<String>) -> squadron_client::SquadronClient {
+    client_with_timeouts(
+        urls,
+        squadron_client::REQUEST_TIMEOUT_DEFAULT,
+        squadron_client::CONNECT_TIMEOUT_DEFAULT,
+    )
+}
+
+pub fn client_with_timeouts(
+    urls: Vec<String>,
+    request: Duration,
+    connect: Duration,
+) -> squadron_client::SquadronClient {
+    let credentials = pki().operator_credentials(urls.first().map_or("", String::as_str));
+    squadron_client::SquadronClient::secured_with_timeouts(urls, &credentials, request, connect)
+        .expect("client")
 }
 
 /// True when a GET answers 2xx, whatever the body.
 pub fn http_ok(url: &str) -> bool {
-    agent().get(url).call().is_ok()
+    request("GET", url).call().is_ok()
 }
 
 /// GET a JSON document; Err carries status and body for non-2xx.
 pub fn http_get(url: &str) -> Result<Value, String> {
-    match agent().get(url).call() {
+    match request("GET", url).call() {
         Ok(r) => r.into_json().map_err(|e| e.to_string()),
         Err(ureq::Error::Status(code, r)) => {
             Err(format!("{code} {}", r.into_string().unwrap_or_default()))
@@ -324,7 +442,7 @@ pub fn http_send(
     body: Option<Value>,
     key: Option<&str>,
 ) -> Result<Reply, String> {
-    let mut req = agent().request(method, url);
+    let mut req = request(method, url);
     if let Some(k) = key {
         req = req.set("Idempotency-Key", k);
     }
@@ -343,7 +461,7 @@ pub fn http_send_raw(
     headers: &[(&str, &str)],
     body: Option<(&str, &str)>,
 ) -> Result<Reply, String> {
-    let mut req = agent().request(method, url);
+    let mut req = request(method, url);
     for (name, value) in headers {
         req = req.set(name, value);
     }
@@ -371,6 +489,67 @@ fn reply(res: Result<ureq::Response, ureq::Error>) -> Result<Reply, String> {
 
 pub fn post(url: &str, body: Value) -> Result<Reply, String> {
     http_send("POST", url, Some(body), None)
+}
+
+/// An agent with a client configuration of the test's choosing.
+pub fn agent_with(config: std::sync::Arc<rustls::ClientConfig>) -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .tls_config(config)
+        .build()
+}
+
+/// A POST to a peer listener, presenting the harness's node certificate.
+pub fn peer_post(url: &str, body: Value) -> Result<Reply, String> {
+    reply(node_agent().post(url).send_json(body))
+}
+
+pub fn reply(res: Result<ureq::Response, ureq::Error>) -> Result<Reply, String> {
+    match res {
+        Ok(r) => Ok(Reply {
+            status: r.status(),
+            body: r.into_json().unwrap_or(Value::Null),
+        }),
+        Err(ureq::Error::Status(code, r)) => Ok(Reply {
+            status: code,
+            body: r.into_json().unwrap_or(Value::Null),
+        }),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Credentials of worker `id` (a certificate issued by the test CA into `dir`).
+pub fn worker_credentials(id: &str, dir: &Path) -> squadron_client::Credentials {
+    squadron_client::Credentials::identity(pki().issue_worker(id, dir))
+}
+
+/// A WebSocket over TLS (`wss://`) with the test CA and the cluster's admin token.
+pub fn websocket(
+    url: &str,
+) -> (
+    tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<std::net::TcpStream>>,
+    tungstenite::handshake::client::Response,
+) {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().expect("ws request");
+    let https = url.replacen("wss://", "https://", 1);
+    if let Some(t) = pki().token_for(&https) {
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {t}").parse().expect("header"),
+        );
+    }
+    let uri = request.uri().clone();
+    let host = uri.host().expect("host");
+    let port = uri.port_u16().unwrap_or(443);
+    let tcp = std::net::TcpStream::connect((host, port)).expect("connect");
+    tungstenite::client_tls_with_config(
+        request,
+        tcp,
+        None,
+        Some(tungstenite::Connector::Rustls(pki().operator.clone())),
+    )
+    .expect("websocket")
 }
 
 /// Sets up a project with a sandbox on a registered worker and `profiles` profiles; returns
@@ -458,6 +637,7 @@ impl WorkerProc {
     ) -> Self {
         let base = dir.join(format!("worker-{id}"));
         std::fs::create_dir_all(&base).expect("worker dir");
+        pki().issue_worker(id, &base.join("pki"));
         let mut w = WorkerProc {
             id: id.to_string(),
             data_dir: base.join("data"),
@@ -489,6 +669,8 @@ impl WorkerProc {
                 "50",
             ])
             .args(["--control", &self.control.join(",")])
+            .arg("--cert-dir")
+            .arg(self.data_dir.parent().expect("worker base").join("pki"))
             .args(&self.extra_args)
             .env("RUST_LOG", "info,squadron_worker=debug")
             // Not on the allowlist: a sandbox must never see it.
@@ -501,7 +683,10 @@ impl WorkerProc {
         let url = format!("{}/api/v1/workers/{}", self.control[0], self.id);
         let listen = self.listen.clone();
         wait_until(Duration::from_secs(30), || {
-            http_ok(&format!("http://{listen}/healthz"))
+            node_agent()
+                .get(&format!("https://{listen}/healthz"))
+                .call()
+                .is_ok()
                 && http_get(&url).is_ok_and(|w| w["status"] == "alive")
         })
         .unwrap_or_else(|_| {
@@ -633,8 +818,7 @@ pub fn git_repo(dir: &Path) -> PathBuf {
 
 /// Submits a YAML manifest.
 pub fn submit_yaml(url: &str, yaml: &str) -> Reply {
-    let res = agent()
-        .post(&format!("{url}/api/v1/tasks"))
+    let res = request("POST", &format!("{url}/api/v1/tasks"))
         .set("Content-Type", "application/yaml")
         .send_string(yaml);
     match res {
@@ -670,7 +854,7 @@ pub fn wait_task_state(url: &str, id: u64, states: &[&str], timeout: Duration) -
 
 /// Plain-text GET (logs, artifacts).
 pub fn http_text(url: &str) -> Result<(u16, String), String> {
-    match agent().get(url).call() {
+    match request("GET", url).call() {
         Ok(r) => {
             let status = r.status();
             Ok((status, r.into_string().unwrap_or_default()))

@@ -212,13 +212,14 @@ fn compare_memory(squadron: &Option<SystemRun>, etcd: &Option<SystemRun>) -> Mem
 }
 
 /// Every node's batching counters, summed; `None` if a node did not answer.
-async fn squadron_internals(endpoints: &[String]) -> Option<SquadronInternals> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .ok()?;
+async fn squadron_internals(endpoints: &squadron_load::Endpoints) -> Option<SquadronInternals> {
+    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(5));
+    if let Some(tls) = endpoints.credentials.tls_config().ok()? {
+        http = http.use_preconfigured_tls(tls);
+    }
+    let http = http.build().ok()?;
     let mut sum = SquadronInternals::default();
-    for e in endpoints {
+    for e in &endpoints.urls {
         let text = http
             .get(format!("{}/metrics", e.trim_end_matches('/')))
             .send()
@@ -300,7 +301,7 @@ async fn squadron_failover(
     opts: &CompareOptions,
     cluster: &mut SquadronCluster,
     data: &squadron_load::SquadronData,
-    endpoints: &[String],
+    endpoints: &squadron_load::Endpoints,
 ) -> Result<FailoverResult, BenchError> {
     let leader = cluster
         .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))

@@ -6,10 +6,11 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use backon::{ConstantBuilder, RetryableWithContext};
-use squadron_client::{Consistency, SquadronClient};
+use squadron_client::{Consistency, Credentials, SquadronClient};
 
 use crate::error::BenchError;
 use crate::process::{free_port, NodeMemory, NodeProcess};
+use crate::squadron_load::Endpoints;
 
 /// How long a cluster may take to start and agree on a leader (generous: the machine is
 /// shared and small).
@@ -47,10 +48,43 @@ async fn look(
     }
 }
 
+/// `squadron init` over the nodes' configs (CA, node certificates, admin token under `dir`);
+/// the credentials the benchmark's clients present.
+fn init_pki(
+    bin: &Path,
+    dir: &Path,
+    configs: &[(u64, String, std::path::PathBuf, std::path::PathBuf)],
+) -> Result<Credentials, BenchError> {
+    let token_file = dir.join("squadron-admin.token");
+    let failed = |message: String| BenchError::Startup {
+        system: "squadron",
+        message: format!("squadron init: {message}"),
+        logs: String::new(),
+    };
+    let out = Command::new(bin)
+        .arg("init")
+        .args(configs.iter().map(|c| &c.3))
+        .arg("--admin-token-file")
+        .arg(&token_file)
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    if !out.status.success() {
+        return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let first = configs.first().ok_or_else(|| failed("no nodes".into()))?;
+    let ca_path = first.2.join("data/pki/ca.pem");
+    let ca = std::fs::read_to_string(&ca_path).map_err(|e| BenchError::io("read", &ca_path, e))?;
+    let token =
+        std::fs::read_to_string(&token_file).map_err(|e| BenchError::io("read", &token_file, e))?;
+    Credentials::operator(&ca, Some(token)).map_err(|e| failed(e.to_string()))
+}
+
 /// A running Squadron cluster; dropping it kills every node.
 #[derive(Debug)]
 pub(crate) struct SquadronCluster {
     nodes: Vec<SquadronNode>,
+    /// The CA and admin token `squadron init` made for this cluster.
+    credentials: Credentials,
 }
 
 impl SquadronCluster {
@@ -62,29 +96,42 @@ impl SquadronCluster {
                 id,
                 format!("127.0.0.1:{}", free_port()?),
                 format!("127.0.0.1:{}", free_port()?),
+                format!("127.0.0.1:{}", free_port()?),
             ));
         }
         let initial: String = members
             .iter()
-            .map(|(id, rest, grpc)| {
-                format!("[[initial_members]]\nid = {id}\nrest = \"{rest}\"\ngrpc = \"{grpc}\"\n\n")
+            .map(|(id, rest, grpc, peer)| {
+                format!(
+                    "[[initial_members]]\nid = {id}\nrest = \"{rest}\"\ngrpc = \"{grpc}\"\n\
+                     peer = \"{peer}\"\n\n"
+                )
             })
             .collect();
-        let mut cluster = SquadronCluster { nodes: Vec::new() };
-        for (id, rest, grpc) in &members {
+        let mut configs = Vec::new();
+        for (id, rest, grpc, peer) in &members {
             let base = dir.join(format!("squadron-node{id}"));
             std::fs::create_dir_all(&base).map_err(|e| BenchError::io("create", &base, e))?;
             // Durable defaults: the store syncs every log append; nothing here relaxes it.
             let config = format!(
                 "node_id = {id}\ncluster_name = \"squadron-bench\"\nrest_listen = \"{rest}\"\n\
-                 grpc_listen = \"{grpc}\"\ndata_dir = \"data\"\n\n{initial}"
+                 grpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\ndata_dir = \"data\"\n\n\
+                 {initial}"
             );
             let path = base.join("node.toml");
             std::fs::write(&path, config).map_err(|e| BenchError::io("write", &path, e))?;
+            configs.push((*id, rest.clone(), base, path));
+        }
+        let credentials = init_pki(bin, dir, &configs)?;
+        let mut cluster = SquadronCluster {
+            nodes: Vec::new(),
+            credentials,
+        };
+        for (id, rest, base, path) in &configs {
             let mut command = Command::new(bin);
             command
                 .args(["server", "--config"])
-                .arg(&path)
+                .arg(path)
                 .env("RUST_LOG", "warn");
             let process = NodeProcess::spawn(
                 format!("squadron node {id}"),
@@ -103,13 +150,17 @@ impl SquadronCluster {
         Ok(cluster)
     }
 
-    /// `http://host:port` of every running node.
-    pub(crate) fn endpoints(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .filter(|n| n.process.running())
-            .map(|n| format!("http://{}", n.rest))
-            .collect()
+    /// `https://host:port` of every running node, with the cluster's credentials.
+    pub(crate) fn endpoints(&self) -> Endpoints {
+        Endpoints {
+            urls: self
+                .nodes
+                .iter()
+                .filter(|n| n.process.running())
+                .map(|n| format!("https://{}", n.rest))
+                .collect(),
+            credentials: self.credentials.clone(),
+        }
     }
 
     /// Waits until every running node names the same running leader.
@@ -145,11 +196,13 @@ impl SquadronCluster {
         }
         let mut seen = Vec::new();
         for node in self.nodes.iter().filter(|n| n.process.running()) {
-            let client = SquadronClient::with_timeouts(
+            let client = SquadronClient::secured_with_timeouts(
                 vec![node.rest.clone()],
+                &self.credentials,
                 Duration::from_millis(STATUS_TIMEOUT_MS),
                 Duration::from_millis(STATUS_TIMEOUT_MS),
-            );
+            )
+            .map_err(|e| LeaderWait::Exited(e.to_string()))?;
             match client.cluster_status(Consistency::Stale).await {
                 Ok(s) => seen.push(s.leader),
                 Err(e) => {

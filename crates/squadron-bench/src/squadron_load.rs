@@ -205,17 +205,26 @@ async fn project(
     Ok(ids)
 }
 
+/// A Squadron cluster's REST endpoints (`https://host:port`) and the credentials its
+/// clients present (the run's CA and admin token).
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoints {
+    pub(crate) urls: Vec<String>,
+    pub(crate) credentials: squadron_client::Credentials,
+}
+
 /// A client of its own (own connection pool) whose first endpoint is node `i % n`.
-pub(crate) fn client_for(endpoints: &[String], i: usize) -> SquadronClient {
-    let mut rotated = endpoints.to_vec();
+pub(crate) fn client_for(endpoints: &Endpoints, i: usize) -> SquadronClient {
+    let mut rotated = endpoints.urls.clone();
     if !rotated.is_empty() {
-        rotated.rotate_left(i % endpoints.len());
+        rotated.rotate_left(i % endpoints.urls.len());
     }
-    SquadronClient::with_timeouts(
-        rotated,
+    let (request, connect) = (
         Duration::from_millis(REQUEST_TIMEOUT_MS),
         Duration::from_millis(CONNECT_TIMEOUT_MS),
-    )
+    );
+    SquadronClient::secured_with_timeouts(rotated.clone(), &endpoints.credentials, request, connect)
+        .unwrap_or_else(|_| SquadronClient::with_timeouts(rotated, request, connect))
 }
 
 /// Tasks listed per page when the submitted tasks are cancelled after a point.
@@ -229,7 +238,7 @@ pub(crate) const DRAIN_PAGES_MAX: usize = 1_000;
 /// starts with an empty queue: Squadron bounds its pending queue (100,000 tasks), and without
 /// this the later points would measure that bound rather than submission. The cancelled
 /// tasks stay in the state as terminal records, as etcd keeps the keys it was given.
-pub(crate) async fn drain_submitted(endpoints: &[String]) -> Result<u64, BenchError> {
+pub(crate) async fn drain_submitted(endpoints: &Endpoints) -> Result<u64, BenchError> {
     let client = client_for(endpoints, 0);
     let mut cancelled = 0u64;
     for _ in 0..DRAIN_PAGES_MAX {
@@ -293,7 +302,7 @@ fn probe_ok(probe: &Option<Arc<FailoverProbe>>, started: Instant) {
 /// operation, on the client's own profile.
 pub(crate) fn lease_cycle(
     data: &SquadronData,
-    endpoints: &[String],
+    endpoints: &Endpoints,
     i: usize,
     mut rec: Recorder,
     probe: Option<Arc<FailoverProbe>>,
@@ -419,7 +428,7 @@ enum Admission {
 /// released at once.
 pub(crate) fn capacity(
     data: &SquadronData,
-    endpoints: &[String],
+    endpoints: &Endpoints,
     i: usize,
     seed: u64,
     mut rec: Recorder,
@@ -512,7 +521,7 @@ async fn admit(
 /// Linearizable read of a random capacity profile.
 pub(crate) fn read(
     data: &SquadronData,
-    endpoints: &[String],
+    endpoints: &Endpoints,
     i: usize,
     seed: u64,
     mut rec: Recorder,
@@ -539,7 +548,7 @@ pub(crate) fn read(
 
 /// Task submission of a small manifest.
 pub(crate) fn submit(
-    endpoints: &[String],
+    endpoints: &Endpoints,
     i: usize,
     mut rec: Recorder,
 ) -> impl std::future::Future<Output = Recorder> + Send + 'static {

@@ -42,7 +42,7 @@ impl GrpcLeader {
             return Ok((addr.clone(), ch.clone()));
         }
         let addr = self.discover().await?;
-        let ch = connect(&addr).map_err(ClientError::Invalid)?;
+        let ch = connect(&addr, &self.rest).map_err(ClientError::Invalid)?;
         *current = Some((addr.clone(), ch.clone()));
         Ok((addr, ch))
     }
@@ -54,7 +54,7 @@ impl GrpcLeader {
         let mut current = self.current.lock().await;
         *current = None;
         if let Some(addr) = redirect_of(status) {
-            if let Ok(ch) = connect(&addr) {
+            if let Ok(ch) = connect(&addr, &self.rest) {
                 *current = Some((addr, ch));
                 return true;
             }
@@ -108,18 +108,24 @@ pub fn redirect_of(status: &tonic::Status) -> Option<String> {
     (!v.is_empty() && v.len() <= LEADER_ADDRESS_BYTES_MAX).then(|| v.to_string())
 }
 
-/// The error is a message: `ClientError` is too large for a synchronous `Result`.
-fn connect(addr: &str) -> Result<Channel, String> {
-    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    let ep = Endpoint::from_shared(uri)
+/// A channel to `addr` with the REST client's credentials: TLS with its certificate when it
+/// has a CA (always, outside this crate's own tests). The error is a message: `ClientError`
+/// is too large for a synchronous `Result`.
+fn connect(addr: &str, rest: &SquadronClient) -> Result<Channel, String> {
+    let connector = rest
+        .credentials()
+        .grpc_connector()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let authority = addr.split_once("://").map_or(addr, |(_, rest)| rest);
+    let scheme = if connector.is_some() { "https" } else { "http" };
+    let ep = Endpoint::from_shared(format!("{scheme}://{authority}"))
         .map_err(|e| format!("bad gRPC address {addr:?}: {e}"))?
         .connect_timeout(Duration::from_millis(GRPC_CONNECT_TIMEOUT_MS))
         .tcp_nodelay(true);
-    Ok(ep.connect_lazy())
+    Ok(match connector {
+        Some(c) => ep.connect_with_connector_lazy(c),
+        None => ep.connect_lazy(),
+    })
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use serde::Serialize;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::Outcome;
 
+use crate::credentials::Credentials;
 use crate::error::{self, ClientError, EndpointFailure, ErrorBody};
 use crate::{normalize_endpoint, Consistency, CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT};
 
@@ -91,11 +92,12 @@ pub struct SquadronClient {
     endpoints: Arc<Vec<String>>,
     http: reqwest::Client,
     preferred: Arc<AtomicUsize>,
+    credentials: Credentials,
 }
 
 impl SquadronClient {
-    /// A client of the given endpoints (`http://127.0.0.1:8120`; a bare `host:port` gets
-    /// `http://`), with the default timeouts.
+    /// A client of the given endpoints (`https://127.0.0.1:8120`; a bare `host:port` gets
+    /// `https://`), with the default timeouts and no credentials (plain `http://` only).
     pub fn new(endpoints: Vec<String>) -> Self {
         Self::with_timeouts(endpoints, REQUEST_TIMEOUT_DEFAULT, CONNECT_TIMEOUT_DEFAULT)
     }
@@ -109,11 +111,64 @@ impl SquadronClient {
             .tcp_nodelay(true)
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
+        Self::build(endpoints, http, Credentials::default())
+    }
+
+    /// A client that trusts the cluster CA and presents `credentials` (a bearer token on
+    /// every request; a certificate when it is a worker's or agent's).
+    pub fn secured(endpoints: Vec<String>, credentials: &Credentials) -> Result<Self, ClientError> {
+        Self::secured_with_timeouts(
+            endpoints,
+            credentials,
+            REQUEST_TIMEOUT_DEFAULT,
+            CONNECT_TIMEOUT_DEFAULT,
+        )
+    }
+
+    /// [`secured`](Self::secured) with explicit timeouts.
+    pub fn secured_with_timeouts(
+        endpoints: Vec<String>,
+        credentials: &Credentials,
+        request: Duration,
+        connect: Duration,
+    ) -> Result<Self, ClientError> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(request)
+            .connect_timeout(connect)
+            .tcp_nodelay(true);
+        if let Some(tls) = credentials
+            .tls_config()
+            .map_err(|e| ClientError::Invalid(format!("TLS: {e}")))?
+        {
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        if let Some(token) = credentials.token() {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                ClientError::Invalid("the token is not a valid header value".into())
+            })?;
+            value.set_sensitive(true);
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+            builder = builder.default_headers(headers);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| ClientError::Invalid(format!("the HTTP client: {e}")))?;
+        Ok(Self::build(endpoints, http, credentials.clone()))
+    }
+
+    fn build(endpoints: Vec<String>, http: reqwest::Client, credentials: Credentials) -> Self {
         Self {
             endpoints: Arc::new(endpoints.iter().map(|e| normalize_endpoint(e)).collect()),
             http,
             preferred: Arc::new(AtomicUsize::new(0)),
+            credentials,
         }
+    }
+
+    /// The credentials this client presents (gRPC channels to the leader use them too).
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     /// A client of other endpoints that shares this one's connection pool and timeouts.
@@ -122,6 +177,7 @@ impl SquadronClient {
             endpoints: Arc::new(endpoints.iter().map(|e| normalize_endpoint(e)).collect()),
             http: self.http.clone(),
             preferred: Arc::new(AtomicUsize::new(0)),
+            credentials: self.credentials.clone(),
         }
     }
 

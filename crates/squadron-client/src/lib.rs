@@ -1,6 +1,7 @@
 //! A typed async client for Squadron's REST API (`/api/v1`).
 //!
-//! [`SquadronClient`] holds an ordered list of control-node endpoints (`http://host:port`).
+//! [`SquadronClient`] holds an ordered list of control-node endpoints (`https://host:port`)
+//! and the [`Credentials`] it presents (the cluster CA, a bearer token or a certificate).
 //! Every call tries them in order, starting at the one that answered last, under one rule that
 //! keeps retries safe:
 //!
@@ -24,6 +25,7 @@
 pub mod agent_types;
 mod agents;
 mod cluster;
+pub mod credentials;
 mod error;
 pub mod grpc_leader;
 mod http;
@@ -41,6 +43,7 @@ use rand::Rng;
 use squadron_core::ids::IdempotencyKey;
 
 pub use agent_types::*;
+pub use credentials::Credentials;
 pub use error::{ClientError, EndpointFailure, ErrorBody};
 pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
@@ -57,7 +60,7 @@ pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(15);
 /// How long setting up a connection may take before the next endpoint is tried.
 pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
 /// The endpoint used when none is given.
-pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:8120";
+pub const ENDPOINT_DEFAULT: &str = "https://127.0.0.1:8120";
 
 /// Read consistency.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,13 +91,14 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Turns `host:port`, `http://host:port` or `http://host:port/` into `http://host:port`.
+/// Turns `host:port`, `https://host:port` or `https://host:port/` into `https://host:port`
+/// (every control node listens with TLS; an explicit scheme is kept as given).
 pub fn normalize_endpoint(endpoint: &str) -> String {
     let trimmed = endpoint.trim().trim_end_matches('/');
     if trimmed.contains("://") {
         trimmed.to_string()
     } else {
-        format!("http://{trimmed}")
+        format!("https://{trimmed}")
     }
 }
 

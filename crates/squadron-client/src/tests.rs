@@ -324,7 +324,7 @@ async fn typed_outcomes_decode() {
 fn endpoints_are_normalized() {
     assert_eq!(
         normalize_endpoint("127.0.0.1:8120"),
-        "http://127.0.0.1:8120"
+        "https://127.0.0.1:8120"
     );
     assert_eq!(
         normalize_endpoint(" http://127.0.0.1:8120/ "),

@@ -262,6 +262,9 @@ pub struct MemberView {
     /// `host:port` of the member's REST API.
     pub rest: String,
     pub grpc: String,
+    /// `host:port` of the member's peer listener (absent from nodes older than it).
+    #[serde(default)]
+    pub peer: String,
     pub voter: bool,
 }
 
@@ -290,6 +293,8 @@ pub struct AddLearner {
     pub id: u64,
     pub rest: String,
     pub grpc: String,
+    /// `host:port` of the new node's peer listener.
+    pub peer: String,
 }
 
 /// `POST /api/v1/cluster/voters`.

@@ -99,6 +99,12 @@ impl ClusterCa {
         &self.cert_pem
     }
 
+    /// The CA's private key, PEM: written only to control nodes' `pki/ca.key` (0600), which
+    /// sign enrollments.
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
     /// A key and certificate for `identity`, made here (control nodes at `init`).
     pub fn issue(
         &self,

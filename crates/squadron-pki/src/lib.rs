@@ -4,9 +4,11 @@
 //!
 //! Map: `spiffe_id` (identities), `cluster_ca` (issue and sign), `key_request` (the enrolling
 //! side's key and CSR), `peer_identity` (what a verified certificate says), `tls_config`
-//! (server and client configs, rotation), `secret_token` (tokens and their hashes),
+//! (server and client configs, rotation), `tls_listener` / `tls_dialer` (serving and dialing),
+//! `admission` (node-only listeners), `secret_token` (tokens and their hashes),
 //! `pki_dir` (files on disk).
 
+pub mod admission;
 pub mod cluster_ca;
 pub mod error;
 pub mod issued_cert;
@@ -16,8 +18,11 @@ pub mod pki_dir;
 pub mod secret_token;
 pub mod spiffe_id;
 pub mod tls_config;
+pub mod tls_dialer;
+pub mod tls_identity;
 pub mod tls_listener;
 
+pub use admission::{is_from_node, NodesOnly};
 pub use cluster_ca::{CertUse, ClusterCa, SubjectName};
 pub use error::PkiError;
 pub use issued_cert::IssuedCert;
@@ -28,5 +33,10 @@ pub use secret_token::{SecretToken, TokenHash, TokenKind};
 pub use spiffe_id::{AgentSubject, SpiffeId};
 pub use tls_config::{
     client_config, server_config, ClientAuth, ClusterTrust, ExpectedPeer, ReloadableCert,
+};
+pub use tls_dialer::{DialError, TlsConnector};
+pub use tls_identity::{
+    issue_node_cert, issue_worker_cert, load_ca, AdminTokenRecord, TlsIdentity, NODE_CERT_NAME,
+    WORKER_CERT_NAME,
 };
 pub use tls_listener::{serve_tls, PeerCert};

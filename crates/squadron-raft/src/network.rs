@@ -12,6 +12,7 @@ use openraft::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use squadron_pki::TlsConnector;
 use squadron_proto::v1::raft_service_client::RaftServiceClient;
 use squadron_proto::v1::RaftPayload;
 use squadron_store::{NodeAddr, NodeId, TypeConfig};
@@ -22,19 +23,31 @@ use crate::wire;
 /// How long establishing a connection to a peer may take.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
 
-/// Builds one [`GrpcNetwork`] per peer.
-#[derive(Debug, Clone, Default)]
-pub struct GrpcNetworkFactory;
+/// Builds one [`GrpcNetwork`] per peer: TLS to the peer's listener, presenting this node's
+/// certificate and accepting only a node's (`ExpectedPeer::AnyNode`).
+#[derive(Debug, Clone)]
+pub struct GrpcNetworkFactory {
+    connector: TlsConnector,
+}
+
+impl GrpcNetworkFactory {
+    /// `connector` carries the client configuration (`client_config(trust, AnyNode, node
+    /// cert)`); a rotated node certificate is used by the next connection.
+    pub fn new(connector: TlsConnector) -> Self {
+        GrpcNetworkFactory { connector }
+    }
+}
 
 impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
     type Network = GrpcNetwork;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> Self::Network {
-        let channel = Endpoint::from_shared(format!("http://{}", node.grpc))
+        let connector = self.connector.clone();
+        let channel = Endpoint::from_shared(format!("https://{}", node.peer))
             .map(|e| {
                 e.connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
                     .tcp_nodelay(true)
-                    .connect_lazy()
+                    .connect_with_connector_lazy(connector)
             })
             .map_err(|e| e.to_string());
         GrpcNetwork {

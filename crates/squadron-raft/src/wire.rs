@@ -5,8 +5,8 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// Version of the Raft wire encoding.
-pub const RAFT_WIRE_VERSION: u8 = 1;
+/// Version of the Raft wire encoding. 2: node addresses carry `peer`.
+pub const RAFT_WIRE_VERSION: u8 = 2;
 /// Largest Raft RPC payload accepted (a batch of entries or a snapshot chunk).
 pub const RAFT_PAYLOAD_BYTES_MAX: usize = 64 * 1024 * 1024;
 

@@ -21,6 +21,8 @@ pub struct MemberConfig {
     pub rest: String,
     /// `host:port` of the member's gRPC API.
     pub grpc: String,
+    /// `host:port` of the member's peer listener (Raft, the node-to-node protocol).
+    pub peer: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,11 +33,15 @@ pub struct NodeConfig {
     pub cluster_name: String,
     pub rest_listen: SocketAddr,
     pub grpc_listen: SocketAddr,
+    /// Raft and the node-to-node protocol: mTLS, node certificates only.
+    pub peer_listen: SocketAddr,
     /// What other nodes and clients should dial; defaults to the listen addresses.
     #[serde(default)]
     pub advertise_rest: Option<String>,
     #[serde(default)]
     pub advertise_grpc: Option<String>,
+    #[serde(default)]
+    pub advertise_peer: Option<String>,
     pub data_dir: PathBuf,
     /// The voters a brand-new cluster starts with. Used once: the member with the lowest id
     /// initialises the cluster when its data directory is new. Empty for a node that will be
@@ -141,7 +147,7 @@ impl NodeConfig {
                     format!("must be a positive, unique id, got {}", m.id),
                 ));
             }
-            for (field, addr) in [("rest", &m.rest), ("grpc", &m.grpc)] {
+            for (field, addr) in [("rest", &m.rest), ("grpc", &m.grpc), ("peer", &m.peer)] {
                 if addr.parse::<SocketAddr>().is_err() && !addr.contains(':') {
                     return Err(invalid(
                         &format!("initial_members[{i}].{field}"),
@@ -207,24 +213,39 @@ impl NodeConfig {
             .unwrap_or_else(|| self.grpc_listen.to_string())
     }
 
+    pub fn peer_addr(&self) -> String {
+        self.advertise_peer
+            .clone()
+            .unwrap_or_else(|| self.peer_listen.to_string())
+    }
+
+    /// Where the node's CA, certificate and key are (`squadron init` writes them).
+    pub fn pki_dir(&self) -> squadron_pki::PkiDir {
+        squadron_pki::PkiDir::of_data_dir(&self.data_dir)
+    }
+
     /// A single-node configuration, for `squadron dev`.
     pub fn single_node(
         data_dir: PathBuf,
         rest_listen: SocketAddr,
         grpc_listen: SocketAddr,
+        peer_listen: SocketAddr,
     ) -> Self {
         let member = MemberConfig {
             id: 1,
             rest: rest_listen.to_string(),
             grpc: grpc_listen.to_string(),
+            peer: peer_listen.to_string(),
         };
         Self {
             node_id: 1,
             cluster_name: default_cluster_name(),
             rest_listen,
             grpc_listen,
+            peer_listen,
             advertise_rest: None,
             advertise_grpc: None,
+            advertise_peer: None,
             data_dir,
             initial_members: vec![member],
             raft: RaftTimeouts::default(),

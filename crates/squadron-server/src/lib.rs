@@ -1,6 +1,8 @@
-//! A Squadron control node: Raft on RocksDB, REST on every node, gRPC for Raft (and, as they
-//! land, agents and workers), the leader's sweep and scheduler, metrics and a dashboard.
+//! A Squadron control node: Raft on RocksDB, REST on every node, gRPC for agents and workers,
+//! a peer listener for Raft and the node-to-node protocol, the leader's sweep and scheduler,
+//! metrics and a dashboard. Every listener is TLS (`tls.rs`); nothing listens in plaintext.
 
+pub mod bootstrap_admin;
 pub mod clock;
 pub mod config;
 pub mod dashboard;
@@ -17,6 +19,7 @@ pub mod peer;
 pub mod raft_view;
 pub mod read_index_rounds;
 pub mod rest;
+pub mod tls;
 pub mod write_path;
 
 use std::collections::BTreeMap;
@@ -48,6 +51,10 @@ pub enum ServerError {
     Store(String),
     #[error("raft: {0}")]
     Raft(String),
+    #[error("TLS: {0} (make the node's certificates with `squadron init`)")]
+    Tls(#[from] squadron_pki::PkiError),
+    #[error("the peer client: {0}")]
+    PeerClient(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -61,6 +68,7 @@ pub struct RunningNode {
     pub node: Arc<ControlNode>,
     pub rest_addr: std::net::SocketAddr,
     pub grpc_addr: std::net::SocketAddr,
+    pub peer_addr: std::net::SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -102,30 +110,53 @@ impl RunningNode {
 /// is its designated initialiser, and starts the leader loops.
 pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
     config.validate()?;
-    let storage = open_raft(&config).await?;
+    let tls = Arc::new(tls::NodeTls::load(&config.pki_dir(), config.node_id)?);
+    let storage = open_raft(&config, &tls).await?;
     let (rest_listener, rest_addr) = bind(config.rest_listen).await?;
     let (grpc_listener, grpc_addr) = bind(config.grpc_listen).await?;
+    let (peer_listener, peer_addr) = bind(config.peer_listen).await?;
     let raft = storage.raft.clone();
     let node = ControlNode::new(
         config.clone(),
         storage.raft,
         storage.reader,
         storage.append_stats,
-    );
+        tls.clone(),
+    )
+    .map_err(|e| ServerError::PeerClient(e.to_string()))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut tasks = vec![
-        serve_grpc(&node, grpc_listener, shutdown_rx.clone()),
-        serve_rest(&node, rest_listener, shutdown_rx.clone()),
+        serve(
+            grpc_listener,
+            tls.mtls_server()?,
+            grpc_router(&node),
+            shutdown_rx.clone(),
+        ),
+        serve(
+            rest_listener,
+            tls.rest_server()?,
+            rest::router(node.clone()),
+            shutdown_rx.clone(),
+        ),
+        serve(
+            peer_listener,
+            tls.mtls_server()?,
+            squadron_pki::NodesOnly::new(peer_router(&node)),
+            shutdown_rx.clone(),
+        ),
+        reload_on_hangup(tls.clone(), shutdown_rx.clone()),
     ];
     if storage.is_new {
         initialise_cluster(&config, &raft).await?;
+        tasks.push(bootstrap_admin::spawn(node.clone(), shutdown_rx.clone()));
     }
     tasks.push(leader_loops::spawn(node.clone(), shutdown_rx));
-    tracing::info!(node = config.node_id, %rest_addr, %grpc_addr, "control node started");
+    tracing::info!(node = config.node_id, %rest_addr, %grpc_addr, %peer_addr, "control node started");
     Ok(RunningNode {
         node,
         rest_addr,
         grpc_addr,
+        peer_addr,
         shutdown: shutdown_tx,
         tasks,
     })
@@ -139,7 +170,7 @@ struct OpenedRaft {
     is_new: bool,
 }
 
-async fn open_raft(config: &NodeConfig) -> Result<OpenedRaft, ServerError> {
+async fn open_raft(config: &NodeConfig, tls: &tls::NodeTls) -> Result<OpenedRaft, ServerError> {
     let raft_dir = config.data_dir.join("raft");
     let is_new = !raft_dir.exists();
     std::fs::create_dir_all(&raft_dir).map_err(|source| ServerError::DataDir {
@@ -158,7 +189,7 @@ async fn open_raft(config: &NodeConfig) -> Result<OpenedRaft, ServerError> {
     let raft: RaftNode = openraft::Raft::new(
         config.node_id,
         raft_config,
-        GrpcNetworkFactory,
+        GrpcNetworkFactory::new(tls.peer_connector()?),
         log_store,
         state_machine,
     )
@@ -179,64 +210,70 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError
     Ok((listener, local))
 }
 
-/// Raft, and the leader-only worker and agent services.
-fn serve_grpc(
-    node: &Arc<ControlNode>,
+/// Serves `service` over TLS until shutdown.
+fn serve<S>(
     listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    service: S,
     mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
+) -> JoinHandle<()>
+where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    tokio::spawn(squadron_pki::serve_tls(
+        listener,
+        config,
+        service,
+        async move {
+            let _ = stop.changed().await;
+        },
+    ))
+}
+
+/// The gRPC API: the leader-only worker and agent services (workers and agents present
+/// certificates; the listener requires one).
+fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
+    let worker_service = WorkerServiceServer::new(grpc::WorkerGrpc::new(node.clone()));
+    let agent_service = AgentServiceServer::new(grpc::AgentGrpc::new(node.clone()));
+    tonic::service::Routes::new(worker_service)
+        .add_service(agent_service)
+        .into_axum_router()
+}
+
+/// The peer listener's services: Raft and the node-to-node protocol. `lib.rs` wraps it so
+/// only node certificates reach it.
+fn peer_router(node: &Arc<ControlNode>) -> axum::Router {
     let raft_service = RaftServiceServer::new(RaftGrpcService::new(node.raft.clone()))
         .max_decoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX)
         .max_encoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX);
-    let worker_service = WorkerServiceServer::new(grpc::WorkerGrpc::new(node.clone()));
-    let agent_service = AgentServiceServer::new(grpc::AgentGrpc::new(node.clone()));
-    tokio::spawn(async move {
-        // Small Raft messages must leave at once: with Nagle on, a reply written in two parts
-        // waits for the peer's delayed ACK (~40 ms). The builder's `tcp_nodelay` covers only
-        // listeners tonic binds itself, so accepted streams get it here.
-        let incoming = tokio_stream::StreamExt::map(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            |stream| {
-                stream.inspect(|s| {
-                    if let Err(e) = s.set_nodelay(true) {
-                        tracing::warn!(error = %e, "TCP_NODELAY not set on a gRPC connection");
-                    }
-                })
-            },
-        );
-        let result = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .add_service(raft_service)
-            .add_service(worker_service)
-            .add_service(agent_service)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "gRPC server stopped");
-        }
-    })
+    tonic::service::Routes::new(raft_service)
+        .into_axum_router()
+        .merge(peer::router(node.clone()))
 }
 
-/// The public REST API and, beside it, the node-to-node protocol.
-fn serve_rest(
-    node: &Arc<ControlNode>,
-    listener: TcpListener,
-    mut stop: watch::Receiver<bool>,
-) -> JoinHandle<()> {
-    // The peer router shares the REST listener for now. It is merged here, at the top, and
-    // not inside `rest::router`: it is the part that moves to its own (peer) listener.
-    let app = rest::router(node.clone()).merge(peer::router(node.clone()));
+/// SIGHUP re-reads the node's certificate files (rotation without a restart).
+fn reload_on_hangup(tls: Arc<tls::NodeTls>, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let result = axum::serve(listener, app)
-            .tcp_nodelay(true)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "REST server stopped");
+        let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("SIGHUP not available: certificates reload only by the API");
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = hangup.recv() => match tls.reload() {
+                    Ok(()) => tracing::info!("certificates reloaded"),
+                    Err(e) => tracing::error!(error = %e, "certificates not reloaded; the old ones stay"),
+                },
+            }
         }
     })
 }
@@ -256,6 +293,7 @@ async fn initialise_cluster(config: &NodeConfig, raft: &RaftNode) -> Result<(), 
                 NodeAddr {
                     rest: m.rest.clone(),
                     grpc: m.grpc.clone(),
+                    peer: m.peer.clone(),
                 },
             )
         })

@@ -64,6 +64,8 @@ pub struct ControlNode {
     pub leader_reads: ReadIndexRounds,
     /// Read-index requests to the leader, shared by this follower's concurrent reads.
     pub follower_reads: ReadIndexRounds,
+    /// The node's certificates and the clients it dials other nodes and workers with.
+    pub tls: Arc<crate::tls::NodeTls>,
 }
 
 impl std::fmt::Debug for ControlNode {
@@ -81,10 +83,14 @@ impl ControlNode {
         raft: RaftNode,
         state: StateReader,
         append_stats: Arc<squadron_store::AppendStats>,
-    ) -> Arc<Self> {
+        tls: Arc<crate::tls::NodeTls>,
+    ) -> Result<Arc<Self>, PeerError> {
         let timeout = Duration::from_millis(config.server.request_timeout_ms);
         // The one client of every call to another node.
-        let peer = PeerClient::new(timeout);
+        let tls_config = tls
+            .peer_client()
+            .map_err(|e| PeerError::Unreachable(e.to_string()))?;
+        let peer = PeerClient::new(timeout, tls_config)?;
         let leader_reads = {
             let (raft, id) = (raft.clone(), config.node_id);
             ReadIndexRounds::new(Arc::new(move || {
@@ -110,7 +116,7 @@ impl ControlNode {
             timeout,
             config.server.body_bytes_max,
         );
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             id: config.node_id,
             config,
             writes,
@@ -120,7 +126,8 @@ impl ControlNode {
             state,
             counters: Counters::default(),
             append_stats,
-        })
+            tls,
+        }))
     }
 
     fn timeout(&self) -> Duration {

@@ -14,6 +14,7 @@
 //! `type_config` (openraft types).
 
 pub mod codec;
+mod legacy_addr;
 pub mod log_store;
 pub mod snapshot_file;
 pub mod state_machine;

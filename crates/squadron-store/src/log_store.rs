@@ -221,12 +221,8 @@ fn synced() -> WriteOptions {
 
 fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry, StorageIOError<NodeId>> {
     let index = key_index(key)?;
-    let entry: Entry = if codec::format_of(value) == Some(codec::VALUE_FORMAT_VERSION_V1) {
-        codec::decode_entry_v1(value)
-    } else {
-        codec::decode(value)
-    }
-    .map_err(|e| StorageIOError::read_log_at_index(index, &e))?;
+    let entry: Entry =
+        codec::decode_entry(value).map_err(|e| StorageIOError::read_log_at_index(index, &e))?;
     // A value filed under the wrong key would break log continuity silently; refuse it.
     if entry.log_id.index != index {
         return Err(StorageIOError::read_log_at_index(

@@ -131,7 +131,8 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<(SnapshotMeta, &[u8]), EnvelopeEr
         return Err(EnvelopeError::Truncated);
     }
     let (meta_bytes, rest) = rest.split_at(meta_len);
-    let meta: SnapshotMeta = codec::decode(meta_bytes).map_err(EnvelopeError::Meta)?;
+    let meta: SnapshotMeta =
+        codec::decode_snapshot_meta(meta_bytes).map_err(EnvelopeError::Meta)?;
     let (state_len, state) = split_u64(rest)?;
     if u64::try_from(state.len()).ok() != Some(state_len) {
         return Err(EnvelopeError::Truncated);

@@ -12,13 +12,21 @@ use squadron_core::{CommandEnvelope, Response};
 pub struct NodeAddr {
     /// `host:port` of the REST API.
     pub rest: String,
-    /// `host:port` of the gRPC API (agents, workers, and Raft between control nodes).
+    /// `host:port` of the gRPC API (agents and workers).
     pub grpc: String,
+    /// `host:port` of the peer listener: Raft and the node-to-node protocol (mTLS, node
+    /// certificates only). Memberships written before it existed decode with the old `grpc`
+    /// address here (`legacy_addr.rs`).
+    pub peer: String,
 }
 
 impl fmt::Display for NodeAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rest={} grpc={}", self.rest, self.grpc)
+        write!(
+            f,
+            "rest={} grpc={} peer={}",
+            self.rest, self.grpc, self.peer
+        )
     }
 }
 

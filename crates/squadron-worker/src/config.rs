@@ -36,8 +36,11 @@ pub struct WorkerConfig {
     /// Where the worker's output server listens (logs, artifacts, live stream).
     pub listen: SocketAddr,
     /// The base URL control nodes use to reach the output server; defaults to
-    /// `http://{listen}`.
+    /// `https://{listen}`.
     pub advertise: Option<String>,
+    /// The worker's certificate and the cluster CA: it serves its output listener with it
+    /// (only control nodes admitted) and presents it to the control plane. Required to start.
+    pub tls: Option<squadron_pki::TlsIdentity>,
     /// cgroup v2 mount of the process runtime; detected when unset.
     pub cgroup_root: Option<PathBuf>,
     pub docker_image: String,
@@ -66,6 +69,7 @@ impl WorkerConfig {
             heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS_DEFAULT,
             listen,
             advertise: None,
+            tls: None,
             cgroup_root: None,
             docker_image: DOCKER_IMAGE_DEFAULT.to_string(),
             global_dir: None,
@@ -81,7 +85,7 @@ impl WorkerConfig {
     pub fn advertised_url(&self) -> String {
         self.advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{}", self.listen))
+            .unwrap_or_else(|| format!("https://{}", self.listen))
     }
 
     pub fn validate(&self) -> Result<(), crate::WorkerError> {

@@ -42,10 +42,16 @@ pub(crate) struct ControlLink {
 }
 
 impl ControlLink {
-    pub(crate) fn new(config: WorkerConfig) -> Self {
-        let rest = SquadronClient::new(config.control.clone());
+    /// Presents the worker's certificate on REST and gRPC and accepts only control nodes.
+    pub(crate) fn new(
+        config: WorkerConfig,
+        tls: squadron_pki::TlsIdentity,
+    ) -> Result<Self, WorkerError> {
+        let credentials = squadron_client::Credentials::identity(tls);
+        let rest =
+            SquadronClient::secured(config.control.clone(), &credentials).map_err(control)?;
         let grpc = GrpcLeader::new(rest.clone());
-        Self { config, rest, grpc }
+        Ok(Self { config, rest, grpc })
     }
 
     pub(crate) fn rest(&self) -> &SquadronClient {

@@ -25,6 +25,7 @@ use crate::runtime::probe::RuntimeSet;
 use crate::runtime::process::ProcessRuntimeConfig;
 use crate::task::driver::{DriverContext, TaskDriver};
 use crate::task::env_allowlist::EnvAllowlist;
+use squadron_pki::{serve_tls, server_config, ClientAuth, NodesOnly};
 
 /// Pause before reopening a broken assignment stream (and between adoption attempts);
 /// doubled up to the max.
@@ -74,6 +75,10 @@ pub async fn start(
             message: "no runtime is available on this host".into(),
         });
     }
+    let tls = config.tls.clone().ok_or_else(|| WorkerError::Invalid {
+        field: "tls".into(),
+        message: "a worker needs its certificate and the cluster CA (--cert-dir)".into(),
+    })?;
     std::fs::create_dir_all(config.data_dir.join("tasks"))
         .map_err(|e| WorkerError::io("creating the data directory", &config.data_dir, e))?;
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -84,17 +89,26 @@ pub async fn start(
         .map_err(|e| WorkerError::io("reading the bound address", config.data_dir.clone(), e))?;
     config.listen = bound;
     let active = ActiveTasks::default();
-    let control = ControlLink::new(config.clone());
+    let control = ControlLink::new(config.clone(), tls.clone())?;
     let agents = agent_supervisor(&config, control.rest());
     let mut app = output_server::router(config.data_dir.clone(), active.clone());
     if let Some(s) = &agents {
         app = app.merge(crate::agent::api::router(s.clone()));
     }
-    let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).tcp_nodelay(true).await {
-            tracing::error!(error = %e, "the worker's output server stopped");
-        }
-    });
+    let server_config =
+        server_config(&tls.trust, &tls.cert, ClientAuth::Required).map_err(|e| {
+            WorkerError::Invalid {
+                field: "tls".into(),
+                message: e.to_string(),
+            }
+        })?;
+    // Only control nodes (which relay for operators) may read output or drive agents.
+    let server = tokio::spawn(serve_tls(
+        listener,
+        server_config,
+        NodesOnly::new(app),
+        std::future::pending(),
+    ));
 
     let env_allowlist = EnvAllowlist::new(config.env_allowlist.iter().cloned())?;
     (|| control.register())

@@ -54,6 +54,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let ctx = Ctx::new(&cli)?;
     match cli.command {
+        Command::Init(args) => cli::init::run(args),
         Command::Server(args) => cli::serve::server(args).await,
         Command::Dev(args) => cli::serve::dev(args).await,
         Command::Cluster(cmd) => cli::cluster::run(&ctx, cmd).await,
@@ -63,7 +64,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lease(cmd) => cli::lease::run(&ctx, cmd).await,
         Command::Capsule(cmd) => cli::capsule::run(&ctx, cmd).await,
         Command::Mailbox(cmd) => cli::mailbox::run(&ctx, cmd).await,
-        Command::Worker(args) => cli::worker::run(&ctx, args).await,
+        Command::Worker(args) => cli::worker::run(&ctx, args, cli.credentials.cacert).await,
         Command::Task(cmd) => cli::task::run(&ctx, cmd).await,
         Command::Bench(top) => cli::bench::run(&ctx, top).await,
     }

@@ -47,12 +47,15 @@ pub async fn dev(
     data_dir: PathBuf,
     listen: SocketAddr,
     grpc_listen: SocketAddr,
+    peer_listen: SocketAddr,
     worker_listen: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let data_dir = absolute("--data-dir", &data_dir)?;
-    let config = NodeConfig::single_node(data_dir.clone(), listen, grpc_listen);
+    let config = NodeConfig::single_node(data_dir.clone(), listen, grpc_listen, peer_listen);
+    let first_start = dev_pki(&config)?;
+    let node_pki = config.pki_dir();
     let running = squadron_server::start(config)
         .await
         .context("starting the dev node")?;
@@ -75,9 +78,27 @@ pub async fn dev(
         "squadron dev: single-node control plane (data in {})",
         data_dir.display()
     );
-    println!("  REST API:  http://{rest}/api/v1   (OpenAPI: http://{rest}/api/v1/openapi.json)");
-    println!("  dashboard: http://{rest}/");
-    println!("  gRPC:      {}", running.grpc_addr);
+    println!("  REST API:  https://{rest}/api/v1   (OpenAPI: https://{rest}/api/v1/openapi.json)");
+    println!("  dashboard: https://{rest}/");
+    println!(
+        "  gRPC:      {}   peer: {}",
+        running.grpc_addr, running.peer_addr
+    );
+    if first_start {
+        println!("  made a cluster CA, certificates and an admin token; from another directory:");
+    } else {
+        println!("  from another directory:");
+    }
+    println!(
+        "    export SQUADRON_CACERT={}",
+        node_pki.ca_cert().display()
+    );
+    println!(
+        "    export SQUADRON_TOKEN_FILE={}",
+        data_dir
+            .join(crate::cli::init::ADMIN_TOKEN_FILE_NAME)
+            .display()
+    );
     let worker = match worker_listen {
         None => {
             println!("  no local worker (--no-worker). Ctrl-C stops it.");
@@ -85,12 +106,11 @@ pub async fn dev(
         }
         Some(addr) => {
             let id = WorkerId::new("dev-worker").context("the dev worker's id")?;
-            let mut config = WorkerConfig::new(
-                id,
-                vec![format!("http://{rest}")],
-                data_dir.join("worker"),
-                addr,
-            );
+            let worker_dir = data_dir.join("worker");
+            let tls = dev_worker_identity(&node_pki, &id, &worker_dir)?;
+            let mut config =
+                WorkerConfig::new(id, vec![format!("https://{rest}")], worker_dir, addr);
+            config.tls = Some(tls);
             config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
             let w = start_worker(config).await?;
             println!(
@@ -105,6 +125,39 @@ pub async fn dev(
         w.shutdown();
     }
     Ok(())
+}
+
+/// Makes the dev node's CA, certificate and admin token on first start (0600, under the data
+/// directory); true when it did.
+fn dev_pki(config: &NodeConfig) -> anyhow::Result<bool> {
+    let pki = config.pki_dir();
+    if pki.cert(squadron_pki::NODE_CERT_NAME).exists() {
+        return Ok(false);
+    }
+    let target = crate::cli::init::NodeTarget::of_config(config);
+    let token = config
+        .data_dir
+        .join(crate::cli::init::ADMIN_TOKEN_FILE_NAME);
+    crate::cli::init::initialise(&[target], None, &token)?;
+    Ok(true)
+}
+
+/// The dev worker's certificate, issued from the dev node's CA into the worker's `pki/` on
+/// first start. This (and the test harness) is the one place a worker gets a certificate
+/// without enrolling.
+fn dev_worker_identity(
+    node_pki: &squadron_pki::PkiDir,
+    id: &WorkerId,
+    worker_dir: &Path,
+) -> anyhow::Result<squadron_pki::TlsIdentity> {
+    let pki = squadron_pki::PkiDir::of_data_dir(worker_dir);
+    if !pki.cert(squadron_pki::WORKER_CERT_NAME).exists() {
+        let ca = squadron_pki::load_ca(node_pki).context("the dev node's CA")?;
+        let cert = squadron_pki::issue_worker_cert(&ca, id)?;
+        pki.write_identity(squadron_pki::WORKER_CERT_NAME, &cert)?;
+    }
+    squadron_pki::TlsIdentity::load(&pki, squadron_pki::WORKER_CERT_NAME)
+        .context("the dev worker's certificate")
 }
 
 /// Probes the runtimes asked for, says which this host cannot offer and why, and starts the
@@ -123,7 +176,7 @@ async fn start_worker(config: WorkerConfig) -> anyhow::Result<squadron_worker::R
 }
 
 /// `squadron worker`: runs a worker until a signal.
-pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
+pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Result<()> {
     if args.control.is_empty() {
         anyhow::bail!("--control: give at least one control node REST URL");
     }
@@ -144,7 +197,21 @@ pub async fn worker(args: WorkerRunArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let data_dir = absolute("--data-dir", &args.data_dir)?;
+    let cert_dir = match &args.cert_dir {
+        Some(d) => absolute("--cert-dir", d)?,
+        None => data_dir.join("pki"),
+    };
+    let ca_pem = cacert
+        .map(|f| std::fs::read_to_string(&f).with_context(|| format!("--cacert {}", f.display())))
+        .transpose()?;
+    let tls = squadron_pki::TlsIdentity::load_with_ca(
+        &squadron_pki::PkiDir::new(&cert_dir),
+        squadron_pki::WORKER_CERT_NAME,
+        ca_pem.as_deref(),
+    )
+    .with_context(|| format!("the worker's certificate in {}", cert_dir.display()))?;
     let mut config = WorkerConfig::new(id, args.control, data_dir, args.listen);
+    config.tls = Some(tls);
     config.runtimes = args.runtimes.into_iter().collect();
     config.capacity = args.capacity;
     config.heartbeat_interval_ms = args.heartbeat_interval_ms;

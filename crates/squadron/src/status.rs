@@ -232,6 +232,7 @@ mod tests {
             id,
             rest: format!("127.0.0.1:{port}"),
             grpc: format!("127.0.0.1:{}", port + 100),
+            peer: format!("127.0.0.1:{}", port + 200),
             voter: true,
         }
     }

@@ -52,15 +52,21 @@ pub struct PeerClient {
 impl PeerClient {
     /// `request_timeout` bounds forwarded writes and read indexes. A relayed membership change
     /// has none: adding a learner waits until it has caught up, which may take longer.
-    pub fn new(request_timeout: Duration) -> PeerClient {
+    /// `tls` is the node's peer client configuration (its certificate; any node's expected).
+    pub fn new(
+        request_timeout: Duration,
+        tls: rustls::ClientConfig,
+    ) -> Result<PeerClient, PeerError> {
         let http = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
             .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
+            .tcp_nodelay(true)
             .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
-        PeerClient {
+            .map_err(|e| PeerError::Unreachable(format!("the peer client: {e}")))?;
+        Ok(PeerClient {
             http,
             request_timeout,
-        }
+        })
     }
 
     /// One forwarded write, already encoded as a `ProposeRequest`.
@@ -135,7 +141,7 @@ impl PeerClient {
 }
 
 fn url(peer: &NodeAddr, path: &str) -> String {
-    format!("http://{}{path}", peer.rest)
+    format!("https://{}{path}", peer.peer)
 }
 
 fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, PeerError> {

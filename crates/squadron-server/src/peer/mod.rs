@@ -7,8 +7,10 @@
 //! - `router.rs`: the receiving side. What arrives here runs on this node and is never passed
 //!   on again: a node that is no longer the leader says so, and the sender tells its caller.
 //!
-//! The public API (`rest/`) knows none of it. `lib.rs` serves this router beside the public
-//! one on the REST listener for now; it is the part that moves to the peer listener.
+//! The public API (`rest/`) knows none of it. `lib.rs` serves this router, with Raft's
+//! `RaftService`, on the peer listener (`peer_listen`), where only node certificates are
+//! admitted (`squadron_pki::NodesOnly`); the client dials `https://{peer}` with the node's
+//! certificate and accepts only another node's.
 
 pub mod client;
 pub mod router;

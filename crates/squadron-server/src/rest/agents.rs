@@ -18,6 +18,7 @@ use serde::Serialize;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
 
+use super::task_output::WorkerRelay;
 use super::{parse_id, read, AppState, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
@@ -27,7 +28,6 @@ use crate::node::Consistency;
 pub const AGENT_RELAY_TIMEOUT_MS: u64 = 300_000;
 /// Waiting for the worker's evidence.
 pub const EVIDENCE_RELAY_TIMEOUT_MS: u64 = 10_000;
-pub const WORKER_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Largest request body relayed (a prompt included).
 pub const AGENT_BODY_BYTES_MAX: usize = 2 << 20;
 /// Largest answer read from a worker.
@@ -79,22 +79,14 @@ pub fn routes(book: RouteBook) -> RouteBook {
     )
 }
 
-fn client(timeout_ms: u64) -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(Duration::from_millis(WORKER_CONNECT_TIMEOUT_MS))
-        .timeout(Duration::from_millis(timeout_ms))
-        .build()
-        .unwrap_or_else(|_| reqwest::Client::new())
-}
-
 /// The output server of the worker holding the profile's project sandbox; for a launch
 /// into a project without one, the worker the body names.
 async fn sandbox_worker(
     node: &AppState,
     id: ProfileId,
     named: Option<WorkerId>,
-) -> Result<String, ApiError> {
-    read(node, Consistency::Linearizable, |s| {
+) -> Result<WorkerRelay, ApiError> {
+    let (worker, address) = read(node, Consistency::Linearizable, |s| {
         let p = s
             .profile(id)
             .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))?;
@@ -118,18 +110,23 @@ async fn sandbox_worker(
         let w = s
             .worker(&worker)
             .ok_or_else(|| ApiError::not_found(format!("worker {worker} not found")))?;
-        Ok(w.address.trim_end_matches('/').to_string())
+        Ok((worker.clone(), w.address.clone()))
     })
-    .await
+    .await?;
+    WorkerRelay::new(node, &worker, &address)
 }
 
 async fn relay(
+    worker: &WorkerRelay,
     method: reqwest::Method,
-    url: String,
+    path: String,
     body: Option<Bytes>,
     timeout_ms: u64,
 ) -> Result<Response, ApiError> {
-    let mut req = client(timeout_ms).request(method, &url);
+    let mut req = worker
+        .client
+        .request(method, format!("{}{path}", worker.base))
+        .timeout(Duration::from_millis(timeout_ms));
     if let Some(b) = body {
         req = req
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -174,10 +171,11 @@ fn check_body(bytes: &Bytes) -> Result<(), ApiError> {
 
 async fn view(State(node): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id: ProfileId = parse_id("profile_id", &id)?;
-    let base = sandbox_worker(&node, id, None).await?;
+    let worker = sandbox_worker(&node, id, None).await?;
     relay(
+        &worker,
         reqwest::Method::GET,
-        format!("{base}/worker/v1/agents/{id}"),
+        format!("/worker/v1/agents/{id}"),
         None,
         EVIDENCE_RELAY_TIMEOUT_MS,
     )
@@ -205,10 +203,11 @@ async fn launch(
             Some(_) => return Err(ApiError::invalid("worker", "must be a worker id string")),
         }
     };
-    let base = sandbox_worker(&node, id, named).await?;
+    let worker = sandbox_worker(&node, id, named).await?;
     relay(
+        &worker,
         reqwest::Method::POST,
-        format!("{base}/worker/v1/agents/{id}/launch"),
+        format!("/worker/v1/agents/{id}/launch"),
         Some(bytes),
         AGENT_RELAY_TIMEOUT_MS,
     )
@@ -225,10 +224,11 @@ async fn forward(
     if let Some(b) = &bytes {
         check_body(b)?;
     }
-    let base = sandbox_worker(&node, id, None).await?;
+    let worker = sandbox_worker(&node, id, None).await?;
     relay(
+        &worker,
         reqwest::Method::POST,
-        format!("{base}/worker/v1/agents/{id}/{op}"),
+        format!("/worker/v1/agents/{id}/{op}"),
         bytes,
         AGENT_RELAY_TIMEOUT_MS,
     )
@@ -298,8 +298,7 @@ async fn evidence(
         let sandbox_worker = p.sandbox.as_ref().map(|sb| sb.worker.clone());
         let address = sandbox_worker
             .as_ref()
-            .and_then(|w| s.worker(w))
-            .map(|w| w.address.trim_end_matches('/').to_string());
+            .and_then(|w| s.worker(w).map(|found| (w.clone(), found.address.clone())));
         Ok((
             Evidence {
                 tenant: tenant.clone(),
@@ -322,11 +321,14 @@ async fn evidence(
         ))
     })
     .await?;
-    if let Some(base) = address {
-        let url = format!("{base}/worker/v1/evidence/{tenant}/{project}");
+    if let Some((worker, address)) = address {
         let got = async {
-            let answer = client(EVIDENCE_RELAY_TIMEOUT_MS)
+            let relay = WorkerRelay::new(&node, &worker, &address).map_err(|e| e.body.message)?;
+            let url = format!("{}/worker/v1/evidence/{tenant}/{project}", relay.base);
+            let answer = relay
+                .client
                 .get(&url)
+                .timeout(Duration::from_millis(EVIDENCE_RELAY_TIMEOUT_MS))
                 .send()
                 .await
                 .map_err(|e| e.to_string())?;

@@ -42,6 +42,31 @@ pub fn routes(book: RouteBook) -> RouteBook {
         None,
         delete(remove),
     )
+    .add(
+        "POST",
+        "/api/v1/cluster/tls/reload",
+        "Re-read this node's certificate files (rotation); new connections use them",
+        None,
+        post(reload_tls),
+    )
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TlsReloaded {
+    /// The identity the node presents, now with the new certificate.
+    pub identity: String,
+}
+
+async fn reload_tls(State(node): State<AppState>) -> Result<Json<TlsReloaded>, ApiError> {
+    node.tls.reload().map_err(|e| {
+        ApiError::internal(format!(
+            "certificates not reloaded (the old ones stay): {e}"
+        ))
+    })?;
+    tracing::info!("certificates reloaded");
+    Ok(Json(TlsReloaded {
+        identity: node.tls.identity.identity.to_string(),
+    }))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +74,7 @@ pub struct MemberView {
     pub id: NodeId,
     pub rest: String,
     pub grpc: String,
+    pub peer: String,
     pub voter: bool,
 }
 
@@ -106,6 +132,7 @@ pub fn local_status(node: &ControlNode) -> ClusterStatus {
                 id,
                 rest: addr.rest,
                 grpc: addr.grpc,
+                peer: addr.peer,
                 voter,
             })
             .collect(),
@@ -129,6 +156,8 @@ pub struct AddLearner {
     pub id: NodeId,
     pub rest: String,
     pub grpc: String,
+    /// The new node's peer listener (Raft, the node-to-node protocol).
+    pub peer: String,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -159,6 +188,7 @@ async fn change(
                 id: m.id,
                 rest: m.addr.rest,
                 grpc: m.addr.grpc,
+                peer: m.addr.peer,
                 voter: m.voter,
             })
             .collect(),
@@ -172,6 +202,7 @@ async fn add_learner(
     let addr = NodeAddr {
         rest: body.rest,
         grpc: body.grpc,
+        peer: body.peer,
     };
     change(&node, MembershipChange::AddLearner { id: body.id, addr }).await
 }

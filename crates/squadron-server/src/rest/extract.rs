@@ -103,3 +103,34 @@ where
             .map_err(|e| ApiError::invalid("query", e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use squadron_core::error_code::ErrorCode;
+
+    async fn extract(content_type: Option<&str>) -> Result<serde_json::Value, ApiError> {
+        let mut req = Request::builder().method("POST").uri("/x");
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        let req = req.body(Body::from(r#"{"a": 1}"#)).expect("request");
+        JsonBody::<serde_json::Value>::from_request(req, &())
+            .await
+            .map(|JsonBody(v)| v)
+    }
+
+    /// The peer routes take `JsonBody` without the REST listener's guard in front: the
+    /// extractor itself refuses a body a browser could send across origins.
+    #[tokio::test]
+    async fn a_json_body_needs_a_json_media_type() {
+        let ok = extract(Some("application/json; charset=utf-8")).await;
+        assert_eq!(ok.expect("json")["a"], 1);
+        for t in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
+            let e = extract(t).await.expect_err("refused");
+            assert_eq!(e.code(), ErrorCode::UnsupportedMediaType, "{t:?}");
+            assert_eq!(e.body.field.as_deref(), Some("Content-Type"), "{t:?}");
+        }
+    }
+}

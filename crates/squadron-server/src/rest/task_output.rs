@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::get;
 use futures_util::StreamExt;
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::TaskId;
+use squadron_core::ids::{TaskId, WorkerId};
 
 use super::{parse_id, read, AppState, RouteBook};
 use crate::error::ApiError;
@@ -21,8 +21,6 @@ use crate::node::Consistency;
 
 /// How long a relayed non-streaming request to a worker may take.
 pub const WORKER_REQUEST_TIMEOUT_MS: u64 = 30_000;
-/// How long to wait for a worker to accept a connection.
-pub const WORKER_CONNECT_TIMEOUT_MS: u64 = 2_000;
 /// Longest query string relayed to a worker.
 pub const RELAY_QUERY_BYTES_MAX: usize = 1_024;
 /// Longest artifact name accepted in a path.
@@ -62,8 +60,8 @@ pub fn routes(book: RouteBook) -> RouteBook {
 }
 
 /// The output server of the worker that runs (or ran) the task.
-async fn worker_base(node: &AppState, id: TaskId) -> Result<String, ApiError> {
-    read(node, Consistency::Linearizable, |s| {
+async fn worker_base(node: &AppState, id: TaskId) -> Result<WorkerRelay, ApiError> {
+    let (worker, address) = read(node, Consistency::Linearizable, |s| {
         let task = s
             .task(id)
             .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
@@ -79,9 +77,10 @@ async fn worker_base(node: &AppState, id: TaskId) -> Result<String, ApiError> {
         let w = s
             .worker(worker)
             .ok_or_else(|| ApiError::not_found(format!("worker {worker} not found")))?;
-        Ok(w.address.trim_end_matches('/').to_string())
+        Ok((worker.clone(), w.address.clone()))
     })
-    .await
+    .await?;
+    WorkerRelay::new(node, &worker, &address)
 }
 
 fn relay_query(raw: Option<String>) -> Result<String, ApiError> {
@@ -95,19 +94,46 @@ fn relay_query(raw: Option<String>) -> Result<String, ApiError> {
     }
 }
 
-fn http_client(streaming: bool) -> reqwest::Client {
-    let mut b = reqwest::Client::builder()
-        .connect_timeout(Duration::from_millis(WORKER_CONNECT_TIMEOUT_MS));
-    if !streaming {
-        b = b.timeout(Duration::from_millis(WORKER_REQUEST_TIMEOUT_MS));
-    }
-    b.build().unwrap_or_else(|_| reqwest::Client::new())
+/// Where a relay goes: the worker's output server over mTLS, with the client that accepts
+/// only that worker's certificate.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerRelay {
+    pub(crate) client: reqwest::Client,
+    /// `https://host:port`, whatever scheme the worker registered with: nothing is relayed
+    /// in plaintext.
+    pub(crate) base: String,
 }
 
-/// Sends GET `url` to the worker and turns its answer into ours, body streamed through.
-async fn relay(url: String, streaming: bool) -> Result<Response, ApiError> {
-    let answer = http_client(streaming)
-        .get(&url)
+impl WorkerRelay {
+    pub(crate) fn new(node: &AppState, worker: &WorkerId, address: &str) -> Result<Self, ApiError> {
+        let client = node
+            .tls
+            .worker_client(worker)
+            .map_err(|e| ApiError::internal(format!("the relay client: {e}")))?;
+        let authority = address
+            .split_once("://")
+            .map_or(address, |(_, rest)| rest)
+            .trim_end_matches('/');
+        Ok(WorkerRelay {
+            client,
+            base: format!("https://{authority}"),
+        })
+    }
+
+    fn get(&self, path: &str, streaming: bool) -> reqwest::RequestBuilder {
+        let get = self.client.get(format!("{}{path}", self.base));
+        if streaming {
+            get
+        } else {
+            get.timeout(Duration::from_millis(WORKER_REQUEST_TIMEOUT_MS))
+        }
+    }
+}
+
+/// Sends GET `path` to the worker and turns its answer into ours, body streamed through.
+async fn relay(worker: &WorkerRelay, path: String, streaming: bool) -> Result<Response, ApiError> {
+    let answer = worker
+        .get(&path, streaming)
         .send()
         .await
         .map_err(|e| ApiError::unavailable(format!("the task's worker did not answer: {e}")))?;
@@ -141,8 +167,13 @@ async fn logs(
     let id: TaskId = parse_id("task_id", &id)?;
     let query = relay_query(q)?;
     let follow = query.contains("follow=true");
-    let base = worker_base(&node, id).await?;
-    relay(format!("{base}/worker/v1/tasks/{id}/logs{query}"), follow).await
+    let worker = worker_base(&node, id).await?;
+    relay(
+        &worker,
+        format!("/worker/v1/tasks/{id}/logs{query}"),
+        follow,
+    )
+    .await
 }
 
 async fn artifacts(
@@ -150,8 +181,8 @@ async fn artifacts(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id: TaskId = parse_id("task_id", &id)?;
-    let base = worker_base(&node, id).await?;
-    relay(format!("{base}/worker/v1/tasks/{id}/artifacts"), false).await
+    let worker = worker_base(&node, id).await?;
+    relay(&worker, format!("/worker/v1/tasks/{id}/artifacts"), false).await
 }
 
 /// Refuses names that could leave the artifacts directory before anything is sent on.
@@ -181,13 +212,11 @@ async fn artifact(
 ) -> Result<Response, ApiError> {
     let id: TaskId = parse_id("task_id", &id)?;
     check_artifact_name(&name)?;
-    let base = worker_base(&node, id).await?;
+    let worker = worker_base(&node, id).await?;
     let encoded: Vec<String> = name.split('/').map(percent_encode_segment).collect();
     relay(
-        format!(
-            "{base}/worker/v1/tasks/{id}/artifacts/{}",
-            encoded.join("/")
-        ),
+        &worker,
+        format!("/worker/v1/tasks/{id}/artifacts/{}", encoded.join("/")),
         true,
     )
     .await
@@ -211,15 +240,15 @@ async fn stream(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let id: TaskId = parse_id("task_id", &id)?;
-    let base = worker_base(&node, id).await?;
-    Ok(ws.on_upgrade(move |socket| relay_stream(node, id, base, socket)))
+    let worker = worker_base(&node, id).await?;
+    Ok(ws.on_upgrade(move |socket| relay_stream(node, id, worker, socket)))
 }
 
 /// Relays the worker's NDJSON frames (`{"stream":"stdout","offset":…,"data":"…"}`) as text
 /// messages, then sends the task's final record as `{"type":"task","task":…}` and closes.
-async fn relay_stream(node: AppState, id: TaskId, base: String, mut socket: WebSocket) {
-    let url = format!("{base}/worker/v1/tasks/{id}/logs?stream=all&follow=true");
-    let answer = match http_client(true).get(&url).send().await {
+async fn relay_stream(node: AppState, id: TaskId, worker: WorkerRelay, mut socket: WebSocket) {
+    let path = format!("/worker/v1/tasks/{id}/logs?stream=all&follow=true");
+    let answer = match worker.get(&path, true).send().await {
         Ok(a) if a.status().is_success() => a,
         Ok(a) => {
             let msg = format!(

@@ -103,7 +103,11 @@ fn check_learner(id: NodeId, addr: &NodeAddr) -> Result<(), ValidationError> {
     if id == 0 {
         return Err(ValidationError::new("id", "must be a positive integer"));
     }
-    for (field, addr) in [("rest", &addr.rest), ("grpc", &addr.grpc)] {
+    for (field, addr) in [
+        ("rest", &addr.rest),
+        ("grpc", &addr.grpc),
+        ("peer", &addr.peer),
+    ] {
         if !addr.contains(':') || addr.len() > NODE_ADDRESS_BYTES_MAX {
             return Err(ValidationError::new(
                 field,
@@ -159,6 +163,7 @@ mod tests {
         NodeAddr {
             rest: rest.into(),
             grpc: grpc.into(),
+            peer: "h:3".into(),
         }
     }
 

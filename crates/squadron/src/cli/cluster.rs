@@ -22,6 +22,9 @@ pub enum ClusterCmd {
         /// The new node's gRPC `host:port`.
         #[arg(long, value_name = "HOST:PORT")]
         grpc: String,
+        /// The new node's peer `host:port` (Raft, the node-to-node protocol).
+        #[arg(long, value_name = "HOST:PORT")]
+        peer: String,
     },
     /// Promote a learner to voter.
     Promote {
@@ -39,8 +42,20 @@ pub async fn run(ctx: &Ctx, cmd: ClusterCmd) -> anyhow::Result<()> {
     let c = &ctx.client;
     match cmd {
         ClusterCmd::Status => cluster_status(ctx).await,
-        ClusterCmd::Add { id, rest, grpc } => {
-            let changed = c.add_learner(&AddLearner { id, rest, grpc }).await?;
+        ClusterCmd::Add {
+            id,
+            rest,
+            grpc,
+            peer,
+        } => {
+            let changed = c
+                .add_learner(&AddLearner {
+                    id,
+                    rest,
+                    grpc,
+                    peer,
+                })
+                .await?;
             emit_generic(ctx.out, &changed)
         }
         ClusterCmd::Promote { id } => emit_generic(ctx.out, &c.promote_voter(id).await?),

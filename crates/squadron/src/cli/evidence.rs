@@ -24,7 +24,7 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
     let mut denied = 0;
     let mut asked = 0;
     for m in &status.members {
-        let node = c.with_endpoints(vec![format!("http://{}", m.rest)]);
+        let node = c.with_endpoints(vec![format!("https://{}", m.rest)]);
         match node.project_evidence(&args.tenant, &args.project).await {
             Ok(e) => {
                 denied += e.unauthorized_mcp_denied;

@@ -8,7 +8,9 @@
 pub mod bench;
 pub mod capsule;
 pub mod cluster;
+pub mod credentials;
 pub mod evidence;
+pub mod init;
 pub mod lease;
 pub mod mailbox;
 pub mod profile;
@@ -65,6 +67,9 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "KEY")]
     pub idempotency_key: Option<String>,
 
+    #[command(flatten)]
+    pub credentials: credentials::CredentialArgs,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -79,6 +84,9 @@ pub enum OutputFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Make a new cluster's CA, node certificates and first admin token (or rotate the node
+    /// certificates).
+    Init(init::InitArgs),
     /// Run one control node of a cluster from a TOML configuration file.
     Server(serve::ServerArgs),
     /// Run a single-node cluster and a local worker on this machine.
@@ -125,6 +133,14 @@ impl Command {
     pub fn serves(&self) -> bool {
         matches!(self, Command::Server(_) | Command::Dev(_))
     }
+
+    /// Whether the command is a client of the REST API (and so needs credentials).
+    pub fn is_client(&self) -> bool {
+        !matches!(
+            self,
+            Command::Server(_) | Command::Dev(_) | Command::Init(_)
+        )
+    }
 }
 
 /// `--tenant T --project P`.
@@ -153,8 +169,13 @@ impl Ctx {
             .as_deref()
             .map(IdempotencyKey::new)
             .transpose()?;
+        let credentials = if cli.command.is_client() {
+            cli.credentials.resolve()?
+        } else {
+            squadron_client::Credentials::default()
+        };
         Ok(Ctx {
-            client: SquadronClient::new(cli.endpoints.clone()),
+            client: SquadronClient::secured(cli.endpoints.clone(), &credentials)?,
             out: cli.output,
             consistency: if cli.stale {
                 Consistency::Stale

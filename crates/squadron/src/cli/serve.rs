@@ -22,6 +22,9 @@ pub struct DevArgs {
     pub listen: SocketAddr,
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8121")]
     pub grpc_listen: SocketAddr,
+    /// Raft and the node-to-node protocol (mTLS, node certificates only).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8122")]
+    pub peer_listen: SocketAddr,
     /// Address of the local worker's output server.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8130")]
     pub worker_listen: SocketAddr,
@@ -39,6 +42,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         args.data_dir,
         args.listen,
         args.grpc_listen,
+        args.peer_listen,
         (!args.no_worker).then_some(args.worker_listen),
     )
     .await

@@ -47,9 +47,13 @@ pub struct WorkerRunArgs {
     /// Address of the output server (logs, artifacts, live stream) control nodes relay.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8130")]
     pub listen: SocketAddr,
-    /// URL control nodes use to reach the output server (default `http://LISTEN`).
+    /// URL control nodes use to reach the output server (default `https://LISTEN`).
     #[arg(long, value_name = "URL")]
     pub advertise: Option<String>,
+    /// Directory holding this worker's certificate (`worker.pem`, `worker.key`) and the
+    /// cluster CA (`ca.pem`, unless --cacert names it); default `DATA_DIR/pki`.
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
     /// cgroup v2 mount for the process runtime (detected when unset).
     #[arg(long, value_name = "DIR")]
     pub cgroup_root: Option<PathBuf>,
@@ -122,10 +126,10 @@ pub enum WorkerCmd {
 }
 
 /// `squadron worker [flags]` runs a worker until a signal; a subcommand manages workers.
-pub async fn run(ctx: &Ctx, args: WorkerArgs) -> anyhow::Result<()> {
+pub async fn run(ctx: &Ctx, args: WorkerArgs, cacert: Option<PathBuf>) -> anyhow::Result<()> {
     match args.cmd {
         Some(cmd) => manage(ctx, cmd).await,
-        None => node::worker(args.run).await,
+        None => node::worker(args.run, cacert).await,
     }
 }
 
