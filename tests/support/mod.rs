@@ -472,21 +472,6 @@ pub fn http_send_raw(
     reply(res)
 }
 
-/// Status and JSON body of an answer, whatever its status; Err only when nothing answered.
-fn reply(res: Result<ureq::Response, ureq::Error>) -> Result<Reply, String> {
-    match res {
-        Ok(r) => Ok(Reply {
-            status: r.status(),
-            body: r.into_json().unwrap_or(Value::Null),
-        }),
-        Err(ureq::Error::Status(code, r)) => Ok(Reply {
-            status: code,
-            body: r.into_json().unwrap_or(Value::Null),
-        }),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 pub fn post(url: &str, body: Value) -> Result<Reply, String> {
     http_send("POST", url, Some(body), None)
 }

@@ -60,9 +60,15 @@ impl BrowserGuard {
         }
     }
 
-    /// Whether a request passes; the error names the header at fault.
-    pub fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
-        let host = header_text(headers, header::HOST)?;
+    /// Whether a request passes; the error names the header at fault. `authority` is the
+    /// request URI's (HTTP/2 carries the host there, as `:authority`, not in `Host`).
+    pub fn check(
+        &self,
+        method: &Method,
+        authority: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Result<(), ApiError> {
+        let host = header_text(headers, header::HOST)?.or(authority);
         if let Some(host) = host {
             self.check_host(host)?;
         }
@@ -96,7 +102,8 @@ impl BrowserGuard {
 
 /// The middleware: refuses a request that fails [`BrowserGuard::check`].
 pub async fn guard(State(g): State<BrowserGuard>, request: Request, next: Next) -> Response {
-    match g.check(request.method(), request.headers()) {
+    let authority = request.uri().authority().map(|a| a.as_str());
+    match g.check(request.method(), authority, request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => e.into_response(),
     }
@@ -188,6 +195,7 @@ mod tests {
             "/tmp/unused".into(),
             "127.0.0.1:8120".parse().unwrap(),
             "127.0.0.1:8121".parse().unwrap(),
+            "127.0.0.1:8122".parse().unwrap(),
         );
         config.advertise_rest = Some("node-a.example:8120".into());
         config.server.allowed_hosts = vec!["Squadron.Internal".into()];
@@ -219,10 +227,10 @@ mod tests {
             "203.0.113.7:8120",
         ] {
             let h = headers(&[(header::HOST, host)]);
-            assert_eq!(code(g.check(&Method::GET, &h)), None, "{host}");
+            assert_eq!(code(g.check(&Method::GET, None, &h)), None, "{host}");
         }
         let h = headers(&[(header::HOST, "attacker.example:8120")]);
-        let err = g.check(&Method::GET, &h).unwrap_err();
+        let err = g.check(&Method::GET, None, &h).unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidArgument);
         assert_eq!(err.body.field.as_deref(), Some("Host"));
         assert!(err.body.message.contains("attacker.example"), "{err:?}");
@@ -235,7 +243,7 @@ mod tests {
             (header::HOST, "127.0.0.1:8120"),
             (header::ORIGIN, "http://127.0.0.1:8120"),
         ]);
-        assert_eq!(code(g.check(&Method::GET, &same)), None);
+        assert_eq!(code(g.check(&Method::GET, None, &same)), None);
         for origin in [
             "http://evil.example",
             "http://127.0.0.1:9999",
@@ -245,12 +253,26 @@ mod tests {
             let h = headers(&[(header::HOST, "127.0.0.1:8120"), (header::ORIGIN, origin)]);
             for method in [Method::GET, Method::POST] {
                 assert_eq!(
-                    code(g.check(&method, &h)).map(|c| c.0),
+                    code(g.check(&method, None, &h)).map(|c| c.0),
                     Some(ErrorCode::PermissionDenied),
                     "{method} from {origin}"
                 );
             }
         }
+    }
+
+    #[test]
+    fn http2_requests_are_judged_by_their_authority() {
+        let g = guard();
+        let origin = headers(&[(header::ORIGIN, "https://127.0.0.1:8120")]);
+        assert_eq!(
+            code(g.check(&Method::POST, Some("127.0.0.1:8120"), &origin)),
+            None
+        );
+        let e = g.check(&Method::POST, Some("127.0.0.1:9999"), &origin);
+        assert_eq!(code(e).map(|c| c.0), Some(ErrorCode::PermissionDenied));
+        let e = g.check(&Method::GET, Some("attacker.example"), &HeaderMap::new());
+        assert_eq!(code(e).map(|c| c.1), Some(Some("Host".to_string())));
     }
 
     #[test]
@@ -269,7 +291,7 @@ mod tests {
             "Application/JSON",
             "application/yaml",
         ] {
-            assert_eq!(code(g.check(&Method::POST, &with(ok))), None, "{ok}");
+            assert_eq!(code(g.check(&Method::POST, None, &with(ok))), None, "{ok}");
         }
         let refused = Some((ErrorCode::UnsupportedMediaType, Some("Content-Type".into())));
         for bad in [
@@ -278,20 +300,28 @@ mod tests {
             "application/x-www-form-urlencoded",
             "multipart/form-data; boundary=x",
         ] {
-            assert_eq!(code(g.check(&Method::POST, &with(bad))), refused, "{bad}");
-            assert_eq!(code(g.check(&Method::DELETE, &with(bad))), refused, "{bad}");
+            assert_eq!(
+                code(g.check(&Method::POST, None, &with(bad))),
+                refused,
+                "{bad}"
+            );
+            assert_eq!(
+                code(g.check(&Method::DELETE, None, &with(bad))),
+                refused,
+                "{bad}"
+            );
             // Reads carry no body that changes anything.
-            assert_eq!(code(g.check(&Method::GET, &with(bad))), None, "{bad}");
+            assert_eq!(code(g.check(&Method::GET, None, &with(bad))), None, "{bad}");
         }
         let untyped = headers(&[
             (header::HOST, "127.0.0.1:8120"),
             (header::CONTENT_LENGTH, "2"),
         ]);
-        assert_eq!(code(g.check(&Method::POST, &untyped)), refused);
+        assert_eq!(code(g.check(&Method::POST, None, &untyped)), refused);
         let bodiless = headers(&[
             (header::HOST, "127.0.0.1:8120"),
             (header::CONTENT_LENGTH, "0"),
         ]);
-        assert_eq!(code(g.check(&Method::POST, &bodiless)), None);
+        assert_eq!(code(g.check(&Method::POST, None, &bodiless)), None);
     }
 }

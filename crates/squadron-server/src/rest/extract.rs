@@ -127,7 +127,11 @@ mod tests {
     async fn a_json_body_needs_a_json_media_type() {
         let ok = extract(Some("application/json; charset=utf-8")).await;
         assert_eq!(ok.expect("json")["a"], 1);
-        for t in [Some("text/plain"), Some("application/x-www-form-urlencoded"), None] {
+        for t in [
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            None,
+        ] {
             let e = extract(t).await.expect_err("refused");
             assert_eq!(e.code(), ErrorCode::UnsupportedMediaType, "{t:?}");
             assert_eq!(e.body.field.as_deref(), Some("Content-Type"), "{t:?}");
