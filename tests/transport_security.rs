@@ -301,3 +301,111 @@ fn node_certificates_rotate_without_downtime() {
     assert!(r.ok(), "{r:?}");
     cluster.wait_for_equal_digests(Duration::from_secs(20));
 }
+
+/// Every file below `dir` that holds `needle`, read whole (test data directories are small).
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if std::fs::read(&path)
+                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// `squadron token create|list|revoke`: the secret is answered once and stored nowhere — not
+/// in the listing, the node's data directory (Raft log, RocksDB, snapshots) or its log; bad input
+/// is refused naming the field; creation and revocation are in the audit record.
+#[test]
+fn operator_tokens_are_created_listed_and_revoked_and_no_secret_is_stored() {
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(1);
+    let run = |args: &[&str]| {
+        let out = cli(&url)
+            .args(["--endpoint", &url, "--output", "json", "token"])
+            .args(args)
+            .output()
+            .expect("run the CLI");
+        assert!(
+            out.status.success(),
+            "token {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")
+    };
+    let created = run(&["create", "--name", "ci", "--role", "viewer", "--ttl", "30d"]);
+    let secret = created["token"].as_str().expect("token").to_string();
+    let id = created["id"].as_str().expect("id").to_string();
+    assert!(secret.starts_with(&format!("sqd_op_{id}_")), "{created}");
+    assert_eq!(created["role"], json!("viewer"));
+
+    let listed = run(&["list"]);
+    let text = listed.to_string();
+    let secret_part = secret.rsplit('_').next().expect("secret part");
+    assert!(
+        !text.contains(secret_part),
+        "the listing shows the secret: {text}"
+    );
+    let mine: Vec<&serde_json::Value> = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|t| t["id"] == json!(id))
+        .collect();
+    assert_eq!(mine.len(), 1, "{listed}");
+    assert_eq!(mine[0]["name"], json!("ci"));
+    assert_eq!(mine[0]["revoked_at_ms"], json!(null));
+    assert!(mine[0]["expires_at_ms"].as_u64().is_some(), "{listed}");
+
+    for (body, field) in [
+        (json!({"name": "op", "role": "operator"}), "scope"),
+        (json!({"name": "v", "role": "viewer", "ttl": "soon"}), "ttl"),
+        (json!({"name": "v", "role": "root"}), "role"),
+    ] {
+        let r = post(&format!("{url}/api/v1/tokens"), body.clone()).expect("answer");
+        assert_eq!(r.status, 400, "{body}: {r:?}");
+        assert!(
+            r.body["field"].as_str().unwrap_or("").contains(field),
+            "{body}: {r:?}"
+        );
+    }
+    assert_eq!(
+        run(&["list"]).as_array().map(Vec::len),
+        listed.as_array().map(Vec::len)
+    );
+
+    run(&["revoke", &id]);
+    let listed = run(&["list"]);
+    let revoked = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|t| t["id"] == json!(id)).cloned())
+        .expect("still listed");
+    assert!(revoked["revoked_at_ms"].as_u64().is_some(), "{revoked}");
+
+    let audit = http_get(&format!("{url}/api/v1/audit")).expect("audit");
+    for command in ["create_operator_token", "revoke_operator_token"] {
+        let target = format!("token {id}");
+        assert!(
+            audit["records"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|x| x["command"] == json!(command)
+                    && x["target"].as_str() == Some(target.as_str()))),
+            "{command} missing: {audit}"
+        );
+    }
+    // The node's data directory (Raft log, RocksDB, snapshots), its log and its config.
+    let holders = files_holding(cluster.dir.path(), secret_part.as_bytes());
+    assert!(holders.is_empty(), "the secret is stored in {holders:?}");
+}

@@ -33,6 +33,7 @@ mod leases;
 mod outcome;
 mod projects;
 mod tasks;
+pub mod tokens;
 pub mod types;
 mod workers;
 
@@ -48,6 +49,7 @@ pub use error::{ClientError, EndpointFailure, ErrorBody};
 pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
+pub use tokens::{CreateToken, CreatedToken, TokenView};
 pub use types::*;
 
 #[cfg(test)]

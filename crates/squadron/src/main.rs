@@ -66,6 +66,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Mailbox(cmd) => cli::mailbox::run(&ctx, cmd).await,
         Command::Worker(args) => cli::worker::run(&ctx, args, cli.credentials.cacert).await,
         Command::Task(cmd) => cli::task::run(&ctx, cmd).await,
+        Command::Token(cmd) => cli::token::run(&ctx, cmd).await,
         Command::Bench(top) => cli::bench::run(&ctx, top).await,
     }
 }

@@ -11,6 +11,7 @@ mod leases;
 mod projects;
 mod task_output;
 mod tasks;
+mod tokens;
 mod workers;
 
 use std::sync::Arc;
@@ -88,6 +89,7 @@ pub fn route_book() -> RouteBook {
     let book = task_output::routes(book);
     let book = agents::routes(book);
     let book = audit::routes(book);
+    let book = tokens::routes(book);
     workers::routes(book)
 }
 

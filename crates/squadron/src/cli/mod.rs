@@ -17,6 +17,7 @@ pub mod profile;
 pub mod project;
 pub mod serve;
 pub mod task;
+pub mod token;
 pub mod worker;
 
 use std::io::Read;
@@ -121,6 +122,9 @@ pub enum Command {
     /// Tasks.
     #[command(subcommand)]
     Task(task::TaskCmd),
+    /// Operator tokens: create (the secret is shown once), list, revoke.
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// A project's release evidence: profiles, peak processes, takeovers, dual writers,
     /// refused stale commits, roster deliveries, MCP denials, leftovers.
     Evidence(evidence::EvidenceArgs),

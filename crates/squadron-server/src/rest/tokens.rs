@@ -1,0 +1,164 @@
+//! Operator tokens: create (the secret is made here and answered once; only its SHA-256
+//! enters the log, INV-13), list (never a secret or a hash), revoke.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{delete, get, post};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use squadron_core::access::{ProjectScope, Role, Subject, TokenId};
+use squadron_core::command as cmd;
+use squadron_core::ids::Digest;
+use squadron_core::quantity::parse_duration_ms;
+use squadron_core::{Command, Outcome};
+use squadron_pki::{SecretToken, TokenKind};
+
+use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::error::ApiError;
+
+/// The longest life a token may be given (`ttl`); a token without one lives until revoked.
+pub const TOKEN_TTL_MS_MAX: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/tokens",
+        "Create an operator token; the answer holds its secret, shown this once",
+        Some("CreateToken"),
+        post(create),
+    )
+    .add(
+        "GET",
+        "/api/v1/tokens",
+        "List operator tokens (names, roles, scopes, lifetimes; never a secret)",
+        None,
+        get(list),
+    )
+    .add(
+        "DELETE",
+        "/api/v1/tokens/:id",
+        "Revoke an operator token",
+        None,
+        delete(revoke),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateToken {
+    name: String,
+    role: Role,
+    #[serde(default)]
+    scope: Vec<ProjectScope>,
+    /// `30d`, `12h`…; none: until revoked.
+    #[serde(default)]
+    ttl: Option<String>,
+}
+
+/// The answer to a creation: the only place the secret ever appears.
+#[derive(Debug, Serialize)]
+struct CreatedToken {
+    id: TokenId,
+    token: String,
+    name: String,
+    role: Role,
+    scope: Vec<ProjectScope>,
+    expires_at_ms: Option<u64>,
+}
+
+/// A token as listed.
+#[derive(Debug, Serialize)]
+struct TokenView {
+    id: TokenId,
+    name: String,
+    role: Role,
+    scope: Vec<ProjectScope>,
+    created_at_ms: u64,
+    created_by: Subject,
+    expires_at_ms: Option<u64>,
+    revoked_at_ms: Option<u64>,
+}
+
+async fn create(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<CreateToken>,
+) -> Result<Json<CreatedToken>, ApiError> {
+    let expires_at_ms = b.ttl.as_deref().map(expiry).transpose()?;
+    let secret = SecretToken::generate(TokenKind::Operator);
+    let id: TokenId = parse_id("id", secret.id())?;
+    let command = Command::CreateOperatorToken(cmd::CreateOperatorToken {
+        id: id.clone(),
+        digest: Digest::from_bytes(secret.hash().0),
+        role: b.role,
+        scope: b.scope.clone(),
+        name: b.name.clone(),
+        expires_at_ms,
+    });
+    let Json(outcome) = write(&node, &headers, command).await?;
+    match outcome {
+        Outcome::OperatorTokenCreated { id: created } if created == id => Ok(Json(CreatedToken {
+            id,
+            token: secret.expose(),
+            name: b.name,
+            role: b.role,
+            scope: b.scope,
+            expires_at_ms,
+        })),
+        // A retry under an Idempotency-Key gets the first request's answer, whose secret went
+        // to that request: this one's secret belongs to no token and must not be shown.
+        Outcome::OperatorTokenCreated { id: created } => Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!(
+                "token {created} was created by the first request with this key and its \
+                 secret was answered then; revoke it and create another if it was lost"
+            ),
+        )),
+        other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+fn expiry(ttl: &str) -> Result<u64, ApiError> {
+    let ms = parse_duration_ms("ttl", ttl)?;
+    if ms == 0 || ms > TOKEN_TTL_MS_MAX {
+        return Err(ApiError::invalid(
+            "ttl",
+            format!("must be more than 0 and at most {TOKEN_TTL_MS_MAX} ms, got {ttl:?}"),
+        ));
+    }
+    Ok(crate::clock::now_ms().saturating_add(ms))
+}
+
+async fn list(
+    State(node): State<AppState>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<TokenView>>, ApiError> {
+    read(&node, q.consistency, |s| {
+        let tokens = s.operator_tokens().map(|t| TokenView {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            role: t.role,
+            scope: t.scope.clone(),
+            created_at_ms: t.created_at_ms,
+            created_by: t.created_by.clone(),
+            expires_at_ms: t.expires_at_ms,
+            revoked_at_ms: t.revoked_at_ms,
+        });
+        Ok(Json(tokens.collect()))
+    })
+    .await
+}
+
+async fn revoke(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Outcome>, ApiError> {
+    let id: TokenId = parse_id("token_id", &id)?;
+    write(
+        &node,
+        &headers,
+        Command::RevokeOperatorToken(cmd::RevokeOperatorToken { id }),
+    )
+    .await
+}
