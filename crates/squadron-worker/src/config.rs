@@ -8,6 +8,7 @@ use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 
 use crate::agent::config::AgentConfig;
+use crate::runtime::SandboxLimits;
 
 /// Default interval between heartbeats (the seed: "Heartbeats every 30s").
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;
@@ -23,6 +24,71 @@ pub const PROGRESS_INTERVAL_MS_DEFAULT: u64 = 2_000;
 pub const MONITOR_INTERVAL_MS_DEFAULT: u64 = 250;
 /// Default image of the Docker runtime (built by `scripts/build-agent-image`).
 pub const DOCKER_IMAGE_DEFAULT: &str = "squadron-agent:latest";
+/// CPUs, memory and processes a sandbox gets where its manifest sets none.
+pub const SANDBOX_CPUS_DEFAULT: u32 = 2;
+pub const SANDBOX_MEMORY_BYTES_DEFAULT: u64 = 4 * 1024 * 1024 * 1024;
+pub const SANDBOX_PIDS_DEFAULT: u64 = 4_096;
+/// Bounds of those defaults.
+pub const SANDBOX_CPUS_MAX: u32 = 1_024;
+pub const SANDBOX_MEMORY_BYTES_MIN: u64 = 16 * 1024 * 1024;
+pub const SANDBOX_PIDS_MIN: u64 = 16;
+pub const SANDBOX_PIDS_MAX: u64 = 4_194_304;
+
+/// The limits every sandbox gets where nothing else sets one: a task whose manifest leaves
+/// `cpus` or `memory` out, and every agent attempt (profiles carry no limits). Nothing runs
+/// unbounded on a shared host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxDefaults {
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    pub pids_max: u64,
+}
+
+impl Default for SandboxDefaults {
+    fn default() -> Self {
+        Self {
+            cpus: SANDBOX_CPUS_DEFAULT,
+            memory_bytes: SANDBOX_MEMORY_BYTES_DEFAULT,
+            pids_max: SANDBOX_PIDS_DEFAULT,
+        }
+    }
+}
+
+impl SandboxDefaults {
+    /// A sandbox's limits: what its manifest set, these defaults for the rest.
+    pub(crate) fn limits(&self, cpus: Option<u32>, memory_bytes: Option<u64>) -> SandboxLimits {
+        SandboxLimits {
+            cpus: Some(cpus.unwrap_or(self.cpus)),
+            memory_bytes: Some(memory_bytes.unwrap_or(self.memory_bytes)),
+            pids_max: Some(self.pids_max),
+        }
+    }
+
+    fn validate(&self) -> Result<(), crate::WorkerError> {
+        let bad = |field: &str, message: String| {
+            Err(crate::WorkerError::Invalid {
+                field: field.to_string(),
+                message,
+            })
+        };
+        if !(1..=SANDBOX_CPUS_MAX).contains(&self.cpus) {
+            return bad("sandbox_cpus", format!("must be 1..={SANDBOX_CPUS_MAX}"));
+        }
+        if self.memory_bytes < SANDBOX_MEMORY_BYTES_MIN {
+            return bad(
+                "sandbox_memory",
+                format!("must be at least {SANDBOX_MEMORY_BYTES_MIN} bytes"),
+            );
+        }
+        if !(SANDBOX_PIDS_MIN..=SANDBOX_PIDS_MAX).contains(&self.pids_max) {
+            return bad(
+                "sandbox_pids",
+                format!("must be {SANDBOX_PIDS_MIN}..={SANDBOX_PIDS_MAX}"),
+            );
+        }
+        Ok(())
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -56,6 +122,8 @@ pub struct WorkerConfig {
     /// Agent profiles (`placement: project`) run here when set and the process runtime is
     /// available.
     pub agents: Option<AgentConfig>,
+    /// Limits of sandboxes whose manifest sets none, and of every agent attempt.
+    pub sandbox_defaults: SandboxDefaults,
 }
 
 impl WorkerConfig {
@@ -78,6 +146,7 @@ impl WorkerConfig {
             monitor_interval_ms: MONITOR_INTERVAL_MS_DEFAULT,
             backoff_override_ms: None,
             agents: Some(AgentConfig::default()),
+            sandbox_defaults: SandboxDefaults::default(),
         }
     }
 
@@ -120,6 +189,7 @@ impl WorkerConfig {
                 format!("must be at least {HEARTBEAT_INTERVAL_MS_MIN}"),
             );
         }
+        self.sandbox_defaults.validate()?;
         if let Some(agents) = &self.agents {
             agents.validate()?;
         }
@@ -130,6 +200,57 @@ impl WorkerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandbox_without_limits_gets_the_worker_s_defaults() {
+        let d = SandboxDefaults::default();
+        let none = d.limits(None, None);
+        assert_eq!(none.cpus, Some(SANDBOX_CPUS_DEFAULT));
+        assert_eq!(none.memory_bytes, Some(SANDBOX_MEMORY_BYTES_DEFAULT));
+        assert_eq!(none.pids_max, Some(SANDBOX_PIDS_DEFAULT));
+        let set = d.limits(Some(8), Some(1 << 30));
+        assert_eq!((set.cpus, set.memory_bytes), (Some(8), Some(1 << 30)));
+        assert_eq!(
+            set.pids_max,
+            Some(SANDBOX_PIDS_DEFAULT),
+            "pids are never unbounded"
+        );
+    }
+
+    #[test]
+    fn out_of_range_defaults_are_refused_naming_the_flag() {
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let id = WorkerId::new("w").unwrap();
+        for (defaults, field) in [
+            (
+                SandboxDefaults {
+                    cpus: 0,
+                    ..SandboxDefaults::default()
+                },
+                "sandbox_cpus",
+            ),
+            (
+                SandboxDefaults {
+                    memory_bytes: 1024,
+                    ..SandboxDefaults::default()
+                },
+                "sandbox_memory",
+            ),
+            (
+                SandboxDefaults {
+                    pids_max: 1,
+                    ..SandboxDefaults::default()
+                },
+                "sandbox_pids",
+            ),
+        ] {
+            let mut c =
+                WorkerConfig::new(id.clone(), vec!["https://x".into()], "/data".into(), listen);
+            c.sandbox_defaults = defaults;
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+        }
+    }
 
     #[test]
     fn relative_directories_are_refused() {

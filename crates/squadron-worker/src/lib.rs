@@ -50,9 +50,10 @@ pub use agent::config::{
 };
 pub use agent::fence::ControlFence;
 pub use config::{
-    WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX, DOCKER_IMAGE_DEFAULT,
+    SandboxDefaults, WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX, DOCKER_IMAGE_DEFAULT,
     HEARTBEAT_INTERVAL_MS_DEFAULT, HEARTBEAT_INTERVAL_MS_MIN, MONITOR_INTERVAL_MS_DEFAULT,
-    PROGRESS_INTERVAL_MS_DEFAULT,
+    PROGRESS_INTERVAL_MS_DEFAULT, SANDBOX_CPUS_DEFAULT, SANDBOX_MEMORY_BYTES_DEFAULT,
+    SANDBOX_PIDS_DEFAULT,
 };
 pub use error::WorkerError;
 pub use runtime::probe::{probe_runtimes, RuntimeSet};

@@ -153,6 +153,7 @@ fn agent_supervisor(
             config.id.clone(),
             config.data_dir.clone(),
             agents,
+            config.sandbox_defaults,
             runtime,
             control.clone(),
         )

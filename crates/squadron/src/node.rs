@@ -227,6 +227,14 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
         .transpose()?;
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;
+    config.sandbox_defaults = squadron_worker::SandboxDefaults {
+        cpus: args.sandbox_cpus,
+        memory_bytes: squadron_core::quantity::parse_byte_size(
+            "--sandbox-memory",
+            &args.sandbox_memory,
+        )?,
+        pids_max: args.sandbox_pids,
+    };
     config.agents = if args.no_agents {
         None
     } else {

@@ -29,7 +29,6 @@ use crate::agent::supervisor::{
     blocking, check_prompt, grant_token, unexpected, AgentSupervisor, AGENTS_MAX,
     BROKER_SOCKET_NAME,
 };
-use crate::runtime::SandboxLimits;
 
 /// The watchdog every provider runs under: it forwards SIGTERM and kills the provider once
 /// the worker's deadline for the lease has passed (self-fencing). Exit status is the
@@ -312,7 +311,7 @@ impl AgentSupervisor {
             run_files,
             stdin,
             network: NetworkMode::Outbound,
-            limits: SandboxLimits::default(),
+            limits: self.inner.limits.limits(None, None),
             broker_dir: Some(self.broker_dir(g.profile.id)),
         })
     }

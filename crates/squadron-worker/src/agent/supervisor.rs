@@ -58,6 +58,7 @@ use crate::agent::project_sandbox::{ProjectSandbox, SandboxRecord};
 use crate::agent::registry::Registry;
 use crate::agent::runtime::AgentRuntime;
 use crate::agent::state::AgentState;
+use crate::config::SandboxDefaults;
 use crate::error::WorkerError;
 
 /// How often running attempts are checked for exit and mailboxes for news.
@@ -80,6 +81,8 @@ pub(crate) struct Inner {
     pub(super) worker: WorkerId,
     pub(super) data_dir: PathBuf,
     pub(super) config: AgentConfig,
+    /// The worker's sandbox limits; every attempt gets them (profiles carry none).
+    pub(super) limits: SandboxDefaults,
     pub(super) runtime: AgentRuntime,
     pub(super) control: SquadronClient,
     pub(super) broker: GitBroker,
@@ -95,6 +98,7 @@ impl AgentSupervisor {
         worker: WorkerId,
         data_dir: PathBuf,
         config: AgentConfig,
+        limits: SandboxDefaults,
         runtime: AgentRuntime,
         control: SquadronClient,
     ) -> Result<AgentSupervisor, WorkerError> {
@@ -107,6 +111,7 @@ impl AgentSupervisor {
                 worker,
                 data_dir,
                 config,
+                limits,
                 runtime,
                 control,
                 broker,

@@ -22,7 +22,7 @@ use crate::error::WorkerError;
 use crate::output_server::ActiveTasks;
 use crate::retry;
 use crate::runtime::probe::RuntimeSet;
-use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
+use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
 use crate::task::checkpoint::TaskCheckpoint;
 use crate::task::collector::{collect, RunFacts};
 use crate::task::env_allowlist::EnvAllowlist;
@@ -32,8 +32,6 @@ use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
 use provision::{provision_sandbox, ProvisionFailure};
 
-/// Tasks a sandbox may hold at most (pids limit of every sandbox).
-pub(crate) const SANDBOX_PIDS_MAX: u64 = 4_096;
 /// Longest error text sent to the control plane.
 pub(crate) const ERROR_TEXT_BYTES_MAX: usize = 2_000;
 
@@ -354,11 +352,11 @@ impl TaskDriver {
             argv: plan.argv,
             workdir: plan.workdir,
             env: plan.env,
-            limits: SandboxLimits {
-                cpus: self.spec.sandbox.cpus,
-                memory_bytes: self.spec.sandbox.memory_bytes,
-                pids_max: Some(SANDBOX_PIDS_MAX),
-            },
+            limits: self
+                .ctx
+                .config
+                .sandbox_defaults
+                .limits(self.spec.sandbox.cpus, self.spec.sandbox.memory_bytes),
             network: self.spec.sandbox.network_mode,
             full_control: self.spec.sandbox.full_control,
             global_dir: self.ctx.config.global_dir.clone(),

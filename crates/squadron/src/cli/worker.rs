@@ -66,6 +66,15 @@ pub struct WorkerRunArgs {
     /// Worker environment variables copied into sandboxes (e.g. provider API keys).
     #[arg(long = "env-allow", value_name = "NAME", value_delimiter = ',')]
     pub env_allowlist: Vec<String>,
+    /// CPUs of a sandbox whose manifest sets none, and of every agent attempt.
+    #[arg(long, value_name = "N", default_value_t = squadron_worker::SANDBOX_CPUS_DEFAULT)]
+    pub sandbox_cpus: u32,
+    /// Memory of a sandbox whose manifest sets none, and of every agent attempt (`4Gi`).
+    #[arg(long, value_name = "SIZE", default_value = "4Gi")]
+    pub sandbox_memory: String,
+    /// Processes one sandbox may hold.
+    #[arg(long, value_name = "N", default_value_t = squadron_worker::SANDBOX_PIDS_DEFAULT)]
+    pub sandbox_pids: u64,
     /// Replace every retry delay of manifests (clone, provision) with this many ms.
     #[arg(long, value_name = "MS")]
     pub backoff_override_ms: Option<u64>,
