@@ -1,22 +1,9 @@
 //! What a call can fail with: the server's answer, or the lack of one.
 
-use serde::{Deserialize, Serialize};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::Rejection;
 
-/// The body of every REST error answer: `{code, message, field?, rejection?}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub code: ErrorCode,
-    pub message: String,
-    /// The field at fault, for invalid input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// The core's rejection, for business refusals (carries the current generation, the slot
-    /// counts, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rejection: Option<Rejection>,
-}
+pub use squadron_api::ErrorBody;
 
 /// One endpoint that could not be reached, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

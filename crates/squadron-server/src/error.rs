@@ -2,26 +2,13 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::{Rejection, ValidationError};
 
 /// Seconds a client is asked to wait before retrying when no leader is known.
 pub const RETRY_AFTER_S: u64 = 1;
 
-/// The body of every error answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub code: ErrorCode,
-    pub message: String,
-    /// The field at fault, for invalid input.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// The core's rejection, for business refusals, so clients can act on its values
-    /// (the current generation, the slot counts).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rejection: Option<Rejection>,
-}
+pub use squadron_api::ErrorBody;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
