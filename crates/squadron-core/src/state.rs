@@ -268,6 +268,17 @@ impl State {
             .filter(move |t| state.is_none_or(|s| t.state == s))
     }
 
+    /// Tasks with an id above `after`, in id order, optionally only those in one state. Starts
+    /// at `after` in the map instead of walking from the first task, so paging through a
+    /// million tasks costs each page only its own entries.
+    pub fn tasks_after(&self, after: u64, state: Option<TaskState>) -> impl Iterator<Item = &Task> {
+        let from = TaskId::new(after.saturating_add(1)).unwrap_or(TaskId::FIRST);
+        self.tasks
+            .range(from..)
+            .map(|(_, t)| t)
+            .filter(move |t| t.id.get() > after && state.is_none_or(|s| t.state == s))
+    }
+
     /// PENDING tasks in the order the scheduler takes them: priority, then submission.
     pub fn pending_queue(&self) -> impl Iterator<Item = TaskId> + '_ {
         self.pending.iter().map(|(_, id)| *id)

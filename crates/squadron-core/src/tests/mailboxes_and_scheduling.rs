@@ -7,6 +7,7 @@ use crate::limits::MAILBOX_MESSAGES_MAX;
 use crate::mailbox::{MessageKind, MessagePayload, MessageSender};
 use crate::roster::RosterStatus;
 use crate::scheduler::schedule;
+use crate::task::TaskState;
 
 fn post(to: ProfileId, kind: MessageKind, body: &str) -> Command {
     Command::PostMessage(PostMessage {
@@ -253,4 +254,30 @@ fn sweep_is_due_only_when_it_would_change_something() {
         fx.state.sweep_due(fx.now + WORKER_TTL),
         "a silent worker is due"
     );
+}
+
+#[test]
+fn tasks_after_pages_from_the_given_id_and_filters_by_state() {
+    let mut fx = Fx::new();
+    let ids: Vec<TaskId> = (0..5).map(|_| fx.submit("")).collect();
+    let after = |a: u64, s: Option<TaskState>| -> Vec<TaskId> {
+        fx.state.tasks_after(a, s).map(|t| t.id).collect()
+    };
+    assert_eq!(after(0, None), ids);
+    assert_eq!(after(ids[1].get(), None), ids[2..].to_vec());
+    assert_eq!(after(ids[4].get(), None), Vec::<TaskId>::new());
+    assert_eq!(after(u64::MAX, None), Vec::<TaskId>::new());
+    assert_eq!(
+        after(ids[2].get(), Some(TaskState::Pending)),
+        ids[3..].to_vec()
+    );
+    assert_eq!(after(0, Some(TaskState::Running)), Vec::<TaskId>::new());
+    // The same answer as walking every task.
+    let walked: Vec<TaskId> = fx
+        .state
+        .tasks(None)
+        .filter(|t| t.id.get() > ids[0].get())
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(after(ids[0].get(), None), walked);
 }

@@ -149,7 +149,7 @@ async fn list(
         .transpose()?;
     read(&node, q.consistency, |s| {
         let listed: Box<dyn Iterator<Item = &Task>> = match parent {
-            None => Box::new(s.tasks(state)),
+            None => Box::new(s.tasks_after(after, state)),
             Some(p) => Box::new(
                 s.lineage()
                     .children(p)
