@@ -49,7 +49,7 @@ pub use error::{ClientError, EndpointFailure, ErrorBody};
 pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
-pub use tokens::{CreateToken, CreatedToken, TokenView};
+pub use squadron_api::{CreateToken, CreatedToken, TokenView};
 pub use types::*;
 
 #[cfg(test)]

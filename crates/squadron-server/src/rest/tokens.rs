@@ -5,8 +5,8 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{delete, get, post};
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use squadron_core::access::{ProjectScope, Role, Subject, TokenId};
+use squadron_api::{CreateToken, CreatedToken, TokenView};
+use squadron_core::access::TokenId;
 use squadron_core::command as cmd;
 use squadron_core::ids::Digest;
 use squadron_core::quantity::parse_duration_ms;
@@ -41,42 +41,6 @@ pub fn routes(book: RouteBook) -> RouteBook {
         None,
         delete(revoke),
     )
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateToken {
-    name: String,
-    role: Role,
-    #[serde(default)]
-    scope: Vec<ProjectScope>,
-    /// `30d`, `12h`…; none: until revoked.
-    #[serde(default)]
-    ttl: Option<String>,
-}
-
-/// The answer to a creation: the only place the secret ever appears.
-#[derive(Debug, Serialize)]
-struct CreatedToken {
-    id: TokenId,
-    token: String,
-    name: String,
-    role: Role,
-    scope: Vec<ProjectScope>,
-    expires_at_ms: Option<u64>,
-}
-
-/// A token as listed.
-#[derive(Debug, Serialize)]
-struct TokenView {
-    id: TokenId,
-    name: String,
-    role: Role,
-    scope: Vec<ProjectScope>,
-    created_at_ms: u64,
-    created_by: Subject,
-    expires_at_ms: Option<u64>,
-    revoked_at_ms: Option<u64>,
 }
 
 async fn create(
