@@ -20,7 +20,11 @@ fn background_writes(
         while !stop.load(Ordering::Relaxed) {
             i += 1;
             let url = &urls[i % urls.len()];
-            if let Ok(r) = post(&format!("{url}/api/v1/workers/w1/heartbeat"), json!(null)) {
+            if let Ok(r) = worker_post(
+                "w1",
+                &format!("{url}/api/v1/workers/w1/heartbeat"),
+                json!(null),
+            ) {
                 if r.ok() {
                     ok.fetch_add(1, Ordering::Relaxed);
                 }

@@ -338,7 +338,11 @@ fn a_node_that_missed_many_entries_catches_up_by_snapshot() {
     let url = cluster.url(leader);
     setup_project(&url, "web", 1, 1);
     for i in 0..300 {
-        let r = post(&format!("{url}/api/v1/workers/w1/heartbeat"), json!(null));
+        let r = worker_post(
+            "w1",
+            &format!("{url}/api/v1/workers/w1/heartbeat"),
+            json!(null),
+        );
         assert!(r.is_ok(), "heartbeat {i}: {r:?}");
     }
     let status = cluster.status(leader).unwrap();

@@ -69,7 +69,9 @@ fn a_stale_generation_cannot_commit_and_the_new_one_can() {
     )
     .expect("fence");
     assert!(r.ok(), "{r:?}");
-    let r = post(
+    // Evidence comes from the holder's worker (w1), under its certificate.
+    let r = worker_post(
+        "w1",
         &format!("{url}/api/v1/leases/{lease1}/evidence"),
         json!({"profile": profile, "generation": gen1, "cgroup": "/sys/fs/cgroup/test/g1",
                "populated": false, "observed_at_ms": squadron_client::now_ms()}),

@@ -212,6 +212,7 @@ impl ExpiryClient {
     async fn reap(&mut self, profile: ProfileId, generation: Generation, lease: LeaseId) {
         let key = self.ctx.workload.key(profile);
         let client = self.client.clone();
+        let as_worker = self.ctx.as_worker.clone();
         let input = json!({"generation": generation.get(), "lease": lease.get()});
         self.driver
             .op("reap", &key, input, async {
@@ -229,7 +230,8 @@ impl ExpiryClient {
                     populated: false,
                     observed_at_ms: now_ms().max(granted),
                 };
-                match client.record_evidence(lease, &req, None).await {
+                // Evidence is the holder's worker's to post.
+                match as_worker.record_evidence(lease, &req, None).await {
                     Ok(_) => Ok(json!({"slot_freed": true})),
                     Err(e) => Err(write_failure(&e)),
                 }

@@ -70,7 +70,7 @@ fn init_pki(
     dir: &Path,
     bin: &Path,
     nodes: &BTreeMap<u64, NodeProcess>,
-) -> Result<Credentials, ClusterError> {
+) -> Result<(Credentials, Credentials), ClusterError> {
     let token = dir.join("admin.token");
     let out = std::process::Command::new(bin)
         .arg("init")
@@ -85,11 +85,32 @@ fn init_pki(
         ));
     }
     let first = nodes.values().next().ok_or(ClusterError::UnknownNode(1))?;
+    let worker_dir = dir.join("worker-pki");
+    let out = std::process::Command::new(bin)
+        .arg("init")
+        .args(nodes.values().map(|n| &n.config))
+        .arg("--worker-cert")
+        .arg(format!(
+            "{}={}",
+            crate::workload::WORKER,
+            worker_dir.display()
+        ))
+        .output()
+        .map_err(|e| ClusterError::Init(e.to_string()))?;
+    if !out.status.success() {
+        return Err(ClusterError::Init(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
     let ca = std::fs::read_to_string(first.dir.join("data/pki/ca.pem"))
         .map_err(|e| ClusterError::Init(format!("reading the CA: {e}")))?;
     let token = std::fs::read_to_string(&token)
         .map_err(|e| ClusterError::Init(format!("reading the admin token: {e}")))?;
-    Credentials::operator(&ca, Some(token)).map_err(|e| ClusterError::Init(e.to_string()))
+    let operator =
+        Credentials::operator(&ca, Some(token)).map_err(|e| ClusterError::Init(e.to_string()))?;
+    let worker = Credentials::from_cert_dir(&worker_dir, squadron_client::WORKER_CERT_NAME)
+        .map_err(|e| ClusterError::Init(format!("reading the worker's certificate: {e}")))?;
+    Ok((operator, worker))
 }
 
 fn client_of(
@@ -122,6 +143,8 @@ pub struct Cluster {
     pub faketime: bool,
     /// The cluster CA and the admin token `squadron init` made for this run.
     pub credentials: Credentials,
+    /// The harness's worker certificate (`workload::WORKER`), made by `squadron init`.
+    pub worker_credentials: Credentials,
     http: SquadronClient,
 }
 
@@ -194,7 +217,7 @@ impl Cluster {
             }
             nodes.insert(spec.id, node);
         }
-        let credentials = init_pki(dir, bin, &nodes)?;
+        let (credentials, worker_credentials) = init_pki(dir, bin, &nodes)?;
         let http = client_of(
             &credentials,
             Vec::new(),
@@ -207,6 +230,7 @@ impl Cluster {
             net,
             net_note,
             credentials,
+            worker_credentials,
             http,
             faketime: faketime.is_some(),
         })
@@ -220,6 +244,16 @@ impl Cluster {
         connect: Duration,
     ) -> Result<SquadronClient, ClusterError> {
         client_of(&self.credentials, endpoints, request, connect)
+    }
+
+    /// A client presenting the harness's worker certificate instead of the admin token.
+    pub fn worker_client(
+        &self,
+        endpoints: Vec<String>,
+        request: Duration,
+        connect: Duration,
+    ) -> Result<SquadronClient, ClusterError> {
+        client_of(&self.worker_credentials, endpoints, request, connect)
     }
 
     /// Sets node `id`'s wall-clock offset (libfaketime syntax: `+30s`, `-2m`, `+0`).

@@ -158,7 +158,12 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
         Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
     )?;
-    let mut ctx = setup(cfg.workload, &admin).await?;
+    let as_worker = cluster.worker_client(
+        endpoints.clone(),
+        Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
+        Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
+    )?;
+    let mut ctx = setup(cfg.workload, &admin, &as_worker).await?;
     ctx.reads = cfg.reads;
     let ctx = Arc::new(ctx);
     let renewals = spawn_renewals(ctx.clone(), admin.clone());
@@ -217,7 +222,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     // Recovery: after the last heal a write must succeed within the bound. The probe starts
     // at once; clients still finishing their last operations do not delay it.
     let mut harness_anomalies = Vec::new();
-    let recovered = recover(&admin, cfg.recovery_bound).await;
+    let recovered = recover(&ctx.as_worker, cfg.recovery_bound).await;
     let recovery_from_heal_ms = recovered.map(|_| recorder.now_ms() - last_heal_ms);
     if recovered.is_none() {
         harness_anomalies.push(Anomaly::new(
@@ -332,14 +337,18 @@ async fn heal(nemesis: &mut Nemesis, cluster: &mut Cluster, recorder: &Recorder)
 
 /// Writes (a worker heartbeat, keyed, so retrying it is safe) until one succeeds. Returns the
 /// milliseconds it took, or `None` past the bound.
-async fn recover(admin: &SquadronClient, bound: Duration) -> Option<u64> {
+async fn recover(as_worker: &SquadronClient, bound: Duration) -> Option<u64> {
     let started = Instant::now();
     // No waiting for every node to agree on a leader first: a write is the test, and a node
     // that is slow to agree must not eat the bound.
     let worker = WorkerId::new(WORKER).ok()?;
     while started.elapsed() < bound {
         let key = new_idempotency_key();
-        if admin.worker_heartbeat(&worker, Some(&key)).await.is_ok() {
+        if as_worker
+            .worker_heartbeat(&worker, Some(&key))
+            .await
+            .is_ok()
+        {
             return Some(started.elapsed().as_millis() as u64);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -126,6 +126,7 @@ fn name<T>(r: Result<T, squadron_core::ValidationError>) -> Result<T, SetupError
 pub async fn setup(
     workload: Workload,
     client: &SquadronClient,
+    as_worker: &SquadronClient,
 ) -> Result<WorkloadContext, SetupError> {
     let tenant = name(TenantId::new(TENANT))?;
     let project = name(ProjectId::new(workload.name()))?;
@@ -139,7 +140,7 @@ pub async fn setup(
         heartbeat_interval_ms: Some(600_000),
     };
     keyed("register worker", |k| {
-        let (c, r) = (client.clone(), register.clone());
+        let (c, r) = (as_worker.clone(), register.clone());
         async move { c.register_worker(&r, Some(&k)).await }
     })
     .await?;
@@ -196,6 +197,7 @@ pub async fn setup(
         writers: BTreeMap::new(),
         holdings: Mutex::new(Holdings::default()),
         reads: Consistency::Linearizable,
+        as_worker: as_worker.clone(),
     };
     let mut writers = BTreeMap::new();
     if workload == Workload::Capsule {
@@ -235,7 +237,10 @@ pub fn spawn_renewals(
             tokio::time::sleep(Duration::from_millis(LEASE_RENEW_INTERVAL_MS)).await;
             // Heartbeats and renewals are not compare-and-swaps: resending them is harmless.
             let key = new_idempotency_key();
-            let _ = client.worker_heartbeat(&ctx.worker, Some(&key)).await;
+            let _ = ctx
+                .as_worker
+                .worker_heartbeat(&ctx.worker, Some(&key))
+                .await;
             for (profile, (lease, generation)) in &ctx.writers {
                 let req = RenewLease {
                     profile: *profile,

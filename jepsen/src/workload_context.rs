@@ -1,6 +1,7 @@
 //! What the clients of one run share: the workload's project, profiles and writer leases, and
 //! the leases the clients hold.
 
+use squadron_client::SquadronClient;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
@@ -31,6 +32,9 @@ pub struct WorkloadContext {
     pub holdings: Mutex<Holdings>,
     /// The consistency of the clients' reads (the quiet phase always reads linearizably).
     pub reads: Consistency,
+    /// A client presenting the worker's certificate: registration, heartbeats and reap
+    /// evidence are the worker's own, and an operator's token is refused for them.
+    pub as_worker: SquadronClient,
 }
 
 impl WorkloadContext {

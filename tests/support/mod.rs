@@ -476,6 +476,17 @@ pub fn post(url: &str, body: Value) -> Result<Reply, String> {
     http_send("POST", url, Some(body), None)
 }
 
+/// A POST as worker `worker` sends it: its certificate, no bearer token (reports,
+/// registrations and heartbeats are a worker's own; an operator's token is refused).
+pub fn worker_post(worker: &str, url: &str, body: Value) -> Result<Reply, String> {
+    let id = squadron_pki::SpiffeId::Worker(squadron_core::ids::WorkerId::new(worker).expect("id"));
+    reply(
+        agent_with(pki().presenting_id(&id))
+            .post(url)
+            .send_json(body),
+    )
+}
+
 /// An agent with a client configuration of the test's choosing.
 pub fn agent_with(config: std::sync::Arc<rustls::ClientConfig>) -> ureq::Agent {
     ureq::AgentBuilder::new()
@@ -540,7 +551,8 @@ pub fn websocket(
 /// Sets up a project with a sandbox on a registered worker and `profiles` profiles; returns
 /// the profile ids.
 pub fn setup_project(url: &str, project: &str, profiles: usize, max_active: u32) -> Vec<u64> {
-    let r = post(
+    let r = worker_post(
+        "w1",
         &format!("{url}/api/v1/workers"),
         json!({
             "worker": "w1", "address": "127.0.0.1:1", "runtimes": ["process"], "capacity": 8,

@@ -30,6 +30,8 @@ pub struct TestPki {
     /// A client configuration presenting the harness's node certificate.
     pub as_node: Arc<rustls::ClientConfig>,
     tokens: Mutex<BTreeMap<String, String>>,
+    /// Client configurations presenting a certificate of the test CA, by SPIFFE id.
+    presenting: Mutex<BTreeMap<String, Arc<rustls::ClientConfig>>>,
     /// Nodes with a CA of their own (`squadron dev` makes one): the client configuration
     /// trusting it, by REST `host:port`.
     foreign: Mutex<BTreeMap<String, Arc<rustls::ClientConfig>>>,
@@ -78,6 +80,7 @@ pub fn pki() -> &'static TestPki {
             operator,
             as_node,
             tokens: Mutex::new(BTreeMap::new()),
+            presenting: Mutex::new(BTreeMap::new()),
             foreign: Mutex::new(BTreeMap::new()),
         }
     })
@@ -129,6 +132,48 @@ impl TestPki {
     /// Operator credentials for a cluster's REST URLs (its admin token).
     pub fn operator_credentials(&self, url: &str) -> Credentials {
         Credentials::operator(self.ca_pem(), self.token_for(url)).expect("credentials")
+    }
+
+    /// A client configuration presenting a certificate for `identity` (a worker's, an
+    /// agent's), issued by the test CA without enrollment.
+    pub fn presenting_id(&self, identity: &SpiffeId) -> Arc<rustls::ClientConfig> {
+        let mut cache = self.presenting.lock().expect("presenting");
+        cache
+            .entry(identity.uri())
+            .or_insert_with(|| {
+                let cert = self
+                    .ca
+                    .issue(
+                        identity,
+                        &[SubjectName::of_host("127.0.0.1")],
+                        std::time::Duration::from_secs(24 * 3600),
+                        squadron_pki::CertUse::ServerAndClient,
+                    )
+                    .expect("cert");
+                let cert = ReloadableCert::new(&self.trust, &cert).expect("cert");
+                http1(
+                    client_config(&self.trust, ExpectedPeer::ServerName, Some(&cert))
+                        .expect("config"),
+                )
+            })
+            .clone()
+    }
+
+    /// Writes a certificate for `identity` into `dir` (as `name.pem`/`name.key`, with the CA)
+    /// and loads it: what an enrolled agent or worker would hold.
+    pub fn issue_identity(&self, identity: &SpiffeId, dir: &Path, name: &str) -> TlsIdentity {
+        let pki = PkiDir::new(dir);
+        let cert = self
+            .ca
+            .issue(
+                identity,
+                &[SubjectName::of_host("127.0.0.1")],
+                std::time::Duration::from_secs(24 * 3600),
+                squadron_pki::CertUse::ServerAndClient,
+            )
+            .expect("cert");
+        pki.write_identity(name, &cert).expect("cert files");
+        TlsIdentity::load(&pki, name).expect("identity")
     }
 
     /// Writes worker `id`'s certificate and the CA into `dir` (`worker.pem`, `worker.key`,

@@ -251,7 +251,8 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
     let mut cluster = SquadronCluster::start(&opts.squadron_bin, dir, opts.nodes).await?;
     let endpoints = cluster.endpoints();
     let setup_client = squadron_load::client_for(&endpoints, 0);
-    let data = squadron_load::setup(&setup_client, opts.clients_max()).await?;
+    let as_worker = squadron_load::worker_client(&endpoints)?;
+    let data = squadron_load::setup(&setup_client, &as_worker, opts.clients_max()).await?;
     let mut run = SystemRun::default();
     let seed = opts.seed;
     for &workload in &opts.workloads {

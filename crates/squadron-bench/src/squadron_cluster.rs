@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::squadron_load::BENCH_WORKER;
 use backon::{ConstantBuilder, RetryableWithContext};
 use squadron_client::{Consistency, Credentials, SquadronClient};
 
@@ -54,7 +55,7 @@ fn init_pki(
     bin: &Path,
     dir: &Path,
     configs: &[(u64, String, std::path::PathBuf, std::path::PathBuf)],
-) -> Result<Credentials, BenchError> {
+) -> Result<(Credentials, Credentials), BenchError> {
     let token_file = dir.join("squadron-admin.token");
     let failed = |message: String| BenchError::Startup {
         system: "squadron",
@@ -71,12 +72,26 @@ fn init_pki(
     if !out.status.success() {
         return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
+    let worker_dir = dir.join("squadron-bench-worker-pki");
+    let out = Command::new(bin)
+        .arg("init")
+        .args(configs.iter().map(|c| &c.3))
+        .arg("--worker-cert")
+        .arg(format!("{BENCH_WORKER}={}", worker_dir.display()))
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    if !out.status.success() {
+        return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let worker = Credentials::from_cert_dir(&worker_dir, squadron_client::WORKER_CERT_NAME)
+        .map_err(|e| failed(format!("the bench worker's certificate: {e}")))?;
     let first = configs.first().ok_or_else(|| failed("no nodes".into()))?;
     let ca_path = first.2.join("data/pki/ca.pem");
     let ca = std::fs::read_to_string(&ca_path).map_err(|e| BenchError::io("read", &ca_path, e))?;
     let token =
         std::fs::read_to_string(&token_file).map_err(|e| BenchError::io("read", &token_file, e))?;
-    Credentials::operator(&ca, Some(token)).map_err(|e| failed(e.to_string()))
+    let operator = Credentials::operator(&ca, Some(token)).map_err(|e| failed(e.to_string()))?;
+    Ok((operator, worker))
 }
 
 /// A running Squadron cluster; dropping it kills every node.
@@ -85,6 +100,8 @@ pub(crate) struct SquadronCluster {
     nodes: Vec<SquadronNode>,
     /// The CA and admin token `squadron init` made for this cluster.
     credentials: Credentials,
+    /// The bench worker's certificate (its registration is its own).
+    worker_credentials: Credentials,
 }
 
 impl SquadronCluster {
@@ -122,10 +139,11 @@ impl SquadronCluster {
             std::fs::write(&path, config).map_err(|e| BenchError::io("write", &path, e))?;
             configs.push((*id, rest.clone(), base, path));
         }
-        let credentials = init_pki(bin, dir, &configs)?;
+        let (credentials, worker_credentials) = init_pki(bin, dir, &configs)?;
         let mut cluster = SquadronCluster {
             nodes: Vec::new(),
             credentials,
+            worker_credentials,
         };
         for (id, rest, base, path) in &configs {
             let mut command = Command::new(bin);
@@ -160,6 +178,7 @@ impl SquadronCluster {
                 .map(|n| format!("https://{}", n.rest))
                 .collect(),
             credentials: self.credentials.clone(),
+            worker_credentials: self.worker_credentials.clone(),
         }
     }
 

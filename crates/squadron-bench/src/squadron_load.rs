@@ -86,13 +86,14 @@ fn holder(worker: &WorkerId, client: usize) -> LeaseHolder {
 /// Creates the worker, projects, sandboxes and profiles for `clients_max` clients.
 pub(crate) async fn setup(
     client: &SquadronClient,
+    as_worker: &SquadronClient,
     clients_max: usize,
 ) -> Result<SquadronData, BenchError> {
     let tenant = valid("tenant", TenantId::new(BENCH_TENANT))?;
     let worker = valid("worker id", WorkerId::new(BENCH_WORKER))?;
     valid(
         "register worker",
-        client
+        as_worker
             .register_worker(
                 &RegisterWorker {
                     worker: worker.clone(),
@@ -211,6 +212,14 @@ async fn project(
 pub(crate) struct Endpoints {
     pub(crate) urls: Vec<String>,
     pub(crate) credentials: squadron_client::Credentials,
+    /// The bench worker's certificate.
+    pub(crate) worker_credentials: squadron_client::Credentials,
+}
+
+/// A client presenting the bench worker's certificate.
+pub(crate) fn worker_client(endpoints: &Endpoints) -> Result<SquadronClient, BenchError> {
+    SquadronClient::secured(endpoints.urls.clone(), &endpoints.worker_credentials)
+        .map_err(|e| BenchError::setup(SYSTEM, "the bench worker's client", e))
 }
 
 /// A client of its own (own connection pool) whose first endpoint is node `i % n`.

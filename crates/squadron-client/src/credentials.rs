@@ -48,6 +48,13 @@ impl Credentials {
         }
     }
 
+    /// A worker's (or agent's) certificate files in `dir` (`{name}.pem`, `{name}.key` and the
+    /// CA's `ca.pem`), as `squadron init --worker-cert` writes them.
+    pub fn from_cert_dir(dir: &std::path::Path, name: &str) -> Result<Self, PkiError> {
+        let identity = TlsIdentity::load(&squadron_pki::PkiDir::new(dir), name)?;
+        Ok(Credentials::identity(identity))
+    }
+
     /// The bearer token sent on every request, if any.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()

@@ -50,6 +50,7 @@ pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
 pub use squadron_api::{CreateToken, CreatedToken, TokenView};
+pub use squadron_pki::WORKER_CERT_NAME;
 pub use types::*;
 
 #[cfg(test)]

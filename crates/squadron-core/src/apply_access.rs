@@ -67,6 +67,36 @@ impl State {
         }
     }
 
+    /// Acting under a lease's fence: a worker only as the holder's worker, an agent only as
+    /// the fenced generation of the fenced profile. Operators and the system may (an
+    /// operator's manual lease).
+    pub(crate) fn require_holder_side(
+        &self,
+        subject: &Subject,
+        fence: &crate::lease::FencingToken,
+    ) -> Result<(), Rejection> {
+        let lease = self.lease_ref(fence.lease)?;
+        match subject {
+            Subject::Worker(w) if *w != lease.holder.worker => Err(Rejection::denied(format!(
+                "worker {w} may not act under lease {} of worker {}",
+                fence.lease, lease.holder.worker
+            ))),
+            Subject::Agent(crate::access::AgentIdentity::ProfileGeneration {
+                profile,
+                generation,
+            }) if *profile != fence.profile || *generation != fence.generation => {
+                Err(Rejection::denied(format!(
+                    "agent of profile {profile} generation {} may not act under this fence",
+                    generation.get()
+                )))
+            }
+            Subject::Agent(crate::access::AgentIdentity::Task(t)) => Err(Rejection::denied(
+                format!("the agent of task {t} holds no lease"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     // --- operator tokens ---------------------------------------------------------------------
 
     pub(crate) fn create_operator_token(

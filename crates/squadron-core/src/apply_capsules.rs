@@ -1,5 +1,6 @@
 //! Continuity capsule commits (INV-7).
 
+use crate::access::Subject;
 use crate::capsule::{CapsuleDigestInput, CapsuleDraft, ContinuityCapsule};
 use crate::command::CommitCapsule;
 use crate::lease::RuntimeLease;
@@ -80,6 +81,7 @@ impl State {
     pub(crate) fn commit_capsule(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: CommitCapsule,
     ) -> Result<Outcome, Rejection> {
         let CommitCapsule {
@@ -87,6 +89,7 @@ impl State {
             capsule: draft,
         } = command;
         let writer = self.check_fence(&fence, now, true)?.clone();
+        self.require_holder_side(subject, &fence)?;
         let capsule = self.prepare_capsule(&writer, draft)?;
         let (sequence, digest) = (capsule.sequence, capsule.digest);
         self.append_capsule(capsule);

@@ -388,11 +388,13 @@ impl State {
     pub(crate) fn renew_lease(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: RenewLease,
     ) -> Result<Outcome, Rejection> {
         let RenewLease { fence, ttl_ms } = command;
         check_ttl("ttl_ms", ttl_ms)?;
         self.check_fence(&fence, now, true)?;
+        self.require_holder_side(subject, &fence)?;
         Ok(Outcome::LeaseRenewed {
             expires_at_ms: self.renew(now, fence.lease, ttl_ms),
         })
@@ -457,12 +459,14 @@ impl State {
     pub(crate) fn release_lease(
         &mut self,
         now: u64,
+        subject: &Subject,
         command: ReleaseLease,
     ) -> Result<Outcome, Rejection> {
         let ReleaseLease { fence } = command;
         // The holder may release after expiry: it says its process has stopped, which frees
         // the slot sooner than waiting for a sweep, a fence and reap evidence.
         self.check_fence(&fence, now, false)?;
+        self.require_holder_side(subject, &fence)?;
         self.end(now, fence.lease, LeaseState::Released { at_ms: now });
         Ok(Outcome::LeaseReleased)
     }

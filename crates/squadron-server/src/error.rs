@@ -81,12 +81,30 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.body.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let unavailable = self.body.code == ErrorCode::Unavailable;
+        let code = self.body.code;
         let mut response = (status, axum::Json(self.body)).into_response();
-        if unavailable {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        let headers = response.headers_mut();
+        match code {
+            ErrorCode::Unavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+            }
+            // RFC 6750's challenges: MCP clients (and any OAuth-style client) read
+            // `insufficient_scope` from a 403.
+            ErrorCode::Unauthenticated => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"squadron\""),
+                );
+            }
+            ErrorCode::PermissionDenied => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(
+                        "Bearer realm=\"squadron\", error=\"insufficient_scope\"",
+                    ),
+                );
+            }
+            _ => {}
         }
         response
     }

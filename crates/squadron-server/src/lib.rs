@@ -2,6 +2,7 @@
 //! a peer listener for Raft and the node-to-node protocol, the leader's sweep and scheduler,
 //! metrics and a dashboard. Every listener is TLS (`tls.rs`); nothing listens in plaintext.
 
+pub mod authz;
 pub mod bootstrap_admin;
 pub mod clock;
 pub mod config;
@@ -245,6 +246,10 @@ fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
     tonic::service::Routes::new(worker_service)
         .add_service(agent_service)
         .into_axum_router()
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            authz::grpc_guard,
+        ))
 }
 
 /// The peer listener's services: Raft and the node-to-node protocol. `lib.rs` wraps it so

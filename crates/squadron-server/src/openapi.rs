@@ -57,6 +57,7 @@ pub fn document(routes: &[RouteDoc]) -> Value {
         let mut op = json!({
             "operationId": operation_id(r.method, r.path),
             "summary": r.summary,
+            "x-squadron-access": r.access,
             "parameters": params.iter().map(|p| json!({
                 "name": p, "in": "path", "required": true, "schema": {"type": "string"}
             })).collect::<Vec<_>>(),

@@ -149,7 +149,8 @@ struct BenchSetup {
 pub async fn run(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<BenchReport> {
     anyhow::ensure!(args.clients >= 1, "--clients must be at least 1");
     anyhow::ensure!(args.duration >= 1, "--duration must be at least 1 second");
-    let setup = set_up(client, args).await?;
+    let as_worker = worker_client(client, args)?;
+    let setup = set_up(client, &as_worker, args).await?;
     eprintln!(
         "bench: {}/{}: {} profiles, {} clients, {} s, {} endpoint(s)",
         setup.tenant,
@@ -162,7 +163,7 @@ pub async fn run(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<Be
 
     // Keep the worker alive for longer runs (it is lost after three silent intervals).
     let heartbeat = {
-        let client = client.clone();
+        let client = as_worker.clone();
         let worker = setup.worker.clone();
         tokio::spawn(async move {
             loop {
@@ -230,8 +231,29 @@ async fn run_clients(
     Ok(total)
 }
 
+/// A client of the same endpoints presenting the bench worker's certificate.
+fn worker_client(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<SquadronClient> {
+    let dir = args.worker_cert_dir.as_ref().with_context(|| {
+        format!(
+            "--worker-cert-dir is required: issue the bench worker's certificate with \
+             `squadron init <node configs> --worker-cert {BENCH_WORKER}=DIR`"
+        )
+    })?;
+    let credentials =
+        squadron_client::Credentials::from_cert_dir(dir, squadron_client::WORKER_CERT_NAME)
+            .with_context(|| format!("--worker-cert-dir {}", dir.display()))?;
+    Ok(SquadronClient::secured(
+        client.endpoints().to_vec(),
+        &credentials,
+    )?)
+}
+
 /// Registers the worker, creates the project with its sandbox and the profiles.
-async fn set_up(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<BenchSetup> {
+async fn set_up(
+    client: &SquadronClient,
+    as_worker: &SquadronClient,
+    args: &BenchArgs,
+) -> anyhow::Result<BenchSetup> {
     let project: ProjectId = match &args.project {
         Some(p) => p.clone(),
         None => format!("bench-{}", random_suffix()).parse()?,
@@ -247,7 +269,7 @@ async fn set_up(client: &SquadronClient, args: &BenchArgs) -> anyhow::Result<Ben
         labels: Default::default(),
         heartbeat_interval_ms: Some(HEARTBEAT_INTERVAL_MS),
     };
-    client
+    as_worker
         .register_worker(&register, None)
         .await
         .context("registering the bench worker")?;

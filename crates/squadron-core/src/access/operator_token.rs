@@ -81,6 +81,16 @@ pub enum Role {
 }
 
 impl Role {
+    /// Whether a bearer of this role may do what `needed` may: admin ⊇ operator ⊇ viewer.
+    pub fn grants(self, needed: Role) -> bool {
+        let rank = |r: Role| match r {
+            Role::Viewer => 0,
+            Role::Operator => 1,
+            Role::Admin => 2,
+        };
+        rank(self) >= rank(needed)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
@@ -152,5 +162,28 @@ impl OperatorToken {
     /// Whether the token's scope reaches this tenant (and project, when given).
     pub fn covers(&self, tenant: &TenantId, project: Option<&ProjectId>) -> bool {
         self.scope.is_empty() || self.scope.iter().any(|s| s.covers(tenant, project))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Role;
+
+    #[test]
+    fn roles_grant_what_lesser_roles_may() {
+        use Role::*;
+        for (role, needed, granted) in [
+            (Admin, Admin, true),
+            (Admin, Operator, true),
+            (Admin, Viewer, true),
+            (Operator, Admin, false),
+            (Operator, Operator, true),
+            (Operator, Viewer, true),
+            (Viewer, Admin, false),
+            (Viewer, Operator, false),
+            (Viewer, Viewer, true),
+        ] {
+            assert_eq!(role.grants(needed), granted, "{role:?} for {needed:?}");
+        }
     }
 }

@@ -81,6 +81,18 @@ pub enum Placement {
     },
 }
 
+impl Placement {
+    /// The project a task placed in one belongs to; `None` for a dedicated task.
+    pub fn project(&self) -> Option<(TenantId, ProjectId)> {
+        match self {
+            Placement::Dedicated => None,
+            Placement::Project {
+                tenant, project, ..
+            } => Some((tenant.clone(), project.clone())),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartupProfileSpec {
     pub id: String,

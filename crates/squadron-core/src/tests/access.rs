@@ -458,6 +458,23 @@ fn a_worker_speaks_only_for_itself() {
         ErrorCode::PermissionDenied
     );
     fx.ok_as(&own, renewals);
+    // Under a fence, too: only the holder's worker renews, releases or commits.
+    let renew = Command::RenewLease(RenewLease {
+        fence: token(&grant),
+        ttl_ms: TTL,
+    });
+    assert_eq!(
+        fx.rejected_as(&other, renew.clone()).code(),
+        ErrorCode::PermissionDenied
+    );
+    fx.ok_as(&own, renew);
+    let release = Command::ReleaseLease(ReleaseLease {
+        fence: token(&grant),
+    });
+    assert_eq!(
+        fx.rejected_as(&other, release.clone()).code(),
+        ErrorCode::PermissionDenied
+    );
     let register = Command::RegisterWorker(RegisterWorker {
         worker: worker(),
         address: "127.0.0.1:1".into(),

@@ -13,9 +13,12 @@ use squadron_proto::v1::agent_service_server::AgentService;
 use tonic::{Request, Response, Status};
 
 use super::worker::fence_of;
-use super::{invalid, key_of, propose, require_leader, unexpected};
+use super::{caller_of, invalid, key_of, propose, require_leader, unexpected};
+use crate::authz::Caller;
 use crate::error::ApiError;
 use crate::node::ControlNode;
+use squadron_core::access::AgentIdentity;
+use squadron_core::error_code::ErrorCode;
 
 #[derive(Debug, Clone)]
 pub struct AgentGrpc {
@@ -46,11 +49,14 @@ impl AgentService for AgentGrpc {
         &self,
         request: Request<pb::AcquireLeaseRequest>,
     ) -> Result<Response<pb::LeaseGrant>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
         let holder = r.holder.ok_or_else(|| missing("holder"))?;
+        let profile = ProfileId::new(r.profile).map_err(invalid)?;
+        own_profile(&caller, profile, None)?;
         let command = Command::AcquireLease(AcquireLease {
-            profile: ProfileId::new(r.profile).map_err(invalid)?,
+            profile,
             expected_generation: Generation::new(r.expected_generation),
             provider: Provider::parse("provider", &r.provider).map_err(invalid)?,
             holder: LeaseHolder {
@@ -60,7 +66,7 @@ impl AgentService for AgentGrpc {
             },
             ttl_ms: r.ttl_ms,
         });
-        match propose(&self.node, key, command).await? {
+        match propose(&self.node, &caller, key, command).await? {
             Outcome::LeaseGranted(g) => Ok(Response::new(pb::LeaseGrant {
                 profile: g.profile.get(),
                 lease: g.lease.get(),
@@ -75,10 +81,13 @@ impl AgentService for AgentGrpc {
         &self,
         request: Request<pb::RenewLeaseRequest>,
     ) -> Result<Response<pb::RenewLeaseReply>, Status> {
+        let caller = caller_of(&request)?;
         let r = request.into_inner();
         let fence = fence_of(&r.fence.ok_or_else(|| missing("fence"))?)?;
+        own_profile(&caller, fence.profile, Some(fence.generation))?;
         match propose(
             &self.node,
+            &caller,
             None,
             Command::RenewLease(RenewLease {
                 fence,
@@ -98,10 +107,13 @@ impl AgentService for AgentGrpc {
         &self,
         request: Request<pb::FencingToken>,
     ) -> Result<Response<pb::ReleaseLeaseReply>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let fence = fence_of(&request.into_inner())?;
+        own_profile(&caller, fence.profile, Some(fence.generation))?;
         propose(
             &self.node,
+            &caller,
             key,
             Command::ReleaseLease(ReleaseLease { fence }),
         )
@@ -113,9 +125,11 @@ impl AgentService for AgentGrpc {
         &self,
         request: Request<pb::CommitCapsuleRequest>,
     ) -> Result<Response<pb::CapsuleCommitted>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
         let fence = fence_of(&r.fence.ok_or_else(|| missing("fence"))?)?;
+        own_profile(&caller, fence.profile, Some(fence.generation))?;
         let p = r.payload.ok_or_else(|| missing("payload"))?;
         let capsule = CapsuleDraft {
             sequence: r.sequence,
@@ -133,6 +147,7 @@ impl AgentService for AgentGrpc {
         };
         match propose(
             &self.node,
+            &caller,
             key,
             Command::CommitCapsule(CommitCapsule { fence, capsule }),
         )
@@ -152,9 +167,11 @@ impl AgentService for AgentGrpc {
         &self,
         request: Request<pb::CheckMcpUseRequest>,
     ) -> Result<Response<pb::CheckMcpUseReply>, Status> {
+        let caller = caller_of(&request)?;
         require_leader(&self.node)?;
         let r = request.into_inner();
         let profile = ProfileId::new(r.profile).map_err(invalid)?;
+        own_profile(&caller, profile, None)?;
         let server = McpServerId::new(r.server).map_err(invalid)?;
         self.node
             .read_barrier(crate::node::Consistency::Linearizable)
@@ -176,5 +193,39 @@ impl AgentService for AgentGrpc {
             subject,
             allowed: true,
         }))
+    }
+}
+
+/// An agent's certificate names one profile generation (`agent/profile-{id}-g{n}`): it acts
+/// for that profile only, and under a fence only with its own generation.
+fn own_profile(
+    caller: &Caller,
+    profile: ProfileId,
+    generation: Option<Generation>,
+) -> Result<(), Status> {
+    let denied = |why: String| super::status(ErrorCode::PermissionDenied, why);
+    match caller {
+        Caller::Agent(AgentIdentity::ProfileGeneration {
+            profile: mine,
+            generation: my_generation,
+        }) => {
+            if *mine != profile {
+                return Err(denied(format!(
+                    "agent of profile {mine} may not act for profile {profile}"
+                )));
+            }
+            match generation {
+                Some(g) if g != *my_generation => Err(denied(format!(
+                    "agent of generation {} may not act under generation {}",
+                    my_generation.get(),
+                    g.get()
+                ))),
+                _ => Ok(()),
+            }
+        }
+        other => Err(denied(format!(
+            "only a profile's agent certificate may call this, not {}",
+            other.subject()
+        ))),
     }
 }

@@ -8,13 +8,13 @@ mod worker;
 pub use agent::AgentGrpc;
 pub use worker::WorkerGrpc;
 
-use squadron_core::access::Subject;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response, ValidationError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
+use crate::authz::Caller;
 use crate::error::ApiError;
 use crate::node::{ControlNode, IDEMPOTENCY_HEADER};
 use crate::write_path::WriteError;
@@ -89,22 +89,31 @@ fn key_of<T>(request: &tonic::Request<T>) -> Result<Option<IdempotencyKey>, Stat
     }
 }
 
-/// Who the caller of a gRPC method is. Until callers authenticate (the trust boundary's
-/// listeners), commands are applied exactly as before subjects existed.
-fn caller() -> Subject {
-    Subject::Legacy
+/// Who called, as the listener's guard (`authz::grpc_guard`) authenticated and admitted it.
+pub fn caller_of<T>(request: &tonic::Request<T>) -> Result<Caller, Status> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| {
+            status(
+                ErrorCode::Internal,
+                "no access rule was applied to this method",
+            )
+        })
 }
 
 /// Proposes on the leader and maps the answer to gRPC. A leader deposed meanwhile refuses
 /// like any follower, naming the new leader.
 pub async fn propose(
     node: &ControlNode,
+    caller: &Caller,
     key: Option<IdempotencyKey>,
     command: Command,
 ) -> Result<Outcome, Status> {
     require_leader(node)?;
     let answer = node
-        .propose_here(caller(), command, key)
+        .propose_here(caller.subject(), command, key)
         .await
         .map_err(|e| match e {
             WriteError::NotLeader { .. } => not_leader(node),

@@ -19,7 +19,7 @@ use squadron_proto::v1::worker_service_server::WorkerService;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use super::{invalid, key_of, propose, require_leader, unexpected};
+use super::{caller_of, invalid, key_of, propose, require_leader, unexpected};
 use crate::node::ControlNode;
 
 /// How often an assignment stream looks for new assignments when nothing was applied.
@@ -58,6 +58,7 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::RegisterWorkerRequest>,
     ) -> Result<Response<pb::RegisterWorkerReply>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
         let runtimes = r
@@ -73,7 +74,7 @@ impl WorkerService for WorkerGrpc {
             labels: r.labels.into_iter().collect(),
             heartbeat_interval_ms: r.heartbeat_interval_ms,
         });
-        propose(&self.node, key, command).await?;
+        propose(&self.node, &caller, key, command).await?;
         Ok(Response::new(pb::RegisterWorkerReply {}))
     }
 
@@ -81,9 +82,11 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::WorkerHeartbeatRequest>,
     ) -> Result<Response<pb::WorkerHeartbeatReply>, Status> {
+        let caller = caller_of(&request)?;
         let worker = worker_id(&request.into_inner().worker)?;
         propose(
             &self.node,
+            &caller,
             None,
             Command::WorkerHeartbeat(WorkerHeartbeat { worker }),
         )
@@ -97,8 +100,16 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::WatchAssignmentsRequest>,
     ) -> Result<Response<Self::WatchAssignmentsStream>, Status> {
+        let caller = caller_of(&request)?;
         require_leader(&self.node)?;
         let worker = worker_id(&request.into_inner().worker)?;
+        // A stream of assignments carries prompts and specs: only to the worker they are for.
+        if caller.subject().worker() != Some(&worker) {
+            return Err(super::status(
+                squadron_core::error_code::ErrorCode::PermissionDenied,
+                format!("only worker {worker} may watch its assignments"),
+            ));
+        }
         let node = self.node.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(ASSIGNMENT_STREAM_BUFFER);
         tokio::spawn(async move {
@@ -163,6 +174,7 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::ReportTransitionRequest>,
     ) -> Result<Response<pb::ReportTransitionReply>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
         let command = Command::ReportTransition(ReportTransition {
@@ -177,7 +189,7 @@ impl WorkerService for WorkerGrpc {
                 artifacts: r.artifacts,
             },
         });
-        match propose(&self.node, key, command).await? {
+        match propose(&self.node, &caller, key, command).await? {
             Outcome::TransitionRecorded { state } => Ok(Response::new(pb::ReportTransitionReply {
                 state: state.as_str().into(),
             })),
@@ -189,6 +201,7 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::ReportProgressRequest>,
     ) -> Result<Response<pb::ReportProgressReply>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
         let command = Command::ReportProgress(ReportProgress {
@@ -200,7 +213,7 @@ impl WorkerService for WorkerGrpc {
             lines: r.lines,
             events: r.events,
         });
-        propose(&self.node, key, command).await?;
+        propose(&self.node, &caller, key, command).await?;
         Ok(Response::new(pb::ReportProgressReply {}))
     }
 
@@ -208,6 +221,7 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::RenewLeasesRequest>,
     ) -> Result<Response<pb::RenewLeasesReply>, Status> {
+        let caller = caller_of(&request)?;
         let r = request.into_inner();
         let fences = r
             .fences
@@ -219,7 +233,7 @@ impl WorkerService for WorkerGrpc {
             fences,
             ttl_ms: r.ttl_ms,
         });
-        match propose(&self.node, None, command).await? {
+        match propose(&self.node, &caller, None, command).await? {
             Outcome::LeasesRenewed { results } => Ok(Response::new(pb::RenewLeasesReply {
                 results: results
                     .into_iter()
@@ -249,6 +263,7 @@ impl WorkerService for WorkerGrpc {
         &self,
         request: Request<pb::ReapEvidenceRequest>,
     ) -> Result<Response<pb::ReapEvidenceReply>, Status> {
+        let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
         let command = Command::RecordReapEvidence(RecordReapEvidence {
@@ -262,7 +277,7 @@ impl WorkerService for WorkerGrpc {
                 source: EvidenceSource::CgroupEvents,
             },
         });
-        match propose(&self.node, key, command).await? {
+        match propose(&self.node, &caller, key, command).await? {
             Outcome::EvidenceRecorded { slot_freed } => {
                 Ok(Response::new(pb::ReapEvidenceReply { slot_freed }))
             }

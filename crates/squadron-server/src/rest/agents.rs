@@ -22,6 +22,7 @@ use super::task_output::WorkerRelay;
 use super::{parse_id, read, AppState, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
+use squadron_api::{Access, Scope};
 
 /// A relayed agent operation may wait for a lease to expire (crash takeover) and for a
 /// provider's grace period.
@@ -39,6 +40,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent",
         "The profile's provider attempt as its sandbox's worker sees it",
         None,
+        Access::viewer(Scope::Profile).and_workers(),
         get(view),
     )
     .add(
@@ -46,6 +48,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/launch",
         "Launch the profile's provider under a new lease in the project's sandbox",
         Some("LaunchAgent"),
+        Access::operator(Scope::Profile),
         post(launch),
     )
     .add(
@@ -53,6 +56,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/takeover",
         "Graceful or crash takeover: the next generation, started",
         Some("TakeoverAgent"),
+        Access::operator(Scope::Profile),
         post(takeover),
     )
     .add(
@@ -60,6 +64,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/stop",
         "Stop the provider (SIGTERM, grace, SIGKILL), reap it, end its lease",
         Some("StopAgent"),
+        Access::operator(Scope::Profile),
         post(stop),
     )
     .add(
@@ -67,6 +72,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/reap",
         "Reap a dead or fenced generation and record the evidence",
         None,
+        Access::operator(Scope::Profile),
         post(reap),
     )
     .add(
@@ -75,6 +81,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "Release evidence of a project: replicated counters, this node's MCP denials, the \
          sandbox worker's observations",
         None,
+        Access::viewer(Scope::Project),
         get(evidence),
     )
 }

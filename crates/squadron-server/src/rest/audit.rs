@@ -9,6 +9,7 @@ use squadron_core::access::AuditRecord;
 use super::{page, read, AppState, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
+use squadron_api::Access;
 
 /// Records per page unless `limit` says otherwise, and the most one page holds.
 pub const AUDIT_PAGE_RECORDS_DEFAULT: usize = 100;
@@ -20,6 +21,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/audit",
         "The audit record, oldest first: ?after=SEQ&limit=N (the newest records are kept)",
         None,
+        Access::admin(),
         get(list),
     )
 }

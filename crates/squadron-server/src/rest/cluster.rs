@@ -12,6 +12,7 @@ use super::{AppState, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode};
 use crate::peer::wire::{MembershipChange, MembershipReply};
+use squadron_api::{Access, Scope};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -19,6 +20,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/status",
         "This node's view: role, leader, term, log, applied index, state digest, members",
         None,
+        Access::viewer(Scope::Unbound).and_workers(),
         get(status),
     )
     .add(
@@ -26,6 +28,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/learners",
         "Add a node as a learner (it catches up, then can be promoted)",
         Some("AddLearner"),
+        Access::admin(),
         post(add_learner),
     )
     .add(
@@ -33,6 +36,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/voters",
         "Promote a learner to voter",
         Some("PromoteVoter"),
+        Access::admin(),
         post(promote),
     )
     .add(
@@ -40,6 +44,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/members/:id",
         "Remove a voter or learner from the cluster (the leader too)",
         None,
+        Access::admin(),
         delete(remove),
     )
     .add(
@@ -47,6 +52,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/tls/reload",
         "Re-read this node's certificate files (rotation); new connections use them",
         None,
+        Access::admin(),
         post(reload_tls),
     )
 }

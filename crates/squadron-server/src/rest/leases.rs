@@ -18,7 +18,9 @@ use squadron_core::{Command, Outcome};
 
 use super::projects::{profile_id, project_key};
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::authz::Caller;
 use crate::error::ApiError;
+use squadron_api::{Access, Scope};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     continuity_routes(lease_routes(book))
@@ -31,6 +33,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/leases",
         "Acquire a lease: compare-and-swap on the expected generation, within project capacity",
         Some("AcquireLease"),
+        Access::operator(Scope::Profile).and_workers(),
         post(acquire),
     )
     .add(
@@ -38,6 +41,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id",
         "Get a lease",
         None,
+        Access::viewer(Scope::Lease).and_workers(),
         get(get_lease),
     )
     .add(
@@ -45,6 +49,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/leases",
         "List the project's leases",
         None,
+        Access::viewer(Scope::Project).and_workers(),
         get(project_leases),
     )
     .add(
@@ -52,6 +57,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/renew",
         "Heartbeat: renew the lease (fenced)",
         Some("RenewLease"),
+        Access::operator(Scope::Lease).and_workers(),
         post(renew),
     )
     .add(
@@ -59,6 +65,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/release",
         "Release the lease (fenced); frees its slot",
         Some("Fence"),
+        Access::operator(Scope::Lease).and_workers(),
         post(release),
     )
     .add(
@@ -66,6 +73,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/fence",
         "Fence the lease (operator, or expired); it keeps its slot until reaped",
         Some("FenceLease"),
+        Access::operator(Scope::Lease),
         post(fence),
     )
     .add(
@@ -73,6 +81,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/evidence",
         "Record reap evidence (cgroup populated 0) for the lease's generation",
         Some("ReapEvidence"),
+        Access::worker_only(Scope::Body),
         post(evidence),
     )
     .add(
@@ -80,6 +89,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/renewals",
         "Renew every lease a worker holds in one command",
         Some("RenewLeases"),
+        Access::worker_only(Scope::Worker),
         post(renew_batch),
     )
     .add(
@@ -87,6 +97,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/takeover",
         "Graceful (capsule, fence, grant) or crash (expiry, evidence, grant) takeover",
         Some("Takeover"),
+        Access::operator(Scope::Profile).and_workers(),
         post(takeover),
     )
 }
@@ -98,6 +109,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/capsules",
         "Commit a continuity capsule (fenced, chained)",
         Some("CommitCapsule"),
+        Access::operator(Scope::Profile).and_workers(),
         post(commit_capsule),
     )
     .add(
@@ -105,6 +117,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/capsules",
         "The profile's recent capsules, oldest first",
         None,
+        Access::viewer(Scope::Profile).and_workers(),
         get(capsules),
     )
     .add(
@@ -112,6 +125,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mailbox",
         "Post a message to the profile's mailbox",
         Some("PostMessage"),
+        Access::operator(Scope::Profile).and_workers(),
         post(post_message),
     )
     .add(
@@ -119,6 +133,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mailbox",
         "Read the profile's mailbox",
         None,
+        Access::viewer(Scope::Profile).and_workers(),
         get(mailbox),
     )
     .add(
@@ -126,6 +141,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mailbox/ack",
         "Acknowledge messages through a sequence (fenced)",
         Some("AckMessages"),
+        Access::operator(Scope::Profile).and_workers(),
         post(ack),
     )
 }
@@ -145,6 +161,7 @@ struct Acquire {
 
 async fn acquire(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Acquire>,
@@ -152,6 +169,7 @@ async fn acquire(
     let profile = profile_id(&id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::AcquireLease(cmd::AcquireLease {
             profile,
@@ -224,6 +242,7 @@ struct Renew {
 
 async fn renew(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Renew>,
@@ -236,6 +255,7 @@ async fn renew(
     .token(lease);
     write(
         &node,
+        &caller,
         &headers,
         Command::RenewLease(cmd::RenewLease {
             fence,
@@ -247,6 +267,7 @@ async fn renew(
 
 async fn release(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Fence>,
@@ -254,6 +275,7 @@ async fn release(
     let fence = b.token(lease_id(&id)?);
     write(
         &node,
+        &caller,
         &headers,
         Command::ReleaseLease(cmd::ReleaseLease { fence }),
     )
@@ -270,6 +292,7 @@ struct FenceLease {
 
 async fn fence(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<FenceLease>,
@@ -281,6 +304,7 @@ async fn fence(
     .token(lease_id(&id)?);
     write(
         &node,
+        &caller,
         &headers,
         Command::FenceLease(cmd::FenceLease {
             fence,
@@ -315,6 +339,7 @@ impl Evidence {
 
 async fn evidence(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Evidence>,
@@ -323,6 +348,7 @@ async fn evidence(
     let profile = b.profile;
     write(
         &node,
+        &caller,
         &headers,
         Command::RecordReapEvidence(cmd::RecordReapEvidence {
             profile,
@@ -341,6 +367,7 @@ struct RenewLeases {
 
 async fn renew_batch(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(worker): Path<String>,
     JsonBody(b): JsonBody<RenewLeases>,
@@ -348,6 +375,7 @@ async fn renew_batch(
     let worker: WorkerId = parse_id("worker", &worker)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::RenewLeases(cmd::RenewLeases {
             worker,
@@ -406,6 +434,7 @@ fn evidence_for(
 
 async fn takeover(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Takeover>,
@@ -441,7 +470,7 @@ async fn takeover(
             reap_evidence: evidence_for(reap_evidence, lease, generation),
         }),
     };
-    write(&node, &headers, command).await
+    write(&node, &caller, &headers, command).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -454,6 +483,7 @@ struct CommitCapsule {
 
 async fn commit_capsule(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<CommitCapsule>,
@@ -466,6 +496,7 @@ async fn commit_capsule(
     };
     write(
         &node,
+        &caller,
         &headers,
         Command::CommitCapsule(cmd::CommitCapsule {
             fence,
@@ -499,6 +530,7 @@ struct PostMessage {
 
 async fn post_message(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<PostMessage>,
@@ -506,6 +538,7 @@ async fn post_message(
     let to = profile_id(&id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::PostMessage(cmd::PostMessage {
             to,
@@ -542,6 +575,7 @@ struct Ack {
 
 async fn ack(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Ack>,
@@ -549,6 +583,7 @@ async fn ack(
     let profile = profile_id(&id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::AckMessages(cmd::AckMessages {
             fence: FencingToken {

@@ -1,6 +1,6 @@
 //! The REST API (`/api/v1`), served by every node. Routes are registered through a
-//! [`RouteBook`] that also records them, so the OpenAPI document is generated from the same
-//! table that builds the router and cannot drift from it.
+//! [`RouteBook`] that also records them with their access rule, so the OpenAPI document is
+//! generated from the same table that builds and guards the router and cannot drift from it.
 
 mod agents;
 mod audit;
@@ -14,7 +14,7 @@ mod tasks;
 mod tokens;
 mod workers;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -22,10 +22,11 @@ use axum::response::{Html, IntoResponse};
 use axum::routing::{get, MethodRouter};
 use axum::{Json, Router};
 use serde::Serialize;
-use squadron_core::access::Subject;
+use squadron_api::{Access, Scope};
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response};
 
+use crate::authz::{Caller, RouteGuard};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode, IDEMPOTENCY_HEADER};
 
@@ -43,18 +44,23 @@ pub struct RouteDoc {
     pub summary: &'static str,
     /// Name of the request body, if any.
     pub body: Option<&'static str>,
+    /// Who may call it.
+    pub access: Access,
 }
 
-/// Builds the router and its documentation together.
+/// Builds the router, its documentation and its access rules together: a route cannot be
+/// served without a rule, and the document lists exactly what is served.
 #[derive(Debug)]
 pub struct RouteBook {
+    node: AppState,
     router: Router<AppState>,
     pub docs: Vec<RouteDoc>,
 }
 
 impl RouteBook {
-    fn new() -> Self {
+    fn new(node: AppState) -> Self {
         Self {
+            node,
             router: Router::new(),
             docs: Vec::new(),
         }
@@ -66,6 +72,7 @@ impl RouteBook {
         path: &'static str,
         summary: &'static str,
         body: Option<&'static str>,
+        access: Access,
         handler: MethodRouter<AppState>,
     ) -> Self {
         self.docs.push(RouteDoc {
@@ -73,15 +80,24 @@ impl RouteBook {
             path,
             summary,
             body,
+            access,
         });
-        self.router = self.router.route(path, handler);
+        let guard = RouteGuard {
+            node: self.node.clone(),
+            access,
+        };
+        let guarded = handler.route_layer(axum::middleware::from_fn_with_state(
+            guard,
+            crate::authz::rest_guard,
+        ));
+        self.router = self.router.route(path, guarded);
         self
     }
 }
 
-/// Every public route of the API, in one table.
-pub fn route_book() -> RouteBook {
-    let book = RouteBook::new();
+/// Every route of the API, in one table.
+pub fn route_book(node: AppState) -> RouteBook {
+    let book = RouteBook::new(node);
     let book = cluster::routes(book);
     let book = projects::routes(book);
     let book = leases::routes(book);
@@ -90,26 +106,65 @@ pub fn route_book() -> RouteBook {
     let book = agents::routes(book);
     let book = audit::routes(book);
     let book = tokens::routes(book);
-    workers::routes(book)
+    let book = workers::routes(book);
+    plain_routes(book)
+}
+
+/// Health, readiness, metrics, the dashboard's page.
+fn plain_routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "GET",
+        "/healthz",
+        "Liveness: the process serves requests",
+        None,
+        Access::PUBLIC,
+        get(|| async { "ok" }),
+    )
+    .add(
+        "GET",
+        "/readyz",
+        "Readiness: a leader is known",
+        None,
+        Access::PUBLIC,
+        get(readyz),
+    )
+    .add(
+        "GET",
+        "/metrics",
+        "Prometheus metrics (OpenMetrics text)",
+        None,
+        Access::viewer(Scope::Unbound),
+        get(crate::metrics::render),
+    )
+    .add(
+        "GET",
+        "/",
+        "The dashboard's page (its data comes from the API, under the caller's token)",
+        None,
+        Access::PUBLIC,
+        get(|| async { Html(crate::dashboard::PAGE) }),
+    )
 }
 
 pub fn router(node: AppState) -> Router {
-    let book = route_book();
-    let openapi = crate::openapi::document(&book.docs);
+    // The document describes the book that serves it, so it is filled in once the book is done.
+    let document: Arc<OnceLock<serde_json::Value>> = Arc::default();
+    let served = document.clone();
+    let book = route_book(node.clone()).add(
+        "GET",
+        "/api/v1/openapi.json",
+        "This document: every route with its access rule (x-squadron-access)",
+        None,
+        Access::PUBLIC,
+        get(move || {
+            let doc = served.get().cloned().unwrap_or_default();
+            async move { Json(doc) }
+        }),
+    );
+    let _ = document.set(crate::openapi::document(&book.docs));
     let body_limit = node.config.server.body_bytes_max;
     // Routes sharing a path with different methods merge inside axum; the book documents each.
     book.router
-        .route(
-            "/api/v1/openapi.json",
-            get(move || {
-                let doc = openapi.clone();
-                async move { Json(doc) }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(crate::metrics::render))
-        .route("/", get(|| async { Html(crate::dashboard::PAGE) }))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(axum::middleware::from_fn_with_state(
             BrowserGuard::for_node(&node.config),
@@ -142,21 +197,16 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, Ap
     }
 }
 
-/// Who the caller of a request is. Until callers authenticate (the trust boundary's
-/// listeners), commands are applied exactly as before subjects existed.
-fn caller(_headers: &HeaderMap) -> Subject {
-    Subject::Legacy
-}
-
 /// Proposes a command and turns the replicated answer into HTTP: an outcome is 200 with its
 /// JSON, a rejection is the status of its error code with `{code, message, rejection}`.
 pub async fn write(
     node: &ControlNode,
+    caller: &Caller,
     headers: &HeaderMap,
     command: Command,
 ) -> Result<Json<Outcome>, ApiError> {
     let key = idempotency_key(headers)?;
-    match node.write(caller(headers), command, key).await? {
+    match node.write(caller.subject(), command, key).await? {
         Response::Ok(outcome) => Ok(Json(outcome)),
         Response::Rejected(r) => Err(r.into()),
     }

@@ -17,7 +17,9 @@ use squadron_core::roster::RosterSnapshot;
 use squadron_core::{Command, Outcome};
 
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::authz::Caller;
 use crate::error::ApiError;
+use squadron_api::{Access, Scope};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     profile_routes(project_routes(book))
@@ -30,6 +32,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects",
         "Create a project",
         Some("CreateProject"),
+        Access::operator(Scope::Body),
         post(create_project),
     )
     .add(
@@ -37,6 +40,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects",
         "List projects",
         None,
+        Access::viewer(Scope::Unbound).and_workers(),
         get(list_projects),
     )
     .add(
@@ -44,6 +48,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project",
         "Get a project with its sandbox, slots and stats",
         None,
+        Access::viewer(Scope::Project).and_workers(),
         get(get_project),
     )
     .add(
@@ -51,6 +56,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/sandbox",
         "Attach the project's single sandbox (INV-1)",
         Some("AttachSandbox"),
+        Access::operator(Scope::Project).and_workers(),
         post(attach_sandbox),
     )
     .add(
@@ -58,6 +64,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/sandbox/:sandbox_ref",
         "Detach the sandbox (refused while slots are held)",
         None,
+        Access::operator(Scope::Project),
         delete(detach_sandbox),
     )
     .add(
@@ -65,6 +72,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/roster",
         "The project's roster snapshot",
         None,
+        Access::viewer(Scope::Project).and_workers(),
         get(roster),
     )
 }
@@ -76,6 +84,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/profiles",
         "Create an agent profile",
         Some("CreateProfile"),
+        Access::operator(Scope::Project),
         post(create_profile),
     )
     .add(
@@ -83,6 +92,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/profiles",
         "List the project's profiles",
         None,
+        Access::viewer(Scope::Project).and_workers(),
         get(list_profiles),
     )
     .add(
@@ -90,6 +100,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id",
         "Get a profile: generation, live lease, capsule head, capabilities",
         None,
+        Access::viewer(Scope::Profile).and_workers().and_agents(),
         get(get_profile),
     )
     .add(
@@ -97,6 +108,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/capabilities",
         "Replace the capability manifest (compare-and-swap on its version)",
         Some("SetCapabilities"),
+        Access::operator(Scope::Profile),
         put(set_capabilities),
     )
     .add(
@@ -104,6 +116,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mcp/:server",
         "Grant the profile mcp_server:use on a server",
         None,
+        Access::admin(),
         put(grant_mcp),
     )
     .add(
@@ -111,6 +124,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mcp/:server",
         "Revoke mcp_server:use",
         None,
+        Access::admin(),
         delete(revoke_mcp),
     )
     .add(
@@ -118,6 +132,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mcp/:server",
         "Check mcp_server:use for the profile subject: 200 or 403 (INV-14)",
         None,
+        Access::viewer(Scope::Profile).and_workers().and_agents(),
         get(check_mcp),
     )
 }
@@ -135,11 +150,14 @@ struct CreateProject {
 
 async fn create_project(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(b): JsonBody<CreateProject>,
 ) -> Result<Json<Outcome>, ApiError> {
+    caller.require_project(Some((&b.tenant, &b.project)))?;
     write(
         &node,
+        &caller,
         &headers,
         Command::CreateProject(cmd::CreateProject {
             tenant: b.tenant,
@@ -176,11 +194,13 @@ struct ProjectSummary {
 
 async fn list_projects(
     State(node): State<AppState>,
+    caller: Caller,
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<Vec<ProjectSummary>>, ApiError> {
     read(&node, q.consistency, |s| {
         Ok(Json(
             s.projects()
+                .filter(|p| caller.sees(Some((&p.tenant, &p.project))))
                 .map(|p| ProjectSummary {
                     tenant: p.tenant.clone(),
                     project: p.project.clone(),
@@ -217,6 +237,7 @@ struct AttachSandbox {
 
 async fn attach_sandbox(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path((tenant, project)): Path<(String, String)>,
     JsonBody(b): JsonBody<AttachSandbox>,
@@ -224,6 +245,7 @@ async fn attach_sandbox(
     let (tenant, project) = project_key(&tenant, &project)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::AttachSandbox(cmd::AttachSandbox {
             tenant,
@@ -238,12 +260,14 @@ async fn attach_sandbox(
 
 async fn detach_sandbox(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path((tenant, project, sandbox_ref)): Path<(String, String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let (tenant, project) = project_key(&tenant, &project)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::DetachSandbox(cmd::DetachSandbox {
             tenant,
@@ -277,6 +301,7 @@ struct CreateProfile {
 
 async fn create_profile(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path((tenant, project)): Path<(String, String)>,
     JsonBody(b): JsonBody<CreateProfile>,
@@ -284,6 +309,7 @@ async fn create_profile(
     let (tenant, project) = project_key(&tenant, &project)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::CreateProfile(cmd::CreateProfile {
             tenant,
@@ -345,6 +371,7 @@ struct SetCapabilities {
 
 async fn set_capabilities(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<SetCapabilities>,
@@ -352,6 +379,7 @@ async fn set_capabilities(
     let profile = profile_id(&id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::SetCapabilityManifest(cmd::SetCapabilityManifest {
             profile,
@@ -369,12 +397,14 @@ fn mcp_params(id: &str, server: &str) -> Result<(ProfileId, McpServerId), ApiErr
 
 async fn grant_mcp(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path((id, server)): Path<(String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let (profile, server) = mcp_params(&id, &server)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::GrantMcpUse(cmd::GrantMcpUse { profile, server }),
     )
@@ -383,12 +413,14 @@ async fn grant_mcp(
 
 async fn revoke_mcp(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path((id, server)): Path<(String, String)>,
 ) -> Result<Json<Outcome>, ApiError> {
     let (profile, server) = mcp_params(&id, &server)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::RevokeMcpUse(cmd::RevokeMcpUse { profile, server }),
     )

@@ -18,6 +18,7 @@ use squadron_core::ids::{TaskId, WorkerId};
 use super::{parse_id, read, AppState, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
+use squadron_api::{Access, Scope};
 
 /// How long a relayed non-streaming request to a worker may take.
 pub const WORKER_REQUEST_TIMEOUT_MS: u64 = 30_000;
@@ -34,6 +35,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/logs",
         "A task's output: ?stream=stdout|stderr|events&offset=N&tail=N&follow=true",
         None,
+        Access::viewer(Scope::Task).and_agents(),
         get(logs),
     )
     .add(
@@ -41,6 +43,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/artifacts",
         "List a task's artifacts (name, size)",
         None,
+        Access::viewer(Scope::Task).and_agents(),
         get(artifacts),
     )
     .add(
@@ -48,6 +51,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/artifacts/*name",
         "Download one artifact (streamed)",
         None,
+        Access::viewer(Scope::Task).and_agents(),
         get(artifact),
     )
     .add(
@@ -55,6 +59,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/ws/tasks/:id/stream",
         "WebSocket: live output frames of a task, then its final state",
         None,
+        Access::viewer(Scope::Task).and_agents(),
         get(stream),
     )
 }

@@ -14,8 +14,11 @@ use squadron_core::task::{Task, TaskState};
 use squadron_core::{Command, Outcome};
 
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 use crate::node::Consistency;
+use squadron_api::{Access, Scope};
+use squadron_core::access::AgentIdentity;
 
 /// Tasks one list call returns unless it asks for fewer.
 pub const TASK_LIST_LIMIT_DEFAULT: usize = 100;
@@ -28,6 +31,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks",
         "Submit a task manifest (YAML or JSON by Content-Type)",
         Some("TaskManifest"),
+        Access::operator(Scope::Body).and_agents(),
         post(submit),
     )
     .add(
@@ -35,6 +39,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks",
         "List tasks: ?state=RUNNING&parent=ID&after=ID&limit=N",
         None,
+        Access::viewer(Scope::Unbound).and_agents(),
         get(list),
     )
     .add(
@@ -42,6 +47,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id",
         "Get a task",
         None,
+        Access::viewer(Scope::Task).and_workers().and_agents(),
         get(get_task),
     )
     .add(
@@ -49,6 +55,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id",
         "Cancel a task: a queued one ends at once, an assigned one is asked to stop",
         None,
+        Access::operator(Scope::Task),
         axum::routing::delete(cancel),
     )
     .add(
@@ -56,6 +63,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/transitions",
         "A worker reports a lifecycle transition (INV-10)",
         Some("ReportTransition"),
+        Access::worker_only(Scope::Body),
         post(transition),
     )
     .add(
@@ -63,6 +71,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/progress",
         "A worker reports output counters",
         Some("ReportProgress"),
+        Access::worker_only(Scope::Body),
         post(progress),
     )
 }
@@ -73,6 +82,7 @@ fn task_id(raw: &str) -> Result<TaskId, ApiError> {
 
 async fn submit(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Outcome>, ApiError> {
@@ -93,8 +103,11 @@ async fn submit(
     } else {
         parse_manifest_yaml(text)?
     };
+    let project = spec.placement.project();
+    caller.require_project(project.as_ref().map(|(t, p)| (t, p)))?;
     write(
         &node,
+        &caller,
         &headers,
         Command::SubmitTask(cmd::SubmitTask {
             spec: Box::new(spec),
@@ -128,6 +141,7 @@ pub struct TaskPage {
 
 async fn list(
     State(node): State<AppState>,
+    caller: Caller,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
     let state = q
@@ -147,6 +161,16 @@ async fn list(
     let parent = parent
         .map(|raw| parse_id::<TaskId>("parent", raw))
         .transpose()?;
+    if let Caller::Agent(me) = &caller {
+        // An agent lists only the children of its own task.
+        let own = matches!((me, parent), (AgentIdentity::Task(mine), Some(p)) if *mine == p);
+        if !own {
+            return Err(AuthError::Forbidden(format!(
+                "agent {me} may list only its own task's children (?parent=<its task>)"
+            ))
+            .into());
+        }
+    }
     read(&node, q.consistency, |s| {
         let listed: Box<dyn Iterator<Item = &Task>> = match parent {
             None => Box::new(s.tasks_after(after, state)),
@@ -159,6 +183,10 @@ async fn list(
         };
         let tasks: Vec<Task> = listed
             .filter(|t| t.id.get() > after)
+            .filter(|t| {
+                let project = t.spec.placement.project();
+                caller.sees(project.as_ref().map(|(t, p)| (t, p)))
+            })
             .take(limit + 1)
             .cloned()
             .collect();
@@ -192,6 +220,7 @@ struct CancelQuery {
 
 async fn cancel(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     QueryParams(q): QueryParams<CancelQuery>,
@@ -200,6 +229,7 @@ async fn cancel(
     let reason = q.reason.unwrap_or_else(|| "cancelled by operator".into());
     write(
         &node,
+        &caller,
         &headers,
         Command::CancelTask(cmd::CancelTask { task, reason }),
     )
@@ -219,6 +249,7 @@ struct Transition {
 
 async fn transition(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Transition>,
@@ -226,6 +257,7 @@ async fn transition(
     let task = task_id(&id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::ReportTransition(cmd::ReportTransition {
             task,
@@ -252,6 +284,7 @@ struct Progress {
 
 async fn progress(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Progress>,
@@ -259,6 +292,7 @@ async fn progress(
     let task = task_id(&id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::ReportProgress(cmd::ReportProgress {
             task,

@@ -14,7 +14,9 @@ use squadron_core::{Command, Outcome};
 use squadron_pki::{SecretToken, TokenKind};
 
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::authz::Caller;
 use crate::error::ApiError;
+use squadron_api::Access;
 
 /// The longest life a token may be given (`ttl`); a token without one lives until revoked.
 pub const TOKEN_TTL_MS_MAX: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
@@ -25,6 +27,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tokens",
         "Create an operator token; the answer holds its secret, shown this once",
         Some("CreateToken"),
+        Access::admin(),
         post(create),
     )
     .add(
@@ -32,6 +35,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tokens",
         "List operator tokens (names, roles, scopes, lifetimes; never a secret)",
         None,
+        Access::admin(),
         get(list),
     )
     .add(
@@ -39,12 +43,14 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tokens/:id",
         "Revoke an operator token",
         None,
+        Access::admin(),
         delete(revoke),
     )
 }
 
 async fn create(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(b): JsonBody<CreateToken>,
 ) -> Result<Json<CreatedToken>, ApiError> {
@@ -59,7 +65,7 @@ async fn create(
         name: b.name.clone(),
         expires_at_ms,
     });
-    let Json(outcome) = write(&node, &headers, command).await?;
+    let Json(outcome) = write(&node, &caller, &headers, command).await?;
     match outcome {
         Outcome::OperatorTokenCreated { id: created } if created == id => Ok(Json(CreatedToken {
             id,
@@ -115,12 +121,14 @@ async fn list(
 
 async fn revoke(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Outcome>, ApiError> {
     let id: TokenId = parse_id("token_id", &id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::RevokeOperatorToken(cmd::RevokeOperatorToken { id }),
     )

@@ -14,7 +14,9 @@ use squadron_core::worker::Worker;
 use squadron_core::{Command, Outcome};
 
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::authz::Caller;
 use crate::error::ApiError;
+use squadron_api::{Access, Scope};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -22,14 +24,23 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers",
         "Register (or re-register) a worker",
         Some("RegisterWorker"),
+        Access::worker_only(Scope::Body),
         post(register),
     )
-    .add("GET", "/api/v1/workers", "List workers", None, get(list))
+    .add(
+        "GET",
+        "/api/v1/workers",
+        "List workers",
+        None,
+        Access::viewer(Scope::Unbound),
+        get(list),
+    )
     .add(
         "GET",
         "/api/v1/workers/:id",
         "Get a worker",
         None,
+        Access::viewer(Scope::Unbound).and_workers(),
         get(get_worker),
     )
     .add(
@@ -37,6 +48,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/heartbeat",
         "Worker heartbeat",
         None,
+        Access::worker_only(Scope::Worker),
         post(heartbeat),
     )
     .add(
@@ -44,6 +56,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/decommission",
         "Operator's audited decision that a worker and its processes are gone: reaps its leases",
         Some("Decommission"),
+        Access::admin(),
         post(decommission),
     )
 }
@@ -67,11 +80,13 @@ fn default_interval() -> u64 {
 
 async fn register(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(b): JsonBody<Register>,
 ) -> Result<Json<Outcome>, ApiError> {
     write(
         &node,
+        &caller,
         &headers,
         Command::RegisterWorker(cmd::RegisterWorker {
             worker: b.worker,
@@ -112,12 +127,14 @@ async fn get_worker(
 
 async fn heartbeat(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Outcome>, ApiError> {
     let worker: WorkerId = parse_id("worker", &id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::WorkerHeartbeat(cmd::WorkerHeartbeat { worker }),
     )
@@ -133,6 +150,7 @@ struct Decommission {
 
 async fn decommission(
     State(node): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Decommission>,
@@ -140,6 +158,7 @@ async fn decommission(
     let worker: WorkerId = parse_id("worker", &id)?;
     write(
         &node,
+        &caller,
         &headers,
         Command::DecommissionWorker(cmd::DecommissionWorker {
             worker,

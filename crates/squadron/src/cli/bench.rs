@@ -74,6 +74,11 @@ pub struct BenchArgs {
     /// TTL of the bench leases.
     #[arg(long, default_value_t = 30_000)]
     pub ttl_ms: u64,
+    /// Directory with the bench worker's certificate (`squadron init … --worker-cert
+    /// bench-worker=DIR`): its registration and heartbeats are a worker's own, which an
+    /// operator's token may not send.
+    #[arg(long, value_name = "DIR")]
+    pub worker_cert_dir: Option<std::path::PathBuf>,
 }
 
 pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {

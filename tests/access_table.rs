@@ -1,0 +1,436 @@
+//! The trust boundary's table, walked: every route of the OpenAPI document and every gRPC
+//! method, called with no credential, bad tokens, each role (in and out of scope), two
+//! workers' certificates, two agents' certificates and a node's, and each answer checked
+//! against what the route's published rule (`x-squadron-access`) says — computed here by a
+//! second, independent reading of the rule (the reference model).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use squadron_pki::{AgentSubject, SpiffeId};
+use support::*;
+
+/// What a probe presents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cred {
+    Nothing,
+    /// A well-formed token no cluster issued.
+    UnknownToken,
+    /// An `Authorization` header that is not a bearer token.
+    Malformed,
+    Token {
+        role: &'static str,
+        /// `None`: unscoped; `Some(true)`: scoped to the fixtures' project; `Some(false)`:
+        /// scoped to another tenant.
+        in_scope: Option<bool>,
+        secret: String,
+    },
+    Worker(&'static str),
+    AgentOfTask(u64),
+    AgentOfProfile(u64, u64),
+    Node,
+}
+
+/// The objects the probes name.
+#[derive(Debug, Clone)]
+struct Fixtures {
+    profile: u64,
+    lease: u64,
+    generation: u64,
+    /// A dedicated task, its child (submitted by its agent), and an unrelated task.
+    task: u64,
+    child: u64,
+    other_task: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Allowed,
+    Unauthenticated,
+    Forbidden,
+}
+
+fn verdict_of(status: u16) -> Verdict {
+    match status {
+        401 => Verdict::Unauthenticated,
+        403 => Verdict::Forbidden,
+        _ => Verdict::Allowed,
+    }
+}
+
+/// The reference model: what the rule says for this credential and this object.
+fn expected(access: &Value, cred: &Cred, path: &str, task: Option<u64>, fx: &Fixtures) -> Verdict {
+    if access["public"] == json!(true) {
+        return Verdict::Allowed;
+    }
+    let scope = access["scope"].as_str().expect("scope");
+    let allow = |yes: bool| if yes { Verdict::Allowed } else { Verdict::Forbidden };
+    match cred {
+        Cred::Nothing | Cred::UnknownToken | Cred::Malformed => Verdict::Unauthenticated,
+        Cred::Node => Verdict::Forbidden,
+        Cred::Token { role, in_scope, .. } => {
+            let rank = |r: &str| ["viewer", "operator", "admin"].iter().position(|x| *x == r);
+            let Some(needed) = access["role"].as_str() else {
+                return Verdict::Forbidden;
+            };
+            if rank(role) < rank(needed) {
+                return Verdict::Forbidden;
+            }
+            match in_scope {
+                None => Verdict::Allowed,
+                Some(inside) => match scope {
+                    "unbound" | "body" => Verdict::Allowed,
+                    "project" | "profile" | "lease" => allow(*inside),
+                    // Dedicated tasks and cluster-wide routes are beyond any scoped token.
+                    _ => Verdict::Forbidden,
+                },
+            }
+        }
+        Cred::Worker(w) => {
+            if access["worker"] != json!(true) {
+                return Verdict::Forbidden;
+            }
+            allow(scope != "worker" || *w == "w1")
+        }
+        Cred::AgentOfTask(t) => {
+            if access["agent"] != json!(true) {
+                return Verdict::Forbidden;
+            }
+            match scope {
+                "task" => allow(task == Some(*t) || (*t == fx.task && task == Some(fx.child))),
+                "body" => Verdict::Allowed,
+                // The task listing, probed with ?parent=<fixture task>.
+                "unbound" => allow(path == "/api/v1/tasks" && *t == fx.task),
+                _ => Verdict::Forbidden,
+            }
+        }
+        Cred::AgentOfProfile(p, _) => {
+            if access["agent"] != json!(true) {
+                return Verdict::Forbidden;
+            }
+            match scope {
+                "profile" => allow(*p == fx.profile),
+                "body" => Verdict::Allowed,
+                _ => Verdict::Forbidden,
+            }
+        }
+    }
+}
+
+fn agent_for_cred(cred: &Cred, url: &str) -> ureq::Agent {
+    let presenting = |id: SpiffeId| agent_with(pki().presenting_id(&id));
+    match cred {
+        Cred::Worker(w) => presenting(SpiffeId::Worker(w.parse().expect("worker id"))),
+        Cred::AgentOfTask(t) => presenting(SpiffeId::Agent(AgentSubject::Task(*t))),
+        Cred::AgentOfProfile(p, g) => presenting(SpiffeId::Agent(AgentSubject::ProfileGeneration {
+            profile: *p,
+            generation: *g,
+        })),
+        Cred::Node => node_agent(),
+        _ => agent_with(pki().operator_for(url)),
+    }
+}
+
+fn probe(agent: &ureq::Agent, cred: &Cred, method: &str, url: &str) -> u16 {
+    let mut req = agent.request(method, url).timeout(Duration::from_secs(20));
+    match cred {
+        Cred::UnknownToken => {
+            let fake = format!("sqd_op_{}_{}", "0".repeat(16), "0".repeat(64));
+            req = req.set("Authorization", &format!("Bearer {fake}"));
+        }
+        Cred::Malformed => req = req.set("Authorization", "Basic YWRtaW46YWRtaW4="),
+        Cred::Token { secret, .. } => req = req.set("Authorization", &format!("Bearer {secret}")),
+        _ => {}
+    }
+    let res = if method == "POST" || method == "PUT" {
+        // An invalid body: an admitted call is refused by its handler (400), never run.
+        req.set("Content-Type", "application/json").send_string("{\"probe\": true}")
+    } else {
+        req.call()
+    };
+    match res {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("{method} {url}: no answer: {e}"),
+    }
+}
+
+fn token(url: &str, name: &str, role: &str, scope: Value) -> String {
+    let r = post(
+        &format!("{url}/api/v1/tokens"),
+        json!({"name": name, "role": role, "scope": scope}),
+    )
+    .expect("create token");
+    assert!(r.ok(), "{r:?}");
+    r.body["token"].as_str().expect("secret").to_string()
+}
+
+fn dedicated_task(url: &str, name: &str) -> u64 {
+    let yaml = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: {name}\nrepository:\n  url: /tmp/no-repo\n  \
+         branch: main\nagent:\n  prompt: probe\n  provider: script\n  script: |\n    true\nvm:\n  \
+         runtime: process\n"
+    );
+    let r = submit_yaml(url, &yaml);
+    assert!(r.ok(), "submission refused: {r:?}");
+    r.body["task_submitted"]["task"].as_u64().expect("task id")
+}
+
+/// The child of `parent`, submitted by the parent's agent under its certificate.
+fn child_task(url: &str, parent: u64) -> u64 {
+    let agent = agent_with(pki().presenting_id(&SpiffeId::Agent(AgentSubject::Task(parent))));
+    let yaml = "version: \"1\"\nkind: Task\nmetadata:\n  name: child\nrepository:\n  url: \
+                /tmp/no-repo\n  branch: main\nagent:\n  prompt: probe\n  provider: script\n  \
+                script: |\n    true\nvm:\n  runtime: process\n";
+    let r = reply(
+        agent
+            .post(&format!("{url}/api/v1/tasks"))
+            .set("Content-Type", "application/yaml")
+            .send_string(yaml),
+    )
+    .expect("answer");
+    assert!(r.ok(), "an agent's child task was refused: {r:?}");
+    r.body["task_submitted"]["task"].as_u64().expect("task id")
+}
+
+fn fixtures(url: &str) -> Fixtures {
+    let profile = setup_project(url, "p", 1, 4)[0];
+    let r = post(&format!("{url}/api/v1/profiles/{profile}/leases"), acquire_body(0))
+        .expect("acquire");
+    assert!(r.ok(), "{r:?}");
+    let grant = &r.body["lease_granted"];
+    let task = dedicated_task(url, "parent");
+    Fixtures {
+        profile,
+        lease: grant["lease"].as_u64().expect("lease"),
+        generation: grant["generation"].as_u64().expect("generation"),
+        task,
+        child: child_task(url, task),
+        other_task: dedicated_task(url, "other"),
+    }
+}
+
+fn credentials(url: &str, fx: &Fixtures) -> Vec<Cred> {
+    let admin = pki().token_for(url).expect("admin token");
+    let inside = json!([{"tenant": "acme", "project": "p"}]);
+    let outside = json!([{"tenant": "zeta"}]);
+    vec![
+        Cred::Nothing,
+        Cred::UnknownToken,
+        Cred::Malformed,
+        Cred::Token { role: "admin", in_scope: None, secret: admin },
+        Cred::Token { role: "viewer", in_scope: None, secret: token(url, "v", "viewer", json!([])) },
+        Cred::Token {
+            role: "viewer",
+            in_scope: Some(true),
+            secret: token(url, "vin", "viewer", inside.clone()),
+        },
+        Cred::Token {
+            role: "operator",
+            in_scope: Some(true),
+            secret: token(url, "oin", "operator", inside),
+        },
+        Cred::Token {
+            role: "operator",
+            in_scope: Some(false),
+            secret: token(url, "oout", "operator", outside),
+        },
+        Cred::Worker("w1"),
+        Cred::Worker("w2"),
+        Cred::AgentOfTask(fx.task),
+        Cred::AgentOfTask(fx.other_task),
+        Cred::AgentOfProfile(fx.profile, fx.generation),
+        Cred::AgentOfProfile(fx.profile + 1000, 1),
+        Cred::Node,
+    ]
+}
+
+/// The concrete URLs of a route template, with the task a task-scoped one names.
+fn instances(template: &str, scope: &str, fx: &Fixtures) -> Vec<(String, Option<u64>)> {
+    let fill = |id: String| {
+        template
+            .replace("{tenant}", "acme")
+            .replace("{project}", "p")
+            .replace("{server}", "mcp-probe")
+            .replace("{sandbox_ref}", "sb-none")
+            .replace("{name}", "none.txt")
+            .replace("{id}", &id)
+    };
+    let with_query = |u: String| {
+        if template == "/api/v1/tasks" {
+            format!("{u}?parent={}", fx.task)
+        } else {
+            u
+        }
+    };
+    match scope {
+        "task" => [fx.task, fx.child, fx.other_task]
+            .iter()
+            .map(|t| (fill(t.to_string()), Some(*t)))
+            .collect(),
+        "profile" => vec![(fill(fx.profile.to_string()), None)],
+        "lease" => vec![(fill(fx.lease.to_string()), None)],
+        "worker" => vec![(fill("w1".into()), None)],
+        // Cluster routes with an id name a member or a token that does not exist.
+        _ if template.contains("/tokens/") => vec![(fill("0".repeat(16)), None)],
+        _ => vec![(with_query(fill("99".into())), None)],
+    }
+}
+
+#[test]
+fn every_route_and_method_answers_as_its_rule_says() {
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(1);
+    let fx = fixtures(&url);
+    let creds = credentials(&url, &fx);
+    let doc = http_get(&format!("{url}/api/v1/openapi.json")).expect("document");
+    let paths = doc["paths"].as_object().expect("paths");
+    assert!(paths.len() > 40, "the document lists {} paths", paths.len());
+    let mut mismatches = Vec::new();
+    let mut probes = 0;
+    let agents: BTreeMap<usize, ureq::Agent> = creds
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (i, agent_for_cred(c, &url)))
+        .collect();
+    for (template, ops) in paths {
+        for (method, op) in ops.as_object().expect("operations") {
+            let access = &op["x-squadron-access"];
+            assert!(access.is_object(), "{method} {template} has no access rule");
+            let scope = access["scope"].as_str().expect("scope");
+            for (instance, task) in instances(template, scope, &fx) {
+                for (i, cred) in creds.iter().enumerate() {
+                    let method = method.to_uppercase();
+                    let got = verdict_of(probe(&agents[&i], cred, &method, &format!("{url}{instance}")));
+                    let want = expected(access, cred, template, task, &fx);
+                    probes += 1;
+                    if got != want {
+                        mismatches.push(format!("{method} {instance} as {cred:?}: got {got:?}, the rule says {want:?}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{} of {probes} probes disagree with the table:\n{}", mismatches.len(), mismatches.join("\n"));
+    eprintln!("{probes} REST probes agree with the access table");
+    grpc_methods_answer_as_their_rules_say(&cluster, &fx);
+}
+
+/// Each gRPC method with each certificate (the listener takes no bearer token: an operator
+/// without a certificate cannot complete the handshake).
+fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
+    use squadron_proto::v1 as pb;
+    use squadron_proto::v1::agent_service_client::AgentServiceClient;
+    use squadron_proto::v1::worker_service_client::WorkerServiceClient;
+
+    let addr = cluster.nodes[&1].spec.grpc.clone();
+    let dir = cluster.dir.path().join("grpc-ids");
+    let ids = [
+        SpiffeId::Worker("w1".parse().expect("id")),
+        SpiffeId::Worker("w2".parse().expect("id")),
+        SpiffeId::Agent(AgentSubject::Task(fx.task)),
+        SpiffeId::Agent(AgentSubject::ProfileGeneration { profile: fx.profile, generation: fx.generation }),
+        SpiffeId::Agent(AgentSubject::ProfileGeneration { profile: fx.profile, generation: fx.generation + 7 }),
+        SpiffeId::Node(999),
+    ];
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let fence = pb::FencingToken { profile: fx.profile, lease: fx.lease, generation: fx.generation };
+    let mut probes = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let identity = pki().issue_identity(id, &dir.join(i.to_string()), "id");
+        let credentials = squadron_client::Credentials::identity(identity);
+        rt.block_on(async {
+            let connector = credentials.grpc_connector().expect("tls").expect("connector");
+            let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+                .expect("endpoint")
+                .connect_with_connector(connector)
+                .await
+                .expect("TLS connect");
+            let mut w = WorkerServiceClient::new(channel.clone());
+            let mut a = AgentServiceClient::new(channel);
+            let worker = "w1".to_string();
+            let is_w1 = matches!(id, SpiffeId::Worker(w) if w.as_str() == "w1");
+            let own_agent = matches!(id, SpiffeId::Agent(AgentSubject::ProfileGeneration { profile, generation }) if *profile == fx.profile && *generation == fx.generation);
+            let own_profile = matches!(id, SpiffeId::Agent(AgentSubject::ProfileGeneration { profile, .. }) if *profile == fx.profile);
+            let answers: Vec<(&str, Result<(), tonic::Status>, bool)> = vec![
+                ("Register", w.register(pb::RegisterWorkerRequest { worker: worker.clone(), address: "127.0.0.1:1".into(), runtimes: vec!["process".into()], capacity: 8, labels: Default::default(), heartbeat_interval_ms: 600_000 }).await.map(|_| ()), is_w1),
+                ("Heartbeat", w.heartbeat(pb::WorkerHeartbeatRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
+                ("WatchAssignments", w.watch_assignments(pb::WatchAssignmentsRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
+                ("ReportTransition", w.report_transition(pb::ReportTransitionRequest { task: fx.task, worker: worker.clone(), attempt: 1, from: "assigned".into(), to: "provisioning".into(), ..Default::default() }).await.map(|_| ()), is_w1),
+                ("ReportProgress", w.report_progress(pb::ReportProgressRequest { task: fx.task, worker: worker.clone(), attempt: 1, ..Default::default() }).await.map(|_| ()), is_w1),
+                ("RenewLeases", w.renew_leases(pb::RenewLeasesRequest { worker: worker.clone(), fences: vec![fence.clone()], ttl_ms: 60_000 }).await.map(|_| ()), is_w1),
+                ("RecordReapEvidence", w.record_reap_evidence(pb::ReapEvidenceRequest { profile: fx.profile, lease: fx.lease + 1000, generation: fx.generation, cgroup: "/x".into(), populated: true, observed_at_ms: 1 }).await.map(|_| ()), is_w1),
+                ("AcquireLease", a.acquire_lease(pb::AcquireLeaseRequest { profile: fx.profile, expected_generation: 0, provider: "codex".into(), holder: Some(pb::LeaseHolder { worker: worker.clone(), process: "probe".into(), cgroup: String::new() }), ttl_ms: 60_000 }).await.map(|_| ()), own_profile),
+                ("RenewLease", a.renew_lease(pb::RenewLeaseRequest { fence: Some(fence.clone()), ttl_ms: 60_000 }).await.map(|_| ()), own_agent),
+                ("CheckMcpUse", a.check_mcp_use(pb::CheckMcpUseRequest { profile: fx.profile, server: "mcp-probe".into() }).await.map(|_| ()), own_profile),
+            ];
+            for (method, answer, allowed) in answers {
+                probes += 1;
+                let denied = matches!(&answer, Err(s) if matches!(s.code(), tonic::Code::PermissionDenied | tonic::Code::Unauthenticated) && !s.message().contains("mcp_server:use"));
+                assert_eq!(!denied, allowed, "{method} as {id}: {answer:?}");
+            }
+        });
+    }
+    // Without a certificate the listener does not complete the handshake.
+    rt.block_on(async {
+        let operator = squadron_client::Credentials::operator(pki().ca_pem(), None).expect("creds");
+        let connector = operator.grpc_connector().expect("tls").expect("connector");
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+            .expect("endpoint")
+            .connect_with_connector(connector)
+            .await;
+        if let Ok(channel) = channel {
+            let r = WorkerServiceClient::new(channel)
+                .heartbeat(pb::WorkerHeartbeatRequest { worker: "w1".into() })
+                .await;
+            assert!(r.is_err(), "a call without a certificate was answered: {r:?}");
+        }
+    });
+    eprintln!("{probes} gRPC probes agree with the access table");
+}
+
+/// The "only for itself" rules, end to end over REST: another worker's certificate cannot
+/// heartbeat, register over, renew, report for, or post evidence on the first worker's
+/// objects, and nothing changes.
+#[test]
+fn a_worker_speaks_only_for_itself() {
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(1);
+    let fx = fixtures(&url);
+    let before = http_get(&format!("{url}/api/v1/workers/w1")).expect("w1");
+    let forged = [
+        ("/api/v1/workers/w1/heartbeat".to_string(), json!(null)),
+        (
+            "/api/v1/workers".to_string(),
+            json!({"worker": "w1", "address": "127.0.0.1:9", "runtimes": ["process"], "capacity": 1}),
+        ),
+        (
+            "/api/v1/workers/w1/renewals".to_string(),
+            json!({"fences": [{"profile": fx.profile, "lease": fx.lease, "generation": fx.generation}], "ttl_ms": 60000}),
+        ),
+        (
+            format!("/api/v1/tasks/{}/transitions", fx.task),
+            json!({"worker": "w1", "attempt": 1, "from": "assigned", "to": "failed"}),
+        ),
+        (
+            format!("/api/v1/leases/{}/evidence", fx.lease),
+            json!({"profile": fx.profile, "generation": fx.generation, "cgroup": "/forged",
+                   "populated": false, "observed_at_ms": squadron_client::now_ms()}),
+        ),
+    ];
+    for (path, body) in forged {
+        let r = worker_post("w2", &format!("{url}{path}"), body).expect("answer");
+        assert_eq!(r.status, 403, "worker w2 was not refused on {path}: {r:?}");
+    }
+    let after = http_get(&format!("{url}/api/v1/workers/w1")).expect("w1");
+    assert_eq!(before["address"], after["address"], "w2 moved w1's address");
+    let lease = http_get(&format!("{url}/api/v1/leases/{}", fx.lease)).expect("lease");
+    assert_eq!(lease["state"], json!("active"), "the forged evidence ended the lease: {lease}");
+    let task = http_get(&format!("{url}/api/v1/tasks/{}", fx.task)).expect("task");
+    assert_ne!(task["state"], json!("failed"), "the forged report moved the task: {task}");
+}
