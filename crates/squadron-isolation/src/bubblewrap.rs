@@ -362,9 +362,12 @@ fn bind_parents<'a>(dests: impl Iterator<Item = &'a String>) -> Vec<String> {
             let system = SYSTEM_RO_PATHS
                 .iter()
                 .any(|s| dir == *s || dir.starts_with(&format!("{s}/")));
-            let made = ["/tmp", "/proc", "/dev"]
-                .iter()
-                .any(|m| dir == *m || dir.starts_with(&format!("{m}/")));
+            // /tmp is bubblewrap's own tmpfs by then, but its subdirectories are not: a
+            // bind below it (a data directory under /tmp) needs them searchable too.
+            let made = dir == "/tmp"
+                || ["/proc", "/dev"]
+                    .iter()
+                    .any(|m| dir == *m || dir.starts_with(&format!("{m}/")));
             if !system && !made && !parents.contains(&dir) {
                 parents.push(dir);
             }

@@ -11,7 +11,11 @@
 //! - `/mnt/broker`, when the launch names one: the Git broker's socket directory, read-only
 //!   (connecting to a Unix socket is not a write, so a read-only mount suffices).
 //! - the host's system directories read-only, a private /tmp, a PID namespace, no
-//!   capabilities, no_new_privs, exactly the given environment (`squadron-isolation`).
+//!   capabilities, no_new_privs, exactly the given environment (`squadron-isolation`), as
+//!   the worker's sandbox user (nobody by default): the worktree is shared with it (its top
+//!   directory and `.git` file stay the worker's, for libgit2), the state directory and the
+//!   launch files are handed to it, and Git inside treats every directory as safe
+//!   (`runtime::sandbox_user`).
 //!
 //! Peers' worktrees and states, the other generations' launch files and the rest of the
 //! sandbox are not mounted at all.
@@ -46,6 +50,7 @@ use squadron_isolation::{
 use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
+use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
 use crate::support::write_atomic;
@@ -129,6 +134,11 @@ impl AgentAttempt {
             }
         })?;
         let run_dir = write_run_files(&paths, generation, launch)?;
+        if let Some(user) = runtime.config().sandbox_user {
+            user.share_work_tree(&paths.worktree)?;
+            user.hand_over(&paths.state)?;
+            user.hand_over(&run_dir)?;
+        }
         let (cgroups, leaf) = make_leaf(runtime, sandbox, key, generation, &leaf_path, launch)?;
         let boundary = boundary(runtime, sandbox, &paths, generation, launch)?;
         let sandbox_launch = SandboxLaunch {
@@ -372,9 +382,13 @@ fn boundary(
     let mut env = launch.env.clone();
     env.insert(PROFILE_KEY_ENV.to_owned(), paths.key.to_string());
     env.insert(GENERATION_ENV.to_owned(), generation.to_string());
+    if config.sandbox_user.is_some() {
+        SandboxUser::git_env(&mut env);
+    }
     let mut command = BubblewrapCommand::new(launch.argv.clone())
         .program(&config.bwrap)
         .setpriv(config.setpriv.clone())
+        .sandbox_user(config.sandbox_user.map(SandboxUser::pair))
         .tmp_bytes(config.tmp_bytes)
         .bind_rw(&paths.worktree, WORKSPACE_MOUNT)
         .bind_rw(&paths.state, STATE_MOUNT)

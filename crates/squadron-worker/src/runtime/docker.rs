@@ -31,9 +31,10 @@
 //! # Hardened versus full control
 //!
 //! By default the container is hardened: every capability dropped, `no-new-privileges`, a
-//! read-only root filesystem with a tmpfs `/tmp`, and the process runs as the owner of the
-//! task's inbox (without `CAP_DAC_OVERRIDE` a root process could not write into a task
-//! directory owned by another user; it also keeps the files it writes owned by the worker).
+//! read-only root filesystem with a tmpfs `/tmp`, and the process never runs as root: as
+//! the owner of the task's inbox when the worker is an ordinary user (it keeps the files it
+//! writes the worker's), else as the sandbox user (nobody), to whom `provision` gives the
+//! outbox and run directories and with whom it shares the inbox (`runtime::sandbox_user`).
 //!
 //! A manifest that asks for the seed's full-control mode ("the agent has full control within
 //! container limits": install software, modify system configuration) gets instead: the
@@ -68,6 +69,7 @@ use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
 
 use crate::error::WorkerError;
+use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
@@ -116,6 +118,8 @@ pub(crate) struct DockerConfig {
     pub(crate) worker: WorkerId,
     /// Mounted read-only at `/mnt/global` when the launch spec brings no global directory.
     pub(crate) global_dir: Option<PathBuf>,
+    /// Who a hardened container of a root worker runs as (never root).
+    pub(crate) sandbox_user: SandboxUser,
 }
 
 impl DockerConfig {
@@ -126,6 +130,7 @@ impl DockerConfig {
             image: DEFAULT_IMAGE.to_string(),
             worker,
             global_dir: None,
+            sandbox_user: SandboxUser::default(),
         }
     }
 }
@@ -220,15 +225,17 @@ impl DockerRuntime {
     fn container_config(&self, spec: &LaunchSpec) -> Result<Config<String>, WorkerError> {
         check_launch(spec)?;
         let mut host = self.host_config(spec)?;
+        let mut env = spec.env.clone();
         let user = if spec.full_control {
             // The image's user, root: installing software needs it.
             None
         } else {
             harden(&mut host);
-            let inbox = spec.dir.inbox();
-            let meta = std::fs::metadata(&inbox)
-                .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
-            Some(format!("{}:{}", meta.uid(), meta.gid()))
+            let user = self.hardened_user(spec)?;
+            if user == self.config.sandbox_user {
+                SandboxUser::git_env(&mut env);
+            }
+            Some(format!("{}:{}", user.uid, user.gid))
         };
         Ok(Config {
             image: Some(self.config.image.clone()),
@@ -236,7 +243,7 @@ impl DockerRuntime {
             // The image's entrypoint, if any, must not wrap the provider.
             entrypoint: Some(Vec::new()),
             working_dir: Some(spec.workdir.clone()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             user,
             labels: Some(self.labels(&spec.dir, spec.attempt)),
             stop_signal: Some("SIGTERM".to_string()),
@@ -248,6 +255,34 @@ impl DockerRuntime {
             host_config: Some(host),
             ..Default::default()
         })
+    }
+
+    /// Who a hardened container runs as: the inbox's owner when that is not root (a worker
+    /// running as an ordinary user), else the sandbox user.
+    fn hardened_user(&self, spec: &LaunchSpec) -> Result<SandboxUser, WorkerError> {
+        let inbox = spec.dir.inbox();
+        let meta = std::fs::metadata(&inbox)
+            .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
+        if meta.uid() == 0 {
+            return Ok(self.config.sandbox_user);
+        }
+        Ok(SandboxUser {
+            uid: meta.uid(),
+            gid: meta.gid(),
+        })
+    }
+
+    /// A hardened container of a root worker runs as the sandbox user: the outbox and run
+    /// directories become that user's and the inbox is shared with it, as in the process
+    /// runtime.
+    fn hand_over(&self, spec: &LaunchSpec) -> Result<(), WorkerError> {
+        if spec.full_control || self.hardened_user(spec)? != self.config.sandbox_user {
+            return Ok(());
+        }
+        let user = self.config.sandbox_user;
+        user.hand_over(&spec.dir.outbox())?;
+        user.hand_over(&spec.dir.run())?;
+        user.share_work_tree(&spec.dir.inbox())
     }
 
     /// The mounts, network, limits and logging of an attempt's container.
@@ -349,6 +384,7 @@ impl Runtime for DockerRuntime {
     /// Creates the container; if this attempt's container already exists (a previous life
     /// crashed between create and checkpoint), returns it instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        self.hand_over(spec)?;
         let config = self.container_config(spec)?;
         let name = Self::container_name(&spec.dir, spec.attempt);
         let options = CreateContainerOptions {

@@ -7,6 +7,7 @@
 pub(crate) mod docker;
 pub(crate) mod probe;
 pub(crate) mod process;
+pub(crate) mod sandbox_user;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -30,6 +30,7 @@ use squadron_isolation::{
 };
 
 use crate::error::WorkerError;
+use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
 
@@ -38,8 +39,6 @@ mod tests;
 
 /// The runtime's name in errors.
 pub(crate) const PROCESS_RUNTIME: &str = "process";
-/// Most entries walked when handing the inbox and outbox to an unprivileged sandbox user.
-pub(crate) const CHOWN_ENTRIES_MAX: usize = 2_000_000;
 /// Most attempts whose files this runtime remembers at once (provisioned or adopted, not
 /// destroyed); one worker runs far fewer.
 pub(crate) const ATTEMPTS_TRACKED_MAX: usize = 4096;
@@ -55,10 +54,11 @@ pub(crate) struct ProcessRuntimeConfig {
     /// util-linux `setpriv`, which empties the bounding set inside the boundary; `None`
     /// leaves bubblewrap's own dropping (effective and permitted sets only).
     pub(crate) setpriv: Option<PathBuf>,
-    /// Run providers as this host (uid, gid) instead of root without capabilities; the
-    /// inbox, outbox and run directories are then handed to that user before the start
-    /// (the global directory is not: it must be world-readable).
-    pub(crate) sandbox_user: Option<(u32, u32)>,
+    /// Run providers as this host user (by default nobody, see `sandbox_user`); the
+    /// outbox and run directories are then handed to that user before the start and the
+    /// inbox shared with it (the global directory is not: it must be world-readable).
+    /// `None` runs them as root without capabilities.
+    pub(crate) sandbox_user: Option<SandboxUser>,
     /// Size of the private /tmp; `None` for the tmpfs default.
     pub(crate) tmp_bytes: Option<u64>,
     /// How long `destroy` waits for `populated 0` after `cgroup.kill`.
@@ -67,14 +67,14 @@ pub(crate) struct ProcessRuntimeConfig {
 
 impl ProcessRuntimeConfig {
     /// The defaults for worker `worker`: detected cgroups, `/usr/bin/bwrap`,
-    /// `/usr/bin/setpriv`, root without capabilities, a 1 GiB /tmp.
+    /// `/usr/bin/setpriv`, the default sandbox user, a 1 GiB /tmp.
     pub(crate) fn new(worker: impl Into<String>) -> Self {
         ProcessRuntimeConfig {
             worker: worker.into(),
             cgroup: CgroupRootConfig::default(),
             bwrap: PathBuf::from(BWRAP_PROGRAM_DEFAULT),
             setpriv: Some(PathBuf::from(SETPRIV_PROGRAM_DEFAULT)),
-            sandbox_user: None,
+            sandbox_user: Some(SandboxUser::default()),
             tmp_bytes: Some(squadron_isolation::bubblewrap::SANDBOX_TMP_BYTES_DEFAULT),
             reap_wait: Duration::from_millis(REAP_WAIT_MS_DEFAULT),
         }
@@ -239,15 +239,19 @@ impl ProcessRuntime {
 
     fn boundary(&self, spec: &LaunchSpec) -> Result<Vec<String>, WorkerError> {
         let dir = &spec.dir;
+        let mut env = spec.env.clone();
+        if self.config.sandbox_user.is_some() {
+            SandboxUser::git_env(&mut env);
+        }
         let mut command = BubblewrapCommand::new(spec.argv.clone())
             .program(&self.config.bwrap)
             .setpriv(self.config.setpriv.clone())
-            .sandbox_user(self.config.sandbox_user)
+            .sandbox_user(self.config.sandbox_user.map(SandboxUser::pair))
             .tmp_bytes(self.config.tmp_bytes)
             .bind_rw(dir.inbox(), INBOX_MOUNT)
             .bind_rw(dir.outbox(), OUTBOX_MOUNT)
             .bind_ro(dir.run(), RUN_MOUNT)
-            .env(spec.env.clone())
+            .env(env)
             .isolate_network(spec.network == NetworkMode::Isolated);
         if let Some(global) = &spec.global_dir {
             command = command.bind_ro(global, GLOBAL_MOUNT);
@@ -332,12 +336,13 @@ impl Runtime for ProcessRuntime {
             }
             Err(e) => return Err(WorkerError::io("create start marker", &files.started, e)),
         }
-        if let Some((uid, gid)) = self.config.sandbox_user {
+        if let Some(user) = self.config.sandbox_user {
             // run/ too, so the user can read what staging wrote there: its mount is
             // read-only, so owning it grants no writes.
-            for dir in [spec.dir.inbox(), spec.dir.outbox(), spec.dir.run()] {
-                chown_tree(&dir, uid, gid)?;
+            for dir in [spec.dir.outbox(), spec.dir.run()] {
+                user.hand_over(&dir)?;
             }
+            user.share_work_tree(&spec.dir.inbox())?;
         }
         let progress = spec.dir.progress();
         fs::create_dir_all(&progress)
@@ -471,33 +476,4 @@ fn isolation(e: IsolationError) -> WorkerError {
 
 fn joined(e: tokio::task::JoinError) -> WorkerError {
     WorkerError::runtime(PROCESS_RUNTIME, format!("blocking task failed: {e}"))
-}
-
-/// Gives `dir` and everything below it to (uid, gid), without following symlinks.
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), WorkerError> {
-    let mut pending = vec![dir.to_path_buf()];
-    let mut seen = 0usize;
-    while let Some(path) = pending.pop() {
-        seen += 1;
-        if seen > CHOWN_ENTRIES_MAX {
-            return Err(WorkerError::runtime(
-                PROCESS_RUNTIME,
-                format!(
-                    "{} holds more than {CHOWN_ENTRIES_MAX} entries",
-                    dir.display()
-                ),
-            ));
-        }
-        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
-            .map_err(|e| WorkerError::io("hand to the sandbox user", &path, e))?;
-        let meta = fs::symlink_metadata(&path).map_err(|e| WorkerError::io("inspect", &path, e))?;
-        if meta.is_dir() {
-            let entries = fs::read_dir(&path).map_err(|e| WorkerError::io("list", &path, e))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| WorkerError::io("list", &path, e))?;
-                pending.push(entry.path());
-            }
-        }
-    }
-    Ok(())
 }

@@ -349,7 +349,16 @@ async fn container_carries_labels_limits_and_hardening() {
     for entry in config.env.unwrap() {
         let key = entry.split_once('=').unwrap().0;
         assert!(
-            ["SQUADRON_TEST_VAR", "PATH", "HOSTNAME"].contains(&key),
+            [
+                "SQUADRON_TEST_VAR",
+                "PATH",
+                "HOSTNAME",
+                // Git's safe.directory, for the sandbox user (`runtime::sandbox_user`).
+                "GIT_CONFIG_COUNT",
+                "GIT_CONFIG_KEY_0",
+                "GIT_CONFIG_VALUE_0",
+            ]
+            .contains(&key),
             "unexpected variable {entry}"
         );
     }
@@ -727,6 +736,47 @@ echo "gid=$(id -g)" >> {r}
     assert_eq!(results["inbox"], "ok", "{results:?}");
     let written = std::fs::metadata(case.dir.inbox().join("in.txt")).unwrap();
     assert_eq!(written.uid(), owner.uid());
+}
+
+/// A root worker's hardened container runs as the sandbox user, which owns the outbox,
+/// shares the inbox and cannot read a root-only file in a mounted directory.
+#[tokio::test]
+async fn hardened_container_of_a_root_worker_runs_as_the_sandbox_user() {
+    let r = format!("{OUTBOX_MOUNT}/result.txt");
+    let body = format!(
+        r#"
+echo "uid=$(id -u)" >> {r}
+(echo hello > {INBOX_MOUNT}/in.txt) 2>/dev/null && echo inbox=ok >> {r} || echo inbox=denied >> {r}
+(cat {GLOBAL_MOUNT}/root-only >/dev/null) 2>/dev/null && echo secret=read >> {r} || echo secret=denied >> {r}
+"#
+    );
+    let case = Case::new(&body).await;
+    let inbox_owner = std::fs::metadata(case.dir.inbox()).unwrap().uid();
+    if inbox_owner != 0 {
+        // Not a root worker: the container runs as the owner (the test above).
+        return;
+    }
+    let secret = case.dir.root().join("root-only");
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut spec = case.spec();
+    spec.global_dir = Some(case.dir.root().to_path_buf());
+    let handle = case.run(&spec).await;
+    assert_eq!(
+        case.wait_exit(&handle).await,
+        0,
+        "stderr: {}",
+        case.stderr()
+    );
+    let results = case.results();
+    assert_eq!(
+        results["uid"],
+        crate::runtime::sandbox_user::SANDBOX_UID_DEFAULT.to_string()
+    );
+    assert_eq!(results["inbox"], "ok", "{results:?}");
+    assert_eq!(results["secret"], "denied", "{results:?}");
+    let config = case.inspect(&handle).await.config.unwrap();
+    assert_eq!(config.user.as_deref(), Some("65534:65534"));
 }
 
 /// Container names must stay what an earlier build of the worker named them: the hash is
