@@ -711,8 +711,8 @@ impl WorkerProc {
     }
 }
 
-/// Removes what worker `id` with its data in `data_dir` left behind: its containers and its
-/// cgroup subtree (killed first).
+/// Removes what worker `id` with its data in `data_dir` left behind: its containers, its
+/// cgroup subtree (killed first) and its sandboxes' networks.
 pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     let tasks = data_dir.join("tasks");
     if let Ok(out) = Command::new("docker")
@@ -747,6 +747,8 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
         }
         remove_empty_dirs(&dir);
     }
+    // With the subtree gone no process is in the worker's namespaces: the sweep takes all.
+    let _ = squadron_isolation::SandboxNetwork::sweep(&squadron_isolation::NetworkConfig::new(id));
 }
 
 /// Removes a cgroup directory tree from the leaves up (cgroups are removed with rmdir).

@@ -26,6 +26,10 @@
 //! control plane's lease remains the authority; this is the worker refusing to be the second
 //! writer if asked to be.
 //!
+//! The network is the launch's mode (`runtime::boundary_network`); an agent attempt is always
+//! `outbound`: a namespace of its own with NAT and the egress filter, torn down with the
+//! proving reap and recorded in `run/{key}/g{n}.network` until then.
+//!
 //! Restart safety as in the process runtime: output goes to files
 //! (`state/{key}/logs/g{n}.{stdout,stderr}.log`), the shim writes the exit code to
 //! `run/{key}/g{n}.exit-code`, and a restarted worker finds the attempt by its leaf path and
@@ -50,6 +54,7 @@ use squadron_isolation::{
 use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
+use crate::runtime::boundary_network::BoundaryNetwork;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
@@ -140,7 +145,15 @@ impl AgentAttempt {
             user.hand_over(&run_dir)?;
         }
         let (cgroups, leaf) = make_leaf(runtime, sandbox, key, generation, &leaf_path, launch)?;
-        let boundary = boundary(runtime, sandbox, &paths, generation, launch)?;
+        let config = runtime.config();
+        let network = BoundaryNetwork::prepare(
+            &config.network,
+            launch.network,
+            config.allow_full_network,
+            &leaf_path.display().to_string(),
+            &network_record(&paths, generation),
+        )?;
+        let boundary = boundary(runtime, sandbox, &paths, generation, launch, &network)?;
         let sandbox_launch = SandboxLaunch {
             leaf: leaf.clone(),
             boundary,
@@ -266,6 +279,10 @@ impl AgentAttempt {
         let reaper = Reaper::new(self.runtime.config().reap_wait);
         let evidence = reaper.reap(&self.leaf).map_err(isolation)?;
         if !evidence.populated {
+            BoundaryNetwork::tear_down(
+                &self.runtime.config().network,
+                &network_record(&self.paths, self.generation),
+            )?;
             record_reap(&self.paths, self.generation, &evidence)?;
             self.runtime.prune(&self.cgroups);
         }
@@ -367,6 +384,7 @@ fn boundary(
     paths: &ProfilePaths,
     generation: Generation,
     launch: &AgentLaunch,
+    network: &BoundaryNetwork,
 ) -> Result<Vec<String>, WorkerError> {
     let config = runtime.config();
     let git_dir = sandbox.git_dir();
@@ -395,12 +413,17 @@ fn boundary(
         .bind_ro(&git_dir, git_dir_inside)
         .bind_ro(paths.generation_run_dir(generation), AGENT_RUN_MOUNT)
         .env(env)
-        .isolate_network(launch.network == NetworkMode::Isolated)
         .chdir(WORKSPACE_MOUNT);
+    command = network.apply(command);
     if let Some(broker) = &launch.broker_dir {
         command = command.bind_ro(broker, BROKER_MOUNT);
     }
     command.argv().map_err(isolation)
+}
+
+/// `run/{key}/g{n}.network`: names the generation's own network namespace while it has one.
+fn network_record(paths: &ProfilePaths, generation: Generation) -> PathBuf {
+    paths.run.join(format!("g{generation}.network"))
 }
 
 /// The broker directory must exist and lie outside the sandbox, whose other directories no

@@ -58,9 +58,11 @@ impl AgentRuntime {
     /// the worker's cgroup parent `<v2 base>/<config.worker>`.
     ///
     /// Providers run as `config.sandbox_user` (see `runtime::sandbox_user`): each start
-    /// shares the profile's worktree with that user and hands it the state directory.
+    /// shares the profile's worktree with that user and hands it the state directory. The
+    /// sandbox networks of the worker's previous life are swept (see `ProcessRuntime::new`).
     pub(crate) fn new(config: ProcessRuntimeConfig) -> Result<AgentRuntime, WorkerError> {
         let root = ProcessRuntime::probe(&config)?;
+        ProcessRuntime::sweep_networks(&config);
         Ok(AgentRuntime {
             inner: Arc::new(Inner {
                 config,

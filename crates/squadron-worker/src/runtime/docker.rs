@@ -26,7 +26,8 @@
 //!   no published ports, so nothing outside the host can connect in. Other containers on the
 //!   default bridge and the host itself can still reach it.
 //! - `full` → network mode `host`: the host's own namespace, including services the host
-//!   binds to 127.0.0.1 and the right to listen on host ports.
+//!   binds to 127.0.0.1 and the right to listen on host ports; refused, naming
+//!   `network_mode`, unless the worker runs with `--allow-full-network`.
 //!
 //! # Hardened versus full control
 //!
@@ -69,6 +70,7 @@ use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
 
 use crate::error::WorkerError;
+use crate::runtime::boundary_network::BoundaryNetwork;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
@@ -120,6 +122,8 @@ pub(crate) struct DockerConfig {
     pub(crate) global_dir: Option<PathBuf>,
     /// Who a hardened container of a root worker runs as (never root).
     pub(crate) sandbox_user: SandboxUser,
+    /// Whether `network_mode: full` (network mode `host`) may run here.
+    pub(crate) allow_full_network: bool,
 }
 
 impl DockerConfig {
@@ -131,6 +135,7 @@ impl DockerConfig {
             worker,
             global_dir: None,
             sandbox_user: SandboxUser::default(),
+            allow_full_network: false,
         }
     }
 }
@@ -384,6 +389,7 @@ impl Runtime for DockerRuntime {
     /// Creates the container; if this attempt's container already exists (a previous life
     /// crashed between create and checkpoint), returns it instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
         self.hand_over(spec)?;
         let config = self.container_config(spec)?;
         let name = Self::container_name(&spec.dir, spec.attempt);

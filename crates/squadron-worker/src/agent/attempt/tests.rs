@@ -117,6 +117,7 @@ impl Drop for Fixture {
             let _ = tenant.remove();
         }
         let _ = root.remove();
+        let _ = squadron_isolation::SandboxNetwork::sweep(&config.network);
     }
 }
 

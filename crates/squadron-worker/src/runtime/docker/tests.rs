@@ -459,9 +459,13 @@ echo "uid=$(id -u)" >> {r}
 async fn network_modes_map_to_none_bridge_and_host() {
     let r = format!("{OUTBOX_MOUNT}/result.txt");
     let body = format!(r#"echo "net=$(ls /sys/class/net | tr '\n' ' ')" >> {r}"#);
+    // The process runtime's sandbox pairs (`sqh…`, and tests' `sqt…`) come and go while
+    // this runs: not part of the comparison.
+    let ours = |name: &String| !name.starts_with("sqh") && !name.starts_with("sqt");
     let mut host_interfaces: Vec<String> = std::fs::read_dir("/sys/class/net")
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(ours)
         .collect();
     host_interfaces.sort();
 
@@ -470,7 +474,8 @@ async fn network_modes_map_to_none_bridge_and_host() {
         NetworkMode::Outbound,
         NetworkMode::Full,
     ] {
-        let case = Case::new(&body).await;
+        let mut case = Case::new(&body).await;
+        case.runtime.config.allow_full_network = true;
         let mut spec = case.spec();
         spec.network = mode;
         let handle = case.run(&spec).await;
@@ -485,6 +490,7 @@ async fn network_modes_map_to_none_bridge_and_host() {
         let mut seen: Vec<String> = case.results()["net"]
             .split_whitespace()
             .map(String::from)
+            .filter(ours)
             .collect();
         seen.sort();
         match mode {
@@ -493,6 +499,16 @@ async fn network_modes_map_to_none_bridge_and_host() {
             NetworkMode::Full => assert_eq!(seen, host_interfaces),
         }
     }
+}
+
+#[tokio::test]
+async fn full_network_is_refused_unless_the_worker_allows_it() {
+    let case = Case::new("exit 0").await;
+    let mut spec = case.spec();
+    spec.network = NetworkMode::Full;
+    let err = case.runtime.provision(&spec).await.expect_err("refused");
+    assert!(err.to_string().contains("network_mode"), "{err}");
+    assert!(case.runtime.inspect(&case.name()).await.unwrap().is_none());
 }
 
 #[tokio::test]

@@ -24,7 +24,7 @@ const ALLOWED_VAR: &str = "SQUADRON_ALLOWED";
 const ADOPTION_CHILD_ENV: &str = "SQUADRON_ADOPTION_CHILD";
 const ADOPTION_TASK: u64 = 77;
 
-fn unique_worker(prefix: &str) -> String {
+pub(super) fn unique_worker(prefix: &str) -> String {
     format!(
         "{prefix}-{}-{}",
         std::process::id(),
@@ -34,17 +34,17 @@ fn unique_worker(prefix: &str) -> String {
 
 /// One runtime with a cgroup parent of its own and a data dir; on drop every leaf left is
 /// reaped and the parent removed, so a failed test leaves nothing running.
-struct Fixture {
-    runtime: ProcessRuntime,
+pub(super) struct Fixture {
+    pub(super) runtime: ProcessRuntime,
     data: tempfile::TempDir,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    pub(super) fn new() -> Fixture {
         Fixture::with_config(ProcessRuntimeConfig::new(unique_worker("pr-test")))
     }
 
-    fn with_config(config: ProcessRuntimeConfig) -> Fixture {
+    pub(super) fn with_config(config: ProcessRuntimeConfig) -> Fixture {
         let runtime = ProcessRuntime::new(config)
             .expect("process runtime (root, cgroup v2 and the bubblewrap package are needed)");
         Fixture {
@@ -57,7 +57,7 @@ impl Fixture {
         self.data.path().join("global")
     }
 
-    fn spec(&self, task: u64, script: &str) -> LaunchSpec {
+    pub(super) fn spec(&self, task: u64, script: &str) -> LaunchSpec {
         launch_spec(self.data.path(), task, script)
     }
 }
@@ -86,6 +86,10 @@ fn reap_worker(root: &CgroupRoot) {
         }
     }
     let _ = root.remove();
+    // Reaped without `destroy`: the sandboxes' networks are left for the sweep.
+    if let Some(worker) = root.v2_parent().file_name().and_then(|n| n.to_str()) {
+        let _ = SandboxNetwork::sweep(&NetworkConfig::new(worker));
+    }
 }
 
 /// Stages a task the way staging does (run/, inbox/, outbox/progress/, artifacts/) with
@@ -151,7 +155,7 @@ async fn wait_exit(runtime: &ProcessRuntime, handle: &SandboxHandle) -> i32 {
     }
 }
 
-fn outbox_file(spec: &LaunchSpec, name: &str) -> String {
+pub(super) fn outbox_file(spec: &LaunchSpec, name: &str) -> String {
     let path = spec.dir.outbox().join(name);
     fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
@@ -162,7 +166,7 @@ fn outbox_file(spec: &LaunchSpec, name: &str) -> String {
     })
 }
 
-async fn run_to_exit(fx: &Fixture, spec: &LaunchSpec) -> (SandboxHandle, i32) {
+pub(super) async fn run_to_exit(fx: &Fixture, spec: &LaunchSpec) -> (SandboxHandle, i32) {
     let handle = fx.runtime.provision(spec).await.expect("provision");
     assert_eq!(
         fx.runtime.status(&handle).await.expect("status"),
