@@ -748,7 +748,16 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
         remove_empty_dirs(&dir);
     }
     // With the subtree gone no process is in the worker's namespaces: the sweep takes all.
-    let _ = squadron_isolation::SandboxNetwork::sweep(&squadron_isolation::NetworkConfig::new(id));
+    let network = squadron_isolation::NetworkConfig::new(id);
+    let _ = squadron_isolation::SandboxNetwork::sweep(&network);
+    // The Docker runtime's managed network and its filter live as long as the worker's id.
+    let _ = Command::new("docker")
+        .args(["network", "rm", &format!("squadron-{}", network.owner)])
+        .output();
+    let _ = squadron_isolation::EgressFilter::remove(
+        &network.nft,
+        &format!("sq_{}_docker", network.owner),
+    );
 }
 
 /// Removes a cgroup directory tree from the leaves up (cgroups are removed with rmdir).

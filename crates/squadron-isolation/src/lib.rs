@@ -7,7 +7,8 @@
 //! parent per worker), `cgroup_leaf` (one leaf: create, limits, populated, freeze, kill,
 //! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
 //! leaf, runs the boundary and records the exit code), `sandbox_network` (an `outbound`
-//! sandbox's own network namespace: veth pair, NAT, the egress filter), `termination` (SIGTERM, grace,
+//! sandbox's own network namespace: veth pair, NAT), `egress_filter` (the nftables table
+//! that limits where a sandbox interface's traffic goes), `termination` (SIGTERM, grace,
 //! SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
 //! `process_entry` (a pid with its start time, read from /proc), and
 //! `git_broker` (the generation-fenced Git broker: provider processes commit through it).
@@ -20,6 +21,7 @@ pub mod beneath;
 pub mod bubblewrap;
 pub mod cgroup_leaf;
 pub mod cgroup_root;
+pub mod egress_filter;
 pub mod error;
 pub mod git_broker;
 pub mod process_entry;
@@ -34,6 +36,7 @@ mod fs_util;
 pub use bubblewrap::BubblewrapCommand;
 pub use cgroup_leaf::{AppliedLimits, CgroupLeaf, CgroupLimits};
 pub use cgroup_root::{CgroupRoot, CgroupRootConfig};
+pub use egress_filter::EgressFilter;
 pub use error::IsolationError;
 pub use git_broker::{
     BrokerError, BrokerServer, BrokerStats, CommitOutcome, CommitRequest, FenceCheck, FenceFuture,

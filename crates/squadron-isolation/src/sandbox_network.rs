@@ -6,10 +6,10 @@
 //!   `100.64.0.0/14` slot `S` (a /30: host `.1`, sandbox `.2`), default route via the host;
 //! - the host end `sqhS` (hex), whose existence claims the slot host-wide: the kernel refuses
 //!   a second interface of that name, so two workers on one host never share an address;
-//! - an nftables table `inet sq_W_S`: everything from the sandbox to the host itself (its
-//!   own addresses, loopback, every control-plane and worker port) is dropped on `input`
-//!   except replies to connections the host opened; forwarded traffic to loopback,
-//!   link-local (the metadata address among it), other sandboxes' slots, multicast, IPv6 and
+//! - an nftables table `inet sq_W_S` (`egress_filter`): everything from the sandbox to the
+//!   host itself (its own addresses, loopback, every control-plane and worker port) is
+//!   dropped except replies to connections the host opened; forwarded traffic to loopback,
+//!   link-local (the metadata address among it), every sandbox range, multicast, IPv6 and
 //!   the policy's deny list is dropped; nothing may open a connection into the sandbox
 //!   except the host; what leaves is masqueraded;
 //! - when the host's `filter FORWARD` chain (iptables; Docker sets its policy to drop)
@@ -32,6 +32,7 @@ use std::process::{Command, Stdio};
 
 use ipnet::Ipv4Net;
 
+use crate::egress_filter::EgressFilter;
 use crate::error::IsolationError;
 
 pub const IP_PROGRAM_DEFAULT: &str = "/usr/sbin/ip";
@@ -52,17 +53,6 @@ pub const NETWORK_SLOT_ATTEMPTS_MAX: u32 = 256;
 pub const EGRESS_DENY_ENTRIES_MAX: usize = 1024;
 /// Longest output read from one of the network programs.
 const PROGRAM_OUTPUT_BYTES_MAX: usize = 1 << 20;
-/// Forwarded destinations every sandbox is denied, whatever the policy says: "this" network,
-/// loopback, link-local (and so the metadata address 169.254.169.254), multicast and the
-/// broadcast/reserved block.
-pub const EGRESS_ALWAYS_DENIED: [&str; 5] = [
-    "0.0.0.0/8",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-];
-
 /// The programs and policy of a worker's sandbox networks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkConfig {
@@ -72,8 +62,8 @@ pub struct NetworkConfig {
     pub nft: PathBuf,
     /// `None`, or a missing program, when the host has no iptables `filter FORWARD` chain.
     pub iptables: Option<PathBuf>,
-    /// Destinations denied on top of `EGRESS_ALWAYS_DENIED` (control-plane hosts, the
-    /// policy's deny list).
+    /// Destinations denied on top of `egress_filter::EGRESS_ALWAYS_DENIED` (control-plane
+    /// hosts, the policy's deny list).
     pub deny: Vec<Ipv4Net>,
 }
 
@@ -213,14 +203,8 @@ impl SandboxNetwork {
                 let _ = run(&iptables, &args, None);
             }
         }
-        if let Err(e) = run(
-            &self.config.nft,
-            &["delete", "table", "inet", &self.table()],
-            None,
-        ) {
-            if !e.to_string().contains("No such file") {
-                problems.push(e.to_string());
-            }
+        if let Err(e) = EgressFilter::remove(&self.config.nft, &self.table()) {
+            problems.push(e.to_string());
         }
         let _ = run(
             &self.config.ip,
@@ -353,11 +337,7 @@ impl SandboxNetwork {
             dev = self.host_interface()
         );
         run(&self.config.ip, &["-batch", "-"], Some(outside.as_bytes()))?;
-        run(
-            &self.config.nft,
-            &["-f", "-"],
-            Some(self.ruleset().as_bytes()),
-        )?;
+        self.filter().install(&self.config.nft)?;
         if let Some(iptables) = self.iptables() {
             for rule in self.forward_rules() {
                 let mut args = vec!["-w".to_owned(), "-I".to_owned(), "FORWARD".to_owned()];
@@ -368,36 +348,14 @@ impl SandboxNetwork {
         Ok(())
     }
 
-    /// The table of this sandbox (see the module documentation).
-    pub fn ruleset(&self) -> String {
-        let dev = self.host_interface();
-        let mut denied: Vec<String> = EGRESS_ALWAYS_DENIED
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-        denied.push(SANDBOX_NET.to_string());
-        denied.extend(self.config.deny.iter().map(ToString::to_string));
-        format!(
-            "table inet {table} {{\n\
-             \tset denied {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {denied} }} }}\n\
-             \tchain input {{ type filter hook input priority filter - 10; policy accept;\n\
-             \t\tiifname \"{dev}\" ct state established,related accept\n\
-             \t\tiifname \"{dev}\" drop\n\
-             \t}}\n\
-             \tchain forward {{ type filter hook forward priority filter - 10; policy accept;\n\
-             \t\tiifname \"{dev}\" meta nfproto ipv6 drop\n\
-             \t\tiifname \"{dev}\" ip daddr @denied drop\n\
-             \t\toifname \"{dev}\" ct state established,related accept\n\
-             \t\toifname \"{dev}\" drop\n\
-             \t}}\n\
-             \tchain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n\
-             \t\tip saddr {sandbox} oifname != \"{dev}\" masquerade\n\
-             \t}}\n\
-             }}\n",
-            table = self.table(),
-            denied = denied.join(", "),
-            sandbox = self.sandbox_address(),
-        )
+    /// The egress filter of this sandbox's host interface, with its NAT.
+    pub fn filter(&self) -> EgressFilter {
+        EgressFilter {
+            table: self.table(),
+            interface: self.host_interface(),
+            deny: self.config.deny.clone(),
+            masquerade: Some(self.sandbox_address()),
+        }
     }
 
     /// The two `filter FORWARD` rules (without the command) letting the sandbox's traffic
@@ -440,7 +398,7 @@ fn ensure_forwarding() -> Result<(), IsolationError> {
 }
 
 /// Runs a network program; its stdout, or an error carrying its stderr.
-fn run<S: AsRef<str>>(
+pub(crate) fn run<S: AsRef<str>>(
     program: &Path,
     args: &[S],
     stdin: Option<&[u8]>,
@@ -544,23 +502,17 @@ mod tests {
     }
 
     #[test]
-    fn the_ruleset_drops_the_host_link_local_and_the_deny_list() {
+    fn the_filter_is_the_sandbox_s_interface_with_its_nat() {
         let mut config = NetworkConfig::new("w");
         config.deny = vec!["203.0.113.0/24".parse().unwrap()];
         let n = SandboxNetwork { config, slot: 2 };
-        let rules = n.ruleset();
-        for want in [
-            "iifname \"sqh0002\" drop",
-            "127.0.0.0/8",
-            "169.254.0.0/16",
-            "100.64.0.0/14",
-            "203.0.113.0/24",
-            "ip daddr @denied drop",
-            "meta nfproto ipv6 drop",
-            "oifname \"sqh0002\" drop",
-            "ip saddr 100.64.0.10 oifname != \"sqh0002\" masquerade",
-        ] {
-            assert!(rules.contains(want), "{want} missing:\n{rules}");
-        }
+        let filter = n.filter();
+        assert_eq!(filter.interface, "sqh0002");
+        assert_eq!(filter.table, n.table());
+        assert_eq!(filter.masquerade, Some(Ipv4Addr::new(100, 64, 0, 10)));
+        assert_eq!(
+            filter.deny,
+            vec!["203.0.113.0/24".parse::<Ipv4Net>().unwrap()]
+        );
     }
 }

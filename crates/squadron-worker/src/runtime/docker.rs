@@ -22,9 +22,10 @@
 //! # Network modes
 //!
 //! - `isolated` → network mode `none`: a private namespace with only `lo`.
-//! - `outbound` → the engine's default bridge: a private namespace with NAT to the outside and
-//!   no published ports, so nothing outside the host can connect in. Other containers on the
-//!   default bridge and the host itself can still reach it.
+//! - `outbound` → the worker's managed network (`docker_network`): a private namespace on a
+//!   bridge of the worker's own with the engine's NAT, no published ports, no traffic between
+//!   containers, and the egress filter the process runtime uses: the host itself, link-local
+//!   and the metadata address, every sandbox range and the deny list are unreachable.
 //! - `full` → network mode `host`: the host's own namespace, including services the host
 //!   binds to 127.0.0.1 and the right to listen on host ports; refused, naming
 //!   `network_mode`, unless the worker runs with `--allow-full-network`.
@@ -68,9 +69,11 @@ use bollard::models::{
 use bollard::{Docker, API_DEFAULT_VERSION};
 use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use squadron_isolation::NetworkConfig;
 
 use crate::error::WorkerError;
 use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::docker_network::ManagedNetwork;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
@@ -124,11 +127,14 @@ pub(crate) struct DockerConfig {
     pub(crate) sandbox_user: SandboxUser,
     /// Whether `network_mode: full` (network mode `host`) may run here.
     pub(crate) allow_full_network: bool,
+    /// Tag, `nft` and deny list of the managed network `outbound` containers join.
+    pub(crate) network: NetworkConfig,
 }
 
 impl DockerConfig {
     /// The default socket and image for this worker.
     pub(crate) fn new(worker: WorkerId) -> Self {
+        let worker_tag = worker.clone();
         DockerConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
             image: DEFAULT_IMAGE.to_string(),
@@ -136,6 +142,7 @@ impl DockerConfig {
             global_dir: None,
             sandbox_user: SandboxUser::default(),
             allow_full_network: false,
+            network: NetworkConfig::new(worker_tag.as_str()),
         }
     }
 }
@@ -145,6 +152,8 @@ impl DockerConfig {
 pub(crate) struct DockerRuntime {
     docker: Docker,
     config: DockerConfig,
+    /// The network `outbound` containers join.
+    managed: ManagedNetwork,
 }
 
 impl DockerRuntime {
@@ -194,7 +203,21 @@ impl DockerRuntime {
             image = %config.image,
             "connected to the Docker engine"
         );
-        Ok(DockerRuntime { docker, config })
+        let managed = ManagedNetwork::ensure(&docker, &config.network).await?;
+        Ok(DockerRuntime {
+            docker,
+            config,
+            managed,
+        })
+    }
+
+    /// The engine network mode for a manifest network mode (see the module docs).
+    pub(crate) fn network_mode(&self, mode: NetworkMode) -> String {
+        match mode {
+            NetworkMode::Isolated => "none".to_owned(),
+            NetworkMode::Outbound => self.managed.name.clone(),
+            NetworkMode::Full => "host".to_owned(),
+        }
     }
 
     #[cfg(test)]
@@ -302,7 +325,7 @@ impl DockerRuntime {
         }
         let mut host = HostConfig {
             mounts: Some(mounts),
-            network_mode: Some(network_mode(spec.network).to_string()),
+            network_mode: Some(self.network_mode(spec.network)),
             init: Some(true),
             privileged: Some(false),
             auto_remove: Some(false),
@@ -693,15 +716,6 @@ fn harden(host: &mut HostConfig) {
         "/tmp".to_string(),
         format!("rw,exec,nosuid,nodev,mode=1777,size={TMP_TMPFS_BYTES_MAX}"),
     )]));
-}
-
-/// The engine network mode for a manifest network mode (see the module docs).
-pub(crate) fn network_mode(mode: NetworkMode) -> &'static str {
-    match mode {
-        NetworkMode::Isolated => "none",
-        NetworkMode::Outbound => "bridge",
-        NetworkMode::Full => "host",
-    }
 }
 
 fn labels_match(labels: &HashMap<String, String>, dir: &TaskDir, attempt: u32) -> bool {

@@ -6,9 +6,12 @@
 
 pub(crate) mod boundary_network;
 pub(crate) mod docker;
+pub(crate) mod docker_network;
 pub(crate) mod probe;
 pub(crate) mod process;
 pub(crate) mod sandbox_user;
+#[cfg(test)]
+pub(crate) mod test_internet;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -54,7 +54,14 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 dc.image = config.docker_image.clone();
                 dc.global_dir = config.global_dir.clone();
                 dc.allow_full_network = config.allow_full_network;
-                match DockerRuntime::connect(dc).await {
+                let connected = match config.egress_deny_networks() {
+                    Ok(deny) => {
+                        dc.network.deny = deny;
+                        DockerRuntime::connect(dc).await
+                    }
+                    Err(e) => Err(e),
+                };
+                match connected {
                     Ok(r) => {
                         ready.insert(r.kind(), Arc::new(r));
                     }

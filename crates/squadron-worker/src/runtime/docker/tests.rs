@@ -368,7 +368,11 @@ async fn container_carries_labels_limits_and_hardening() {
     assert_eq!(host.memory_swap, Some(300 * 1024 * 1024));
     assert_eq!(host.nano_cpus, Some(2_000_000_000));
     assert_eq!(host.pids_limit, Some(128));
-    assert_eq!(host.network_mode.as_deref(), Some("bridge"));
+    // Outbound joins the worker's managed network, not the engine's default bridge.
+    assert_eq!(
+        host.network_mode.as_deref(),
+        Some(format!("squadron-{}", case.runtime.config.network.owner).as_str())
+    );
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
     assert_eq!(host.cap_add, None);
     assert_eq!(
@@ -459,9 +463,9 @@ echo "uid=$(id -u)" >> {r}
 async fn network_modes_map_to_none_bridge_and_host() {
     let r = format!("{OUTBOX_MOUNT}/result.txt");
     let body = format!(r#"echo "net=$(ls /sys/class/net | tr '\n' ' ')" >> {r}"#);
-    // The process runtime's sandbox pairs (`sqh…`, and tests' `sqt…`) come and go while
-    // this runs: not part of the comparison.
-    let ours = |name: &String| !name.starts_with("sqh") && !name.starts_with("sqt");
+    // Other sandboxes' host ends — the process runtime's pairs (`sqh…`, tests' `sqt…`) and
+    // other containers' (`veth…`) — come and go while this runs: not part of the comparison.
+    let ours = |name: &String| !["sqh", "sqt", "veth"].iter().any(|p| name.starts_with(p));
     let mut host_interfaces: Vec<String> = std::fs::read_dir("/sys/class/net")
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -486,7 +490,10 @@ async fn network_modes_map_to_none_bridge_and_host() {
             case.stderr()
         );
         let host = case.inspect(&handle).await.host_config.unwrap();
-        assert_eq!(host.network_mode.as_deref(), Some(network_mode(mode)));
+        assert_eq!(
+            host.network_mode.as_deref(),
+            Some(case.runtime.network_mode(mode).as_str())
+        );
         let mut seen: Vec<String> = case.results()["net"]
             .split_whitespace()
             .map(String::from)
@@ -499,6 +506,84 @@ async fn network_modes_map_to_none_bridge_and_host() {
             NetworkMode::Full => assert_eq!(seen, host_interfaces),
         }
     }
+}
+
+/// On the managed network an `outbound` container reaches a listener in a test-made
+/// "internet" namespace, and neither the host (any address, the bridge's gateway) nor the
+/// metadata-style address.
+#[tokio::test]
+async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata() {
+    use crate::runtime::test_internet::{
+        host_addresses, TestInternet, INTERNET_PORT, METADATA_ADDRESS,
+    };
+    let internet = TestInternet::new();
+    let everywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = everywhere.local_addr().unwrap().port();
+    let case = Case::new("").await;
+    let managed = case
+        .runtime
+        .docker
+        .inspect_network(
+            &case.runtime.managed.name,
+            None::<bollard::network::InspectNetworkOptions<String>>,
+        )
+        .await
+        .unwrap();
+    // The engine gives the bridge the subnet's first address.
+    let subnet: ipnet::Ipv4Net = managed
+        .ipam
+        .and_then(|i| i.config)
+        .and_then(|c| c.into_iter().find_map(|c| c.subnet))
+        .expect("the managed network's subnet")
+        .parse()
+        .unwrap();
+    let gateway = std::net::Ipv4Addr::from(u32::from(subnet.network()) + 1);
+    let mut blocked: Vec<String> = host_addresses()
+        .iter()
+        .map(|a| format!("{a}:{port}"))
+        .collect();
+    blocked.push(format!("{gateway}:{port}"));
+    blocked.push(format!("{METADATA_ADDRESS}:{INTERNET_PORT}"));
+    let allowed = format!("{}:{INTERNET_PORT}", internet.address);
+    let r = format!("{OUTBOX_MOUNT}/result.txt");
+    let probes: Vec<String> = blocked
+        .iter()
+        .chain([&allowed])
+        .map(|t| {
+            let (h, p) = t.rsplit_once(':').unwrap();
+            format!("(if nc -w 3 {h} {p} -e true </dev/null; then echo \"{t}=open\"; else echo \"{t}=closed\"; fi >> {r}) &")
+        })
+        .collect();
+    let body = format!("{}\nwait\n", probes.join("\n"));
+    std::fs::write(
+        case.dir.run().join("launch.sh"),
+        format!(
+            "exec >{OUTBOX_MOUNT}/progress/stdout.log 2>{OUTBOX_MOUNT}/progress/stderr.log\n{body}"
+        ),
+    )
+    .unwrap();
+    let mut spec = case.spec();
+    spec.network = NetworkMode::Outbound;
+    let handle = case.run(&spec).await;
+    assert_eq!(
+        case.wait_exit(&handle).await,
+        0,
+        "stderr: {}",
+        case.stderr()
+    );
+    let results = case.results();
+    for target in &blocked {
+        assert_eq!(
+            results.get(target).map(String::as_str),
+            Some("closed"),
+            "{target}: {results:?}"
+        );
+    }
+    assert_eq!(
+        results.get(&allowed).map(String::as_str),
+        Some("open"),
+        "{results:?}"
+    );
 }
 
 #[tokio::test]
