@@ -33,13 +33,14 @@ ensure_packages() {
 }
 
 # What the local worker's process runtime needs at run time: bubblewrap for the boundary,
-# util-linux's setpriv to empty the capability bounding set, procps for kill.
-SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git)
+# util-linux's setpriv to empty the capability bounding set (and nsenter), procps for kill,
+# iproute2 and nftables for `outbound` sandboxes' own networks and their egress filter.
+SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables)
 
 # Debian packages the tests need beyond the build and run set: the Docker engine and busybox
 # (the agent image) for the Docker runtime; iproute2, iptables, curl and libfaketime for the
 # chaos suite (network namespaces, partitions, its reachability probe, clock faults); etcd for
-# the comparison benchmark; python3 for a Unix-socket probe inside a sandbox.
+# the comparison benchmark; python3 for the Unix-socket and network probes inside sandboxes.
 SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server)
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.

@@ -723,8 +723,8 @@ impl WorkerProc {
     }
 }
 
-/// Removes what worker `id` with its data in `data_dir` left behind: its containers and its
-/// cgroup subtree (killed first).
+/// Removes what worker `id` with its data in `data_dir` left behind: its containers, its
+/// cgroup subtree (killed first) and its sandboxes' networks.
 pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     let tasks = data_dir.join("tasks");
     if let Ok(out) = Command::new("docker")
@@ -759,6 +759,17 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
         }
         remove_empty_dirs(&dir);
     }
+    // With the subtree gone no process is in the worker's namespaces: the sweep takes all.
+    let network = squadron_isolation::NetworkConfig::new(id);
+    let _ = squadron_isolation::SandboxNetwork::sweep(&network);
+    // The Docker runtime's managed network and its filter live as long as the worker's id.
+    let _ = Command::new("docker")
+        .args(["network", "rm", &format!("squadron-{}", network.owner)])
+        .output();
+    let _ = squadron_isolation::EgressFilter::remove(
+        &network.nft,
+        &format!("sq_{}_docker", network.owner),
+    );
 }
 
 /// Removes a cgroup directory tree from the leaves up (cgroups are removed with rmdir).

@@ -3,7 +3,8 @@
 //! What the boundary gives the provider: the host's system directories read-only, a fresh
 //! /proc of its own PID namespace, a minimal /dev, a private /tmp, the caller's read-write and
 //! read-only binds and nothing else of the host's file system; a new session; IPC, UTS and
-//! cgroup namespaces of its own (network too when isolated); death with its parent; no
+//! cgroup namespaces of its own (network too: loopback only when isolated, or a prepared
+//! namespace entered with `nsenter` before bubblewrap starts); death with its parent; no
 //! capabilities; an environment of exactly the allowlisted variables; no_new_privs.
 //!
 //! bubblewrap run by root drops the effective and permitted capabilities but keeps the
@@ -18,6 +19,8 @@ use crate::error::IsolationError;
 
 pub const BWRAP_PROGRAM_DEFAULT: &str = "/usr/bin/bwrap";
 pub const SETPRIV_PROGRAM_DEFAULT: &str = "/usr/bin/setpriv";
+/// util-linux `nsenter`, which puts bubblewrap into a prepared network namespace.
+pub const NSENTER_PROGRAM_DEFAULT: &str = "/usr/bin/nsenter";
 /// Host directories shown read-only (or re-created as the same symlink) when they exist.
 pub const SYSTEM_RO_PATHS: [&str; 8] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
@@ -55,6 +58,7 @@ pub struct BubblewrapCommand {
     ro_binds: Vec<(PathBuf, String)>,
     env: BTreeMap<String, String>,
     isolate_network: bool,
+    join_network: Option<PathBuf>,
     chdir: Option<String>,
     tmp_bytes: Option<u64>,
     setpriv: Option<PathBuf>,
@@ -74,6 +78,7 @@ impl BubblewrapCommand {
             ro_binds: Vec::new(),
             env: BTreeMap::new(),
             isolate_network: false,
+            join_network: None,
             chdir: None,
             tmp_bytes: Some(SANDBOX_TMP_BYTES_DEFAULT),
             setpriv: Some(PathBuf::from(SETPRIV_PROGRAM_DEFAULT)),
@@ -117,6 +122,13 @@ impl BubblewrapCommand {
         self
     }
 
+    /// Runs bubblewrap inside this existing network namespace (a file such as
+    /// `/run/netns/NAME`, see `sandbox_network`): the argv then starts with `nsenter`.
+    pub fn join_network(mut self, netns: Option<PathBuf>) -> Self {
+        self.join_network = netns;
+        self
+    }
+
     pub fn chdir(mut self, dir: impl Into<String>) -> Self {
         self.chdir = Some(dir.into());
         self
@@ -145,7 +157,15 @@ impl BubblewrapCommand {
     /// symlinks such as `/bin -> usr/bin` as symlinks).
     pub fn argv(&self) -> Result<Vec<String>, IsolationError> {
         self.validate()?;
-        let mut argv = vec![path_str("bubblewrap program", &self.program)?];
+        let mut argv = Vec::new();
+        if let Some(netns) = &self.join_network {
+            argv.extend([
+                NSENTER_PROGRAM_DEFAULT.to_owned(),
+                format!("--net={}", path_str("network namespace", netns)?),
+                "--".to_owned(),
+            ]);
+        }
+        argv.push(path_str("bubblewrap program", &self.program)?);
         let mut push = |words: &[&str]| argv.extend(words.iter().map(|w| (*w).to_owned()));
         push(&[
             "--die-with-parent",
@@ -278,6 +298,12 @@ impl BubblewrapCommand {
         if self.command.iter().any(|w| w.contains('\0')) {
             return Err(IsolationError::invalid("command", "a word contains NUL"));
         }
+        if self.isolate_network && self.join_network.is_some() {
+            return Err(IsolationError::invalid(
+                "network",
+                "isolated (loopback only) and a joined namespace exclude each other",
+            ));
+        }
         if self.sandbox_user.is_some() && self.setpriv.is_none() {
             return Err(IsolationError::invalid(
                 "sandbox user",
@@ -362,9 +388,12 @@ fn bind_parents<'a>(dests: impl Iterator<Item = &'a String>) -> Vec<String> {
             let system = SYSTEM_RO_PATHS
                 .iter()
                 .any(|s| dir == *s || dir.starts_with(&format!("{s}/")));
-            let made = ["/tmp", "/proc", "/dev"]
-                .iter()
-                .any(|m| dir == *m || dir.starts_with(&format!("{m}/")));
+            // /tmp is bubblewrap's own tmpfs by then, but its subdirectories are not: a
+            // bind below it (a data directory under /tmp) needs them searchable too.
+            let made = dir == "/tmp"
+                || ["/proc", "/dev"]
+                    .iter()
+                    .any(|m| dir == *m || dir.starts_with(&format!("{m}/")));
             if !system && !made && !parents.contains(&dir) {
                 parents.push(dir);
             }
@@ -560,6 +589,21 @@ mod tests {
         )
         .is_some());
 
+        let joined = BubblewrapCommand::new(vec!["true".into()])
+            .join_network(Some(PathBuf::from("/run/netns/sq-x-0001")))
+            .argv()
+            .expect("argv");
+        assert_eq!(
+            &joined[..4],
+            &[
+                NSENTER_PROGRAM_DEFAULT,
+                "--net=/run/netns/sq-x-0001",
+                "--",
+                BWRAP_PROGRAM_DEFAULT
+            ]
+        );
+        assert!(position(&joined, &["--unshare-net"]).is_none());
+
         let plain = BubblewrapCommand::new(vec!["true".into()])
             .setpriv(None)
             .tmp_bytes(None)
@@ -603,6 +647,12 @@ mod tests {
             (
                 BubblewrapCommand::new(vec!["x".into()]).sandbox_user(Some((0, 0))),
                 "sandbox user",
+            ),
+            (
+                BubblewrapCommand::new(vec!["x".into()])
+                    .isolate_network(true)
+                    .join_network(Some(PathBuf::from("/run/netns/x"))),
+                "network",
             ),
             (
                 BubblewrapCommand::new(vec!["x".into()])

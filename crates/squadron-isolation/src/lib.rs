@@ -6,7 +6,9 @@
 //! Map: `cgroup_root` (where leaves live: the v2 mount, the v1 memory/pids fallbacks, one
 //! parent per worker), `cgroup_leaf` (one leaf: create, limits, populated, freeze, kill,
 //! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
-//! leaf, runs the boundary and records the exit code), `termination` (SIGTERM, grace,
+//! leaf, runs the boundary and records the exit code), `sandbox_network` (an `outbound`
+//! sandbox's own network namespace: veth pair, NAT), `egress_filter` (the nftables table
+//! that limits where a sandbox interface's traffic goes), `termination` (SIGTERM, grace,
 //! SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
 //! `process_entry` (a pid with its start time, read from /proc), and
 //! `git_broker` (the generation-fenced Git broker: provider processes commit through it).
@@ -19,10 +21,12 @@ pub mod beneath;
 pub mod bubblewrap;
 pub mod cgroup_leaf;
 pub mod cgroup_root;
+pub mod egress_filter;
 pub mod error;
 pub mod git_broker;
 pub mod process_entry;
 pub mod reaper;
+pub mod sandbox_network;
 pub mod sandbox_process;
 pub mod termination;
 
@@ -32,6 +36,7 @@ mod fs_util;
 pub use bubblewrap::BubblewrapCommand;
 pub use cgroup_leaf::{AppliedLimits, CgroupLeaf, CgroupLimits};
 pub use cgroup_root::{CgroupRoot, CgroupRootConfig};
+pub use egress_filter::EgressFilter;
 pub use error::IsolationError;
 pub use git_broker::{
     BrokerError, BrokerServer, BrokerStats, CommitOutcome, CommitRequest, FenceCheck, FenceFuture,
@@ -39,5 +44,6 @@ pub use git_broker::{
 };
 pub use process_entry::ProcessEntry;
 pub use reaper::{ReapEvidence, Reaper};
+pub use sandbox_network::{NetworkConfig, SandboxNetwork};
 pub use sandbox_process::{SandboxLaunch, SandboxProcess};
 pub use termination::{Termination, TerminationOutcome};

@@ -124,6 +124,13 @@ pub struct WorkerConfig {
     pub agents: Option<AgentConfig>,
     /// Limits of sandboxes whose manifest sets none, and of every agent attempt.
     pub sandbox_defaults: SandboxDefaults,
+    /// IPv4 networks (CIDR) `outbound` sandboxes may not reach, beyond the host itself,
+    /// loopback, link-local, other sandboxes and the control endpoints, which they never
+    /// reach.
+    pub egress_deny: Vec<String>,
+    /// Whether `network_mode: full` (the host's own network) may run here; refused, naming
+    /// the field, otherwise.
+    pub allow_full_network: bool,
 }
 
 impl WorkerConfig {
@@ -147,7 +154,42 @@ impl WorkerConfig {
             backoff_override_ms: None,
             agents: Some(AgentConfig::default()),
             sandbox_defaults: SandboxDefaults::default(),
+            egress_deny: Vec::new(),
+            allow_full_network: false,
         }
+    }
+
+    /// The deny list of `outbound` sandboxes: `egress_deny` and every IPv4 address the
+    /// control endpoints resolve to (looked up now; an endpoint that does not resolve adds
+    /// nothing).
+    pub(crate) fn egress_deny_networks(&self) -> Result<Vec<ipnet::Ipv4Net>, crate::WorkerError> {
+        let mut deny = Vec::new();
+        for cidr in &self.egress_deny {
+            let net: ipnet::Ipv4Net = cidr.parse().map_err(|e| crate::WorkerError::Invalid {
+                field: "egress_deny".to_string(),
+                message: format!("{cidr:?} is not an IPv4 network (a.b.c.d/n): {e}"),
+            })?;
+            deny.push(net.trunc());
+        }
+        for endpoint in &self.control {
+            let authority = endpoint
+                .split_once("://")
+                .map_or(endpoint.as_str(), |(_, rest)| rest)
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(authority) else {
+                continue;
+            };
+            for addr in addrs {
+                if let std::net::IpAddr::V4(v4) = addr.ip() {
+                    deny.push(ipnet::Ipv4Net::from(v4));
+                }
+            }
+        }
+        deny.sort();
+        deny.dedup();
+        Ok(deny)
     }
 
     /// The URL control nodes reach the output server at.
@@ -190,6 +232,7 @@ impl WorkerConfig {
             );
         }
         self.sandbox_defaults.validate()?;
+        self.egress_deny_networks()?;
         if let Some(agents) = &self.agents {
             agents.validate()?;
         }
@@ -250,6 +293,32 @@ mod tests {
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(field), "{e}");
         }
+    }
+
+    #[test]
+    fn the_egress_deny_list_parses_and_adds_the_control_endpoints() {
+        let id = WorkerId::new("w").unwrap();
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let mut c = WorkerConfig::new(
+            id,
+            vec!["https://192.0.2.7:8120".into()],
+            "/data".into(),
+            listen,
+        );
+        c.egress_deny = vec!["203.0.113.9/24".into()];
+        let deny: Vec<String> = c
+            .egress_deny_networks()
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(deny, ["192.0.2.7/32", "203.0.113.0/24"]);
+        c.egress_deny = vec!["10.0.0.0/33".into()];
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("egress_deny"));
     }
 
     #[test]

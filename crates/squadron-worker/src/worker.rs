@@ -144,20 +144,18 @@ fn agent_supervisor(
     control: &squadron_client::SquadronClient,
 ) -> Option<AgentSupervisor> {
     let agents = config.agents.clone()?;
-    let mut pc = ProcessRuntimeConfig::new(config.id.to_string());
-    if let Some(root) = &config.cgroup_root {
-        pc.cgroup.v2_base = Some(root.join("squadron"));
-    }
-    let made = AgentRuntime::new(pc).and_then(|runtime| {
-        AgentSupervisor::new(
-            config.id.clone(),
-            config.data_dir.clone(),
-            agents,
-            config.sandbox_defaults,
-            runtime,
-            control.clone(),
-        )
-    });
+    let made = ProcessRuntimeConfig::for_worker(config)
+        .and_then(AgentRuntime::new)
+        .and_then(|runtime| {
+            AgentSupervisor::new(
+                config.id.clone(),
+                config.data_dir.clone(),
+                agents,
+                config.sandbox_defaults,
+                runtime,
+                control.clone(),
+            )
+        });
     match made {
         Ok(s) => Some(s),
         Err(e) => {

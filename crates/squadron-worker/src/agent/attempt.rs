@@ -11,7 +11,11 @@
 //! - `/mnt/broker`, when the launch names one: the Git broker's socket directory, read-only
 //!   (connecting to a Unix socket is not a write, so a read-only mount suffices).
 //! - the host's system directories read-only, a private /tmp, a PID namespace, no
-//!   capabilities, no_new_privs, exactly the given environment (`squadron-isolation`).
+//!   capabilities, no_new_privs, exactly the given environment (`squadron-isolation`), as
+//!   the worker's sandbox user (nobody by default): the worktree is shared with it (its top
+//!   directory and `.git` file stay the worker's, for libgit2), the state directory and the
+//!   launch files are handed to it, and Git inside treats every directory as safe
+//!   (`runtime::sandbox_user`).
 //!
 //! Peers' worktrees and states, the other generations' launch files and the rest of the
 //! sandbox are not mounted at all.
@@ -21,6 +25,10 @@
 //! or any start while another generation of the profile still has a populated leaf. The
 //! control plane's lease remains the authority; this is the worker refusing to be the second
 //! writer if asked to be.
+//!
+//! The network is the launch's mode (`runtime::boundary_network`); an agent attempt is always
+//! `outbound`: a namespace of its own with NAT and the egress filter, torn down with the
+//! proving reap and recorded in `run/{key}/g{n}.network` until then.
 //!
 //! Restart safety as in the process runtime: output goes to files
 //! (`state/{key}/logs/g{n}.{stdout,stderr}.log`), the shim writes the exit code to
@@ -46,6 +54,8 @@ use squadron_isolation::{
 use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
+use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
 use crate::support::write_atomic;
@@ -129,8 +139,21 @@ impl AgentAttempt {
             }
         })?;
         let run_dir = write_run_files(&paths, generation, launch)?;
+        if let Some(user) = runtime.config().sandbox_user {
+            user.share_work_tree(&paths.worktree)?;
+            user.hand_over(&paths.state)?;
+            user.hand_over(&run_dir)?;
+        }
         let (cgroups, leaf) = make_leaf(runtime, sandbox, key, generation, &leaf_path, launch)?;
-        let boundary = boundary(runtime, sandbox, &paths, generation, launch)?;
+        let config = runtime.config();
+        let network = BoundaryNetwork::prepare(
+            &config.network,
+            launch.network,
+            config.allow_full_network,
+            &leaf_path.display().to_string(),
+            &network_record(&paths, generation),
+        )?;
+        let boundary = boundary(runtime, sandbox, &paths, generation, launch, &network)?;
         let sandbox_launch = SandboxLaunch {
             leaf: leaf.clone(),
             boundary,
@@ -256,6 +279,10 @@ impl AgentAttempt {
         let reaper = Reaper::new(self.runtime.config().reap_wait);
         let evidence = reaper.reap(&self.leaf).map_err(isolation)?;
         if !evidence.populated {
+            BoundaryNetwork::tear_down(
+                &self.runtime.config().network,
+                &network_record(&self.paths, self.generation),
+            )?;
             record_reap(&self.paths, self.generation, &evidence)?;
             self.runtime.prune(&self.cgroups);
         }
@@ -357,6 +384,7 @@ fn boundary(
     paths: &ProfilePaths,
     generation: Generation,
     launch: &AgentLaunch,
+    network: &BoundaryNetwork,
 ) -> Result<Vec<String>, WorkerError> {
     let config = runtime.config();
     let git_dir = sandbox.git_dir();
@@ -372,21 +400,30 @@ fn boundary(
     let mut env = launch.env.clone();
     env.insert(PROFILE_KEY_ENV.to_owned(), paths.key.to_string());
     env.insert(GENERATION_ENV.to_owned(), generation.to_string());
+    if config.sandbox_user.is_some() {
+        SandboxUser::git_env(&mut env);
+    }
     let mut command = BubblewrapCommand::new(launch.argv.clone())
         .program(&config.bwrap)
         .setpriv(config.setpriv.clone())
+        .sandbox_user(config.sandbox_user.map(SandboxUser::pair))
         .tmp_bytes(config.tmp_bytes)
         .bind_rw(&paths.worktree, WORKSPACE_MOUNT)
         .bind_rw(&paths.state, STATE_MOUNT)
         .bind_ro(&git_dir, git_dir_inside)
         .bind_ro(paths.generation_run_dir(generation), AGENT_RUN_MOUNT)
         .env(env)
-        .isolate_network(launch.network == NetworkMode::Isolated)
         .chdir(WORKSPACE_MOUNT);
+    command = network.apply(command);
     if let Some(broker) = &launch.broker_dir {
         command = command.bind_ro(broker, BROKER_MOUNT);
     }
     command.argv().map_err(isolation)
+}
+
+/// `run/{key}/g{n}.network`: names the generation's own network namespace while it has one.
+fn network_record(paths: &ProfilePaths, generation: Generation) -> PathBuf {
+    paths.run.join(format!("g{generation}.network"))
 }
 
 /// The broker directory must exist and lie outside the sandbox, whose other directories no

@@ -57,19 +57,12 @@ impl AgentRuntime {
     /// Checks the host as the process runtime does (bubblewrap, setpriv, cgroup v2) and opens
     /// the worker's cgroup parent `<v2 base>/<config.worker>`.
     ///
-    /// `config.sandbox_user` must be unset: a provider in a project sandbox runs as root
-    /// without capabilities, because Git refuses a repository (the shared `.git`, owned by
-    /// the worker) that another user owns.
+    /// Providers run as `config.sandbox_user` (see `runtime::sandbox_user`): each start
+    /// shares the profile's worktree with that user and hands it the state directory. The
+    /// sandbox networks of the worker's previous life are swept (see `ProcessRuntime::new`).
     pub(crate) fn new(config: ProcessRuntimeConfig) -> Result<AgentRuntime, WorkerError> {
-        if config.sandbox_user.is_some() {
-            return Err(WorkerError::Invalid {
-                field: "sandbox_user".to_owned(),
-                message: "not supported for project sandboxes: the shared .git is the \
-                          worker's, and git refuses repositories owned by another user"
-                    .to_owned(),
-            });
-        }
         let root = ProcessRuntime::probe(&config)?;
+        ProcessRuntime::sweep_networks(&config);
         Ok(AgentRuntime {
             inner: Arc::new(Inner {
                 config,

@@ -360,10 +360,20 @@ impl AgentSupervisor {
             .broker
             .register_profile(profile.id.get(), &worktree)
             .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
-        self.inner
+        let socket = dir.join(BROKER_SOCKET_NAME);
+        let server = self
+            .inner
             .broker
-            .serve_profile(&dir.join(BROKER_SOCKET_NAME), profile.id.get())
-            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))
+            .serve_profile(&socket, profile.id.get())
+            .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
+        // The socket is 0660: the provider, running as the sandbox user, connects through
+        // its group.
+        if let Some(user) = self.inner.runtime.config().sandbox_user {
+            std::os::unix::fs::lchown(&socket, None, Some(user.gid)).map_err(|e| {
+                AgentError::from(WorkerError::io("share the broker socket", &socket, e))
+            })?;
+        }
+        Ok(server)
     }
 
     /// `{data_dir}/agent-sockets/p{id}`: apart from the sandbox, shown at `/mnt/broker`.

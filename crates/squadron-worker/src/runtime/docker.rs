@@ -22,18 +22,21 @@
 //! # Network modes
 //!
 //! - `isolated` → network mode `none`: a private namespace with only `lo`.
-//! - `outbound` → the engine's default bridge: a private namespace with NAT to the outside and
-//!   no published ports, so nothing outside the host can connect in. Other containers on the
-//!   default bridge and the host itself can still reach it.
+//! - `outbound` → the worker's managed network (`docker_network`): a private namespace on a
+//!   bridge of the worker's own with the engine's NAT, no published ports, no traffic between
+//!   containers, and the egress filter the process runtime uses: the host itself, link-local
+//!   and the metadata address, every sandbox range and the deny list are unreachable.
 //! - `full` → network mode `host`: the host's own namespace, including services the host
-//!   binds to 127.0.0.1 and the right to listen on host ports.
+//!   binds to 127.0.0.1 and the right to listen on host ports; refused, naming
+//!   `network_mode`, unless the worker runs with `--allow-full-network`.
 //!
 //! # Hardened versus full control
 //!
 //! By default the container is hardened: every capability dropped, `no-new-privileges`, a
-//! read-only root filesystem with a tmpfs `/tmp`, and the process runs as the owner of the
-//! task's inbox (without `CAP_DAC_OVERRIDE` a root process could not write into a task
-//! directory owned by another user; it also keeps the files it writes owned by the worker).
+//! read-only root filesystem with a tmpfs `/tmp`, and the process never runs as root: as
+//! the owner of the task's inbox when the worker is an ordinary user (it keeps the files it
+//! writes the worker's), else as the sandbox user (nobody), to whom `provision` gives the
+//! outbox and run directories and with whom it shares the inbox (`runtime::sandbox_user`).
 //!
 //! A manifest that asks for the seed's full-control mode ("the agent has full control within
 //! container limits": install software, modify system configuration) gets instead: the
@@ -66,8 +69,12 @@ use bollard::models::{
 use bollard::{Docker, API_DEFAULT_VERSION};
 use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use squadron_isolation::NetworkConfig;
 
 use crate::error::WorkerError;
+use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::docker_network::ManagedNetwork;
+use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
@@ -116,16 +123,26 @@ pub(crate) struct DockerConfig {
     pub(crate) worker: WorkerId,
     /// Mounted read-only at `/mnt/global` when the launch spec brings no global directory.
     pub(crate) global_dir: Option<PathBuf>,
+    /// Who a hardened container of a root worker runs as (never root).
+    pub(crate) sandbox_user: SandboxUser,
+    /// Whether `network_mode: full` (network mode `host`) may run here.
+    pub(crate) allow_full_network: bool,
+    /// Tag, `nft` and deny list of the managed network `outbound` containers join.
+    pub(crate) network: NetworkConfig,
 }
 
 impl DockerConfig {
     /// The default socket and image for this worker.
     pub(crate) fn new(worker: WorkerId) -> Self {
+        let worker_tag = worker.clone();
         DockerConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
             image: DEFAULT_IMAGE.to_string(),
             worker,
             global_dir: None,
+            sandbox_user: SandboxUser::default(),
+            allow_full_network: false,
+            network: NetworkConfig::new(worker_tag.as_str()),
         }
     }
 }
@@ -135,6 +152,8 @@ impl DockerConfig {
 pub(crate) struct DockerRuntime {
     docker: Docker,
     config: DockerConfig,
+    /// The network `outbound` containers join.
+    managed: ManagedNetwork,
 }
 
 impl DockerRuntime {
@@ -184,7 +203,21 @@ impl DockerRuntime {
             image = %config.image,
             "connected to the Docker engine"
         );
-        Ok(DockerRuntime { docker, config })
+        let managed = ManagedNetwork::ensure(&docker, &config.network).await?;
+        Ok(DockerRuntime {
+            docker,
+            config,
+            managed,
+        })
+    }
+
+    /// The engine network mode for a manifest network mode (see the module docs).
+    pub(crate) fn network_mode(&self, mode: NetworkMode) -> String {
+        match mode {
+            NetworkMode::Isolated => "none".to_owned(),
+            NetworkMode::Outbound => self.managed.name.clone(),
+            NetworkMode::Full => "host".to_owned(),
+        }
     }
 
     #[cfg(test)]
@@ -220,15 +253,17 @@ impl DockerRuntime {
     fn container_config(&self, spec: &LaunchSpec) -> Result<Config<String>, WorkerError> {
         check_launch(spec)?;
         let mut host = self.host_config(spec)?;
+        let mut env = spec.env.clone();
         let user = if spec.full_control {
             // The image's user, root: installing software needs it.
             None
         } else {
             harden(&mut host);
-            let inbox = spec.dir.inbox();
-            let meta = std::fs::metadata(&inbox)
-                .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
-            Some(format!("{}:{}", meta.uid(), meta.gid()))
+            let user = self.hardened_user(spec)?;
+            if user == self.config.sandbox_user {
+                SandboxUser::git_env(&mut env);
+            }
+            Some(format!("{}:{}", user.uid, user.gid))
         };
         Ok(Config {
             image: Some(self.config.image.clone()),
@@ -236,7 +271,7 @@ impl DockerRuntime {
             // The image's entrypoint, if any, must not wrap the provider.
             entrypoint: Some(Vec::new()),
             working_dir: Some(spec.workdir.clone()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             user,
             labels: Some(self.labels(&spec.dir, spec.attempt)),
             stop_signal: Some("SIGTERM".to_string()),
@@ -248,6 +283,34 @@ impl DockerRuntime {
             host_config: Some(host),
             ..Default::default()
         })
+    }
+
+    /// Who a hardened container runs as: the inbox's owner when that is not root (a worker
+    /// running as an ordinary user), else the sandbox user.
+    fn hardened_user(&self, spec: &LaunchSpec) -> Result<SandboxUser, WorkerError> {
+        let inbox = spec.dir.inbox();
+        let meta = std::fs::metadata(&inbox)
+            .map_err(|e| WorkerError::io("read the owner of the inbox", &inbox, e))?;
+        if meta.uid() == 0 {
+            return Ok(self.config.sandbox_user);
+        }
+        Ok(SandboxUser {
+            uid: meta.uid(),
+            gid: meta.gid(),
+        })
+    }
+
+    /// A hardened container of a root worker runs as the sandbox user: the outbox and run
+    /// directories become that user's and the inbox is shared with it, as in the process
+    /// runtime.
+    fn hand_over(&self, spec: &LaunchSpec) -> Result<(), WorkerError> {
+        if spec.full_control || self.hardened_user(spec)? != self.config.sandbox_user {
+            return Ok(());
+        }
+        let user = self.config.sandbox_user;
+        user.hand_over(&spec.dir.outbox())?;
+        user.hand_over(&spec.dir.run())?;
+        user.share_work_tree(&spec.dir.inbox())
     }
 
     /// The mounts, network, limits and logging of an attempt's container.
@@ -262,7 +325,7 @@ impl DockerRuntime {
         }
         let mut host = HostConfig {
             mounts: Some(mounts),
-            network_mode: Some(network_mode(spec.network).to_string()),
+            network_mode: Some(self.network_mode(spec.network)),
             init: Some(true),
             privileged: Some(false),
             auto_remove: Some(false),
@@ -349,6 +412,8 @@ impl Runtime for DockerRuntime {
     /// Creates the container; if this attempt's container already exists (a previous life
     /// crashed between create and checkpoint), returns it instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
+        self.hand_over(spec)?;
         let config = self.container_config(spec)?;
         let name = Self::container_name(&spec.dir, spec.attempt);
         let options = CreateContainerOptions {
@@ -651,15 +716,6 @@ fn harden(host: &mut HostConfig) {
         "/tmp".to_string(),
         format!("rw,exec,nosuid,nodev,mode=1777,size={TMP_TMPFS_BYTES_MAX}"),
     )]));
-}
-
-/// The engine network mode for a manifest network mode (see the module docs).
-pub(crate) fn network_mode(mode: NetworkMode) -> &'static str {
-    match mode {
-        NetworkMode::Isolated => "none",
-        NetworkMode::Outbound => "bridge",
-        NetworkMode::Full => "host",
-    }
 }
 
 fn labels_match(labels: &HashMap<String, String>, dir: &TaskDir, attempt: u32) -> bool {

@@ -4,9 +4,14 @@
 //! redirects stdout and stderr into the task's progress files, so a run survives a worker
 //! crash and a restarted worker re-adopts it by its labels or paths (`adopt`).
 
+pub(crate) mod boundary_network;
 pub(crate) mod docker;
+pub(crate) mod docker_network;
 pub(crate) mod probe;
 pub(crate) mod process;
+pub(crate) mod sandbox_user;
+#[cfg(test)]
+pub(crate) mod test_internet;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

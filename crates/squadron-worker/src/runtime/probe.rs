@@ -42,11 +42,7 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
     for kind in &config.runtimes {
         match kind {
             RuntimeKind::Process => {
-                let mut pc = ProcessRuntimeConfig::new(config.id.to_string());
-                if let Some(root) = &config.cgroup_root {
-                    pc.cgroup.v2_base = Some(root.join("squadron"));
-                }
-                match ProcessRuntime::new(pc) {
+                match ProcessRuntimeConfig::for_worker(config).and_then(ProcessRuntime::new) {
                     Ok(r) => {
                         ready.insert(r.kind(), Arc::new(r));
                     }
@@ -57,7 +53,15 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 let mut dc = DockerConfig::new(config.id.clone());
                 dc.image = config.docker_image.clone();
                 dc.global_dir = config.global_dir.clone();
-                match DockerRuntime::connect(dc).await {
+                dc.allow_full_network = config.allow_full_network;
+                let connected = match config.egress_deny_networks() {
+                    Ok(deny) => {
+                        dc.network.deny = deny;
+                        DockerRuntime::connect(dc).await
+                    }
+                    Err(e) => Err(e),
+                };
+                match connected {
                     Ok(r) => {
                         ready.insert(r.kind(), Arc::new(r));
                     }

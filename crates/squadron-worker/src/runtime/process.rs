@@ -4,7 +4,9 @@
 //! Inside the boundary the task's inbox and outbox are writable at `/mnt/inbox` and
 //! `/mnt/outbox`, its run directory and the worker's global directory are read-only at
 //! `/mnt/run` and `/mnt/global`, the host's system directories are read-only, /tmp is
-//! private and nothing else of the host is visible.
+//! private and nothing else of the host is visible. The network is the mode's (see
+//! `boundary_network`): `outbound` gets a namespace of its own with NAT and the egress filter,
+//! torn down by `destroy` (and, after a restart, by the sweep in `new`).
 //!
 //! Restart safety: the run's stdout and stderr go to the progress files, never through the
 //! worker; the exit code is written by the shim to `<task root>/exit-code-a<attempt>`; a
@@ -21,25 +23,29 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use squadron_core::ids::TaskId;
-use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use squadron_core::manifest::RuntimeKind;
 use squadron_isolation::bubblewrap::{BWRAP_PROGRAM_DEFAULT, SETPRIV_PROGRAM_DEFAULT};
 use squadron_isolation::reaper::REAP_WAIT_MS_DEFAULT;
 use squadron_isolation::{
     BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, IsolationError,
-    Reaper, SandboxLaunch, SandboxProcess, Termination, TerminationOutcome,
+    NetworkConfig, Reaper, SandboxLaunch, SandboxNetwork, SandboxProcess, Termination,
+    TerminationOutcome,
 };
 
+use crate::config::WorkerConfig;
 use crate::error::WorkerError;
+use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
 
+#[cfg(test)]
+mod network_tests;
 #[cfg(test)]
 mod tests;
 
 /// The runtime's name in errors.
 pub(crate) const PROCESS_RUNTIME: &str = "process";
-/// Most entries walked when handing the inbox and outbox to an unprivileged sandbox user.
-pub(crate) const CHOWN_ENTRIES_MAX: usize = 2_000_000;
 /// Most attempts whose files this runtime remembers at once (provisioned or adopted, not
 /// destroyed); one worker runs far fewer.
 pub(crate) const ATTEMPTS_TRACKED_MAX: usize = 4096;
@@ -55,29 +61,52 @@ pub(crate) struct ProcessRuntimeConfig {
     /// util-linux `setpriv`, which empties the bounding set inside the boundary; `None`
     /// leaves bubblewrap's own dropping (effective and permitted sets only).
     pub(crate) setpriv: Option<PathBuf>,
-    /// Run providers as this host (uid, gid) instead of root without capabilities; the
-    /// inbox, outbox and run directories are then handed to that user before the start
-    /// (the global directory is not: it must be world-readable).
-    pub(crate) sandbox_user: Option<(u32, u32)>,
+    /// Run providers as this host user (by default nobody, see `sandbox_user`); the
+    /// outbox and run directories are then handed to that user before the start and the
+    /// inbox shared with it (the global directory is not: it must be world-readable).
+    /// `None` runs them as root without capabilities.
+    pub(crate) sandbox_user: Option<SandboxUser>,
     /// Size of the private /tmp; `None` for the tmpfs default.
     pub(crate) tmp_bytes: Option<u64>,
+    /// Programs, tag and deny list of `outbound` sandboxes' own networks.
+    pub(crate) network: NetworkConfig,
+    /// Whether `network_mode: full` (the host's network) may run here; refused otherwise.
+    pub(crate) allow_full_network: bool,
     /// How long `destroy` waits for `populated 0` after `cgroup.kill`.
     pub(crate) reap_wait: Duration,
 }
 
 impl ProcessRuntimeConfig {
     /// The defaults for worker `worker`: detected cgroups, `/usr/bin/bwrap`,
-    /// `/usr/bin/setpriv`, root without capabilities, a 1 GiB /tmp.
+    /// `/usr/bin/setpriv`, the default sandbox user, a 1 GiB /tmp, own networks with no
+    /// extra deny list, `full` refused.
     pub(crate) fn new(worker: impl Into<String>) -> Self {
+        let worker = worker.into();
         ProcessRuntimeConfig {
-            worker: worker.into(),
+            network: NetworkConfig::new(&worker),
+            allow_full_network: false,
+            worker,
             cgroup: CgroupRootConfig::default(),
             bwrap: PathBuf::from(BWRAP_PROGRAM_DEFAULT),
             setpriv: Some(PathBuf::from(SETPRIV_PROGRAM_DEFAULT)),
-            sandbox_user: None,
+            sandbox_user: Some(SandboxUser::default()),
             tmp_bytes: Some(squadron_isolation::bubblewrap::SANDBOX_TMP_BYTES_DEFAULT),
             reap_wait: Duration::from_millis(REAP_WAIT_MS_DEFAULT),
         }
+    }
+}
+
+impl ProcessRuntimeConfig {
+    /// The process runtime of a worker (tasks and agent attempts share it): its cgroup
+    /// mount, the egress deny list and whether `full` may run.
+    pub(crate) fn for_worker(config: &WorkerConfig) -> Result<Self, WorkerError> {
+        let mut pc = ProcessRuntimeConfig::new(config.id.to_string());
+        if let Some(root) = &config.cgroup_root {
+            pc.cgroup.v2_base = Some(root.join("squadron"));
+        }
+        pc.network.deny = config.egress_deny_networks()?;
+        pc.allow_full_network = config.allow_full_network;
+        Ok(pc)
     }
 }
 
@@ -87,6 +116,8 @@ struct AttemptFiles {
     root: PathBuf,
     exit_code: PathBuf,
     started: PathBuf,
+    /// Names the attempt's own network namespace, while it has one.
+    network: PathBuf,
 }
 
 impl AttemptFiles {
@@ -95,6 +126,7 @@ impl AttemptFiles {
             root: dir.root().to_path_buf(),
             exit_code: ProcessRuntime::exit_code_file(dir, attempt),
             started: ProcessRuntime::started_marker(dir, attempt),
+            network: dir.root().join(format!("network-a{attempt}")),
         }
     }
 }
@@ -110,13 +142,27 @@ pub(crate) struct ProcessRuntime {
 
 impl ProcessRuntime {
     /// Checks the host (see `probe`) and opens this worker's cgroup parent.
+    /// Tears down the networks a previous life of this worker left behind.
     pub(crate) fn new(config: ProcessRuntimeConfig) -> Result<Self, WorkerError> {
         let root = Self::probe(&config)?;
+        Self::sweep_networks(&config);
         Ok(ProcessRuntime {
             config,
             root,
             attempts: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Tears down this worker's sandbox networks no process is in: a previous life's. Run
+    /// only while nothing of this life is starting.
+    pub(crate) fn sweep_networks(config: &ProcessRuntimeConfig) {
+        match SandboxNetwork::sweep(&config.network) {
+            Ok(swept) if !swept.is_empty() => {
+                tracing::info!(?swept, "removed sandbox networks left by an earlier run")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot sweep leftover sandbox networks"),
+        }
     }
 
     /// Whether this host can run the process runtime, and if not, every reason why: no
@@ -148,6 +194,9 @@ impl ProcessRuntime {
                     setpriv.display()
                 ));
             }
+        }
+        if let Err(e) = config.network.probe() {
+            problems.push(format!("sandbox networks: {e}"));
         }
         let root = match CgroupRoot::open(&config.worker, &config.cgroup) {
             Ok(root) => Some(root),
@@ -237,18 +286,26 @@ impl ProcessRuntime {
         attempts.remove(&leaf.path().display().to_string());
     }
 
-    fn boundary(&self, spec: &LaunchSpec) -> Result<Vec<String>, WorkerError> {
+    fn boundary(
+        &self,
+        spec: &LaunchSpec,
+        network: &BoundaryNetwork,
+    ) -> Result<Vec<String>, WorkerError> {
         let dir = &spec.dir;
+        let mut env = spec.env.clone();
+        if self.config.sandbox_user.is_some() {
+            SandboxUser::git_env(&mut env);
+        }
         let mut command = BubblewrapCommand::new(spec.argv.clone())
             .program(&self.config.bwrap)
             .setpriv(self.config.setpriv.clone())
-            .sandbox_user(self.config.sandbox_user)
+            .sandbox_user(self.config.sandbox_user.map(SandboxUser::pair))
             .tmp_bytes(self.config.tmp_bytes)
             .bind_rw(dir.inbox(), INBOX_MOUNT)
             .bind_rw(dir.outbox(), OUTBOX_MOUNT)
             .bind_ro(dir.run(), RUN_MOUNT)
-            .env(spec.env.clone())
-            .isolate_network(spec.network == NetworkMode::Isolated);
+            .env(env);
+        command = network.apply(command);
         if let Some(global) = &spec.global_dir {
             command = command.bind_ro(global, GLOBAL_MOUNT);
         }
@@ -266,6 +323,7 @@ impl Runtime for ProcessRuntime {
     }
 
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
         let leaf = self
             .root
             .leaf(&Self::leaf_name(spec.task, spec.attempt))
@@ -317,7 +375,7 @@ impl Runtime for ProcessRuntime {
         }
         let files = AttemptFiles::new(&spec.dir, spec.attempt);
         self.remember(&leaf, files.clone())?;
-        let boundary = self.boundary(spec)?;
+        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
 
         // The exclusive create is the once-only guarantee: whoever creates it starts.
         match OpenOptions::new()
@@ -332,16 +390,25 @@ impl Runtime for ProcessRuntime {
             }
             Err(e) => return Err(WorkerError::io("create start marker", &files.started, e)),
         }
-        if let Some((uid, gid)) = self.config.sandbox_user {
+        if let Some(user) = self.config.sandbox_user {
             // run/ too, so the user can read what staging wrote there: its mount is
             // read-only, so owning it grants no writes.
-            for dir in [spec.dir.inbox(), spec.dir.outbox(), spec.dir.run()] {
-                chown_tree(&dir, uid, gid)?;
+            for dir in [spec.dir.outbox(), spec.dir.run()] {
+                user.hand_over(&dir)?;
             }
+            user.share_work_tree(&spec.dir.inbox())?;
         }
         let progress = spec.dir.progress();
         fs::create_dir_all(&progress)
             .map_err(|e| WorkerError::io("create progress directory", &progress, e))?;
+        let network = BoundaryNetwork::prepare(
+            &self.config.network,
+            spec.network,
+            self.config.allow_full_network,
+            &handle.id,
+            &files.network,
+        )?;
+        let boundary = self.boundary(spec, &network)?;
         let launch = SandboxLaunch {
             leaf,
             boundary,
@@ -411,6 +478,9 @@ impl Runtime for ProcessRuntime {
             .map_err(joined)?
             .map_err(isolation)?;
         if !evidence.populated {
+            if let Some(files) = self.files(&leaf) {
+                BoundaryNetwork::tear_down(&self.config.network, &files.network)?;
+            }
             self.forget(&leaf);
         }
         Ok(ReapReport {
@@ -471,33 +541,4 @@ fn isolation(e: IsolationError) -> WorkerError {
 
 fn joined(e: tokio::task::JoinError) -> WorkerError {
     WorkerError::runtime(PROCESS_RUNTIME, format!("blocking task failed: {e}"))
-}
-
-/// Gives `dir` and everything below it to (uid, gid), without following symlinks.
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> Result<(), WorkerError> {
-    let mut pending = vec![dir.to_path_buf()];
-    let mut seen = 0usize;
-    while let Some(path) = pending.pop() {
-        seen += 1;
-        if seen > CHOWN_ENTRIES_MAX {
-            return Err(WorkerError::runtime(
-                PROCESS_RUNTIME,
-                format!(
-                    "{} holds more than {CHOWN_ENTRIES_MAX} entries",
-                    dir.display()
-                ),
-            ));
-        }
-        std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
-            .map_err(|e| WorkerError::io("hand to the sandbox user", &path, e))?;
-        let meta = fs::symlink_metadata(&path).map_err(|e| WorkerError::io("inspect", &path, e))?;
-        if meta.is_dir() {
-            let entries = fs::read_dir(&path).map_err(|e| WorkerError::io("list", &path, e))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| WorkerError::io("list", &path, e))?;
-                pending.push(entry.path());
-            }
-        }
-    }
-    Ok(())
 }

@@ -75,6 +75,13 @@ pub struct WorkerRunArgs {
     /// Processes one sandbox may hold.
     #[arg(long, value_name = "N", default_value_t = squadron_worker::SANDBOX_PIDS_DEFAULT)]
     pub sandbox_pids: u64,
+    /// IPv4 networks `outbound` sandboxes may not reach (CIDR), on top of the host itself,
+    /// loopback, link-local, other sandboxes and the control endpoints.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    pub egress_deny: Vec<String>,
+    /// Let manifests use `network_mode: full` (the host's own network); refused otherwise.
+    #[arg(long)]
+    pub allow_full_network: bool,
     /// Replace every retry delay of manifests (clone, provision) with this many ms.
     #[arg(long, value_name = "MS")]
     pub backoff_override_ms: Option<u64>,

@@ -14,6 +14,7 @@ use squadron_isolation::CgroupRoot;
 use super::*;
 use crate::agent::runtime::nested_root;
 use crate::runtime::process::ProcessRuntimeConfig;
+use crate::runtime::sandbox_user::SANDBOX_GID_DEFAULT;
 use crate::test_support::{git, SourceRepo};
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -116,6 +117,7 @@ impl Drop for Fixture {
             let _ = tenant.remove();
         }
         let _ = root.remove();
+        let _ = squadron_isolation::SandboxNetwork::sweep(&config.network);
     }
 }
 
@@ -218,7 +220,11 @@ echo to-stderr >&2
     // mount (python3 stands in for the agent-side tool: sh cannot speak to a Unix socket).
     let broker = tempfile::tempdir().unwrap();
     fs::write(broker.path().join("readme"), "broker\n").unwrap();
-    let listener = UnixListener::bind(broker.path().join("broker.sock")).unwrap();
+    let socket = broker.path().join("broker.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    // As the supervisor shares the broker's socket (0660) with the sandbox user's group.
+    fs::set_permissions(&socket, std::os::unix::fs::PermissionsExt::from_mode(0o660)).unwrap();
+    std::os::unix::fs::lchown(&socket, None, Some(SANDBOX_GID_DEFAULT)).unwrap();
     std::thread::spawn(move || {
         if let Ok((stream, _)) = listener.accept() {
             let mut line = String::new();
@@ -342,7 +348,8 @@ exit 7
     assert_eq!(result("pwd").trim(), WORKSPACE_MOUNT);
     assert_eq!(
         result("env"),
-        "PATH=/usr/local/bin:/usr/bin:/bin\nPWD=/workspace\nSQUADRON_GENERATION=1\n\
+        "GIT_CONFIG_COUNT=1\nGIT_CONFIG_KEY_0=safe.directory\nGIT_CONFIG_VALUE_0=*\n\
+         PATH=/usr/local/bin:/usr/bin:/bin\nPWD=/workspace\nSQUADRON_GENERATION=1\n\
          SQUADRON_PROFILE_KEY=alpha\n"
     );
     let status = result("status");

@@ -349,7 +349,16 @@ async fn container_carries_labels_limits_and_hardening() {
     for entry in config.env.unwrap() {
         let key = entry.split_once('=').unwrap().0;
         assert!(
-            ["SQUADRON_TEST_VAR", "PATH", "HOSTNAME"].contains(&key),
+            [
+                "SQUADRON_TEST_VAR",
+                "PATH",
+                "HOSTNAME",
+                // Git's safe.directory, for the sandbox user (`runtime::sandbox_user`).
+                "GIT_CONFIG_COUNT",
+                "GIT_CONFIG_KEY_0",
+                "GIT_CONFIG_VALUE_0",
+            ]
+            .contains(&key),
             "unexpected variable {entry}"
         );
     }
@@ -359,7 +368,11 @@ async fn container_carries_labels_limits_and_hardening() {
     assert_eq!(host.memory_swap, Some(300 * 1024 * 1024));
     assert_eq!(host.nano_cpus, Some(2_000_000_000));
     assert_eq!(host.pids_limit, Some(128));
-    assert_eq!(host.network_mode.as_deref(), Some("bridge"));
+    // Outbound joins the worker's managed network, not the engine's default bridge.
+    assert_eq!(
+        host.network_mode.as_deref(),
+        Some(format!("squadron-{}", case.runtime.config.network.owner).as_str())
+    );
     assert_eq!(host.cap_drop, Some(vec!["ALL".to_string()]));
     assert_eq!(host.cap_add, None);
     assert_eq!(
@@ -450,9 +463,13 @@ echo "uid=$(id -u)" >> {r}
 async fn network_modes_map_to_none_bridge_and_host() {
     let r = format!("{OUTBOX_MOUNT}/result.txt");
     let body = format!(r#"echo "net=$(ls /sys/class/net | tr '\n' ' ')" >> {r}"#);
+    // Other sandboxes' host ends — the process runtime's pairs (`sqh…`, tests' `sqt…`) and
+    // other containers' (`veth…`) — come and go while this runs: not part of the comparison.
+    let ours = |name: &String| !["sqh", "sqt", "veth"].iter().any(|p| name.starts_with(p));
     let mut host_interfaces: Vec<String> = std::fs::read_dir("/sys/class/net")
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(ours)
         .collect();
     host_interfaces.sort();
 
@@ -461,7 +478,8 @@ async fn network_modes_map_to_none_bridge_and_host() {
         NetworkMode::Outbound,
         NetworkMode::Full,
     ] {
-        let case = Case::new(&body).await;
+        let mut case = Case::new(&body).await;
+        case.runtime.config.allow_full_network = true;
         let mut spec = case.spec();
         spec.network = mode;
         let handle = case.run(&spec).await;
@@ -472,10 +490,14 @@ async fn network_modes_map_to_none_bridge_and_host() {
             case.stderr()
         );
         let host = case.inspect(&handle).await.host_config.unwrap();
-        assert_eq!(host.network_mode.as_deref(), Some(network_mode(mode)));
+        assert_eq!(
+            host.network_mode.as_deref(),
+            Some(case.runtime.network_mode(mode).as_str())
+        );
         let mut seen: Vec<String> = case.results()["net"]
             .split_whitespace()
             .map(String::from)
+            .filter(ours)
             .collect();
         seen.sort();
         match mode {
@@ -484,6 +506,94 @@ async fn network_modes_map_to_none_bridge_and_host() {
             NetworkMode::Full => assert_eq!(seen, host_interfaces),
         }
     }
+}
+
+/// On the managed network an `outbound` container reaches a listener in a test-made
+/// "internet" namespace, and neither the host (any address, the bridge's gateway) nor the
+/// metadata-style address.
+#[tokio::test]
+async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata() {
+    use crate::runtime::test_internet::{
+        host_addresses, TestInternet, INTERNET_PORT, METADATA_ADDRESS,
+    };
+    let internet = TestInternet::new();
+    let everywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = everywhere.local_addr().unwrap().port();
+    let case = Case::new("").await;
+    let managed = case
+        .runtime
+        .docker
+        .inspect_network(
+            &case.runtime.managed.name,
+            None::<bollard::network::InspectNetworkOptions<String>>,
+        )
+        .await
+        .unwrap();
+    // The engine gives the bridge the subnet's first address.
+    let subnet: ipnet::Ipv4Net = managed
+        .ipam
+        .and_then(|i| i.config)
+        .and_then(|c| c.into_iter().find_map(|c| c.subnet))
+        .expect("the managed network's subnet")
+        .parse()
+        .unwrap();
+    let gateway = std::net::Ipv4Addr::from(u32::from(subnet.network()) + 1);
+    let mut blocked: Vec<String> = host_addresses()
+        .iter()
+        .map(|a| format!("{a}:{port}"))
+        .collect();
+    blocked.push(format!("{gateway}:{port}"));
+    blocked.push(format!("{METADATA_ADDRESS}:{INTERNET_PORT}"));
+    let allowed = format!("{}:{INTERNET_PORT}", internet.address);
+    let r = format!("{OUTBOX_MOUNT}/result.txt");
+    let probes: Vec<String> = blocked
+        .iter()
+        .chain([&allowed])
+        .map(|t| {
+            let (h, p) = t.rsplit_once(':').unwrap();
+            format!("(if nc -w 3 {h} {p} -e true </dev/null; then echo \"{t}=open\"; else echo \"{t}=closed\"; fi >> {r}) &")
+        })
+        .collect();
+    let body = format!("{}\nwait\n", probes.join("\n"));
+    std::fs::write(
+        case.dir.run().join("launch.sh"),
+        format!(
+            "exec >{OUTBOX_MOUNT}/progress/stdout.log 2>{OUTBOX_MOUNT}/progress/stderr.log\n{body}"
+        ),
+    )
+    .unwrap();
+    let mut spec = case.spec();
+    spec.network = NetworkMode::Outbound;
+    let handle = case.run(&spec).await;
+    assert_eq!(
+        case.wait_exit(&handle).await,
+        0,
+        "stderr: {}",
+        case.stderr()
+    );
+    let results = case.results();
+    for target in &blocked {
+        assert_eq!(
+            results.get(target).map(String::as_str),
+            Some("closed"),
+            "{target}: {results:?}"
+        );
+    }
+    assert_eq!(
+        results.get(&allowed).map(String::as_str),
+        Some("open"),
+        "{results:?}"
+    );
+}
+
+#[tokio::test]
+async fn full_network_is_refused_unless_the_worker_allows_it() {
+    let case = Case::new("exit 0").await;
+    let mut spec = case.spec();
+    spec.network = NetworkMode::Full;
+    let err = case.runtime.provision(&spec).await.expect_err("refused");
+    assert!(err.to_string().contains("network_mode"), "{err}");
+    assert!(case.runtime.inspect(&case.name()).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -727,6 +837,47 @@ echo "gid=$(id -g)" >> {r}
     assert_eq!(results["inbox"], "ok", "{results:?}");
     let written = std::fs::metadata(case.dir.inbox().join("in.txt")).unwrap();
     assert_eq!(written.uid(), owner.uid());
+}
+
+/// A root worker's hardened container runs as the sandbox user, which owns the outbox,
+/// shares the inbox and cannot read a root-only file in a mounted directory.
+#[tokio::test]
+async fn hardened_container_of_a_root_worker_runs_as_the_sandbox_user() {
+    let r = format!("{OUTBOX_MOUNT}/result.txt");
+    let body = format!(
+        r#"
+echo "uid=$(id -u)" >> {r}
+(echo hello > {INBOX_MOUNT}/in.txt) 2>/dev/null && echo inbox=ok >> {r} || echo inbox=denied >> {r}
+(cat {GLOBAL_MOUNT}/root-only >/dev/null) 2>/dev/null && echo secret=read >> {r} || echo secret=denied >> {r}
+"#
+    );
+    let case = Case::new(&body).await;
+    let inbox_owner = std::fs::metadata(case.dir.inbox()).unwrap().uid();
+    if inbox_owner != 0 {
+        // Not a root worker: the container runs as the owner (the test above).
+        return;
+    }
+    let secret = case.dir.root().join("root-only");
+    std::fs::write(&secret, "root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let mut spec = case.spec();
+    spec.global_dir = Some(case.dir.root().to_path_buf());
+    let handle = case.run(&spec).await;
+    assert_eq!(
+        case.wait_exit(&handle).await,
+        0,
+        "stderr: {}",
+        case.stderr()
+    );
+    let results = case.results();
+    assert_eq!(
+        results["uid"],
+        crate::runtime::sandbox_user::SANDBOX_UID_DEFAULT.to_string()
+    );
+    assert_eq!(results["inbox"], "ok", "{results:?}");
+    assert_eq!(results["secret"], "denied", "{results:?}");
+    let config = case.inspect(&handle).await.config.unwrap();
+    assert_eq!(config.user.as_deref(), Some("65534:65534"));
 }
 
 /// Container names must stay what an earlier build of the worker named them: the hash is

@@ -15,6 +15,7 @@ use squadron_core::manifest::{NetworkMode, RuntimeKind};
 use squadron_isolation::{ProcessEntry, Reaper};
 
 use super::*;
+use crate::runtime::sandbox_user::SANDBOX_UID_DEFAULT;
 use crate::runtime::SandboxLimits;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -23,7 +24,7 @@ const ALLOWED_VAR: &str = "SQUADRON_ALLOWED";
 const ADOPTION_CHILD_ENV: &str = "SQUADRON_ADOPTION_CHILD";
 const ADOPTION_TASK: u64 = 77;
 
-fn unique_worker(prefix: &str) -> String {
+pub(super) fn unique_worker(prefix: &str) -> String {
     format!(
         "{prefix}-{}-{}",
         std::process::id(),
@@ -33,17 +34,17 @@ fn unique_worker(prefix: &str) -> String {
 
 /// One runtime with a cgroup parent of its own and a data dir; on drop every leaf left is
 /// reaped and the parent removed, so a failed test leaves nothing running.
-struct Fixture {
-    runtime: ProcessRuntime,
+pub(super) struct Fixture {
+    pub(super) runtime: ProcessRuntime,
     data: tempfile::TempDir,
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    pub(super) fn new() -> Fixture {
         Fixture::with_config(ProcessRuntimeConfig::new(unique_worker("pr-test")))
     }
 
-    fn with_config(config: ProcessRuntimeConfig) -> Fixture {
+    pub(super) fn with_config(config: ProcessRuntimeConfig) -> Fixture {
         let runtime = ProcessRuntime::new(config)
             .expect("process runtime (root, cgroup v2 and the bubblewrap package are needed)");
         Fixture {
@@ -56,7 +57,7 @@ impl Fixture {
         self.data.path().join("global")
     }
 
-    fn spec(&self, task: u64, script: &str) -> LaunchSpec {
+    pub(super) fn spec(&self, task: u64, script: &str) -> LaunchSpec {
         launch_spec(self.data.path(), task, script)
     }
 }
@@ -85,6 +86,10 @@ fn reap_worker(root: &CgroupRoot) {
         }
     }
     let _ = root.remove();
+    // Reaped without `destroy`: the sandboxes' networks are left for the sweep.
+    if let Some(worker) = root.v2_parent().file_name().and_then(|n| n.to_str()) {
+        let _ = SandboxNetwork::sweep(&NetworkConfig::new(worker));
+    }
 }
 
 /// Stages a task the way staging does (run/, inbox/, outbox/progress/, artifacts/) with
@@ -150,7 +155,7 @@ async fn wait_exit(runtime: &ProcessRuntime, handle: &SandboxHandle) -> i32 {
     }
 }
 
-fn outbox_file(spec: &LaunchSpec, name: &str) -> String {
+pub(super) fn outbox_file(spec: &LaunchSpec, name: &str) -> String {
     let path = spec.dir.outbox().join(name);
     fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
@@ -161,7 +166,7 @@ fn outbox_file(spec: &LaunchSpec, name: &str) -> String {
     })
 }
 
-async fn run_to_exit(fx: &Fixture, spec: &LaunchSpec) -> (SandboxHandle, i32) {
+pub(super) async fn run_to_exit(fx: &Fixture, spec: &LaunchSpec) -> (SandboxHandle, i32) {
     let handle = fx.runtime.provision(spec).await.expect("provision");
     assert_eq!(
         fx.runtime.status(&handle).await.expect("status"),
@@ -261,7 +266,8 @@ exit 3
     assert!(pids.len() <= 6, "{pids:?}");
     assert!(!pids.contains(&std::process::id()));
 
-    // The environment is exactly the allowlist (bubblewrap adds PWD).
+    // The environment is exactly the allowlist (bubblewrap adds PWD, the runtime Git's
+    // safe.directory for the sandbox user).
     let mut env: Vec<String> = outbox_file(&spec, "env")
         .lines()
         .map(str::to_owned)
@@ -270,6 +276,9 @@ exit 3
     assert_eq!(
         env,
         vec![
+            "GIT_CONFIG_COUNT=1".to_owned(),
+            "GIT_CONFIG_KEY_0=safe.directory".to_owned(),
+            "GIT_CONFIG_VALUE_0=*".to_owned(),
             "PATH=/usr/bin:/bin".to_owned(),
             "PWD=/mnt/inbox".to_owned(),
             format!("{ALLOWED_VAR}=allowed value"),
@@ -475,7 +484,10 @@ async fn destroy_proves_populated_0_and_leaves_no_process() {
 #[tokio::test]
 async fn a_sandbox_user_owns_the_task_dirs_and_nothing_else() {
     let mut config = ProcessRuntimeConfig::new(unique_worker("pr-user"));
-    config.sandbox_user = Some((65534, 65534));
+    config.sandbox_user = Some(crate::runtime::sandbox_user::SandboxUser {
+        uid: 65534,
+        gid: 65534,
+    });
     let fx = Fixture::with_config(config);
     let mut spec = fx.spec(
         8,
@@ -497,6 +509,65 @@ async fn a_sandbox_user_owns_the_task_dirs_and_nothing_else() {
     assert_eq!(outbox_file(&spec, "uid").trim(), "65534");
     assert_eq!(outbox_file(&spec, "shadow").trim(), "denied");
     assert!(spec.dir.inbox().join("new").exists());
+}
+
+/// The default: code runs as the sandbox user, not root; a root-only file in a mounted
+/// directory stays unreadable; Git commits in the shared inbox, and the worker's libgit2
+/// (as the collector opens it) still accepts the repository afterwards.
+#[tokio::test]
+async fn by_default_code_runs_unprivileged_and_git_still_works_in_the_inbox() {
+    let fx = Fixture::new();
+    let spec = fx.spec(
+        9,
+        "id -u > /mnt/outbox/uid\n\
+         if cat /mnt/global/root-only >/dev/null 2>&1; then echo readable; else echo denied; fi \
+         > /mnt/outbox/root-only\n\
+         echo change > /mnt/inbox/file.txt && git add file.txt && \
+         git -c user.name=t -c user.email=t@t.invalid commit -q -m sandboxed \
+         > /mnt/outbox/commit 2>&1; echo $? > /mnt/outbox/commit.rc\n",
+    );
+    let secret = fx.global().join("root-only");
+    fs::write(&secret, "root only\n").expect("secret");
+    fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod");
+    let inbox = spec.dir.inbox();
+    crate::test_support::git(&inbox, &["init", "-q"]);
+    fs::write(inbox.join("file.txt"), "base\n").expect("file");
+    crate::test_support::git(&inbox, &["add", "file.txt"]);
+    crate::test_support::git(
+        &inbox,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "base",
+        ],
+    );
+    let (_handle, code) = run_to_exit(&fx, &spec).await;
+    assert_eq!(
+        code,
+        0,
+        "stderr: {}",
+        fs::read_to_string(spec.dir.stderr_log()).unwrap_or_default()
+    );
+    assert_eq!(
+        outbox_file(&spec, "uid").trim(),
+        SANDBOX_UID_DEFAULT.to_string()
+    );
+    assert_eq!(outbox_file(&spec, "root-only").trim(), "denied");
+    assert_eq!(
+        outbox_file(&spec, "commit.rc").trim(),
+        "0",
+        "{}",
+        outbox_file(&spec, "commit")
+    );
+    let repo = git2::Repository::open(inbox.join(".git")).expect("libgit2 opens the inbox");
+    let head = repo.head().and_then(|h| h.peel_to_commit()).expect("head");
+    assert_eq!(head.message(), Some("sandboxed\n"));
 }
 
 #[tokio::test]

@@ -1,0 +1,134 @@
+//! The egress filter of a sandbox interface: one nftables table (family `inet`) the worker
+//! owns, shared by the process runtime's own namespaces (`sandbox_network`) and the Docker
+//! runtime's managed bridge.
+//!
+//! Everything arriving from the interface for the host itself (any of its addresses,
+//! loopback, every control-plane and worker port) is dropped, except replies to connections
+//! the host opened; forwarded traffic from it to the always-denied ranges, to any sandbox
+//! range, to IPv6 and to the deny list is dropped; no new connection is forwarded into it.
+//! Drops are final in nftables whatever other tables (Docker's, the host's) accept, so the
+//! filter holds next to them.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use ipnet::Ipv4Net;
+
+use crate::error::IsolationError;
+use crate::sandbox_network::run;
+
+/// Forwarded destinations every sandbox is denied, whatever the policy says: "this" network,
+/// loopback, link-local (and so the metadata address 169.254.169.254), multicast, the
+/// reserved block, and every sandbox's addresses (100.64.0.0/13: the process runtime's
+/// 100.64/14 and the Docker bridges' 100.68/14).
+pub const EGRESS_ALWAYS_DENIED: [&str; 6] = [
+    "0.0.0.0/8",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "100.64.0.0/13",
+];
+
+/// The filter of one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressFilter {
+    /// The nftables table (family `inet`).
+    pub table: String,
+    /// The host-side interface the sandbox's traffic arrives on.
+    pub interface: String,
+    /// Denied on top of `EGRESS_ALWAYS_DENIED`.
+    pub deny: Vec<Ipv4Net>,
+    /// Masquerade what this source sends out (the process runtime's NAT); `None` where
+    /// another (Docker) already does.
+    pub masquerade: Option<Ipv4Addr>,
+}
+
+impl EgressFilter {
+    /// The table, as `nft -f` reads it. Replacing an existing one is atomic: the file adds,
+    /// deletes and declares it again in one transaction.
+    pub fn ruleset(&self) -> String {
+        let dev = &self.interface;
+        let mut denied: Vec<String> = EGRESS_ALWAYS_DENIED
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        denied.extend(self.deny.iter().map(ToString::to_string));
+        let masquerade = self.masquerade.map_or(String::new(), |source| {
+            format!(
+                "\tchain postrouting {{ type nat hook postrouting priority srcnat; policy accept;\n\
+                 \t\tip saddr {source} oifname != \"{dev}\" masquerade\n\
+                 \t}}\n"
+            )
+        });
+        format!(
+            "add table inet {table}\n\
+             delete table inet {table}\n\
+             table inet {table} {{\n\
+             \tset denied {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {denied} }} }}\n\
+             \tchain input {{ type filter hook input priority filter - 10; policy accept;\n\
+             \t\tiifname \"{dev}\" ct state established,related accept\n\
+             \t\tiifname \"{dev}\" drop\n\
+             \t}}\n\
+             \tchain forward {{ type filter hook forward priority filter - 10; policy accept;\n\
+             \t\tiifname \"{dev}\" meta nfproto ipv6 drop\n\
+             \t\tiifname \"{dev}\" ip daddr @denied drop\n\
+             \t\toifname \"{dev}\" ct state established,related accept\n\
+             \t\toifname \"{dev}\" drop\n\
+             \t}}\n\
+             {masquerade}}}\n",
+            table = self.table,
+            denied = denied.join(", "),
+        )
+    }
+
+    /// Installs (or replaces) the table.
+    pub fn install(&self, nft: &Path) -> Result<(), IsolationError> {
+        run(nft, &["-f", "-"], Some(self.ruleset().as_bytes())).map(|_| ())
+    }
+
+    /// Removes the table; one already gone is not an error.
+    pub fn remove(nft: &Path, table: &str) -> Result<(), IsolationError> {
+        match run(nft, &["delete", "table", "inet", table], None) {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("No such file") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ruleset_drops_the_host_link_local_sandboxes_and_the_deny_list() {
+        let filter = EgressFilter {
+            table: "sq_w_0002".into(),
+            interface: "sqh0002".into(),
+            deny: vec!["203.0.113.0/24".parse().unwrap()],
+            masquerade: Some(Ipv4Addr::new(100, 64, 0, 10)),
+        };
+        let rules = filter.ruleset();
+        for want in [
+            "delete table inet sq_w_0002",
+            "iifname \"sqh0002\" ct state established,related accept",
+            "iifname \"sqh0002\" drop",
+            "127.0.0.0/8",
+            "169.254.0.0/16",
+            "100.64.0.0/13",
+            "203.0.113.0/24",
+            "ip daddr @denied drop",
+            "meta nfproto ipv6 drop",
+            "oifname \"sqh0002\" drop",
+            "ip saddr 100.64.0.10 oifname != \"sqh0002\" masquerade",
+        ] {
+            assert!(rules.contains(want), "{want} missing:\n{rules}");
+        }
+        let docker = EgressFilter {
+            masquerade: None,
+            ..filter
+        };
+        assert!(!docker.ruleset().contains("masquerade"));
+    }
+}
