@@ -6,9 +6,11 @@
 //! move here next (issue 12, item 1), each area in its own module.
 
 pub mod access;
+pub mod enrollment;
 pub mod error_body;
 pub mod tokens;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
+pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap};
 pub use error_body::ErrorBody;
 pub use tokens::{CreateToken, CreatedToken, TokenView};

@@ -49,7 +49,9 @@ pub use error::{ClientError, EndpointFailure, ErrorBody};
 pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
-pub use squadron_api::{CreateToken, CreatedToken, TokenView};
+pub use squadron_api::{
+    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, TokenView,
+};
 pub use squadron_pki::WORKER_CERT_NAME;
 pub use types::*;
 

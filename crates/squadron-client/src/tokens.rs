@@ -1,7 +1,9 @@
 //! Operator tokens: create (the answer carries the secret, once), list, revoke.
 
 use reqwest::Method;
-use squadron_api::{CreateToken, CreatedToken, TokenView};
+use squadron_api::{
+    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, TokenView,
+};
 use squadron_core::access::TokenId;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::Outcome;
@@ -28,6 +30,23 @@ impl SquadronClient {
         key: Option<&IdempotencyKey>,
     ) -> Result<Outcome, ClientError> {
         self.send_empty(Method::DELETE, &format!("/api/v1/tokens/{id}"), key)
+            .await
+    }
+
+    /// Mints a one-time bootstrap token for a worker's enrollment (admin).
+    pub async fn mint_bootstrap(
+        &self,
+        req: &MintBootstrap,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<MintedBootstrap, ClientError> {
+        self.write(Method::POST, "/api/v1/bootstrap-tokens", Some(req), key)
+            .await
+    }
+
+    /// Exchanges a bootstrap token and a CSR for a worker certificate. Unkeyed: a retry after
+    /// a lost answer finds the token consumed, and the worker mints a new request.
+    pub async fn enroll_worker(&self, req: &EnrollWorker) -> Result<Enrolled, ClientError> {
+        self.write(Method::POST, "/api/v1/enroll", Some(req), None)
             .await
     }
 }

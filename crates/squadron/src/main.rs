@@ -2,6 +2,7 @@
 //! client in `squadron-client`; the commands are in `cli/`, one module per command group.
 
 mod cli;
+mod enroll;
 mod follow;
 mod lease_bench;
 mod node;
@@ -64,7 +65,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lease(cmd) => cli::lease::run(&ctx, cmd).await,
         Command::Capsule(cmd) => cli::capsule::run(&ctx, cmd).await,
         Command::Mailbox(cmd) => cli::mailbox::run(&ctx, cmd).await,
-        Command::Worker(args) => cli::worker::run(&ctx, args, cli.credentials.cacert).await,
+        Command::Worker(args) => cli::worker::run(&ctx, *args, cli.credentials.cacert).await,
         Command::Task(cmd) => cli::task::run(&ctx, cmd).await,
         Command::Token(cmd) => cli::token::run(&ctx, cmd).await,
         Command::Bench(top) => cli::bench::run(&ctx, top).await,

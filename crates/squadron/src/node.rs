@@ -204,6 +204,18 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     let ca_pem = cacert
         .map(|f| std::fs::read_to_string(&f).with_context(|| format!("--cacert {}", f.display())))
         .transpose()?;
+    if let Some(token_file) = &args.bootstrap_token_file {
+        let ca = ca_pem.as_deref().context(
+            "--bootstrap-token-file needs --cacert: the CA the control nodes prove themselves with",
+        )?;
+        let hosts = args
+            .advertise
+            .as_deref()
+            .and_then(crate::enroll::host_of_url)
+            .into_iter()
+            .collect();
+        crate::enroll::enroll_worker(&id, &args.control, ca, token_file, &cert_dir, hosts).await?;
+    }
     let tls = squadron_pki::TlsIdentity::load_with_ca(
         &squadron_pki::PkiDir::new(&cert_dir),
         squadron_pki::WORKER_CERT_NAME,

@@ -28,17 +28,21 @@ pub enum Caller {
 }
 
 impl Caller {
-    /// The subject recorded with every command this caller causes.
-    pub fn subject(&self) -> Subject {
-        match self {
-            // Public routes propose nothing; should one ever, it is recorded as the node's
-            // own act rather than as an old entry that would bypass the core's checks.
-            Caller::Anonymous => Subject::System,
+    /// The subject recorded with every command this caller causes. Nobody unauthenticated
+    /// proposes anything: `System` and `Legacy` would pass the core's checks, so an anonymous
+    /// caller has no subject at all (enrollment proposes as the node itself).
+    pub fn subject(&self) -> Result<Subject, AuthError> {
+        Ok(match self {
+            Caller::Anonymous => {
+                return Err(AuthError::Unauthenticated(
+                    "an unauthenticated caller may not change anything".into(),
+                ))
+            }
             Caller::Operator { token, .. } => Subject::Operator(token.clone()),
             Caller::Worker(w) => Subject::Worker(w.clone()),
             Caller::Agent(a) => Subject::Agent(*a),
             Caller::Node(id) => Subject::Node(*id),
-        }
+        })
     }
 
     /// Resolves the caller of a request: a bearer token, when one is sent, decides; otherwise

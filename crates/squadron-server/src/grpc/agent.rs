@@ -224,8 +224,7 @@ fn own_profile(
             }
         }
         other => Err(denied(format!(
-            "only a profile's agent certificate may call this, not {}",
-            other.subject()
+            "only a profile's agent certificate may call this, not {other:?}"
         ))),
     }
 }

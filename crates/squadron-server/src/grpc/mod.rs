@@ -113,7 +113,13 @@ pub async fn propose(
 ) -> Result<Outcome, Status> {
     require_leader(node)?;
     let answer = node
-        .propose_here(caller.subject(), command, key)
+        .propose_here(
+            caller
+                .subject()
+                .map_err(|e| status(e.code(), e.to_string()))?,
+            command,
+            key,
+        )
         .await
         .map_err(|e| match e {
             WriteError::NotLeader { .. } => not_leader(node),

@@ -6,6 +6,7 @@ mod agents;
 mod audit;
 mod browser_guard;
 mod cluster;
+mod enrollment;
 mod extract;
 mod leases;
 mod projects;
@@ -106,6 +107,7 @@ pub fn route_book(node: AppState) -> RouteBook {
     let book = agents::routes(book);
     let book = audit::routes(book);
     let book = tokens::routes(book);
+    let book = enrollment::routes(book);
     let book = workers::routes(book);
     plain_routes(book)
 }
@@ -205,8 +207,19 @@ pub async fn write(
     headers: &HeaderMap,
     command: Command,
 ) -> Result<Json<Outcome>, ApiError> {
+    write_as(node, caller.subject()?, headers, command).await
+}
+
+/// [`write`] under an explicit subject (enrollment: the node itself, for a caller whose only
+/// credential is the token the command checks).
+pub async fn write_as(
+    node: &ControlNode,
+    subject: squadron_core::access::Subject,
+    headers: &HeaderMap,
+    command: Command,
+) -> Result<Json<Outcome>, ApiError> {
     let key = idempotency_key(headers)?;
-    match node.write(caller.subject(), command, key).await? {
+    match node.write(subject, command, key).await? {
         Response::Ok(outcome) => Ok(Json(outcome)),
         Response::Rejected(r) => Err(r.into()),
     }

@@ -118,7 +118,7 @@ pub enum Command {
     #[command(subcommand)]
     Mailbox(mailbox::MailboxCmd),
     /// Run a worker (with no subcommand), or manage worker nodes.
-    Worker(worker::WorkerArgs),
+    Worker(Box<worker::WorkerArgs>),
     /// Tasks.
     #[command(subcommand)]
     Task(task::TaskCmd),

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use squadron_client::{CreateToken, CreatedToken, TokenView};
+use squadron_client::{CreateToken, CreatedToken, MintBootstrap, TokenView};
 use squadron_core::access::{ProjectScope, Role, TokenId};
+use squadron_core::ids::WorkerId;
 
 use super::{Ctx, OutputFormat};
 use crate::output::{emit, write_stdout, Table};
@@ -38,6 +39,19 @@ pub enum TokenCmd {
     List,
     /// Revoke an operator token.
     Revoke { id: TokenId },
+    /// Mint a one-time bootstrap token a new worker exchanges for its certificate
+    /// (`squadron worker --bootstrap-token-file F`).
+    Bootstrap {
+        /// The worker id it is for; default: any id the cluster does not know yet.
+        #[arg(long)]
+        worker: Option<WorkerId>,
+        /// Life of the token (10 s to 24 h).
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+        /// Write the secret into this file (mode 0600, must not exist) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        token_out: Option<PathBuf>,
+    },
 }
 
 pub async fn run(ctx: &Ctx, cmd: TokenCmd) -> anyhow::Result<()> {
@@ -70,6 +84,46 @@ pub async fn run(ctx: &Ctx, cmd: TokenCmd) -> anyhow::Result<()> {
             emit(ctx.out, &list, |list| tokens_table(list))
         }
         TokenCmd::Revoke { id } => ctx.outcome(&c.revoke_token(&id, ctx.key()).await?),
+        TokenCmd::Bootstrap {
+            worker,
+            ttl,
+            token_out,
+        } => {
+            if let Some(path) = token_out.as_ref().filter(|p| p.exists()) {
+                anyhow::bail!(
+                    "--token-out {} exists; it is never overwritten",
+                    path.display()
+                );
+            }
+            let req = MintBootstrap {
+                worker,
+                ttl: Some(ttl),
+            };
+            let minted = c.mint_bootstrap(&req, ctx.key()).await?;
+            match token_out {
+                Some(path) => {
+                    squadron_pki::pki_dir::write_file(
+                        &path,
+                        minted.token.as_bytes(),
+                        TOKEN_FILE_MODE,
+                    )?;
+                    eprintln!(
+                        "bootstrap token {} minted; its secret is in {}",
+                        minted.id,
+                        path.display()
+                    );
+                    Ok(())
+                }
+                None if ctx.out == OutputFormat::Json => emit(ctx.out, &minted, |_| String::new()),
+                None => {
+                    eprintln!(
+                        "bootstrap token {} minted (one use); this is the only time it is shown:",
+                        minted.id
+                    );
+                    write_stdout(&format!("{}\n", minted.token))
+                }
+            }
+        }
     }
 }
 

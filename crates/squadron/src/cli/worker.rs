@@ -54,6 +54,10 @@ pub struct WorkerRunArgs {
     /// cluster CA (`ca.pem`, unless --cacert names it); default `DATA_DIR/pki`.
     #[arg(long, value_name = "DIR")]
     pub cert_dir: Option<PathBuf>,
+    /// A one-time bootstrap token (`squadron token bootstrap --token-out F`): without a
+    /// certificate in the cert dir, the worker exchanges it for one, then scrubs the file.
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_token_file: Option<PathBuf>,
     /// cgroup v2 mount for the process runtime (detected when unset).
     #[arg(long, value_name = "DIR")]
     pub cgroup_root: Option<PathBuf>,

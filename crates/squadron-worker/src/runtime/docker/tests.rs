@@ -465,7 +465,9 @@ async fn network_modes_map_to_none_bridge_and_host() {
     let body = format!(r#"echo "net=$(ls /sys/class/net | tr '\n' ' ')" >> {r}"#);
     // Other sandboxes' host ends — the process runtime's pairs (`sqh…`, tests' `sqt…`) and
     // other containers' (`veth…`) — come and go while this runs: not part of the comparison.
-    let ours = |name: &String| !["sqh", "sqt", "veth"].iter().any(|p| name.starts_with(p));
+    // Interfaces other tests create and remove meanwhile (sandbox veths `sqh*`, test
+    // "internets" `sqt*`, the chaos suite's `sqj*`, managed bridges `sqd*`) are not compared.
+    let ours = |name: &String| !["sq", "veth"].iter().any(|p| name.starts_with(p));
     let mut host_interfaces: Vec<String> = std::fs::read_dir("/sys/class/net")
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

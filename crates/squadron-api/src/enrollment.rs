@@ -1,0 +1,95 @@
+//! Enrollment: an admin mints a one-time bootstrap token; a new worker exchanges it, with a
+//! certificate signing request, for its certificate (DESIGN §5). The token's secret and the
+//! worker's private key never enter the replicated state — only the token's SHA-256 and the
+//! certificate's serial do.
+
+use serde::{Deserialize, Serialize};
+use squadron_core::access::TokenId;
+use squadron_core::ids::WorkerId;
+
+/// `POST /api/v1/bootstrap-tokens` (admin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MintBootstrap {
+    /// The worker id the token is for; none: any worker id the cluster does not know yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerId>,
+    /// `10m` (the default), `1h`…; 10 s to 24 h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+}
+
+/// The minted token; `token` is the secret, shown this once.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MintedBootstrap {
+    pub id: TokenId,
+    pub token: String,
+    pub worker: Option<WorkerId>,
+    pub expires_at_ms: u64,
+}
+
+impl std::fmt::Debug for MintedBootstrap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MintedBootstrap")
+            .field("id", &self.id)
+            .field("token", &"[REDACTED]")
+            .field("worker", &self.worker)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .finish()
+    }
+}
+
+/// `POST /api/v1/enroll`: the bootstrap token is the credential (no other is needed).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollWorker {
+    pub token: String,
+    pub worker: WorkerId,
+    /// A PKCS#10 request; only its public key is used.
+    pub csr_pem: String,
+    /// Host names or addresses the worker's output listener is reached at (besides loopback).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+}
+
+impl std::fmt::Debug for EnrollWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrollWorker")
+            .field("token", &"[REDACTED]")
+            .field("worker", &self.worker)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The certificate, answered only once the token's consumption is committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enrolled {
+    pub cert_pem: String,
+    pub ca_pem: String,
+    pub serial: String,
+    pub not_after_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_stay_out_of_debug() {
+        let minted = MintedBootstrap {
+            id: TokenId::new("0123456789abcdef").unwrap(),
+            token: "sqd_boot_secret".into(),
+            worker: None,
+            expires_at_ms: 1,
+        };
+        assert!(!format!("{minted:?}").contains("secret"));
+        let enroll = EnrollWorker {
+            token: "sqd_boot_secret".into(),
+            worker: WorkerId::new("w1").unwrap(),
+            csr_pem: String::new(),
+            hosts: vec![],
+        };
+        assert!(!format!("{enroll:?}").contains("secret"));
+    }
+}

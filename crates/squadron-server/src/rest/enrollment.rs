@@ -1,0 +1,154 @@
+//! Enrollment (DESIGN §5): minting one-time bootstrap tokens (admin) and exchanging one, with
+//! a CSR, for a worker certificate. The certificate is signed here but answered only once the
+//! replicated `Enroll` that consumes the token is applied, so a token presented twice — even
+//! at two nodes at once — yields one certificate.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::Json;
+use squadron_api::{Access, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap};
+use squadron_core::access::{BootstrapPurpose, CertSerial, Identity, TokenId};
+use squadron_core::command as cmd;
+use squadron_core::ids::Digest;
+use squadron_core::quantity::parse_duration_ms;
+use squadron_core::{Command, Outcome};
+use squadron_pki::{
+    load_ca, CertUse, IssuedCert, PkiDir, SecretToken, SpiffeId, SubjectName, TokenKind,
+};
+
+use super::{parse_id, write, write_as, AppState, JsonBody, RouteBook};
+use crate::authz::{AuthError, Caller};
+use crate::error::ApiError;
+
+/// A bootstrap token's life when the request names none.
+pub const BOOTSTRAP_TTL_MS_DEFAULT: u64 = 10 * 60 * 1000;
+/// An enrolled worker certificate's life; the worker renews it before it ends.
+pub const WORKER_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
+/// Host names a worker may ask its certificate to carry besides loopback.
+pub const ENROLL_HOSTS_MAX: usize = 8;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/bootstrap-tokens",
+        "Mint a one-time bootstrap token for a worker's enrollment; its secret is shown once",
+        Some("MintBootstrap"),
+        Access::admin(),
+        post(mint),
+    )
+    .add(
+        "POST",
+        "/api/v1/enroll",
+        "Exchange a bootstrap token and a CSR for a worker certificate (the token is the credential)",
+        Some("EnrollWorker"),
+        Access::PUBLIC,
+        post(enroll),
+    )
+}
+
+async fn mint(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<MintBootstrap>,
+) -> Result<Json<MintedBootstrap>, ApiError> {
+    let ttl_ms = match b.ttl.as_deref() {
+        Some(t) => parse_duration_ms("ttl", t)?,
+        None => BOOTSTRAP_TTL_MS_DEFAULT,
+    };
+    let secret = SecretToken::generate(TokenKind::Bootstrap);
+    let id: TokenId = parse_id("id", secret.id())?;
+    let command = Command::MintBootstrapToken(cmd::MintBootstrapToken {
+        id: id.clone(),
+        digest: Digest::from_bytes(secret.hash().0),
+        purpose: BootstrapPurpose::Worker {
+            worker: b.worker.clone(),
+        },
+        expires_at_ms: crate::clock::now_ms().saturating_add(ttl_ms),
+    });
+    let Json(outcome) = write(&node, &caller, &headers, command).await?;
+    match outcome {
+        Outcome::BootstrapTokenMinted {
+            id: minted,
+            expires_at_ms,
+        } if minted == id => Ok(Json(MintedBootstrap {
+            id,
+            token: secret.expose(),
+            worker: b.worker,
+            expires_at_ms,
+        })),
+        // A keyed retry: the first request's secret went to that request.
+        Outcome::BootstrapTokenMinted { id: minted, .. } => Err(ApiError::invalid(
+            "Idempotency-Key",
+            format!("bootstrap token {minted} was minted by the first request with this key"),
+        )),
+        other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+async fn enroll(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<EnrollWorker>,
+) -> Result<Json<Enrolled>, ApiError> {
+    let token = SecretToken::parse(TokenKind::Bootstrap, &b.token)
+        .map_err(|e| AuthError::Unauthenticated(e.to_string()))?;
+    let token_id: TokenId = TokenId::new(token.id())
+        .map_err(|_| AuthError::Unauthenticated("the bootstrap token is not accepted".into()))?;
+    let cert = sign(&node, &b)?;
+    let facts = cert
+        .facts()
+        .map_err(|e| ApiError::internal(format!("the signed certificate: {e}")))?;
+    let serial = CertSerial::new(facts.serial_hex.clone())?;
+    let command = Command::Enroll(cmd::Enroll {
+        token: token_id,
+        presented: Digest::from_bytes(token.hash().0),
+        identity: Identity::Worker(b.worker.clone()),
+        serial: serial.clone(),
+        not_after_ms: facts.not_after_ms,
+    });
+    // Nobody is authenticated yet: the token is checked by the command itself, which the
+    // node proposes as its own act.
+    let subject = squadron_core::access::Subject::Node(node.id);
+    let Json(outcome) = write_as(&node, subject, &headers, command).await?;
+    match outcome {
+        Outcome::Enrolled { serial: s, .. } if s == serial => Ok(Json(Enrolled {
+            cert_pem: cert.cert_pem.clone(),
+            ca_pem: cert.ca_pem.clone(),
+            serial: serial.to_string(),
+            not_after_ms: facts.not_after_ms,
+        })),
+        other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+/// Signs the worker's CSR with the cluster CA this node holds.
+fn sign(node: &AppState, b: &EnrollWorker) -> Result<IssuedCert, ApiError> {
+    if b.hosts.len() > ENROLL_HOSTS_MAX {
+        return Err(ApiError::invalid(
+            "hosts",
+            format!("at most {ENROLL_HOSTS_MAX} host names"),
+        ));
+    }
+    let pki = PkiDir::of_data_dir(&node.config.data_dir);
+    let ca = load_ca(&pki)
+        .map_err(|e| ApiError::unavailable(format!("this node cannot sign certificates: {e}")))?;
+    let mut names: Vec<SubjectName> = ["127.0.0.1", "localhost", "::1"]
+        .iter()
+        .map(|h| SubjectName::of_host(h))
+        .collect();
+    names.extend(b.hosts.iter().map(|h| SubjectName::of_host(h)));
+    let pem = ca
+        .sign_csr(
+            &b.csr_pem,
+            &SpiffeId::Worker(b.worker.clone()),
+            &names,
+            Duration::from_millis(WORKER_CERT_VALIDITY_MS),
+            CertUse::ServerAndClient,
+        )
+        .map_err(|e| ApiError::invalid("csr_pem", e.to_string()))?;
+    Ok(IssuedCert::new(pem, String::new(), ca.cert_pem()))
+}
