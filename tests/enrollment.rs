@@ -85,6 +85,46 @@ fn a_bootstrap_token_yields_exactly_one_certificate() {
     };
     assert!(register("wb").ok(), "{:?}", register("wb"));
     assert_eq!(register("wd").status, 403);
+
+    // Renewal under the live certificate: a new serial, recorded, and it works in turn.
+    let fresh = csr("wb");
+    let renew = |agent: &ureq::Agent, worker: &str, key: &KeyRequest| {
+        reply(
+            agent
+                .post(&format!("{url2}/api/v1/workers/{worker}/certificate"))
+                .send_json(json!({"csr_pem": key.csr_pem})),
+        )
+        .expect("answer")
+    };
+    let renewed = renew(&as_wb, "wb", &fresh);
+    assert!(renewed.ok(), "{renewed:?}");
+    assert_ne!(renewed.body["serial"], won.body["serial"]);
+    let dir2 = cluster.dir.path().join("wb-pki-2");
+    PkiDir::new(&dir2)
+        .write_identity(
+            "worker",
+            &IssuedCert::new(
+                renewed.body["cert_pem"].as_str().expect("cert").to_string(),
+                fresh.key_pem().to_string(),
+                renewed.body["ca_pem"].as_str().expect("ca"),
+            ),
+        )
+        .expect("files");
+    let as_wb2 = agent_with(support::presenting(
+        &squadron_pki::TlsIdentity::load(&PkiDir::new(&dir2), "worker").expect("load"),
+    ));
+    let r = reply(
+        as_wb2
+            .post(&format!("{url1}/api/v1/workers/wb/heartbeat"))
+            .send_json(json!(null)),
+    )
+    .expect("answer");
+    assert!(r.ok(), "the renewed certificate is refused: {r:?}");
+    // Another worker cannot renew wb's; a certificate the cluster never recorded (made
+    // offline) cannot be renewed — it enrolls instead.
+    assert_eq!(renew(&as_wb, "wd", &csr("wd")).status, 403);
+    let offline = agent_with(pki().presenting_id(&SpiffeId::Worker("wo".parse().expect("id"))));
+    assert_eq!(renew(&offline, "wo", &csr("wo")).status, 401);
     // The audit names the enrollment.
     let audit = http_get(&format!("{url1}/api/v1/audit"))
         .expect("audit")

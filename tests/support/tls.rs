@@ -141,16 +141,8 @@ impl TestPki {
         cache
             .entry(identity.uri())
             .or_insert_with(|| {
-                let cert = self
-                    .ca
-                    .issue(
-                        identity,
-                        &[SubjectName::of_host("127.0.0.1")],
-                        std::time::Duration::from_secs(24 * 3600),
-                        squadron_pki::CertUse::ServerAndClient,
-                    )
-                    .expect("cert");
-                let cert = ReloadableCert::new(&self.trust, &cert).expect("cert");
+                let cert =
+                    ReloadableCert::new(&self.trust, &self.issue_cert(identity)).expect("cert");
                 http1(
                     client_config(&self.trust, ExpectedPeer::ServerName, Some(&cert))
                         .expect("config"),
@@ -159,20 +151,24 @@ impl TestPki {
             .clone()
     }
 
-    /// Writes a certificate for `identity` into `dir` (as `name.pem`/`name.key`, with the CA)
-    /// and loads it: what an enrolled agent or worker would hold.
-    pub fn issue_identity(&self, identity: &SpiffeId, dir: &Path, name: &str) -> TlsIdentity {
-        let pki = PkiDir::new(dir);
-        let cert = self
-            .ca
+    /// A day-long certificate of the test CA for `identity`, valid for 127.0.0.1.
+    fn issue_cert(&self, identity: &SpiffeId) -> squadron_pki::IssuedCert {
+        self.ca
             .issue(
                 identity,
                 &[SubjectName::of_host("127.0.0.1")],
                 std::time::Duration::from_secs(24 * 3600),
                 squadron_pki::CertUse::ServerAndClient,
             )
-            .expect("cert");
-        pki.write_identity(name, &cert).expect("cert files");
+            .expect("cert")
+    }
+
+    /// Writes a certificate for `identity` into `dir` (as `name.pem`/`name.key`, with the CA)
+    /// and loads it: what an enrolled agent or worker would hold.
+    pub fn issue_identity(&self, identity: &SpiffeId, dir: &Path, name: &str) -> TlsIdentity {
+        let pki = PkiDir::new(dir);
+        pki.write_identity(name, &self.issue_cert(identity))
+            .expect("cert files");
         TlsIdentity::load(&pki, name).expect("identity")
     }
 

@@ -62,7 +62,18 @@ impl std::fmt::Debug for EnrollWorker {
     }
 }
 
-/// The certificate, answered only once the token's consumption is committed.
+/// `POST /api/v1/workers/{id}/certificate`: a worker renews its certificate under the one it
+/// holds, with a fresh key pair's CSR.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewCertificate {
+    pub csr_pem: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
+}
+
+/// A signed certificate, answered only once its record (and, for an enrollment, the token's
+/// consumption) is committed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enrolled {
     pub cert_pem: String,

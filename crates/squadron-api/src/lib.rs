@@ -11,6 +11,6 @@ pub mod error_body;
 pub mod tokens;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
-pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap};
+pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, RenewCertificate};
 pub use error_body::ErrorBody;
 pub use tokens::{CreateToken, CreatedToken, TokenView};

@@ -50,7 +50,8 @@ pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
 pub use squadron_api::{
-    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, TokenView,
+    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap,
+    RenewCertificate, TokenView,
 };
 pub use squadron_pki::WORKER_CERT_NAME;
 pub use types::*;

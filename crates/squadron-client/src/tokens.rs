@@ -1,8 +1,10 @@
-//! Operator tokens: create (the answer carries the secret, once), list, revoke.
+//! Operator tokens (create — the answer carries the secret, once —, list, revoke), bootstrap
+//! tokens and a worker's enrollment and certificate renewal.
 
 use reqwest::Method;
 use squadron_api::{
-    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, TokenView,
+    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap,
+    RenewCertificate, TokenView,
 };
 use squadron_core::access::TokenId;
 use squadron_core::ids::IdempotencyKey;
@@ -48,5 +50,20 @@ impl SquadronClient {
     pub async fn enroll_worker(&self, req: &EnrollWorker) -> Result<Enrolled, ClientError> {
         self.write(Method::POST, "/api/v1/enroll", Some(req), None)
             .await
+    }
+
+    /// Renews a worker's certificate under the one this client presents.
+    pub async fn renew_worker_certificate(
+        &self,
+        worker: &squadron_core::ids::WorkerId,
+        req: &RenewCertificate,
+    ) -> Result<Enrolled, ClientError> {
+        self.write(
+            Method::POST,
+            &format!("/api/v1/workers/{worker}/certificate"),
+            Some(req),
+            None,
+        )
+        .await
     }
 }

@@ -32,6 +32,7 @@
 //! probe, and [`ControlFence`] for a Git broker checked against the control plane.
 
 pub(crate) mod agent;
+mod cert_renewal;
 pub(crate) mod config;
 pub(crate) mod control_link;
 pub(crate) mod error;
@@ -50,10 +51,10 @@ pub use agent::config::{
 };
 pub use agent::fence::ControlFence;
 pub use config::{
-    SandboxDefaults, WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX, DOCKER_IMAGE_DEFAULT,
-    HEARTBEAT_INTERVAL_MS_DEFAULT, HEARTBEAT_INTERVAL_MS_MIN, MONITOR_INTERVAL_MS_DEFAULT,
-    PROGRESS_INTERVAL_MS_DEFAULT, SANDBOX_CPUS_DEFAULT, SANDBOX_MEMORY_BYTES_DEFAULT,
-    SANDBOX_PIDS_DEFAULT,
+    host_of_url, SandboxDefaults, WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX,
+    DOCKER_IMAGE_DEFAULT, HEARTBEAT_INTERVAL_MS_DEFAULT, HEARTBEAT_INTERVAL_MS_MIN,
+    MONITOR_INTERVAL_MS_DEFAULT, PROGRESS_INTERVAL_MS_DEFAULT, SANDBOX_CPUS_DEFAULT,
+    SANDBOX_MEMORY_BYTES_DEFAULT, SANDBOX_PIDS_DEFAULT,
 };
 pub use error::WorkerError;
 pub use runtime::probe::{probe_runtimes, RuntimeSet};

@@ -129,7 +129,13 @@ pub async fn start(
         config.heartbeat_interval_ms,
     ));
     let watcher = tokio::spawn(watch_loop(ctx));
-    let mut tasks = vec![server, heartbeat, watcher];
+    let renewal = tokio::spawn(crate::cert_renewal::renewal_loop(
+        config.id.clone(),
+        tls.clone(),
+        control.rest().clone(),
+        config.advertised_host().into_iter().collect(),
+    ));
+    let mut tasks = vec![server, heartbeat, watcher, renewal];
     if let Some(s) = agents {
         tasks.push(tokio::spawn(adopt_agents(s.clone())));
         tasks.extend(s.spawn_loops());

@@ -64,33 +64,3 @@ fn scrub(path: &Path) -> anyhow::Result<()> {
     f.sync_all()?;
     std::fs::remove_file(path).with_context(|| format!("removing {}", path.display()))
 }
-
-/// The host of `https://host:port/…` (brackets of an IPv6 address removed).
-pub fn host_of_url(url: &str) -> Option<String> {
-    let authority = url.split_once("://")?.1.split('/').next()?;
-    let host = match authority.rsplit_once(':') {
-        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-        _ => authority,
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then(|| host.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_of_url;
-
-    #[test]
-    fn hosts_of_advertised_urls() {
-        assert_eq!(
-            host_of_url("https://w1.example:8130").as_deref(),
-            Some("w1.example")
-        );
-        assert_eq!(host_of_url("https://[::1]:8130/x").as_deref(), Some("::1"));
-        assert_eq!(
-            host_of_url("https://192.0.2.1").as_deref(),
-            Some("192.0.2.1")
-        );
-        assert_eq!(host_of_url("no scheme"), None);
-    }
-}

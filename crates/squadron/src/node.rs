@@ -211,7 +211,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
         let hosts = args
             .advertise
             .as_deref()
-            .and_then(crate::enroll::host_of_url)
+            .and_then(squadron_worker::host_of_url)
             .into_iter()
             .collect();
         crate::enroll::enroll_worker(&id, &args.control, ca, token_file, &cert_dir, hosts).await?;

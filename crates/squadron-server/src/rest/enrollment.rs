@@ -5,14 +5,16 @@
 
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Json;
-use squadron_api::{Access, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap};
+use squadron_api::{
+    Access, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, RenewCertificate, Scope,
+};
 use squadron_core::access::{BootstrapPurpose, CertSerial, Identity, TokenId};
 use squadron_core::command as cmd;
-use squadron_core::ids::Digest;
+use squadron_core::ids::{Digest, WorkerId};
 use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
 use squadron_pki::{
@@ -46,6 +48,14 @@ pub fn routes(book: RouteBook) -> RouteBook {
         Some("EnrollWorker"),
         Access::PUBLIC,
         post(enroll),
+    )
+    .add(
+        "POST",
+        "/api/v1/workers/:id/certificate",
+        "A worker renews its certificate under the live one it holds (a fresh key pair's CSR)",
+        Some("RenewCertificate"),
+        Access::worker_only(Scope::Worker),
+        post(renew),
     )
 }
 
@@ -98,7 +108,7 @@ async fn enroll(
         .map_err(|e| AuthError::Unauthenticated(e.to_string()))?;
     let token_id: TokenId = TokenId::new(token.id())
         .map_err(|_| AuthError::Unauthenticated("the bootstrap token is not accepted".into()))?;
-    let cert = sign(&node, &b)?;
+    let cert = sign(&node, &b.worker, &b.csr_pem, &b.hosts)?;
     let facts = cert
         .facts()
         .map_err(|e| ApiError::internal(format!("the signed certificate: {e}")))?;
@@ -125,9 +135,44 @@ async fn enroll(
     }
 }
 
-/// Signs the worker's CSR with the cluster CA this node holds.
-fn sign(node: &AppState, b: &EnrollWorker) -> Result<IssuedCert, ApiError> {
-    if b.hosts.len() > ENROLL_HOSTS_MAX {
+async fn renew(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<RenewCertificate>,
+) -> Result<Json<Enrolled>, ApiError> {
+    let worker: WorkerId = parse_id("worker_id", &id)?;
+    let cert = sign(&node, &worker, &b.csr_pem, &b.hosts)?;
+    let facts = cert
+        .facts()
+        .map_err(|e| ApiError::internal(format!("the signed certificate: {e}")))?;
+    let serial = CertSerial::new(facts.serial_hex.clone())?;
+    let command = Command::RecordCertificate(cmd::RecordCertificate {
+        identity: Identity::Worker(worker),
+        serial: serial.clone(),
+        not_after_ms: facts.not_after_ms,
+    });
+    let Json(outcome) = write(&node, &caller, &headers, command).await?;
+    match outcome {
+        Outcome::CertificateRecorded { serial: s, .. } if s == serial => Ok(Json(Enrolled {
+            cert_pem: cert.cert_pem.clone(),
+            ca_pem: cert.ca_pem.clone(),
+            serial: serial.to_string(),
+            not_after_ms: facts.not_after_ms,
+        })),
+        other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+/// Signs a worker's CSR with the cluster CA this node holds.
+fn sign(
+    node: &AppState,
+    worker: &WorkerId,
+    csr_pem: &str,
+    hosts: &[String],
+) -> Result<IssuedCert, ApiError> {
+    if hosts.len() > ENROLL_HOSTS_MAX {
         return Err(ApiError::invalid(
             "hosts",
             format!("at most {ENROLL_HOSTS_MAX} host names"),
@@ -140,11 +185,11 @@ fn sign(node: &AppState, b: &EnrollWorker) -> Result<IssuedCert, ApiError> {
         .iter()
         .map(|h| SubjectName::of_host(h))
         .collect();
-    names.extend(b.hosts.iter().map(|h| SubjectName::of_host(h)));
+    names.extend(hosts.iter().map(|h| SubjectName::of_host(h)));
     let pem = ca
         .sign_csr(
-            &b.csr_pem,
-            &SpiffeId::Worker(b.worker.clone()),
+            csr_pem,
+            &SpiffeId::Worker(worker.clone()),
             &names,
             Duration::from_millis(WORKER_CERT_VALIDITY_MS),
             CertUse::ServerAndClient,

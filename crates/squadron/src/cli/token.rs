@@ -64,12 +64,7 @@ pub async fn run(ctx: &Ctx, cmd: TokenCmd) -> anyhow::Result<()> {
             ttl,
             token_out,
         } => {
-            if let Some(path) = token_out.as_ref().filter(|p| p.exists()) {
-                anyhow::bail!(
-                    "--token-out {} exists; it is never overwritten",
-                    path.display()
-                );
-            }
+            refuse_existing(token_out.as_ref())?;
             let req = CreateToken {
                 name,
                 role,
@@ -89,40 +84,54 @@ pub async fn run(ctx: &Ctx, cmd: TokenCmd) -> anyhow::Result<()> {
             ttl,
             token_out,
         } => {
-            if let Some(path) = token_out.as_ref().filter(|p| p.exists()) {
-                anyhow::bail!(
-                    "--token-out {} exists; it is never overwritten",
-                    path.display()
-                );
-            }
-            let req = MintBootstrap {
-                worker,
-                ttl: Some(ttl),
-            };
-            let minted = c.mint_bootstrap(&req, ctx.key()).await?;
-            match token_out {
-                Some(path) => {
-                    squadron_pki::pki_dir::write_file(
-                        &path,
-                        minted.token.as_bytes(),
-                        TOKEN_FILE_MODE,
-                    )?;
-                    eprintln!(
-                        "bootstrap token {} minted; its secret is in {}",
-                        minted.id,
-                        path.display()
-                    );
-                    Ok(())
-                }
-                None if ctx.out == OutputFormat::Json => emit(ctx.out, &minted, |_| String::new()),
-                None => {
-                    eprintln!(
-                        "bootstrap token {} minted (one use); this is the only time it is shown:",
-                        minted.id
-                    );
-                    write_stdout(&format!("{}\n", minted.token))
-                }
-            }
+            bootstrap(
+                ctx,
+                MintBootstrap {
+                    worker,
+                    ttl: Some(ttl),
+                },
+                token_out,
+            )
+            .await
+        }
+    }
+}
+
+/// `--token-out` is never overwritten: checked before anything is minted.
+fn refuse_existing(token_out: Option<&PathBuf>) -> anyhow::Result<()> {
+    match token_out.filter(|p| p.exists()) {
+        Some(path) => anyhow::bail!(
+            "--token-out {} exists; it is never overwritten",
+            path.display()
+        ),
+        None => Ok(()),
+    }
+}
+
+async fn bootstrap(
+    ctx: &Ctx,
+    req: MintBootstrap,
+    token_out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    refuse_existing(token_out.as_ref())?;
+    let minted = ctx.client.mint_bootstrap(&req, ctx.key()).await?;
+    match token_out {
+        Some(path) => {
+            squadron_pki::pki_dir::write_file(&path, minted.token.as_bytes(), TOKEN_FILE_MODE)?;
+            eprintln!(
+                "bootstrap token {} minted; its secret is in {}",
+                minted.id,
+                path.display()
+            );
+            Ok(())
+        }
+        None if ctx.out == OutputFormat::Json => emit(ctx.out, &minted, |_| String::new()),
+        None => {
+            eprintln!(
+                "bootstrap token {} minted (one use); this is the only time it is shown:",
+                minted.id
+            );
+            write_stdout(&format!("{}\n", minted.token))
         }
     }
 }
