@@ -15,6 +15,7 @@ use squadron_api::{
 use squadron_core::access::{BootstrapPurpose, CertSerial, Identity, TokenId};
 use squadron_core::command as cmd;
 use squadron_core::ids::{Digest, WorkerId};
+use squadron_core::limits::{BOOTSTRAP_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MIN};
 use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
 use squadron_pki::{
@@ -27,6 +28,9 @@ use crate::error::ApiError;
 
 /// A bootstrap token's life when the request names none.
 pub const BOOTSTRAP_TTL_MS_DEFAULT: u64 = 10 * 60 * 1000;
+/// Added to a bootstrap token's life for the time between this node's clock reading and the
+/// leader's applying the mint.
+pub const MINT_SLACK_MS: u64 = 2_000;
 /// An enrolled worker certificate's life; the worker renews it before it ends.
 pub const WORKER_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
 /// Host names a worker may ask its certificate to carry besides loopback.
@@ -69,6 +73,18 @@ async fn mint(
         Some(t) => parse_duration_ms("ttl", t)?,
         None => BOOTSTRAP_TTL_MS_DEFAULT,
     };
+    if !(BOOTSTRAP_TOKEN_TTL_MS_MIN..=BOOTSTRAP_TOKEN_TTL_MS_MAX).contains(&ttl_ms) {
+        return Err(ApiError::invalid(
+            "ttl",
+            format!(
+                "a bootstrap token lives 10s to 24h ({BOOTSTRAP_TOKEN_TTL_MS_MIN} to \
+                 {BOOTSTRAP_TOKEN_TTL_MS_MAX} ms), got {ttl_ms} ms"
+            ),
+        ));
+    }
+    // The leader checks the life against its own clock when it applies the command, a
+    // moment after this one read it: the slack keeps the shortest life admissible.
+    let life_ms = (ttl_ms + MINT_SLACK_MS).min(BOOTSTRAP_TOKEN_TTL_MS_MAX);
     let secret = SecretToken::generate(TokenKind::Bootstrap);
     let id: TokenId = parse_id("id", secret.id())?;
     let command = Command::MintBootstrapToken(cmd::MintBootstrapToken {
@@ -77,7 +93,7 @@ async fn mint(
         purpose: BootstrapPurpose::Worker {
             worker: b.worker.clone(),
         },
-        expires_at_ms: crate::clock::now_ms().saturating_add(ttl_ms),
+        expires_at_ms: crate::clock::now_ms().saturating_add(life_ms),
     });
     let Json(outcome) = write(&node, &caller, &headers, command).await?;
     match outcome {

@@ -1,8 +1,9 @@
 //! The CLI's credentials: the cluster CA it trusts and the bearer token it sends.
 //!
-//! CA: `--cacert` / `SQUADRON_CACERT`, else `./.squadron/pki/ca.pem` (a `squadron dev` node
-//! run from this directory). Token: `--token` / `SQUADRON_TOKEN` (visible in `ps`; prefer a
-//! file), `--token-file` / `SQUADRON_TOKEN_FILE`, else `./.squadron/admin.token` (dev).
+//! CA: `--cacert` / `SQUADRON_CACERT`, else the configuration file's `cacert`, else
+//! `./.squadron/pki/ca.pem` (a `squadron dev` node run from this directory). Token: `--token` /
+//! `SQUADRON_TOKEN` (visible in `ps`; prefer a file), `--token-file` / `SQUADRON_TOKEN_FILE`,
+//! else the configuration file's `token_file`, else `./.squadron/admin.token` (dev).
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,19 @@ pub struct CredentialArgs {
 }
 
 impl CredentialArgs {
+    /// These flags, with the configuration file's `cacert` and `token_file` where no flag or
+    /// variable gave one.
+    pub fn with_config(&self, config: &super::config_file::CliConfig) -> CredentialArgs {
+        let mut merged = self.clone();
+        if merged.cacert.is_none() {
+            merged.cacert = config.cacert.clone();
+        }
+        if merged.token.is_none() && merged.token_file.is_none() {
+            merged.token_file = config.token_file.clone();
+        }
+        merged
+    }
+
     /// The credentials asked for; without any CA, none (every call then fails the TLS
     /// handshake with an error naming the missing CA).
     pub fn resolve(&self) -> anyhow::Result<Credentials> {

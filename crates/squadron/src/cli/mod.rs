@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod capsule;
 pub mod cluster;
+pub mod config_file;
 pub mod credentials;
 pub mod evidence;
 pub mod init;
@@ -44,14 +45,14 @@ use crate::output::{emit, outcome_text};
         twice unless it carries --idempotency-key)."
 )]
 pub struct Cli {
-    /// A control node's REST base URL; repeat for several nodes (tried in order).
+    /// A control node's REST base URL; repeat for several nodes (tried in order). Default:
+    /// the configuration file's `endpoints`, else https://127.0.0.1:8120.
     #[arg(
         long = "endpoint",
         global = true,
         value_name = "URL",
         env = "SQUADRON_ENDPOINT",
-        value_delimiter = ',',
-        default_value = squadron_client::ENDPOINT_DEFAULT
+        value_delimiter = ','
     )]
     pub endpoints: Vec<String>,
 
@@ -81,6 +82,19 @@ pub enum OutputFormat {
     Table,
     /// The typed value as pretty JSON.
     Json,
+}
+
+impl Cli {
+    /// The endpoints given, else the configuration's, else the local default.
+    pub fn endpoints_or(&self, config: &config_file::CliConfig) -> Vec<String> {
+        if !self.endpoints.is_empty() {
+            return self.endpoints.clone();
+        }
+        if !config.endpoints.is_empty() {
+            return config.endpoints.clone();
+        }
+        vec![squadron_client::ENDPOINT_DEFAULT.to_string()]
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,13 +187,19 @@ impl Ctx {
             .as_deref()
             .map(IdempotencyKey::new)
             .transpose()?;
-        let credentials = if cli.command.is_client() {
-            cli.credentials.resolve()?
+        let (credentials, endpoints) = if cli.command.is_client() {
+            let config = config_file::CliConfig::load()?;
+            let credentials = cli.credentials.with_config(&config).resolve()?;
+            (credentials, cli.endpoints_or(&config))
         } else {
-            squadron_client::Credentials::default()
+            let none = config_file::CliConfig::default();
+            (
+                squadron_client::Credentials::default(),
+                cli.endpoints_or(&none),
+            )
         };
         Ok(Ctx {
-            client: SquadronClient::secured(cli.endpoints.clone(), &credentials)?,
+            client: SquadronClient::secured(endpoints, &credentials)?,
             out: cli.output,
             consistency: if cli.stale {
                 Consistency::Stale
@@ -247,7 +267,14 @@ mod tests {
     #[test]
     fn endpoints_repeat_and_default() {
         let cli = Cli::try_parse_from(["squadron", "project", "list"]).unwrap();
-        assert_eq!(cli.endpoints, vec![squadron_client::ENDPOINT_DEFAULT]);
+        let none = config_file::CliConfig::default();
+        assert_eq!(
+            cli.endpoints_or(&none),
+            vec![squadron_client::ENDPOINT_DEFAULT]
+        );
+        let configured =
+            config_file::CliConfig::parse("endpoints = [\"https://n1:8120\"]").unwrap();
+        assert_eq!(cli.endpoints_or(&configured), vec!["https://n1:8120"]);
         let cli = Cli::try_parse_from([
             "squadron",
             "cluster",
@@ -260,7 +287,11 @@ mod tests {
             "json",
         ])
         .unwrap();
-        assert_eq!(cli.endpoints.len(), 2);
+        assert_eq!(
+            cli.endpoints_or(&configured).len(),
+            2,
+            "flags win over the file"
+        );
         assert_eq!(cli.output, OutputFormat::Json);
     }
 
