@@ -1,16 +1,16 @@
 //! The worker's link to the control plane: REST to any node for registration, heartbeats and
-//! reports (a follower forwards them), and the gRPC assignment stream from the leader.
+//! reads (a follower forwards them), and gRPC to the leader for the assignment stream and the
+//! reports (transitions, progress).
 //!
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
 use backon::Retryable;
-use squadron_client::types::{RegisterWorker, ReportProgress, ReportTransition};
+use squadron_client::types::RegisterWorker;
 use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
 use squadron_core::ids::{IdempotencyKey, TaskId};
 use squadron_core::task::{Task, TaskState};
-use squadron_core::Outcome;
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 
@@ -124,7 +124,8 @@ impl ControlLink {
             .map_err(control)
     }
 
-    /// Reports a transition, resending under the same key until it is answered.
+    /// Reports a transition to the leader over gRPC, resending under the same key until it
+    /// is answered (a follower's refusal names the leader; the next attempt goes there).
     pub(crate) async fn transition(
         &self,
         task: TaskId,
@@ -133,33 +134,36 @@ impl ControlLink {
         to: TaskState,
         detail: TransitionDetail,
     ) -> Result<ReportAnswer, WorkerError> {
-        let req = ReportTransition {
-            worker: self.config.id.clone(),
+        let req = pb::ReportTransitionRequest {
+            task: task.get(),
+            worker: self.config.id.to_string(),
             attempt,
-            from,
-            to,
-            detail,
+            from: from.as_str().into(),
+            to: to.as_str().into(),
+            exit_code: detail.exit_code.unwrap_or_default(),
+            has_exit_code: detail.exit_code.is_some(),
+            error: detail.error.unwrap_or_default(),
+            artifacts: detail.artifacts,
         };
-        let key = key(format!("t{task}-a{attempt}-{from}-{to}"));
         // Keyed by what it reports, so a resend whose first answer was lost is answered
-        // with that first answer; only a transport failure or 503 is resent.
-        let answer = (|| self.rest.report_transition(task, &req, key.as_ref()))
-            .retry(retry::doubling(
-                REPORT_BACKOFF_MS_MIN,
-                REPORT_BACKOFF_MS_MAX,
-                Some(REPORT_ATTEMPTS_MAX as usize - 1),
-            ))
-            .when(|e| !is_answer(e))
+        // with that first answer; only a transport failure or UNAVAILABLE is resent.
+        let key = format!("t{task}-a{attempt}-{from}-{to}");
+        let answer = self
+            .call_leader(REPORT_ATTEMPTS_MAX, |mut client| {
+                let mut request = tonic::Request::new(req.clone());
+                keyed(&mut request, &key);
+                async move { client.report_transition(request).await }
+            })
             .await;
         match answer {
-            Ok(Outcome::TransitionRecorded { state }) => Ok(ReportAnswer::Recorded(state)),
-            Ok(other) => Ok(ReportAnswer::Refused(format!(
-                "unexpected answer {other:?}"
-            ))),
-            Err(ClientError::Api { status, body, .. }) if status != 503 => {
-                Ok(ReportAnswer::Refused(body.message))
+            Ok(reply) => match TaskState::parse("state", &reply.state) {
+                Ok(state) => Ok(ReportAnswer::Recorded(state)),
+                Err(e) => Ok(ReportAnswer::Refused(format!("unexpected answer: {e}"))),
+            },
+            Err(LeaderCall::Refused(status)) => {
+                Ok(ReportAnswer::Refused(status.message().to_string()))
             }
-            Err(e) => Err(WorkerError::Control(format!(
+            Err(LeaderCall::Unanswered(e)) => Err(WorkerError::Control(format!(
                 "transition {from} → {to} of task {task} not answered after {REPORT_ATTEMPTS_MAX} attempts: {e}"
             ))),
         }
@@ -167,25 +171,83 @@ impl ControlLink {
 
     /// Best effort: a lost counter update is replaced by the next one.
     pub(crate) async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
-        let req = ReportProgress {
-            worker: self.config.id.clone(),
+        let req = pb::ReportProgressRequest {
+            task: task.get(),
+            worker: self.config.id.to_string(),
             attempt,
             stdout_bytes: c.stdout_bytes,
             stderr_bytes: c.stderr_bytes,
             lines: c.lines,
             events: c.events,
         };
-        self.rest.report_progress(task, &req, None).await.is_ok()
+        self.call_leader(PROGRESS_ATTEMPTS_MAX, |mut client| {
+            let request = tonic::Request::new(req.clone());
+            async move { client.report_progress(request).await }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// One call to the leader's `WorkerService`, retried with doubling pauses (`retry`) while
+    /// it is not answered (no channel, a broken connection, UNAVAILABLE — a follower's refusal
+    /// or no leader yet); any other status is the control plane's answer, returned as is.
+    async fn call_leader<T, F, Fut>(&self, attempts: u32, call: F) -> Result<T, LeaderCall>
+    where
+        F: Fn(WorkerServiceClient<tonic::transport::Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let once = || async {
+            let (_, channel) = self
+                .grpc
+                .channel()
+                .await
+                .map_err(|e| LeaderCall::Unanswered(e.to_string()))?;
+            match call(WorkerServiceClient::new(channel)).await {
+                Ok(reply) => Ok(reply.into_inner()),
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    // Follows a redirect when the refusal names the leader, else rediscovers.
+                    self.grpc.on_error(&status).await;
+                    Err(LeaderCall::Unanswered(status.message().to_string()))
+                }
+                Err(status) if status.code() == tonic::Code::Unknown => {
+                    // A broken connection surfaces as UNKNOWN: rediscover and resend.
+                    self.grpc.reset().await;
+                    Err(LeaderCall::Unanswered(status.message().to_string()))
+                }
+                Err(status) => Err(LeaderCall::Refused(status)),
+            }
+        };
+        once.retry(retry::doubling(
+            REPORT_BACKOFF_MS_MIN,
+            REPORT_BACKOFF_MS_MAX,
+            Some(attempts.saturating_sub(1) as usize),
+        ))
+        .when(|e| matches!(e, LeaderCall::Unanswered(_)))
+        .await
+    }
+}
+
+/// What became of a call to the leader.
+#[derive(Debug)]
+enum LeaderCall {
+    /// The control plane answered with a refusal.
+    Refused(tonic::Status),
+    /// No answer after every attempt: the last failure.
+    Unanswered(String),
+}
+
+/// Attempts of one progress report (best effort: the next one replaces it).
+const PROGRESS_ATTEMPTS_MAX: u32 = 2;
+
+/// The idempotency key of a call, in the metadata the server reads it from.
+fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
+    if let Ok(v) = tonic::metadata::MetadataValue::try_from(key) {
+        request.metadata_mut().insert("idempotency-key", v);
     }
 }
 
 fn key(s: String) -> Option<IdempotencyKey> {
     IdempotencyKey::new(s).ok()
-}
-
-/// The control plane decided (a refusal other than "unavailable"): resending changes nothing.
-fn is_answer(e: &ClientError) -> bool {
-    matches!(e, ClientError::Api { status, .. } if *status != 503)
 }
 
 fn control(e: ClientError) -> WorkerError {
