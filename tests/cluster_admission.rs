@@ -105,3 +105,40 @@ fn never_more_than_four_slots_and_generations_strictly_rising() {
     );
     cluster.wait_for_equal_digests(Duration::from_secs(10));
 }
+
+/// `task submit --wait` for a runtime no live worker offers says so at once, instead of
+/// waiting in silence, and gives up at `--timeout` naming the state.
+#[test]
+fn waiting_for_a_task_no_worker_can_run_says_why() {
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(1);
+    let file = cluster.dir.path().join("docker-task.yaml");
+    std::fs::write(
+        &file,
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: nowhere\nrepository:\n  url: /tmp/none\n  \
+         branch: main\nagent:\n  prompt: x\n  provider: script\n  script: |\n    true\nvm:\n  \
+         runtime: docker\n",
+    )
+    .expect("manifest");
+    let out = cli(&url)
+        .args([
+            "--endpoint",
+            &url,
+            "task",
+            "submit",
+            "--wait",
+            "--timeout",
+            "2",
+        ])
+        .arg(&file)
+        .output()
+        .expect("cli");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no live worker offers the docker runtime"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("still PENDING after 2 s"), "{stderr}");
+}

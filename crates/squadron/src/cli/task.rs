@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use backon::{ConstantBuilder, RetryableWithContext};
 use clap::Subcommand;
-use squadron_client::{ArtifactEntry, ClientError, TaskPage, TaskQuery};
+use squadron_client::{ArtifactEntry, ClientError, Consistency, TaskPage, TaskQuery};
 use squadron_core::ids::TaskId;
+use squadron_core::manifest::Keyword as _;
 use squadron_core::task::{Task, TaskState};
+use squadron_core::worker::WorkerStatus;
 use squadron_core::ValidationError;
 
 use super::{read_input, Ctx};
@@ -144,8 +146,33 @@ async fn submit(
     let id = squadron_client::OutcomeExt::task_id(&out)
         .with_context(|| format!("unexpected answer to a submission: {out:?}"))?;
     eprintln!("submitted task {id}; waiting until it ends");
+    warn_if_no_worker_offers(ctx, id, timeout).await;
     let t = wait_until_terminal(ctx, id, follow, timeout).await?;
     emit(ctx.out, &t, |t| output::key_values(&task_pairs(t)))
+}
+
+/// A task whose runtime no live worker offers waits in PENDING until one registers: say so
+/// up front rather than wait in silence. Best effort — a caller that may not list workers
+/// (a scoped token) just waits.
+async fn warn_if_no_worker_offers(ctx: &Ctx, id: TaskId, timeout: u64) {
+    let c = &ctx.client;
+    let (Ok(task), Ok(workers)) = (
+        c.get_task(id, Consistency::Stale).await,
+        c.list_workers(Consistency::Stale).await,
+    ) else {
+        return;
+    };
+    let runtime = task.spec.sandbox.runtime;
+    let offered = workers
+        .iter()
+        .any(|w| w.status == WorkerStatus::Alive && w.runtimes.contains(&runtime));
+    if !offered {
+        eprintln!(
+            "warning: no live worker offers the {} runtime; task {id} stays PENDING until one \
+             registers (waiting up to --timeout {timeout} s)",
+            runtime.as_str()
+        );
+    }
 }
 
 /// Why a look at a waited-for task did not end the wait.
