@@ -181,12 +181,7 @@ fn token(url: &str, name: &str, role: &str, scope: Value) -> String {
 }
 
 fn dedicated_task(url: &str, name: &str) -> u64 {
-    let yaml = format!(
-        "version: \"1\"\nkind: Task\nmetadata:\n  name: {name}\nrepository:\n  url: /tmp/no-repo\n  \
-         branch: main\nagent:\n  prompt: probe\n  provider: script\n  script: |\n    true\nvm:\n  \
-         runtime: process\n"
-    );
-    let r = submit_yaml(url, &yaml);
+    let r = submit_yaml(url, &inert_manifest(name, "process"));
     assert!(r.ok(), "submission refused: {r:?}");
     r.body["task_submitted"]["task"].as_u64().expect("task id")
 }
@@ -194,14 +189,11 @@ fn dedicated_task(url: &str, name: &str) -> u64 {
 /// The child of `parent`, submitted by the parent's agent under its certificate.
 fn child_task(url: &str, parent: u64) -> u64 {
     let agent = agent_with(pki().presenting_id(&SpiffeId::Agent(AgentSubject::Task(parent))));
-    let yaml = "version: \"1\"\nkind: Task\nmetadata:\n  name: child\nrepository:\n  url: \
-                /tmp/no-repo\n  branch: main\nagent:\n  prompt: probe\n  provider: script\n  \
-                script: |\n    true\nvm:\n  runtime: process\n";
     let r = reply(
         agent
             .post(&format!("{url}/api/v1/tasks"))
             .set("Content-Type", "application/yaml")
-            .send_string(yaml),
+            .send_string(&inert_manifest("child", "process")),
     )
     .expect("answer");
     assert!(r.ok(), "an agent's child task was refused: {r:?}");

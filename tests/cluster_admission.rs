@@ -114,13 +114,7 @@ fn waiting_for_a_task_no_worker_can_run_says_why() {
     cluster.wait_for_leader(Duration::from_secs(20));
     let url = cluster.url(1);
     let file = cluster.dir.path().join("docker-task.yaml");
-    std::fs::write(
-        &file,
-        "version: \"1\"\nkind: Task\nmetadata:\n  name: nowhere\nrepository:\n  url: /tmp/none\n  \
-         branch: main\nagent:\n  prompt: x\n  provider: script\n  script: |\n    true\nvm:\n  \
-         runtime: docker\n",
-    )
-    .expect("manifest");
+    std::fs::write(&file, inert_manifest("nowhere", "docker")).expect("manifest");
     let out = cli(&url)
         .args([
             "--endpoint",

@@ -27,6 +27,21 @@ fn enroll(url: &str, token: &str, worker: &str, csr: &KeyRequest) -> Reply {
     .expect("answer")
 }
 
+/// A client presenting the certificate an enrollment or renewal answered, with the key that
+/// stayed here (written and loaded as a worker would).
+fn presenting_answer(dir: &std::path::Path, answer: &Value, key: &KeyRequest) -> ureq::Agent {
+    let cert = IssuedCert::new(
+        answer["cert_pem"].as_str().expect("cert").to_string(),
+        key.key_pem().to_string(),
+        answer["ca_pem"].as_str().expect("ca"),
+    );
+    PkiDir::new(dir)
+        .write_identity("worker", &cert)
+        .expect("files");
+    let identity = squadron_pki::TlsIdentity::load(&PkiDir::new(dir), "worker").expect("load");
+    agent_with(support::presenting(&identity))
+}
+
 fn csr(worker: &str) -> KeyRequest {
     KeyRequest::new(&SpiffeId::Worker(worker.parse().expect("id"))).expect("csr")
 }
@@ -66,17 +81,7 @@ fn a_bootstrap_token_yields_exactly_one_certificate() {
     assert_eq!(enroll(&url1, "not a token", "wb", &csr("wb")).status, 401);
 
     // The certificate is wb's identity: it registers wb and nothing else.
-    let dir = cluster.dir.path().join("wb-pki");
-    let cert = IssuedCert::new(
-        won.body["cert_pem"].as_str().expect("cert").to_string(),
-        key.key_pem().to_string(),
-        won.body["ca_pem"].as_str().expect("ca"),
-    );
-    PkiDir::new(&dir)
-        .write_identity("worker", &cert)
-        .expect("files");
-    let identity = squadron_pki::TlsIdentity::load(&PkiDir::new(&dir), "worker").expect("load");
-    let as_wb = agent_with(support::presenting(&identity));
+    let as_wb = presenting_answer(&cluster.dir.path().join("wb-pki"), &won.body, key);
     let register = |worker: &str| {
         reply(as_wb.post(&format!("{url1}/api/v1/workers")).send_json(json!({
             "worker": worker, "address": "127.0.0.1:1", "runtimes": ["process"], "capacity": 1
@@ -99,20 +104,7 @@ fn a_bootstrap_token_yields_exactly_one_certificate() {
     let renewed = renew(&as_wb, "wb", &fresh);
     assert!(renewed.ok(), "{renewed:?}");
     assert_ne!(renewed.body["serial"], won.body["serial"]);
-    let dir2 = cluster.dir.path().join("wb-pki-2");
-    PkiDir::new(&dir2)
-        .write_identity(
-            "worker",
-            &IssuedCert::new(
-                renewed.body["cert_pem"].as_str().expect("cert").to_string(),
-                fresh.key_pem().to_string(),
-                renewed.body["ca_pem"].as_str().expect("ca"),
-            ),
-        )
-        .expect("files");
-    let as_wb2 = agent_with(support::presenting(
-        &squadron_pki::TlsIdentity::load(&PkiDir::new(&dir2), "worker").expect("load"),
-    ));
+    let as_wb2 = presenting_answer(&cluster.dir.path().join("wb-pki-2"), &renewed.body, &fresh);
     let r = reply(
         as_wb2
             .post(&format!("{url1}/api/v1/workers/wb/heartbeat"))

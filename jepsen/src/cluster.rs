@@ -65,43 +65,27 @@ pub enum ClusterError {
 }
 
 /// Runs `squadron init` over the nodes' configs: the CA, node certificates and an admin token
-/// (written under `dir`); returns the credentials clients use.
+/// (written under `dir`), then the harness worker's certificate; returns the credentials the
+/// clients use, as operator and as that worker.
 fn init_pki(
     dir: &Path,
     bin: &Path,
     nodes: &BTreeMap<u64, NodeProcess>,
 ) -> Result<(Credentials, Credentials), ClusterError> {
     let token = dir.join("admin.token");
-    let out = std::process::Command::new(bin)
-        .arg("init")
-        .args(nodes.values().map(|n| &n.config))
-        .arg("--admin-token-file")
-        .arg(&token)
-        .output()
-        .map_err(|e| ClusterError::Init(e.to_string()))?;
-    if !out.status.success() {
-        return Err(ClusterError::Init(
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
-    }
-    let first = nodes.values().next().ok_or(ClusterError::UnknownNode(1))?;
     let worker_dir = dir.join("worker-pki");
-    let out = std::process::Command::new(bin)
-        .arg("init")
-        .args(nodes.values().map(|n| &n.config))
-        .arg("--worker-cert")
-        .arg(format!(
-            "{}={}",
-            crate::workload::WORKER,
-            worker_dir.display()
-        ))
-        .output()
-        .map_err(|e| ClusterError::Init(e.to_string()))?;
-    if !out.status.success() {
-        return Err(ClusterError::Init(
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
-    }
+    let worker_cert = format!("{}={}", crate::workload::WORKER, worker_dir.display());
+    run_init(
+        bin,
+        nodes,
+        &["--admin-token-file".as_ref(), token.as_os_str()],
+    )?;
+    run_init(
+        bin,
+        nodes,
+        &["--worker-cert".as_ref(), worker_cert.as_ref()],
+    )?;
+    let first = nodes.values().next().ok_or(ClusterError::UnknownNode(1))?;
     let ca = std::fs::read_to_string(first.dir.join("data/pki/ca.pem"))
         .map_err(|e| ClusterError::Init(format!("reading the CA: {e}")))?;
     let token = std::fs::read_to_string(&token)
@@ -111,6 +95,26 @@ fn init_pki(
     let worker = Credentials::from_cert_dir(&worker_dir, squadron_client::WORKER_CERT_NAME)
         .map_err(|e| ClusterError::Init(format!("reading the worker's certificate: {e}")))?;
     Ok((operator, worker))
+}
+
+/// `squadron init <every node's config> <extra>`; its stderr is the error when it fails.
+fn run_init(
+    bin: &Path,
+    nodes: &BTreeMap<u64, NodeProcess>,
+    extra: &[&std::ffi::OsStr],
+) -> Result<(), ClusterError> {
+    let out = std::process::Command::new(bin)
+        .arg("init")
+        .args(nodes.values().map(|n| &n.config))
+        .args(extra)
+        .output()
+        .map_err(|e| ClusterError::Init(e.to_string()))?;
+    if !out.status.success() {
+        return Err(ClusterError::Init(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(())
 }
 
 fn client_of(

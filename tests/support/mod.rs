@@ -825,6 +825,16 @@ pub fn git_repo(dir: &Path) -> PathBuf {
 }
 
 /// Submits a YAML manifest.
+/// A task manifest that needs nothing to exist (its repository is never cloned unless a
+/// worker picks it up): for tests about submission, waiting and access, not running.
+pub fn inert_manifest(name: &str, runtime: &str) -> String {
+    format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: {name}\nrepository:\n  url: /tmp/no-repo\n  \
+         branch: main\nagent:\n  prompt: probe\n  provider: script\n  script: |\n    true\nvm:\n  \
+         runtime: {runtime}\n"
+    )
+}
+
 pub fn submit_yaml(url: &str, yaml: &str) -> Reply {
     let res = request("POST", &format!("{url}/api/v1/tasks"))
         .set("Content-Type", "application/yaml")

@@ -62,27 +62,24 @@ fn init_pki(
         message: format!("squadron init: {message}"),
         logs: String::new(),
     };
-    let out = Command::new(bin)
-        .arg("init")
-        .args(configs.iter().map(|c| &c.3))
-        .arg("--admin-token-file")
-        .arg(&token_file)
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
-    if !out.status.success() {
-        return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));
-    }
+    // `squadron init <every node's config> <extra>`; its stderr is the error when it fails.
+    let init = |extra: &[&std::ffi::OsStr]| {
+        let out = Command::new(bin)
+            .arg("init")
+            .args(configs.iter().map(|c| &c.3))
+            .args(extra)
+            .output()
+            .map_err(|e| failed(e.to_string()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()))
+        }
+    };
+    init(&["--admin-token-file".as_ref(), token_file.as_os_str()])?;
     let worker_dir = dir.join("squadron-bench-worker-pki");
-    let out = Command::new(bin)
-        .arg("init")
-        .args(configs.iter().map(|c| &c.3))
-        .arg("--worker-cert")
-        .arg(format!("{BENCH_WORKER}={}", worker_dir.display()))
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
-    if !out.status.success() {
-        return Err(failed(String::from_utf8_lossy(&out.stderr).into_owned()));
-    }
+    let worker_cert = format!("{BENCH_WORKER}={}", worker_dir.display());
+    init(&["--worker-cert".as_ref(), worker_cert.as_ref()])?;
     let worker = Credentials::from_cert_dir(&worker_dir, squadron_client::WORKER_CERT_NAME)
         .map_err(|e| failed(format!("the bench worker's certificate: {e}")))?;
     let first = configs.first().ok_or_else(|| failed("no nodes".into()))?;

@@ -36,7 +36,7 @@ pub use tls_config::{
 };
 pub use tls_dialer::{DialError, TlsConnector};
 pub use tls_identity::{
-    issue_node_cert, issue_worker_cert, load_ca, AdminTokenRecord, TlsIdentity, NODE_CERT_NAME,
-    WORKER_CERT_NAME,
+    issue_node_cert, issue_worker_cert, load_ca, AdminTokenRecord, TlsIdentity, LOOPBACK_NAMES,
+    NODE_CERT_NAME, WORKER_CERT_NAME,
 };
 pub use tls_listener::{serve_tls, PeerCert};

@@ -18,9 +18,9 @@ pub const WORKER_CERT_NAME: &str = "worker";
 /// Validity of a worker certificate issued without enrollment (`squadron dev`, tests).
 pub const WORKER_CERT_VALIDITY_DAYS: u64 = 30;
 
-/// Names every node certificate carries besides its advertised hosts, so local tools and
-/// tests reach a node by loopback.
-const LOOPBACK_NAMES: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
+/// Names every node and worker certificate carries besides its advertised hosts, so local
+/// tools and tests reach it by loopback.
+pub const LOOPBACK_NAMES: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
 
 /// A loaded identity: what it trusts and what it presents.
 #[derive(Debug, Clone)]

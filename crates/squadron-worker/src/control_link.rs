@@ -241,8 +241,13 @@ const PROGRESS_ATTEMPTS_MAX: u32 = 2;
 
 /// The idempotency key of a call, in the metadata the server reads it from.
 fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
-    if let Ok(v) = tonic::metadata::MetadataValue::try_from(key) {
-        request.metadata_mut().insert("idempotency-key", v);
+    // The REST header's name; gRPC metadata keys are lowercase.
+    let name = squadron_client::IDEMPOTENCY_HEADER.to_ascii_lowercase();
+    if let (Ok(name), Ok(value)) = (
+        tonic::metadata::AsciiMetadataKey::from_bytes(name.as_bytes()),
+        tonic::metadata::MetadataValue::try_from(key),
+    ) {
+        request.metadata_mut().insert(name, value);
     }
 }
 

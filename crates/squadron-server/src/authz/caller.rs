@@ -71,27 +71,29 @@ impl Caller {
         &self,
         project: Option<(&TenantId, &ProjectId)>,
     ) -> Result<(), AuthError> {
-        let Caller::Operator { scope, .. } = self else {
-            return Ok(());
-        };
-        if scope.is_empty() {
+        if self.sees(project) {
             return Ok(());
         }
-        match project {
-            Some((t, p)) if scope_covers(scope, t, p) => Ok(()),
-            Some((t, p)) => Err(AuthError::forbidden(format!(
-                "project {t}/{p} is outside the token's scope"
-            ))),
-            None => Err(AuthError::forbidden(
+        Err(match project {
+            Some((t, p)) => {
+                AuthError::forbidden(format!("project {t}/{p} is outside the token's scope"))
+            }
+            None => AuthError::forbidden(
                 "a token scoped to projects may not reach objects outside any project \
                  (dedicated tasks)",
-            )),
-        }
+            ),
+        })
     }
 
     /// Whether a listing shows this caller an object of `project` (`None`: outside any).
+    /// Listings call it per object, so it decides without building a refusal.
     pub fn sees(&self, project: Option<(&TenantId, &ProjectId)>) -> bool {
-        self.require_project(project).is_ok()
+        match self {
+            Caller::Operator { scope, .. } if !scope.is_empty() => {
+                project.is_some_and(|(t, p)| scope_covers(scope, t, p))
+            }
+            _ => true,
+        }
     }
 }
 

@@ -120,7 +120,7 @@ fn operator(
     if scope.is_empty() {
         return Ok(());
     }
-    let covers = |t: &TenantId, p: &ProjectId| scope.iter().any(|s| s.covers(t, Some(p)));
+    let covers = |t: &TenantId, p: &ProjectId| scope_covers(scope, t, p);
     match target {
         Target::Deferred | Target::Missing => Ok(()),
         Target::Project(t, p)

@@ -4,7 +4,6 @@
 use axum::body::Body;
 use axum::extract::{FromRequestParts, RawPathParams, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use squadron_api::Access;
@@ -74,49 +73,24 @@ pub async fn grpc_guard(
     next: Next,
 ) -> Response {
     let Some(access) = squadron_api::grpc_access(request.uri().path()) else {
-        return grpc_refusal(
-            tonic::Code::Unimplemented,
+        return grpc_refusal(tonic::Status::unimplemented(
             "no such method on this listener",
-        );
+        ));
     };
     match admit(&node, &access, &request, |_| None) {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        Err(e) => {
-            let code = match e {
-                AuthError::Unauthenticated(_) => tonic::Code::Unauthenticated,
-                AuthError::Forbidden(_) => tonic::Code::PermissionDenied,
-            };
-            grpc_refusal(code, &e.to_string())
-        }
+        // The one error table maps the code to gRPC, as for every other refusal.
+        Err(e) => grpc_refusal(crate::grpc::status(e.code(), e.to_string())),
     }
 }
 
-/// A trailers-only gRPC answer (HTTP 200, the status in the headers), as tonic sends one.
-fn grpc_refusal(code: tonic::Code, message: &str) -> Response {
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::OK;
-    let headers = response.headers_mut();
-    headers.insert("content-type", HeaderValue::from_static("application/grpc"));
-    headers.insert("grpc-status", HeaderValue::from(code as i32));
-    // grpc-message is percent-encoded text; keeping it to printable ASCII without `%` makes
-    // the encoding the identity.
-    let plain: String = message
-        .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() && c != '%' || c == ' ' {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect();
-    if let Ok(v) = HeaderValue::from_str(&plain) {
-        headers.insert("grpc-message", v);
-    }
-    response
+/// A trailers-only gRPC answer (the status in the headers), as tonic encodes one.
+fn grpc_refusal(status: tonic::Status) -> Response {
+    let (parts, _) = status.into_http().into_parts();
+    Response::from_parts(parts, Body::empty())
 }
 
 #[axum::async_trait]

@@ -20,6 +20,7 @@ use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
 use squadron_pki::{
     load_ca, CertUse, IssuedCert, PkiDir, SecretToken, SpiffeId, SubjectName, TokenKind,
+    LOOPBACK_NAMES,
 };
 
 use super::{parse_id, write, write_as, AppState, JsonBody, RouteBook};
@@ -124,29 +125,20 @@ async fn enroll(
         .map_err(|e| AuthError::Unauthenticated(e.to_string()))?;
     let token_id: TokenId = TokenId::new(token.id())
         .map_err(|_| AuthError::Unauthenticated("the bootstrap token is not accepted".into()))?;
-    let cert = sign(&node, &b.worker, &b.csr_pem, &b.hosts)?;
-    let facts = cert
-        .facts()
-        .map_err(|e| ApiError::internal(format!("the signed certificate: {e}")))?;
-    let serial = CertSerial::new(facts.serial_hex.clone())?;
+    let signed = sign(&node, &b.worker, &b.csr_pem, &b.hosts)?;
     let command = Command::Enroll(cmd::Enroll {
         token: token_id,
         presented: Digest::from_bytes(token.hash().0),
         identity: Identity::Worker(b.worker.clone()),
-        serial: serial.clone(),
-        not_after_ms: facts.not_after_ms,
+        serial: signed.serial.clone(),
+        not_after_ms: signed.not_after_ms,
     });
     // Nobody is authenticated yet: the token is checked by the command itself, which the
     // node proposes as its own act.
     let subject = squadron_core::access::Subject::Node(node.id);
     let Json(outcome) = write_as(&node, subject, &headers, command).await?;
     match outcome {
-        Outcome::Enrolled { serial: s, .. } if s == serial => Ok(Json(Enrolled {
-            cert_pem: cert.cert_pem.clone(),
-            ca_pem: cert.ca_pem.clone(),
-            serial: serial.to_string(),
-            not_after_ms: facts.not_after_ms,
-        })),
+        Outcome::Enrolled { serial, .. } => signed.answer(&serial),
         other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
     }
 }
@@ -159,25 +151,41 @@ async fn renew(
     JsonBody(b): JsonBody<RenewCertificate>,
 ) -> Result<Json<Enrolled>, ApiError> {
     let worker: WorkerId = parse_id("worker_id", &id)?;
-    let cert = sign(&node, &worker, &b.csr_pem, &b.hosts)?;
-    let facts = cert
-        .facts()
-        .map_err(|e| ApiError::internal(format!("the signed certificate: {e}")))?;
-    let serial = CertSerial::new(facts.serial_hex.clone())?;
+    let signed = sign(&node, &worker, &b.csr_pem, &b.hosts)?;
     let command = Command::RecordCertificate(cmd::RecordCertificate {
         identity: Identity::Worker(worker),
-        serial: serial.clone(),
-        not_after_ms: facts.not_after_ms,
+        serial: signed.serial.clone(),
+        not_after_ms: signed.not_after_ms,
     });
     let Json(outcome) = write(&node, &caller, &headers, command).await?;
     match outcome {
-        Outcome::CertificateRecorded { serial: s, .. } if s == serial => Ok(Json(Enrolled {
-            cert_pem: cert.cert_pem.clone(),
-            ca_pem: cert.ca_pem.clone(),
-            serial: serial.to_string(),
-            not_after_ms: facts.not_after_ms,
-        })),
+        Outcome::CertificateRecorded { serial, .. } => signed.answer(&serial),
         other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+/// A certificate signed here, answered only once its record is applied.
+struct Signed {
+    cert: IssuedCert,
+    serial: CertSerial,
+    not_after_ms: u64,
+}
+
+impl Signed {
+    /// The answer, if the applied record is this certificate's (a keyed retry's outcome
+    /// names the first request's certificate, whose key this request does not hold).
+    fn answer(self, recorded: &CertSerial) -> Result<Json<Enrolled>, ApiError> {
+        if *recorded != self.serial {
+            return Err(ApiError::internal(format!(
+                "the applied record names certificate {recorded}, not the one signed here"
+            )));
+        }
+        Ok(Json(Enrolled {
+            cert_pem: self.cert.cert_pem,
+            ca_pem: self.cert.ca_pem,
+            serial: self.serial.to_string(),
+            not_after_ms: self.not_after_ms,
+        }))
     }
 }
 
@@ -187,7 +195,7 @@ fn sign(
     worker: &WorkerId,
     csr_pem: &str,
     hosts: &[String],
-) -> Result<IssuedCert, ApiError> {
+) -> Result<Signed, ApiError> {
     if hosts.len() > ENROLL_HOSTS_MAX {
         return Err(ApiError::invalid(
             "hosts",
@@ -197,11 +205,12 @@ fn sign(
     let pki = PkiDir::of_data_dir(&node.config.data_dir);
     let ca = load_ca(&pki)
         .map_err(|e| ApiError::unavailable(format!("this node cannot sign certificates: {e}")))?;
-    let mut names: Vec<SubjectName> = ["127.0.0.1", "localhost", "::1"]
+    let names: Vec<SubjectName> = LOOPBACK_NAMES
         .iter()
-        .map(|h| SubjectName::of_host(h))
+        .copied()
+        .chain(hosts.iter().map(String::as_str))
+        .map(SubjectName::of_host)
         .collect();
-    names.extend(hosts.iter().map(|h| SubjectName::of_host(h)));
     let pem = ca
         .sign_csr(
             csr_pem,
@@ -211,5 +220,13 @@ fn sign(
             CertUse::ServerAndClient,
         )
         .map_err(|e| ApiError::invalid("csr_pem", e.to_string()))?;
-    Ok(IssuedCert::new(pem, String::new(), ca.cert_pem()))
+    let cert = IssuedCert::new(pem, String::new(), ca.cert_pem());
+    let facts = cert
+        .facts()
+        .map_err(|e| ApiError::internal(format!("the signed certificate: {e}")))?;
+    Ok(Signed {
+        serial: CertSerial::new(facts.serial_hex)?,
+        not_after_ms: facts.not_after_ms,
+        cert,
+    })
 }
