@@ -180,17 +180,21 @@ impl Cluster {
     /// is then known to carry the cluster's admin token.
     fn init_pki(&self, configs: &[PathBuf], token_file: &Path) {
         let pki = pki();
-        let out = Command::new(BIN)
-            .arg("init")
+        let mut init = Command::new(BIN);
+        init.arg("init")
             .args(configs)
             .arg("--ca-cert")
             .arg(&pki.ca_cert)
             .arg("--ca-key")
             .arg(&pki.ca_key)
             .arg("--admin-token-file")
-            .arg(token_file)
-            .output()
-            .expect("squadron init");
+            .arg(token_file);
+        // A joining node takes the cluster's data key, as an operator would hand it over.
+        let key = self.dir.path().join("node1/data/pki/data.key");
+        if key.exists() {
+            init.arg("--data-key").arg(key);
+        }
+        let out = init.output().expect("squadron init");
         assert!(
             out.status.success(),
             "squadron init: {}",

@@ -1,16 +1,21 @@
 //! The API's wire types, defined once: the server serializes exactly what the client, the
 //! worker and the CLI deserialize. It holds only data (serde), no transport.
 //!
-//! Today this is the access rules of every route and method, the error body and the token
-//! bodies; the other request and response bodies
+//! Today this is the access rules of every route and method, the error body and the token,
+//! enrollment and credential bodies; the other request and response bodies
 //! move here next (issue 12, item 1), each area in its own module.
 
 pub mod access;
+pub mod credentials;
 pub mod enrollment;
 pub mod error_body;
 pub mod tokens;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
+pub use credentials::{
+    CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease, LeasedValue,
+    PutCredential, RotateCredential,
+};
 pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, RenewCertificate};
 pub use error_body::ErrorBody;
 pub use tokens::{CreateToken, CreatedToken, TokenView};

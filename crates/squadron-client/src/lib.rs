@@ -25,6 +25,7 @@
 pub mod agent_types;
 mod agents;
 mod cluster;
+mod credential_store;
 pub mod credentials;
 mod error;
 pub mod grpc_leader;
@@ -50,8 +51,9 @@ pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
 pub use squadron_api::{
-    CreateToken, CreatedToken, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap,
-    RenewCertificate, TokenView,
+    CreateToken, CreatedToken, CredentialLeaseGrant, CredentialLeaseView, CredentialView,
+    EnrollWorker, Enrolled, GrantCredentialLease, LeasedValue, MintBootstrap, MintedBootstrap,
+    PutCredential, RenewCertificate, RotateCredential, TokenView,
 };
 pub use squadron_pki::WORKER_CERT_NAME;
 pub use types::*;

@@ -291,7 +291,12 @@ impl State {
     }
 
     /// The worker's report must come from the task's owner, for its current attempt.
-    fn check_owner(&self, task: &Task, worker: &WorkerId, attempt: u32) -> Result<(), Rejection> {
+    pub(crate) fn check_owner(
+        &self,
+        task: &Task,
+        worker: &WorkerId,
+        attempt: u32,
+    ) -> Result<(), Rejection> {
         if task.worker.as_ref() != Some(worker) {
             return Err(Rejection::NotTaskOwner {
                 reason: format!(
@@ -350,6 +355,7 @@ impl State {
             if let Some(w) = self.workers.get_mut(&worker) {
                 w.tasks.remove(&id);
             }
+            self.end_credential_lease(now, id, &format!("task ended {to}"));
         }
         Ok(Outcome::TransitionRecorded { state: to })
     }
@@ -460,6 +466,9 @@ impl State {
                 task.entered_at_ms.insert(to, now);
                 failed.push(id);
             }
+        }
+        for id in requeued.iter().chain(&failed) {
+            self.end_credential_lease(now, *id, &format!("worker {worker} {why}"));
         }
         (requeued, failed)
     }

@@ -222,6 +222,7 @@ impl State {
         }
         report.idempotency_pruned = self.idempotency.prune(now);
         self.prune_access(now);
+        self.prune_credential_leases(now);
         Ok(Outcome::Swept(report))
     }
 }

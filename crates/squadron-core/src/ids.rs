@@ -206,6 +206,10 @@ number_id!(
     /// A task, assigned on submission; rising ids are also submission order.
     TaskId, "task_id"
 );
+number_id!(
+    /// A session-scoped credential lease, assigned on grant (INV-13).
+    CredentialLeaseId, "credential_lease"
+);
 
 /// A profile's runtime generation. Zero means no lease was ever granted; each successful
 /// acquisition raises it by exactly one (INV-3).

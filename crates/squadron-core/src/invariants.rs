@@ -18,7 +18,57 @@ impl State {
         self.check_mailboxes()?;
         self.check_tasks()?;
         self.check_access()?;
+        self.check_credentials()?;
         self.idempotency.check()
+    }
+
+    /// INV-13's bookkeeping: live credentials hold a well-formed sealed value and revoked ones
+    /// none; each task has at most one active lease, for its current attempt on its worker.
+    fn check_credentials(&self) -> Result<(), String> {
+        use crate::limits::{CREDENTIALS_MAX, CREDENTIAL_LEASES_MAX};
+        let c = &self.credentials;
+        if c.credentials.len() > CREDENTIALS_MAX || c.leases.len() > CREDENTIAL_LEASES_MAX {
+            return Err("credentials: a record bound is exceeded".into());
+        }
+        for (id, cred) in &c.credentials {
+            let sealed_ok = match &cred.sealed {
+                Some(s) => !cred.is_revoked() && s.check("sealed").is_ok(),
+                None => cred.is_revoked(),
+            };
+            if &cred.id != id || cred.version == 0 || !sealed_ok {
+                return Err(format!("credentials: credential {id} is malformed"));
+            }
+        }
+        for (id, lease) in &c.leases {
+            if lease.id != *id || *id >= c.next_lease_id {
+                return Err(format!("credentials: lease {id} stored under another id"));
+            }
+        }
+        let active = c.leases.values().filter(|l| l.is_active()).count();
+        if active != c.active_by_task.len() {
+            return Err("credentials: active leases and their index disagree".into());
+        }
+        for (task, id) in &c.active_by_task {
+            let lease = c
+                .leases
+                .get(id)
+                .filter(|l| l.is_active() && l.task == *task)
+                .ok_or_else(|| format!("credentials: task {task} indexes a dead lease {id}"))?;
+            let t = self
+                .tasks
+                .get(task)
+                .ok_or_else(|| format!("credentials: lease {id} of a missing task {task}"))?;
+            if t.state.is_terminal()
+                || t.attempt != lease.attempt
+                || t.worker.as_ref() != Some(&lease.worker)
+            {
+                return Err(format!(
+                    "credentials: lease {id} outlived attempt {} of task {task}",
+                    lease.attempt
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The trust boundary's records agree with each other and stay within their bounds.

@@ -1,5 +1,6 @@
-//! Decoders for what earlier versions wrote: log encoding 1 (commands without subjects) and
-//! snapshot version 1 (the state before the trust boundary). Old entries are applied as
+//! Decoders for what earlier versions wrote: log encoding 1 (commands without subjects),
+//! snapshot version 1 (the state before the trust boundary) and version 2 (before
+//! credentials). Old entries are applied as
 //! `Subject::Legacy`, exactly as they were applied then, so a data directory written by an
 //! earlier build replays to the state it had. Nothing here is ever encoded.
 
@@ -9,6 +10,7 @@ use serde::Deserialize;
 
 use crate::access::{AccessState, Subject, TaskLineage};
 use crate::command::{self as cmd, Batch, BatchedCommand, Command, CommandEnvelope};
+use crate::credential::CredentialState;
 use crate::idempotency::IdempotencyLedger;
 use crate::ids::{
     IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
@@ -174,6 +176,23 @@ impl From<StateV1> for State {
             idempotency: v1.idempotency,
             access: AccessState::default(),
             lineage: TaskLineage::default(),
+            credentials: CredentialState::default(),
+        }
+    }
+}
+
+/// Snapshot version 2: version 1's fields, then the trust boundary and lineage; no
+/// credentials. bincode lays a struct and a tuple out alike (its fields in order, nothing
+/// between), so version 1's struct followed by the two new fields decodes it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV2(StateV1, AccessState, TaskLineage);
+
+impl From<StateV2> for State {
+    fn from(StateV2(v1, access, lineage): StateV2) -> Self {
+        State {
+            access,
+            lineage,
+            ..v1.into()
         }
     }
 }

@@ -12,6 +12,7 @@
 
 mod apply_access;
 mod apply_capsules;
+mod apply_credentials;
 mod apply_leases;
 mod apply_mailboxes;
 mod apply_projects;
@@ -23,6 +24,7 @@ pub mod access;
 pub mod capsule;
 pub mod codec;
 pub mod command;
+pub mod credential;
 pub mod error_code;
 pub mod idempotency;
 pub mod ids;

@@ -236,3 +236,18 @@ pub const AUDIT_RECORDS_KEPT: usize = 10_000;
 pub const CHILD_TASKS_PER_TASK_MAX: usize = 1_000;
 /// Length of a revocation reason.
 pub const REVOCATION_REASON_BYTES_MAX: usize = 512;
+
+// --- credentials (INV-13) ---------------------------------------------------------------------
+
+/// Credentials the state holds, revoked ones included.
+pub const CREDENTIALS_MAX: usize = 10_000;
+/// Largest secret value, before sealing (an API key, a token, a small key file).
+pub const CREDENTIAL_VALUE_BYTES_MAX: usize = 64 * 1024;
+/// Largest sealed value the state accepts: the value plus the AEAD's nonce and tag.
+pub const CREDENTIAL_SEALED_BYTES_MAX: usize = CREDENTIAL_VALUE_BYTES_MAX + 64;
+/// Length of a credential's description.
+pub const CREDENTIAL_DESCRIPTION_BYTES_MAX: usize = 256;
+/// Credential leases the state holds, revoked ones included until pruned.
+pub const CREDENTIAL_LEASES_MAX: usize = 100_000;
+/// How long a revoked credential lease stays listed before the sweep prunes it.
+pub const CREDENTIAL_LEASE_RETENTION_MS: u64 = 24 * 3_600 * 1_000;

@@ -24,6 +24,8 @@ pub enum Entity {
     Relation,
     Token,
     Certificate,
+    Credential,
+    CredentialLease,
 }
 
 impl Entity {
@@ -39,6 +41,8 @@ impl Entity {
             Entity::Relation => "relation",
             Entity::Token => "token",
             Entity::Certificate => "certificate",
+            Entity::Credential => "credential",
+            Entity::CredentialLease => "credential lease",
         }
     }
 }
@@ -136,6 +140,9 @@ pub enum Rejection {
     /// expired, revoked). The reason never repeats the secret.
     #[error("not authenticated: {reason}")]
     Unauthenticated { reason: String },
+    /// A manifest names a credential whose value was revoked.
+    #[error("{field}: credential {id} is revoked")]
+    CredentialRevoked { field: String, id: String },
 }
 
 impl Rejection {
@@ -190,7 +197,8 @@ impl Rejection {
             | Rejection::AckBeyondHead { .. }
             | Rejection::LifecycleNoise
             | Rejection::ProviderNotAllowed { .. }
-            | Rejection::WorkerUnavailable { .. } => ErrorCode::FailedPrecondition,
+            | Rejection::WorkerUnavailable { .. }
+            | Rejection::CredentialRevoked { .. } => ErrorCode::FailedPrecondition,
             Rejection::ProfileLimitReached { .. }
             | Rejection::CapacityFull { .. }
             | Rejection::MailboxFull { .. }

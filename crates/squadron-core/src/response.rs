@@ -5,7 +5,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::access::{CertSerial, Identity, TokenId};
 
-use crate::ids::{Digest, Generation, LeaseId, ProfileId, TaskId};
+use crate::credential::SealedSecret;
+use crate::ids::{CredentialId, CredentialLeaseId, Digest, Generation, LeaseId, ProfileId, TaskId};
 use crate::rejection::Rejection;
 use crate::task::TaskState;
 
@@ -163,4 +164,28 @@ pub enum Outcome {
         identity: Identity,
         certificates: u32,
     },
+    CredentialStored {
+        id: CredentialId,
+        version: u32,
+    },
+    CredentialRevoked {
+        id: CredentialId,
+        leases_revoked: u32,
+    },
+    /// The sealed values travel in the answer, never in the log; the proposing node opens
+    /// them for the worker.
+    CredentialLeaseGranted {
+        lease: CredentialLeaseId,
+        session: String,
+        credentials: Vec<GrantedCredential>,
+    },
+}
+
+/// One value of a granted lease, still sealed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantedCredential {
+    pub id: CredentialId,
+    pub mount: String,
+    pub version: u32,
+    pub sealed: SealedSecret,
 }

@@ -8,8 +8,11 @@ use crate::state::State;
 /// Magic bytes that open every snapshot.
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SQDSNAP\0";
 /// Version of the snapshot layout. Version 2 appended the trust boundary's state (tokens,
-/// certificates, audit) and task lineage; version 1 still decodes, with those empty.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// certificates, audit) and task lineage, version 3 the credentials; earlier versions still
+/// decode, with what they lack empty.
+pub const SNAPSHOT_VERSION: u32 = 3;
+/// The layout before credentials.
+pub const SNAPSHOT_VERSION_V2: u32 = 2;
 /// The layout before the trust boundary.
 pub const SNAPSHOT_VERSION_V1: u32 = 1;
 /// Largest snapshot accepted when decoding.
@@ -63,6 +66,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
     let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
     let (state, used): (State, usize) = match version {
         SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
+        SNAPSHOT_VERSION_V2 => bincode::serde::decode_from_slice(body, config())
+            .map(|(v2, used): (crate::legacy::StateV2, usize)| (v2.into(), used)),
         SNAPSHOT_VERSION_V1 => bincode::serde::decode_from_slice(body, config())
             .map(|(v1, used): (crate::legacy::StateV1, usize)| (v1.into(), used)),
         found => {

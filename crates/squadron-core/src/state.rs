@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::access::{AccessState, AuditLog, OperatorToken, Subject, TaskLineage, TokenId};
 use crate::codec::command_fingerprint;
 use crate::command::{Batch, Command, CommandEnvelope};
+use crate::credential::CredentialState;
 use crate::idempotency::{IdempotencyLedger, IdempotencyLookup};
 use crate::ids::{
     IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
@@ -58,6 +59,9 @@ pub struct State {
     pub(crate) access: AccessState,
     /// Parent links of child tasks.
     pub(crate) lineage: TaskLineage,
+    // From here on: snapshot version 3; earlier versions decode with these empty.
+    /// Sealed credentials and their session leases (INV-13).
+    pub(crate) credentials: CredentialState,
 }
 
 impl Default for State {
@@ -86,6 +90,7 @@ impl State {
             idempotency: IdempotencyLedger::default(),
             access: AccessState::default(),
             lineage: TaskLineage::default(),
+            credentials: CredentialState::default(),
         }
     }
 
@@ -203,6 +208,10 @@ impl State {
             C::Enroll(c) => self.enroll(now, c),
             C::RecordCertificate(c) => self.record_certificate(now, s, c),
             C::RevokeIdentity(c) => self.revoke_identity(now, s, c),
+            C::PutCredential(c) => self.put_credential(now, s, c),
+            C::RotateCredential(c) => self.rotate_credential(now, s, c),
+            C::RevokeCredential(c) => self.revoke_credential(now, s, c),
+            C::GrantCredentialLease(c) => self.grant_credential_lease(now, s, c),
         };
         result.into()
     }
@@ -315,6 +324,10 @@ impl State {
 
     pub fn audit(&self) -> &AuditLog {
         &self.access.audit
+    }
+
+    pub fn credentials(&self) -> &CredentialState {
+        &self.credentials
     }
 
     pub fn lineage(&self) -> &TaskLineage {

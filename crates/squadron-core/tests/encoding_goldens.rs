@@ -71,6 +71,11 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("enroll", r#"{"enroll":{"token":"fedcba9876543210","presented":"abababababababababababababababababababababababababababababababab","identity":{"worker":"w1"},"serial":"0a1b2c","not_after_ms":1700086400000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364641f106665646362613938373635343332313040616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261626162616261620002773106306131623263fd0000018bd50bc400"),
     ("record_certificate", r#"{"record_certificate":{"identity":{"agent":{"task":7}},"serial":"0a1b2d","not_after_ms":1700086400000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642001000706306131623264fd0000018bd50bc400"),
     ("revoke_identity", r#"{"revoke_identity":{"identity":{"worker":"w1"},"reason":"host retired"}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646421000277310c686f73742072657469726564"),
+    ("put_credential", r#"{"put_credential":{"id":"cred_a","description":"ci key","sealed":{"key_id":"0123456789abcdef","nonce":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"ciphertext":[7,7,7,7]}}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642206637265645f61066369206b65791030313233343536373839616263646566180101010101010101010101010101010101010101010101010407070707"),
+    ("rotate_credential", r#"{"rotate_credential":{"id":"cred_a","sealed":{"key_id":"0123456789abcdef","nonce":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"ciphertext":[7,7,7,7]}}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642306637265645f611030313233343536373839616263646566180101010101010101010101010101010101010101010101010407070707"),
+    ("revoke_credential", r#"{"revoke_credential":{"id":"cred_a"}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642406637265645f61"),
+    ("grant_credential_lease", r#"{"grant_credential_lease":{"task":7,"worker":"w1","attempt":1}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464250702773101"),
+
 ];
 
 /// Every `Command` variant once, in declaration order; the last is a batch holding two.
@@ -337,6 +342,10 @@ const VARIANTS: &[&str] = &[
     "enroll",
     "record_certificate",
     "revoke_identity",
+    "put_credential",
+    "rotate_credential",
+    "revoke_credential",
+    "grant_credential_lease",
 ];
 
 fn new_command(json: &str) -> Command {

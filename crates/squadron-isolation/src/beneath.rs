@@ -129,6 +129,18 @@ impl Beneath {
         Ok(File::from(fd))
     }
 
+    /// A regular file beneath this directory, for reading and rewriting in place (never
+    /// created).
+    pub fn read_write(&self, relative: &Path) -> Result<File, BeneathError> {
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = self.openat(relative, flags, Mode::empty())?;
+        let file = self.regular(fd, relative)?;
+        let fd = std::os::fd::OwnedFd::from(file);
+        let flags = rustix::fs::fcntl_getfl(&fd).map_err(|e| self.io(relative, e))?;
+        rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK).map_err(|e| self.io(relative, e))?;
+        Ok(File::from(fd))
+    }
+
     /// The entries of this directory (without `.` and `..`), by name, at most
     /// [`DIR_ENTRIES_MAX`]. Kinds come from the directory itself: a link is `Other`.
     pub fn entries(&self) -> Result<Vec<Entry>, BeneathError> {

@@ -28,6 +28,7 @@ pub mod process_entry;
 pub mod reaper;
 pub mod sandbox_network;
 pub mod sandbox_process;
+pub mod secret_tmpfs;
 pub mod termination;
 
 mod clock;

@@ -85,6 +85,10 @@ impl SandboxProcess {
             ));
         }
         let script = Self::shim_script(launch)?;
+        let (_, environment) = split_environment(&launch.boundary);
+        if !environment.is_empty() {
+            write_environment(&environment_file(&launch.exit_code_file), &environment)?;
+        }
         let stdin = match &launch.stdin {
             Some(path) => Stdio::from(
                 File::open(path).map_err(|e| IsolationError::io("open sandbox stdin", path, e))?,
@@ -121,6 +125,7 @@ impl SandboxProcess {
         }
         let exit_file = path_string(&launch.exit_code_file)?;
         let exit_tmp = format!("{exit_file}.tmp");
+        let (boundary, environment) = split_environment(&launch.boundary);
         let mut script = String::new();
         for procs in launch.leaf.attach_files() {
             let procs = sh_quote(&path_string(&procs)?)?;
@@ -129,12 +134,20 @@ impl SandboxProcess {
                  exit {SHIM_JOIN_FAILED_STATUS}; }}\n"
             ));
         }
+        if !environment.is_empty() {
+            // Open, then unlink: the values exist only behind the descriptor bubblewrap reads.
+            let file = sh_quote(&path_string(&environment_file(&launch.exit_code_file))?)?;
+            script.push_str(&format!(
+                "exec {ENVIRONMENT_FD}< {file} && rm -f {file} || {{ echo \"squadron shim: \
+                 cannot open the environment\" >&2; exit {SHIM_JOIN_FAILED_STATUS}; }}\n"
+            ));
+        }
         // The boundary is the OOM killer's first choice (1000), so an OOM in the leaf ends
         // the provider, not the shim that must record its exit code. Raising needs no
         // privilege, and the boundary cannot lower it again below its starting 0.
         script.push_str(&format!(
             "(echo {OOM_SCORE_ADJ_BOUNDARY} > /proc/self/oom_score_adj; exec {})\n",
-            sh_join(&launch.boundary)?
+            sh_join(&boundary)?
         ));
         script.push_str("code=$?\n");
         script.push_str(&format!(
@@ -260,6 +273,65 @@ fn open_append(root: &Path, path: &Path, what: &'static str) -> Result<File, Iso
         .map_err(|e| IsolationError::io(what, path, std::io::Error::other(e)))
 }
 
+/// The descriptor bubblewrap reads its `--setenv` arguments from (`--args`).
+pub const ENVIRONMENT_FD: u32 = 3;
+
+/// Moves every `--setenv NAME VALUE` of a bubblewrap argv into arguments bubblewrap reads
+/// from [`ENVIRONMENT_FD`] (`--args 3`, NUL-separated), so no value — an allowlisted API
+/// key — shows in `/proc/*/cmdline` or in the shim's script. `BubblewrapCommand::argv`
+/// emits them in one run right after `--clearenv`; that run is what moves, and `--args`
+/// takes its place, so the order bubblewrap applies them in stays the same.
+pub fn split_environment(boundary: &[String]) -> (Vec<String>, Vec<String>) {
+    let Some(clear) = boundary.iter().position(|a| a == "--clearenv") else {
+        return (boundary.to_vec(), Vec::new());
+    };
+    let mut end = clear + 1;
+    while boundary.get(end).is_some_and(|a| a == "--setenv") && end + 2 < boundary.len() {
+        end += 3;
+    }
+    let environment = boundary[clear + 1..end].to_vec();
+    if environment.is_empty() {
+        return (boundary.to_vec(), environment);
+    }
+    let mut argv = boundary[..=clear].to_vec();
+    argv.extend(["--args".to_owned(), ENVIRONMENT_FD.to_string()]);
+    argv.extend_from_slice(&boundary[end..]);
+    (argv, environment)
+}
+
+/// Beside the exit-code file (never in a directory the sandbox sees), for the moment between
+/// the worker writing it and the shim unlinking it.
+fn environment_file(exit_code_file: &Path) -> PathBuf {
+    let mut name = exit_code_file.as_os_str().to_owned();
+    name.push(".env");
+    PathBuf::from(name)
+}
+
+fn write_environment(path: &Path, args: &[String]) -> Result<(), IsolationError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut bytes = Vec::new();
+    for arg in args {
+        if arg.as_bytes().contains(&0) {
+            return Err(IsolationError::invalid(
+                "environment",
+                "a value holds a NUL byte",
+            ));
+        }
+        bytes.extend_from_slice(arg.as_bytes());
+        bytes.push(0);
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| IsolationError::io("write the sandbox environment", path, e))?;
+    file.write_all(&bytes)
+        .map_err(|e| IsolationError::io("write the sandbox environment", path, e))
+}
+
 fn path_string(path: &Path) -> Result<String, IsolationError> {
     path.to_str().map(str::to_owned).ok_or_else(|| {
         IsolationError::invalid("path", format!("{} is not valid UTF-8", path.display()))
@@ -284,6 +356,53 @@ pub(crate) fn sh_join<S: AsRef<str>>(words: &[S]) -> Result<String, IsolationErr
 mod tests {
     use super::*;
     use std::process::Command;
+
+    #[test]
+    fn setenv_arguments_move_behind_the_descriptor_in_their_place() {
+        let argv: Vec<String> = [
+            "bwrap",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--clearenv",
+            "--setenv",
+            "A",
+            "1",
+            "--setenv",
+            "B",
+            "two words",
+            "--chdir",
+            "/w",
+            "--",
+            "/bin/sh",
+            "--setenv",
+        ]
+        .map(String::from)
+        .to_vec();
+        let (boundary, moved) = split_environment(&argv);
+        assert_eq!(
+            boundary,
+            [
+                "bwrap",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--clearenv",
+                "--args",
+                "3",
+                "--chdir",
+                "/w",
+                "--",
+                "/bin/sh",
+                "--setenv"
+            ]
+        );
+        assert_eq!(moved, ["--setenv", "A", "1", "--setenv", "B", "two words"]);
+        let none: Vec<String> = ["bwrap", "--clearenv", "--", "true"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(split_environment(&none), (none.clone(), Vec::new()));
+    }
 
     #[test]
     fn plain_words_stay_readable() {

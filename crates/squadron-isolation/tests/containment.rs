@@ -297,6 +297,41 @@ fn an_unprivileged_sandbox_user_cannot_read_root_only_files() {
 }
 
 #[test]
+fn environment_values_reach_the_sandbox_but_no_command_line() {
+    let fx = Fixture::new();
+    let leaf = fx.leaf("environment");
+    let value = format!("sk-env-{}", std::process::id() * 31);
+    let command = BubblewrapCommand::new(sh("echo \"$API_KEY:$LANG\" > /out/seen; sleep 2")).env(
+        BTreeMap::from([
+            ("API_KEY".to_string(), value.clone()),
+            ("LANG".to_string(), "C.UTF-8".to_string()),
+        ]),
+    );
+    let (mut process, launch) = fx.launch_with(&leaf, command);
+    assert_eq!(
+        wait_file(&fx.path("out/seen")),
+        format!("{value}:C.UTF-8\n")
+    );
+    for entry in fs::read_dir("/proc").expect("/proc").flatten() {
+        let cmdline = fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        assert!(
+            !cmdline.windows(value.len()).any(|w| w == value.as_bytes()),
+            "/proc/{}/cmdline holds the value",
+            entry.file_name().to_string_lossy()
+        );
+    }
+    let script = SandboxProcess::shim_script(&launch).expect("script");
+    assert!(
+        !script.contains(&value) && script.contains("--args"),
+        "{script}"
+    );
+    // The file that carried them is gone once the shim has it open.
+    let carried = format!("{}.env", launch.exit_code_file.display());
+    assert!(!Path::new(&carried).exists(), "{carried} is left");
+    assert_eq!(process.wait().expect("wait").code(), Some(0));
+}
+
+#[test]
 fn the_shim_records_the_exit_code_and_refuses_a_second_run() {
     let fx = Fixture::new();
     let leaf = fx.leaf("exit-code");

@@ -23,6 +23,9 @@ pub enum PkiError {
     },
     #[error("{path}: {why}")]
     File { path: PathBuf, why: String },
+    /// Sealing or opening a credential value failed; never carries the value.
+    #[error("data key: {0}")]
+    DataKey(String),
 }
 
 impl PkiError {

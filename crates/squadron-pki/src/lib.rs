@@ -5,11 +5,13 @@
 //! Map: `spiffe_id` (identities), `cluster_ca` (issue and sign), `key_request` (the enrolling
 //! side's key and CSR), `peer_identity` (what a verified certificate says), `tls_config`
 //! (server and client configs, rotation), `tls_listener` / `tls_dialer` (serving and dialing),
-//! `admission` (node-only listeners), `secret_token` (tokens and their hashes),
+//! `admission` (node-only listeners), `secret_token` (tokens and their hashes), `data_key`
+//! (the cluster key credential values are sealed under),
 //! `pki_dir` (files on disk).
 
 pub mod admission;
 pub mod cluster_ca;
+pub mod data_key;
 pub mod error;
 pub mod issued_cert;
 pub mod key_request;
@@ -24,6 +26,7 @@ pub mod tls_listener;
 
 pub use admission::{is_from_node, NodesOnly};
 pub use cluster_ca::{CertUse, ClusterCa, SubjectName};
+pub use data_key::{DataKey, DATA_KEY_FILE_NAME};
 pub use error::PkiError;
 pub use issued_cert::IssuedCert;
 pub use key_request::KeyRequest;

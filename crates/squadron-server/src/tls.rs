@@ -22,6 +22,9 @@ pub const WORKER_CLIENTS_MAX: usize = 1_024;
 /// Everything TLS a node serves and dials with.
 pub struct NodeTls {
     pub identity: TlsIdentity,
+    /// The cluster data key credential values are sealed under (INV-13); `None` on a node
+    /// whose `pki/` has no `data.key` (made before credentials existed).
+    pub data_key: Option<squadron_pki::DataKey>,
     workers: Mutex<BTreeMap<WorkerId, reqwest::Client>>,
 }
 
@@ -47,6 +50,7 @@ impl NodeTls {
         }
         Ok(NodeTls {
             identity,
+            data_key: squadron_pki::DataKey::load(dir)?,
             workers: Mutex::new(BTreeMap::new()),
         })
     }

@@ -22,6 +22,7 @@ use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
+use crate::task::credential_session::{LiveRedactions, REDACTED_FILE_BYTES_MAX};
 use crate::task::outbox_reader::{self, OutboxError};
 use crate::task::task_dir::{TaskDir, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
 
@@ -66,15 +67,20 @@ impl ActiveTasks {
 struct ServerState {
     data_dir: PathBuf,
     active: ActiveTasks,
+    redactions: LiveRedactions,
 }
 
-pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks) -> Router {
+pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks, redactions: LiveRedactions) -> Router {
     Router::new()
         .route("/worker/v1/tasks/:id/logs", get(logs))
         .route("/worker/v1/tasks/:id/artifacts", get(list_artifacts))
         .route("/worker/v1/tasks/:id/artifacts/*name", get(artifact))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(ServerState { data_dir, active })
+        .with_state(ServerState {
+            data_dir,
+            active,
+            redactions,
+        })
 }
 
 /// An error answer, in the control plane's error body (`{code, message, field?}`).
@@ -165,17 +171,52 @@ fn outbox_error(e: OutboxError) -> Response {
     }
 }
 
-/// A progress file's handle and length (0 while it does not exist).
+/// What a read of a log sees: the file itself, or — while the task holds credentials — its
+/// redacted view (`Redactor::view`), whose offsets are the ones the rewritten file will have.
+enum LogSource {
+    File(Option<tokio::fs::File>),
+    View(Vec<u8>),
+}
+
+impl LogSource {
+    async fn read(&mut self, start: u64, end: u64) -> Vec<u8> {
+        match self {
+            LogSource::File(file) => read_range(file.as_mut(), start, end).await,
+            LogSource::View(bytes) => {
+                let len = bytes.len() as u64;
+                let (start, end) = (start.min(len), end.min(len));
+                bytes[start as usize..end.max(start) as usize].to_vec()
+            }
+        }
+    }
+}
+
+/// A progress file and its length (0 while it does not exist), through the task's redactor
+/// when it has one.
 async fn open_log(
     dir: &TaskDir,
     name: &'static str,
-) -> Result<(Option<tokio::fs::File>, u64), OutboxError> {
+    redactions: &LiveRedactions,
+) -> Result<(LogSource, u64), OutboxError> {
     let file = outbox_reader::open_progress(dir, name)?;
     let len = match &file {
         Some(f) => f.metadata().await.map(|m| m.len()).unwrap_or(0),
         None => 0,
     };
-    Ok((file, len))
+    let Some(redactor) = redactions.get(dir.task()) else {
+        return Ok((LogSource::File(file), len));
+    };
+    if len > REDACTED_FILE_BYTES_MAX {
+        return Err(OutboxError::Io(format!(
+            "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while the task holds credentials; \
+             read it once the task has ended"
+        )));
+    }
+    let mut file = file;
+    let raw = read_range(file.as_mut(), 0, len).await;
+    let view = redactor.view(&raw);
+    let len = view.len() as u64;
+    Ok((LogSource::View(view), len))
 }
 
 async fn logs(
@@ -201,23 +242,23 @@ async fn logs(
         if !q.follow {
             return invalid("stream", "stream=all is only served with follow=true");
         }
-        return ndjson_follow(state.active.clone(), dir);
+        return ndjson_follow(state, dir);
     }
     let name = file_of(q.stream);
-    let (mut file, len) = match open_log(&dir, name).await {
+    let (mut source, len) = match open_log(&dir, name, &state.redactions).await {
         Ok(opened) => opened,
         Err(e) => return outbox_error(e),
     };
     let start = match (q.offset, q.tail) {
         (Some(o), _) => o.min(len),
-        (None, Some(n)) => tail_start(file.as_mut(), len, n).await,
+        (None, Some(n)) => tail_start(&mut source, len, n).await,
         (None, None) => 0,
     };
     if q.follow {
-        return raw_follow(state.active.clone(), dir, name, start);
+        return raw_follow(state, dir, name, start);
     }
     let end = len.min(start + LOG_READ_BYTES_MAX);
-    let bytes = read_range(file.as_mut(), start, end).await;
+    let bytes = source.read(start, end).await;
     let mut r = Response::new(Body::from(bytes));
     let h = r.headers_mut();
     h.insert(
@@ -242,12 +283,12 @@ async fn read_range(file: Option<&mut tokio::fs::File>, start: u64, end: u64) ->
 }
 
 /// The offset where the last `n` lines of the file begin.
-async fn tail_start(file: Option<&mut tokio::fs::File>, len: u64, n: u64) -> u64 {
+async fn tail_start(source: &mut LogSource, len: u64, n: u64) -> u64 {
     if n == 0 {
         return len;
     }
     let from = len.saturating_sub(TAIL_SCAN_BYTES_MAX);
-    let buf = read_range(file, from, len).await;
+    let buf = source.read(from, len).await;
     // A final newline ends the last line rather than starting an empty one.
     let body = if buf.last() == Some(&b'\n') {
         &buf[..buf.len() - 1]
@@ -268,22 +309,22 @@ async fn tail_start(file: Option<&mut tokio::fs::File>, len: u64, n: u64) -> u64
 
 /// Streams the file from `start` as it grows, until the task is no longer active and
 /// everything written was sent.
-fn raw_follow(active: ActiveTasks, dir: TaskDir, name: &'static str, start: u64) -> Response {
+fn raw_follow(state: ServerState, dir: TaskDir, name: &'static str, start: u64) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
     let task = dir.task();
     let stream = futures_util::stream::unfold((start, false), move |(offset, done)| {
-        let (active, dir) = (active.clone(), dir.clone());
+        let (state, dir) = (state.clone(), dir.clone());
         async move {
             if done {
                 return None;
             }
             loop {
-                let was_active = active.contains(task);
+                let was_active = state.active.contains(task);
                 // Opened afresh each look (the file may appear late); a link ends the follow.
-                let (mut file, len) = open_log(&dir, name).await.ok()?;
+                let (mut source, len) = open_log(&dir, name, &state.redactions).await.ok()?;
                 if len > offset {
                     let end = len.min(offset + FRAME_DATA_BYTES_MAX as u64);
-                    let bytes = read_range(file.as_mut(), offset, end).await;
+                    let bytes = source.read(offset, end).await;
                     let next = offset + bytes.len() as u64;
                     return Some((Ok::<_, std::io::Error>(bytes), (next, false)));
                 }
@@ -314,23 +355,24 @@ struct Frame<'a> {
 
 /// Interleaves stdout and stderr as NDJSON frames until the task's run has ended and both
 /// files are drained.
-fn ndjson_follow(active: ActiveTasks, dir: TaskDir) -> Response {
+fn ndjson_follow(state: ServerState, dir: TaskDir) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
     let task = dir.task();
     let files = [("stdout", STDOUT_LOG), ("stderr", STDERR_LOG)];
     let stream = futures_util::stream::unfold([0u64, 0u64], move |mut offsets| {
-        let (active, dir) = (active.clone(), dir.clone());
+        let (state, dir) = (state.clone(), dir.clone());
         async move {
             loop {
-                let was_active = active.contains(task);
+                let was_active = state.active.contains(task);
                 let mut out = Vec::new();
                 for (i, (name, file_name)) in files.iter().enumerate() {
-                    let (mut file, len) = open_log(&dir, file_name).await.ok()?;
+                    let (mut source, len) =
+                        open_log(&dir, file_name, &state.redactions).await.ok()?;
                     if len <= offsets[i] {
                         continue;
                     }
                     let end = len.min(offsets[i] + FRAME_DATA_BYTES_MAX as u64);
-                    let bytes = read_range(file.as_mut(), offsets[i], end).await;
+                    let bytes = source.read(offsets[i], end).await;
                     // Cut at a UTF-8 boundary so a character is never split across frames.
                     let valid = match std::str::from_utf8(&bytes) {
                         Ok(_) => bytes.len(),
@@ -409,12 +451,27 @@ async fn artifact(
         Ok(d) => d,
         Err(r) => return r,
     };
-    let file = match outbox_reader::open_artifact(&dir, &name) {
+    let mut file = match outbox_reader::open_artifact(&dir, &name) {
         Ok(f) => tokio::fs::File::from_std(f),
         Err(e) => return outbox_error(e),
     };
-    let len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
-    let body = Body::from_stream(ReaderStream::with_capacity(file, FRAME_DATA_BYTES_MAX));
+    let mut len = file.metadata().await.map(|m| m.len()).unwrap_or(0);
+    // Collected but not yet rewritten: served through the task's redactor.
+    let body = match state.redactions.get(dir.task()) {
+        Some(_) if len > REDACTED_FILE_BYTES_MAX => {
+            return outbox_error(OutboxError::Io(format!(
+                "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while the task holds \
+                 credentials; download it once the task has ended"
+            )))
+        }
+        Some(redactor) => {
+            let raw = read_range(Some(&mut file), 0, len).await;
+            let redacted = redactor.redact(&raw).unwrap_or(raw);
+            len = redacted.len() as u64;
+            Body::from(redacted)
+        }
+        None => Body::from_stream(ReaderStream::with_capacity(file, FRAME_DATA_BYTES_MAX)),
+    };
     let mut r = Response::new(body);
     let h = r.headers_mut();
     h.insert(
@@ -443,12 +500,16 @@ mod tests {
         let p = tmp.path().join("log");
         std::fs::write(&p, b"a\nb\nc\nd\n").unwrap();
         let len = 8;
-        let mut f = tokio::fs::File::open(&p).await.unwrap();
-        assert_eq!(tail_start(Some(&mut f), len, 2).await, 4);
-        let from = tail_start(Some(&mut f), len, 2).await;
-        assert_eq!(read_range(Some(&mut f), from, len).await, b"c\nd\n");
-        assert_eq!(tail_start(Some(&mut f), len, 10).await, 0);
-        assert_eq!(tail_start(Some(&mut f), len, 0).await, len);
-        assert_eq!(tail_start(None, 0, 3).await, 0);
+        let f = tokio::fs::File::open(&p).await.unwrap();
+        let mut source = LogSource::File(Some(f));
+        assert_eq!(tail_start(&mut source, len, 2).await, 4);
+        let from = tail_start(&mut source, len, 2).await;
+        assert_eq!(source.read(from, len).await, b"c\nd\n");
+        assert_eq!(tail_start(&mut source, len, 10).await, 0);
+        assert_eq!(tail_start(&mut source, len, 0).await, len);
+        assert_eq!(tail_start(&mut LogSource::File(None), 0, 3).await, 0);
+        let mut view = LogSource::View(b"a\nb\nc\nd\n".to_vec());
+        assert_eq!(tail_start(&mut view, len, 2).await, 4);
+        assert_eq!(view.read(4, 100).await, b"c\nd\n");
     }
 }

@@ -81,6 +81,11 @@ pub async fn start(
     })?;
     std::fs::create_dir_all(config.data_dir.join("tasks"))
         .map_err(|e| WorkerError::io("creating the data directory", &config.data_dir, e))?;
+    // Credential values never outlive the worker life that was handed them (INV-13).
+    let wiped = crate::task::credential_session::CredentialSession::sweep(&config.data_dir);
+    if !wiped.is_empty() {
+        tracing::info!(?wiped, "wiped credential sessions left by an earlier run");
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| WorkerError::io("binding the output server", config.data_dir.clone(), e))?;
@@ -89,9 +94,11 @@ pub async fn start(
         .map_err(|e| WorkerError::io("reading the bound address", config.data_dir.clone(), e))?;
     config.listen = bound;
     let active = ActiveTasks::default();
+    let redactions = crate::task::credential_session::LiveRedactions::default();
     let control = ControlLink::new(config.clone(), tls.clone())?;
     let agents = agent_supervisor(&config, control.rest());
-    let mut app = output_server::router(config.data_dir.clone(), active.clone());
+    let mut app =
+        output_server::router(config.data_dir.clone(), active.clone(), redactions.clone());
     if let Some(s) = &agents {
         app = app.merge(crate::agent::api::router(s.clone()));
     }
@@ -122,6 +129,7 @@ pub async fn start(
         control: control.clone(),
         runtimes,
         active,
+        redactions,
         env_allowlist,
     });
     let heartbeat = tokio::spawn(heartbeat_loop(

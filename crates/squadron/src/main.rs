@@ -68,6 +68,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(args) => cli::worker::run(&ctx, *args, cli.credentials.cacert).await,
         Command::Task(cmd) => cli::task::run(&ctx, cmd).await,
         Command::Token(cmd) => cli::token::run(&ctx, cmd).await,
+        Command::Credential(cmd) => cli::credential_store::run(&ctx, cmd).await,
         Command::Bench(top) => cli::bench::run(&ctx, top).await,
     }
 }

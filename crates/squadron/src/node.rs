@@ -138,7 +138,7 @@ fn dev_pki(config: &NodeConfig) -> anyhow::Result<bool> {
     let token = config
         .data_dir
         .join(crate::cli::init::ADMIN_TOKEN_FILE_NAME);
-    crate::cli::init::initialise(&[target], None, &token)?;
+    crate::cli::init::initialise(&[target], None, None, &token)?;
     Ok(true)
 }
 

@@ -9,6 +9,7 @@
 
 mod access;
 mod batch;
+mod credentials;
 mod leases;
 mod mailboxes;
 mod projects;
@@ -25,6 +26,7 @@ pub use access::{
     RevokeOperatorToken,
 };
 pub use batch::{Batch, BatchedCommand};
+pub use credentials::{GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential};
 pub use leases::{
     AcquireLease, CommitCapsule, CrashTakeover, FenceLease, GracefulTakeover, NextHolder,
     RecordReapEvidence, ReleaseLease, RenewLease, RenewLeases,
@@ -109,6 +111,12 @@ pub enum Command {
     Enroll(Enroll),
     RecordCertificate(RecordCertificate),
     RevokeIdentity(RevokeIdentity),
+
+    // --- credentials (INV-13) ------------------------------------------------------------
+    PutCredential(PutCredential),
+    RotateCredential(RotateCredential),
+    RevokeCredential(RevokeCredential),
+    GrantCredentialLease(GrantCredentialLease),
 }
 
 impl Command {
@@ -149,6 +157,10 @@ impl Command {
             Command::Enroll(_) => "enroll",
             Command::RecordCertificate(_) => "record_certificate",
             Command::RevokeIdentity(_) => "revoke_identity",
+            Command::PutCredential(_) => "put_credential",
+            Command::RotateCredential(_) => "rotate_credential",
+            Command::RevokeCredential(_) => "revoke_credential",
+            Command::GrantCredentialLease(_) => "grant_credential_lease",
         }
     }
 
@@ -208,6 +220,10 @@ impl Command {
             C::Enroll(c) => format!("{}", c.identity),
             C::RecordCertificate(c) => format!("{}", c.identity),
             C::RevokeIdentity(c) => format!("{}", c.identity),
+            C::PutCredential(c) => format!("credential {}", c.id),
+            C::RotateCredential(c) => format!("credential {}", c.id),
+            C::RevokeCredential(c) => format!("credential {}", c.id),
+            C::GrantCredentialLease(c) => format!("task {}", c.task),
         }
     }
 }

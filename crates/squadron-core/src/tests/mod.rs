@@ -4,6 +4,7 @@
 mod access;
 mod bad_input;
 mod batching;
+mod credentials;
 mod determinism;
 mod invariants_01_06;
 mod invariants_07_09;

@@ -6,6 +6,7 @@ mod agents;
 mod audit;
 mod browser_guard;
 mod cluster;
+mod credentials;
 mod enrollment;
 mod extract;
 mod leases;
@@ -107,6 +108,7 @@ pub fn route_book(node: AppState) -> RouteBook {
     let book = agents::routes(book);
     let book = audit::routes(book);
     let book = tokens::routes(book);
+    let book = credentials::routes(book);
     let book = enrollment::routes(book);
     let book = workers::routes(book);
     plain_routes(book)

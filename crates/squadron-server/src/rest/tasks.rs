@@ -105,6 +105,12 @@ async fn submit(
     };
     let project = spec.placement.project();
     caller.require_project(project.as_ref().map(|(t, p)| (t, p)))?;
+    // A typo in a credential id fails here, not when the sandbox starts (the grant checks
+    // again: this node's view may be behind).
+    read(&node, Consistency::Stale, |s| {
+        s.check_credential_refs(&spec).map_err(ApiError::from)
+    })
+    .await?;
     write(
         &node,
         &caller,

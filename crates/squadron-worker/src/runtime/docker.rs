@@ -323,6 +323,15 @@ impl DockerRuntime {
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
             mounts.push(bind(global, GLOBAL_MOUNT, true, "global_dir")?);
         }
+        if let Some(session) = &spec.credentials {
+            // The container config holds the path, never a value (INV-13).
+            mounts.push(bind(
+                session.host_dir(),
+                session.sandbox_dir(),
+                true,
+                "credentials",
+            )?);
+        }
         let mut host = HostConfig {
             mounts: Some(mounts),
             network_mode: Some(self.network_mode(spec.network)),
@@ -407,6 +416,13 @@ impl DockerRuntime {
 impl Runtime for DockerRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Docker
+    }
+
+    fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
+        if spec.full_control {
+            return Ok((0, 0));
+        }
+        Ok(self.hardened_user(spec)?.pair())
     }
 
     /// Creates the container; if this attempt's container already exists (a previous life

@@ -21,6 +21,7 @@ use squadron_core::ids::TaskId;
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
 
 use crate::error::WorkerError;
+use crate::task::credential_session::CredentialSession;
 use crate::task::task_dir::TaskDir;
 
 /// What to run and inside which boundary. Paths in `argv`, `workdir` and `stdin` are paths
@@ -42,6 +43,8 @@ pub(crate) struct LaunchSpec {
     pub(crate) full_control: bool,
     /// Host directory mounted read-only at `/mnt/global`, when the worker has one.
     pub(crate) global_dir: Option<std::path::PathBuf>,
+    /// The session's credential tmpfs, bound read-only at its sandbox path (INV-13).
+    pub(crate) credentials: Option<CredentialSession>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,4 +115,7 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
 
     /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
     fn break_glass(&self, handle: &SandboxHandle) -> String;
+
+    /// The host (uid, gid) the provider runs as: credential files are given to it.
+    fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError>;
 }

@@ -309,6 +309,9 @@ impl ProcessRuntime {
         if let Some(global) = &spec.global_dir {
             command = command.bind_ro(global, GLOBAL_MOUNT);
         }
+        if let Some(session) = &spec.credentials {
+            command = command.bind_ro(session.host_dir(), session.sandbox_dir());
+        }
         if !spec.workdir.is_empty() {
             command = command.chdir(spec.workdir.clone());
         }
@@ -320,6 +323,10 @@ impl ProcessRuntime {
 impl Runtime for ProcessRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Process
+    }
+
+    fn sandbox_owner(&self, _spec: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
+        Ok(self.config.sandbox_user.map_or((0, 0), SandboxUser::pair))
     }
 
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {

@@ -25,6 +25,7 @@ use crate::runtime::probe::RuntimeSet;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
 use crate::task::checkpoint::TaskCheckpoint;
 use crate::task::collector::{collect, RunFacts};
+use crate::task::credential_session::{CredentialSession, LiveRedactions, Redactor};
 use crate::task::env_allowlist::EnvAllowlist;
 use crate::task::launcher::prepare_launch;
 use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
@@ -42,6 +43,8 @@ pub(crate) struct DriverContext {
     pub(crate) control: ControlLink,
     pub(crate) runtimes: RuntimeSet,
     pub(crate) active: ActiveTasks,
+    /// Credential values of running attempts, for the output server's redaction.
+    pub(crate) redactions: LiveRedactions,
     pub(crate) env_allowlist: EnvAllowlist,
 }
 
@@ -118,6 +121,8 @@ pub(crate) struct TaskDriver {
     spec: TaskSpec,
     dir: TaskDir,
     cancel: watch::Receiver<Option<String>>,
+    /// The attempt's credential values, while it runs (for redaction at its end).
+    redactor: Option<Arc<Redactor>>,
 }
 
 /// How a step ended.
@@ -144,15 +149,13 @@ impl TaskDriver {
             spec,
             dir,
             cancel,
+            redactor: None,
         }
     }
 
     /// Runs the attempt from `state` (the state the control plane reported) to its end.
     pub(crate) async fn run(mut self, mut state: TaskState) {
-        loop {
-            if state.is_terminal() {
-                return;
-            }
+        while !state.is_terminal() {
             let step = match self.step(state).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -162,7 +165,65 @@ impl TaskDriver {
             };
             match step {
                 Step::Next(s) => state = s,
-                Step::Done => return,
+                Step::Done => break,
+            }
+        }
+        self.end_credentials();
+    }
+
+    /// Takes the lease the manifest's credentials need and writes the files for the sandbox
+    /// user; the refusal (a revoked or unknown credential, a lost lease) fails the task.
+    async fn take_credentials(
+        &mut self,
+        runtime: &dyn Runtime,
+        spec: &LaunchSpec,
+    ) -> Result<(), String> {
+        let Some(session) = &spec.credentials else {
+            return Ok(());
+        };
+        let req = squadron_client::GrantCredentialLease {
+            worker: self.ctx.config.id.clone(),
+            attempt: self.attempt,
+        };
+        let grant = self
+            .ctx
+            .control
+            .rest()
+            .grant_credential_lease(self.task, &req)
+            .await
+            .map_err(|e| format!("credentials: {e}"))?;
+        let owner = runtime.sandbox_owner(spec).map_err(|e| e.to_string())?;
+        let redactor = session
+            .fill(&grant, owner)
+            .map_err(|e| format!("credentials: {e}"))?;
+        let ids: Vec<String> = grant.credentials.iter().map(|c| c.id.to_string()).collect();
+        self.event(serde_json::json!({"event": "credentials_leased", "lease": grant.lease.get(), "credentials": ids, "session": grant.session}));
+        let redactor = Arc::new(redactor);
+        self.ctx.redactions.insert(self.task, redactor.clone());
+        self.redactor = Some(redactor);
+        Ok(())
+    }
+
+    /// The attempt is over here: redact what it wrote, then drop the values and the files.
+    fn end_credentials(&mut self) {
+        let Some(session) = CredentialSession::of(
+            &self.ctx.config.data_dir,
+            self.task,
+            self.attempt,
+            &self.spec,
+        ) else {
+            return;
+        };
+        if let Some(redactor) = self.redactor.take() {
+            let (changed, skipped) = redactor.rewrite_outbox(&self.dir);
+            // Readers see the rewritten files from here on, at the offsets the view gave.
+            self.ctx.redactions.remove(self.task);
+            self.event(serde_json::json!({"event": "credentials_redacted", "files": changed, "skipped": skipped}));
+        }
+        match session.wipe() {
+            Ok(()) => self.event(serde_json::json!({"event": "credentials_wiped"})),
+            Err(e) => {
+                tracing::error!(task = %self.task, error = %e, "cannot wipe the credential session")
             }
         }
     }
@@ -345,13 +406,23 @@ impl TaskDriver {
             &staged.workdir,
             &self.ctx.env_allowlist,
         )?;
+        let credentials = CredentialSession::of(
+            &self.ctx.config.data_dir,
+            self.task,
+            self.attempt,
+            &self.spec,
+        );
+        let mut env = plan.env;
+        if let Some(session) = &credentials {
+            env.extend(session.env());
+        }
         Ok(LaunchSpec {
             task: self.task,
             attempt: self.attempt,
             dir: self.dir.clone(),
             argv: plan.argv,
             workdir: plan.workdir,
-            env: plan.env,
+            env,
             limits: self
                 .ctx
                 .config
@@ -360,6 +431,7 @@ impl TaskDriver {
             network: self.spec.sandbox.network_mode,
             full_control: self.spec.sandbox.full_control,
             global_dir: self.ctx.config.global_dir.clone(),
+            credentials,
         })
     }
 
@@ -374,6 +446,9 @@ impl TaskDriver {
         self.ctx.active.insert(self.task);
         let runtime = self.runtime()?;
         let spec = self.launch_spec().await?;
+        if let Some(session) = &spec.credentials {
+            session.prepare()?;
+        }
         let limit = Duration::from_millis(self.spec.lifecycle.provision_timeout_ms);
         let pauses = retry::table(
             &self.spec.lifecycle.retries.provision,
@@ -441,6 +516,9 @@ impl TaskDriver {
         // started a second time.
         if runtime.status(&handle).await? == RunStatus::Created {
             let spec = self.launch_spec().await?;
+            if let Err(why) = self.take_credentials(runtime.as_ref(), &spec).await {
+                return Ok(self.fail(TaskState::Ready, None, why).await);
+            }
             runtime.start(&handle, &spec).await?;
             let now = squadron_client::now_ms();
             self.checkpoint(|c| c.started_at_ms = Some(now));

@@ -3,6 +3,7 @@
 
 pub(crate) mod checkpoint;
 pub(crate) mod collector;
+pub(crate) mod credential_session;
 pub(crate) mod driver;
 pub(crate) mod env_allowlist;
 pub(crate) mod launcher;

@@ -30,6 +30,10 @@ pub struct InitArgs {
     pub ca_cert: Option<PathBuf>,
     #[arg(long, value_name = "FILE", requires = "ca_cert")]
     pub ca_key: Option<PathBuf>,
+    /// The cluster's data key (64 hex digits, a 0600 file) for nodes joining a cluster;
+    /// a new cluster gets a new one. Credential values are sealed under it (INV-13).
+    #[arg(long, value_name = "FILE")]
+    pub data_key: Option<PathBuf>,
     /// Where the first admin token is written (0600); default: `admin.token` next to the
     /// first config (or in --data-dir).
     #[arg(long, value_name = "FILE")]
@@ -81,7 +85,11 @@ pub fn run(args: InitArgs) -> anyhow::Result<()> {
         println!("node certificates re-issued; send each node SIGHUP to load them");
         return Ok(());
     }
-    let first_ca = initialise(&targets, supplied, &token_file)?;
+    let data_key = match &args.data_key {
+        Some(path) => Some(squadron_pki::pki_dir::read_secret_file(path)?),
+        None => None,
+    };
+    let first_ca = initialise(&targets, supplied, data_key.as_deref(), &token_file)?;
     if !targets.iter().any(|t| t.initialiser) {
         println!("export SQUADRON_CACERT={}", first_ca.display());
         return Ok(());
@@ -123,11 +131,12 @@ fn read_ca(cert: &Path, key: &Path) -> anyhow::Result<ClusterCa> {
 }
 
 /// A new cluster (or nodes joining one): refuses any node that already has PKI. The admin
-/// token is made only when one of the targets initialises the cluster. Returns the first
-/// node's CA path.
+/// token and, unless `data_key` brings the cluster's, the data key are made only when one of
+/// the targets initialises the cluster. Returns the first node's CA path.
 pub fn initialise(
     targets: &[NodeTarget],
     supplied: Option<ClusterCa>,
+    data_key: Option<&str>,
     token_file: &Path,
 ) -> anyhow::Result<PathBuf> {
     for t in targets {
@@ -151,6 +160,7 @@ pub fn initialise(
         let cert = issue_node_cert(&ca, t.id, &t.advertised)?;
         t.pki.write_identity(NODE_CERT_NAME, &cert)?;
     }
+    write_data_key(targets, data_key)?;
     // Nodes that join an existing cluster get certificates only: its admin token exists.
     if !targets.iter().any(|t| t.initialiser) {
         return Ok(targets.first().map(|t| t.pki.ca_cert()).unwrap_or_default());
@@ -171,6 +181,31 @@ pub fn initialise(
         AdminTokenRecord::of(&token).write(&t.pki)?;
     }
     Ok(targets.first().map(|t| t.pki.ca_cert()).unwrap_or_default())
+}
+
+/// The same data key into every target: the one given, or a new one for a new cluster.
+/// Nodes joining without the cluster's key get none and say so, since a second key would
+/// seal values the other nodes cannot open.
+fn write_data_key(targets: &[NodeTarget], given: Option<&str>) -> anyhow::Result<()> {
+    let text = match given {
+        Some(text) => {
+            squadron_pki::DataKey::from_hex(text).context("--data-key")?;
+            zeroize::Zeroizing::new(text.trim().to_string())
+        }
+        None if targets.iter().any(|t| t.initialiser) => squadron_pki::DataKey::generate()?.1,
+        None => {
+            eprintln!(
+                "warning: no --data-key given; these nodes cannot open credentials until \
+                 pki/{} holds the cluster's key",
+                squadron_pki::DATA_KEY_FILE_NAME
+            );
+            return Ok(());
+        }
+    };
+    for t in targets {
+        squadron_pki::DataKey::write(&t.pki, &text)?;
+    }
+    Ok(())
 }
 
 /// Rotation: new node certificates from the CA the nodes already hold.

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod capsule;
 pub mod cluster;
 pub mod config_file;
+pub mod credential_store;
 pub mod credentials;
 pub mod evidence;
 pub mod init;
@@ -139,6 +140,10 @@ pub enum Command {
     /// Operator tokens: create (the secret is shown once), list, revoke.
     #[command(subcommand)]
     Token(token::TokenCmd),
+    /// Credentials (admin): put, list, rotate, revoke; values are sealed at rest and reach
+    /// only the sandbox of a task that names them.
+    #[command(subcommand)]
+    Credential(credential_store::CredentialCmd),
     /// A project's release evidence: profiles, peak processes, takeovers, dual writers,
     /// refused stale commits, roster deliveries, MCP denials, leftovers.
     Evidence(evidence::EvidenceArgs),

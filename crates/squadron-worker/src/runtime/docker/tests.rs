@@ -86,6 +86,7 @@ impl Case {
             network: NetworkMode::Isolated,
             full_control: false,
             global_dir: None,
+            credentials: None,
         }
     }
 

@@ -120,6 +120,7 @@ fn launch_spec(data: &Path, task: u64, script: &str) -> LaunchSpec {
         network: NetworkMode::Outbound,
         full_control: false,
         global_dir: Some(global),
+        credentials: None,
     }
 }
 

@@ -117,6 +117,9 @@ mod tests {
         fn break_glass(&self, _: &SandboxHandle) -> String {
             String::new()
         }
+        fn sandbox_owner(&self, _: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
+            Err(WorkerError::runtime("flaky", "not used"))
+        }
     }
 
     fn launch_spec(tmp: &std::path::Path) -> LaunchSpec {
@@ -132,6 +135,7 @@ mod tests {
             network: NetworkMode::Isolated,
             full_control: false,
             global_dir: None,
+            credentials: None,
         }
     }
 

@@ -1,0 +1,148 @@
+//! Credentials (INV-13): storing a value, a credential as listed (never its value), and the
+//! one answer that carries values — a lease grant, to the worker running the task.
+
+use serde::{Deserialize, Serialize};
+use squadron_core::access::Subject;
+use squadron_core::credential::LeasedCredential;
+use squadron_core::ids::{CredentialId, CredentialLeaseId, TaskId, WorkerId};
+
+/// `POST /api/v1/credentials`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutCredential {
+    pub id: CredentialId,
+    /// The secret, as UTF-8 text (an API key, a token).
+    pub value: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+/// `POST /api/v1/credentials/:id/rotate`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotateCredential {
+    pub value: String,
+}
+
+/// `GET /api/v1/credentials`: a credential as listed (never its value, sealed or not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialView {
+    pub id: CredentialId,
+    pub version: u32,
+    pub description: String,
+    pub created_at_ms: u64,
+    pub created_by: Subject,
+    pub updated_at_ms: u64,
+    pub revoked_at_ms: Option<u64>,
+}
+
+/// `POST /api/v1/tasks/:id/credential-lease`: the worker running the task's attempt asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantCredentialLease {
+    pub worker: WorkerId,
+    pub attempt: u32,
+}
+
+/// One value of a grant, opened for the worker.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasedValue {
+    pub id: CredentialId,
+    pub mount: String,
+    pub version: u32,
+    pub value: String,
+}
+
+/// The answer to a grant: where the files go (`/run/squadron/credentials/{session}`) and
+/// what they hold.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialLeaseGrant {
+    pub lease: CredentialLeaseId,
+    pub session: String,
+    pub credentials: Vec<LeasedValue>,
+}
+
+/// `GET /api/v1/tasks/:id/credential-leases`: a lease as listed (never a value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialLeaseView {
+    pub id: CredentialLeaseId,
+    pub task: TaskId,
+    pub attempt: u32,
+    pub worker: WorkerId,
+    pub credentials: Vec<LeasedCredential>,
+    pub granted_at_ms: u64,
+    pub revoked_at_ms: Option<u64>,
+    pub revoked_reason: Option<String>,
+}
+
+// Values stay out of debug output (and so out of logs and panics).
+impl std::fmt::Debug for PutCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PutCredential")
+            .field("id", &self.id)
+            .field("value", &"[REDACTED]")
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for RotateCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RotateCredential")
+            .field("value", &"[REDACTED]")
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for LeasedValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeasedValue")
+            .field("id", &self.id)
+            .field("mount", &self.mount)
+            .field("version", &self.version)
+            .field("value", &"[REDACTED]")
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for CredentialLeaseGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialLeaseGrant")
+            .field("lease", &self.lease)
+            .field("session", &self.session)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_never_show_in_debug_output() {
+        let put = PutCredential {
+            id: CredentialId::new("cred_a").unwrap(),
+            value: "sk-secret-1".into(),
+            description: String::new(),
+        };
+        let grant = CredentialLeaseGrant {
+            lease: CredentialLeaseId::new(1).unwrap(),
+            session: "task-1-a1".into(),
+            credentials: vec![LeasedValue {
+                id: put.id.clone(),
+                mount: "key".into(),
+                version: 1,
+                value: "sk-secret-1".into(),
+            }],
+        };
+        for shown in [format!("{put:?}"), format!("{grant:?}")] {
+            assert!(
+                !shown.contains("sk-secret-1") && shown.contains("REDACTED"),
+                "{shown}"
+            );
+        }
+        let unknown: Result<PutCredential, _> =
+            serde_json::from_str(r#"{"id":"cred_a","value":"v","extra":1}"#);
+        assert!(unknown.is_err());
+    }
+}

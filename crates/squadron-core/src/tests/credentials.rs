@@ -1,0 +1,357 @@
+//! INV-13: the credential store holds sealed values only, and a session lease belongs to one
+//! attempt on one worker and ends with it.
+
+use super::*;
+use crate::command::{Assignment, TransitionDetail};
+use crate::credential::{SealedSecret, SEALED_NONCE_BYTES};
+use crate::ids::CredentialId;
+use crate::snapshot::{decode_snapshot, encode_snapshot, SNAPSHOT_MAGIC, SNAPSHOT_VERSION_V2};
+use crate::task::TaskState::{self, *};
+
+const REFS: &str = "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+    session: { launcher: l, workdir: /workspace, cols: 80, rows: 24 }\n  \
+    credential_refs:\n    - { id: cred_a, mount: key_a }\n    - { id: cred_b, mount: key_b }\n  \
+    readiness: { probes: [] }\n  \
+    observation: { retention_class: short, redaction_profile: secrets-v1 }\n";
+
+fn cid(s: &str) -> CredentialId {
+    CredentialId::new(s).unwrap()
+}
+
+fn sealed(byte: u8) -> SealedSecret {
+    SealedSecret {
+        key_id: "0123456789abcdef".into(),
+        nonce: vec![byte; SEALED_NONCE_BYTES],
+        ciphertext: vec![byte; 40],
+    }
+}
+
+fn put(fx: &mut Fx, id: &str, byte: u8) -> Outcome {
+    fx.ok(Command::PutCredential(PutCredential {
+        id: cid(id),
+        description: "ci key".into(),
+        sealed: sealed(byte),
+    }))
+}
+
+fn worker_subject() -> Subject {
+    Subject::Worker(worker())
+}
+
+/// A task naming cred_a and cred_b, assigned to the fixture's worker and provisioning.
+fn provisioning_task(fx: &mut Fx) -> TaskId {
+    put(fx, "cred_a", 1);
+    put(fx, "cred_b", 2);
+    let task = fx.submit(REFS);
+    fx.ok(Command::AssignTasks(AssignTasks {
+        assignments: vec![Assignment {
+            task,
+            worker: worker(),
+        }],
+    }));
+    move_task(fx, task, Staging, Provisioning);
+    task
+}
+
+fn move_task(fx: &mut Fx, task: TaskId, from: TaskState, to: TaskState) {
+    let attempt = fx.state.task(task).unwrap().attempt;
+    fx.ok_as(
+        &worker_subject(),
+        Command::ReportTransition(ReportTransition {
+            task,
+            worker: worker(),
+            attempt,
+            from,
+            to,
+            detail: TransitionDetail {
+                exit_code: (to == Completing).then_some(0),
+                ..TransitionDetail::default()
+            },
+        }),
+    );
+}
+
+fn grant_cmd(fx: &Fx, task: TaskId) -> Command {
+    Command::GrantCredentialLease(GrantCredentialLease {
+        task,
+        worker: worker(),
+        attempt: fx.state.task(task).unwrap().attempt,
+    })
+}
+
+fn grant(fx: &mut Fx, task: TaskId) -> Outcome {
+    let cmd = grant_cmd(fx, task);
+    fx.ok_as(&worker_subject(), cmd)
+}
+
+#[test]
+fn inv_13_put_rotate_revoke_keep_versions_and_drop_the_value() {
+    let mut fx = Fx::new();
+    assert_eq!(
+        put(&mut fx, "cred_a", 1),
+        Outcome::CredentialStored {
+            id: cid("cred_a"),
+            version: 1
+        }
+    );
+    let again = fx.rejected(Command::PutCredential(PutCredential {
+        id: cid("cred_a"),
+        description: String::new(),
+        sealed: sealed(9),
+    }));
+    assert!(
+        matches!(again, Rejection::AlreadyExists { .. }),
+        "{again:?}"
+    );
+    let rotated = fx.ok(Command::RotateCredential(RotateCredential {
+        id: cid("cred_a"),
+        sealed: sealed(3),
+    }));
+    assert_eq!(
+        rotated,
+        Outcome::CredentialStored {
+            id: cid("cred_a"),
+            version: 2
+        }
+    );
+    assert_eq!(
+        fx.state
+            .credentials()
+            .credential(&cid("cred_a"))
+            .unwrap()
+            .sealed,
+        Some(sealed(3))
+    );
+    fx.ok(Command::RevokeCredential(RevokeCredential {
+        id: cid("cred_a"),
+    }));
+    let revoked = fx.state.credentials().credential(&cid("cred_a")).unwrap();
+    assert!(revoked.sealed.is_none() && revoked.is_revoked());
+    let rotate_revoked = fx.rejected(Command::RotateCredential(RotateCredential {
+        id: cid("cred_a"),
+        sealed: sealed(4),
+    }));
+    assert!(
+        matches!(rotate_revoked, Rejection::CredentialRevoked { .. }),
+        "{rotate_revoked:?}"
+    );
+    // The id may be used again; its version keeps rising.
+    assert_eq!(
+        put(&mut fx, "cred_a", 5),
+        Outcome::CredentialStored {
+            id: cid("cred_a"),
+            version: 3
+        }
+    );
+}
+
+#[test]
+fn inv_13_only_an_admin_stores_credentials_and_bad_shapes_change_nothing() {
+    let mut fx = Fx::new();
+    let denied = fx.rejected_as(
+        &worker_subject(),
+        Command::PutCredential(PutCredential {
+            id: cid("cred_a"),
+            description: String::new(),
+            sealed: sealed(1),
+        }),
+    );
+    assert!(
+        matches!(denied, Rejection::PermissionDenied { .. }),
+        "{denied:?}"
+    );
+    let before = fx.state.clone();
+    for (bad, field) in [
+        (
+            SealedSecret {
+                nonce: vec![0; 24],
+                ..sealed(1)
+            },
+            "sealed.nonce",
+        ),
+        (
+            SealedSecret {
+                key_id: "not-hex".into(),
+                ..sealed(1)
+            },
+            "sealed.key_id",
+        ),
+        (
+            SealedSecret {
+                ciphertext: Vec::new(),
+                ..sealed(1)
+            },
+            "sealed.ciphertext",
+        ),
+    ] {
+        let r = fx.rejected(Command::PutCredential(PutCredential {
+            id: cid("cred_a"),
+            description: String::new(),
+            sealed: bad,
+        }));
+        assert!(
+            matches!(&r, Rejection::Invalid(e) if e.field == field),
+            "{field}: {r:?}"
+        );
+    }
+    let r = fx.rejected(Command::PutCredential(PutCredential {
+        id: cid("cred_a"),
+        description: "x".repeat(300),
+        sealed: sealed(1),
+    }));
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "description"),
+        "{r:?}"
+    );
+    assert_eq!(fx.state.credentials(), before.credentials());
+}
+
+#[test]
+fn inv_13_a_lease_goes_only_to_the_task_s_worker_for_its_attempt() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    let other = WorkerId::new("w2").unwrap();
+    fx.register_worker(other.clone());
+    let r = fx.rejected_as(
+        &Subject::Worker(other.clone()),
+        Command::GrantCredentialLease(GrantCredentialLease {
+            task,
+            worker: other,
+            attempt: 1,
+        }),
+    );
+    assert!(matches!(r, Rejection::NotTaskOwner { .. }), "{r:?}");
+    let r = fx.rejected_as(
+        &Subject::Operator(crate::access::TokenId::new("0000000000000001").unwrap()),
+        grant_cmd(&fx, task),
+    );
+    assert!(matches!(r, Rejection::PermissionDenied { .. }), "{r:?}");
+    let r = fx.rejected_as(
+        &worker_subject(),
+        Command::GrantCredentialLease(GrantCredentialLease {
+            task,
+            worker: worker(),
+            attempt: 2,
+        }),
+    );
+    assert!(matches!(r, Rejection::NotTaskOwner { .. }), "{r:?}");
+
+    let Outcome::CredentialLeaseGranted {
+        lease,
+        session,
+        credentials,
+    } = grant(&mut fx, task)
+    else {
+        panic!()
+    };
+    assert_eq!(session, format!("task-{}-a1", task.get()));
+    let mounts: Vec<_> = credentials
+        .iter()
+        .map(|c| (c.mount.as_str(), c.version))
+        .collect();
+    assert_eq!(mounts, [("key_a", 1), ("key_b", 1)]);
+    assert_eq!(credentials[1].sealed, sealed(2));
+    // Asked again (a lost answer), the same lease comes back.
+    let Outcome::CredentialLeaseGranted { lease: again, .. } = grant(&mut fx, task) else {
+        panic!()
+    };
+    assert_eq!(again, lease);
+    assert_eq!(fx.state.credentials().leases_of(task).count(), 1);
+}
+
+#[test]
+fn inv_13_a_lease_ends_with_the_task_and_is_not_granted_after() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    grant(&mut fx, task);
+    move_task(&mut fx, task, Provisioning, Ready);
+    move_task(&mut fx, task, Ready, Running);
+    assert!(fx.state.credentials().active_lease_of(task).is_some());
+    move_task(&mut fx, task, Running, Completing);
+    move_task(&mut fx, task, Completing, Completed);
+    assert!(fx.state.credentials().active_lease_of(task).is_none());
+    let ended = fx.state.credentials().leases_of(task).next().unwrap();
+    let why = &ended.revoked.as_ref().expect("revoked").reason;
+    assert!(why.contains("COMPLETED"), "{why}");
+    let r = fx.rejected_as(&worker_subject(), grant_cmd(&fx, task));
+    assert!(matches!(r, Rejection::IllegalTransition { .. }), "{r:?}");
+}
+
+#[test]
+fn inv_13_losing_the_worker_ends_the_lease_and_the_next_attempt_gets_its_own() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    grant(&mut fx, task);
+    fx.advance(WORKER_TTL * 2);
+    fx.ok(Command::Sweep);
+    let t = fx.state.task(task).unwrap();
+    assert_eq!((t.state, t.attempt), (Pending, 2));
+    let first = fx.state.credentials().leases_of(task).next().unwrap();
+    assert!(first.revoked.as_ref().unwrap().reason.contains("lost"));
+    assert!(fx.state.credentials().active_lease_of(task).is_none());
+}
+
+#[test]
+fn inv_13_revoking_a_credential_ends_the_leases_holding_it_and_names_the_field() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    grant(&mut fx, task);
+    let out = fx.ok(Command::RevokeCredential(RevokeCredential {
+        id: cid("cred_b"),
+    }));
+    assert_eq!(
+        out,
+        Outcome::CredentialRevoked {
+            id: cid("cred_b"),
+            leases_revoked: 1
+        }
+    );
+    assert!(fx.state.credentials().active_lease_of(task).is_none());
+    let r = fx.rejected_as(&worker_subject(), grant_cmd(&fx, task));
+    assert!(
+        matches!(&r, Rejection::CredentialRevoked { field, .. }
+            if field == "startup_profile.credential_refs[1].id"),
+        "{r:?}"
+    );
+    let spec = fx.state.task(task).unwrap().spec.clone();
+    let r = fx.state.check_credential_refs(&spec).unwrap_err();
+    assert!(matches!(r, Rejection::CredentialRevoked { .. }), "{r:?}");
+}
+
+#[test]
+fn inv_13_the_checker_catches_a_lease_that_outlives_its_attempt() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    grant(&mut fx, task);
+    let mut broken = fx.state.clone();
+    broken.tasks.get_mut(&task).unwrap().attempt = 2;
+    let e = broken.check_invariants().unwrap_err();
+    assert!(e.contains("outlived"), "{e}");
+    let mut broken = fx.state.clone();
+    broken
+        .credentials
+        .credentials
+        .get_mut(&cid("cred_a"))
+        .unwrap()
+        .sealed = None;
+    assert!(broken.check_invariants().unwrap_err().contains("malformed"));
+}
+
+#[test]
+fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    grant(&mut fx, task);
+    let bytes = encode_snapshot(&fx.state);
+    assert_eq!(decode_snapshot(&bytes).unwrap(), fx.state);
+
+    // A version-2 snapshot is this layout without the trailing credential state; an empty
+    // one encodes as three empty maps and the first lease id, one byte each.
+    let empty = Fx::new().state;
+    let v3 = encode_snapshot(&empty);
+    let header = SNAPSHOT_MAGIC.len() + 4;
+    let mut v2 = SNAPSHOT_MAGIC.to_vec();
+    v2.extend_from_slice(&SNAPSHOT_VERSION_V2.to_be_bytes());
+    v2.extend_from_slice(&v3[header..v3.len() - 4]);
+    assert_eq!(decode_snapshot(&v2).unwrap(), empty);
+}

@@ -1,0 +1,232 @@
+//! Credentials (INV-13): an admin puts, lists, rotates and revokes; the worker running a
+//! task takes its lease. The value is sealed here, under the cluster data key, before the
+//! command is proposed — only ciphertext reaches the log — and opened here again for the one
+//! worker the core granted it to.
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::routing::{delete, get, post};
+use axum::Json;
+use squadron_api::{
+    Access, CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease,
+    LeasedValue, PutCredential, RotateCredential, Scope,
+};
+use squadron_core::command as cmd;
+use squadron_core::credential::SealedSecret;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::{CredentialId, TaskId};
+use squadron_core::response::GrantedCredential;
+use squadron_core::{Command, Outcome};
+use squadron_pki::DataKey;
+
+use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use crate::authz::Caller;
+use crate::error::ApiError;
+
+pub fn routes(book: RouteBook) -> RouteBook {
+    book.add(
+        "POST",
+        "/api/v1/credentials",
+        "Store a credential; the value is sealed under the cluster data key before it is replicated",
+        Some("PutCredential"),
+        Access::admin(),
+        post(put),
+    )
+    .add(
+        "GET",
+        "/api/v1/credentials",
+        "List credentials (ids, versions, descriptions; never a value)",
+        None,
+        Access::admin(),
+        get(list),
+    )
+    .add(
+        "POST",
+        "/api/v1/credentials/:id/rotate",
+        "Replace a credential's value; leases granted before keep their version",
+        Some("RotateCredential"),
+        Access::admin(),
+        post(rotate),
+    )
+    .add(
+        "DELETE",
+        "/api/v1/credentials/:id",
+        "Revoke a credential: its value leaves the state and the leases holding it end",
+        None,
+        Access::admin(),
+        delete(revoke),
+    )
+    .add(
+        "POST",
+        "/api/v1/tasks/:id/credential-lease",
+        "The worker running the task's attempt takes the values its manifest names",
+        Some("GrantCredentialLease"),
+        Access::worker_only(Scope::Body),
+        post(grant),
+    )
+    .add(
+        "GET",
+        "/api/v1/tasks/:id/credential-leases",
+        "A task's credential leases: versions, holders, when they ended (never a value)",
+        None,
+        Access::viewer(Scope::Task),
+        get(leases),
+    )
+}
+
+fn data_key(node: &AppState) -> Result<&DataKey, ApiError> {
+    node.tls.data_key.as_ref().ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::FailedPrecondition,
+            format!(
+                "node {} has no cluster data key (pki/{}): credentials cannot be sealed or \
+                 opened here; copy the cluster's key there (squadron init --data-key)",
+                node.id,
+                squadron_pki::DATA_KEY_FILE_NAME
+            ),
+        )
+    })
+}
+
+fn seal(node: &AppState, id: &CredentialId, value: &str) -> Result<SealedSecret, ApiError> {
+    data_key(node)?
+        .seal(id, value.as_bytes())
+        .map_err(|e| ApiError::invalid("value", e.to_string()))
+}
+
+async fn put(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<PutCredential>,
+) -> Result<Json<Outcome>, ApiError> {
+    let sealed = seal(&node, &b.id, &b.value)?;
+    let command = Command::PutCredential(cmd::PutCredential {
+        id: b.id,
+        description: b.description,
+        sealed,
+    });
+    write(&node, &caller, &headers, command).await
+}
+
+async fn rotate(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<RotateCredential>,
+) -> Result<Json<Outcome>, ApiError> {
+    let id: CredentialId = parse_id("credential_id", &id)?;
+    let sealed = seal(&node, &id, &b.value)?;
+    let command = Command::RotateCredential(cmd::RotateCredential { id, sealed });
+    write(&node, &caller, &headers, command).await
+}
+
+async fn revoke(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Outcome>, ApiError> {
+    let id: CredentialId = parse_id("credential_id", &id)?;
+    let command = Command::RevokeCredential(cmd::RevokeCredential { id });
+    write(&node, &caller, &headers, command).await
+}
+
+async fn list(
+    State(node): State<AppState>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<CredentialView>>, ApiError> {
+    read(&node, q.consistency, |s| {
+        let views = s.credentials().credentials().map(|c| CredentialView {
+            id: c.id.clone(),
+            version: c.version,
+            description: c.description.clone(),
+            created_at_ms: c.created_at_ms,
+            created_by: c.created_by.clone(),
+            updated_at_ms: c.updated_at_ms,
+            revoked_at_ms: c.revoked_at_ms,
+        });
+        Ok(Json(views.collect()))
+    })
+    .await
+}
+
+async fn grant(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<GrantCredentialLease>,
+) -> Result<Json<CredentialLeaseGrant>, ApiError> {
+    let task: TaskId = parse_id("task_id", &id)?;
+    let key = data_key(&node)?;
+    let command = Command::GrantCredentialLease(cmd::GrantCredentialLease {
+        task,
+        worker: b.worker,
+        attempt: b.attempt,
+    });
+    let Json(outcome) = write(&node, &caller, &headers, command).await?;
+    let Outcome::CredentialLeaseGranted {
+        lease,
+        session,
+        credentials,
+    } = outcome
+    else {
+        return Err(ApiError::internal(format!(
+            "unexpected outcome {outcome:?}"
+        )));
+    };
+    let credentials = credentials
+        .iter()
+        .map(|g| open(key, g))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(CredentialLeaseGrant {
+        lease,
+        session,
+        credentials,
+    }))
+}
+
+fn open(key: &DataKey, granted: &GrantedCredential) -> Result<LeasedValue, ApiError> {
+    let plain = key
+        .open(&granted.id, &granted.sealed)
+        .map_err(|e| ApiError::new(ErrorCode::FailedPrecondition, e.to_string()))?;
+    let value = std::str::from_utf8(&plain)
+        .map_err(|_| ApiError::internal(format!("credential {} is not UTF-8", granted.id)))?
+        .to_string();
+    Ok(LeasedValue {
+        id: granted.id.clone(),
+        mount: granted.mount.clone(),
+        version: granted.version,
+        value,
+    })
+}
+
+async fn leases(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<Vec<CredentialLeaseView>>, ApiError> {
+    let task: TaskId = parse_id("task_id", &id)?;
+    read(&node, q.consistency, |s| {
+        if s.task(task).is_none() {
+            return Err(ApiError::not_found(format!("task {task} not found")));
+        }
+        let views = s
+            .credentials()
+            .leases_of(task)
+            .map(|l| CredentialLeaseView {
+                id: l.id,
+                task: l.task,
+                attempt: l.attempt,
+                worker: l.worker.clone(),
+                credentials: l.credentials.clone(),
+                granted_at_ms: l.granted_at_ms,
+                revoked_at_ms: l.revoked.as_ref().map(|r| r.at_ms),
+                revoked_reason: l.revoked.as_ref().map(|r| r.reason.clone()),
+            });
+        Ok(Json(views.collect()))
+    })
+    .await
+}

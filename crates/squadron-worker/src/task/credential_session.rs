@@ -1,0 +1,371 @@
+//! A task attempt's credentials (INV-13): a tmpfs of its own on the worker,
+//! `{data_dir}/credentials/{session}`, bound read-only into the sandbox at
+//! `/run/squadron/credentials/{session}`. The worker mounts it empty at provisioning (so a
+//! container can be created with the bind), fills it from the lease grant just before the
+//! provider starts (one 0400 file per mount, owned by the sandbox user), and wipes it when
+//! the attempt ends — and, after a restart, every session a previous life left.
+//!
+//! The values stay in the worker's memory only while the attempt runs, for one purpose: the
+//! progress logs and artifacts are rewritten with `[REDACTED:cred_id]` in their place before
+//! the values are dropped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read as _, Seek as _, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use squadron_client::CredentialLeaseGrant;
+use squadron_core::credential::session_name;
+use squadron_core::ids::TaskId;
+use squadron_core::manifest::{CredentialRef, TaskSpec};
+use squadron_isolation::beneath::{Beneath, EntryKind};
+use squadron_isolation::secret_tmpfs::{
+    mount_secret_tmpfs, wipe_secret_tmpfs, SECRET_TMPFS_BYTES_DEFAULT,
+};
+use zeroize::Zeroizing;
+
+use crate::error::WorkerError;
+use crate::task::task_dir::{TaskDir, ARTIFACTS, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
+
+/// Where sessions live under the worker's data directory.
+pub(crate) const CREDENTIALS_DIR: &str = "credentials";
+/// Where a session appears inside the sandbox.
+pub(crate) const SANDBOX_CREDENTIALS_ROOT: &str = "/run/squadron/credentials";
+/// Mode of a credential file: its owner (the sandbox user) reads it, nobody else.
+pub(crate) const CREDENTIAL_FILE_MODE: u32 = 0o400;
+/// Largest file rewritten by redaction; larger ones are left as they are (and say so).
+pub(crate) const REDACTED_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Files under `artifacts/` redaction visits, at most.
+pub(crate) const REDACTED_ARTIFACTS_MAX: usize = 10_000;
+
+/// The session of one attempt whose manifest names credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CredentialSession {
+    host: PathBuf,
+    sandbox: String,
+    refs: Vec<CredentialRef>,
+}
+
+impl CredentialSession {
+    /// `None` when the manifest names no credentials.
+    pub(crate) fn of(data_dir: &Path, task: TaskId, attempt: u32, spec: &TaskSpec) -> Option<Self> {
+        let refs = spec.startup_profile.as_ref()?.credential_refs.clone();
+        if refs.is_empty() {
+            return None;
+        }
+        let session = session_name(task, attempt);
+        Some(CredentialSession {
+            host: data_dir.join(CREDENTIALS_DIR).join(&session),
+            sandbox: format!("{SANDBOX_CREDENTIALS_ROOT}/{session}"),
+            refs,
+        })
+    }
+
+    pub(crate) fn host_dir(&self) -> &Path {
+        &self.host
+    }
+
+    pub(crate) fn sandbox_dir(&self) -> &str {
+        &self.sandbox
+    }
+
+    /// `{MOUNT}_FILE` → the file's path inside the sandbox, for each reference: paths only,
+    /// so they may travel on command lines and in container configs.
+    pub(crate) fn env(&self) -> BTreeMap<String, String> {
+        self.refs
+            .iter()
+            .map(|r| {
+                (
+                    file_variable(&r.mount),
+                    format!("{}/{}", self.sandbox, r.mount),
+                )
+            })
+            .collect()
+    }
+
+    /// Mounts the empty tmpfs (again, after a restart: idempotent).
+    pub(crate) fn prepare(&self) -> Result<(), WorkerError> {
+        mount_secret_tmpfs(&self.host, SECRET_TMPFS_BYTES_DEFAULT).map_err(credentials_error)
+    }
+
+    /// Writes each granted value into its file for `owner`, and returns what redaction needs.
+    pub(crate) fn fill(
+        &self,
+        grant: &CredentialLeaseGrant,
+        owner: (u32, u32),
+    ) -> Result<Redactor, WorkerError> {
+        self.prepare()?;
+        let mut redactor = Redactor::default();
+        for value in &grant.credentials {
+            if !self.refs.iter().any(|r| r.mount == value.mount) {
+                return Err(WorkerError::Invalid {
+                    field: "credential lease".into(),
+                    message: format!(
+                        "the grant names mount {:?} the manifest does not",
+                        value.mount
+                    ),
+                });
+            }
+            let path = self.host.join(&value.mount);
+            write_private(&path, value.value.as_bytes(), owner)?;
+            redactor.add(value.value.as_bytes(), value.id.as_str());
+        }
+        std::os::unix::fs::chown(&self.host, Some(owner.0), Some(owner.1))
+            .map_err(|e| WorkerError::io("chown", &self.host, e))?;
+        std::fs::set_permissions(&self.host, std::fs::Permissions::from_mode(0o500))
+            .map_err(|e| WorkerError::io("chmod", &self.host, e))?;
+        Ok(redactor)
+    }
+
+    /// Drops the files and the tmpfs.
+    pub(crate) fn wipe(&self) -> Result<(), WorkerError> {
+        wipe_secret_tmpfs(&self.host).map_err(credentials_error)
+    }
+
+    /// Wipes every session under `data_dir` (a previous life's): values never outlive the
+    /// worker that held them. Returns the sessions wiped.
+    pub(crate) fn sweep(data_dir: &Path) -> Vec<String> {
+        let root = data_dir.join(CREDENTIALS_DIR);
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return Vec::new();
+        };
+        let mut wiped = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match wipe_secret_tmpfs(&path) {
+                Ok(()) => wiped.push(entry.file_name().to_string_lossy().into_owned()),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot wipe a credential session")
+                }
+            }
+        }
+        wiped
+    }
+}
+
+fn credentials_error(e: squadron_isolation::IsolationError) -> WorkerError {
+    WorkerError::runtime("credentials", e.to_string())
+}
+
+/// `anthropic_api_key` → `ANTHROPIC_API_KEY_FILE`.
+fn file_variable(mount: &str) -> String {
+    let name: String = mount
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{name}_FILE")
+}
+
+fn write_private(path: &Path, bytes: &[u8], owner: (u32, u32)) -> Result<(), WorkerError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(CREDENTIAL_FILE_MODE)
+        .open(path)
+        .map_err(|e| WorkerError::io("create", path, e))?;
+    file.write_all(bytes)
+        .map_err(|e| WorkerError::io("write", path, e))?;
+    std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1))
+        .map_err(|e| WorkerError::io("chown", path, e))
+}
+
+/// Secret values and what stands in for them. Longest first, so a value that contains
+/// another is replaced whole.
+#[derive(Default)]
+pub(crate) struct Redactor {
+    needles: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor")
+            .field("values", &self.needles.len())
+            .finish()
+    }
+}
+
+impl Redactor {
+    fn add(&mut self, value: &[u8], id: &str) {
+        if value.is_empty() {
+            return;
+        }
+        let stand_in = format!("[REDACTED:{id}]").into_bytes();
+        self.needles
+            .push((Zeroizing::new(value.to_vec()), stand_in));
+        self.needles
+            .sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+    }
+
+    /// `bytes` with every value replaced; `None` when none occurs.
+    pub(crate) fn redact(&self, bytes: &[u8]) -> Option<Vec<u8>> {
+        let mut out = bytes.to_vec();
+        let mut changed = false;
+        for (needle, stand_in) in &self.needles {
+            let mut next = Vec::with_capacity(out.len());
+            let mut rest = out.as_slice();
+            while let Some(at) = find(rest, needle) {
+                next.extend_from_slice(&rest[..at]);
+                next.extend_from_slice(stand_in);
+                rest = &rest[at + needle.len()..];
+                changed = true;
+            }
+            next.extend_from_slice(rest);
+            out = next;
+        }
+        changed.then_some(out)
+    }
+
+    /// What a reader may see of a file the provider is still writing: every value replaced,
+    /// and a tail that could be the start of a value held back until it is complete. A view
+    /// of a longer file extends a view of a shorter one, so offsets into it stay valid — and
+    /// the file rewritten at the end (`rewrite_outbox`) extends them too.
+    pub(crate) fn view(&self, raw: &[u8]) -> Vec<u8> {
+        let mut out = self.redact(raw).unwrap_or_else(|| raw.to_vec());
+        let held = self
+            .needles
+            .iter()
+            .flat_map(|(needle, _)| (1..needle.len()).map(move |k| &needle[..k]))
+            .filter(|prefix| out.ends_with(prefix))
+            .map(<[u8]>::len)
+            .max()
+            .unwrap_or(0);
+        out.truncate(out.len() - held);
+        out
+    }
+
+    /// Rewrites the outbox's logs and artifacts in place, never following a link out of it.
+    /// Returns how many files changed, and the ones it could not look at.
+    pub(crate) fn rewrite_outbox(&self, dir: &TaskDir) -> (usize, Vec<String>) {
+        let Ok(outbox) = dir.outbox_beneath() else {
+            return (0, Vec::new());
+        };
+        let mut files: Vec<PathBuf> = [STDOUT_LOG, STDERR_LOG, EVENTS_LOG]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        collect_files(&outbox, Path::new(ARTIFACTS), &mut files);
+        let (mut changed, mut skipped) = (0, Vec::new());
+        for rel in files {
+            match self.rewrite(&outbox, &rel) {
+                Ok(true) => changed += 1,
+                Ok(false) => {}
+                Err(why) => skipped.push(format!("{}: {why}", rel.display())),
+            }
+        }
+        (changed, skipped)
+    }
+
+    fn rewrite(&self, outbox: &Beneath, rel: &Path) -> Result<bool, String> {
+        let mut file = match outbox.read_write(rel) {
+            Ok(f) => f,
+            Err(e) if e.is_missing() => return Ok(false),
+            Err(e) => return Err(e.to_string()),
+        };
+        let len = file.metadata().map_err(|e| e.to_string())?.len();
+        if len > REDACTED_FILE_BYTES_MAX {
+            return Err(format!("larger than {REDACTED_FILE_BYTES_MAX} bytes"));
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+        let Some(redacted) = self.redact(&bytes) else {
+            return Ok(false);
+        };
+        file.rewind().map_err(|e| e.to_string())?;
+        file.set_len(0).map_err(|e| e.to_string())?;
+        file.write_all(&redacted).map_err(|e| e.to_string())?;
+        file.sync_all().map_err(|e| e.to_string())?;
+        Ok(true)
+    }
+}
+
+/// The redactors of the attempts running on this worker, shared by the drivers (which add one
+/// before the provider starts and drop it once the files are rewritten) and the output
+/// server (which serves those tasks' logs and artifacts through it meanwhile).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LiveRedactions(Arc<Mutex<HashMap<TaskId, Arc<Redactor>>>>);
+
+impl LiveRedactions {
+    pub(crate) fn insert(&self, task: TaskId, redactor: Arc<Redactor>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(task, redactor);
+    }
+
+    pub(crate) fn remove(&self, task: TaskId) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&task);
+    }
+
+    pub(crate) fn get(&self, task: TaskId) -> Option<Arc<Redactor>> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&task)
+            .cloned()
+    }
+}
+
+/// Regular files below `rel` in `outbox`, depth first, bounded.
+fn collect_files(outbox: &Beneath, rel: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(dir) = outbox.dir(rel) else {
+        return;
+    };
+    let Ok(entries) = dir.entries() else {
+        return;
+    };
+    for entry in entries {
+        if out.len() >= REDACTED_ARTIFACTS_MAX {
+            return;
+        }
+        let path = rel.join(&entry.name);
+        match entry.kind {
+            EntryKind::File => out.push(path),
+            EntryKind::Dir => collect_files(outbox, &path, out),
+            _ => {}
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_replaced_longest_first_and_variables_name_the_mount() {
+        let mut r = Redactor::default();
+        r.add(b"abc", "cred_short");
+        r.add(b"abcdef", "cred_long");
+        let out = r.redact(b"x abcdef y abc z").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "x [REDACTED:cred_long] y [REDACTED:cred_short] z"
+        );
+        assert!(r.redact(b"nothing here").is_none());
+        // A value still being written is held back; once complete, it is replaced.
+        let mut one = Redactor::default();
+        one.add(b"sk-123456", "cred_a");
+        assert_eq!(one.view(b"key sk-12"), b"key ");
+        assert_eq!(one.view(b"key sk-12345"), b"key ");
+        assert_eq!(one.view(b"key sk-123456!"), b"key [REDACTED:cred_a]!");
+        assert_eq!(one.view(b"plain text"), b"plain text");
+        assert_eq!(one.view(b"ends with s"), b"ends with ");
+        assert_eq!(file_variable("anthropic_api_key"), "ANTHROPIC_API_KEY_FILE");
+        assert_eq!(file_variable("gh-token"), "GH_TOKEN_FILE");
+    }
+}
