@@ -673,6 +673,12 @@ impl WorkerProc {
             .arg("--cert-dir")
             .arg(self.data_dir.parent().expect("worker base").join("pki"))
             .args(&self.extra_args)
+            // The tests' repositories are local ones they make; a test that gives its own
+            // --policy states everything itself.
+            .args(
+                (!self.extra_args.iter().any(|a| a == "--policy"))
+                    .then_some("--allow-local-repositories"),
+            )
             .env("RUST_LOG", "info,squadron_worker=debug")
             // Not on the allowlist: a sandbox must never see it.
             .env("SQUADRON_TEST_SECRET", "leaked")

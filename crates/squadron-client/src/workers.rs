@@ -17,6 +17,16 @@ impl SquadronClient {
         self.post("/api/v1/workers", req, key).await
     }
 
+    /// States what the worker agrees to run (its own certificate).
+    pub async fn set_worker_policy(
+        &self,
+        worker: &WorkerId,
+        policy: &squadron_core::worker_policy::WorkerPolicy,
+    ) -> Result<Outcome, ClientError> {
+        let path = format!("/api/v1/workers/{worker}/policy");
+        self.write(Method::PUT, &path, Some(policy), None).await
+    }
+
     pub async fn worker_heartbeat(
         &self,
         worker: &WorkerId,

@@ -216,6 +216,18 @@ impl State {
                 reason: format!("worker {worker} is not alive, is silent, or is full"),
             });
         }
+        if let Some(refused) = self
+            .worker_policies
+            .get(worker)
+            .and_then(|p| p.refusal(&task.spec))
+        {
+            return Some(Rejection::WorkerUnavailable {
+                reason: format!(
+                    "worker {worker}'s policy refuses {}: {}",
+                    refused.field, refused.reason
+                ),
+            });
+        }
         if !w.runtimes.contains(&task.spec.sandbox.runtime) {
             return Some(Rejection::WorkerUnavailable {
                 reason: format!(

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::access::{Identity, Subject};
-use crate::command::{DecommissionWorker, RegisterWorker, WorkerHeartbeat};
+use crate::command::{DecommissionWorker, RegisterWorker, SetWorkerPolicy, WorkerHeartbeat};
 use crate::ids::WorkerId;
 use crate::lease::check_descriptor;
 use crate::limits::{
@@ -141,6 +141,18 @@ impl State {
             .expect("checked above")
             .last_heartbeat_ms = now;
         Ok(Outcome::WorkerHeartbeatRecorded)
+    }
+
+    /// A registered worker states what it runs; tasks already assigned to it keep running.
+    pub(crate) fn set_worker_policy(
+        &mut self,
+        subject: &Subject,
+        c: SetWorkerPolicy,
+    ) -> Result<Outcome, Rejection> {
+        self.require_worker(subject, &c.worker)?;
+        self.worker_ref(&c.worker)?;
+        self.worker_policies.insert(c.worker, c.policy);
+        Ok(Outcome::WorkerPolicySet)
     }
 
     pub(crate) fn decommission_worker(

@@ -19,6 +19,13 @@ impl State {
         self.check_tasks()?;
         self.check_access()?;
         self.check_credentials()?;
+        if let Some(w) = self
+            .worker_policies
+            .keys()
+            .find(|w| !self.workers.contains_key(*w))
+        {
+            return Err(format!("workers: a policy of unknown worker {w}"));
+        }
         self.idempotency.check()
     }
 

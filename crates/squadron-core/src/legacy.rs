@@ -177,6 +177,20 @@ impl From<StateV1> for State {
             access: AccessState::default(),
             lineage: TaskLineage::default(),
             credentials: CredentialState::default(),
+            worker_policies: BTreeMap::new(),
+        }
+    }
+}
+
+/// Snapshot version 3: version 2, then credentials; no worker policies.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV3(StateV2, CredentialState);
+
+impl From<StateV3> for State {
+    fn from(StateV3(v2, credentials): StateV3) -> Self {
+        State {
+            credentials,
+            ..v2.into()
         }
     }
 }

@@ -46,6 +46,7 @@ pub mod state;
 pub mod task;
 pub mod validation_error;
 pub mod worker;
+pub mod worker_policy;
 
 pub use command::{BatchedCommand, Command, CommandEnvelope};
 pub use rejection::Rejection;

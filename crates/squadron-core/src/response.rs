@@ -179,6 +179,7 @@ pub enum Outcome {
         session: String,
         credentials: Vec<GrantedCredential>,
     },
+    WorkerPolicySet,
 }
 
 /// One value of a granted lease, still sealed.

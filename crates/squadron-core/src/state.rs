@@ -26,6 +26,7 @@ use crate::rejection::{Entity, Rejection};
 use crate::response::{Outcome, Response};
 use crate::task::{Task, TaskState};
 use crate::worker::Worker;
+use crate::worker_policy::WorkerPolicy;
 
 /// A project's key: projects are unique within a tenant.
 pub type ProjectKey = (TenantId, ProjectId);
@@ -62,6 +63,9 @@ pub struct State {
     // From here on: snapshot version 3; earlier versions decode with these empty.
     /// Sealed credentials and their session leases (INV-13).
     pub(crate) credentials: CredentialState,
+    // From here on: snapshot version 4.
+    /// What each worker agreed to run; a worker without an entry is held to nothing.
+    pub(crate) worker_policies: BTreeMap<WorkerId, WorkerPolicy>,
 }
 
 impl Default for State {
@@ -91,6 +95,7 @@ impl State {
             access: AccessState::default(),
             lineage: TaskLineage::default(),
             credentials: CredentialState::default(),
+            worker_policies: BTreeMap::new(),
         }
     }
 
@@ -212,6 +217,7 @@ impl State {
             C::RotateCredential(c) => self.rotate_credential(now, s, c),
             C::RevokeCredential(c) => self.revoke_credential(now, s, c),
             C::GrantCredentialLease(c) => self.grant_credential_lease(now, s, c),
+            C::SetWorkerPolicy(c) => self.set_worker_policy(s, c),
         };
         result.into()
     }
@@ -299,6 +305,11 @@ impl State {
 
     pub fn workers(&self) -> impl Iterator<Item = &Worker> {
         self.workers.values()
+    }
+
+    /// The policy a worker sent; `None` for one that sent none (held to nothing).
+    pub fn worker_policy(&self, id: &WorkerId) -> Option<&WorkerPolicy> {
+        self.worker_policies.get(id)
     }
 
     /// An operator token by id (revoked and expired ones too; see `OperatorToken::is_live`).

@@ -75,6 +75,7 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("rotate_credential", r#"{"rotate_credential":{"id":"cred_a","sealed":{"key_id":"0123456789abcdef","nonce":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"ciphertext":[7,7,7,7]}}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642306637265645f611030313233343536373839616263646566180101010101010101010101010101010101010101010101010407070707"),
     ("revoke_credential", r#"{"revoke_credential":{"id":"cred_a"}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642406637265645f61"),
     ("grant_credential_lease", r#"{"grant_credential_lease":{"task":7,"worker":"w1","attempt":1}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464250702773101"),
+    ("set_worker_policy", r#"{"set_worker_policy":{"worker":"w1","policy":{"network_modes":["isolated","outbound"],"full_control":false,"repository_sources":["https","ssh","local"],"cpus_max":4,"memory_bytes_max":null,"disk_bytes_max":null}}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646426027731020001000300020401040000"),
 
 ];
 
@@ -346,6 +347,7 @@ const VARIANTS: &[&str] = &[
     "rotate_credential",
     "revoke_credential",
     "grant_credential_lease",
+    "set_worker_policy",
 ];
 
 fn new_command(json: &str) -> Command {

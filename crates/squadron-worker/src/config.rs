@@ -131,6 +131,9 @@ pub struct WorkerConfig {
     /// Whether `network_mode: full` (the host's own network) may run here; refused, naming
     /// the field, otherwise.
     pub allow_full_network: bool,
+    /// What this worker agrees to run; sent to the control plane after registering and
+    /// checked again before a task is staged. Secure by default (`WorkerPolicy::default`).
+    pub policy: squadron_core::worker_policy::WorkerPolicy,
 }
 
 impl WorkerConfig {
@@ -156,6 +159,7 @@ impl WorkerConfig {
             sandbox_defaults: SandboxDefaults::default(),
             egress_deny: Vec::new(),
             allow_full_network: false,
+            policy: squadron_core::worker_policy::WorkerPolicy::default(),
         }
     }
 

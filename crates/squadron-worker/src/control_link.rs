@@ -75,6 +75,12 @@ impl ControlLink {
         self.rest
             .register_worker(&req, key.as_ref())
             .await
+            .map_err(control)?;
+        // The scheduler places tasks here only as the policy allows (a registration without
+        // it would be held to nothing).
+        self.rest
+            .set_worker_policy(&self.config.id, &self.config.policy)
+            .await
             .map(|_| ())
             .map_err(control)
     }

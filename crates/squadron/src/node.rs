@@ -112,6 +112,11 @@ pub async fn dev(
                 WorkerConfig::new(id, vec![format!("https://{rest}")], worker_dir, addr);
             config.tls = Some(tls);
             config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
+            // Dev mode is one user trying things on their machine, often on a local clone.
+            config
+                .policy
+                .repository_sources
+                .insert(squadron_core::worker_policy::RepositorySource::Local);
             let w = start_worker(config).await?;
             println!(
                 "  worker:    dev-worker, output server {} (Ctrl-C stops everything)",
@@ -145,6 +150,31 @@ fn dev_pki(config: &NodeConfig) -> anyhow::Result<bool> {
 /// The dev worker's certificate, issued from the dev node's CA into the worker's `pki/` on
 /// first start. This (and the test harness) is the one place a worker gets a certificate
 /// without enrolling.
+/// `--policy FILE` (or the secure default), widened by `--allow-full-network` and
+/// `--allow-local-repositories`.
+fn worker_policy(
+    args: &WorkerRunArgs,
+) -> anyhow::Result<squadron_core::worker_policy::WorkerPolicy> {
+    use squadron_core::manifest::NetworkMode;
+    use squadron_core::worker_policy::{RepositorySource, WorkerPolicy};
+    let mut policy = match &args.policy {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--policy {}", path.display()))?;
+            toml::from_str::<WorkerPolicy>(&text)
+                .with_context(|| format!("--policy {}", path.display()))?
+        }
+        None => WorkerPolicy::default(),
+    };
+    if args.allow_full_network {
+        policy.network_modes.insert(NetworkMode::Full);
+    }
+    if args.allow_local_repositories {
+        policy.repository_sources.insert(RepositorySource::Local);
+    }
+    Ok(policy)
+}
+
 fn dev_worker_identity(
     node_pki: &squadron_pki::PkiDir,
     id: &WorkerId,
@@ -180,6 +210,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     if args.control.is_empty() {
         anyhow::bail!("--control: give at least one control node REST URL");
     }
+    let policy = worker_policy(&args)?;
     let id = match args.id {
         Some(id) => id,
         None => {
@@ -224,6 +255,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     .with_context(|| format!("the worker's certificate in {}", cert_dir.display()))?;
     let mut config = WorkerConfig::new(id, args.control, data_dir, args.listen);
     config.tls = Some(tls);
+    config.policy = policy;
     config.runtimes = args.runtimes.into_iter().collect();
     config.capacity = args.capacity;
     config.heartbeat_interval_ms = args.heartbeat_interval_ms;

@@ -40,7 +40,7 @@ pub use tasks::{
     AssignTasks, Assignment, CancelTask, ReportProgress, ReportTransition, SubmitTask,
     TransitionDetail,
 };
-pub use workers::{DecommissionWorker, RegisterWorker, WorkerHeartbeat};
+pub use workers::{DecommissionWorker, RegisterWorker, SetWorkerPolicy, WorkerHeartbeat};
 
 /// A command as the log stores it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +117,9 @@ pub enum Command {
     RotateCredential(RotateCredential),
     RevokeCredential(RevokeCredential),
     GrantCredentialLease(GrantCredentialLease),
+
+    // --- worker policy -----------------------------------------------------------------------
+    SetWorkerPolicy(SetWorkerPolicy),
 }
 
 impl Command {
@@ -161,6 +164,7 @@ impl Command {
             Command::RotateCredential(_) => "rotate_credential",
             Command::RevokeCredential(_) => "revoke_credential",
             Command::GrantCredentialLease(_) => "grant_credential_lease",
+            Command::SetWorkerPolicy(_) => "set_worker_policy",
         }
     }
 
@@ -224,6 +228,7 @@ impl Command {
             C::RotateCredential(c) => format!("credential {}", c.id),
             C::RevokeCredential(c) => format!("credential {}", c.id),
             C::GrantCredentialLease(c) => format!("task {}", c.task),
+            C::SetWorkerPolicy(c) => format!("worker {}", c.worker),
         }
     }
 }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::WorkerId;
 use crate::manifest::RuntimeKind;
+use crate::worker_policy::WorkerPolicy;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegisterWorker {
@@ -21,6 +22,14 @@ pub struct RegisterWorker {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerHeartbeat {
     pub worker: WorkerId,
+}
+
+/// A worker states what it agrees to run (sent after registering, and again whenever it
+/// restarts with another policy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetWorkerPolicy {
+    pub worker: WorkerId,
+    pub policy: WorkerPolicy,
 }
 
 /// An operator's explicit, audited decision that a worker and everything it ran are gone. Its

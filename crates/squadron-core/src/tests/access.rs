@@ -656,11 +656,11 @@ fn a_version_1_snapshot_decodes_with_an_empty_trust_state() {
     // What a version-1 build held: no trust records (this build audits even legacy commands).
     fx.state.access = crate::access::AccessState::default();
     let state = fx.state.clone();
-    let v3 = encode_snapshot(&state);
-    // Version 1 was this state without the three trailing parts; empty, they take 12 bytes
-    // (four empty maps, an empty audit of two zero counters, two empty lineage maps, and the
-    // credentials' three empty maps and first lease id).
-    let mut v1 = v3[..v3.len() - 12].to_vec();
+    let v4 = encode_snapshot(&state);
+    // Version 1 was this state without the four trailing parts; empty, they take 13 bytes
+    // (four empty maps, an empty audit of two zero counters, two empty lineage maps, the
+    // credentials' three empty maps and first lease id, and the empty map of policies).
+    let mut v1 = v4[..v4.len() - 13].to_vec();
     v1[8..12].copy_from_slice(&1u32.to_be_bytes());
     let decoded = decode_snapshot(&v1).expect("version 1 decodes");
     assert_eq!(decoded, state);

@@ -5,7 +5,9 @@ use super::*;
 use crate::command::{Assignment, TransitionDetail};
 use crate::credential::{SealedSecret, SEALED_NONCE_BYTES};
 use crate::ids::CredentialId;
-use crate::snapshot::{decode_snapshot, encode_snapshot, SNAPSHOT_MAGIC, SNAPSHOT_VERSION_V2};
+use crate::snapshot::{
+    decode_snapshot, encode_snapshot, SNAPSHOT_MAGIC, SNAPSHOT_VERSION_V2, SNAPSHOT_VERSION_V3,
+};
 use crate::task::TaskState::{self, *};
 
 const REFS: &str = "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
@@ -345,13 +347,22 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     let bytes = encode_snapshot(&fx.state);
     assert_eq!(decode_snapshot(&bytes).unwrap(), fx.state);
 
-    // A version-2 snapshot is this layout without the trailing credential state; an empty
-    // one encodes as three empty maps and the first lease id, one byte each.
+    // A version-2 snapshot is this layout without the trailing credential state and worker
+    // policies; empty, they encode as three empty maps, the first lease id and one more
+    // empty map, one byte each. Version 3 keeps the credentials.
     let empty = Fx::new().state;
-    let v3 = encode_snapshot(&empty);
+    let v4 = encode_snapshot(&empty);
     let header = SNAPSHOT_MAGIC.len() + 4;
-    let mut v2 = SNAPSHOT_MAGIC.to_vec();
-    v2.extend_from_slice(&SNAPSHOT_VERSION_V2.to_be_bytes());
-    v2.extend_from_slice(&v3[header..v3.len() - 4]);
-    assert_eq!(decode_snapshot(&v2).unwrap(), empty);
+    for (version, cut) in [(SNAPSHOT_VERSION_V2, 5), (SNAPSHOT_VERSION_V3, 1)] {
+        let mut old = SNAPSHOT_MAGIC.to_vec();
+        old.extend_from_slice(&version.to_be_bytes());
+        old.extend_from_slice(&v4[header..v4.len() - cut]);
+        assert_eq!(decode_snapshot(&old).unwrap(), empty, "version {version}");
+    }
+    let with_credentials = fx.state.clone();
+    let bytes = encode_snapshot(&with_credentials);
+    let mut v3 = SNAPSHOT_MAGIC.to_vec();
+    v3.extend_from_slice(&SNAPSHOT_VERSION_V3.to_be_bytes());
+    v3.extend_from_slice(&bytes[header..bytes.len() - 1]);
+    assert_eq!(decode_snapshot(&v3).unwrap(), with_credentials);
 }

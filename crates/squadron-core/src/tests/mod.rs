@@ -10,6 +10,7 @@ mod invariants_01_06;
 mod invariants_07_09;
 mod invariants_10_14;
 mod mailboxes_and_scheduling;
+mod worker_policy;
 
 use crate::access::Subject;
 use std::collections::BTreeMap;

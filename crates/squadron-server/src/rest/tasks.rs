@@ -108,7 +108,12 @@ async fn submit(
     // A typo in a credential id fails here, not when the sandbox starts (the grant checks
     // again: this node's view may be behind).
     read(&node, Consistency::Stale, |s| {
-        s.check_credential_refs(&spec).map_err(ApiError::from)
+        s.check_credential_refs(&spec).map_err(ApiError::from)?;
+        // Nothing is stored for a manifest no live worker would ever run.
+        match squadron_core::worker_policy::no_worker_accepts(s, &spec, crate::clock::now_ms()) {
+            Some(refused) => Err(ApiError::invalid(refused.field, refused.reason)),
+            None => Ok(()),
+        }
     })
     .await?;
     write(

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Json;
 use serde::Deserialize;
 use squadron_core::command as cmd;
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::worker::Worker;
+use squadron_core::worker_policy::WorkerPolicy;
 use squadron_core::{Command, Outcome};
 
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
@@ -50,6 +51,22 @@ pub fn routes(book: RouteBook) -> RouteBook {
         None,
         Access::worker_only(Scope::Worker),
         post(heartbeat),
+    )
+    .add(
+        "PUT",
+        "/api/v1/workers/:id/policy",
+        "A worker states what it agrees to run: network modes, full_control, repository sources, ceilings",
+        Some("WorkerPolicy"),
+        Access::worker_only(Scope::Worker),
+        put(set_policy),
+    )
+    .add(
+        "GET",
+        "/api/v1/workers/:id/policy",
+        "A worker's policy (404 for one that sent none: it is held to nothing)",
+        None,
+        Access::viewer(Scope::Unbound).and_workers(),
+        get(get_policy),
     )
     .add(
         "POST",
@@ -138,6 +155,33 @@ async fn heartbeat(
         &headers,
         Command::WorkerHeartbeat(cmd::WorkerHeartbeat { worker }),
     )
+    .await
+}
+
+async fn set_policy(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(policy): JsonBody<WorkerPolicy>,
+) -> Result<Json<Outcome>, ApiError> {
+    let worker: WorkerId = parse_id("worker", &id)?;
+    let command = Command::SetWorkerPolicy(cmd::SetWorkerPolicy { worker, policy });
+    write(&node, &caller, &headers, command).await
+}
+
+async fn get_policy(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<WorkerPolicy>, ApiError> {
+    let id: WorkerId = parse_id("worker", &id)?;
+    read(&node, q.consistency, |s| {
+        s.worker_policy(&id)
+            .cloned()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("worker {id} has no policy")))
+    })
     .await
 }
 

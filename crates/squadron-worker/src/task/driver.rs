@@ -363,6 +363,15 @@ impl TaskDriver {
     async fn staging(&mut self) -> Result<Step, WorkerError> {
         self.ctx.active.insert(self.task);
         self.checkpoint(|c| c.state = TaskState::Staging);
+        // Checked here too: a task assigned before the control plane had this policy, or by
+        // a control plane that ignored it, still does not run.
+        if let Some(refused) = self.ctx.config.policy.refusal(&self.spec) {
+            let why = format!(
+                "this worker's policy refuses {}: {}",
+                refused.field, refused.reason
+            );
+            return Ok(self.fail(TaskState::Staging, None, why).await);
+        }
         let limit = Duration::from_millis(self.spec.lifecycle.stage_timeout_ms);
         let opts = self.staging_options();
         let staged = tokio::time::timeout(

@@ -86,6 +86,16 @@ pub struct WorkerRunArgs {
     /// Let manifests use `network_mode: full` (the host's own network); refused otherwise.
     #[arg(long)]
     pub allow_full_network: bool,
+    /// Let manifests clone a local path or `file://` URL on this host (off: another task's
+    /// inbox or a project's checkout is a local path too).
+    #[arg(long)]
+    pub allow_local_repositories: bool,
+    /// What this worker runs, as TOML (`network_modes`, `full_control`,
+    /// `repository_sources`, `cpus_max`, `memory_bytes_max`, `disk_bytes_max`); the flags
+    /// above widen it. Default: isolated and outbound networks, https/ssh/git repositories,
+    /// no full control, no ceilings.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
     /// Replace every retry delay of manifests (clone, provision) with this many ms.
     #[arg(long, value_name = "MS")]
     pub backoff_override_ms: Option<u64>,

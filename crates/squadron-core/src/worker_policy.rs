@@ -1,0 +1,218 @@
+//! What a worker agrees to run (DESIGN §5 "Sandboxes"): network modes, `full_control`,
+//! repository sources and size ceilings. The worker sends its policy after registering; the
+//! scheduler places a task only on a worker whose policy accepts it, the edge refuses a
+//! manifest no live worker accepts, and the worker checks again before it clones.
+//!
+//! A worker that never sent a policy (one registered by an earlier build, whose entries a
+//! replay must apply as they were) is held to none.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::{NetworkMode, TaskSpec};
+use crate::state::State;
+use crate::validation_error::ValidationError;
+use crate::worker::WorkerStatus;
+
+/// Where a task's repository comes from, as `repository.url` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RepositorySource {
+    Https,
+    Http,
+    Ssh,
+    Git,
+    /// `file://` or an absolute path on the worker: another task's inbox or a project's
+    /// checkout is one too, so it is off unless the operator allows it.
+    Local,
+}
+
+impl RepositorySource {
+    /// The source of a URL the manifest checks accepted (`user@host:path` is ssh).
+    pub fn of(url: &str) -> RepositorySource {
+        if url.starts_with('/') {
+            return RepositorySource::Local;
+        }
+        match url.split_once("://").map(|(s, _)| s.to_ascii_lowercase()) {
+            Some(s) if s == "https" => RepositorySource::Https,
+            Some(s) if s == "http" => RepositorySource::Http,
+            Some(s) if s == "git" => RepositorySource::Git,
+            Some(s) if s == "file" => RepositorySource::Local,
+            _ => RepositorySource::Ssh,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            RepositorySource::Https => "https",
+            RepositorySource::Http => "http",
+            RepositorySource::Ssh => "ssh",
+            RepositorySource::Git => "git",
+            RepositorySource::Local => "local",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerPolicy {
+    /// Network modes manifests may ask for.
+    pub network_modes: BTreeSet<NetworkMode>,
+    /// Docker: whether a manifest may keep capabilities (`sandbox.full_control`).
+    pub full_control: bool,
+    pub repository_sources: BTreeSet<RepositorySource>,
+    /// Most a manifest may ask for; `None`: no ceiling.
+    pub cpus_max: Option<u32>,
+    pub memory_bytes_max: Option<u64>,
+    pub disk_bytes_max: Option<u64>,
+}
+
+impl Default for WorkerPolicy {
+    /// Secure by default: no host network, no `full_control`, no local repositories, no
+    /// plain-text http; no ceilings beyond the manifest's own limits.
+    fn default() -> Self {
+        WorkerPolicy {
+            network_modes: BTreeSet::from([NetworkMode::Isolated, NetworkMode::Outbound]),
+            full_control: false,
+            repository_sources: BTreeSet::from([
+                RepositorySource::Https,
+                RepositorySource::Ssh,
+                RepositorySource::Git,
+            ]),
+            cpus_max: None,
+            memory_bytes_max: None,
+            disk_bytes_max: None,
+        }
+    }
+}
+
+impl WorkerPolicy {
+    /// Why this policy refuses the task, naming the manifest field; `None` if it accepts it.
+    pub fn refusal(&self, spec: &TaskSpec) -> Option<ValidationError> {
+        let sandbox = &spec.sandbox;
+        if !self.network_modes.contains(&sandbox.network_mode) {
+            return Some(ValidationError::new(
+                "vm.network_mode",
+                format!("{} is not allowed here", sandbox.network_mode),
+            ));
+        }
+        if sandbox.full_control && !self.full_control {
+            return Some(ValidationError::new(
+                "vm.full_control",
+                "full control is not allowed here",
+            ));
+        }
+        let source = RepositorySource::of(&spec.repository.url);
+        if !self.repository_sources.contains(&source) {
+            return Some(ValidationError::new(
+                "repository.url",
+                format!("{} repositories are not allowed here", source.name()),
+            ));
+        }
+        ceiling(
+            "vm.cpus",
+            sandbox.cpus.map(u64::from),
+            self.cpus_max.map(u64::from),
+        )
+        .or_else(|| ceiling("vm.memory", sandbox.memory_bytes, self.memory_bytes_max))
+        .or_else(|| ceiling("vm.disk", sandbox.disk_bytes, self.disk_bytes_max))
+    }
+}
+
+/// Why no live worker would run this task, when some live worker offers its runtime but
+/// every such worker's policy refuses it: the first refusal, naming the field, and which
+/// workers refused. `None` when one accepts, or when no live worker offers the runtime at all
+/// (the task waits for one).
+pub fn no_worker_accepts(state: &State, spec: &TaskSpec, now_ms: u64) -> Option<ValidationError> {
+    let now = now_ms.max(state.clock_ms());
+    let mut refusals = Vec::new();
+    for w in state.workers().filter(|w| {
+        w.status == WorkerStatus::Alive
+            && !w.is_silent(now)
+            && w.runtimes.contains(&spec.sandbox.runtime)
+    }) {
+        match state.worker_policy(&w.id).and_then(|p| p.refusal(spec)) {
+            Some(refused) => refusals.push((w.id.to_string(), refused)),
+            None => return None,
+        }
+    }
+    let (_, first) = refusals.first()?;
+    let who: Vec<&str> = refusals.iter().map(|(w, _)| w.as_str()).collect();
+    Some(ValidationError::new(
+        first.field.clone(),
+        format!(
+            "{}; no live worker's policy accepts this manifest (refused by {})",
+            first.reason,
+            who.join(", ")
+        ),
+    ))
+}
+
+fn ceiling(field: &str, asked: Option<u64>, max: Option<u64>) -> Option<ValidationError> {
+    match (asked, max) {
+        (Some(a), Some(m)) if a > m => Some(ValidationError::new(
+            field,
+            format!("{a} is above this worker's ceiling of {m}"),
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::parse_manifest_yaml;
+
+    fn spec(url: &str, vm: &str) -> TaskSpec {
+        parse_manifest_yaml(&format!(
+            "version: \"1\"\nkind: Task\nmetadata:\n  name: t\nrepository:\n  url: {url}\n\
+             agent:\n  prompt: p\nvm:\n  runtime: docker\n{vm}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_default_refuses_local_repositories_host_network_and_full_control() {
+        let p = WorkerPolicy::default();
+        assert!(p.refusal(&spec("https://example.com/r.git", "")).is_none());
+        assert!(p.refusal(&spec("git@example.com:r.git", "")).is_none());
+        for (url, vm, field) in [
+            ("/srv/other-task/inbox", "", "repository.url"),
+            ("file:///srv/repo", "", "repository.url"),
+            ("http://example.com/r.git", "", "repository.url"),
+            (
+                "https://e.com/r",
+                "  network_mode: full\n",
+                "vm.network_mode",
+            ),
+            (
+                "https://e.com/r",
+                "  full_control: true\n",
+                "vm.full_control",
+            ),
+        ] {
+            let e = p
+                .refusal(&spec(url, vm))
+                .unwrap_or_else(|| panic!("{url} {vm}"));
+            assert_eq!(e.field, field, "{url} {vm}: {e}");
+        }
+    }
+
+    #[test]
+    fn ceilings_name_the_field_they_cap() {
+        let p = WorkerPolicy {
+            cpus_max: Some(2),
+            memory_bytes_max: Some(1 << 30),
+            ..WorkerPolicy::default()
+        };
+        let ok = spec("https://e.com/r", "  cpus: 2\n  memory: 1G\n");
+        assert!(p.refusal(&ok).is_none());
+        let e = p.refusal(&spec("https://e.com/r", "  cpus: 4\n")).unwrap();
+        assert_eq!(e.field, "vm.cpus");
+        let e = p
+            .refusal(&spec("https://e.com/r", "  memory: 2G\n"))
+            .unwrap();
+        assert_eq!(e.field, "vm.memory");
+    }
+}
