@@ -326,3 +326,34 @@ async fn relay_stream(node: AppState, id: TaskId, worker: WorkerRelay, mut socke
     let _ = socket.send(Message::Text(end.to_string())).await;
     let _ = socket.send(Message::Close(None)).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offering(lists: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for l in lists {
+            h.append(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_str(l).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn a_bearer_subprotocol_comes_with_the_stream_s_own() {
+        for ok in [
+            &[][..],
+            &["squadron.v1"],
+            &["squadron.v1, bearer.sqd_op_x_y"],
+            &["bearer.sqd_op_x_y", "squadron.v1"],
+        ] {
+            assert!(check_offered_protocols(&offering(ok)).is_ok(), "{ok:?}");
+        }
+        let e = check_offered_protocols(&offering(&["bearer.sqd_op_x_secret"])).unwrap_err();
+        assert_eq!(e.body.field.as_deref(), Some("Sec-WebSocket-Protocol"));
+        assert!(!e.body.message.contains("secret"), "{e:?}");
+    }
+}
