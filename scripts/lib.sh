@@ -40,8 +40,10 @@ SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables)
 # Debian packages the tests need beyond the build and run set: the Docker engine and busybox
 # (the agent image) for the Docker runtime; iproute2, iptables, curl and libfaketime for the
 # chaos suite (network namespaces, partitions, its reachability probe, clock faults); etcd for
-# the comparison benchmark; python3 for the Unix-socket and network probes inside sandboxes.
-SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server)
+# the comparison benchmark; python3 for the Unix-socket and network probes inside sandboxes;
+# chromium, chromium-driver and libnss3-tools (certutil) for the dashboard's test in a real
+# browser (tests/dashboard_browser.rs: WebDriver, the test CA in the browser's NSS database).
+SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server chromium chromium-driver libnss3-tools)
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {

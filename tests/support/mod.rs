@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -65,6 +66,8 @@ pub struct ClusterOptions {
     pub snapshot_after_entries: u64,
     pub keep_entries_after_snapshot: u64,
     pub sweep_interval_ms: u64,
+    /// The nodes' `RUST_LOG`.
+    pub log_filter: &'static str,
 }
 
 impl Default for ClusterOptions {
@@ -73,6 +76,7 @@ impl Default for ClusterOptions {
             snapshot_after_entries: 10_000,
             keep_entries_after_snapshot: 1_000,
             sweep_interval_ms: 500,
+            log_filter: "info",
         }
     }
 }
@@ -212,6 +216,7 @@ impl Cluster {
     }
 
     pub fn start_node(&mut self, id: u64) {
+        let log_filter = self.options.log_filter;
         let node = self.nodes.get_mut(&id).expect("node");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -221,7 +226,7 @@ impl Cluster {
         let child = Command::new(BIN)
             .args(["server", "--config"])
             .arg(&node.config)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log_filter)
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log))
             .spawn()

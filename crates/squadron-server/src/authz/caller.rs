@@ -97,9 +97,32 @@ impl Caller {
     }
 }
 
-/// The bearer token of `Authorization`, if any; a header that is there but not a bearer token
-/// is a bad credential, not an absent one.
+/// A browser cannot set `Authorization` on a WebSocket, so an upgrade request may carry the
+/// token as the subprotocol `bearer.<token>`, offered beside the non-secret protocol the
+/// stream answers with (`rest::task_output::STREAM_PROTOCOL`). Never in the query string: a
+/// URL ends up in logs and in the browser's history.
+pub const WS_BEARER_PROTOCOL_PREFIX: &str = "bearer.";
+
+/// The caller's bearer token: `Authorization`, or on a WebSocket upgrade the bearer
+/// subprotocol. A credential that is there but malformed is a bad credential, not an absent
+/// one; two of them (header and subprotocol) are refused rather than one silently chosen.
 fn bearer(headers: &HeaderMap) -> Result<Option<SecretToken>, AuthError> {
+    let from_header = authorization_bearer(headers)?;
+    let from_protocol = if is_websocket_upgrade(headers) {
+        protocol_bearer(headers)?
+    } else {
+        None
+    };
+    match (from_header, from_protocol) {
+        (Some(_), Some(_)) => Err(AuthError::bad(
+            "send the token once: in Authorization or in the WebSocket subprotocol, not both",
+        )),
+        (header, protocol) => Ok(header.or(protocol)),
+    }
+}
+
+/// The bearer token of `Authorization`, if any.
+fn authorization_bearer(headers: &HeaderMap) -> Result<Option<SecretToken>, AuthError> {
     let Some(value) = headers.get(header::AUTHORIZATION) else {
         return Ok(None);
     };
@@ -113,6 +136,45 @@ fn bearer(headers: &HeaderMap) -> Result<Option<SecretToken>, AuthError> {
     SecretToken::parse(TokenKind::Operator, token)
         .map(Some)
         .map_err(|e| AuthError::bad(e.to_string()))
+}
+
+/// An HTTP/1.1 WebSocket opening handshake (RFC 6455 §4.1): the only requests whose
+/// subprotocol list may carry a token.
+fn is_websocket_upgrade(headers: &HeaderMap) -> bool {
+    let lists = |name: header::HeaderName, item: &str| {
+        headers.get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|t| t.split(',').any(|i| i.trim().eq_ignore_ascii_case(item)))
+        })
+    };
+    lists(header::UPGRADE, "websocket")
+        && lists(header::CONNECTION, "upgrade")
+        && headers.contains_key(header::SEC_WEBSOCKET_KEY)
+}
+
+/// The token of the one `bearer.<token>` entry of `Sec-WebSocket-Protocol`, if any. Errors
+/// never repeat the header: it holds a secret.
+fn protocol_bearer(headers: &HeaderMap) -> Result<Option<SecretToken>, AuthError> {
+    let mut found = None;
+    for value in headers.get_all(header::SEC_WEBSOCKET_PROTOCOL) {
+        let text = value
+            .to_str()
+            .map_err(|_| AuthError::bad("the Sec-WebSocket-Protocol header is not ASCII"))?;
+        let tokens = text
+            .split(',')
+            .filter_map(|p| p.trim().strip_prefix(WS_BEARER_PROTOCOL_PREFIX));
+        for token in tokens {
+            if found.is_some() {
+                return Err(AuthError::bad(
+                    "more than one bearer subprotocol; offer the token once",
+                ));
+            }
+            let parsed = SecretToken::parse(TokenKind::Operator, token)
+                .map_err(|e| AuthError::bad(format!("the bearer WebSocket subprotocol: {e}")))?;
+            found = Some(parsed);
+        }
+    }
+    Ok(found)
 }
 
 fn operator(state: &State, now_ms: u64, token: &SecretToken) -> Result<Caller, AuthError> {
@@ -157,4 +219,94 @@ fn of_certificate(state: &State, now_ms: u64, facts: &CertFacts) -> Result<Calle
             generation: Generation::new(*generation),
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn token() -> String {
+        SecretToken::generate(TokenKind::Operator).expose()
+    }
+
+    fn upgrade(protocols: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        h.insert(
+            header::SEC_WEBSOCKET_KEY,
+            HeaderValue::from_static("dGhlIHNhbXBsZSBub25jZQ=="),
+        );
+        for p in protocols {
+            h.append(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_str(p).unwrap(),
+            );
+        }
+        h
+    }
+
+    fn with_authorization(mut h: HeaderMap, token: &str) -> HeaderMap {
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).unwrap();
+        h.insert(header::AUTHORIZATION, value);
+        h
+    }
+
+    fn refusal(h: &HeaderMap) -> String {
+        match bearer(h) {
+            Err(AuthError::Unauthenticated(m)) => m,
+            other => panic!("expected a 401, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_upgrade_s_bearer_subprotocol_carries_the_token() {
+        let t = token();
+        let one = upgrade(&[&format!("squadron.v1, bearer.{t}")]);
+        assert_eq!(bearer(&one).unwrap().map(|s| s.expose()), Some(t.clone()));
+        // The list may come as several header lines.
+        let split = upgrade(&["squadron.v1", &format!("bearer.{t}")]);
+        assert_eq!(bearer(&split).unwrap().map(|s| s.expose()), Some(t.clone()));
+        // Without a bearer entry the caller is whoever else it is (a certificate, nobody).
+        assert_eq!(bearer(&upgrade(&["squadron.v1"])).unwrap(), None);
+        // The CLI's form keeps working on an upgrade.
+        let cli = with_authorization(upgrade(&[]), &t);
+        assert_eq!(bearer(&cli).unwrap().map(|s| s.expose()), Some(t));
+    }
+
+    #[test]
+    fn a_bearer_subprotocol_outside_an_upgrade_is_not_a_credential() {
+        let t = token();
+        let mut h = HeaderMap::new();
+        let list = format!("squadron.v1, bearer.{t}");
+        h.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_str(&list).unwrap(),
+        );
+        assert_eq!(bearer(&h).unwrap(), None);
+        // An `Upgrade` without the rest of the handshake is not one either.
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(bearer(&h).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_or_doubled_subprotocol_tokens_are_refused_without_repeating_them() {
+        let t = token();
+        let both = with_authorization(upgrade(&[&format!("squadron.v1, bearer.{t}")]), &t);
+        assert!(refusal(&both).contains("not both"));
+        let twice = upgrade(&[&format!("bearer.{t}"), &format!("bearer.{t}")]);
+        assert!(refusal(&twice).contains("more than one"));
+        let secret = "sqd_op_0123456789abcdef_nothex";
+        let message = refusal(&upgrade(&[&format!("squadron.v1, bearer.{secret}")]));
+        assert!(
+            message.contains("bearer WebSocket subprotocol"),
+            "{message}"
+        );
+        assert!(!message.contains("nothex"), "{message}");
+        assert!(!message.contains("0123456789abcdef"), "{message}");
+    }
 }

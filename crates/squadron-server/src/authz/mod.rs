@@ -10,7 +10,7 @@ mod caller;
 mod decision;
 mod guard;
 
-pub use caller::Caller;
+pub use caller::{Caller, WS_BEARER_PROTOCOL_PREFIX};
 pub use decision::{decide, scope_covers, Target};
 pub use guard::{grpc_guard, rest_guard, RouteGuard};
 

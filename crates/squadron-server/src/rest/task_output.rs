@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use futures_util::StreamExt;
@@ -28,6 +28,11 @@ pub const RELAY_QUERY_BYTES_MAX: usize = 1_024;
 pub const ARTIFACT_NAME_BYTES_MAX: usize = 1_024;
 /// Longest line of the worker's stream relayed as one WebSocket message.
 pub const STREAM_FRAME_BYTES_MAX: usize = 256 * 1024;
+/// The subprotocol the stream answers with. A browser sends its token as a second offered
+/// subprotocol (`bearer.<token>`, read by the access guard); answering with this one instead
+/// keeps the secret out of the response, and a browser that offered protocols fails a
+/// handshake that selects none.
+pub const STREAM_PROTOCOL: &str = "squadron.v1";
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -57,7 +62,9 @@ pub fn routes(book: RouteBook) -> RouteBook {
     .add(
         "GET",
         "/ws/tasks/:id/stream",
-        "WebSocket: live output frames of a task, then its final state",
+        "WebSocket: live output frames of a task, then its final state. The token goes in \
+         Authorization or, from a browser, as the subprotocol bearer.<token> offered beside \
+         squadron.v1 (never in the URL)",
         None,
         Access::viewer(Scope::Task).and_agents(),
         get(stream),
@@ -242,11 +249,35 @@ fn percent_encode_segment(s: &str) -> String {
 async fn stream(
     State(node): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let id: TaskId = parse_id("task_id", &id)?;
+    check_offered_protocols(&headers)?;
     let worker = worker_base(&node, id).await?;
+    let ws = ws.protocols([STREAM_PROTOCOL]);
     Ok(ws.on_upgrade(move |socket| relay_stream(node, id, worker, socket)))
+}
+
+/// A client that sends its token as a subprotocol must offer [`STREAM_PROTOCOL`] too: the
+/// answer has to select one it offered, and it may never be the one holding the secret.
+fn check_offered_protocols(headers: &HeaderMap) -> Result<(), ApiError> {
+    let offered: Vec<&str> = headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|list| list.split(',').map(str::trim))
+        .collect();
+    let bearer = offered
+        .iter()
+        .any(|p| p.starts_with(crate::authz::WS_BEARER_PROTOCOL_PREFIX));
+    if bearer && !offered.contains(&STREAM_PROTOCOL) {
+        return Err(ApiError::invalid(
+            "Sec-WebSocket-Protocol",
+            format!("offer {STREAM_PROTOCOL} beside the bearer subprotocol"),
+        ));
+    }
+    Ok(())
 }
 
 /// Relays the worker's NDJSON frames (`{"stream":"stdout","offset":…,"data":"…"}`) as text
@@ -294,4 +325,35 @@ async fn relay_stream(node: AppState, id: TaskId, worker: WorkerRelay, mut socke
     let end = serde_json::json!({"type": "task", "task": task});
     let _ = socket.send(Message::Text(end.to_string())).await;
     let _ = socket.send(Message::Close(None)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offering(lists: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for l in lists {
+            h.append(
+                header::SEC_WEBSOCKET_PROTOCOL,
+                HeaderValue::from_str(l).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn a_bearer_subprotocol_comes_with_the_stream_s_own() {
+        for ok in [
+            &[][..],
+            &["squadron.v1"],
+            &["squadron.v1, bearer.sqd_op_x_y"],
+            &["bearer.sqd_op_x_y", "squadron.v1"],
+        ] {
+            assert!(check_offered_protocols(&offering(ok)).is_ok(), "{ok:?}");
+        }
+        let e = check_offered_protocols(&offering(&["bearer.sqd_op_x_secret"])).unwrap_err();
+        assert_eq!(e.body.field.as_deref(), Some("Sec-WebSocket-Protocol"));
+        assert!(!e.body.message.contains("secret"), "{e:?}");
+    }
 }

@@ -1,0 +1,471 @@
+//! The dashboard in a real browser: headless Chromium, driven over WebDriver, against a real
+//! node and a real worker running a task. Without a token the page asks for one and reads
+//! nothing; a wrong token brings the node's 401 message back to the form; a viewer's token
+//! shows the cluster and the task, and the task's live output over the WebSocket, with a
+//! clean console; the WebSocket takes the token as a subprotocol, never from the URL; the
+//! token is kept in the tab only, and never reaches a log.
+//!
+//! Chromium trusts the test CA through an NSS database of its own (`support::browser`), so the
+//! node's certificate is checked as an operator's browser checks it.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::browser::Browser;
+use support::*;
+
+const TASK_NAME: &str = "browser-probe";
+/// What the page calls its token in `sessionStorage`.
+const TOKEN_KEY: &str = "squadron.token";
+
+/// A task that prints a line every 200 ms for two minutes: running while the browser looks.
+fn ticking_manifest(repo: &std::path::Path) -> String {
+    format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: {TASK_NAME}\nrepository:\n  url: {repo}\n  \
+         branch: main\nagent:\n  prompt: tick\n  provider: script\n  script: |\n    \
+         for i in $(seq 1 600); do echo tick-$i; sleep 0.2; done\nvm:\n  runtime: process\n\
+         lifecycle:\n  timeout: 5m\n",
+        repo = repo.display()
+    )
+}
+
+fn create_token(url: &str, name: &str, role: &str) -> String {
+    let body = json!({"name": name, "role": role});
+    let r = post(&format!("{url}/api/v1/tokens"), body).expect("create token");
+    assert!(r.ok(), "{r:?}");
+    r.body["token"].as_str().expect("secret").to_string()
+}
+
+/// What a browser made of one WebSocket: whether it opened, the protocol the node chose,
+/// how many frames came, the close code.
+const OPEN_SOCKET: &str = r#"
+const [path, protocols, done] = arguments;
+const seen = {opened: false, protocol: null, frames: 0, first: null, code: null};
+let over = false;
+const finish = () => { if (!over) { over = true; done(seen); } };
+const ws = new WebSocket('wss://' + location.host + path, protocols);
+ws.onopen = () => { seen.opened = true; seen.protocol = ws.protocol; };
+ws.onmessage = e => { seen.frames += 1; seen.first = seen.first ?? e.data; ws.close(); };
+ws.onclose = e => { seen.code = e.code; finish(); };
+setTimeout(() => { try { ws.close(); } catch (_) {} finish(); }, 15000);
+"#;
+
+#[test]
+fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
+    // Fail at once, with the way out, when the browser is missing.
+    for program in ["chromium", "chromedriver", "certutil"] {
+        support::browser::program(program);
+    }
+    let options = ClusterOptions {
+        // Everything the request path logs, to show the token is in none of it.
+        log_filter: "info,squadron_server=trace,squadron_pki=trace,axum=trace,tower=trace",
+        ..ClusterOptions::default()
+    };
+    let cluster = Cluster::start_with(1, options);
+    let url = cluster.url(1);
+    let worker = WorkerProc::start(
+        cluster.dir.path(),
+        &unique_worker_id("w-browser"),
+        cluster.urls(),
+        "process",
+    );
+    let repo = git_repo(cluster.dir.path());
+    let r = submit_yaml(&url, &ticking_manifest(&repo));
+    assert!(r.ok(), "submission refused: {r:?}");
+    let task = r.body["task_submitted"]["task"].as_u64().expect("task id");
+    wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(120));
+    let viewer = create_token(&url, "dashboard", "viewer");
+
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let browser = Browser::start(&pki().ca_cert).await;
+        let page = Page {
+            browser: &browser,
+            url: &url,
+            task,
+            viewer: &viewer,
+        };
+        page.signed_out_reads_nothing().await;
+        page.a_wrong_token_is_refused().await;
+        page.a_viewer_sees_the_cluster_and_the_task().await;
+        page.a_403_stays_in_place().await;
+        page.the_websocket_takes_the_token_as_a_subprotocol_only()
+            .await;
+        page.sign_out_forgets_the_token().await;
+        browser.close().await;
+    });
+
+    websocket_answers_outside_the_browser(&url, task, &viewer);
+    for (what, log) in [("node", &cluster.nodes[&1].log), ("worker", &worker.log)] {
+        let text = std::fs::read_to_string(log).expect("log");
+        let secret = viewer.rsplit('_').next().expect("secret part");
+        assert!(
+            !text.contains(secret),
+            "the {what}'s log holds the viewer's token"
+        );
+    }
+}
+
+struct Page<'a> {
+    browser: &'a Browser,
+    url: &'a str,
+    task: u64,
+    viewer: &'a str,
+}
+
+impl Page<'_> {
+    async fn sign_in(&self, token: &str) {
+        let b = self.browser;
+        b.wait_for(
+            "the sign-in form",
+            "!document.getElementById('signin').hidden",
+        )
+        .await;
+        let field = b
+            .client
+            .find(fantoccini::Locator::Css("#token"))
+            .await
+            .expect("token field");
+        field.send_keys(token).await.expect("type the token");
+        b.client
+            .find(fantoccini::Locator::Css("#signin-form button"))
+            .await
+            .expect("sign-in button")
+            .click()
+            .await
+            .expect("click sign in");
+    }
+
+    async fn stored_token(&self) -> Value {
+        let script = format!("return sessionStorage.getItem('{TOKEN_KEY}')");
+        self.browser.eval(&script, vec![]).await
+    }
+
+    /// Without a token: the form, no data, and no API request at all.
+    async fn signed_out_reads_nothing(&self) {
+        let b = self.browser;
+        b.client
+            .goto(&format!("{}/", self.url))
+            .await
+            .expect("open the page");
+        b.wait_for(
+            "the sign-in form",
+            "!document.getElementById('signin').hidden",
+        )
+        .await;
+        let board = b
+            .eval("return document.getElementById('board').hidden", vec![])
+            .await;
+        assert_eq!(board, json!(true), "the board shows without a token");
+        // Give a page that would read anyway the time of a refresh.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let api = b
+            .eval(
+                "return performance.getEntriesByType('resource')\
+                 .filter(e => new URL(e.name).pathname.startsWith('/api/'))\
+                 .map(e => [e.name, e.responseStatus])",
+                vec![],
+            )
+            .await;
+        assert_eq!(api, json!([]), "API requests without a token");
+        let tables = b
+            .eval("return document.querySelectorAll('table').length", vec![])
+            .await;
+        assert_eq!(tables, json!(0), "data shown without a token");
+    }
+
+    /// A well-formed token the node never made: the form again, with the node's 401 text.
+    async fn a_wrong_token_is_refused(&self) {
+        let b = self.browser;
+        let wrong = squadron_pki::SecretToken::generate(squadron_pki::TokenKind::Operator);
+        self.sign_in(&wrong.expose()).await;
+        let message = b
+            .wait_for(
+                "the 401 message",
+                "!document.getElementById('signin').hidden && \
+                 document.getElementById('signin-error').textContent",
+            )
+            .await;
+        assert_eq!(message, json!("unknown or revoked token"));
+        assert_eq!(
+            self.stored_token().await,
+            Value::Null,
+            "a refused token kept"
+        );
+        let resources = b
+            .eval(
+                "return performance.getEntriesByType('resource')\
+                 .filter(e => new URL(e.name).pathname.startsWith('/api/'))\
+                 .map(e => e.responseStatus)",
+                vec![],
+            )
+            .await;
+        let statuses = resources.as_array().expect("statuses");
+        assert!(!statuses.is_empty(), "the wrong token was never sent");
+        assert!(
+            statuses.iter().all(|s| s == &json!(401)),
+            "a read succeeded without a valid token: {resources}"
+        );
+        // The refusals are in the console as failed loads: the log is read for real, and
+        // what comes after sign-in must not be there.
+        let console = b.console().await;
+        assert!(
+            console.iter().any(|e| e["level"] == json!("SEVERE")
+                && e["message"].as_str().is_some_and(|m| m.contains("401"))),
+            "the console shows no refused read: {console:#?}"
+        );
+    }
+
+    /// A viewer's token: the cluster table with the node, the task table with the task, its
+    /// live output through the page's WebSocket, and nothing in the console.
+    async fn a_viewer_sees_the_cluster_and_the_task(&self) {
+        let b = self.browser;
+        self.sign_in(self.viewer).await;
+        let ids = b
+            .wait_for(
+                "the cluster table",
+                "[...document.querySelectorAll('#cluster table tr')].slice(1)\
+                 .map(r => r.cells[0].textContent).join(',')",
+            )
+            .await;
+        assert_eq!(ids, json!("1"), "the members' ids");
+        let summary = b
+            .wait_for(
+                "the node line",
+                "document.querySelector('#cluster p')?.textContent",
+            )
+            .await;
+        assert!(
+            summary
+                .as_str()
+                .is_some_and(|s| s.starts_with("node 1 is leader")),
+            "{summary}"
+        );
+        let row = b
+            .wait_for(
+                "the task's row",
+                &format!(
+                    "[...document.querySelectorAll('#tasks table tr')]\
+                     .map(r => [...r.cells].map(c => c.textContent))\
+                     .find(c => c[0] === '{}')",
+                    self.task
+                ),
+            )
+            .await;
+        assert_eq!(row[1], json!(TASK_NAME), "{row}");
+        assert_eq!(row[2], json!("RUNNING"), "{row}");
+        assert_eq!(self.stored_token().await, json!(self.viewer));
+
+        b.client
+            .find(fantoccini::Locator::Css(&format!(
+                "button[data-watch='{}']",
+                self.task
+            )))
+            .await
+            .expect("the task's output button")
+            .click()
+            .await
+            .expect("click output");
+        b.wait_for(
+            "the live output",
+            "document.getElementById('output').textContent.includes('tick-')",
+        )
+        .await;
+        let head = b
+            .eval(
+                "return document.getElementById('output-head').textContent",
+                vec![],
+            )
+            .await;
+        assert_eq!(head, json!(format!("task {}: live", self.task)));
+
+        // A few refreshes later the console is still clean.
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        let console = b.console().await;
+        let errors: Vec<&Value> = console
+            .iter()
+            .filter(|e| e["level"] == json!("SEVERE") || e["level"] == json!("WARNING"))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "the console after sign-in: {errors:#?}\nchromedriver:\n{}",
+            b.driver_log()
+        );
+    }
+
+    /// A refusal other than 401 is shown where the data would be; the session stays. No
+    /// read of the page answers 403 to a viewer (it reads everything), so the browser's
+    /// fetch answers one for the projects listing here.
+    async fn a_403_stays_in_place(&self) {
+        let b = self.browser;
+        b.eval(
+            "const real = window.fetch;\
+             window.fetch = (u, o) => String(u).startsWith('/api/v1/projects')\
+               ? Promise.resolve(new Response(JSON.stringify({code: 'permission_denied',\
+                   message: 'this needs <b>more</b>'}), {status: 403}))\
+               : real(u, o);",
+            vec![],
+        )
+        .await;
+        let shown = b
+            .wait_for(
+                "the 403 in place",
+                "document.querySelector('#projects .err')?.textContent",
+            )
+            .await;
+        assert_eq!(shown, json!("this needs <b>more</b>"), "escaped, in place");
+        let state = b
+            .eval(
+                "return [document.getElementById('board').hidden, \
+                 document.getElementById('signin').hidden, \
+                 document.querySelectorAll('#projects b').length]",
+                vec![],
+            )
+            .await;
+        assert_eq!(
+            state,
+            json!([false, true, 0]),
+            "board, form, injected markup"
+        );
+        assert_eq!(self.stored_token().await, json!(self.viewer));
+        b.client.refresh().await.expect("reload");
+        // A reload in the same tab keeps the session (sessionStorage) and the real fetch.
+        b.wait_for(
+            "the board after a reload",
+            "document.querySelector('#cluster table')",
+        )
+        .await;
+    }
+
+    /// From the page's origin: the bearer subprotocol opens the stream and the node answers
+    /// with `squadron.v1`; no token, a token in the query string, or a bearer subprotocol
+    /// without `squadron.v1` are refused.
+    async fn the_websocket_takes_the_token_as_a_subprotocol_only(&self) {
+        let b = self.browser;
+        let path = format!("/ws/tasks/{}/stream", self.task);
+        let bearer = format!("bearer.{}", self.viewer);
+        let open = |path: String, protocols: Value| {
+            b.eval_async(OPEN_SOCKET, vec![json!(path), protocols])
+        };
+        let seen = open(path.clone(), json!(["squadron.v1", bearer])).await;
+        assert_eq!(seen["opened"], json!(true), "{seen}");
+        assert_eq!(seen["protocol"], json!("squadron.v1"), "{seen}");
+        assert!(seen["frames"].as_u64() >= Some(1), "{seen}");
+        let first: Value =
+            serde_json::from_str(seen["first"].as_str().unwrap_or("")).expect("frame");
+        assert_eq!(first["type"], json!("output"), "{first}");
+
+        let refused = [
+            (path.clone(), json!(["squadron.v1"]), "no token"),
+            (path.clone(), json!([]), "no token, no protocol"),
+            (
+                format!("{path}?token={}", self.viewer),
+                json!(["squadron.v1"]),
+                "the token in the query string",
+            ),
+            (
+                format!("{path}?access_token={}", self.viewer),
+                json!([]),
+                "the token as access_token",
+            ),
+            (
+                path.clone(),
+                json!([bearer]),
+                "a bearer without squadron.v1",
+            ),
+        ];
+        for (path, protocols, what) in refused {
+            let seen = open(path, protocols).await;
+            assert_eq!(seen["opened"], json!(false), "{what}: {seen}");
+            assert_eq!(seen["frames"], json!(0), "{what}: {seen}");
+        }
+    }
+
+    /// Sign out: the form, and nothing of the token anywhere in the browser.
+    async fn sign_out_forgets_the_token(&self) {
+        let b = self.browser;
+        b.client
+            .find(fantoccini::Locator::Css("#signout"))
+            .await
+            .expect("sign-out button")
+            .click()
+            .await
+            .expect("click sign out");
+        b.wait_for(
+            "the form after signing out",
+            "!document.getElementById('signin').hidden",
+        )
+        .await;
+        let kept = b
+            .eval(
+                "return [sessionStorage.length, localStorage.length, document.cookie, \
+                 document.querySelectorAll('table').length]",
+                vec![],
+            )
+            .await;
+        assert_eq!(
+            kept,
+            json!([0, 0, "", 0]),
+            "storage, cookies, data after sign-out"
+        );
+        b.client.refresh().await.expect("reload");
+        b.wait_for(
+            "the form after a reload",
+            "!document.getElementById('signin').hidden",
+        )
+        .await;
+    }
+}
+
+/// The same rules for a non-browser client: 101 with the subprotocol (the answer names only
+/// `squadron.v1`) or with `Authorization` (the CLI's way), 401 with the token in the URL only.
+fn websocket_answers_outside_the_browser(url: &str, task: u64, viewer: &str) {
+    let ws = format!(
+        "{}/ws/tasks/{task}/stream",
+        url.replacen("https://", "wss://", 1)
+    );
+    let protocols = (
+        "sec-websocket-protocol",
+        format!("squadron.v1, bearer.{viewer}"),
+    );
+    let answer = handshake(&ws, &[protocols]).expect("the subprotocol opens the stream");
+    let chosen = answer.headers().get("sec-websocket-protocol");
+    assert_eq!(chosen.and_then(|v| v.to_str().ok()), Some("squadron.v1"));
+    let header = ("authorization", format!("Bearer {viewer}"));
+    handshake(&ws, &[header]).expect("Authorization opens the stream");
+    for target in [
+        format!("{ws}?token={viewer}"),
+        format!("{ws}?access_token={viewer}"),
+        ws.clone(),
+    ] {
+        match handshake(&target, &[]) {
+            Err(tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401, "{target}: {r:?}"),
+            Err(e) => panic!("{target}: {e}"),
+            Ok(_) => panic!("{target} opened without a token in a header"),
+        }
+    }
+}
+
+/// A WebSocket handshake over TLS with the test CA and exactly `headers`; the node's answer.
+fn handshake(
+    target: &str,
+    headers: &[(&'static str, String)],
+) -> Result<tungstenite::handshake::client::Response, tungstenite::Error> {
+    use tungstenite::client::IntoClientRequest;
+    let mut request = target.into_client_request().expect("ws request");
+    for (name, value) in headers {
+        let value = value.parse().expect("header");
+        request.headers_mut().insert(*name, value);
+    }
+    let uri = request.uri().clone();
+    let address = (uri.host().expect("host"), uri.port_u16().expect("port"));
+    let tcp = std::net::TcpStream::connect(address).expect("connect");
+    let connector = tungstenite::Connector::Rustls(pki().operator.clone());
+    match tungstenite::client_tls_with_config(request, tcp, None, Some(connector)) {
+        Ok((_socket, answer)) => Ok(answer),
+        Err(tungstenite::HandshakeError::Failure(e)) => Err(e),
+        Err(tungstenite::HandshakeError::Interrupted(_)) => panic!("a blocking handshake paused"),
+    }
+}
