@@ -2,14 +2,17 @@
 //! worker and the CLI deserialize. It holds only data (serde), no transport.
 //!
 //! Today this is the access rules of every route and method, the error body and the token,
-//! enrollment and credential bodies; the other request and response bodies
+//! enrollment and credential bodies, projects', tasks' and workers'; the other request and response bodies
 //! move here next (issue 12, item 1), each area in its own module.
 
 pub mod access;
 pub mod credentials;
 pub mod enrollment;
 pub mod error_body;
+pub mod projects;
+pub mod tasks;
 pub mod tokens;
+pub mod workers;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
 pub use credentials::{
@@ -18,4 +21,9 @@ pub use credentials::{
 };
 pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, RenewCertificate};
 pub use error_body::ErrorBody;
+pub use projects::{
+    AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, SetCapabilities,
+};
+pub use tasks::{ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
+pub use workers::{Decommission, RegisterWorker};

@@ -2,80 +2,21 @@
 //! `Outcome`, `Task`, `AgentProfile`, `RuntimeLease`, … — come from `squadron-core`).
 //!
 //! Field names are the wire names of the server's bodies (`crates/squadron-server/src/rest`).
+//! Bodies that moved to `squadron-api` are re-exported from there.
 
-use std::collections::BTreeMap;
+pub use squadron_api::{
+    AttachSandbox, CreateProfile, CreateProject, Decommission, McpDecision, ProjectSummary,
+    RegisterWorker, ReportProgress, ReportTransition, SetCapabilities, TaskPage,
+};
 
 use serde::{Deserialize, Serialize};
 use squadron_core::capsule::CapsuleDraft;
-use squadron_core::command::{NextHolder, TransitionDetail};
-use squadron_core::ids::{
-    Generation, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId,
-};
+use squadron_core::command::NextHolder;
+use squadron_core::ids::{Generation, LeaseId, ProfileId};
 use squadron_core::lease::{FenceReason, FencingToken, LeaseHolder};
 use squadron_core::mailbox::{MessageKind, MessageSender};
-use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
-use squadron_core::task::{Task, TaskState};
-
-// --- projects and profiles -----------------------------------------------------------------
-
-/// `POST /api/v1/projects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CreateProject {
-    pub tenant: TenantId,
-    pub project: ProjectId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_profiles: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_active: Option<u32>,
-}
-
-/// One row of `GET /api/v1/projects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProjectSummary {
-    pub tenant: TenantId,
-    pub project: ProjectId,
-    pub profiles: usize,
-    pub slots_held: u32,
-    pub max_active: u32,
-    pub sandbox: Option<String>,
-}
-
-/// `POST /api/v1/projects/{tenant}/{project}/sandbox`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttachSandbox {
-    pub worker: WorkerId,
-    pub runtime: RuntimeKind,
-    pub sandbox_ref: String,
-}
-
-/// `POST /api/v1/projects/{tenant}/{project}/profiles`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CreateProfile {
-    pub key: ProfileKey,
-    pub providers: Vec<Provider>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub context_ref: Option<String>,
-}
-
-/// `PUT /api/v1/profiles/{id}/capabilities`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SetCapabilities {
-    pub expected_version: u64,
-    #[serde(default)]
-    pub required_skills: Vec<SkillId>,
-    #[serde(default)]
-    pub mcp_servers: Vec<McpServerId>,
-}
-
-/// The answer of `GET /api/v1/profiles/{id}/mcp/{server}` when the use is allowed (a refusal
-/// is a `permission_denied` error).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpDecision {
-    pub subject: String,
-    pub server: McpServerId,
-    pub allowed: bool,
-}
+use squadron_core::task::TaskState;
 
 // --- leases ----------------------------------------------------------------------------------
 
@@ -192,65 +133,12 @@ pub struct AckMessages {
 
 // --- tasks -----------------------------------------------------------------------------------
 
-/// `GET /api/v1/tasks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskPage {
-    pub tasks: Vec<Task>,
-    /// Pass as `after` to get the next page; absent on the last page.
-    #[serde(default)]
-    pub next_after: Option<u64>,
-}
-
 /// Filters of `GET /api/v1/tasks`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TaskQuery {
     pub state: Option<TaskState>,
     pub after: Option<u64>,
     pub limit: Option<usize>,
-}
-
-/// `POST /api/v1/tasks/{id}/transitions`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportTransition {
-    pub worker: WorkerId,
-    pub attempt: u32,
-    pub from: TaskState,
-    pub to: TaskState,
-    #[serde(default)]
-    pub detail: TransitionDetail,
-}
-
-/// `POST /api/v1/tasks/{id}/progress`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportProgress {
-    pub worker: WorkerId,
-    pub attempt: u32,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub lines: u64,
-    pub events: u64,
-}
-
-// --- workers ---------------------------------------------------------------------------------
-
-/// `POST /api/v1/workers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RegisterWorker {
-    pub worker: WorkerId,
-    pub address: String,
-    pub runtimes: Vec<RuntimeKind>,
-    pub capacity: u32,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub heartbeat_interval_ms: Option<u64>,
-}
-
-/// `POST /api/v1/workers/{id}/decommission`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Decommission {
-    pub operator: String,
-    pub reason: String,
 }
 
 // --- cluster ---------------------------------------------------------------------------------

@@ -4,22 +4,20 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{delete, get, post, put};
 use axum::Json;
-use serde::{Deserialize, Serialize};
 use squadron_core::command as cmd;
-use squadron_core::ids::{
-    McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId,
-};
-use squadron_core::manifest::RuntimeKind;
+use squadron_core::ids::{McpServerId, ProfileId, ProjectId, TenantId};
 use squadron_core::profile::AgentProfile;
 use squadron_core::project::Project;
-use squadron_core::provider::Provider;
 use squadron_core::roster::RosterSnapshot;
 use squadron_core::{Command, Outcome};
 
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
 use crate::authz::Caller;
 use crate::error::ApiError;
-use squadron_api::{Access, Scope};
+use squadron_api::{
+    Access, AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, Scope,
+    SetCapabilities,
+};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     profile_routes(project_routes(book))
@@ -137,17 +135,6 @@ fn profile_routes(book: RouteBook) -> RouteBook {
     )
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateProject {
-    tenant: TenantId,
-    project: ProjectId,
-    #[serde(default)]
-    max_profiles: Option<u32>,
-    #[serde(default)]
-    max_active: Option<u32>,
-}
-
 async fn create_project(
     State(node): State<AppState>,
     caller: Caller,
@@ -180,16 +167,6 @@ fn find_project<'a>(
     state
         .project(&key.0, &key.1)
         .ok_or_else(|| ApiError::not_found(format!("project {}/{} not found", key.0, key.1)))
-}
-
-#[derive(Debug, Serialize)]
-struct ProjectSummary {
-    tenant: TenantId,
-    project: ProjectId,
-    profiles: usize,
-    slots_held: u32,
-    max_active: u32,
-    sandbox: Option<String>,
 }
 
 async fn list_projects(
@@ -225,14 +202,6 @@ async fn get_project(
         find_project(s, &key).cloned().map(Json)
     })
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttachSandbox {
-    worker: WorkerId,
-    runtime: RuntimeKind,
-    sandbox_ref: String,
 }
 
 async fn attach_sandbox(
@@ -288,15 +257,6 @@ async fn roster(
         find_project(s, &key).map(|p| Json(p.roster.snapshot()))
     })
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateProfile {
-    key: ProfileKey,
-    providers: Vec<Provider>,
-    #[serde(default)]
-    context_ref: Option<String>,
 }
 
 async fn create_profile(
@@ -359,16 +319,6 @@ async fn get_profile(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SetCapabilities {
-    expected_version: u64,
-    #[serde(default)]
-    required_skills: Vec<SkillId>,
-    #[serde(default)]
-    mcp_servers: Vec<McpServerId>,
-}
-
 async fn set_capabilities(
     State(node): State<AppState>,
     caller: Caller,
@@ -425,13 +375,6 @@ async fn revoke_mcp(
         Command::RevokeMcpUse(cmd::RevokeMcpUse { profile, server }),
     )
     .await
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct McpDecision {
-    pub subject: String,
-    pub server: McpServerId,
-    pub allowed: bool,
 }
 
 async fn check_mcp(

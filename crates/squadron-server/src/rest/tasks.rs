@@ -5,10 +5,9 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use squadron_core::command as cmd;
-use squadron_core::command::TransitionDetail;
-use squadron_core::ids::{TaskId, WorkerId};
+use squadron_core::ids::TaskId;
 use squadron_core::manifest::{parse_manifest_json, parse_manifest_yaml};
 use squadron_core::task::{Task, TaskState};
 use squadron_core::{Command, Outcome};
@@ -17,7 +16,7 @@ use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryPa
 use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 use crate::node::Consistency;
-use squadron_api::{Access, Scope};
+use squadron_api::{Access, ReportProgress, ReportTransition, Scope, TaskPage};
 use squadron_core::access::AgentIdentity;
 
 /// Tasks one list call returns unless it asks for fewer.
@@ -143,13 +142,6 @@ struct ListQuery {
     consistency: Consistency,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct TaskPage {
-    pub tasks: Vec<Task>,
-    /// Pass as `after` to get the next page; absent on the last page.
-    pub next_after: Option<u64>,
-}
-
 async fn list(
     State(node): State<AppState>,
     caller: Caller,
@@ -247,23 +239,12 @@ async fn cancel(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Transition {
-    worker: WorkerId,
-    attempt: u32,
-    from: TaskState,
-    to: TaskState,
-    #[serde(default)]
-    detail: TransitionDetail,
-}
-
 async fn transition(
     State(node): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Transition>,
+    JsonBody(b): JsonBody<ReportTransition>,
 ) -> Result<Json<Outcome>, ApiError> {
     let task = task_id(&id)?;
     write(
@@ -282,23 +263,12 @@ async fn transition(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Progress {
-    worker: WorkerId,
-    attempt: u32,
-    stdout_bytes: u64,
-    stderr_bytes: u64,
-    lines: u64,
-    events: u64,
-}
-
 async fn progress(
     State(node): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Progress>,
+    JsonBody(b): JsonBody<ReportProgress>,
 ) -> Result<Json<Outcome>, ApiError> {
     let task = task_id(&id)?;
     write(

@@ -1,15 +1,11 @@
 //! Workers: register, heartbeat, list, decommission.
 
-use std::collections::BTreeMap;
-
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post, put};
 use axum::Json;
-use serde::Deserialize;
 use squadron_core::command as cmd;
 use squadron_core::ids::WorkerId;
-use squadron_core::manifest::RuntimeKind;
 use squadron_core::worker::Worker;
 use squadron_core::worker_policy::WorkerPolicy;
 use squadron_core::{Command, Outcome};
@@ -17,7 +13,8 @@ use squadron_core::{Command, Outcome};
 use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
 use crate::authz::Caller;
 use crate::error::ApiError;
-use squadron_api::{Access, Scope};
+use squadron_api::workers::HEARTBEAT_INTERVAL_MS_DEFAULT;
+use squadron_api::{Access, Decommission, RegisterWorker, Scope};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -78,28 +75,11 @@ pub fn routes(book: RouteBook) -> RouteBook {
     )
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Register {
-    worker: WorkerId,
-    address: String,
-    runtimes: Vec<RuntimeKind>,
-    capacity: u32,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    #[serde(default = "default_interval")]
-    heartbeat_interval_ms: u64,
-}
-
-fn default_interval() -> u64 {
-    30_000
-}
-
 async fn register(
     State(node): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    JsonBody(b): JsonBody<Register>,
+    JsonBody(b): JsonBody<RegisterWorker>,
 ) -> Result<Json<Outcome>, ApiError> {
     write(
         &node,
@@ -111,7 +91,9 @@ async fn register(
             runtimes: b.runtimes,
             capacity: b.capacity,
             labels: b.labels,
-            heartbeat_interval_ms: b.heartbeat_interval_ms,
+            heartbeat_interval_ms: b
+                .heartbeat_interval_ms
+                .unwrap_or(HEARTBEAT_INTERVAL_MS_DEFAULT),
         }),
     )
     .await
@@ -183,13 +165,6 @@ async fn get_policy(
             .ok_or_else(|| ApiError::not_found(format!("worker {id} has no policy")))
     })
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Decommission {
-    operator: String,
-    reason: String,
 }
 
 async fn decommission(

@@ -1,0 +1,39 @@
+//! Tasks: a page of the listing and the worker's reports.
+
+use serde::{Deserialize, Serialize};
+use squadron_core::command::TransitionDetail;
+use squadron_core::ids::WorkerId;
+use squadron_core::task::{Task, TaskState};
+
+/// `GET /api/v1/tasks`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskPage {
+    pub tasks: Vec<Task>,
+    /// Pass as `after` to get the next page; absent on the last page.
+    #[serde(default)]
+    pub next_after: Option<u64>,
+}
+
+/// `POST /api/v1/tasks/{id}/transitions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportTransition {
+    pub worker: WorkerId,
+    pub attempt: u32,
+    pub from: TaskState,
+    pub to: TaskState,
+    #[serde(default)]
+    pub detail: TransitionDetail,
+}
+
+/// `POST /api/v1/tasks/{id}/progress`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportProgress {
+    pub worker: WorkerId,
+    pub attempt: u32,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub lines: u64,
+    pub events: u64,
+}

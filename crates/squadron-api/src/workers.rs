@@ -1,0 +1,33 @@
+//! Workers: registration and an operator's decommission.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use squadron_core::ids::WorkerId;
+use squadron_core::manifest::RuntimeKind;
+
+/// Heartbeat interval of a registration that names none.
+pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;
+
+/// `POST /api/v1/workers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterWorker {
+    pub worker: WorkerId,
+    pub address: String,
+    pub runtimes: Vec<RuntimeKind>,
+    pub capacity: u32,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// [`HEARTBEAT_INTERVAL_MS_DEFAULT`] when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval_ms: Option<u64>,
+}
+
+/// `POST /api/v1/workers/{id}/decommission`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decommission {
+    pub operator: String,
+    pub reason: String,
+}
