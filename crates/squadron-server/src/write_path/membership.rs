@@ -60,6 +60,14 @@ impl WritePath {
                         "node {id} is not a learner of this cluster; add it first"
                     )));
                 }
+                // A follower may not have applied the learner the leader just added, and
+                // openraft would refuse it from the follower's view: the leader decides.
+                if !known {
+                    return Err(MembershipError::NotLeader {
+                        leader: raft_view::leader(&self.raft).map(|(_, addr)| addr),
+                        message: format!("node {} is not the leader", self.id),
+                    });
+                }
                 let ids = BTreeSet::from([*id]);
                 retry_in_progress(|| {
                     self.raft
