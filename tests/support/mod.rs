@@ -18,12 +18,40 @@ pub use tls::{pki, presenting};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_squadron");
 
-/// A free loopback port (bound and released; the window for a collision is tiny).
+/// Ports handed out below the kernel's ephemeral range, at most.
+const TEST_PORTS_SPAN: u32 = 10_000;
+
+/// A free loopback port for a node or worker to bind later. Taken below the kernel's
+/// ephemeral range: a port the kernel picked for `bind(0)` is one it may give the next
+/// outgoing connection of any test before the node binds it ("Address already in use").
+/// Each test binary starts at its own offset and counts up, so concurrent clusters in one
+/// binary never get the same port either.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| {
+            t.split_whitespace()
+                .next()
+                .and_then(|p| p.parse::<u32>().ok())
+        })
+        .unwrap_or(32_768);
+    if low <= TEST_PORTS_SPAN + 1_024 {
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+    }
+    let first = low - TEST_PORTS_SPAN;
+    let offset = std::process::id().wrapping_mul(7_919) % TEST_PORTS_SPAN;
+    for _ in 0..TEST_PORTS_SPAN {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = u16::try_from(first + (offset + n) % TEST_PORTS_SPAN).expect("a port");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {first}..{low}")
 }
 
 #[derive(Debug, Clone)]
