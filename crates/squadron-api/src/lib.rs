@@ -2,10 +2,11 @@
 //! worker and the CLI deserialize. It holds only data (serde), no transport.
 //!
 //! Today this is the access rules of every route and method, the error body and the token,
-//! enrollment and credential bodies, projects', tasks' and workers'; the other request and response bodies
+//! enrollment and credential bodies, projects', tasks', workers' and the cluster's; the other request and response bodies
 //! move here next (issue 12, item 1), each area in its own module.
 
 pub mod access;
+pub mod cluster;
 pub mod credentials;
 pub mod enrollment;
 pub mod error_body;
@@ -15,6 +16,7 @@ pub mod tokens;
 pub mod workers;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
+pub use cluster::{AddLearner, ClusterStatus, MemberView, MembershipChanged, PromoteVoter};
 pub use credentials::{
     CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease, LeasedValue,
     PutCredential, RotateCredential,
@@ -27,3 +29,7 @@ pub use projects::{
 pub use tasks::{ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
 pub use workers::{Decommission, RegisterWorker};
+
+/// The header (and gRPC metadata key) that carries a client's idempotency key (INV-11).
+/// Lowercase: gRPC metadata keys must be, and HTTP header names compare without case.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";

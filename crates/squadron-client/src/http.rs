@@ -20,8 +20,7 @@ use crate::credentials::Credentials;
 use crate::error::{self, ClientError, EndpointFailure, ErrorBody};
 use crate::{normalize_endpoint, Consistency, CONNECT_TIMEOUT_DEFAULT, REQUEST_TIMEOUT_DEFAULT};
 
-/// The header that carries an idempotency key.
-pub const IDEMPOTENCY_HEADER: &str = "Idempotency-Key";
+pub use squadron_api::IDEMPOTENCY_HEADER;
 
 /// Percent-encodes one path segment (everything but RFC 3986 unreserved characters).
 pub(crate) fn segment(raw: &str) -> String {

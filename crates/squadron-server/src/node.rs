@@ -22,8 +22,8 @@ use crate::raft_view;
 use crate::read_index_rounds::ReadIndexRounds;
 use crate::write_path::{MembershipError, WriteError, WritePath};
 
-/// Header carrying a client's idempotency key.
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// The header carrying a client's idempotency key (defined once, in `squadron-api`).
+pub use squadron_api::IDEMPOTENCY_HEADER;
 
 /// Read consistency a caller asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -12,7 +12,9 @@ use super::{AppState, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode};
 use crate::peer::wire::{MembershipChange, MembershipReply};
-use squadron_api::{Access, Scope};
+use squadron_api::{
+    Access, AddLearner, ClusterStatus, MemberView, MembershipChanged, PromoteVoter, Scope,
+};
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -75,31 +77,6 @@ async fn reload_tls(State(node): State<AppState>) -> Result<Json<TlsReloaded>, A
     }))
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct MemberView {
-    pub id: NodeId,
-    pub rest: String,
-    pub grpc: String,
-    pub peer: String,
-    pub voter: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ClusterStatus {
-    pub node_id: NodeId,
-    pub role: String,
-    pub leader: Option<NodeId>,
-    pub term: u64,
-    pub last_log_index: Option<u64>,
-    pub applied: Option<u64>,
-    pub snapshot: Option<u64>,
-    pub purged: Option<u64>,
-    /// SHA-256 of this node's state at `applied` (INV-12).
-    pub digest: String,
-    pub clock_ms: u64,
-    pub members: Vec<MemberView>,
-}
-
 fn role(state: ServerState) -> &'static str {
     match state {
         ServerState::Leader => "leader",
@@ -154,28 +131,6 @@ async fn status(
         node.read_barrier(Consistency::Linearizable).await?;
     }
     Ok(Json(local_status(&node)))
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AddLearner {
-    pub id: NodeId,
-    pub rest: String,
-    pub grpc: String,
-    /// The new node's peer listener (Raft, the node-to-node protocol).
-    pub peer: String,
-}
-
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct PromoteVoter {
-    pub id: NodeId,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct MembershipChanged {
-    pub log_index: u64,
-    pub members: Vec<MemberView>,
 }
 
 /// Runs the change on the leader (relayed there from a follower) and answers with the
