@@ -152,8 +152,17 @@ impl State {
             ));
         }
         let granted = self.granted_values(refs)?;
-        let lease = match self.credentials.active_lease_of(c.task) {
-            Some(lease) => lease.id,
+        let lease = match self.credentials.active_by_task.get(&c.task).copied() {
+            // A rotation in between hands out the current value: the lease says which.
+            Some(id) => {
+                let lease = self
+                    .credentials
+                    .leases
+                    .get_mut(&id)
+                    .expect("active leases exist");
+                lease.credentials = leased(&granted);
+                id
+            }
             None => self.record_credential_lease(now, &c, &granted)?,
         };
         Ok(Outcome::CredentialLeaseGranted {
@@ -200,14 +209,7 @@ impl State {
             task: c.task,
             attempt: c.attempt,
             worker: c.worker.clone(),
-            credentials: granted
-                .iter()
-                .map(|g| LeasedCredential {
-                    id: g.id.clone(),
-                    mount: g.mount.clone(),
-                    version: g.version,
-                })
-                .collect(),
+            credentials: leased(granted),
             granted_at_ms: now,
             revoked: None,
         };
@@ -263,6 +265,18 @@ impl State {
             Some(c) => Ok(c),
         }
     }
+}
+
+/// What a lease records of the values it hands out: ids, mounts, versions.
+fn leased(granted: &[GrantedCredential]) -> Vec<LeasedCredential> {
+    granted
+        .iter()
+        .map(|g| LeasedCredential {
+            id: g.id.clone(),
+            mount: g.mount.clone(),
+            version: g.version,
+        })
+        .collect()
 }
 
 fn credential_refs(spec: &TaskSpec) -> &[CredentialRef] {

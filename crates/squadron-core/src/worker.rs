@@ -44,8 +44,13 @@ impl Worker {
         now_ms >= self.last_heartbeat_ms.saturating_add(self.ttl_ms)
     }
 
-    /// Schedulable: alive, heartbeat fresh as of `now_ms`, and not full.
+    /// Alive and its heartbeat fresh as of `now_ms`.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        self.status == WorkerStatus::Alive && !self.is_silent(now_ms)
+    }
+
+    /// Schedulable: live and not full.
     pub fn accepts_work(&self, now_ms: u64) -> bool {
-        self.status == WorkerStatus::Alive && !self.is_silent(now_ms) && self.free_slots() > 0
+        self.is_live(now_ms) && self.free_slots() > 0
     }
 }

@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use crate::manifest::{NetworkMode, TaskSpec};
 use crate::state::State;
 use crate::validation_error::ValidationError;
-use crate::worker::WorkerStatus;
 
 /// Where a task's repository comes from, as `repository.url` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -127,11 +126,10 @@ impl WorkerPolicy {
 pub fn no_worker_accepts(state: &State, spec: &TaskSpec, now_ms: u64) -> Option<ValidationError> {
     let now = now_ms.max(state.clock_ms());
     let mut refusals = Vec::new();
-    for w in state.workers().filter(|w| {
-        w.status == WorkerStatus::Alive
-            && !w.is_silent(now)
-            && w.runtimes.contains(&spec.sandbox.runtime)
-    }) {
+    for w in state
+        .workers()
+        .filter(|w| w.is_live(now) && w.runtimes.contains(&spec.sandbox.runtime))
+    {
         match state.worker_policy(&w.id).and_then(|p| p.refusal(spec)) {
             Some(refused) => refusals.push((w.id.to_string(), refused)),
             None => return None,

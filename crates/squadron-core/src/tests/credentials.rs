@@ -2,7 +2,7 @@
 //! attempt on one worker and ends with it.
 
 use super::*;
-use crate::command::{Assignment, TransitionDetail};
+use crate::command::Assignment;
 use crate::credential::{SealedSecret, SEALED_NONCE_BYTES};
 use crate::ids::CredentialId;
 use crate::snapshot::{
@@ -56,21 +56,8 @@ fn provisioning_task(fx: &mut Fx) -> TaskId {
 }
 
 fn move_task(fx: &mut Fx, task: TaskId, from: TaskState, to: TaskState) {
-    let attempt = fx.state.task(task).unwrap().attempt;
-    fx.ok_as(
-        &worker_subject(),
-        Command::ReportTransition(ReportTransition {
-            task,
-            worker: worker(),
-            attempt,
-            from,
-            to,
-            detail: TransitionDetail {
-                exit_code: (to == Completing).then_some(0),
-                ..TransitionDetail::default()
-            },
-        }),
-    );
+    let r = report(fx, task, from, to, (to == Completing).then_some(0));
+    assert!(r.is_ok(), "{from} -> {to}: {r:?}");
 }
 
 fn grant_cmd(fx: &Fx, task: TaskId) -> Command {
@@ -365,4 +352,33 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     v3.extend_from_slice(&SNAPSHOT_VERSION_V3.to_be_bytes());
     v3.extend_from_slice(&bytes[header..bytes.len() - 1]);
     assert_eq!(decode_snapshot(&v3).unwrap(), with_credentials);
+}
+
+#[test]
+fn inv_13_a_grant_after_a_rotation_records_the_version_it_hands_out() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    let Outcome::CredentialLeaseGranted { lease, .. } = grant(&mut fx, task) else {
+        panic!()
+    };
+    fx.ok(Command::RotateCredential(RotateCredential {
+        id: cid("cred_a"),
+        sealed: sealed(7),
+    }));
+    let Outcome::CredentialLeaseGranted {
+        lease: again,
+        credentials,
+        ..
+    } = grant(&mut fx, task)
+    else {
+        panic!()
+    };
+    assert_eq!(again, lease, "the same lease");
+    assert_eq!(
+        (credentials[0].version, &credentials[0].sealed),
+        (2, &sealed(7))
+    );
+    let recorded = fx.state.credentials().lease(lease).unwrap();
+    assert_eq!(recorded.credentials[0].version, 2, "{recorded:?}");
+    assert_eq!(recorded.credentials[1].version, 1);
 }

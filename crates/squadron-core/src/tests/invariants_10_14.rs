@@ -17,27 +17,6 @@ fn assign(fx: &mut Fx, task: TaskId) {
     assert_eq!(results[0].result, Ok(()), "{results:?}");
 }
 
-fn report(
-    fx: &mut Fx,
-    task: TaskId,
-    from: TaskState,
-    to: TaskState,
-    exit: Option<i32>,
-) -> Response {
-    let attempt = fx.state.task(task).unwrap().attempt;
-    fx.apply(Command::ReportTransition(ReportTransition {
-        task,
-        worker: worker(),
-        attempt,
-        from,
-        to,
-        detail: TransitionDetail {
-            exit_code: exit,
-            ..TransitionDetail::default()
-        },
-    }))
-}
-
 fn walk(fx: &mut Fx, task: TaskId, path: &[TaskState]) {
     for pair in path.windows(2) {
         let exit = (pair[1] == Completing).then_some(0);

@@ -27,6 +27,7 @@ use crate::provider::Provider;
 use crate::rejection::Rejection;
 use crate::response::{LeaseGrant, Outcome, Response};
 use crate::state::State;
+use crate::task::TaskState;
 
 pub(crate) const TTL: u64 = 10_000;
 
@@ -114,6 +115,28 @@ pub(crate) fn spec(extra: &str) -> TaskSpec {
          agent:\n  prompt: do it\n{extra}"
     ))
     .unwrap()
+}
+
+/// The fixture's worker reports `from -> to` for the task's current attempt.
+pub(crate) fn report(
+    fx: &mut Fx,
+    task: TaskId,
+    from: TaskState,
+    to: TaskState,
+    exit: Option<i32>,
+) -> Response {
+    let attempt = fx.state.task(task).unwrap().attempt;
+    fx.apply(Command::ReportTransition(ReportTransition {
+        task,
+        worker: worker(),
+        attempt,
+        from,
+        to,
+        detail: TransitionDetail {
+            exit_code: exit,
+            ..TransitionDetail::default()
+        },
+    }))
 }
 
 /// How long the fixture's workers may stay silent before they are lost.

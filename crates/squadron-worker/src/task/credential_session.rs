@@ -164,16 +164,9 @@ fn file_variable(mount: &str) -> String {
 }
 
 fn write_private(path: &Path, bytes: &[u8], owner: (u32, u32)) -> Result<(), WorkerError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(CREDENTIAL_FILE_MODE)
-        .open(path)
-        .map_err(|e| WorkerError::io("create", path, e))?;
-    file.write_all(bytes)
-        .map_err(|e| WorkerError::io("write", path, e))?;
+    squadron_pki::pki_dir::write_file(path, bytes, CREDENTIAL_FILE_MODE).map_err(|e| {
+        WorkerError::runtime("credentials", format!("writing {}: {e}", path.display()))
+    })?;
     std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1))
         .map_err(|e| WorkerError::io("chown", path, e))
 }
@@ -211,14 +204,15 @@ impl Redactor {
         let mut changed = false;
         for (needle, stand_in) in &self.needles {
             let mut next = Vec::with_capacity(out.len());
-            let mut rest = out.as_slice();
-            while let Some(at) = find(rest, needle) {
-                next.extend_from_slice(&rest[..at]);
+            let mut from = 0;
+            // Non-overlapping occurrences, left to right, in linear time.
+            for at in memchr::memmem::find_iter(&out, needle.as_slice()) {
+                next.extend_from_slice(&out[from..at]);
                 next.extend_from_slice(stand_in);
-                rest = &rest[at + needle.len()..];
+                from = at + needle.len();
                 changed = true;
             }
-            next.extend_from_slice(rest);
+            next.extend_from_slice(&out[from..]);
             out = next;
         }
         changed.then_some(out)
@@ -336,10 +330,6 @@ fn collect_files(outbox: &Beneath, rel: &Path, out: &mut Vec<PathBuf>) {
             _ => {}
         }
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]
