@@ -4,12 +4,13 @@
 //! them. A caller without a credential on a non-public row gets 401; a caller whose
 //! credential the row does not admit gets 403.
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use squadron_core::access::Role;
 
 /// Where the object a call touches is found, so a scoped token, a worker or an agent can be
 /// held to its own objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// No object: cluster-wide (membership, workers, tokens). A token scoped to projects
@@ -35,7 +36,7 @@ pub enum Scope {
 }
 
 /// The rule of one route or method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, JsonSchema)]
 pub struct Access {
     /// Anyone may call it, without a credential.
     pub public: bool,

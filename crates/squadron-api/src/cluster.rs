@@ -1,9 +1,10 @@
 //! The cluster: one node's view of it, and membership changes.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// One member in a node's view of the cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MemberView {
     pub id: u64,
     /// `host:port` of the member's REST API.
@@ -16,7 +17,7 @@ pub struct MemberView {
 }
 
 /// `GET /api/v1/cluster/status`: one node's own view.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ClusterStatus {
     pub node_id: u64,
     pub role: String,
@@ -36,7 +37,7 @@ pub struct ClusterStatus {
 }
 
 /// `POST /api/v1/cluster/learners`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddLearner {
     pub id: u64,
@@ -47,14 +48,14 @@ pub struct AddLearner {
 }
 
 /// `POST /api/v1/cluster/voters`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PromoteVoter {
     pub id: u64,
 }
 
 /// The answer of a membership change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MembershipChanged {
     pub log_index: u64,
     pub members: Vec<MemberView>,

@@ -1,13 +1,14 @@
 //! Credentials (INV-13): storing a value, a credential as listed (never its value), and the
 //! one answer that carries values — a lease grant, to the worker running the task.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::access::Subject;
 use squadron_core::credential::LeasedCredential;
 use squadron_core::ids::{CredentialId, CredentialLeaseId, TaskId, WorkerId};
 
 /// `POST /api/v1/credentials`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutCredential {
     pub id: CredentialId,
@@ -18,14 +19,14 @@ pub struct PutCredential {
 }
 
 /// `POST /api/v1/credentials/:id/rotate`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateCredential {
     pub value: String,
 }
 
 /// `GET /api/v1/credentials`: a credential as listed (never its value, sealed or not).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialView {
     pub id: CredentialId,
     pub version: u32,
@@ -37,7 +38,7 @@ pub struct CredentialView {
 }
 
 /// `POST /api/v1/tasks/:id/credential-lease`: the worker running the task's attempt asks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantCredentialLease {
     pub worker: WorkerId,
@@ -45,7 +46,7 @@ pub struct GrantCredentialLease {
 }
 
 /// One value of a grant, opened for the worker.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LeasedValue {
     pub id: CredentialId,
     pub mount: String,
@@ -55,7 +56,7 @@ pub struct LeasedValue {
 
 /// The answer to a grant: where the files go (`/run/squadron/credentials/{session}`) and
 /// what they hold.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialLeaseGrant {
     pub lease: CredentialLeaseId,
     pub session: String,
@@ -63,7 +64,7 @@ pub struct CredentialLeaseGrant {
 }
 
 /// `GET /api/v1/tasks/:id/credential-leases`: a lease as listed (never a value).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialLeaseView {
     pub id: CredentialLeaseId,
     pub task: TaskId,

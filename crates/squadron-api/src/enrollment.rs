@@ -3,12 +3,13 @@
 //! worker's private key never enter the replicated state — only the token's SHA-256 and the
 //! certificate's serial do.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::access::TokenId;
 use squadron_core::ids::WorkerId;
 
 /// `POST /api/v1/bootstrap-tokens` (admin).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MintBootstrap {
     /// The worker id the token is for; none: any worker id the cluster does not know yet.
@@ -20,7 +21,7 @@ pub struct MintBootstrap {
 }
 
 /// The minted token; `token` is the secret, shown this once.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MintedBootstrap {
     pub id: TokenId,
     pub token: String,
@@ -40,7 +41,7 @@ impl std::fmt::Debug for MintedBootstrap {
 }
 
 /// `POST /api/v1/enroll`: the bootstrap token is the credential (no other is needed).
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnrollWorker {
     pub token: String,
@@ -64,7 +65,7 @@ impl std::fmt::Debug for EnrollWorker {
 
 /// `POST /api/v1/workers/{id}/certificate`: a worker renews its certificate under the one it
 /// holds, with a fresh key pair's CSR.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenewCertificate {
     pub csr_pem: String,
@@ -74,7 +75,7 @@ pub struct RenewCertificate {
 
 /// A signed certificate, answered only once its record (and, for an enrollment, the token's
 /// consumption) is committed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Enrolled {
     pub cert_pem: String,
     pub ca_pem: String,

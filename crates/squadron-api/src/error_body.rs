@@ -1,12 +1,13 @@
 //! The body of every REST error answer (and of the worker's own listeners).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::Rejection;
 
 /// `{code, message, field?, rejection?}`; the HTTP status comes from `code` through the one
 /// error table (`squadron_core::error_code`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,

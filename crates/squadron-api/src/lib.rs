@@ -1,15 +1,18 @@
 //! The API's wire types, defined once: the server serializes exactly what the client, the
 //! worker and the CLI deserialize. It holds only data (serde), no transport.
 //!
-//! Today this is the access rules of every route and method, the error body and the token,
-//! enrollment and credential bodies, projects', tasks', workers' and the cluster's; the other request and response bodies
-//! move here next (issue 12, item 1), each area in its own module.
+//! Every REST request body and the response shapes the API defines itself (domain values such
+//! as `Outcome`, `Task` or `RuntimeLease` come from `squadron-core`), each area in its own
+//! module; the access rules of every route and method; the one error body. Every type derives
+//! `JsonSchema`, from which the server's OpenAPI document takes its schemas.
 
 pub mod access;
+pub mod agents;
 pub mod cluster;
 pub mod credentials;
 pub mod enrollment;
 pub mod error_body;
+pub mod leases;
 pub mod projects;
 pub mod tasks;
 pub mod tokens;
@@ -26,7 +29,7 @@ pub use error_body::ErrorBody;
 pub use projects::{
     AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, SetCapabilities,
 };
-pub use tasks::{ReportProgress, ReportTransition, TaskPage};
+pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
 pub use workers::{Decommission, RegisterWorker};
 

@@ -1,12 +1,13 @@
 //! Projects and agent profiles: creation, the sandbox, capability manifests, MCP decisions.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::{McpServerId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId};
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
 
 /// `POST /api/v1/projects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProject {
     pub tenant: TenantId,
@@ -18,7 +19,7 @@ pub struct CreateProject {
 }
 
 /// One row of `GET /api/v1/projects`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProjectSummary {
     pub tenant: TenantId,
     pub project: ProjectId,
@@ -29,7 +30,7 @@ pub struct ProjectSummary {
 }
 
 /// `POST /api/v1/projects/{tenant}/{project}/sandbox`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AttachSandbox {
     pub worker: WorkerId,
@@ -38,7 +39,7 @@ pub struct AttachSandbox {
 }
 
 /// `POST /api/v1/projects/{tenant}/{project}/profiles`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProfile {
     pub key: ProfileKey,
@@ -48,7 +49,7 @@ pub struct CreateProfile {
 }
 
 /// `PUT /api/v1/profiles/{id}/capabilities`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetCapabilities {
     pub expected_version: u64,
@@ -60,7 +61,7 @@ pub struct SetCapabilities {
 
 /// The answer of `GET /api/v1/profiles/{id}/mcp/{server}` when the use is allowed (a refusal
 /// is a `permission_denied` error).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct McpDecision {
     pub subject: String,
     pub server: McpServerId,

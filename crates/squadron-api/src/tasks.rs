@@ -1,12 +1,13 @@
 //! Tasks: a page of the listing and the worker's reports.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::command::TransitionDetail;
 use squadron_core::ids::WorkerId;
 use squadron_core::task::{Task, TaskState};
 
 /// `GET /api/v1/tasks`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskPage {
     pub tasks: Vec<Task>,
     /// Pass as `after` to get the next page; absent on the last page.
@@ -15,7 +16,7 @@ pub struct TaskPage {
 }
 
 /// `POST /api/v1/tasks/{id}/transitions`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportTransition {
     pub worker: WorkerId,
@@ -27,7 +28,7 @@ pub struct ReportTransition {
 }
 
 /// `POST /api/v1/tasks/{id}/progress`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportProgress {
     pub worker: WorkerId,
@@ -36,4 +37,12 @@ pub struct ReportProgress {
     pub stderr_bytes: u64,
     pub lines: u64,
     pub events: u64,
+}
+
+/// One entry of `GET /api/v1/tasks/{id}/artifacts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ArtifactEntry {
+    /// Relative to the task's artifacts directory.
+    pub name: String,
+    pub size: u64,
 }

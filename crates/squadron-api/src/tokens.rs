@@ -1,11 +1,12 @@
 //! Operator tokens: the creation request, the one answer that carries a secret, and a token
 //! as listed (never its secret or hash).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::access::{ProjectScope, Role, Subject, TokenId};
 
 /// `POST /api/v1/tokens`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     pub name: String,
@@ -18,7 +19,7 @@ pub struct CreateToken {
 }
 
 /// The answer to a creation; `token` is the secret, shown this once.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreatedToken {
     pub id: TokenId,
     pub token: String,
@@ -41,7 +42,7 @@ impl std::fmt::Debug for CreatedToken {
 }
 
 /// `GET /api/v1/tokens`: a token as listed (never its secret or hash).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TokenView {
     pub id: TokenId,
     pub name: String,

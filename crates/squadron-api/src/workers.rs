@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
@@ -10,7 +11,7 @@ use squadron_core::manifest::RuntimeKind;
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;
 
 /// `POST /api/v1/workers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterWorker {
     pub worker: WorkerId,
@@ -25,7 +26,7 @@ pub struct RegisterWorker {
 }
 
 /// `POST /api/v1/workers/{id}/decommission`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Decommission {
     pub operator: String,

@@ -4,8 +4,8 @@
 use reqwest::Method;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId};
 
-use crate::agent_types::*;
 use crate::{ClientError, Consistency, SquadronClient};
+use squadron_api::agents::*;
 
 impl SquadronClient {
     /// Launches the profile's provider in its project's sandbox under a new lease.

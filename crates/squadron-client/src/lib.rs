@@ -20,9 +20,8 @@
 //! `http.rs` holds that rule and the endpoint list; one module per API area adds its calls to
 //! [`SquadronClient`]: `cluster.rs`, `projects.rs` (projects and profiles), `leases.rs` (leases,
 //! takeovers, capsules, mailboxes), `tasks.rs`, `workers.rs`, `agents.rs` (the agent facade and
-//! evidence). The bodies are in `types.rs` and `agent_types.rs`.
+//! evidence). The bodies are `squadron-api`'s, re-exported in `types.rs`.
 
-pub mod agent_types;
 mod agents;
 mod cluster;
 mod credential_store;
@@ -44,7 +43,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rand::Rng;
 use squadron_core::ids::IdempotencyKey;
 
-pub use agent_types::*;
 pub use credentials::Credentials;
 pub use error::{ClientError, EndpointFailure, ErrorBody};
 pub use grpc_leader::GrpcLeader;

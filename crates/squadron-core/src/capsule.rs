@@ -5,6 +5,7 @@
 //! That encoding is hand-written rather than derived from serde so that it can never drift with
 //! a library upgrade: a capsule committed today must verify in ten years.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -18,7 +19,7 @@ use crate::validation_error::ValidationError;
 pub const CAPSULE_ENCODING_PREFIX_V1: &[u8] = b"squadron/capsule/v1\n";
 
 /// The working state a capsule carries.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[serde(default)]
 pub struct CapsulePayload {
@@ -35,7 +36,7 @@ pub struct CapsulePayload {
 
 /// What a writer submits: the chain position it believes in and the payload. The core computes
 /// the digest; `expected_digest`, when given, must equal it ("commit and verify").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapsuleDraft {
     pub sequence: u64,
@@ -46,7 +47,7 @@ pub struct CapsuleDraft {
 }
 
 /// A committed capsule.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ContinuityCapsule {
     pub profile: ProfileId,
     pub lease: LeaseId,

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::Subject;
@@ -22,7 +23,7 @@ pub const SEALED_NONCE_BYTES: usize = 12;
 pub const DATA_KEY_ID_HEX_LEN: usize = 16;
 
 /// A value sealed under the cluster data key `key_id`. Opaque to the core.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SealedSecret {
     /// Names the data key (a hash prefix of it, never the key), so a node holding another
     /// key says so instead of failing to open.
@@ -74,7 +75,7 @@ impl SealedSecret {
 }
 
 /// One named secret. Its value is dropped from the state when it is revoked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Credential {
     pub id: CredentialId,
     /// Rises by one with every put and rotation; leases record the version they handed out.
@@ -95,7 +96,7 @@ impl Credential {
 }
 
 /// A credential as one lease handed it out: under which mount, at which version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LeasedCredential {
     pub id: CredentialId,
     pub mount: String,
@@ -103,14 +104,14 @@ pub struct LeasedCredential {
 }
 
 /// Why and when a lease ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LeaseRevocation {
     pub at_ms: u64,
     pub reason: String,
 }
 
 /// The credentials of one task attempt, granted to the worker running it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialLease {
     pub id: CredentialLeaseId,
     pub task: TaskId,
@@ -140,7 +141,7 @@ pub fn session_name(task: TaskId, attempt: u32) -> String {
 }
 
 /// Credentials and their leases.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialState {
     pub(crate) credentials: BTreeMap<CredentialId, Credential>,
     pub(crate) leases: BTreeMap<CredentialLeaseId, CredentialLease>,

@@ -2,10 +2,13 @@
 //! gRPC status code. REST and gRPC adapters both read it, so a caller sees the same class of
 //! error whichever interface it used.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A class of error, stable on the wire as its snake_case name (the `code` of `{code, message}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// Malformed input; the message names the field.

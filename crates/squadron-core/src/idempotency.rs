@@ -3,13 +3,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Digest, IdempotencyKey};
 use crate::limits::{IDEMPOTENCY_RECORDS_MAX, IDEMPOTENCY_RETENTION_MS};
 use crate::response::Response;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct IdempotencyRecord {
     /// SHA-256 of the command's log encoding, so a key reused for another command is caught.
     pub fingerprint: Digest,
@@ -27,7 +28,7 @@ pub enum IdempotencyLookup<'a> {
 
 /// Bounded both by count and by age; the oldest records go first, in an order every replica
 /// computes alike.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct IdempotencyLedger {
     records: BTreeMap<IdempotencyKey, IdempotencyRecord>,
     by_age: BTreeSet<(u64, IdempotencyKey)>,

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{IDEMPOTENCY_KEY_BYTES_MAX, NAME_BYTES_MAX};
@@ -49,11 +50,16 @@ pub fn check_name(field: &str, value: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// [`check_name`]'s grammar as a JSON Schema pattern, for the API document (it cannot say
+/// "no `..`", which the check adds).
+pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9._-]*$";
+
 macro_rules! name_id {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
         #[serde(try_from = "String", into = "String")]
+        #[schemars(extend("pattern" = NAME_PATTERN, "maxLength" = NAME_BYTES_MAX))]
         pub struct $name(String);
 
         impl $name {
@@ -132,9 +138,10 @@ macro_rules! number_id {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
         #[derive(
-            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+            Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
         )]
         #[serde(try_from = "u64", into = "u64")]
+        #[schemars(extend("minimum" = 1))]
         pub struct $name(u64);
 
         impl $name {
@@ -214,7 +221,18 @@ number_id!(
 /// A profile's runtime generation. Zero means no lease was ever granted; each successful
 /// acquisition raises it by exactly one (INV-3).
 #[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 #[serde(transparent)]
 pub struct Generation(u64);
@@ -261,8 +279,9 @@ impl fmt::Display for Generation {
 
 /// A SHA-256 digest: of a capsule's canonical encoding, or of the whole state (INV-7, INV-12).
 /// Written as 64 lowercase hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(try_from = "String", into = "String")]
+#[schemars(extend("pattern" = "^[0-9a-f]{64}$"))]
 pub struct Digest([u8; 32]);
 
 impl Digest {
@@ -331,8 +350,11 @@ impl fmt::Debug for Digest {
 
 /// A client-chosen key that makes a command apply at most once (INV-11): 1..=128 printable
 /// ASCII characters, no spaces.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
+#[schemars(extend("minLength" = 1, "maxLength" = IDEMPOTENCY_KEY_BYTES_MAX))]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {

@@ -1,5 +1,6 @@
 //! Runtime leases: the sole authority for an active provider process and its writes.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Generation, LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
@@ -9,7 +10,9 @@ use crate::validation_error::ValidationError;
 
 /// The triple every fenced operation carries (INV-6). It is accepted only while it names the
 /// profile's current active lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct FencingToken {
     pub profile: ProfileId,
@@ -18,7 +21,7 @@ pub struct FencingToken {
 }
 
 /// Who holds a lease: the worker that launched the provider and a descriptor of the process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseHolder {
     pub worker: WorkerId,
@@ -67,7 +70,7 @@ pub(crate) fn check_descriptor(
 }
 
 /// Why a lease was fenced.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FenceReason {
     /// The lease passed its expiry (leader-stamped time) without renewal.
@@ -81,7 +84,7 @@ pub enum FenceReason {
 }
 
 /// Where reap evidence came from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceSource {
     /// The worker froze and killed the cgroup leaf and saw `populated 0` in `cgroup.events`.
@@ -92,7 +95,7 @@ pub enum EvidenceSource {
 
 /// Proof that the process of one exact lease generation is gone (INV-9). PID matching alone is
 /// never evidence: only the emptied cgroup (or an audited operator decision) is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReapEvidence {
     pub lease: LeaseId,
@@ -117,7 +120,7 @@ impl ReapEvidence {
 
 /// Where a lease is in its life. `Active` and `Fenced` hold a project slot (INV-5);
 /// `Released` and `Reaped` are terminal and hold none.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseState {
     Active,
@@ -146,7 +149,7 @@ impl LeaseState {
 }
 
 /// A runtime lease of one profile generation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RuntimeLease {
     pub id: LeaseId,
     pub profile: ProfileId,

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::ProfileId;
@@ -9,7 +10,7 @@ use crate::lease::FencingToken;
 use crate::roster::RosterDelta;
 
 /// Who posted a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageSender {
     /// A peer profile, writing under its current lease (INV-6).
@@ -21,7 +22,7 @@ pub enum MessageSender {
 }
 
 /// What a message is for. Lifecycle-only chatter is refused at the door.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageKind {
     /// Handoff content meant for the recipient.
@@ -34,14 +35,14 @@ pub enum MessageKind {
     RosterDelta,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessagePayload {
     Text(String),
     Roster(RosterDelta),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MailboxMessage {
     pub seq: u64,
     pub sender: MessageSender,
@@ -50,7 +51,7 @@ pub struct MailboxMessage {
     pub posted_at_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Mailbox {
     pub profile: ProfileId,
     /// The sequence number the next message gets; starts at 1 and never goes back.

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::capsule::ContinuityCapsule;
@@ -12,7 +13,7 @@ use crate::provider::Provider;
 
 /// What a profile needs to launch; versioned so a launch can name the manifest it was admitted
 /// under.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CapabilityManifest {
     pub version: u64,
     pub required_skills: BTreeSet<SkillId>,
@@ -20,13 +21,13 @@ pub struct CapabilityManifest {
 }
 
 /// The head of a profile's capsule chain (INV-7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CapsuleHead {
     pub sequence: u64,
     pub digest: Digest,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentProfile {
     pub id: ProfileId,
     pub tenant: TenantId,

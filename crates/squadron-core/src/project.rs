@@ -1,5 +1,6 @@
 //! Projects and their single sandbox.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ProfileId, ProjectId, TenantId, WorkerId};
@@ -8,7 +9,7 @@ use crate::roster::Roster;
 
 /// The one live sandbox of a project (INV-1). Every provider process of every profile of the
 /// project runs inside it; profiles never own or fork one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProjectSandbox {
     pub worker: WorkerId,
     pub runtime: RuntimeKind,
@@ -18,7 +19,7 @@ pub struct ProjectSandbox {
 }
 
 /// Counters for the release evidence; they change only on successful commands.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProjectStats {
     pub leases_granted: u64,
     pub peak_slots_held: u32,
@@ -28,7 +29,7 @@ pub struct ProjectStats {
     pub sandboxes_attached: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Project {
     pub tenant: TenantId,
     pub project: ProjectId,

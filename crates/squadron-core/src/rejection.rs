@@ -2,6 +2,7 @@
 //! in the replicated response, never panics or Raft errors, and a refused command changes
 //! nothing in the state.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::error_code::ErrorCode;
@@ -11,7 +12,7 @@ use crate::task::TaskState;
 use crate::validation_error::ValidationError;
 
 /// The kinds of entity a rejection can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Entity {
     Project,
@@ -47,7 +48,7 @@ impl Entity {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Rejection {
     #[error("{0}")]

@@ -1,6 +1,7 @@
 //! Responses: what applying a command answered. Replicated with the command, so every node
 //! (and every retry of an idempotent command) gives the same answer.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{CertSerial, Identity, TokenId};
@@ -10,7 +11,7 @@ use crate::ids::{CredentialId, CredentialLeaseId, Digest, Generation, LeaseId, P
 use crate::rejection::Rejection;
 use crate::task::TaskState;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Response {
     Ok(Outcome),
@@ -40,7 +41,7 @@ impl From<Result<Outcome, Rejection>> for Response {
 }
 
 /// A granted lease, as acquire and takeover answer it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LeaseGrant {
     pub profile: ProfileId,
     pub lease: LeaseId,
@@ -49,20 +50,20 @@ pub struct LeaseGrant {
 }
 
 /// One renewal of a batched renewal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RenewalResult {
     pub lease: LeaseId,
     pub result: Result<u64, Rejection>,
 }
 
 /// One assignment of a scheduling batch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AssignmentResult {
     pub task: TaskId,
     pub result: Result<(), Rejection>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SweepReport {
     pub leases_fenced: Vec<LeaseId>,
     pub workers_lost: Vec<String>,
@@ -71,7 +72,7 @@ pub struct SweepReport {
     pub idempotency_pruned: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     ProjectCreated,
@@ -183,7 +184,7 @@ pub enum Outcome {
 }
 
 /// One value of a granted lease, still sealed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GrantedCredential {
     pub id: CredentialId,
     pub mount: String,

@@ -2,13 +2,14 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{Generation, ProfileId, ProfileKey};
 use crate::provider::Provider;
 
 /// What a roster says of one profile. Only status changes make a new revision; heartbeats do not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RosterStatus {
     Idle,
@@ -22,7 +23,7 @@ pub enum RosterStatus {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RosterEntry {
     pub profile: ProfileId,
     pub key: ProfileKey,
@@ -30,13 +31,13 @@ pub struct RosterEntry {
 }
 
 /// One revision's change, as delivered to profile mailboxes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RosterDelta {
     pub revision: u64,
     pub entry: RosterEntry,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Roster {
     pub revision: u64,
     pub entries: BTreeMap<ProfileId, RosterEntry>,
@@ -45,7 +46,7 @@ pub struct Roster {
 }
 
 /// The compact snapshot a launch receives.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RosterSnapshot {
     pub revision: u64,
     pub entries: Vec<RosterEntry>,

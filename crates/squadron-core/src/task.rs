@@ -3,13 +3,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{TaskId, WorkerId};
 use crate::manifest::TaskSpec;
 
 /// The states of the task lifecycle, as in `task-run-lifecycle.txt`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TaskState {
     Pending,
@@ -124,7 +127,7 @@ impl fmt::Display for TaskState {
 }
 
 /// Output counters; the output itself never passes through Raft.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskProgress {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
@@ -132,7 +135,7 @@ pub struct TaskProgress {
     pub events: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Task {
     pub id: TaskId,
     pub spec: TaskSpec,

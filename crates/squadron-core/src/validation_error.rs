@@ -1,10 +1,11 @@
 //! The one error type for input that is malformed on its face, before any state is consulted.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Input refused because one field is malformed. `field` is the path of the field as the caller
 /// wrote it (`lifecycle.timeout`, `profile_key`), so REST and gRPC can name it in their answers.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error, JsonSchema)]
 #[error("invalid {field}: {reason}")]
 pub struct ValidationError {
     pub field: String,

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::manifest::{NetworkMode, TaskSpec};
@@ -15,7 +16,9 @@ use crate::state::State;
 use crate::validation_error::ValidationError;
 
 /// Where a task's repository comes from, as `repository.url` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RepositorySource {
     Https,
@@ -53,7 +56,7 @@ impl RepositorySource {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkerPolicy {
     /// Network modes manifests may ask for.

@@ -1,6 +1,9 @@
 //! The OpenAPI 3 document, generated from the route book that also builds the router.
 
+use schemars::generate::SchemaSettings;
+use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
+use squadron_api::ErrorBody;
 
 use crate::rest::RouteDoc;
 
@@ -36,22 +39,24 @@ fn operation_id(method: &str, path: &str) -> String {
     id
 }
 
+/// The schemas' home in the document; `$ref`s point there.
+const SCHEMAS_PATH: &str = "/components/schemas";
+
+/// JSON Schema 2020-12, which OpenAPI 3.1 uses as is, with definitions where OpenAPI keeps
+/// them.
+fn schema_generator() -> SchemaGenerator {
+    SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.definitions_path = SCHEMAS_PATH.into();
+            s.meta_schema = None;
+        })
+        .into_generator()
+}
+
 pub fn document(routes: &[RouteDoc]) -> Value {
+    let mut generator = schema_generator();
+    let error = generator.subschema_for::<ErrorBody>();
     let mut paths = Map::new();
-    let mut schemas = Map::new();
-    schemas.insert(
-        "Error".into(),
-        json!({
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {
-                "code": {"type": "string", "enum": squadron_core::error_code::ErrorCode::ALL.map(|c| c.as_str())},
-                "message": {"type": "string"},
-                "field": {"type": "string", "description": "the field at fault, for invalid input"},
-                "rejection": {"type": "object", "description": "the core's rejection with its values"}
-            }
-        }),
-    );
     for r in routes {
         let (path, params) = openapi_path(r.path);
         let mut op = json!({
@@ -63,16 +68,14 @@ pub fn document(routes: &[RouteDoc]) -> Value {
             })).collect::<Vec<_>>(),
             "responses": {
                 "200": {"description": "success", "content": {"application/json": {"schema": {"type": "object"}}}},
-                "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+                "default": {"description": "error", "content": {"application/json": {"schema": error}}}
             }
         });
         if let Some(body) = r.body {
-            schemas
-                .entry(body.to_string())
-                .or_insert_with(|| json!({"type": "object"}));
+            let schema = (body.schema)(&mut generator);
             op["requestBody"] = json!({
                 "required": true,
-                "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{body}")}}}
+                "content": {"application/json": {"schema": schema}}
             });
         }
         let entry = paths
@@ -81,14 +84,14 @@ pub fn document(routes: &[RouteDoc]) -> Value {
         entry[r.method.to_lowercase()] = op;
     }
     json!({
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {
             "title": "Squadron API",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "Control plane for AI coding agents. Writes may go to any node; reads are linearizable unless ?consistency=stale. Errors are {code, message}; see the Error schema."
+            "description": "Control plane for AI coding agents. Writes may go to any node; reads are linearizable unless ?consistency=stale. Errors are {code, message}; see the ErrorBody schema."
         },
         "paths": paths,
-        "components": {"schemas": schemas}
+        "components": {"schemas": generator.take_definitions(true)}
     })
 }
 

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use squadron_client::ErrorBody;
+use squadron_client::{ArtifactEntry, ErrorBody};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -408,12 +408,6 @@ fn ndjson_follow(state: ServerState, dir: TaskDir) -> Response {
         HeaderValue::from_static("application/x-ndjson"),
     );
     r
-}
-
-#[derive(Debug, Serialize)]
-struct ArtifactEntry {
-    name: String,
-    size: u64,
 }
 
 async fn list_artifacts(

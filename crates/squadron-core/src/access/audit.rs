@@ -7,12 +7,13 @@
 
 use std::collections::VecDeque;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::subject::Subject;
 use crate::limits::AUDIT_RECORDS_KEPT;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AuditRecord {
     /// Rises by one per record, from 1; survives pruning, so a reader can page.
     pub seq: u64,
@@ -24,7 +25,7 @@ pub struct AuditRecord {
     pub target: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AuditLog {
     next_seq: u64,
     records: VecDeque<AuditRecord>,

@@ -1,6 +1,7 @@
 //! One-time bootstrap tokens: short-lived, stored hashed, consumed by one replicated command
 //! so that two nodes receiving the same token at once issue exactly one certificate.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::operator_token::TokenId;
@@ -8,7 +9,7 @@ use crate::access::subject::{AgentIdentity, Identity, Subject};
 use crate::ids::{Digest, WorkerId};
 
 /// Whom a bootstrap token may enroll.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BootstrapPurpose {
     /// A worker: the named one, or (`None`) any worker id not known to the cluster yet.
@@ -31,13 +32,13 @@ impl BootstrapPurpose {
 }
 
 /// When and for whom a token was used.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Consumption {
     pub at_ms: u64,
     pub identity: Identity,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BootstrapToken {
     pub id: TokenId,
     /// SHA-256 of the secret part.

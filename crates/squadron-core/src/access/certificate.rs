@@ -5,6 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::subject::Identity;
@@ -14,7 +15,9 @@ use crate::validation_error::ValidationError;
 pub const CERT_SERIAL_HEX_MAX: usize = 40;
 
 /// A certificate serial number, lowercase hex without separators.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct CertSerial(String);
 
@@ -71,7 +74,7 @@ impl fmt::Display for CertSerial {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct IssuedCertificate {
     pub serial: CertSerial,
     pub identity: Identity,

@@ -14,6 +14,7 @@ mod subject;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::TaskId;
@@ -25,7 +26,7 @@ pub use operator_token::{OperatorToken, ProjectScope, Role, TokenId, TOKEN_ID_HE
 pub use subject::{AgentIdentity, Identity, Subject};
 
 /// Tokens, certificates and the audit record.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AccessState {
     pub(crate) operator_tokens: BTreeMap<TokenId, OperatorToken>,
     pub(crate) bootstrap_tokens: BTreeMap<TokenId, BootstrapToken>,
@@ -36,7 +37,7 @@ pub struct AccessState {
 }
 
 /// Which task submitted which: an agent's child tasks (the seed's parent/child pattern).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskLineage {
     pub(crate) parent_of: BTreeMap<TaskId, TaskId>,
     /// (parent, child), for listing a task's children in order.

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::subject::Subject;
@@ -14,7 +15,9 @@ use crate::validation_error::ValidationError;
 pub const TOKEN_ID_HEX_LEN: usize = 16;
 
 /// The public part of a token (`sqd_op_{id}_…`), naming its record. 16 lowercase hex digits.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct TokenId(String);
 
@@ -68,7 +71,9 @@ impl fmt::Display for TokenId {
 }
 
 /// What a bearer may do (DESIGN §5 "Operators").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Membership, tokens, credentials, worker decommission, MCP grants — and everything an
@@ -113,7 +118,9 @@ impl Role {
 }
 
 /// One tenant, or one project of a tenant, a token covers.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(deny_unknown_fields)]
 pub struct ProjectScope {
     pub tenant: TenantId,
@@ -137,7 +144,7 @@ impl ProjectScope {
 }
 
 /// A token record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct OperatorToken {
     pub id: TokenId,
     /// SHA-256 of the secret part.

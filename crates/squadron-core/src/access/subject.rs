@@ -3,13 +3,16 @@
 
 use std::fmt;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::operator_token::TokenId;
 use crate::ids::{Generation, ProfileId, TaskId, WorkerId};
 
 /// What an agent certificate is bound to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentIdentity {
     /// The agent of one task (`agent/task-{id}`).
@@ -23,7 +26,9 @@ pub enum AgentIdentity {
 
 /// An identity that holds certificates recorded in the state (nodes' certificates are made
 /// offline by `squadron init` and are not).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Identity {
     Worker(WorkerId),
@@ -31,7 +36,9 @@ pub enum Identity {
 }
 
 /// The caller of a command, as its edge authenticated it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Subject {
     /// A leader loop (sweep, scheduler) or the cluster's own initialisation.

@@ -1,12 +1,13 @@
 //! Commands of the trust boundary: tokens, enrollment, certificates.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{BootstrapPurpose, CertSerial, Identity, ProjectScope, Role, TokenId};
 use crate::ids::Digest;
 
 /// An admin creates an operator token; the edge made the secret and sends only its hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreateOperatorToken {
     pub id: TokenId,
     pub digest: Digest,
@@ -16,13 +17,13 @@ pub struct CreateOperatorToken {
     pub expires_at_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RevokeOperatorToken {
     pub id: TokenId,
 }
 
 /// An admin mints a one-time token for a worker or agent to enroll with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MintBootstrapToken {
     pub id: TokenId,
     pub digest: Digest,
@@ -33,7 +34,7 @@ pub struct MintBootstrapToken {
 /// A bootstrap token exchanged for a certificate. The edge signed the certificate already; it
 /// hands it out only if this command is applied, so a token used twice — even at two nodes at
 /// once — yields one certificate.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Enroll {
     pub token: TokenId,
     /// SHA-256 of the secret the caller presented.
@@ -44,7 +45,7 @@ pub struct Enroll {
 }
 
 /// A renewed certificate of an identity that holds a live one (sent by that identity).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RecordCertificate {
     pub identity: Identity,
     pub serial: CertSerial,
@@ -52,7 +53,7 @@ pub struct RecordCertificate {
 }
 
 /// An admin revokes every certificate of an identity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RevokeIdentity {
     pub identity: Identity,
     pub reason: String,

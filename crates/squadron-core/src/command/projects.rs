@@ -1,12 +1,13 @@
 //! Commands on projects, their sandbox, agent profiles and MCP relation tuples.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{McpServerId, ProfileId, ProfileKey, ProjectId, SkillId, TenantId, WorkerId};
 use crate::manifest::RuntimeKind;
 use crate::provider::Provider;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreateProject {
     pub tenant: TenantId,
     pub project: ProjectId,
@@ -14,7 +15,7 @@ pub struct CreateProject {
     pub max_active: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AttachSandbox {
     pub tenant: TenantId,
     pub project: ProjectId,
@@ -23,14 +24,14 @@ pub struct AttachSandbox {
     pub sandbox_ref: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DetachSandbox {
     pub tenant: TenantId,
     pub project: ProjectId,
     pub sandbox_ref: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CreateProfile {
     pub tenant: TenantId,
     pub project: ProjectId,
@@ -39,7 +40,7 @@ pub struct CreateProfile {
     pub context_ref: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SetCapabilityManifest {
     pub profile: ProfileId,
     pub expected_version: u64,
@@ -47,13 +48,13 @@ pub struct SetCapabilityManifest {
     pub mcp_servers: Vec<McpServerId>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct GrantMcpUse {
     pub profile: ProfileId,
     pub server: McpServerId,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RevokeMcpUse {
     pub profile: ProfileId,
     pub server: McpServerId,

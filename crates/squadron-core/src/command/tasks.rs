@@ -1,30 +1,31 @@
 //! Commands on tasks.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{TaskId, WorkerId};
 use crate::manifest::TaskSpec;
 use crate::task::{TaskProgress, TaskState};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SubmitTask {
     pub spec: Box<TaskSpec>,
 }
 
 /// Proposed by the leader's scheduler; each assignment is re-checked at apply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AssignTasks {
     pub assignments: Vec<Assignment>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Assignment {
     pub task: TaskId,
     pub worker: WorkerId,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReportTransition {
     pub task: TaskId,
     pub worker: WorkerId,
@@ -35,7 +36,7 @@ pub struct ReportTransition {
 }
 
 /// What a worker reports with a transition.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[serde(default)]
 pub struct TransitionDetail {
@@ -47,7 +48,7 @@ pub struct TransitionDetail {
 }
 
 /// Absolute counters; they may only grow.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReportProgress {
     pub task: TaskId,
     pub worker: WorkerId,
@@ -70,7 +71,7 @@ impl ReportProgress {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CancelTask {
     pub task: TaskId,
     pub reason: String,

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::WorkerId;
 use crate::manifest::RuntimeKind;
 use crate::worker_policy::WorkerPolicy;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RegisterWorker {
     pub worker: WorkerId,
     pub address: String,
@@ -19,14 +20,14 @@ pub struct RegisterWorker {
     pub heartbeat_interval_ms: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkerHeartbeat {
     pub worker: WorkerId,
 }
 
 /// A worker states what it agrees to run (sent after registering, and again whenever it
 /// restarts with another policy).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SetWorkerPolicy {
     pub worker: WorkerId,
     pub policy: WorkerPolicy,
@@ -34,7 +35,7 @@ pub struct SetWorkerPolicy {
 
 /// An operator's explicit, audited decision that a worker and everything it ran are gone. Its
 /// slot-holding leases are fenced and reaped on the operator's word.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DecommissionWorker {
     pub worker: WorkerId,
     pub operator: String,

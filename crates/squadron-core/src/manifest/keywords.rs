@@ -7,6 +7,7 @@
 
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
@@ -63,6 +64,7 @@ fn unknown<K: Keyword>(s: &str) -> ValidationError {
     EnumString,
     IntoStaticStr,
     VariantArray,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -108,6 +110,7 @@ impl TaskPriority {
     EnumString,
     IntoStaticStr,
     VariantArray,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -143,6 +146,7 @@ impl Keyword for NetworkMode {
     EnumString,
     IntoStaticStr,
     VariantArray,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -178,6 +182,7 @@ impl Keyword for RuntimeKind {
     EnumString,
     IntoStaticStr,
     VariantArray,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -210,6 +215,7 @@ impl Keyword for FailureAction {
     EnumString,
     IntoStaticStr,
     VariantArray,
+    JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]

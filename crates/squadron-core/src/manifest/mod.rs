@@ -25,6 +25,7 @@ pub use keywords::{
     FailureAction, Keyword, NetworkMode, RuntimeKind, StartupTrigger, TaskPriority,
 };
 pub use parse::{parse_manifest_json, parse_manifest_yaml};
+pub use raw::TaskManifest;
 pub use spec::{
     AgentSpec, CredentialRef, LifecycleSpec, ObservationSpec, Placement, ProbeSpec, ReadinessSpec,
     RepositorySpec, RetryPolicy, RetrySpec, SandboxSpec, SessionSpec, StartupProfileSpec, TaskSpec,

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{self, Deserializer, Visitor};
+use std::borrow::Cow;
+
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
 use serde::Deserialize;
 
 use super::checks::{check_count, check_labels, check_range};
@@ -50,7 +53,7 @@ impl<'de> Deserialize<'de> for RawScalar {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawManifest {
     version: RawScalar,
@@ -68,12 +71,24 @@ pub(super) struct RawManifest {
     lifecycle: Option<RawLifecycle>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawMetadata {
     name: String,
     #[serde(default)]
     labels: RawLabels,
+}
+
+impl JsonSchema for RawScalar {
+    fn schema_name() -> Cow<'static, str> {
+        "Scalar".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": ["string", "integer", "boolean"]})
+    }
 }
 
 /// Labels as a map that refuses a repeated key, where a plain map would keep the last value.
@@ -106,7 +121,23 @@ impl<'de> Deserialize<'de> for RawLabels {
     }
 }
 
-#[derive(Deserialize)]
+impl JsonSchema for RawLabels {
+    fn schema_name() -> Cow<'static, str> {
+        "Labels".into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "additionalProperties": generator.subschema_for::<RawScalar>(),
+            "maxProperties": LABELS_MAX,
+        })
+    }
+}
+
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRepository {
     url: String,
@@ -115,7 +146,7 @@ struct RawRepository {
     subpath: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawAgent {
     prompt: String,
@@ -126,7 +157,7 @@ struct RawAgent {
     script: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSandbox {
     profile: Option<String>,
@@ -138,7 +169,7 @@ pub(super) struct RawSandbox {
     full_control: Option<bool>,
 }
 
-#[derive(Deserialize, Default, PartialEq)]
+#[derive(Deserialize, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum RawPlacementKind {
     #[default]
@@ -146,7 +177,7 @@ enum RawPlacementKind {
     Project,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawPlacement {
     kind: Option<RawPlacementKind>,
@@ -155,7 +186,7 @@ struct RawPlacement {
     profile: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawStartupProfile {
     id: String,
@@ -168,7 +199,7 @@ struct RawStartupProfile {
     observation: RawObservation,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawSession {
     launcher: String,
@@ -177,35 +208,35 @@ struct RawSession {
     rows: u64,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawCredentialRef {
     id: String,
     mount: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawReadiness {
     #[serde(default)]
     probes: Vec<RawProbe>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawProbe {
     provider: String,
     kind: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawObservation {
     retention_class: String,
     redaction_profile: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawLifecycle {
     timeout: Option<RawScalar>,
@@ -219,7 +250,7 @@ struct RawLifecycle {
     retries: Option<RawRetries>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRetries {
     clone: Option<RawRetry>,
@@ -227,7 +258,7 @@ struct RawRetries {
     agent_connect: Option<RawRetry>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawRetry {
     max: Option<u64>,
@@ -589,5 +620,19 @@ impl RawRetry {
             None => default.backoff_ms.clone(),
         };
         Ok(RetrySpec { max, backoff_ms })
+    }
+}
+
+/// The manifest document as a user writes it (YAML or JSON), for the API's schema: the
+/// parser's own structs stay private, and this names their schema.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskManifest;
+
+impl JsonSchema for TaskManifest {
+    fn schema_name() -> Cow<'static, str> {
+        "TaskManifest".into()
+    }
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        RawManifest::json_schema(generator)
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::keywords::{FailureAction, NetworkMode, RuntimeKind, StartupTrigger, TaskPriority};
@@ -15,7 +16,7 @@ use crate::limits::{
 use crate::provider::Provider;
 
 /// A validated task manifest, as stored by the state machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskSpec {
     /// `metadata.name`: free text for humans, not an id.
     pub name: String,
@@ -36,7 +37,7 @@ impl TaskSpec {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RepositorySpec {
     pub url: String,
     pub branch: Option<String>,
@@ -44,7 +45,7 @@ pub struct RepositorySpec {
     pub subpath: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentSpec {
     pub prompt: String,
     pub model: Option<String>,
@@ -57,7 +58,7 @@ pub struct AgentSpec {
 }
 
 /// Unset sizes leave the choice to the worker's profile defaults.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SandboxSpec {
     pub profile: Option<String>,
     pub cpus: Option<u32>,
@@ -69,7 +70,7 @@ pub struct SandboxSpec {
 }
 
 /// Where the task runs: a fresh sandbox of its own, or the runtime of a project's agent profile.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
     #[default]
@@ -93,7 +94,7 @@ impl Placement {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct StartupProfileSpec {
     pub id: String,
     pub trigger: StartupTrigger,
@@ -103,7 +104,7 @@ pub struct StartupProfileSpec {
     pub observation: ObservationSpec,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SessionSpec {
     pub launcher: String,
     pub workdir: String,
@@ -113,30 +114,30 @@ pub struct SessionSpec {
 
 /// A reference to a credential, resolved into a session-scoped lease at run time; the secret
 /// itself never enters the task record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialRef {
     pub id: CredentialId,
     pub mount: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReadinessSpec {
     pub probes: Vec<ProbeSpec>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeSpec {
     pub provider: String,
     pub kind: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ObservationSpec {
     pub retention_class: String,
     pub redaction_profile: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LifecycleSpec {
     pub timeout_ms: u64,
     pub stage_timeout_ms: u64,
@@ -172,7 +173,7 @@ impl LifecycleSpec {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RetryPolicy {
     pub clone: RetrySpec,
     pub provision: RetrySpec,
@@ -193,7 +194,7 @@ impl Default for RetryPolicy {
 }
 
 /// Retries of one stage: at most `max` retries after the first attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RetrySpec {
     pub max: u32,
     pub backoff_ms: Vec<u64>,

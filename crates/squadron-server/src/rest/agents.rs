@@ -14,12 +14,12 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Json;
-use serde::Serialize;
+use squadron_api::agents::{ProjectEvidence, WorkerEvidence};
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::{LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
+use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
 
 use super::task_output::WorkerRelay;
-use super::{parse_id, read, AppState, RouteBook};
+use super::{body, parse_id, read, AppState, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{Access, Scope};
@@ -47,7 +47,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/agent/launch",
         "Launch the profile's provider under a new lease in the project's sandbox",
-        Some("LaunchAgent"),
+        body::<squadron_api::agents::LaunchAgent>(),
         Access::operator(Scope::Profile),
         post(launch),
     )
@@ -55,7 +55,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/agent/takeover",
         "Graceful or crash takeover: the next generation, started",
-        Some("TakeoverAgent"),
+        body::<squadron_api::agents::TakeoverAgent>(),
         Access::operator(Scope::Profile),
         post(takeover),
     )
@@ -63,7 +63,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/agent/stop",
         "Stop the provider (SIGTERM, grace, SIGKILL), reap it, end its lease",
-        Some("StopAgent"),
+        body::<squadron_api::agents::StopAgent>(),
         Access::operator(Scope::Profile),
         post(stop),
     )
@@ -262,34 +262,10 @@ async fn reap(State(node): State<AppState>, Path(id): Path<String>) -> Result<Re
     forward(node, id, "reap", None).await
 }
 
-/// The replicated half of the evidence, plus what the worker reports (kept as JSON: the
-/// worker's shape is the worker's).
-#[derive(Debug, Serialize)]
-struct Evidence {
-    tenant: TenantId,
-    project: ProjectId,
-    profiles: u32,
-    max_active: u32,
-    peak_slots_held: u32,
-    slots_held_now: u32,
-    leases_granted: u64,
-    takeovers_graceful: u64,
-    takeovers_crash: u64,
-    roster_deltas_posted: u64,
-    leases_not_terminal: Vec<LeaseId>,
-    unauthorized_mcp_denied: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sandbox_worker: Option<WorkerId>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    worker: Option<serde_json::Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    worker_error: Option<String>,
-}
-
 async fn evidence(
     State(node): State<AppState>,
     Path((tenant, project)): Path<(String, String)>,
-) -> Result<Json<Evidence>, ApiError> {
+) -> Result<Json<ProjectEvidence>, ApiError> {
     let tenant = TenantId::new(tenant).map_err(|e| ApiError::invalid("tenant", e.to_string()))?;
     let project =
         ProjectId::new(project).map_err(|e| ApiError::invalid("project", e.to_string()))?;
@@ -307,7 +283,7 @@ async fn evidence(
             .as_ref()
             .and_then(|w| s.worker(w).map(|found| (w.clone(), found.address.clone())));
         Ok((
-            Evidence {
+            ProjectEvidence {
                 tenant: tenant.clone(),
                 project: project.clone(),
                 profiles: u32::try_from(p.profiles.len()).unwrap_or(u32::MAX),
@@ -343,7 +319,7 @@ async fn evidence(
                 return Err(format!("the worker answered {}", answer.status()));
             }
             answer
-                .json::<serde_json::Value>()
+                .json::<WorkerEvidence>()
                 .await
                 .map_err(|e| e.to_string())
         }

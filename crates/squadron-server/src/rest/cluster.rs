@@ -8,7 +8,7 @@ use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 use squadron_store::{NodeAddr, NodeId};
 
-use super::{AppState, JsonBody, QueryParams, RouteBook};
+use super::{body, AppState, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode};
 use crate::peer::wire::{MembershipChange, MembershipReply};
@@ -29,7 +29,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/cluster/learners",
         "Add a node as a learner (it catches up, then can be promoted)",
-        Some("AddLearner"),
+        body::<squadron_api::AddLearner>(),
         Access::admin(),
         post(add_learner),
     )
@@ -37,7 +37,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/cluster/voters",
         "Promote a learner to voter",
-        Some("PromoteVoter"),
+        body::<squadron_api::PromoteVoter>(),
         Access::admin(),
         post(promote),
     )

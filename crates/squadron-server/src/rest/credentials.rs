@@ -19,7 +19,9 @@ use squadron_core::response::GrantedCredential;
 use squadron_core::{Command, Outcome};
 use squadron_pki::DataKey;
 
-use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use super::{
+    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+};
 use crate::authz::Caller;
 use crate::error::ApiError;
 
@@ -28,7 +30,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/credentials",
         "Store a credential; the value is sealed under the cluster data key before it is replicated",
-        Some("PutCredential"),
+        body::<squadron_api::PutCredential>(),
         Access::admin(),
         post(put),
     )
@@ -44,7 +46,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/credentials/:id/rotate",
         "Replace a credential's value; leases granted before keep their version",
-        Some("RotateCredential"),
+        body::<squadron_api::RotateCredential>(),
         Access::admin(),
         post(rotate),
     )
@@ -60,7 +62,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/tasks/:id/credential-lease",
         "The worker running the task's attempt takes the values its manifest names",
-        Some("GrantCredentialLease"),
+        body::<squadron_api::GrantCredentialLease>(),
         Access::worker_only(Scope::Body),
         post(grant),
     )

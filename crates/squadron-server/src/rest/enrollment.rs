@@ -23,7 +23,7 @@ use squadron_pki::{
     LOOPBACK_NAMES,
 };
 
-use super::{parse_id, write, write_as, AppState, JsonBody, RouteBook};
+use super::{body, parse_id, write, write_as, AppState, JsonBody, RouteBook};
 use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 
@@ -42,7 +42,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/bootstrap-tokens",
         "Mint a one-time bootstrap token for a worker's enrollment; its secret is shown once",
-        Some("MintBootstrap"),
+        body::<squadron_api::MintBootstrap>(),
         Access::admin(),
         post(mint),
     )
@@ -50,7 +50,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/enroll",
         "Exchange a bootstrap token and a CSR for a worker certificate (the token is the credential)",
-        Some("EnrollWorker"),
+        body::<squadron_api::EnrollWorker>(),
         Access::PUBLIC,
         post(enroll),
     )
@@ -58,7 +58,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/workers/:id/certificate",
         "A worker renews its certificate under the live one it holds (a fresh key pair's CSR)",
-        Some("RenewCertificate"),
+        body::<squadron_api::RenewCertificate>(),
         Access::worker_only(Scope::Worker),
         post(renew),
     )

@@ -4,20 +4,21 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Json;
-use serde::Deserialize;
-use squadron_core::capsule::{CapsuleDraft, ContinuityCapsule};
-use squadron_core::command as cmd;
-use squadron_core::command::NextHolder;
-use squadron_core::ids::{Generation, LeaseId, ProfileId, WorkerId};
-use squadron_core::lease::{
-    EvidenceSource, FenceReason, FencingToken, LeaseHolder, ReapEvidence, RuntimeLease,
+use squadron_api::leases::{
+    AckMessages, AcquireLease, CommitCapsule, FenceLease, GracefulTakeover, LeaseFence,
+    PostMessage, RecordEvidence, RenewLease, RenewLeases, Takeover, TakeoverEvidence,
 };
-use squadron_core::mailbox::{Mailbox, MessageKind, MessageSender};
-use squadron_core::provider::Provider;
+use squadron_core::capsule::ContinuityCapsule;
+use squadron_core::command as cmd;
+use squadron_core::ids::{Generation, LeaseId, ProfileId, WorkerId};
+use squadron_core::lease::{EvidenceSource, FencingToken, ReapEvidence, RuntimeLease};
+use squadron_core::mailbox::Mailbox;
 use squadron_core::{Command, Outcome};
 
 use super::projects::{profile_id, project_key};
-use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use super::{
+    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+};
 use crate::authz::Caller;
 use crate::error::ApiError;
 use squadron_api::{Access, Scope};
@@ -32,7 +33,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/leases",
         "Acquire a lease: compare-and-swap on the expected generation, within project capacity",
-        Some("AcquireLease"),
+        body::<AcquireLease>(),
         Access::operator(Scope::Profile).and_workers(),
         post(acquire),
     )
@@ -56,7 +57,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/leases/:id/renew",
         "Heartbeat: renew the lease (fenced)",
-        Some("RenewLease"),
+        body::<RenewLease>(),
         Access::operator(Scope::Lease).and_workers(),
         post(renew),
     )
@@ -64,7 +65,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/leases/:id/release",
         "Release the lease (fenced); frees its slot",
-        Some("Fence"),
+        body::<LeaseFence>(),
         Access::operator(Scope::Lease).and_workers(),
         post(release),
     )
@@ -72,7 +73,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/leases/:id/fence",
         "Fence the lease (operator, or expired); it keeps its slot until reaped",
-        Some("FenceLease"),
+        body::<FenceLease>(),
         Access::operator(Scope::Lease),
         post(fence),
     )
@@ -80,7 +81,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/leases/:id/evidence",
         "Record reap evidence (cgroup populated 0) for the lease's generation",
-        Some("ReapEvidence"),
+        body::<RecordEvidence>(),
         Access::worker_only(Scope::Body),
         post(evidence),
     )
@@ -88,7 +89,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/workers/:id/renewals",
         "Renew every lease a worker holds in one command",
-        Some("RenewLeases"),
+        body::<RenewLeases>(),
         Access::worker_only(Scope::Worker),
         post(renew_batch),
     )
@@ -96,7 +97,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/takeover",
         "Graceful (capsule, fence, grant) or crash (expiry, evidence, grant) takeover",
-        Some("Takeover"),
+        body::<Takeover>(),
         Access::operator(Scope::Profile).and_workers(),
         post(takeover),
     )
@@ -108,7 +109,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/capsules",
         "Commit a continuity capsule (fenced, chained)",
-        Some("CommitCapsule"),
+        body::<CommitCapsule>(),
         Access::operator(Scope::Profile).and_workers(),
         post(commit_capsule),
     )
@@ -124,7 +125,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/mailbox",
         "Post a message to the profile's mailbox",
-        Some("PostMessage"),
+        body::<PostMessage>(),
         Access::operator(Scope::Profile).and_workers(),
         post(post_message),
     )
@@ -140,7 +141,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/mailbox/ack",
         "Acknowledge messages through a sequence (fenced)",
-        Some("AckMessages"),
+        body::<AckMessages>(),
         Access::operator(Scope::Profile).and_workers(),
         post(ack),
     )
@@ -150,21 +151,12 @@ fn lease_id(raw: &str) -> Result<LeaseId, ApiError> {
     parse_id("lease_id", raw)
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Acquire {
-    expected_generation: Generation,
-    provider: Provider,
-    holder: LeaseHolder,
-    ttl_ms: u64,
-}
-
 async fn acquire(
     State(node): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Acquire>,
+    JsonBody(b): JsonBody<AcquireLease>,
 ) -> Result<Json<Outcome>, ApiError> {
     let profile = profile_id(&id)?;
     write(
@@ -215,29 +207,12 @@ async fn project_leases(
 }
 
 /// The fencing triple of a lease route: the lease from the path, the rest from the body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Fence {
-    profile: ProfileId,
-    generation: Generation,
-}
-
-impl Fence {
-    fn token(&self, lease: LeaseId) -> FencingToken {
-        FencingToken {
-            profile: self.profile,
-            lease,
-            generation: self.generation,
-        }
+fn token(profile: ProfileId, lease: LeaseId, generation: Generation) -> FencingToken {
+    FencingToken {
+        profile,
+        lease,
+        generation,
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Renew {
-    profile: ProfileId,
-    generation: Generation,
-    ttl_ms: u64,
 }
 
 async fn renew(
@@ -245,14 +220,9 @@ async fn renew(
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Renew>,
+    JsonBody(b): JsonBody<RenewLease>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let lease = lease_id(&id)?;
-    let fence = Fence {
-        profile: b.profile,
-        generation: b.generation,
-    }
-    .token(lease);
+    let fence = token(b.profile, lease_id(&id)?, b.generation);
     write(
         &node,
         &caller,
@@ -270,9 +240,9 @@ async fn release(
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Fence>,
+    JsonBody(b): JsonBody<LeaseFence>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let fence = b.token(lease_id(&id)?);
+    let fence = token(b.profile, lease_id(&id)?, b.generation);
     write(
         &node,
         &caller,
@@ -282,14 +252,6 @@ async fn release(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FenceLease {
-    profile: ProfileId,
-    generation: Generation,
-    reason: FenceReason,
-}
-
 async fn fence(
     State(node): State<AppState>,
     caller: Caller,
@@ -297,11 +259,7 @@ async fn fence(
     Path(id): Path<String>,
     JsonBody(b): JsonBody<FenceLease>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let fence = Fence {
-        profile: b.profile,
-        generation: b.generation,
-    }
-    .token(lease_id(&id)?);
+    let fence = token(b.profile, lease_id(&id)?, b.generation);
     write(
         &node,
         &caller,
@@ -314,55 +272,29 @@ async fn fence(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Evidence {
-    profile: ProfileId,
-    generation: Generation,
-    cgroup: String,
-    populated: bool,
-    observed_at_ms: u64,
-}
-
-impl Evidence {
-    fn into_evidence(self, lease: LeaseId) -> ReapEvidence {
-        ReapEvidence {
-            lease,
-            generation: self.generation,
-            cgroup: self.cgroup,
-            populated: self.populated,
-            observed_at_ms: self.observed_at_ms,
-            source: EvidenceSource::CgroupEvents,
-        }
-    }
-}
-
 async fn evidence(
     State(node): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Evidence>,
+    JsonBody(b): JsonBody<RecordEvidence>,
 ) -> Result<Json<Outcome>, ApiError> {
     let lease = lease_id(&id)?;
-    let profile = b.profile;
+    let evidence = TakeoverEvidence {
+        cgroup: b.cgroup,
+        populated: b.populated,
+        observed_at_ms: b.observed_at_ms,
+    };
     write(
         &node,
         &caller,
         &headers,
         Command::RecordReapEvidence(cmd::RecordReapEvidence {
-            profile,
-            evidence: b.into_evidence(lease),
+            profile: b.profile,
+            evidence: reap_evidence(evidence, lease, b.generation),
         }),
     )
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RenewLeases {
-    fences: Vec<FencingToken>,
-    ttl_ms: u64,
 }
 
 async fn renew_batch(
@@ -386,50 +318,16 @@ async fn renew_batch(
     .await
 }
 
-/// Evidence inside a takeover names its lease through the takeover itself.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TakeoverEvidence {
-    cgroup: String,
-    populated: bool,
-    observed_at_ms: u64,
-}
-
-// A request body, parsed once and dropped: the size difference of its variants costs nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-enum Takeover {
-    Graceful {
-        lease: LeaseId,
-        generation: Generation,
-        capsule: CapsuleDraft,
-        next: NextHolder,
-        #[serde(default)]
-        old_reap_evidence: Option<TakeoverEvidence>,
-    },
-    Crash {
-        lease: LeaseId,
-        generation: Generation,
-        next: NextHolder,
-        #[serde(default)]
-        reap_evidence: Option<TakeoverEvidence>,
-    },
-}
-
-fn evidence_for(
-    e: Option<TakeoverEvidence>,
-    lease: LeaseId,
-    generation: Generation,
-) -> Option<ReapEvidence> {
-    e.map(|e| ReapEvidence {
+/// Evidence from a worker's cgroup watch, for `lease`'s `generation`.
+fn reap_evidence(e: TakeoverEvidence, lease: LeaseId, generation: Generation) -> ReapEvidence {
+    ReapEvidence {
         lease,
         generation,
         cgroup: e.cgroup,
         populated: e.populated,
         observed_at_ms: e.observed_at_ms,
         source: EvidenceSource::CgroupEvents,
-    })
+    }
 }
 
 async fn takeover(
@@ -441,44 +339,32 @@ async fn takeover(
 ) -> Result<Json<Outcome>, ApiError> {
     let profile = profile_id(&id)?;
     let command = match b {
-        Takeover::Graceful {
-            lease,
-            generation,
-            capsule,
-            next,
-            old_reap_evidence,
-        } => Command::GracefulTakeover(cmd::GracefulTakeover {
-            fence: FencingToken {
-                profile,
+        Takeover::Graceful(g) => {
+            let GracefulTakeover {
                 lease,
                 generation,
-            },
-            capsule,
-            next,
-            old_reap_evidence: evidence_for(old_reap_evidence, lease, generation),
-        }),
-        Takeover::Crash {
-            lease,
-            generation,
-            next,
-            reap_evidence,
-        } => Command::CrashTakeover(cmd::CrashTakeover {
+                capsule,
+                next,
+                old_reap_evidence,
+            } = *g;
+            Command::GracefulTakeover(cmd::GracefulTakeover {
+                fence: token(profile, lease, generation),
+                capsule,
+                next,
+                old_reap_evidence: old_reap_evidence.map(|e| reap_evidence(e, lease, generation)),
+            })
+        }
+        Takeover::Crash(c) => Command::CrashTakeover(cmd::CrashTakeover {
             profile,
-            lease,
-            generation,
-            next,
-            reap_evidence: evidence_for(reap_evidence, lease, generation),
+            lease: c.lease,
+            generation: c.generation,
+            next: c.next,
+            reap_evidence: c
+                .reap_evidence
+                .map(|e| reap_evidence(e, c.lease, c.generation)),
         }),
     };
     write(&node, &caller, &headers, command).await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CommitCapsule {
-    lease: LeaseId,
-    generation: Generation,
-    capsule: CapsuleDraft,
 }
 
 async fn commit_capsule(
@@ -489,11 +375,7 @@ async fn commit_capsule(
     JsonBody(b): JsonBody<CommitCapsule>,
 ) -> Result<Json<Outcome>, ApiError> {
     let profile = profile_id(&id)?;
-    let fence = FencingToken {
-        profile,
-        lease: b.lease,
-        generation: b.generation,
-    };
+    let fence = token(profile, b.lease, b.generation);
     write(
         &node,
         &caller,
@@ -518,14 +400,6 @@ async fn capsules(
             .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
     })
     .await
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PostMessage {
-    sender: MessageSender,
-    kind: MessageKind,
-    body: String,
 }
 
 async fn post_message(
@@ -565,20 +439,12 @@ async fn mailbox(
     .await
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Ack {
-    lease: LeaseId,
-    generation: Generation,
-    through_seq: u64,
-}
-
 async fn ack(
     State(node): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
-    JsonBody(b): JsonBody<Ack>,
+    JsonBody(b): JsonBody<AckMessages>,
 ) -> Result<Json<Outcome>, ApiError> {
     let profile = profile_id(&id)?;
     write(
@@ -586,11 +452,7 @@ async fn ack(
         &caller,
         &headers,
         Command::AckMessages(cmd::AckMessages {
-            fence: FencingToken {
-                profile,
-                lease: b.lease,
-                generation: b.generation,
-            },
+            fence: token(profile, b.lease, b.generation),
             through_seq: b.through_seq,
         }),
     )

@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse};
 use axum::routing::{get, MethodRouter};
 use axum::{Json, Router};
-use serde::Serialize;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use squadron_api::{Access, Scope};
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response};
@@ -38,16 +38,31 @@ pub use extract::{parse_id, ConsistencyQuery, JsonBody, QueryParams};
 pub type AppState = Arc<ControlNode>;
 
 /// One documented route.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RouteDoc {
     pub method: &'static str,
     /// The axum path (`/api/v1/tasks/:id`).
     pub path: &'static str,
     pub summary: &'static str,
-    /// Name of the request body, if any.
-    pub body: Option<&'static str>,
+    /// The request body, if any.
+    pub body: Option<BodyDoc>,
     /// Who may call it.
     pub access: Access,
+}
+
+/// A request body's type, for the OpenAPI document: its JSON Schema, from the same type the
+/// handler decodes.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyDoc {
+    /// Adds the type's schema to the generator's definitions and returns a reference to it.
+    pub schema: fn(&mut SchemaGenerator) -> Schema,
+}
+
+/// The [`BodyDoc`] of `T`, for [`RouteBook::add`].
+pub fn body<T: JsonSchema>() -> Option<BodyDoc> {
+    Some(BodyDoc {
+        schema: |generator| generator.subschema_for::<T>(),
+    })
 }
 
 /// Builds the router, its documentation and its access rules together: a route cannot be
@@ -73,7 +88,7 @@ impl RouteBook {
         method: &'static str,
         path: &'static str,
         summary: &'static str,
-        body: Option<&'static str>,
+        body: Option<BodyDoc>,
         access: Access,
         handler: MethodRouter<AppState>,
     ) -> Self {

@@ -11,7 +11,9 @@ use squadron_core::project::Project;
 use squadron_core::roster::RosterSnapshot;
 use squadron_core::{Command, Outcome};
 
-use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use super::{
+    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+};
 use crate::authz::Caller;
 use crate::error::ApiError;
 use squadron_api::{
@@ -29,7 +31,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/projects",
         "Create a project",
-        Some("CreateProject"),
+        body::<squadron_api::CreateProject>(),
         Access::operator(Scope::Body),
         post(create_project),
     )
@@ -53,7 +55,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/projects/:tenant/:project/sandbox",
         "Attach the project's single sandbox (INV-1)",
-        Some("AttachSandbox"),
+        body::<squadron_api::AttachSandbox>(),
         Access::operator(Scope::Project).and_workers(),
         post(attach_sandbox),
     )
@@ -81,7 +83,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/projects/:tenant/:project/profiles",
         "Create an agent profile",
-        Some("CreateProfile"),
+        body::<squadron_api::CreateProfile>(),
         Access::operator(Scope::Project),
         post(create_profile),
     )
@@ -105,7 +107,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "PUT",
         "/api/v1/profiles/:id/capabilities",
         "Replace the capability manifest (compare-and-swap on its version)",
-        Some("SetCapabilities"),
+        body::<squadron_api::SetCapabilities>(),
         Access::operator(Scope::Profile),
         put(set_capabilities),
     )

@@ -12,7 +12,9 @@ use squadron_core::manifest::{parse_manifest_json, parse_manifest_yaml};
 use squadron_core::task::{Task, TaskState};
 use squadron_core::{Command, Outcome};
 
-use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use super::{
+    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+};
 use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 use crate::node::Consistency;
@@ -29,7 +31,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/tasks",
         "Submit a task manifest (YAML or JSON by Content-Type)",
-        Some("TaskManifest"),
+        body::<squadron_core::manifest::TaskManifest>(),
         Access::operator(Scope::Body).and_agents(),
         post(submit),
     )
@@ -61,7 +63,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/tasks/:id/transitions",
         "A worker reports a lifecycle transition (INV-10)",
-        Some("ReportTransition"),
+        body::<squadron_api::ReportTransition>(),
         Access::worker_only(Scope::Body),
         post(transition),
     )
@@ -69,7 +71,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/tasks/:id/progress",
         "A worker reports output counters",
-        Some("ReportProgress"),
+        body::<squadron_api::ReportProgress>(),
         Access::worker_only(Scope::Body),
         post(progress),
     )

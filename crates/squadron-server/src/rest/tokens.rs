@@ -13,7 +13,9 @@ use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
 use squadron_pki::{SecretToken, TokenKind};
 
-use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use super::{
+    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+};
 use crate::authz::Caller;
 use crate::error::ApiError;
 use squadron_api::Access;
@@ -26,7 +28,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/tokens",
         "Create an operator token; the answer holds its secret, shown this once",
-        Some("CreateToken"),
+        body::<squadron_api::CreateToken>(),
         Access::admin(),
         post(create),
     )

@@ -10,7 +10,9 @@ use squadron_core::worker::Worker;
 use squadron_core::worker_policy::WorkerPolicy;
 use squadron_core::{Command, Outcome};
 
-use super::{parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook};
+use super::{
+    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+};
 use crate::authz::Caller;
 use crate::error::ApiError;
 use squadron_api::workers::HEARTBEAT_INTERVAL_MS_DEFAULT;
@@ -21,7 +23,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/workers",
         "Register (or re-register) a worker",
-        Some("RegisterWorker"),
+        body::<squadron_api::RegisterWorker>(),
         Access::worker_only(Scope::Body),
         post(register),
     )
@@ -53,7 +55,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "PUT",
         "/api/v1/workers/:id/policy",
         "A worker states what it agrees to run: network modes, full_control, repository sources, ceilings",
-        Some("WorkerPolicy"),
+        body::<squadron_core::worker_policy::WorkerPolicy>(),
         Access::worker_only(Scope::Worker),
         put(set_policy),
     )
@@ -69,7 +71,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/workers/:id/decommission",
         "Operator's audited decision that a worker and its processes are gone: reaps its leases",
-        Some("Decommission"),
+        body::<squadron_api::Decommission>(),
         Access::admin(),
         post(decommission),
     )

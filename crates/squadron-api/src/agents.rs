@@ -2,6 +2,7 @@
 //! profile's provider process, and what the sandbox's worker answers. A control node relays
 //! these between `/api/v1/profiles/{id}/agent/…` and the worker's `/worker/v1/agents/…`.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::{
     Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
@@ -10,7 +11,7 @@ use squadron_core::lease::FencingToken;
 use squadron_core::provider::Provider;
 
 /// Where a project's sandbox is made when the project has none yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxRepository {
     pub url: String,
@@ -19,7 +20,7 @@ pub struct SandboxRepository {
 }
 
 /// `POST /api/v1/profiles/{id}/agent/launch`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LaunchAgent {
     /// The provider to run; by default the first of the profile's providers this worker can
@@ -38,7 +39,7 @@ pub struct LaunchAgent {
     pub prompt: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TakeoverKind {
     /// Ask the running provider to stop (SIGTERM, grace), commit its capsule, fence, grant the
@@ -49,7 +50,7 @@ pub enum TakeoverKind {
 }
 
 /// `POST /api/v1/profiles/{id}/agent/takeover`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TakeoverAgent {
     pub kind: TakeoverKind,
@@ -65,7 +66,7 @@ pub struct TakeoverAgent {
 }
 
 /// `POST /api/v1/profiles/{id}/agent/stop`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopAgent {
     /// Between SIGTERM and SIGKILL; the worker's default when absent.
@@ -74,7 +75,7 @@ pub struct StopAgent {
 }
 
 /// Where one provider attempt is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentStatus {
     Running,
@@ -92,7 +93,7 @@ pub enum AgentStatus {
 }
 
 /// What the worker reports about a profile's provider attempt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentView {
     pub profile: ProfileId,
     pub key: ProfileKey,
@@ -129,7 +130,7 @@ impl AgentView {
 }
 
 /// The previous generation of a takeover, and the proof it is gone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReplacedGeneration {
     pub lease: LeaseId,
     pub generation: Generation,
@@ -140,7 +141,7 @@ pub struct ReplacedGeneration {
 }
 
 /// The Git broker's counters, as the evidence shows them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BrokerEvidence {
     pub commits_accepted: u64,
     /// Commits accepted while the fence was no longer current: dual writers. Must be 0.
@@ -150,7 +151,7 @@ pub struct BrokerEvidence {
 }
 
 /// The worker's half of `squadron evidence`: what only the sandbox's host can see.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WorkerEvidence {
     pub worker: String,
     /// Project sandboxes of this project on the worker (INV-1: at most 1).
@@ -170,7 +171,7 @@ pub struct WorkerEvidence {
 }
 
 /// `GET /api/v1/projects/{tenant}/{project}/evidence` (and `squadron evidence`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProjectEvidence {
     pub tenant: TenantId,
     pub project: ProjectId,
