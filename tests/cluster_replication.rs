@@ -408,17 +408,39 @@ fn the_openapi_document_lists_the_routes_the_node_serves() {
     );
 }
 
-/// The validator of one operation's request body, as the document describes it (its `$ref`s
-/// resolve inside the document's components).
-fn body_validator(doc: &serde_json::Value, path: &str, method: &str) -> jsonschema::Validator {
-    let schema =
-        &doc["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"];
-    assert!(
-        !schema.is_null(),
-        "{method} {path} has no request body schema"
-    );
+/// A validator for `schema` taken from the document (its `$ref`s resolve inside the
+/// document's components).
+fn validator_in(
+    doc: &serde_json::Value,
+    schema: &serde_json::Value,
+    what: &str,
+) -> jsonschema::Validator {
+    assert!(!schema.is_null(), "{what} has no schema");
     let root = json!({"allOf": [schema], "components": doc["components"]});
-    jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+fn body_validator(doc: &serde_json::Value, path: &str, method: &str) -> jsonschema::Validator {
+    let op = &doc["paths"][path][method];
+    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+    validator_in(doc, schema, &format!("the body of {method} {path}"))
+}
+
+fn answer_validator(doc: &serde_json::Value, path: &str, method: &str) -> jsonschema::Validator {
+    let op = &doc["paths"][path][method];
+    let schema = &op["responses"]["200"]["content"]["application/json"]["schema"];
+    validator_in(doc, schema, &format!("the answer of {method} {path}"))
+}
+
+fn assert_meets(validator: &jsonschema::Validator, value: &serde_json::Value, what: &str) {
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what} does not meet its schema: {errors:?}\n{value}"
+    );
 }
 
 /// Every request body in the OpenAPI document has a real schema (not a bare `object`), and
@@ -482,10 +504,40 @@ fn every_request_body_in_the_openapi_document_has_a_schema_the_node_agrees_with(
             http_send("POST", &format!("{url}{path}"), Some(body.clone()), None).expect("request");
         if accepted {
             assert_eq!(r.status, 200, "POST {path} {body}: {r:?}");
+            let answers = answer_validator(&doc, path, "post");
+            assert_meets(&answers, &r.body, &format!("POST {path}"));
         } else {
             assert_eq!(r.status, 400, "POST {path} {body}: {r:?}");
             assert_eq!(r.body["code"], "invalid_argument", "{r:?}");
         }
+    }
+    // Every operation documents its success, and what the node answers meets it.
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("operations") {
+            let responses = &op["responses"];
+            assert!(
+                responses.get("200").or(responses.get("101")).is_some(),
+                "{method} {path} documents no success: {responses}"
+            );
+        }
+    }
+    for path in [
+        "/api/v1/cluster/status",
+        "/api/v1/tasks",
+        "/api/v1/tasks/{id}",
+        "/api/v1/projects",
+        "/api/v1/projects/{tenant}/{project}",
+        "/api/v1/workers",
+        "/api/v1/audit",
+        "/api/v1/tokens",
+    ] {
+        let concrete = path
+            .replace("{id}", "1")
+            .replace("{tenant}", "acme")
+            .replace("{project}", "web");
+        let answer = http_get(&format!("{url}{concrete}")).expect("read");
+        let answers = answer_validator(&doc, path, "get");
+        assert_meets(&answers, &answer, &format!("GET {concrete}"));
     }
 }
 

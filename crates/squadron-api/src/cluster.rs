@@ -60,3 +60,10 @@ pub struct MembershipChanged {
     pub log_index: u64,
     pub members: Vec<MemberView>,
 }
+
+/// `POST /api/v1/cluster/tls/reload`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TlsReloaded {
+    /// The identity the node presents, now with the new certificate.
+    pub identity: String,
+}

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod agents;
+pub mod audit;
 pub mod cluster;
 pub mod credentials;
 pub mod enrollment;
@@ -19,7 +20,10 @@ pub mod tokens;
 pub mod workers;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
-pub use cluster::{AddLearner, ClusterStatus, MemberView, MembershipChanged, PromoteVoter};
+pub use audit::AuditPage;
+pub use cluster::{
+    AddLearner, ClusterStatus, MemberView, MembershipChanged, PromoteVoter, TlsReloaded,
+};
 pub use credentials::{
     CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease, LeasedValue,
     PutCredential, RotateCredential,

@@ -5,7 +5,7 @@ use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 use squadron_api::ErrorBody;
 
-use crate::rest::RouteDoc;
+use crate::rest::{Answer, RouteDoc};
 
 /// `/api/v1/tasks/:id` → (`/api/v1/tasks/{id}`, `["id"]`); a wildcard `*name` becomes
 /// `{name}` too (it may contain slashes).
@@ -53,6 +53,21 @@ fn schema_generator() -> SchemaGenerator {
         .into_generator()
 }
 
+/// The success entry of an operation's responses: its status and its content.
+fn answer(a: &Answer, generator: &mut SchemaGenerator) -> (&'static str, Value) {
+    if a.upgrade {
+        let upgrade = json!({"description": "switching to a WebSocket (subprotocol squadron.v1); \
+            the messages are JSON"});
+        return ("101", upgrade);
+    }
+    let schema = match a.schema {
+        Some(schema) => schema(generator),
+        None => json!({"type": "string"}).try_into().unwrap_or_default(),
+    };
+    let content = json!({"description": "success", "content": {a.media_type: {"schema": schema}}});
+    ("200", content)
+}
+
 pub fn document(routes: &[RouteDoc]) -> Value {
     let mut generator = schema_generator();
     let error = generator.subschema_for::<ErrorBody>();
@@ -67,10 +82,11 @@ pub fn document(routes: &[RouteDoc]) -> Value {
                 "name": p, "in": "path", "required": true, "schema": {"type": "string"}
             })).collect::<Vec<_>>(),
             "responses": {
-                "200": {"description": "success", "content": {"application/json": {"schema": {"type": "object"}}}},
                 "default": {"description": "error", "content": {"application/json": {"schema": error}}}
             }
         });
+        let (status, success) = answer(&r.answer, &mut generator);
+        op["responses"][status] = success;
         if let Some(body) = r.body {
             let schema = (body.schema)(&mut generator);
             op["requestBody"] = json!({

@@ -19,7 +19,7 @@ use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
 
 use super::task_output::WorkerRelay;
-use super::{body, parse_id, read, AppState, RouteBook};
+use super::{body, json, parse_id, read, AppState, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{Access, Scope};
@@ -40,6 +40,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent",
         "The profile's provider attempt as its sandbox's worker sees it",
         None,
+        json::<squadron_api::agents::AgentView>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(view),
     )
@@ -48,6 +49,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/launch",
         "Launch the profile's provider under a new lease in the project's sandbox",
         body::<squadron_api::agents::LaunchAgent>(),
+        json::<squadron_api::agents::AgentView>(),
         Access::operator(Scope::Profile),
         post(launch),
     )
@@ -56,6 +58,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/takeover",
         "Graceful or crash takeover: the next generation, started",
         body::<squadron_api::agents::TakeoverAgent>(),
+        json::<squadron_api::agents::AgentView>(),
         Access::operator(Scope::Profile),
         post(takeover),
     )
@@ -64,6 +67,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/stop",
         "Stop the provider (SIGTERM, grace, SIGKILL), reap it, end its lease",
         body::<squadron_api::agents::StopAgent>(),
+        json::<squadron_api::agents::AgentView>(),
         Access::operator(Scope::Profile),
         post(stop),
     )
@@ -72,6 +76,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/agent/reap",
         "Reap a dead or fenced generation and record the evidence",
         None,
+        json::<Option<squadron_api::agents::ReplacedGeneration>>(),
         Access::operator(Scope::Profile),
         post(reap),
     )
@@ -81,6 +86,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "Release evidence of a project: replicated counters, this node's MCP denials, the \
          sandbox worker's observations",
         None,
+        json::<ProjectEvidence>(),
         Access::viewer(Scope::Project),
         get(evidence),
     )

@@ -3,13 +3,13 @@
 use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use squadron_core::access::AuditRecord;
 
-use super::{page, read, AppState, QueryParams, RouteBook};
+use super::{json, page, read, AppState, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
-use squadron_api::Access;
+use squadron_api::{Access, AuditPage};
 
 /// Records per page unless `limit` says otherwise, and the most one page holds.
 pub const AUDIT_PAGE_RECORDS_DEFAULT: usize = 100;
@@ -21,6 +21,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/audit",
         "The audit record, oldest first: ?after=SEQ&limit=N (the newest records are kept)",
         None,
+        json::<AuditPage>(),
         Access::admin(),
         get(list),
     )
@@ -35,13 +36,6 @@ struct AuditQuery {
     limit: Option<usize>,
     #[serde(default)]
     consistency: Consistency,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct AuditPage {
-    pub records: Vec<AuditRecord>,
-    /// Pass as `after` to get the next page; absent on the last page.
-    pub next_after: Option<u64>,
 }
 
 async fn list(

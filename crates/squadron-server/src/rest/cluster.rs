@@ -5,15 +5,15 @@ use axum::extract::{Path, State};
 use axum::routing::{delete, get, post};
 use axum::Json;
 use openraft::ServerState;
-use serde::{Deserialize, Serialize};
 use squadron_store::{NodeAddr, NodeId};
 
-use super::{body, AppState, JsonBody, QueryParams, RouteBook};
+use super::{body, json, AppState, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode};
 use crate::peer::wire::{MembershipChange, MembershipReply};
 use squadron_api::{
     Access, AddLearner, ClusterStatus, MemberView, MembershipChanged, PromoteVoter, Scope,
+    TlsReloaded,
 };
 
 pub fn routes(book: RouteBook) -> RouteBook {
@@ -22,6 +22,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/status",
         "This node's view: role, leader, term, log, applied index, state digest, members",
         None,
+        json::<ClusterStatus>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(status),
     )
@@ -30,6 +31,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/learners",
         "Add a node as a learner (it catches up, then can be promoted)",
         body::<squadron_api::AddLearner>(),
+        json::<MembershipChanged>(),
         Access::admin(),
         post(add_learner),
     )
@@ -38,6 +40,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/voters",
         "Promote a learner to voter",
         body::<squadron_api::PromoteVoter>(),
+        json::<MembershipChanged>(),
         Access::admin(),
         post(promote),
     )
@@ -46,6 +49,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/members/:id",
         "Remove a voter or learner from the cluster (the leader too)",
         None,
+        json::<MembershipChanged>(),
         Access::admin(),
         delete(remove),
     )
@@ -54,15 +58,10 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/cluster/tls/reload",
         "Re-read this node's certificate files (rotation); new connections use them",
         None,
+        json::<TlsReloaded>(),
         Access::admin(),
         post(reload_tls),
     )
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TlsReloaded {
-    /// The identity the node presents, now with the new certificate.
-    pub identity: String,
 }
 
 async fn reload_tls(State(node): State<AppState>) -> Result<Json<TlsReloaded>, ApiError> {

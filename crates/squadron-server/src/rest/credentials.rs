@@ -20,7 +20,7 @@ use squadron_core::{Command, Outcome};
 use squadron_pki::DataKey;
 
 use super::{
-    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -31,6 +31,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/credentials",
         "Store a credential; the value is sealed under the cluster data key before it is replicated",
         body::<squadron_api::PutCredential>(),
+        json::<Outcome>(),
         Access::admin(),
         post(put),
     )
@@ -39,6 +40,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/credentials",
         "List credentials (ids, versions, descriptions; never a value)",
         None,
+        json::<Vec<CredentialView>>(),
         Access::admin(),
         get(list),
     )
@@ -47,6 +49,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/credentials/:id/rotate",
         "Replace a credential's value; leases granted before keep their version",
         body::<squadron_api::RotateCredential>(),
+        json::<Outcome>(),
         Access::admin(),
         post(rotate),
     )
@@ -55,6 +58,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/credentials/:id",
         "Revoke a credential: its value leaves the state and the leases holding it end",
         None,
+        json::<Outcome>(),
         Access::admin(),
         delete(revoke),
     )
@@ -63,6 +67,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/credential-lease",
         "The worker running the task's attempt takes the values its manifest names",
         body::<squadron_api::GrantCredentialLease>(),
+        json::<CredentialLeaseGrant>(),
         Access::worker_only(Scope::Body),
         post(grant),
     )
@@ -71,6 +76,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/credential-leases",
         "A task's credential leases: versions, holders, when they ended (never a value)",
         None,
+        json::<Vec<CredentialLeaseView>>(),
         Access::viewer(Scope::Task),
         get(leases),
     )

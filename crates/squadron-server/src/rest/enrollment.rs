@@ -23,7 +23,7 @@ use squadron_pki::{
     LOOPBACK_NAMES,
 };
 
-use super::{body, parse_id, write, write_as, AppState, JsonBody, RouteBook};
+use super::{body, json, parse_id, write, write_as, AppState, JsonBody, RouteBook};
 use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 
@@ -43,6 +43,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/bootstrap-tokens",
         "Mint a one-time bootstrap token for a worker's enrollment; its secret is shown once",
         body::<squadron_api::MintBootstrap>(),
+        json::<MintedBootstrap>(),
         Access::admin(),
         post(mint),
     )
@@ -51,6 +52,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/enroll",
         "Exchange a bootstrap token and a CSR for a worker certificate (the token is the credential)",
         body::<squadron_api::EnrollWorker>(),
+        json::<Enrolled>(),
         Access::PUBLIC,
         post(enroll),
     )
@@ -59,6 +61,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/certificate",
         "A worker renews its certificate under the live one it holds (a fresh key pair's CSR)",
         body::<squadron_api::RenewCertificate>(),
+        json::<Enrolled>(),
         Access::worker_only(Scope::Worker),
         post(renew),
     )

@@ -17,7 +17,7 @@ use squadron_core::{Command, Outcome};
 
 use super::projects::{profile_id, project_key};
 use super::{
-    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -34,6 +34,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/leases",
         "Acquire a lease: compare-and-swap on the expected generation, within project capacity",
         body::<AcquireLease>(),
+        json::<Outcome>(),
         Access::operator(Scope::Profile).and_workers(),
         post(acquire),
     )
@@ -42,6 +43,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id",
         "Get a lease",
         None,
+        json::<RuntimeLease>(),
         Access::viewer(Scope::Lease).and_workers(),
         get(get_lease),
     )
@@ -50,6 +52,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/leases",
         "List the project's leases",
         None,
+        json::<Vec<RuntimeLease>>(),
         Access::viewer(Scope::Project).and_workers(),
         get(project_leases),
     )
@@ -58,6 +61,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/renew",
         "Heartbeat: renew the lease (fenced)",
         body::<RenewLease>(),
+        json::<Outcome>(),
         Access::operator(Scope::Lease).and_workers(),
         post(renew),
     )
@@ -66,6 +70,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/release",
         "Release the lease (fenced); frees its slot",
         body::<LeaseFence>(),
+        json::<Outcome>(),
         Access::operator(Scope::Lease).and_workers(),
         post(release),
     )
@@ -74,6 +79,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/fence",
         "Fence the lease (operator, or expired); it keeps its slot until reaped",
         body::<FenceLease>(),
+        json::<Outcome>(),
         Access::operator(Scope::Lease),
         post(fence),
     )
@@ -82,6 +88,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/leases/:id/evidence",
         "Record reap evidence (cgroup populated 0) for the lease's generation",
         body::<RecordEvidence>(),
+        json::<Outcome>(),
         Access::worker_only(Scope::Body),
         post(evidence),
     )
@@ -90,6 +97,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/renewals",
         "Renew every lease a worker holds in one command",
         body::<RenewLeases>(),
+        json::<Outcome>(),
         Access::worker_only(Scope::Worker),
         post(renew_batch),
     )
@@ -98,6 +106,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/takeover",
         "Graceful (capsule, fence, grant) or crash (expiry, evidence, grant) takeover",
         body::<Takeover>(),
+        json::<Outcome>(),
         Access::operator(Scope::Profile).and_workers(),
         post(takeover),
     )
@@ -110,6 +119,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/capsules",
         "Commit a continuity capsule (fenced, chained)",
         body::<CommitCapsule>(),
+        json::<Outcome>(),
         Access::operator(Scope::Profile).and_workers(),
         post(commit_capsule),
     )
@@ -118,6 +128,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/capsules",
         "The profile's recent capsules, oldest first",
         None,
+        json::<Vec<ContinuityCapsule>>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(capsules),
     )
@@ -126,6 +137,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mailbox",
         "Post a message to the profile's mailbox",
         body::<PostMessage>(),
+        json::<Outcome>(),
         Access::operator(Scope::Profile).and_workers(),
         post(post_message),
     )
@@ -134,6 +146,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mailbox",
         "Read the profile's mailbox",
         None,
+        json::<Mailbox>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(mailbox),
     )
@@ -142,6 +155,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mailbox/ack",
         "Acknowledge messages through a sequence (fenced)",
         body::<AckMessages>(),
+        json::<Outcome>(),
         Access::operator(Scope::Profile).and_workers(),
         post(ack),
     )

@@ -46,6 +46,8 @@ pub struct RouteDoc {
     pub summary: &'static str,
     /// The request body, if any.
     pub body: Option<BodyDoc>,
+    /// What a success answers.
+    pub answer: Answer,
     /// Who may call it.
     pub access: Access,
 }
@@ -63,6 +65,43 @@ pub fn body<T: JsonSchema>() -> Option<BodyDoc> {
     Some(BodyDoc {
         schema: |generator| generator.subschema_for::<T>(),
     })
+}
+
+/// What a route answers on success, for the OpenAPI document: JSON of a type (its schema from
+/// the handler's own answer type), or another media type.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer {
+    pub media_type: &'static str,
+    /// The JSON answer's schema; `None` for other media types.
+    pub schema: Option<fn(&mut SchemaGenerator) -> Schema>,
+    /// `true` for a WebSocket upgrade (101) instead of a 200.
+    pub upgrade: bool,
+}
+
+impl Answer {
+    pub fn text(media_type: &'static str) -> Self {
+        Self {
+            media_type,
+            schema: None,
+            upgrade: false,
+        }
+    }
+
+    pub fn websocket() -> Self {
+        Self {
+            upgrade: true,
+            ..Self::text("application/json")
+        }
+    }
+}
+
+/// The [`Answer`] of a handler that answers `Json<T>`.
+pub fn json<T: JsonSchema>() -> Answer {
+    Answer {
+        media_type: "application/json",
+        schema: Some(|generator| generator.subschema_for::<T>()),
+        upgrade: false,
+    }
 }
 
 /// Builds the router, its documentation and its access rules together: a route cannot be
@@ -89,6 +128,7 @@ impl RouteBook {
         path: &'static str,
         summary: &'static str,
         body: Option<BodyDoc>,
+        answer: Answer,
         access: Access,
         handler: MethodRouter<AppState>,
     ) -> Self {
@@ -97,6 +137,7 @@ impl RouteBook {
             path,
             summary,
             body,
+            answer,
             access,
         });
         let guard = RouteGuard {
@@ -136,6 +177,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "/healthz",
         "Liveness: the process serves requests",
         None,
+        Answer::text("text/plain"),
         Access::PUBLIC,
         get(|| async { "ok" }),
     )
@@ -144,6 +186,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "/readyz",
         "Readiness: a leader is known",
         None,
+        Answer::text("text/plain"),
         Access::PUBLIC,
         get(readyz),
     )
@@ -152,6 +195,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "/metrics",
         "Prometheus metrics (OpenMetrics text)",
         None,
+        Answer::text("application/openmetrics-text"),
         Access::viewer(Scope::Unbound),
         get(crate::metrics::render),
     )
@@ -160,6 +204,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "/",
         "The dashboard's page (its data comes from the API, under the caller's token)",
         None,
+        Answer::text("text/html"),
         Access::PUBLIC,
         get(|| async { Html(crate::dashboard::PAGE) }),
     )
@@ -174,6 +219,7 @@ pub fn router(node: AppState) -> Router {
         "/api/v1/openapi.json",
         "This document: every route with its access rule (x-squadron-access)",
         None,
+        json::<serde_json::Value>(),
         Access::PUBLIC,
         get(move || {
             let doc = served.get().cloned().unwrap_or_default();

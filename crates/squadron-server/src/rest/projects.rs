@@ -12,7 +12,7 @@ use squadron_core::roster::RosterSnapshot;
 use squadron_core::{Command, Outcome};
 
 use super::{
-    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -32,6 +32,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects",
         "Create a project",
         body::<squadron_api::CreateProject>(),
+        json::<Outcome>(),
         Access::operator(Scope::Body),
         post(create_project),
     )
@@ -40,6 +41,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects",
         "List projects",
         None,
+        json::<Vec<ProjectSummary>>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(list_projects),
     )
@@ -48,6 +50,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project",
         "Get a project with its sandbox, slots and stats",
         None,
+        json::<Project>(),
         Access::viewer(Scope::Project).and_workers(),
         get(get_project),
     )
@@ -56,6 +59,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/sandbox",
         "Attach the project's single sandbox (INV-1)",
         body::<squadron_api::AttachSandbox>(),
+        json::<Outcome>(),
         Access::operator(Scope::Project).and_workers(),
         post(attach_sandbox),
     )
@@ -64,6 +68,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/sandbox/:sandbox_ref",
         "Detach the sandbox (refused while slots are held)",
         None,
+        json::<Outcome>(),
         Access::operator(Scope::Project),
         delete(detach_sandbox),
     )
@@ -72,6 +77,7 @@ fn project_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/roster",
         "The project's roster snapshot",
         None,
+        json::<RosterSnapshot>(),
         Access::viewer(Scope::Project).and_workers(),
         get(roster),
     )
@@ -84,6 +90,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/profiles",
         "Create an agent profile",
         body::<squadron_api::CreateProfile>(),
+        json::<Outcome>(),
         Access::operator(Scope::Project),
         post(create_profile),
     )
@@ -92,6 +99,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/profiles",
         "List the project's profiles",
         None,
+        json::<Vec<AgentProfile>>(),
         Access::viewer(Scope::Project).and_workers(),
         get(list_profiles),
     )
@@ -100,6 +108,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id",
         "Get a profile: generation, live lease, capsule head, capabilities",
         None,
+        json::<AgentProfile>(),
         Access::viewer(Scope::Profile).and_workers().and_agents(),
         get(get_profile),
     )
@@ -108,6 +117,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/capabilities",
         "Replace the capability manifest (compare-and-swap on its version)",
         body::<squadron_api::SetCapabilities>(),
+        json::<Outcome>(),
         Access::operator(Scope::Profile),
         put(set_capabilities),
     )
@@ -116,6 +126,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mcp/:server",
         "Grant the profile mcp_server:use on a server",
         None,
+        json::<Outcome>(),
         Access::admin(),
         put(grant_mcp),
     )
@@ -124,6 +135,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mcp/:server",
         "Revoke mcp_server:use",
         None,
+        json::<Outcome>(),
         Access::admin(),
         delete(revoke_mcp),
     )
@@ -132,6 +144,7 @@ fn profile_routes(book: RouteBook) -> RouteBook {
         "/api/v1/profiles/:id/mcp/:server",
         "Check mcp_server:use for the profile subject: 200 or 403 (INV-14)",
         None,
+        json::<McpDecision>(),
         Access::viewer(Scope::Profile).and_workers().and_agents(),
         get(check_mcp),
     )

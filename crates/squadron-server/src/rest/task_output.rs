@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{TaskId, WorkerId};
 
-use super::{parse_id, read, AppState, RouteBook};
+use super::{json, parse_id, read, Answer, AppState, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{Access, Scope};
@@ -40,6 +40,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/logs",
         "A task's output: ?stream=stdout|stderr|events&offset=N&tail=N&follow=true",
         None,
+        Answer::text("text/plain"),
         Access::viewer(Scope::Task).and_agents(),
         get(logs),
     )
@@ -48,6 +49,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/artifacts",
         "List a task's artifacts (name, size)",
         None,
+        json::<Vec<squadron_api::ArtifactEntry>>(),
         Access::viewer(Scope::Task).and_agents(),
         get(artifacts),
     )
@@ -56,6 +58,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/artifacts/*name",
         "Download one artifact (streamed)",
         None,
+        Answer::text("application/octet-stream"),
         Access::viewer(Scope::Task).and_agents(),
         get(artifact),
     )
@@ -66,6 +69,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
          Authorization or, from a browser, as the subprotocol bearer.<token> offered beside \
          squadron.v1 (never in the URL)",
         None,
+        Answer::websocket(),
         Access::viewer(Scope::Task).and_agents(),
         get(stream),
     )

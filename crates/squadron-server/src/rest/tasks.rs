@@ -13,7 +13,7 @@ use squadron_core::task::{Task, TaskState};
 use squadron_core::{Command, Outcome};
 
 use super::{
-    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
 };
 use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
@@ -32,6 +32,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks",
         "Submit a task manifest (YAML or JSON by Content-Type)",
         body::<squadron_core::manifest::TaskManifest>(),
+        json::<Outcome>(),
         Access::operator(Scope::Body).and_agents(),
         post(submit),
     )
@@ -40,6 +41,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks",
         "List tasks: ?state=RUNNING&parent=ID&after=ID&limit=N",
         None,
+        json::<TaskPage>(),
         Access::viewer(Scope::Unbound).and_agents(),
         get(list),
     )
@@ -48,6 +50,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id",
         "Get a task",
         None,
+        json::<Task>(),
         Access::viewer(Scope::Task).and_workers().and_agents(),
         get(get_task),
     )
@@ -56,6 +59,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id",
         "Cancel a task: a queued one ends at once, an assigned one is asked to stop",
         None,
+        json::<Outcome>(),
         Access::operator(Scope::Task),
         axum::routing::delete(cancel),
     )
@@ -64,6 +68,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/transitions",
         "A worker reports a lifecycle transition (INV-10)",
         body::<squadron_api::ReportTransition>(),
+        json::<Outcome>(),
         Access::worker_only(Scope::Body),
         post(transition),
     )
@@ -72,6 +77,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tasks/:id/progress",
         "A worker reports output counters",
         body::<squadron_api::ReportProgress>(),
+        json::<Outcome>(),
         Access::worker_only(Scope::Body),
         post(progress),
     )

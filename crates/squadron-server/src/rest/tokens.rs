@@ -14,7 +14,7 @@ use squadron_core::{Command, Outcome};
 use squadron_pki::{SecretToken, TokenKind};
 
 use super::{
-    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -29,6 +29,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tokens",
         "Create an operator token; the answer holds its secret, shown this once",
         body::<squadron_api::CreateToken>(),
+        json::<CreatedToken>(),
         Access::admin(),
         post(create),
     )
@@ -37,6 +38,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tokens",
         "List operator tokens (names, roles, scopes, lifetimes; never a secret)",
         None,
+        json::<Vec<TokenView>>(),
         Access::admin(),
         get(list),
     )
@@ -45,6 +47,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/tokens/:id",
         "Revoke an operator token",
         None,
+        json::<Outcome>(),
         Access::admin(),
         delete(revoke),
     )

@@ -11,7 +11,7 @@ use squadron_core::worker_policy::WorkerPolicy;
 use squadron_core::{Command, Outcome};
 
 use super::{
-    body, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -24,6 +24,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers",
         "Register (or re-register) a worker",
         body::<squadron_api::RegisterWorker>(),
+        json::<Outcome>(),
         Access::worker_only(Scope::Body),
         post(register),
     )
@@ -32,6 +33,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers",
         "List workers",
         None,
+        json::<Vec<Worker>>(),
         Access::viewer(Scope::Unbound),
         get(list),
     )
@@ -40,6 +42,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id",
         "Get a worker",
         None,
+        json::<Worker>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(get_worker),
     )
@@ -48,6 +51,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/heartbeat",
         "Worker heartbeat",
         None,
+        json::<Outcome>(),
         Access::worker_only(Scope::Worker),
         post(heartbeat),
     )
@@ -56,6 +60,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/policy",
         "A worker states what it agrees to run: network modes, full_control, repository sources, ceilings",
         body::<squadron_core::worker_policy::WorkerPolicy>(),
+        json::<Outcome>(),
         Access::worker_only(Scope::Worker),
         put(set_policy),
     )
@@ -64,6 +69,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/policy",
         "A worker's policy (404 for one that sent none: it is held to nothing)",
         None,
+        json::<WorkerPolicy>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(get_policy),
     )
@@ -72,6 +78,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/workers/:id/decommission",
         "Operator's audited decision that a worker and its processes are gone: reaps its leases",
         body::<squadron_api::Decommission>(),
+        json::<Outcome>(),
         Access::admin(),
         post(decommission),
     )
