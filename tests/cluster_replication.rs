@@ -511,6 +511,39 @@ fn every_request_body_in_the_openapi_document_has_a_schema_the_node_agrees_with(
             assert_eq!(r.body["code"], "invalid_argument", "{r:?}");
         }
     }
+    // Query parameters come from the handlers' query types: a value their schema refuses is
+    // a 400 from the node too.
+    let tasks = &doc["paths"]["/api/v1/tasks"]["get"]["parameters"];
+    let names: Vec<&str> = tasks
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    for name in ["state", "after", "limit", "parent", "consistency"] {
+        assert!(
+            names.contains(&name),
+            "GET /api/v1/tasks lacks ?{name}: {names:?}"
+        );
+    }
+    let consistency = tasks
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "consistency"))
+        .expect("consistency parameter");
+    let values = validator_in(&doc, &consistency["schema"], "?consistency");
+    assert!(values.is_valid(&json!("stale")));
+    assert!(!values.is_valid(&json!("eventual")));
+    let r = http_send(
+        "GET",
+        &format!("{url}/api/v1/tasks?consistency=eventual"),
+        None,
+        None,
+    )
+    .expect("request");
+    assert_eq!(r.status, 400, "{r:?}");
+    let task_id = &doc["paths"]["/api/v1/tasks/{id}"]["get"]["parameters"][0];
+    assert_eq!(task_id["schema"]["type"], "integer", "{task_id}");
+
     // Every operation documents its success, and what the node answers meets it.
     for (path, ops) in doc["paths"].as_object().expect("paths") {
         for (method, op) in ops.as_object().expect("operations") {

@@ -15,6 +15,7 @@ pub mod enrollment;
 pub mod error_body;
 pub mod leases;
 pub mod projects;
+pub mod queries;
 pub mod tasks;
 pub mod tokens;
 pub mod workers;
@@ -32,6 +33,9 @@ pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, Ren
 pub use error_body::ErrorBody;
 pub use projects::{
     AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, SetCapabilities,
+};
+pub use queries::{
+    AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, TaskListQuery,
 };
 pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};

@@ -390,6 +390,33 @@ fn worker_cluster_and_access_bodies_schemas_agree_with_the_decoder() {
     assert!(checked > 400, "only {checked} bodies checked");
 }
 
+/// The query strings' types, decoded from the query's fields (`TaskListQuery` is left out: its
+/// `state` is decoded as text and refused afterwards with a message listing the states, while
+/// its schema names the states).
+#[test]
+fn query_schemas_agree_with_the_decoder() {
+    let mut checked = 0;
+    checked += agree(&ConsistencyQuery {
+        consistency: Consistency::Stale,
+    });
+    checked += agree(&AuditQuery {
+        after: 3,
+        limit: Some(10),
+        consistency: Consistency::Linearizable,
+    });
+    checked += agree(&CancelQuery {
+        reason: Some("not needed".into()),
+    });
+    checked += agree(&LogQuery {
+        stream: LogStream::Stderr,
+        offset: Some(0),
+        tail: Some(100),
+        follow: true,
+    });
+    println!("query types: {checked} bodies checked");
+    assert!(checked > 80, "only {checked} bodies checked");
+}
+
 /// A schema that lets anything through would agree with a lenient decoder; these bodies
 /// must be refused by both, so the agreement above is not the trivial kind.
 #[test]

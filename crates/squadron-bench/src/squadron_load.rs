@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use squadron_client::{
     AcquireLease, AttachSandbox, ClientError, Consistency, CreateProfile, CreateProject,
-    LeaseFence, OutcomeExt, RegisterWorker, RenewLease, SquadronClient, TaskQuery,
+    LeaseFence, OutcomeExt, RegisterWorker, RenewLease, SquadronClient, TaskListQuery,
 };
 use squadron_core::ids::{
     Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
@@ -254,14 +254,11 @@ pub(crate) async fn drain_submitted(endpoints: &Endpoints) -> Result<u64, BenchE
         let page = valid(
             "listing pending tasks",
             client
-                .list_tasks(
-                    &TaskQuery {
-                        state: Some(TaskState::Pending),
-                        after: None,
-                        limit: Some(DRAIN_PAGE_TASKS),
-                    },
-                    Consistency::Linearizable,
-                )
+                .list_tasks(&TaskListQuery {
+                    state: Some(TaskState::Pending.as_str().to_string()),
+                    limit: Some(DRAIN_PAGE_TASKS),
+                    ..TaskListQuery::default()
+                })
                 .await,
         )?;
         if page.tasks.is_empty() {

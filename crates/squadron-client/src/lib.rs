@@ -68,15 +68,8 @@ pub const CONNECT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(2);
 /// The endpoint used when none is given.
 pub const ENDPOINT_DEFAULT: &str = "https://127.0.0.1:8120";
 
-/// Read consistency.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Consistency {
-    /// ReadIndex through the leader: sees every write acknowledged before the read began.
-    #[default]
-    Linearizable,
-    /// The answering node's applied state, possibly behind; answers without a leader.
-    Stale,
-}
+/// Read consistency (defined once, with the query strings).
+pub use squadron_api::Consistency;
 
 /// A fresh idempotency key: `sq-` and 32 random hex digits, plus a process-wide counter so two
 /// keys of one process never collide even with a broken random source.

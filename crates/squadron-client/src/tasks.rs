@@ -43,10 +43,11 @@ impl SquadronClient {
         .await
     }
 
-    pub async fn list_tasks(&self, q: &TaskQuery, c: Consistency) -> Result<TaskPage, ClientError> {
+    /// A page of `GET /api/v1/tasks`, read with the query's consistency.
+    pub async fn list_tasks(&self, q: &TaskListQuery) -> Result<TaskPage, ClientError> {
         let mut query = Vec::new();
-        if let Some(state) = q.state {
-            query.push(("state", state.as_str().to_string()));
+        if let Some(state) = &q.state {
+            query.push(("state", state.clone()));
         }
         if let Some(after) = q.after {
             query.push(("after", after.to_string()));
@@ -54,12 +55,15 @@ impl SquadronClient {
         if let Some(limit) = q.limit {
             query.push(("limit", limit.to_string()));
         }
+        if let Some(parent) = &q.parent {
+            query.push(("parent", parent.clone()));
+        }
         self.call(
             Method::GET,
             "/api/v1/tasks",
             query,
             Body::Empty,
-            Call::Read(c),
+            Call::Read(q.consistency),
         )
         .await
     }

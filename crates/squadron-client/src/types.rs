@@ -1,5 +1,5 @@
-//! The REST bodies, re-exported from `squadron-api` (where the server decodes the same types),
-//! and the client's own query filters. Domain values — `Outcome`, `Task`, `AgentProfile`,
+//! The REST bodies and query strings, re-exported from `squadron-api` (where the server
+//! decodes the same types). Domain values — `Outcome`, `Task`, `AgentProfile`,
 //! `RuntimeLease`, … — come from `squadron-core`.
 
 pub use squadron_api::agents::*;
@@ -7,17 +7,5 @@ pub use squadron_api::leases::*;
 pub use squadron_api::{
     AddLearner, ArtifactEntry, AttachSandbox, ClusterStatus, CreateProfile, CreateProject,
     Decommission, McpDecision, MemberView, MembershipChanged, ProjectSummary, PromoteVoter,
-    RegisterWorker, ReportProgress, ReportTransition, SetCapabilities, TaskPage,
+    RegisterWorker, ReportProgress, ReportTransition, SetCapabilities, TaskListQuery, TaskPage,
 };
-
-use squadron_core::task::TaskState;
-
-// --- tasks -----------------------------------------------------------------------------------
-
-/// Filters of `GET /api/v1/tasks`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TaskQuery {
-    pub state: Option<TaskState>,
-    pub after: Option<u64>,
-    pub limit: Option<usize>,
-}

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use squadron_core::access::Subject;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Response};
@@ -25,16 +24,8 @@ use crate::write_path::{MembershipError, WriteError, WritePath};
 /// The header carrying a client's idempotency key (defined once, in `squadron-api`).
 pub use squadron_api::IDEMPOTENCY_HEADER;
 
-/// Read consistency a caller asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Consistency {
-    /// ReadIndex through the leader: the read sees every write acknowledged before it began.
-    #[default]
-    Linearizable,
-    /// This node's applied state, possibly behind.
-    Stale,
-}
+/// Read consistency a caller asks for (defined once, with the query strings).
+pub use squadron_api::Consistency;
 
 /// Counters exported on `/metrics` (the write path keeps its own, `WriteStats`).
 #[derive(Debug, Default)]

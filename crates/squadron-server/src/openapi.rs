@@ -4,6 +4,9 @@ use schemars::generate::SchemaSettings;
 use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 use squadron_api::ErrorBody;
+use squadron_core::access::TOKEN_ID_HEX_LEN;
+use squadron_core::ids::NAME_PATTERN;
+use squadron_core::limits::NAME_BYTES_MAX;
 
 use crate::rest::{Answer, RouteDoc};
 
@@ -53,6 +56,49 @@ fn schema_generator() -> SchemaGenerator {
         .into_generator()
 }
 
+/// A path parameter's schema, by its name and the route it is in: numeric ids are positive
+/// integers, names follow the name grammar, a token id is hex, the rest is text.
+fn path_param_schema(path: &str, name: &str) -> Value {
+    let name_schema =
+        json!({"type": "string", "pattern": NAME_PATTERN, "maxLength": NAME_BYTES_MAX});
+    match name {
+        "tenant" | "project" | "server" => name_schema,
+        "id" if path.starts_with("/api/v1/tokens/") => {
+            json!({"type": "string", "pattern": format!("^[0-9a-f]{{{TOKEN_ID_HEX_LEN}}}$")})
+        }
+        "id" if path.starts_with("/api/v1/workers/")
+            || path.starts_with("/api/v1/credentials/") =>
+        {
+            name_schema
+        }
+        "id" => json!({"type": "integer", "format": "uint64", "minimum": 1}),
+        _ => json!({"type": "string"}),
+    }
+}
+
+/// The operation's parameters: its path's, then one per property of its query type.
+fn parameters(r: &RouteDoc, path_params: &[String], generator: &mut SchemaGenerator) -> Value {
+    let mut out: Vec<Value> = path_params
+        .iter()
+        .map(|p| json!({"name": p, "in": "path", "required": true, "schema": path_param_schema(r.path, p)}))
+        .collect();
+    if let Some(query) = r.input.query {
+        let schema = query(generator).to_value();
+        let required = schema["required"].as_array().cloned().unwrap_or_default();
+        if let Some(properties) = schema["properties"].as_object() {
+            for (name, property) in properties {
+                out.push(json!({
+                    "name": name,
+                    "in": "query",
+                    "required": required.contains(&Value::String(name.clone())),
+                    "schema": property,
+                }));
+            }
+        }
+    }
+    Value::Array(out)
+}
+
 /// The success entry of an operation's responses: its status and its content.
 fn answer(a: &Answer, generator: &mut SchemaGenerator) -> (&'static str, Value) {
     if a.upgrade {
@@ -78,17 +124,15 @@ pub fn document(routes: &[RouteDoc]) -> Value {
             "operationId": operation_id(r.method, r.path),
             "summary": r.summary,
             "x-squadron-access": r.access,
-            "parameters": params.iter().map(|p| json!({
-                "name": p, "in": "path", "required": true, "schema": {"type": "string"}
-            })).collect::<Vec<_>>(),
+            "parameters": parameters(r, &params, &mut generator),
             "responses": {
                 "default": {"description": "error", "content": {"application/json": {"schema": error}}}
             }
         });
         let (status, success) = answer(&r.answer, &mut generator);
         op["responses"][status] = success;
-        if let Some(body) = r.body {
-            let schema = (body.schema)(&mut generator);
+        if let Some(body) = r.input.body {
+            let schema = body(&mut generator);
             op["requestBody"] = json!({
                 "required": true,
                 "content": {"application/json": {"schema": schema}}

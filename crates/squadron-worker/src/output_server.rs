@@ -15,7 +15,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use squadron_api::{LogQuery, LogStream};
 use squadron_client::{ArtifactEntry, ErrorBody};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::TaskId;
@@ -122,35 +123,11 @@ fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
     Ok(dir)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum StreamName {
-    Stdout,
-    Stderr,
-    Events,
-    All,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LogQuery {
-    #[serde(default = "default_stream")]
-    stream: StreamName,
-    offset: Option<u64>,
-    tail: Option<u64>,
-    #[serde(default)]
-    follow: bool,
-}
-
-fn default_stream() -> StreamName {
-    StreamName::Stdout
-}
-
-fn file_of(s: StreamName) -> &'static str {
+fn file_of(s: LogStream) -> &'static str {
     match s {
-        StreamName::Stdout | StreamName::All => STDOUT_LOG,
-        StreamName::Stderr => STDERR_LOG,
-        StreamName::Events => EVENTS_LOG,
+        LogStream::Stdout | LogStream::All => STDOUT_LOG,
+        LogStream::Stderr => STDERR_LOG,
+        LogStream::Events => EVENTS_LOG,
     }
 }
 
@@ -238,7 +215,7 @@ async fn logs(
     if q.tail.is_some_and(|t| t > TAIL_LINES_MAX) {
         return invalid("tail", format!("at most {TAIL_LINES_MAX} lines"));
     }
-    if q.stream == StreamName::All {
+    if q.stream == LogStream::All {
         if !q.follow {
             return invalid("stream", "stream=all is only served with follow=true");
         }

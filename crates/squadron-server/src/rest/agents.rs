@@ -19,7 +19,7 @@ use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
 
 use super::task_output::WorkerRelay;
-use super::{body, json, parse_id, read, AppState, RouteBook};
+use super::{body, json, parse_id, read, AppState, Input, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{Access, Scope};
@@ -39,7 +39,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/profiles/:id/agent",
         "The profile's provider attempt as its sandbox's worker sees it",
-        None,
+        Input::NONE,
         json::<squadron_api::agents::AgentView>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(view),
@@ -75,7 +75,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/profiles/:id/agent/reap",
         "Reap a dead or fenced generation and record the evidence",
-        None,
+        Input::NONE,
         json::<Option<squadron_api::agents::ReplacedGeneration>>(),
         Access::operator(Scope::Profile),
         post(reap),
@@ -85,7 +85,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/api/v1/projects/:tenant/:project/evidence",
         "Release evidence of a project: replicated counters, this node's MCP denials, the \
          sandbox worker's observations",
-        None,
+        Input::NONE,
         json::<ProjectEvidence>(),
         Access::viewer(Scope::Project),
         get(evidence),

@@ -3,13 +3,11 @@
 use axum::extract::State;
 use axum::routing::get;
 use axum::Json;
-use serde::Deserialize;
 use squadron_core::access::AuditRecord;
 
-use super::{json, page, read, AppState, QueryParams, RouteBook};
+use super::{json, page, query, read, AppState, QueryParams, RouteBook};
 use crate::error::ApiError;
-use crate::node::Consistency;
-use squadron_api::{Access, AuditPage};
+use squadron_api::{Access, AuditPage, AuditQuery};
 
 /// Records per page unless `limit` says otherwise, and the most one page holds.
 pub const AUDIT_PAGE_RECORDS_DEFAULT: usize = 100;
@@ -20,22 +18,11 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/audit",
         "The audit record, oldest first: ?after=SEQ&limit=N (the newest records are kept)",
-        None,
+        query::<AuditQuery>(),
         json::<AuditPage>(),
         Access::admin(),
         get(list),
     )
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AuditQuery {
-    #[serde(default)]
-    after: u64,
-    #[serde(default)]
-    limit: Option<usize>,
-    #[serde(default)]
-    consistency: Consistency,
 }
 
 async fn list(

@@ -7,7 +7,7 @@ use axum::Json;
 use openraft::ServerState;
 use squadron_store::{NodeAddr, NodeId};
 
-use super::{body, json, AppState, JsonBody, QueryParams, RouteBook};
+use super::{body, json, AppState, Input, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode};
 use crate::peer::wire::{MembershipChange, MembershipReply};
@@ -21,7 +21,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/cluster/status",
         "This node's view: role, leader, term, log, applied index, state digest, members",
-        None,
+        Input::NONE,
         json::<ClusterStatus>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(status),
@@ -48,7 +48,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "DELETE",
         "/api/v1/cluster/members/:id",
         "Remove a voter or learner from the cluster (the leader too)",
-        None,
+        Input::NONE,
         json::<MembershipChanged>(),
         Access::admin(),
         delete(remove),
@@ -57,7 +57,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/cluster/tls/reload",
         "Re-read this node's certificate files (rotation); new connections use them",
-        None,
+        Input::NONE,
         json::<TlsReloaded>(),
         Access::admin(),
         post(reload_tls),

@@ -20,7 +20,8 @@ use squadron_core::{Command, Outcome};
 use squadron_pki::DataKey;
 
 use super::{
-    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, query, read, write, AppState, ConsistencyQuery, Input, JsonBody,
+    QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -39,7 +40,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/credentials",
         "List credentials (ids, versions, descriptions; never a value)",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Vec<CredentialView>>(),
         Access::admin(),
         get(list),
@@ -57,7 +58,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "DELETE",
         "/api/v1/credentials/:id",
         "Revoke a credential: its value leaves the state and the leases holding it end",
-        None,
+        Input::NONE,
         json::<Outcome>(),
         Access::admin(),
         delete(revoke),
@@ -75,7 +76,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tasks/:id/credential-leases",
         "A task's credential leases: versions, holders, when they ended (never a value)",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Vec<CredentialLeaseView>>(),
         Access::viewer(Scope::Task),
         get(leases),

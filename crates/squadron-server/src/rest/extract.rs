@@ -5,11 +5,9 @@ use std::str::FromStr;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use squadron_core::ValidationError;
 
 use crate::error::ApiError;
-use crate::node::Consistency;
 
 /// A JSON body; errors name the field path (`holder.worker`) instead of a generic 422.
 #[derive(Debug)]
@@ -71,14 +69,6 @@ where
 {
     raw.parse::<T>()
         .map_err(|e| ApiError::from(ValidationError::new(field, e.reason)))
-}
-
-/// `?consistency=linearizable|stale`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConsistencyQuery {
-    #[serde(default)]
-    pub consistency: Consistency,
 }
 
 /// A query string; unknown or malformed parameters are `invalid_argument`.

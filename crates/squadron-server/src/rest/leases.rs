@@ -17,7 +17,8 @@ use squadron_core::{Command, Outcome};
 
 use super::projects::{profile_id, project_key};
 use super::{
-    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, query, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams,
+    RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -42,7 +43,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/leases/:id",
         "Get a lease",
-        None,
+        query::<ConsistencyQuery>(),
         json::<RuntimeLease>(),
         Access::viewer(Scope::Lease).and_workers(),
         get(get_lease),
@@ -51,7 +52,7 @@ fn lease_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/projects/:tenant/:project/leases",
         "List the project's leases",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Vec<RuntimeLease>>(),
         Access::viewer(Scope::Project).and_workers(),
         get(project_leases),
@@ -127,7 +128,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/profiles/:id/capsules",
         "The profile's recent capsules, oldest first",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Vec<ContinuityCapsule>>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(capsules),
@@ -145,7 +146,7 @@ fn continuity_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/profiles/:id/mailbox",
         "Read the profile's mailbox",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Mailbox>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(mailbox),

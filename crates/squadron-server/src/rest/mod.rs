@@ -33,7 +33,8 @@ use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode, IDEMPOTENCY_HEADER};
 
 pub use browser_guard::BrowserGuard;
-pub use extract::{parse_id, ConsistencyQuery, JsonBody, QueryParams};
+pub use extract::{parse_id, JsonBody, QueryParams};
+pub use squadron_api::ConsistencyQuery;
 
 pub type AppState = Arc<ControlNode>;
 
@@ -44,27 +45,46 @@ pub struct RouteDoc {
     /// The axum path (`/api/v1/tasks/:id`).
     pub path: &'static str,
     pub summary: &'static str,
-    /// The request body, if any.
-    pub body: Option<BodyDoc>,
+    /// The request body and query string, if any.
+    pub input: Input,
     /// What a success answers.
     pub answer: Answer,
     /// Who may call it.
     pub access: Access,
 }
 
-/// A request body's type, for the OpenAPI document: its JSON Schema, from the same type the
-/// handler decodes.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyDoc {
-    /// Adds the type's schema to the generator's definitions and returns a reference to it.
-    pub schema: fn(&mut SchemaGenerator) -> Schema,
+/// A route's inputs besides its path, for the OpenAPI document: the JSON Schemas of its body
+/// and of its query string, from the same types the handler decodes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Input {
+    /// Adds the body type's schema to the generator's definitions and returns a reference.
+    pub body: Option<fn(&mut SchemaGenerator) -> Schema>,
+    /// The query type's own (object) schema, whose properties are the query parameters.
+    pub query: Option<fn(&mut SchemaGenerator) -> Schema>,
 }
 
-/// The [`BodyDoc`] of `T`, for [`RouteBook::add`].
-pub fn body<T: JsonSchema>() -> Option<BodyDoc> {
-    Some(BodyDoc {
-        schema: |generator| generator.subschema_for::<T>(),
-    })
+impl Input {
+    /// No body, no query string.
+    pub const NONE: Input = Input {
+        body: None,
+        query: None,
+    };
+}
+
+/// A JSON body of type `T`, for [`RouteBook::add`].
+pub fn body<T: JsonSchema>() -> Input {
+    Input {
+        body: Some(|generator| generator.subschema_for::<T>()),
+        query: None,
+    }
+}
+
+/// A query string decoded as `T`, for [`RouteBook::add`].
+pub fn query<T: JsonSchema>() -> Input {
+    Input {
+        body: None,
+        query: Some(T::json_schema),
+    }
 }
 
 /// What a route answers on success, for the OpenAPI document: JSON of a type (its schema from
@@ -127,7 +147,7 @@ impl RouteBook {
         method: &'static str,
         path: &'static str,
         summary: &'static str,
-        body: Option<BodyDoc>,
+        input: Input,
         answer: Answer,
         access: Access,
         handler: MethodRouter<AppState>,
@@ -136,7 +156,7 @@ impl RouteBook {
             method,
             path,
             summary,
-            body,
+            input,
             answer,
             access,
         });
@@ -176,7 +196,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/healthz",
         "Liveness: the process serves requests",
-        None,
+        Input::NONE,
         Answer::text("text/plain"),
         Access::PUBLIC,
         get(|| async { "ok" }),
@@ -185,7 +205,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/readyz",
         "Readiness: a leader is known",
-        None,
+        Input::NONE,
         Answer::text("text/plain"),
         Access::PUBLIC,
         get(readyz),
@@ -194,7 +214,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/metrics",
         "Prometheus metrics (OpenMetrics text)",
-        None,
+        Input::NONE,
         Answer::text("application/openmetrics-text"),
         Access::viewer(Scope::Unbound),
         get(crate::metrics::render),
@@ -203,7 +223,7 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         "GET",
         "/",
         "The dashboard's page (its data comes from the API, under the caller's token)",
-        None,
+        Input::NONE,
         Answer::text("text/html"),
         Access::PUBLIC,
         get(|| async { Html(crate::dashboard::PAGE) }),
@@ -218,7 +238,7 @@ pub fn router(node: AppState) -> Router {
         "GET",
         "/api/v1/openapi.json",
         "This document: every route with its access rule (x-squadron-access)",
-        None,
+        Input::NONE,
         json::<serde_json::Value>(),
         Access::PUBLIC,
         get(move || {

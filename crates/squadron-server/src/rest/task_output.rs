@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{TaskId, WorkerId};
 
-use super::{json, parse_id, read, Answer, AppState, RouteBook};
+use super::{json, parse_id, query, read, Answer, AppState, Input, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{Access, Scope};
@@ -39,7 +39,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tasks/:id/logs",
         "A task's output: ?stream=stdout|stderr|events&offset=N&tail=N&follow=true",
-        None,
+        query::<squadron_api::LogQuery>(),
         Answer::text("text/plain"),
         Access::viewer(Scope::Task).and_agents(),
         get(logs),
@@ -48,7 +48,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tasks/:id/artifacts",
         "List a task's artifacts (name, size)",
-        None,
+        Input::NONE,
         json::<Vec<squadron_api::ArtifactEntry>>(),
         Access::viewer(Scope::Task).and_agents(),
         get(artifacts),
@@ -57,7 +57,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tasks/:id/artifacts/*name",
         "Download one artifact (streamed)",
-        None,
+        Input::NONE,
         Answer::text("application/octet-stream"),
         Access::viewer(Scope::Task).and_agents(),
         get(artifact),
@@ -68,7 +68,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "WebSocket: live output frames of a task, then its final state. The token goes in \
          Authorization or, from a browser, as the subprotocol bearer.<token> offered beside \
          squadron.v1 (never in the URL)",
-        None,
+        Input::NONE,
         Answer::websocket(),
         Access::viewer(Scope::Task).and_agents(),
         get(stream),

@@ -5,7 +5,6 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::Json;
-use serde::Deserialize;
 use squadron_core::command as cmd;
 use squadron_core::ids::TaskId;
 use squadron_core::manifest::{parse_manifest_json, parse_manifest_yaml};
@@ -13,12 +12,15 @@ use squadron_core::task::{Task, TaskState};
 use squadron_core::{Command, Outcome};
 
 use super::{
-    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, query, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams,
+    RouteBook,
 };
 use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 use crate::node::Consistency;
-use squadron_api::{Access, ReportProgress, ReportTransition, Scope, TaskPage};
+use squadron_api::{
+    Access, CancelQuery, ReportProgress, ReportTransition, Scope, TaskListQuery, TaskPage,
+};
 use squadron_core::access::AgentIdentity;
 
 /// Tasks one list call returns unless it asks for fewer.
@@ -40,7 +42,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tasks",
         "List tasks: ?state=RUNNING&parent=ID&after=ID&limit=N",
-        None,
+        query::<TaskListQuery>(),
         json::<TaskPage>(),
         Access::viewer(Scope::Unbound).and_agents(),
         get(list),
@@ -49,7 +51,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tasks/:id",
         "Get a task",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Task>(),
         Access::viewer(Scope::Task).and_workers().and_agents(),
         get(get_task),
@@ -58,7 +60,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "DELETE",
         "/api/v1/tasks/:id",
         "Cancel a task: a queued one ends at once, an assigned one is asked to stop",
-        None,
+        query::<CancelQuery>(),
         json::<Outcome>(),
         Access::operator(Scope::Task),
         axum::routing::delete(cancel),
@@ -134,26 +136,10 @@ async fn submit(
     .await
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ListQuery {
-    #[serde(default)]
-    state: Option<String>,
-    #[serde(default)]
-    after: Option<u64>,
-    #[serde(default)]
-    limit: Option<usize>,
-    /// Only the tasks this task's agent submitted (its children), in id order.
-    #[serde(default)]
-    parent: Option<String>,
-    #[serde(default)]
-    consistency: Consistency,
-}
-
 async fn list(
     State(node): State<AppState>,
     caller: Caller,
-    QueryParams(q): QueryParams<ListQuery>,
+    QueryParams(q): QueryParams<TaskListQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
     let state = q
         .state
@@ -220,13 +206,6 @@ async fn get_task(
             .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))
     })
     .await
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CancelQuery {
-    #[serde(default)]
-    reason: Option<String>,
 }
 
 async fn cancel(

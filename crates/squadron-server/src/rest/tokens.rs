@@ -14,7 +14,8 @@ use squadron_core::{Command, Outcome};
 use squadron_pki::{SecretToken, TokenKind};
 
 use super::{
-    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, query, read, write, AppState, ConsistencyQuery, Input, JsonBody,
+    QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -37,7 +38,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/tokens",
         "List operator tokens (names, roles, scopes, lifetimes; never a secret)",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Vec<TokenView>>(),
         Access::admin(),
         get(list),
@@ -46,7 +47,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "DELETE",
         "/api/v1/tokens/:id",
         "Revoke an operator token",
-        None,
+        Input::NONE,
         json::<Outcome>(),
         Access::admin(),
         delete(revoke),

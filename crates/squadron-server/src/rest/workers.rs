@@ -11,7 +11,8 @@ use squadron_core::worker_policy::WorkerPolicy;
 use squadron_core::{Command, Outcome};
 
 use super::{
-    body, json, parse_id, read, write, AppState, ConsistencyQuery, JsonBody, QueryParams, RouteBook,
+    body, json, parse_id, query, read, write, AppState, ConsistencyQuery, Input, JsonBody,
+    QueryParams, RouteBook,
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
@@ -32,7 +33,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/workers",
         "List workers",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Vec<Worker>>(),
         Access::viewer(Scope::Unbound),
         get(list),
@@ -41,7 +42,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/workers/:id",
         "Get a worker",
-        None,
+        query::<ConsistencyQuery>(),
         json::<Worker>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(get_worker),
@@ -50,7 +51,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/workers/:id/heartbeat",
         "Worker heartbeat",
-        None,
+        Input::NONE,
         json::<Outcome>(),
         Access::worker_only(Scope::Worker),
         post(heartbeat),
@@ -68,7 +69,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/workers/:id/policy",
         "A worker's policy (404 for one that sent none: it is held to nothing)",
-        None,
+        query::<ConsistencyQuery>(),
         json::<WorkerPolicy>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(get_policy),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use backon::{ConstantBuilder, RetryableWithContext};
 use clap::Subcommand;
-use squadron_client::{ArtifactEntry, ClientError, Consistency, TaskPage, TaskQuery};
+use squadron_client::{ArtifactEntry, ClientError, Consistency, TaskListQuery, TaskPage};
 use squadron_core::ids::TaskId;
 use squadron_core::manifest::Keyword as _;
 use squadron_core::task::{Task, TaskState};
@@ -92,12 +92,14 @@ pub async fn run(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
             after,
             limit,
         } => {
-            let query = TaskQuery {
-                state,
+            let query = TaskListQuery {
+                state: state.map(|s| s.as_str().to_string()),
                 after,
                 limit,
+                parent: None,
+                consistency: ctx.consistency,
             };
-            let page = c.list_tasks(&query, ctx.consistency).await?;
+            let page = c.list_tasks(&query).await?;
             emit(ctx.out, &page, tasks_table)
         }
         TaskCmd::Get { id } => {
