@@ -34,8 +34,9 @@ ensure_packages() {
 
 # What the local worker's process runtime needs at run time: bubblewrap for the boundary,
 # util-linux's setpriv to empty the capability bounding set (and nsenter), procps for kill,
-# iproute2 and nftables for `outbound` sandboxes' own networks and their egress filter.
-SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables)
+# iproute2 and nftables for `outbound` sandboxes' own networks and their egress filter,
+# e2fsprogs for the task directories' disk quotas (mkfs.ext4; util-linux's mount loop-mounts).
+SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables e2fsprogs)
 
 # Debian packages the tests need beyond the build and run set: the Docker engine and busybox
 # (the agent image) for the Docker runtime; iproute2, iptables, curl and libfaketime for the

@@ -227,6 +227,50 @@ fn failure_preserves_the_sandbox(env: &Env) {
     );
 }
 
+/// A task that writes more than its `disk` (here to standard output, which the quota covers
+/// too) is stopped with the limit named; its logs stay readable and no image or mount is
+/// left once it ended.
+fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
+    let script = "echo before\nhead -c 100000000 /dev/zero | tr '\\0' x\nsleep 30";
+    let yaml = manifest(&env.repo, env.runtime, script, "  timeout: 90s\n").replace(
+        &format!("  runtime: {}\n", env.runtime),
+        &format!("  runtime: {}\n  disk: 32Mi\n", env.runtime),
+    );
+    let id = submit(env.any(0), &yaml);
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(t["state"], "FAILED", "{t:#}\n{}", explain(env.any(0), id));
+    let error = t["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("disk quota exceeded") && error.contains(&(32u64 << 20).to_string()),
+        "{t:#}"
+    );
+    // The driver retires the volume right after it reported the end.
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .is_ok_and(|m| m.lines().any(|l| l.contains(&format!("/tasks/{id} "))))
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || !mounted()).is_ok(),
+        "task {id}'s volume is still mounted"
+    );
+    // The logs outlive the volume (read after the unmount). What the script wrote once the
+    // disk was full may or may not have landed, so only the output before it is checked.
+    let stdout = logs(env.any(2), id, "stream=stdout&tail=100");
+    assert!(
+        stdout.contains("xxxx"),
+        "{:?}",
+        &stdout[..stdout.len().min(200)]
+    );
+    // The provider still ran (sleeping) when the quota filled: the worker stopped it.
+    let events = logs(env.any(2), id, "stream=events");
+    assert!(events.contains("DiskFull"), "{events}");
+}
+
 fn cancel_mid_run(env: &Env) {
     let script =
         "trap 'echo got-term; exit 143' TERM\necho started\nwhile true; do sleep 0.2; done";
@@ -592,6 +636,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             failure_preserves_the_sandbox,
         ),
         ("process/cancel", &p, cancel_mid_run),
+        (
+            "process/disk_quota",
+            &p,
+            disk_quota_stops_a_task_that_fills_it,
+        ),
         ("process/timeout", &p, task_timeout),
         ("process/hang", &p, hang_detection),
         ("process/clone_retry", &p, clone_retry_then_failure),
@@ -616,6 +665,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ("docker/failure_destroy", &d, failure_destroys_the_sandbox),
         ("docker/failure_preserve", &d, failure_preserves_the_sandbox),
         ("docker/cancel", &d, cancel_mid_run),
+        (
+            "docker/disk_quota",
+            &d,
+            disk_quota_stops_a_task_that_fills_it,
+        ),
         ("docker/timeout", &d, task_timeout),
         ("docker/containment", &d, containment_through_the_whole_path),
         ("docker/outbox_links", &d, outbox_links_are_not_followed),

@@ -770,6 +770,7 @@ impl WorkerProc {
 /// cgroup subtree (killed first) and its sandboxes' networks.
 pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     let tasks = data_dir.join("tasks");
+    unmount_task_volumes(&tasks);
     if let Ok(out) = Command::new("docker")
         .args(["ps", "-a", "--filter", "label=squadron.managed=true"])
         .args(["--format", "{{.ID}} {{.Label \"squadron.task-dir\"}}"])
@@ -813,6 +814,22 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
         &network.nft,
         &format!("sq_{}_docker", network.owner),
     );
+}
+
+/// Detaches the disk-quota volumes still mounted beneath `tasks` (a preserved failure keeps
+/// its volume; a killed worker leaves its running tasks'), so no loop device outlives a test.
+fn unmount_task_volumes(tasks: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    for line in mounts.lines() {
+        let Some(point) = line.split(' ').nth(4) else {
+            continue;
+        };
+        if Path::new(point).starts_with(tasks) {
+            let _ = Command::new("umount").args(["-l", point]).output();
+        }
+    }
 }
 
 /// Removes a cgroup directory tree from the leaves up (cgroups are removed with rmdir).

@@ -131,8 +131,8 @@ pub const SANDBOX_CPUS_MAX: u32 = 256;
 pub const SANDBOX_MEMORY_BYTES_MIN: u64 = 16 << 20;
 /// Largest `vm.memory`.
 pub const SANDBOX_MEMORY_BYTES_MAX: u64 = 1 << 40;
-/// Smallest `vm.disk`.
-pub const SANDBOX_DISK_BYTES_MIN: u64 = 1 << 30;
+/// Smallest `vm.disk`: the task directory's quota, which a small task may keep small.
+pub const SANDBOX_DISK_BYTES_MIN: u64 = 16 << 20;
 /// Largest `vm.disk`.
 pub const SANDBOX_DISK_BYTES_MAX: u64 = 16 << 40;
 /// Entries in `startup_profile.credential_refs`.

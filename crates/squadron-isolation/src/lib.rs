@@ -8,8 +8,8 @@
 //! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
 //! leaf, runs the boundary and records the exit code), `sandbox_network` (an `outbound`
 //! sandbox's own network namespace: veth pair, NAT), `egress_filter` (the nftables table
-//! that limits where a sandbox interface's traffic goes), `termination` (SIGTERM, grace,
-//! SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
+//! that limits where a sandbox interface's traffic goes), `disk_quota` (a directory's quota: a
+//! loop-mounted ext4 image), `termination` (SIGTERM, grace, SIGKILL), `reaper` (freeze → kill → `populated 0` → rmdir, as evidence),
 //! `process_entry` (a pid with its start time, read from /proc), and
 //! `git_broker` (the generation-fenced Git broker: provider processes commit through it).
 //!
@@ -21,6 +21,7 @@ pub mod beneath;
 pub mod bubblewrap;
 pub mod cgroup_leaf;
 pub mod cgroup_root;
+pub mod disk_quota;
 pub mod egress_filter;
 pub mod error;
 pub mod git_broker;

@@ -28,6 +28,9 @@ pub const DOCKER_IMAGE_DEFAULT: &str = "squadron-agent:latest";
 pub const SANDBOX_CPUS_DEFAULT: u32 = 2;
 pub const SANDBOX_MEMORY_BYTES_DEFAULT: u64 = 4 * 1024 * 1024 * 1024;
 pub const SANDBOX_PIDS_DEFAULT: u64 = 4_096;
+/// The disk quota of a task's directory (its clone, outputs and logs) where the manifest sets
+/// no `disk`. The image is sparse: only what a task writes costs host space.
+pub const SANDBOX_DISK_BYTES_DEFAULT: u64 = 10 * 1024 * 1024 * 1024;
 /// Bounds of those defaults.
 pub const SANDBOX_CPUS_MAX: u32 = 1_024;
 pub const SANDBOX_MEMORY_BYTES_MIN: u64 = 16 * 1024 * 1024;
@@ -42,6 +45,8 @@ pub struct SandboxDefaults {
     pub cpus: u32,
     pub memory_bytes: u64,
     pub pids_max: u64,
+    /// A task directory's disk quota (tasks only: agent profiles work in project sandboxes).
+    pub disk_bytes: u64,
 }
 
 impl Default for SandboxDefaults {
@@ -50,6 +55,7 @@ impl Default for SandboxDefaults {
             cpus: SANDBOX_CPUS_DEFAULT,
             memory_bytes: SANDBOX_MEMORY_BYTES_DEFAULT,
             pids_max: SANDBOX_PIDS_DEFAULT,
+            disk_bytes: SANDBOX_DISK_BYTES_DEFAULT,
         }
     }
 }
@@ -78,6 +84,14 @@ impl SandboxDefaults {
             return bad(
                 "sandbox_memory",
                 format!("must be at least {SANDBOX_MEMORY_BYTES_MIN} bytes"),
+            );
+        }
+        let disk = squadron_isolation::disk_quota::QUOTA_BYTES_MIN
+            ..=squadron_isolation::disk_quota::QUOTA_BYTES_MAX;
+        if !disk.contains(&self.disk_bytes) {
+            return bad(
+                "sandbox_disk",
+                format!("must be {}..={} bytes", disk.start(), disk.end()),
             );
         }
         if !(SANDBOX_PIDS_MIN..=SANDBOX_PIDS_MAX).contains(&self.pids_max) {
@@ -294,6 +308,13 @@ mod tests {
                     ..SandboxDefaults::default()
                 },
                 "sandbox_pids",
+            ),
+            (
+                SandboxDefaults {
+                    disk_bytes: 4096,
+                    ..SandboxDefaults::default()
+                },
+                "sandbox_disk",
             ),
         ] {
             let mut c =

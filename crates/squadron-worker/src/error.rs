@@ -26,6 +26,9 @@ pub enum WorkerError {
     Project(String),
     #[error("control plane: {0}")]
     Control(String),
+    /// The task directory's disk quota could not be set up or released.
+    #[error("disk quota: {0}")]
+    DiskQuota(String),
     #[error("invalid {field}: {message}")]
     Invalid { field: String, message: String },
 }

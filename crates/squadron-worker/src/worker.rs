@@ -86,6 +86,11 @@ pub async fn start(
     if !wiped.is_empty() {
         tracing::info!(?wiped, "wiped credential sessions left by an earlier run");
     }
+    // Ended tasks hold no loop device past the life that ran them.
+    let retired = crate::task::task_volume::TaskVolume::sweep(&config.data_dir);
+    if !retired.is_empty() {
+        tracing::info!(?retired, "retired task volumes left by an earlier run");
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| WorkerError::io("binding the output server", config.data_dir.clone(), e))?;

@@ -280,6 +280,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
             &args.sandbox_memory,
         )?,
         pids_max: args.sandbox_pids,
+        disk_bytes: squadron_core::quantity::parse_byte_size("--sandbox-disk", &args.sandbox_disk)?,
     };
     config.agents = if args.no_agents {
         None

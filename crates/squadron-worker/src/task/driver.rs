@@ -31,6 +31,7 @@ use crate::task::launcher::prepare_launch;
 use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
 use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
+use crate::task::task_volume::TaskVolume;
 use provision::{provision_sandbox, ProvisionFailure};
 
 /// Longest error text sent to the control plane.
@@ -54,6 +55,8 @@ enum Interruption {
     Cancelled(String),
     TimedOut(u64),
     Hung(u64),
+    /// The task directory's quota (bytes) is used up.
+    DiskFull(u64),
 }
 
 /// How a monitored run ended.
@@ -169,6 +172,42 @@ impl TaskDriver {
             }
         }
         self.end_credentials();
+        // Only a committed end (the checkpoint records what the control plane confirmed)
+        // retires the files: a driver that stops short leaves them for the next run.
+        let ended = self.load_checkpoint().map(|c| c.state);
+        if ended.is_some_and(|s| s.is_terminal() && s != TaskState::FailedPreserved) {
+            self.retire_volume().await;
+        }
+    }
+
+    fn volume(&self) -> TaskVolume {
+        TaskVolume::of(&self.ctx.config.data_dir, &self.dir)
+    }
+
+    /// The task directory's quota: the manifest's `disk`, else the worker's default.
+    fn disk_quota_bytes(&self) -> u64 {
+        self.spec
+            .sandbox
+            .disk_bytes
+            .unwrap_or(self.ctx.config.sandbox_defaults.disk_bytes)
+    }
+
+    async fn retire_volume(&self) {
+        let volume = self.volume();
+        let task = self.task;
+        match tokio::task::spawn_blocking(move || volume.retire()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(%task, error = %e, "cannot retire the task's volume"),
+            Err(e) => tracing::error!(%task, error = %e, "the volume's retirement panicked"),
+        }
+    }
+
+    /// The error of a task stopped by its disk quota.
+    fn disk_full_error(&self, bytes: u64) -> String {
+        format!(
+            "disk quota exceeded: the task's directory used up its {bytes} bytes \
+             (sandbox.disk, or the worker's --sandbox-disk)"
+        )
     }
 
     /// Takes the lease the manifest's credentials need and writes the files for the sandbox
@@ -362,6 +401,13 @@ impl TaskDriver {
 
     async fn staging(&mut self) -> Result<Step, WorkerError> {
         self.ctx.active.insert(self.task);
+        // Before anything is written there: the whole directory lives inside the quota.
+        let (volume, bytes) = (self.volume(), self.disk_quota_bytes());
+        match tokio::task::spawn_blocking(move || volume.ensure(bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Ok(self.fail(TaskState::Staging, None, e.to_string()).await),
+            Err(e) => return Err(WorkerError::DiskQuota(e.to_string())),
+        }
         self.checkpoint(|c| c.state = TaskState::Staging);
         // Checked here too: a task assigned before the control plane had this policy, or by
         // a control plane that ignored it, still does not run.
@@ -577,6 +623,13 @@ impl TaskDriver {
                 .await;
         }
         self.checkpoint(|c| c.exit_code = code);
+        // A provider that exits on ENOSPC ends because of the quota: say so, not just its code.
+        let end = match end {
+            RunEnd::Exited if self.volume().exhausted() => {
+                RunEnd::Interrupted(Interruption::DiskFull(self.disk_quota_bytes()))
+            }
+            other => other,
+        };
         match end {
             RunEnd::Exited => {
                 let detail = TransitionDetail {
@@ -603,6 +656,10 @@ impl TaskDriver {
                     format!("hang detected: no output for {ms} ms"),
                 )
                 .await),
+            RunEnd::Interrupted(Interruption::DiskFull(bytes)) => {
+                let why = self.disk_full_error(bytes);
+                Ok(self.fail(TaskState::Running, code, why).await)
+            }
             RunEnd::Vanished => Ok(self
                 .fail(
                     TaskState::Running,
@@ -648,6 +705,8 @@ impl TaskDriver {
                 Some(Interruption::TimedOut(lifecycle.timeout_ms))
             } else if now.saturating_sub(progress.last_output_ms) > lifecycle.hang_timeout_ms {
                 Some(Interruption::Hung(lifecycle.hang_timeout_ms))
+            } else if self.volume().exhausted() {
+                Some(Interruption::DiskFull(self.disk_quota_bytes()))
             } else {
                 None
             };

@@ -11,3 +11,4 @@ pub(crate) mod outbox_reader;
 pub(crate) mod output_counter;
 pub(crate) mod staging;
 pub(crate) mod task_dir;
+pub(crate) mod task_volume;

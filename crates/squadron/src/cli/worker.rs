@@ -76,6 +76,10 @@ pub struct WorkerRunArgs {
     /// Memory of a sandbox whose manifest sets none, and of every agent attempt (`4Gi`).
     #[arg(long, value_name = "SIZE", default_value = "4Gi")]
     pub sandbox_memory: String,
+    /// Disk quota of a task's directory (its clone, outputs and logs) whose manifest sets no
+    /// `disk` (`10Gi`); a task that fills it is stopped.
+    #[arg(long, value_name = "SIZE", default_value = "10Gi")]
+    pub sandbox_disk: String,
     /// Processes one sandbox may hold.
     #[arg(long, value_name = "N", default_value_t = squadron_worker::SANDBOX_PIDS_DEFAULT)]
     pub sandbox_pids: u64,

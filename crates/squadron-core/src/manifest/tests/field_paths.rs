@@ -214,7 +214,7 @@ fn sandbox_errors_name_their_field() {
         (vec![("vm.memory", "-8G")], "vm.memory"),
         (vec![("vm.memory", "15M")], "vm.memory"),
         (vec![("vm.memory", "2T")], "vm.memory"),
-        (vec![("vm.disk", "512M")], "vm.disk"),
+        (vec![("vm.disk", "8M")], "vm.disk"),
         (vec![("vm.disk", "17T")], "vm.disk"),
         (vec![("vm.disk", "[1]")], "vm.disk"),
         (vec![("vm.network_mode", "host")], "vm.network_mode"),

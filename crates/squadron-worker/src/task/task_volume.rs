@@ -1,0 +1,328 @@
+//! The disk quota of a task's directory. From the start of STAGING until the task ends, the
+//! whole directory (clone, `run/`, outbox, logs, checkpoint) is a loop-mounted ext4 image of
+//! the quota's size (`squadron_isolation::disk_quota`), so a task that writes without end
+//! meets `ENOSPC` and is stopped, and the host keeps its free space.
+//!
+//! When the task ends the volume is retired: what outlives the task (the manifest, the
+//! checkpoint, the outbox with its logs and artifacts) is copied to a plain directory, the
+//! image is unmounted and deleted, and the copy takes the directory's place — no loop device
+//! is held for a finished task. A FAILED_PRESERVED task keeps its volume (the break-glass
+//! workspace). A worker that died mid-retirement finishes it at its next start.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use squadron_core::task::TaskState;
+use squadron_isolation::disk_quota::DiskQuota;
+
+use crate::error::WorkerError;
+use crate::task::checkpoint::TaskCheckpoint;
+use crate::task::task_dir::TaskDir;
+
+// Every `vm.disk` a manifest may ask for is a quota the isolation crate can make.
+const _: () = assert!(
+    squadron_core::limits::SANDBOX_DISK_BYTES_MIN
+        >= squadron_isolation::disk_quota::QUOTA_BYTES_MIN
+        && squadron_core::limits::SANDBOX_DISK_BYTES_MAX
+            <= squadron_isolation::disk_quota::QUOTA_BYTES_MAX
+);
+
+/// Where the images live, beneath the worker's data directory.
+pub(crate) const VOLUMES_DIR: &str = "volumes";
+/// Directory levels of the outbox copied at retirement (the collector walks no deeper).
+const RETIRE_DEPTH_MAX: usize = 32;
+/// The task-root files kept besides the outbox.
+const KEPT_FILES: [&str; 2] = ["manifest.yaml", "state.json"];
+
+#[derive(Debug, Clone)]
+pub(crate) struct TaskVolume {
+    quota: DiskQuota,
+    root: PathBuf,
+    retired: PathBuf,
+}
+
+impl TaskVolume {
+    pub(crate) fn of(data_dir: &Path, dir: &TaskDir) -> Self {
+        let id = dir.task().get();
+        let image = data_dir.join(VOLUMES_DIR).join(format!("{id}.img"));
+        let root = dir.root().to_path_buf();
+        let retired = root.with_file_name(format!(".{id}.retired"));
+        Self {
+            quota: DiskQuota::new(image, root.clone()),
+            root,
+            retired,
+        }
+    }
+
+    /// Mounts the quota on the task directory, or adopts the mount a previous life left.
+    pub(crate) fn ensure(&self, quota_bytes: u64) -> Result<(), WorkerError> {
+        self.quota.ensure(quota_bytes).map_err(isolation)
+    }
+
+    /// Whether the task used its quota up (`false` for a directory without one).
+    pub(crate) fn exhausted(&self) -> bool {
+        matches!(self.quota.is_mounted(), Ok(true)) && matches!(self.quota.exhausted(), Ok(true))
+    }
+
+    /// Copies what outlives the task out of the volume, releases the volume and puts the copy
+    /// in the directory's place. A directory without a volume is left as it is.
+    pub(crate) fn retire(&self) -> Result<(), WorkerError> {
+        if !self.quota.is_mounted().map_err(isolation)? {
+            // Interrupted after the unmount: finish. An image without its mount (the host
+            // rebooted) is left for the sweep to mount again, never deleted unread.
+            if self.retired.exists() {
+                self.finish()?;
+                return self.quota.remove_image().map_err(isolation);
+            }
+            return Ok(());
+        }
+        remove_if_present(&self.retired)?;
+        fs::create_dir_all(&self.retired).map_err(|e| io_err("create", &self.retired, e))?;
+        for name in KEPT_FILES {
+            copy_entry(&self.root.join(name), &self.retired.join(name), 0)?;
+        }
+        copy_entry(&self.root.join("outbox"), &self.retired.join("outbox"), 0)?;
+        // The copy goes in right after the unmount; deleting the image (slow for a big one)
+        // waits until readers see the copy.
+        self.quota.unmount().map_err(isolation)?;
+        self.finish()?;
+        self.quota.remove_image().map_err(isolation)
+    }
+
+    /// The last step of a retirement, alone when a crash interrupted one after the release:
+    /// the kept entries move into the (now unmounted) directory one rename each. The
+    /// directory itself is never renamed over: while any mount namespace still holds a copy
+    /// of the volume's mount (a sandbox made meanwhile), it stays a mount point there and a
+    /// rename onto it would fail.
+    fn finish(&self) -> Result<(), WorkerError> {
+        if !self.retired.exists() {
+            return Ok(());
+        }
+        fs::create_dir_all(&self.root).map_err(|e| io_err("create", &self.root, e))?;
+        let kept = fs::read_dir(&self.retired).map_err(|e| io_err("list", &self.retired, e))?;
+        for entry in kept {
+            let entry = entry.map_err(|e| io_err("list", &self.retired, e))?;
+            let target = self.root.join(entry.file_name());
+            // What an earlier attempt left beneath the mount point gives way to the copy.
+            remove_entry(&target)?;
+            fs::rename(entry.path(), &target).map_err(|e| io_err("move", &target, e))?;
+        }
+        remove_if_present(&self.retired)
+    }
+
+    /// At worker start: finishes interrupted retirements and retires the volumes of tasks
+    /// whose checkpoint says they ended (the driver died before it could). Returns the ids.
+    pub(crate) fn sweep(data_dir: &Path) -> Vec<u64> {
+        Self::remount_all(data_dir);
+        let Ok(entries) = fs::read_dir(data_dir.join("tasks")) else {
+            return Vec::new();
+        };
+        let mut retired = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let id = name.trim_start_matches('.').trim_end_matches(".retired");
+            let Some(task) = id
+                .parse()
+                .ok()
+                .and_then(|n| squadron_core::ids::TaskId::new(n).ok())
+            else {
+                continue;
+            };
+            let dir = TaskDir::new(data_dir, task);
+            let volume = TaskVolume::of(data_dir, &dir);
+            let ended = TaskCheckpoint::load(&dir.state_json())
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.state.is_terminal() && c.state != TaskState::FailedPreserved);
+            let interrupted = name.ends_with(".retired");
+            if interrupted || (ended && matches!(volume.quota.is_mounted(), Ok(true))) {
+                match volume.retire() {
+                    Ok(()) => retired.push(task.get()),
+                    Err(e) => tracing::error!(%task, error = %e, "cannot retire a task volume"),
+                }
+            }
+        }
+        retired.sort_unstable();
+        retired.dedup();
+        retired
+    }
+}
+
+impl TaskVolume {
+    /// Mounts every image whose mount is gone (the host rebooted), so its task's files are
+    /// where the worker and the output server look for them.
+    fn remount_all(data_dir: &Path) {
+        let Ok(images) = fs::read_dir(data_dir.join(VOLUMES_DIR)) else {
+            return;
+        };
+        for image in images.flatten() {
+            let name = image.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".img")) else {
+                continue;
+            };
+            let Some(task) = id
+                .parse()
+                .ok()
+                .and_then(|n| squadron_core::ids::TaskId::new(n).ok())
+            else {
+                continue;
+            };
+            let volume = TaskVolume::of(data_dir, &TaskDir::new(data_dir, task));
+            if volume.retired.exists() || matches!(volume.quota.is_mounted(), Ok(true)) {
+                continue;
+            }
+            if let Err(e) = volume.quota.remount() {
+                tracing::error!(%task, error = %e, "cannot mount a task volume again");
+            }
+        }
+    }
+}
+
+/// Copies a regular file or a directory tree, never following a link (the outbox is the
+/// sandbox's): links, devices and anything deeper than [`RETIRE_DEPTH_MAX`] are left out.
+fn copy_entry(from: &Path, to: &Path, depth: usize) -> Result<(), WorkerError> {
+    let meta = match fs::symlink_metadata(from) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("inspect", from, e)),
+    };
+    if meta.is_file() {
+        let mut src = OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(from)
+            .map_err(|e| io_err("open", from, e))?;
+        let mut dst = File::create(to).map_err(|e| io_err("create", to, e))?;
+        io::copy(&mut src, &mut dst).map_err(|e| io_err("copy", from, e))?;
+        return dst.sync_all().map_err(|e| io_err("sync", to, e));
+    }
+    if !meta.is_dir() || depth >= RETIRE_DEPTH_MAX {
+        return Ok(());
+    }
+    fs::create_dir_all(to).map_err(|e| io_err("create", to, e))?;
+    for entry in fs::read_dir(from).map_err(|e| io_err("list", from, e))? {
+        let entry = entry.map_err(|e| io_err("list", from, e))?;
+        copy_entry(&entry.path(), &to.join(entry.file_name()), depth + 1)?;
+    }
+    Ok(())
+}
+
+fn remove_entry(path: &Path) -> Result<(), WorkerError> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("inspect", path, e)),
+        Ok(m) if m.is_dir() => remove_if_present(path),
+        Ok(_) => fs::remove_file(path).map_err(|e| io_err("remove", path, e)),
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), WorkerError> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove", path, e)),
+    }
+}
+
+fn io_err(what: &'static str, path: &Path, e: io::Error) -> WorkerError {
+    WorkerError::io(what, path, e)
+}
+
+fn isolation(e: squadron_isolation::error::IsolationError) -> WorkerError {
+    WorkerError::DiskQuota(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn task_dir(data: &Path, id: u64) -> TaskDir {
+        TaskDir::new(data, squadron_core::ids::TaskId::new(id).unwrap())
+    }
+
+    #[test]
+    fn a_full_volume_is_exhausted_and_retiring_keeps_the_outbox_only() {
+        let data = tempfile::tempdir().unwrap();
+        let dir = task_dir(data.path(), 7);
+        let volume = TaskVolume::of(data.path(), &dir);
+        volume.ensure(16 << 20).unwrap();
+        fs::create_dir_all(dir.progress()).unwrap();
+        fs::create_dir_all(dir.inbox()).unwrap();
+        fs::write(dir.stdout_log(), b"hello\n").unwrap();
+        fs::write(dir.manifest(), b"kind: Task\n").unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", dir.outbox().join("shadow")).unwrap();
+        let mut fill = File::create(dir.inbox().join("big")).unwrap();
+        let chunk = vec![1u8; 1 << 20];
+        while fill.write_all(&chunk).is_ok() {}
+        drop(fill);
+        assert!(volume.exhausted());
+        volume.retire().unwrap();
+        assert!(!volume.quota.is_mounted().unwrap());
+        assert!(!data.path().join(VOLUMES_DIR).join("7.img").exists());
+        assert_eq!(fs::read(dir.stdout_log()).unwrap(), b"hello\n");
+        assert_eq!(fs::read(dir.manifest()).unwrap(), b"kind: Task\n");
+        assert!(!dir.inbox().exists(), "the workspace went with the volume");
+        assert!(fs::symlink_metadata(dir.outbox().join("shadow")).is_err());
+        assert!(!volume.exhausted(), "a retired directory has no quota");
+        // Retiring twice is retiring once.
+        volume.retire().unwrap();
+        assert_eq!(fs::read(dir.stdout_log()).unwrap(), b"hello\n");
+    }
+
+    #[test]
+    fn the_sweep_retires_ended_tasks_and_finishes_interrupted_retirements() {
+        let data = tempfile::tempdir().unwrap();
+        let ended = task_dir(data.path(), 1);
+        let running = task_dir(data.path(), 2);
+        for (dir, state) in [
+            (&ended, TaskState::Completed),
+            (&running, TaskState::Running),
+        ] {
+            TaskVolume::of(data.path(), dir).ensure(16 << 20).unwrap();
+            let cp = TaskCheckpoint {
+                task: dir.task().get(),
+                attempt: 1,
+                state,
+                runtime: squadron_core::manifest::RuntimeKind::Process,
+                sandbox: None,
+                workdir: None,
+                started_at_ms: None,
+                exit_code: None,
+                error: None,
+                updated_at_ms: 0,
+            };
+            cp.store(&dir.state_json()).unwrap();
+        }
+        // A retirement that died after the release: the copy waits beside an empty directory.
+        let half = task_dir(data.path(), 3);
+        fs::create_dir_all(half.root()).unwrap();
+        let copy = half.root().with_file_name(".3.retired");
+        fs::create_dir_all(copy.join("outbox")).unwrap();
+        fs::write(copy.join("outbox").join("kept"), b"x").unwrap();
+        // A reboot drops every mount; the images stay.
+        TaskVolume::of(data.path(), &running)
+            .quota
+            .unmount()
+            .unwrap();
+        assert!(
+            !running.state_json().exists(),
+            "the checkpoint is inside the volume"
+        );
+        assert_eq!(TaskVolume::sweep(data.path()), vec![1, 3]);
+        assert!(!TaskVolume::of(data.path(), &ended)
+            .quota
+            .is_mounted()
+            .unwrap());
+        let still = TaskVolume::of(data.path(), &running);
+        assert!(
+            still.quota.is_mounted().unwrap(),
+            "a running task keeps its volume"
+        );
+        assert_eq!(fs::read(half.outbox().join("kept")).unwrap(), b"x");
+        still.retire().unwrap();
+    }
+}
