@@ -123,11 +123,7 @@ impl TaskVolume {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            let id = name.trim_start_matches('.').trim_end_matches(".retired");
-            let Some(task) = id
-                .parse()
-                .ok()
-                .and_then(|n| squadron_core::ids::TaskId::new(n).ok())
+            let Some(task) = task_id(name.trim_start_matches('.').trim_end_matches(".retired"))
             else {
                 continue;
             };
@@ -160,13 +156,10 @@ impl TaskVolume {
         };
         for image in images.flatten() {
             let name = image.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".img")) else {
-                continue;
-            };
-            let Some(task) = id
-                .parse()
-                .ok()
-                .and_then(|n| squadron_core::ids::TaskId::new(n).ok())
+            let Some(task) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".img"))
+                .and_then(task_id)
             else {
                 continue;
             };
@@ -179,6 +172,13 @@ impl TaskVolume {
             }
         }
     }
+}
+
+/// The task a directory or image name stands for (`7`, `.7.retired`, `7.img`).
+fn task_id(name: &str) -> Option<squadron_core::ids::TaskId> {
+    name.parse()
+        .ok()
+        .and_then(|n| squadron_core::ids::TaskId::new(n).ok())
 }
 
 /// Copies a regular file or a directory tree, never following a link (the outbox is the
