@@ -1,4 +1,5 @@
-//! Generated gRPC code for Squadron's services.
+//! Generated gRPC code for Squadron's services, and the conversions of its typed messages to
+//! the core's types (`task_spec`).
 
 #[allow(
     clippy::all,
@@ -9,3 +10,7 @@
 pub mod v1 {
     tonic::include_proto!("squadron.v1");
 }
+
+mod task_spec;
+
+pub use task_spec::SpecError;

@@ -142,8 +142,8 @@ impl WorkerService for WorkerGrpc {
                             task: t.id.get(),
                             attempt: t.attempt,
                             state: t.state.as_str().to_string(),
-                            spec_json: serde_json::to_string(&t.spec).unwrap_or_default(),
                             cancel_requested: t.cancel_requested.clone().unwrap_or_default(),
+                            spec: Some((&t.spec).into()),
                         })
                         .collect()
                 });
