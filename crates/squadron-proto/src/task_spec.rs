@@ -14,52 +14,14 @@ use squadron_core::manifest::{
     StartupProfileSpec, TaskSpec,
 };
 use squadron_core::provider::Provider;
-use squadron_core::ValidationError;
 
+use crate::conversion_error::{at, refused, required, ConversionError};
 use crate::v1 as pb;
 
-/// The root of every path a [`SpecError`] names.
+/// The root of every path an error names.
 const ROOT: &str = "spec";
 
-/// Why a protobuf task spec is not a core one; `field` is the path from `spec`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SpecError {
-    /// A sub-message every spec has is absent.
-    #[error("{field}: missing")]
-    Missing { field: String },
-    /// A value the spec does not take there.
-    #[error("{field}: {reason}")]
-    Invalid { field: String, reason: String },
-}
-
-impl SpecError {
-    /// The path of the refused field (`spec.sandbox.runtime`).
-    pub fn field(&self) -> &str {
-        match self {
-            SpecError::Missing { field } | SpecError::Invalid { field, .. } => field,
-        }
-    }
-}
-
-fn at(parent: &str, name: &str) -> String {
-    format!("{parent}.{name}")
-}
-
-fn required<T>(message: Option<T>, field: &str) -> Result<T, SpecError> {
-    message.ok_or_else(|| SpecError::Missing {
-        field: field.to_owned(),
-    })
-}
-
-/// The core's own refusal (its reason names the allowed values), re-rooted at `field`.
-fn refused(field: &str) -> impl FnOnce(ValidationError) -> SpecError + '_ {
-    move |e| SpecError::Invalid {
-        field: field.to_owned(),
-        reason: e.reason,
-    }
-}
-
-fn keyword<K: Keyword>(field: &str, value: &str) -> Result<K, SpecError> {
+pub(crate) fn keyword<K: Keyword>(field: &str, value: &str) -> Result<K, ConversionError> {
     K::parse(field, value).map_err(refused(field))
 }
 
@@ -192,9 +154,9 @@ fn lifecycle_to(l: &LifecycleSpec) -> pb::LifecycleSpec {
 // --- proto to core -----------------------------------------------------------------------------
 
 impl TryFrom<pb::TaskSpec> for TaskSpec {
-    type Error = SpecError;
+    type Error = ConversionError;
 
-    fn try_from(s: pb::TaskSpec) -> Result<Self, SpecError> {
+    fn try_from(s: pb::TaskSpec) -> Result<Self, ConversionError> {
         let f = |name| at(ROOT, name);
         Ok(TaskSpec {
             name: s.name,
@@ -222,7 +184,7 @@ fn repository_from(r: pb::RepositorySpec) -> RepositorySpec {
     }
 }
 
-fn agent_from(a: pb::AgentSpec, path: &str) -> Result<AgentSpec, SpecError> {
+fn agent_from(a: pb::AgentSpec, path: &str) -> Result<AgentSpec, ConversionError> {
     let provider = at(path, "provider");
     Ok(AgentSpec {
         prompt: a.prompt,
@@ -234,7 +196,7 @@ fn agent_from(a: pb::AgentSpec, path: &str) -> Result<AgentSpec, SpecError> {
     })
 }
 
-fn sandbox_from(s: pb::SandboxSpec, path: &str) -> Result<SandboxSpec, SpecError> {
+fn sandbox_from(s: pb::SandboxSpec, path: &str) -> Result<SandboxSpec, ConversionError> {
     Ok(SandboxSpec {
         profile: s.profile,
         cpus: s.cpus,
@@ -246,7 +208,7 @@ fn sandbox_from(s: pb::SandboxSpec, path: &str) -> Result<SandboxSpec, SpecError
     })
 }
 
-fn placement_from(p: pb::Placement, path: &str) -> Result<Placement, SpecError> {
+fn placement_from(p: pb::Placement, path: &str) -> Result<Placement, ConversionError> {
     match required(p.kind, &at(path, "kind"))? {
         pb::placement::Kind::Dedicated(pb::DedicatedPlacement {}) => Ok(Placement::Dedicated),
         pb::placement::Kind::Project(p) => {
@@ -265,7 +227,10 @@ fn placement_from(p: pb::Placement, path: &str) -> Result<Placement, SpecError> 
     }
 }
 
-fn startup_from(s: pb::StartupProfileSpec, path: &str) -> Result<StartupProfileSpec, SpecError> {
+fn startup_from(
+    s: pb::StartupProfileSpec,
+    path: &str,
+) -> Result<StartupProfileSpec, ConversionError> {
     let session = at(path, "session");
     let observation = required(s.observation, &at(path, "observation"))?;
     Ok(StartupProfileSpec {
@@ -283,7 +248,7 @@ fn startup_from(s: pb::StartupProfileSpec, path: &str) -> Result<StartupProfileS
                     mount: c.mount,
                 })
             })
-            .collect::<Result<_, SpecError>>()?,
+            .collect::<Result<_, ConversionError>>()?,
         readiness: ReadinessSpec {
             probes: required(s.readiness, &at(path, "readiness"))?
                 .probes
@@ -301,9 +266,9 @@ fn startup_from(s: pb::StartupProfileSpec, path: &str) -> Result<StartupProfileS
     })
 }
 
-fn session_from(s: pb::SessionSpec, path: &str) -> Result<SessionSpec, SpecError> {
+fn session_from(s: pb::SessionSpec, path: &str) -> Result<SessionSpec, ConversionError> {
     let narrow = |name: &str, value: u32| {
-        u16::try_from(value).map_err(|_| SpecError::Invalid {
+        u16::try_from(value).map_err(|_| ConversionError::Invalid {
             field: at(path, name),
             reason: format!("must be at most {}, got {value}", u16::MAX),
         })
@@ -316,7 +281,7 @@ fn session_from(s: pb::SessionSpec, path: &str) -> Result<SessionSpec, SpecError
     })
 }
 
-fn lifecycle_from(l: pb::LifecycleSpec, path: &str) -> Result<LifecycleSpec, SpecError> {
+fn lifecycle_from(l: pb::LifecycleSpec, path: &str) -> Result<LifecycleSpec, ConversionError> {
     let retries = at(path, "retries");
     let policy = required(l.retries, &retries)?;
     let retry = |r: Option<pb::RetrySpec>, name: &str| {

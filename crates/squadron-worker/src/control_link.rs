@@ -1,15 +1,15 @@
-//! The worker's link to the control plane: REST to any node for registration, heartbeats and
-//! reads (a follower forwards them), and gRPC to the leader for the assignment stream and the
-//! reports (transitions, progress).
+//! The worker's link to the control plane: gRPC to the leader (following a follower's
+//! redirect) for registration, the policy, heartbeats, the assignment stream and the reports
+//! (transitions, progress); REST to any node for reads and to find the leader.
 //!
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
 use backon::Retryable;
-use squadron_client::types::RegisterWorker;
 use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
-use squadron_core::ids::{IdempotencyKey, TaskId};
+use squadron_core::ids::TaskId;
+use squadron_core::manifest::Keyword as _;
 use squadron_core::task::{Task, TaskState};
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
@@ -58,39 +58,60 @@ impl ControlLink {
         &self.rest
     }
 
+    /// Registers, then states the policy: the scheduler places tasks here only as it allows
+    /// (a registration without one would be held to nothing).
     pub(crate) async fn register(&self) -> Result<(), WorkerError> {
-        let req = RegisterWorker {
-            worker: self.config.id.clone(),
+        let req = pb::RegisterWorkerRequest {
+            worker: self.config.id.to_string(),
             address: self.config.advertised_url(),
-            runtimes: self.config.runtimes.iter().copied().collect(),
+            runtimes: self
+                .config
+                .runtimes
+                .iter()
+                .map(|r| r.as_str().to_owned())
+                .collect(),
             capacity: self.config.capacity,
             labels: Default::default(),
-            heartbeat_interval_ms: Some(self.config.heartbeat_interval_ms),
+            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
         };
-        let key = key(format!(
-            "register-{}-{}",
-            self.config.id,
-            squadron_client::now_ms()
-        ));
-        self.rest
-            .register_worker(&req, key.as_ref())
-            .await
-            .map_err(control)?;
-        // The scheduler places tasks here only as the policy allows (a registration without
-        // it would be held to nothing).
-        self.rest
-            .set_worker_policy(&self.config.id, &self.config.policy)
-            .await
-            .map(|_| ())
-            .map_err(control)
+        // A fresh key per registration: registering again after being declared lost is a
+        // new registration, not a resend of the first.
+        let key = format!("register-{}-{}", self.config.id, squadron_client::now_ms());
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let mut request = tonic::Request::new(req.clone());
+            keyed(&mut request, &key);
+            async move { client.register(request).await }
+        })
+        .await
+        .map_err(|e| e.into_error("registration"))?;
+        let req = pb::SetWorkerPolicyRequest {
+            worker: self.config.id.to_string(),
+            policy: Some((&self.config.policy).into()),
+        };
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let request = tonic::Request::new(req.clone());
+            async move { client.set_worker_policy(request).await }
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| e.into_error("the worker policy"))
     }
 
     /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.
     pub(crate) async fn heartbeat(&self) -> Result<(), WorkerError> {
-        match self.rest.worker_heartbeat(&self.config.id, None).await {
+        let req = pb::WorkerHeartbeatRequest {
+            worker: self.config.id.to_string(),
+        };
+        let answer = self
+            .call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+                let request = tonic::Request::new(req.clone());
+                async move { client.heartbeat(request).await }
+            })
+            .await;
+        match answer {
             Ok(_) => Ok(()),
-            Err(ClientError::Api { status, .. }) if status != 503 => self.register().await,
-            Err(e) => Err(control(e)),
+            Err(LeaderCall::Refused(_)) => self.register().await,
+            Err(e) => Err(e.into_error("heartbeat")),
         }
     }
 
@@ -242,8 +263,22 @@ enum LeaderCall {
     Unanswered(String),
 }
 
+impl LeaderCall {
+    fn into_error(self, what: &str) -> WorkerError {
+        match self {
+            LeaderCall::Refused(status) => {
+                WorkerError::Control(format!("{what} refused: {}", status.message()))
+            }
+            LeaderCall::Unanswered(e) => WorkerError::Control(format!("{what} not answered: {e}")),
+        }
+    }
+}
+
 /// Attempts of one progress report (best effort: the next one replaces it).
 const PROGRESS_ATTEMPTS_MAX: u32 = 2;
+/// Attempts of a registration, a policy or a heartbeat: enough to follow a follower's
+/// redirect; the callers try again (registration at start-up, the next heartbeat).
+const CONTROL_ATTEMPTS_MAX: u32 = 3;
 
 /// The idempotency key of a call, in the metadata the server reads it from.
 fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
@@ -255,10 +290,6 @@ fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
     ) {
         request.metadata_mut().insert(name, value);
     }
-}
-
-fn key(s: String) -> Option<IdempotencyKey> {
-    IdempotencyKey::new(s).ok()
 }
 
 fn control(e: ClientError) -> WorkerError {
