@@ -1,14 +1,19 @@
 //! The worker's link to the control plane: gRPC to the leader (following a follower's
-//! redirect) for registration, the policy, heartbeats, the assignment stream and the reports
-//! (transitions, progress); REST to any node for reads and to find the leader.
+//! redirect) for registration, the policy, heartbeats, the assignment stream, the reports
+//! (transitions, progress) and the agent supervisor's renewals and reap evidence; REST to any
+//! node for reads and to find the leader.
 //!
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
 use backon::Retryable;
+use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_CODE_METADATA};
+use squadron_client::ErrorBody;
 use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
+use squadron_core::error_code::{ErrorCode, ERROR_CODE_TABLE};
 use squadron_core::ids::TaskId;
+use squadron_core::lease::FencingToken;
 use squadron_core::manifest::Keyword as _;
 use squadron_core::task::{Task, TaskState};
 use squadron_proto::v1 as pb;
@@ -215,6 +220,46 @@ impl ControlLink {
         .is_ok()
     }
 
+    /// Renews the agent supervisor's leases in one batch. Not keyed: a later batch of the
+    /// same leases is a new renewal, not a resend.
+    pub(crate) async fn renew_leases(
+        &self,
+        fences: &[FencingToken],
+        ttl_ms: u64,
+    ) -> Result<pb::RenewLeasesReply, CallError> {
+        let req = pb::RenewLeasesRequest {
+            worker: self.config.id.to_string(),
+            fences: fences.iter().map(fence).collect(),
+            ttl_ms,
+        };
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let request = tonic::Request::new(req.clone());
+            async move { client.renew_leases(request).await }
+        })
+        .await
+        .map_err(CallError::from)
+    }
+
+    /// Records reap evidence; `Ok(slot_freed)`. Keyed by what it proves (lease, generation,
+    /// observation), so a resend whose answer was lost is answered with the first answer.
+    pub(crate) async fn record_evidence(
+        &self,
+        req: pb::ReapEvidenceRequest,
+    ) -> Result<bool, CallError> {
+        let key = format!(
+            "evidence-l{}-g{}-{}",
+            req.lease, req.generation, req.observed_at_ms
+        );
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let mut request = tonic::Request::new(req.clone());
+            keyed(&mut request, &key);
+            async move { client.record_reap_evidence(request).await }
+        })
+        .await
+        .map(|reply| reply.slot_freed)
+        .map_err(CallError::from)
+    }
+
     /// One call to the leader's `WorkerService`, retried with doubling pauses (`retry`) while
     /// it is not answered (no channel, a broken connection, UNAVAILABLE — a follower's refusal
     /// or no leader yet); any other status is the control plane's answer, returned as is.
@@ -256,11 +301,67 @@ impl ControlLink {
 
 /// What became of a call to the leader.
 #[derive(Debug)]
-enum LeaderCall {
+pub(crate) enum LeaderCall {
     /// The control plane answered with a refusal.
     Refused(tonic::Status),
     /// No answer after every attempt: the last failure.
     Unanswered(String),
+}
+
+/// Why a call to the leader did not succeed, as the agent supervisor acts on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// The control plane refused: the error body it would have answered over REST.
+    Refused(ErrorBody),
+    /// No answer after every attempt: the last failure.
+    Unanswered(String),
+}
+
+impl From<LeaderCall> for CallError {
+    fn from(e: LeaderCall) -> Self {
+        match e {
+            LeaderCall::Refused(status) => CallError::Refused(error_body(&status)),
+            LeaderCall::Unanswered(e) => CallError::Unanswered(e),
+        }
+    }
+}
+
+/// The refusal's error body from its metadata; for a refusal without one (the listener's
+/// guard, a body too large to carry) one made of its code and message.
+pub(crate) fn error_body(status: &tonic::Status) -> ErrorBody {
+    let carried = status
+        .metadata()
+        .get_bin(ERROR_BODY_METADATA)
+        .and_then(|v| v.to_bytes().ok())
+        .and_then(|bytes| serde_json::from_slice::<ErrorBody>(&bytes).ok());
+    if let Some(body) = carried {
+        return body;
+    }
+    let named = status
+        .metadata()
+        .get(ERROR_CODE_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|name| serde_json::from_value::<ErrorCode>(name.into()).ok());
+    let by_number = || {
+        ERROR_CODE_TABLE
+            .iter()
+            .find(|row| row.grpc_code == status.code() as i32)
+            .map(|row| row.code)
+    };
+    ErrorBody {
+        code: named.or_else(by_number).unwrap_or(ErrorCode::Internal),
+        message: status.message().to_string(),
+        field: None,
+        rejection: None,
+    }
+}
+
+fn fence(t: &FencingToken) -> pb::FencingToken {
+    pb::FencingToken {
+        profile: t.profile.get(),
+        lease: t.lease.get(),
+        generation: t.generation.get(),
+    }
 }
 
 impl LeaderCall {

@@ -98,7 +98,7 @@ pub async fn start(
     let active = ActiveTasks::default();
     let redactions = crate::task::credential_session::LiveRedactions::default();
     let control = ControlLink::new(config.clone(), tls.clone())?;
-    let agents = agent_supervisor(&config, control.rest());
+    let agents = agent_supervisor(&config, &control);
     let mut app =
         output_server::router(config.data_dir.clone(), active.clone(), redactions.clone());
     if let Some(s) = &agents {
@@ -155,10 +155,7 @@ pub async fn start(
 
 /// The agent supervisor, when agents are configured and this host can run the process
 /// runtime; otherwise the reason is logged and the worker runs tasks only.
-fn agent_supervisor(
-    config: &WorkerConfig,
-    control: &squadron_client::SquadronClient,
-) -> Option<AgentSupervisor> {
+fn agent_supervisor(config: &WorkerConfig, control: &ControlLink) -> Option<AgentSupervisor> {
     let agents = config.agents.clone()?;
     let made = ProcessRuntimeConfig::for_worker(config)
         .and_then(AgentRuntime::new)

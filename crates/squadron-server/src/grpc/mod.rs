@@ -8,6 +8,7 @@ mod worker;
 pub use agent::AgentGrpc;
 pub use worker::WorkerGrpc;
 
+use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_BODY_METADATA_BYTES_MAX};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response, ValidationError};
@@ -22,7 +23,7 @@ use crate::write_path::WriteError;
 /// Metadata key naming the leader's gRPC address on a follower's refusal.
 pub const LEADER_METADATA: &str = "x-squadron-leader";
 /// Metadata key naming the error-table code of a refusal.
-pub const ERROR_CODE_METADATA: &str = "x-squadron-error-code";
+pub use squadron_api::error_body::ERROR_CODE_METADATA;
 
 pub fn status(code: ErrorCode, message: impl Into<String>) -> Status {
     let mut s = Status::new(Code::from_i32(code.grpc_code()), message.into());
@@ -38,7 +39,15 @@ impl From<ApiError> for Status {
             Some(f) => format!("{} (field {f})", e.body.message),
             None => e.body.message.clone(),
         };
-        status(e.body.code, message)
+        let mut s = status(e.body.code, message);
+        // The body REST would have answered with, so a caller reads the rejection's values.
+        if let Ok(json) = serde_json::to_vec(&e.body) {
+            if json.len() <= ERROR_BODY_METADATA_BYTES_MAX {
+                s.metadata_mut()
+                    .insert_bin(ERROR_BODY_METADATA, MetadataValue::from_bytes(&json));
+            }
+        }
+        s
     }
 }
 
