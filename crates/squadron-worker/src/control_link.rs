@@ -396,3 +396,49 @@ fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
 fn control(e: ClientError) -> WorkerError {
     WorkerError::Control(e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use squadron_core::ids::Generation;
+    use squadron_core::Rejection;
+
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_read_as_the_error_body_it_carries() {
+        let body = ErrorBody {
+            code: ErrorCode::FailedPrecondition,
+            message: "stale generation: expected 1, current is 2".into(),
+            field: None,
+            rejection: Some(Rejection::StaleGeneration {
+                expected: Generation::new(1),
+                current: Generation::new(2),
+            }),
+        };
+        let mut status = tonic::Status::failed_precondition("what the message says");
+        status.metadata_mut().insert_bin(
+            ERROR_BODY_METADATA,
+            tonic::metadata::MetadataValue::from_bytes(&serde_json::to_vec(&body).unwrap()),
+        );
+        assert_eq!(error_body(&status), body);
+    }
+
+    #[test]
+    fn a_refusal_without_a_body_keeps_its_code_and_message() {
+        let mut status = tonic::Status::resource_exhausted("too large");
+        status
+            .metadata_mut()
+            .insert(ERROR_CODE_METADATA, "payload_too_large".parse().unwrap());
+        let body = error_body(&status);
+        assert_eq!(
+            (body.code, body.message.as_str(), body.rejection),
+            (ErrorCode::PayloadTooLarge, "too large", None)
+        );
+        let bare = error_body(&tonic::Status::permission_denied("not yours"));
+        assert_eq!(bare.code, ErrorCode::PermissionDenied);
+        assert_eq!(
+            error_body(&tonic::Status::data_loss("?")).code,
+            ErrorCode::Internal
+        );
+    }
+}
