@@ -239,6 +239,9 @@ agent:
   script: echo hello
 "#;
 
+/// A change to the fixture that makes it a spec the core refuses.
+type Edit = fn(&mut pb::TaskSpec);
+
 fn refusal(edit: impl FnOnce(&mut pb::TaskSpec)) -> String {
     let mut spec = full();
     edit(&mut spec);
@@ -255,7 +258,7 @@ fn the_fixture_converts() {
 
 #[test]
 fn an_unknown_keyword_is_refused_naming_its_field() {
-    let cases: [(&str, fn(&mut pb::TaskSpec)); 6] = [
+    let cases: [(&str, Edit); 6] = [
         ("spec.priority", |s| s.priority = "urgent".into()),
         ("spec.agent.provider", |s| {
             s.agent.as_mut().unwrap().provider = "gpt".into()
@@ -310,7 +313,7 @@ fn startup() -> pb::StartupProfileSpec {
 
 #[test]
 fn a_missing_sub_message_is_refused_naming_it() {
-    let cases: [(&str, fn(&mut pb::TaskSpec)); 12] = [
+    let cases: [(&str, Edit); 12] = [
         ("spec.repository", |s| s.repository = None),
         ("spec.agent", |s| s.agent = None),
         ("spec.sandbox", |s| s.sandbox = None),
