@@ -396,6 +396,7 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
             let answers: Vec<(&str, Result<(), tonic::Status>, bool)> = vec![
                 ("Register", w.register(pb::RegisterWorkerRequest { worker: worker.clone(), address: "127.0.0.1:1".into(), runtimes: vec!["process".into()], capacity: 8, labels: Default::default(), heartbeat_interval_ms: 600_000 }).await.map(|_| ()), is_w1),
                 ("Heartbeat", w.heartbeat(pb::WorkerHeartbeatRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
+                ("SetWorkerPolicy", w.set_worker_policy(pb::SetWorkerPolicyRequest { worker: worker.clone(), policy: Some((&squadron_core::worker_policy::WorkerPolicy::default()).into()) }).await.map(|_| ()), is_w1),
                 ("WatchAssignments", w.watch_assignments(pb::WatchAssignmentsRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
                 ("ReportTransition", w.report_transition(pb::ReportTransitionRequest { task: fx.task, worker: worker.clone(), attempt: 1, from: "STAGING".into(), to: "PROVISIONING".into(), ..Default::default() }).await.map(|_| ()), is_w1),
                 ("ReportProgress", w.report_progress(pb::ReportProgressRequest { task: fx.task, worker: worker.clone(), attempt: 1, ..Default::default() }).await.map(|_| ()), is_w1),
@@ -433,6 +434,113 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
         }
     });
     eprintln!("{probes} gRPC probes agree with the access table");
+}
+
+/// A gRPC channel to node 1's API listener presenting `id`'s certificate.
+async fn grpc_channel(cluster: &Cluster, id: &SpiffeId, name: &str) -> tonic::transport::Channel {
+    let dir = cluster.dir.path().join("grpc-channels").join(name);
+    let identity = pki().issue_identity(id, &dir, "id");
+    let connector = squadron_client::Credentials::identity(identity)
+        .grpc_connector()
+        .expect("tls")
+        .expect("connector");
+    let addr = cluster.nodes[&1].spec.grpc.clone();
+    tonic::transport::Endpoint::from_shared(format!("https://{addr}"))
+        .expect("endpoint")
+        .connect_with_connector(connector)
+        .await
+        .expect("TLS connect")
+}
+
+/// The "only for itself" rules over gRPC, the workers' transport: another worker's
+/// certificate cannot register over, set the policy of, or heartbeat for the first worker,
+/// and nothing of the first worker changes; its own certificate can.
+#[test]
+fn a_worker_speaks_only_for_itself_over_grpc() {
+    use squadron_core::worker_policy::WorkerPolicy;
+    use squadron_proto::v1 as pb;
+    use squadron_proto::v1::worker_service_client::WorkerServiceClient;
+
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(1);
+    fixtures(&url);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let policy = |full_control| pb::SetWorkerPolicyRequest {
+        worker: "w1".into(),
+        policy: Some(
+            (&WorkerPolicy {
+                full_control,
+                ..WorkerPolicy::default()
+            })
+                .into(),
+        ),
+    };
+    rt.block_on(async {
+        let w1 = SpiffeId::Worker("w1".parse().expect("id"));
+        let mut own = WorkerServiceClient::new(grpc_channel(&cluster, &w1, "w1").await);
+        own.set_worker_policy(policy(false))
+            .await
+            .expect("w1 sets its own policy");
+        own.heartbeat(pb::WorkerHeartbeatRequest {
+            worker: "w1".into(),
+        })
+        .await
+        .expect("w1 heartbeats for itself");
+    });
+    let before = http_get(&format!("{url}/api/v1/workers/w1")).expect("w1");
+    rt.block_on(async {
+        let w2 = SpiffeId::Worker("w2".parse().expect("id"));
+        let mut other = WorkerServiceClient::new(grpc_channel(&cluster, &w2, "w2").await);
+        let register = pb::RegisterWorkerRequest {
+            worker: "w1".into(),
+            address: "127.0.0.1:9".into(),
+            runtimes: vec!["process".into()],
+            capacity: 1,
+            labels: Default::default(),
+            heartbeat_interval_ms: 1_000,
+        };
+        let answers = [
+            ("Register", other.register(register).await.map(|_| ())),
+            (
+                "SetWorkerPolicy",
+                other.set_worker_policy(policy(true)).await.map(|_| ()),
+            ),
+            (
+                "Heartbeat",
+                other
+                    .heartbeat(pb::WorkerHeartbeatRequest {
+                        worker: "w1".into(),
+                    })
+                    .await
+                    .map(|_| ()),
+            ),
+        ];
+        for (method, answer) in answers {
+            let code = answer.as_ref().err().map(tonic::Status::code);
+            assert_eq!(
+                code,
+                Some(tonic::Code::PermissionDenied),
+                "w2's {method} for w1: {answer:?}"
+            );
+        }
+    });
+    let after = http_get(&format!("{url}/api/v1/workers/w1")).expect("w1");
+    for field in [
+        "address",
+        "capacity",
+        "ttl_ms",
+        "last_heartbeat_ms",
+        "registered_at_ms",
+    ] {
+        assert_eq!(before[field], after[field], "w2 changed w1's {field}");
+    }
+    let policy = http_get(&format!("{url}/api/v1/workers/w1/policy")).expect("policy");
+    assert_eq!(
+        policy["full_control"],
+        json!(false),
+        "w2 set w1's policy: {policy}"
+    );
 }
 
 /// The "only for itself" rules, end to end over REST: another worker's certificate cannot

@@ -1,6 +1,7 @@
 //! A worker killed with SIGKILL while its task runs, then restarted: it re-adopts the running
 //! sandbox (cgroup leaf or container) by its path or labels, starts nothing twice, and
-//! finishes the task.
+//! finishes the task. A worker silent long enough to be declared lost registers again when its
+//! heartbeat is refused.
 
 mod support;
 
@@ -79,4 +80,46 @@ fn a_restarted_worker_re_adopts_its_running_process_sandbox() {
 #[test]
 fn a_restarted_worker_re_adopts_its_running_container() {
     recover("docker");
+}
+
+/// SIGSTOP past the worker's TTL (three 1 s heartbeats): the leader declares it lost; after
+/// SIGCONT its next heartbeat is refused, and it registers again and is alive once more.
+#[test]
+fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let id = unique_worker_id("w-lost");
+    let worker = WorkerProc::start(cluster.dir.path(), &id, cluster.urls(), "process");
+    let worker_url = format!("{url}/api/v1/workers/{id}");
+    let registered =
+        |w: &serde_json::Value| w["registered_at_ms"].as_u64().expect("registered_at_ms");
+    let first = registered(&http_get(&worker_url).expect("worker"));
+    let pid = worker.child.as_ref().expect("running").id().to_string();
+    let signal = |name: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{name} {pid}");
+    };
+    signal("STOP");
+    let lost = wait_until(Duration::from_secs(30), || {
+        http_get(&worker_url).is_ok_and(|w| w["status"] == "lost")
+    });
+    signal("CONT");
+    assert!(
+        lost.is_ok(),
+        "not declared lost: {:?}",
+        http_get(&worker_url)
+    );
+    let back = wait_until(Duration::from_secs(30), || {
+        http_get(&worker_url).is_ok_and(|w| w["status"] == "alive" && registered(&w) > first)
+    });
+    assert!(
+        back.is_ok(),
+        "did not register again: {:?}\n{}",
+        http_get(&worker_url),
+        tail(&worker.log)
+    );
 }

@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "squadron/v1/common.proto",
         "squadron/v1/raft.proto",
+        "squadron/v1/task_spec.proto",
         "squadron/v1/worker.proto",
         "squadron/v1/agent.proto",
     ];

@@ -117,9 +117,16 @@ impl Access {
 
 /// Every gRPC method on the API listener with its rule (the peer listener's Raft service
 /// admits node certificates only and is not listed). Paths are `/{package}.{service}/{method}`.
+/// A gRPC call has no path parameters, so the worker's methods are `Body` where their REST
+/// routes say `Worker`: the same rule, a worker's certificate only and for its own id, held by
+/// the core (`require_worker`) against the worker the request names.
 pub const GRPC_METHODS: &[(&str, Access)] = &[
     (
         "/squadron.v1.WorkerService/Register",
+        Access::worker_only(Scope::Body),
+    ),
+    (
+        "/squadron.v1.WorkerService/SetWorkerPolicy",
         Access::worker_only(Scope::Body),
     ),
     (

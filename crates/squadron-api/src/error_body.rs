@@ -20,6 +20,16 @@ pub struct ErrorBody {
     pub rejection: Option<Rejection>,
 }
 
+/// The gRPC metadata key naming the error-table code of a refusal.
+pub const ERROR_CODE_METADATA: &str = "x-squadron-error-code";
+/// The gRPC metadata key (binary, so any text fits) of a refusal's error body as JSON: a gRPC
+/// caller reads the same `{code, message, field?, rejection?}` a REST caller does, so the
+/// worker acts on a rejection's values whichever transport answered.
+pub const ERROR_BODY_METADATA: &str = "x-squadron-error-body-bin";
+/// Largest error body carried in the metadata; a larger one is left out (the status keeps its
+/// code and message), so a refusal never outgrows the peer's header limit.
+pub const ERROR_BODY_METADATA_BYTES_MAX: usize = 4 * 1024;
+
 #[cfg(test)]
 mod tests {
     use super::*;

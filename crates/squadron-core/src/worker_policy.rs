@@ -45,7 +45,17 @@ impl RepositorySource {
         }
     }
 
-    fn name(self) -> &'static str {
+    /// Every source, in declaration order.
+    pub const ALL: [RepositorySource; 5] = [
+        RepositorySource::Https,
+        RepositorySource::Http,
+        RepositorySource::Ssh,
+        RepositorySource::Git,
+        RepositorySource::Local,
+    ];
+
+    /// The name serde spells it with (`https`, `local`).
+    pub fn name(self) -> &'static str {
         match self {
             RepositorySource::Https => "https",
             RepositorySource::Http => "http",
@@ -150,6 +160,26 @@ pub fn no_worker_accepts(state: &State, spec: &TaskSpec, now_ms: u64) -> Option<
     ))
 }
 
+impl std::str::FromStr for RepositorySource {
+    type Err = ValidationError;
+
+    fn from_str(s: &str) -> Result<Self, ValidationError> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
+                ValidationError::new(
+                    "repository_sources",
+                    format!(
+                        "unknown repository source {s:?}; expected one of {}",
+                        names.join(", ")
+                    ),
+                )
+            })
+    }
+}
+
 fn ceiling(field: &str, asked: Option<u64>, max: Option<u64>) -> Option<ValidationError> {
     match (asked, max) {
         (Some(a), Some(m)) if a > m => Some(ValidationError::new(
@@ -198,6 +228,20 @@ mod tests {
                 .unwrap_or_else(|| panic!("{url} {vm}"));
             assert_eq!(e.field, field, "{url} {vm}: {e}");
         }
+    }
+
+    #[test]
+    fn source_names_are_serde_s_and_parse_back() {
+        for source in RepositorySource::ALL {
+            let serde = serde_json::to_value(source).unwrap();
+            assert_eq!(serde, serde_json::json!(source.name()));
+            assert_eq!(source.name().parse::<RepositorySource>(), Ok(source));
+        }
+        let e = "ftp".parse::<RepositorySource>().unwrap_err();
+        assert!(
+            e.reason.starts_with("unknown repository source \"ftp\""),
+            "{e}"
+        );
     }
 
     #[test]

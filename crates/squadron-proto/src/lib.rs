@@ -1,4 +1,5 @@
-//! Generated gRPC code for Squadron's services.
+//! Generated gRPC code for Squadron's services, and the conversions of its typed messages to
+//! the core's types (`task_spec`, `worker_policy`; both refuse with a [`ConversionError`]).
 
 #[allow(
     clippy::all,
@@ -9,3 +10,9 @@
 pub mod v1 {
     tonic::include_proto!("squadron.v1");
 }
+
+mod conversion_error;
+mod task_spec;
+mod worker_policy;
+
+pub use conversion_error::ConversionError;

@@ -1,15 +1,20 @@
-//! The worker's link to the control plane: REST to any node for registration, heartbeats and
-//! reads (a follower forwards them), and gRPC to the leader for the assignment stream and the
-//! reports (transitions, progress).
+//! The worker's link to the control plane: gRPC to the leader (following a follower's
+//! redirect) for registration, the policy, heartbeats, the assignment stream, the reports
+//! (transitions, progress) and the agent supervisor's renewals and reap evidence; REST to any
+//! node for reads and to find the leader.
 //!
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
 use backon::Retryable;
-use squadron_client::types::RegisterWorker;
+use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_CODE_METADATA};
+use squadron_client::ErrorBody;
 use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
-use squadron_core::ids::{IdempotencyKey, TaskId};
+use squadron_core::error_code::{ErrorCode, ERROR_CODE_TABLE};
+use squadron_core::ids::TaskId;
+use squadron_core::lease::FencingToken;
+use squadron_core::manifest::Keyword as _;
 use squadron_core::task::{Task, TaskState};
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
@@ -58,39 +63,60 @@ impl ControlLink {
         &self.rest
     }
 
+    /// Registers, then states the policy: the scheduler places tasks here only as it allows
+    /// (a registration without one would be held to nothing).
     pub(crate) async fn register(&self) -> Result<(), WorkerError> {
-        let req = RegisterWorker {
-            worker: self.config.id.clone(),
+        let req = pb::RegisterWorkerRequest {
+            worker: self.config.id.to_string(),
             address: self.config.advertised_url(),
-            runtimes: self.config.runtimes.iter().copied().collect(),
+            runtimes: self
+                .config
+                .runtimes
+                .iter()
+                .map(|r| r.as_str().to_owned())
+                .collect(),
             capacity: self.config.capacity,
             labels: Default::default(),
-            heartbeat_interval_ms: Some(self.config.heartbeat_interval_ms),
+            heartbeat_interval_ms: self.config.heartbeat_interval_ms,
         };
-        let key = key(format!(
-            "register-{}-{}",
-            self.config.id,
-            squadron_client::now_ms()
-        ));
-        self.rest
-            .register_worker(&req, key.as_ref())
-            .await
-            .map_err(control)?;
-        // The scheduler places tasks here only as the policy allows (a registration without
-        // it would be held to nothing).
-        self.rest
-            .set_worker_policy(&self.config.id, &self.config.policy)
-            .await
-            .map(|_| ())
-            .map_err(control)
+        // A fresh key per registration: registering again after being declared lost is a
+        // new registration, not a resend of the first.
+        let key = format!("register-{}-{}", self.config.id, squadron_client::now_ms());
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let mut request = tonic::Request::new(req.clone());
+            keyed(&mut request, &key);
+            async move { client.register(request).await }
+        })
+        .await
+        .map_err(|e| e.into_error("registration"))?;
+        let req = pb::SetWorkerPolicyRequest {
+            worker: self.config.id.to_string(),
+            policy: Some((&self.config.policy).into()),
+        };
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let request = tonic::Request::new(req.clone());
+            async move { client.set_worker_policy(request).await }
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| e.into_error("the worker policy"))
     }
 
     /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.
     pub(crate) async fn heartbeat(&self) -> Result<(), WorkerError> {
-        match self.rest.worker_heartbeat(&self.config.id, None).await {
+        let req = pb::WorkerHeartbeatRequest {
+            worker: self.config.id.to_string(),
+        };
+        let answer = self
+            .call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+                let request = tonic::Request::new(req.clone());
+                async move { client.heartbeat(request).await }
+            })
+            .await;
+        match answer {
             Ok(_) => Ok(()),
-            Err(ClientError::Api { status, .. }) if status != 503 => self.register().await,
-            Err(e) => Err(control(e)),
+            Err(LeaderCall::Refused(_)) => self.register().await,
+            Err(e) => Err(e.into_error("heartbeat")),
         }
     }
 
@@ -194,6 +220,46 @@ impl ControlLink {
         .is_ok()
     }
 
+    /// Renews the agent supervisor's leases in one batch. Not keyed: a later batch of the
+    /// same leases is a new renewal, not a resend.
+    pub(crate) async fn renew_leases(
+        &self,
+        fences: &[FencingToken],
+        ttl_ms: u64,
+    ) -> Result<pb::RenewLeasesReply, CallError> {
+        let req = pb::RenewLeasesRequest {
+            worker: self.config.id.to_string(),
+            fences: fences.iter().map(fence).collect(),
+            ttl_ms,
+        };
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let request = tonic::Request::new(req.clone());
+            async move { client.renew_leases(request).await }
+        })
+        .await
+        .map_err(CallError::from)
+    }
+
+    /// Records reap evidence; `Ok(slot_freed)`. Keyed by what it proves (lease, generation,
+    /// observation), so a resend whose answer was lost is answered with the first answer.
+    pub(crate) async fn record_evidence(
+        &self,
+        req: pb::ReapEvidenceRequest,
+    ) -> Result<bool, CallError> {
+        let key = format!(
+            "evidence-l{}-g{}-{}",
+            req.lease, req.generation, req.observed_at_ms
+        );
+        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
+            let mut request = tonic::Request::new(req.clone());
+            keyed(&mut request, &key);
+            async move { client.record_reap_evidence(request).await }
+        })
+        .await
+        .map(|reply| reply.slot_freed)
+        .map_err(CallError::from)
+    }
+
     /// One call to the leader's `WorkerService`, retried with doubling pauses (`retry`) while
     /// it is not answered (no channel, a broken connection, UNAVAILABLE — a follower's refusal
     /// or no leader yet); any other status is the control plane's answer, returned as is.
@@ -235,15 +301,85 @@ impl ControlLink {
 
 /// What became of a call to the leader.
 #[derive(Debug)]
-enum LeaderCall {
+pub(crate) enum LeaderCall {
     /// The control plane answered with a refusal.
     Refused(tonic::Status),
     /// No answer after every attempt: the last failure.
     Unanswered(String),
 }
 
+/// Why a call to the leader did not succeed, as the agent supervisor acts on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallError {
+    /// The control plane refused: the error body it would have answered over REST.
+    Refused(ErrorBody),
+    /// No answer after every attempt: the last failure.
+    Unanswered(String),
+}
+
+impl From<LeaderCall> for CallError {
+    fn from(e: LeaderCall) -> Self {
+        match e {
+            LeaderCall::Refused(status) => CallError::Refused(error_body(&status)),
+            LeaderCall::Unanswered(e) => CallError::Unanswered(e),
+        }
+    }
+}
+
+/// The refusal's error body from its metadata; for a refusal without one (the listener's
+/// guard, a body too large to carry) one made of its code and message.
+pub(crate) fn error_body(status: &tonic::Status) -> ErrorBody {
+    let carried = status
+        .metadata()
+        .get_bin(ERROR_BODY_METADATA)
+        .and_then(|v| v.to_bytes().ok())
+        .and_then(|bytes| serde_json::from_slice::<ErrorBody>(&bytes).ok());
+    if let Some(body) = carried {
+        return body;
+    }
+    let named = status
+        .metadata()
+        .get(ERROR_CODE_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|name| serde_json::from_value::<ErrorCode>(name.into()).ok());
+    let by_number = || {
+        ERROR_CODE_TABLE
+            .iter()
+            .find(|row| row.grpc_code == status.code() as i32)
+            .map(|row| row.code)
+    };
+    ErrorBody {
+        code: named.or_else(by_number).unwrap_or(ErrorCode::Internal),
+        message: status.message().to_string(),
+        field: None,
+        rejection: None,
+    }
+}
+
+fn fence(t: &FencingToken) -> pb::FencingToken {
+    pb::FencingToken {
+        profile: t.profile.get(),
+        lease: t.lease.get(),
+        generation: t.generation.get(),
+    }
+}
+
+impl LeaderCall {
+    fn into_error(self, what: &str) -> WorkerError {
+        match self {
+            LeaderCall::Refused(status) => {
+                WorkerError::Control(format!("{what} refused: {}", status.message()))
+            }
+            LeaderCall::Unanswered(e) => WorkerError::Control(format!("{what} not answered: {e}")),
+        }
+    }
+}
+
 /// Attempts of one progress report (best effort: the next one replaces it).
 const PROGRESS_ATTEMPTS_MAX: u32 = 2;
+/// Attempts of a registration, a policy or a heartbeat: enough to follow a follower's
+/// redirect; the callers try again (registration at start-up, the next heartbeat).
+const CONTROL_ATTEMPTS_MAX: u32 = 3;
 
 /// The idempotency key of a call, in the metadata the server reads it from.
 fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
@@ -257,10 +393,52 @@ fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
     }
 }
 
-fn key(s: String) -> Option<IdempotencyKey> {
-    IdempotencyKey::new(s).ok()
-}
-
 fn control(e: ClientError) -> WorkerError {
     WorkerError::Control(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use squadron_core::ids::Generation;
+    use squadron_core::Rejection;
+
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_read_as_the_error_body_it_carries() {
+        let body = ErrorBody {
+            code: ErrorCode::FailedPrecondition,
+            message: "stale generation: expected 1, current is 2".into(),
+            field: None,
+            rejection: Some(Rejection::StaleGeneration {
+                expected: Generation::new(1),
+                current: Generation::new(2),
+            }),
+        };
+        let mut status = tonic::Status::failed_precondition("what the message says");
+        status.metadata_mut().insert_bin(
+            ERROR_BODY_METADATA,
+            tonic::metadata::MetadataValue::from_bytes(&serde_json::to_vec(&body).unwrap()),
+        );
+        assert_eq!(error_body(&status), body);
+    }
+
+    #[test]
+    fn a_refusal_without_a_body_keeps_its_code_and_message() {
+        let mut status = tonic::Status::resource_exhausted("too large");
+        status
+            .metadata_mut()
+            .insert(ERROR_CODE_METADATA, "payload_too_large".parse().unwrap());
+        let body = error_body(&status);
+        assert_eq!(
+            (body.code, body.message.as_str(), body.rejection),
+            (ErrorCode::PayloadTooLarge, "too large", None)
+        );
+        let bare = error_body(&tonic::Status::permission_denied("not yours"));
+        assert_eq!(bare.code, ErrorCode::PermissionDenied);
+        assert_eq!(
+            error_body(&tonic::Status::data_loss("?")).code,
+            ErrorCode::Internal
+        );
+    }
 }

@@ -35,8 +35,10 @@ pub(crate) const WATCH_RETRY_MS_MAX: u64 = 5_000;
 pub(crate) const REGISTER_RETRY_MS: u64 = 500;
 /// Most drivers tracked at once (assigned attempts, including finished ones not yet pruned).
 pub(crate) const DRIVERS_MAX: usize = 4_096;
-/// Largest task spec accepted on the stream.
-pub(crate) const SPEC_JSON_BYTES_MAX: usize = 1024 * 1024;
+/// Largest task spec accepted on the stream, as encoded. A larger one is ignored like an
+/// unreadable one (rather than left to the stream's decoding limit, which would break the
+/// stream, and the replay after the reconnect would break it again).
+pub(crate) const SPEC_BYTES_MAX: usize = 1024 * 1024;
 
 struct DriverSlot {
     attempt: u32,
@@ -101,7 +103,7 @@ pub async fn start(
     let active = ActiveTasks::default();
     let redactions = crate::task::credential_session::LiveRedactions::default();
     let control = ControlLink::new(config.clone(), tls.clone())?;
-    let agents = agent_supervisor(&config, control.rest());
+    let agents = agent_supervisor(&config, &control);
     let mut app =
         output_server::router(config.data_dir.clone(), active.clone(), redactions.clone());
     if let Some(s) = &agents {
@@ -158,10 +160,7 @@ pub async fn start(
 
 /// The agent supervisor, when agents are configured and this host can run the process
 /// runtime; otherwise the reason is logged and the worker runs tasks only.
-fn agent_supervisor(
-    config: &WorkerConfig,
-    control: &squadron_client::SquadronClient,
-) -> Option<AgentSupervisor> {
+fn agent_supervisor(config: &WorkerConfig, control: &ControlLink) -> Option<AgentSupervisor> {
     let agents = config.agents.clone()?;
     let made = ProcessRuntimeConfig::for_worker(config)
         .and_then(AgentRuntime::new)
@@ -275,16 +274,8 @@ fn on_event(
             return;
         }
     };
-    if e.spec_json.len() > SPEC_JSON_BYTES_MAX {
-        tracing::warn!(%task, "assignment spec too large; ignored");
+    let Some(spec) = assigned_spec(task, e.spec) else {
         return;
-    }
-    let spec: TaskSpec = match serde_json::from_str(&e.spec_json) {
-        Ok(s) => s,
-        Err(err) => {
-            tracing::warn!(%task, error = %err, "assignment spec unreadable; ignored");
-            return;
-        }
     };
     if drivers.len() >= DRIVERS_MAX {
         drivers.retain(|_, d| !d.handle.is_finished());
@@ -301,4 +292,52 @@ fn on_event(
             handle,
         },
     );
+}
+
+/// The task spec of an assignment, or `None` (logged) when it is absent, too large or not a
+/// spec the core accepts: such an assignment is ignored.
+fn assigned_spec(task: TaskId, spec: Option<pb::TaskSpec>) -> Option<TaskSpec> {
+    let Some(spec) = spec else {
+        tracing::warn!(%task, "assignment without a spec; ignored");
+        return None;
+    };
+    if prost::Message::encoded_len(&spec) > SPEC_BYTES_MAX {
+        tracing::warn!(%task, "assignment spec too large; ignored");
+        return None;
+    }
+    match TaskSpec::try_from(spec) {
+        Ok(s) => Some(s),
+        Err(err) => {
+            tracing::warn!(%task, error = %err, "assignment spec unreadable; ignored");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> TaskSpec {
+        squadron_core::manifest::parse_manifest_yaml(
+            "version: \"1\"\nkind: Task\nmetadata: {name: t}\nrepository: {url: https://example.invalid/r.git}\nagent: {provider: script, prompt: p, script: 'true'}\n",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_assignment_is_driven_only_with_a_spec_the_core_accepts() {
+        let task = TaskId::new(1).unwrap();
+        assert_eq!(
+            assigned_spec(task, Some(pb::TaskSpec::from(&spec()))),
+            Some(spec())
+        );
+        assert_eq!(assigned_spec(task, None), None, "no spec");
+        let mut bad = pb::TaskSpec::from(&spec());
+        bad.sandbox.as_mut().unwrap().runtime = "lxc".into();
+        assert_eq!(assigned_spec(task, Some(bad)), None, "an unknown runtime");
+        let mut big = pb::TaskSpec::from(&spec());
+        big.agent.as_mut().unwrap().prompt = "x".repeat(SPEC_BYTES_MAX);
+        assert_eq!(assigned_spec(task, Some(big)), None, "too large");
+    }
 }

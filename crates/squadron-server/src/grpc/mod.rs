@@ -8,6 +8,7 @@ mod worker;
 pub use agent::AgentGrpc;
 pub use worker::WorkerGrpc;
 
+use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_BODY_METADATA_BYTES_MAX};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::IdempotencyKey;
 use squadron_core::{Command, Outcome, Response, ValidationError};
@@ -22,7 +23,7 @@ use crate::write_path::WriteError;
 /// Metadata key naming the leader's gRPC address on a follower's refusal.
 pub const LEADER_METADATA: &str = "x-squadron-leader";
 /// Metadata key naming the error-table code of a refusal.
-pub const ERROR_CODE_METADATA: &str = "x-squadron-error-code";
+pub use squadron_api::error_body::ERROR_CODE_METADATA;
 
 pub fn status(code: ErrorCode, message: impl Into<String>) -> Status {
     let mut s = Status::new(Code::from_i32(code.grpc_code()), message.into());
@@ -38,7 +39,15 @@ impl From<ApiError> for Status {
             Some(f) => format!("{} (field {f})", e.body.message),
             None => e.body.message.clone(),
         };
-        status(e.body.code, message)
+        let mut s = status(e.body.code, message);
+        // The body REST would have answered with, so a caller reads the rejection's values.
+        if let Ok(json) = serde_json::to_vec(&e.body) {
+            if json.len() <= ERROR_BODY_METADATA_BYTES_MAX {
+                s.metadata_mut()
+                    .insert_bin(ERROR_BODY_METADATA, MetadataValue::from_bytes(&json));
+            }
+        }
+        s
     }
 }
 
@@ -133,4 +142,50 @@ pub async fn propose(
 
 pub fn unexpected(o: &Outcome) -> Status {
     status(ErrorCode::Internal, format!("unexpected outcome {o:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use squadron_api::ErrorBody;
+    use squadron_core::ids::{Generation, LeaseId};
+    use squadron_core::Rejection;
+
+    use super::*;
+
+    fn carried(s: &Status) -> Option<ErrorBody> {
+        let bytes = s.metadata().get_bin(ERROR_BODY_METADATA)?.to_bytes().ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    #[test]
+    fn a_refusal_carries_the_error_body_rest_would_send() {
+        let rejection = Rejection::Fenced {
+            reason: "lease 3 was taken over".into(),
+            current_lease: Some(LeaseId::new(4).unwrap()),
+            current_generation: Generation::new(2),
+        };
+        let api = ApiError::from(rejection.clone());
+        let s = Status::from(api.clone());
+        assert_eq!(s.code(), Code::from_i32(api.body.code.grpc_code()));
+        assert_eq!(s.message(), rejection.to_string());
+        let body = carried(&s).expect("the body in the metadata");
+        assert_eq!(body, api.body);
+        assert_eq!(body.rejection, Some(rejection));
+        let invalid = Status::from(ApiError::from(ValidationError::new("ttl_ms", "too long")));
+        let body = carried(&invalid).expect("body");
+        assert_eq!(body.field.as_deref(), Some("ttl_ms"));
+        assert_eq!(invalid.message(), "invalid ttl_ms: too long (field ttl_ms)");
+    }
+
+    #[test]
+    fn a_body_too_large_for_the_metadata_is_left_out() {
+        let huge = ApiError::from(ValidationError::new(
+            "x",
+            "y".repeat(ERROR_BODY_METADATA_BYTES_MAX),
+        ));
+        let s = Status::from(huge);
+        assert!(carried(&s).is_none());
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert!(s.metadata().get(ERROR_CODE_METADATA).is_some());
+    }
 }

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use squadron_core::command::{
     RecordReapEvidence, RegisterWorker, RenewLeases, ReportProgress, ReportTransition,
-    TransitionDetail, WorkerHeartbeat,
+    SetWorkerPolicy, TransitionDetail, WorkerHeartbeat,
 };
 use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{EvidenceSource, FencingToken, ReapEvidence};
 use squadron_core::manifest::{Keyword as _, RuntimeKind};
 use squadron_core::task::TaskState;
-use squadron_core::{Command, Outcome};
+use squadron_core::worker_policy::WorkerPolicy;
+use squadron_core::{Command, Outcome, ValidationError};
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::worker_service_server::WorkerService;
 use tokio_stream::Stream;
@@ -76,6 +77,24 @@ impl WorkerService for WorkerGrpc {
         });
         propose(&self.node, &caller, key, command).await?;
         Ok(Response::new(pb::RegisterWorkerReply {}))
+    }
+
+    async fn set_worker_policy(
+        &self,
+        request: Request<pb::SetWorkerPolicyRequest>,
+    ) -> Result<Response<pb::SetWorkerPolicyReply>, Status> {
+        let caller = caller_of(&request)?;
+        let key = key_of(&request)?;
+        let r = request.into_inner();
+        let policy = r
+            .policy
+            .ok_or_else(|| invalid(ValidationError::new("policy", "missing")))?;
+        let command = Command::SetWorkerPolicy(SetWorkerPolicy {
+            worker: worker_id(&r.worker)?,
+            policy: WorkerPolicy::try_from(policy).map_err(|e| invalid(e.into()))?,
+        });
+        propose(&self.node, &caller, key, command).await?;
+        Ok(Response::new(pb::SetWorkerPolicyReply {}))
     }
 
     async fn heartbeat(
@@ -142,8 +161,8 @@ impl WorkerService for WorkerGrpc {
                             task: t.id.get(),
                             attempt: t.attempt,
                             state: t.state.as_str().to_string(),
-                            spec_json: serde_json::to_string(&t.spec).unwrap_or_default(),
                             cancel_requested: t.cancel_requested.clone().unwrap_or_default(),
+                            spec: Some((&t.spec).into()),
                         })
                         .collect()
                 });

@@ -1,5 +1,6 @@
 //! Why an agent operation (launch, takeover, stop, reap) did not happen, with what the
-//! control plane's REST errors carry (`{code, message, field?, rejection?}`), so a relayed
+//! control plane's errors carry (`{code, message, field?, rejection?}`, over REST or in a gRPC
+//! refusal's metadata), so a relayed
 //! answer reads the same as one from a control node: the agent API sends it as the client's
 //! `ErrorBody`.
 
@@ -7,6 +8,7 @@ use squadron_client::{ClientError, ErrorBody};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::Rejection;
 
+use crate::control_link::CallError;
 use crate::error::WorkerError;
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -77,6 +79,22 @@ impl From<ClientError> for AgentError {
             },
             ClientError::Invalid(m) => AgentError::new(ErrorCode::InvalidArgument, m),
             other => AgentError::new(ErrorCode::Unavailable, format!("control plane: {other}")),
+        }
+    }
+}
+
+impl From<CallError> for AgentError {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Refused(body) => AgentError {
+                code: body.code,
+                message: body.message,
+                field: body.field,
+                rejection: body.rejection,
+            },
+            CallError::Unanswered(m) => {
+                AgentError::new(ErrorCode::Unavailable, format!("control plane: {m}"))
+            }
         }
     }
 }

@@ -58,8 +58,8 @@ impl AgentSupervisor {
     async fn record(&self, token: FencingToken, proof: &ReapProof) -> Result<(), AgentError> {
         match self
             .inner
-            .control
-            .record_evidence(token.lease, &proof.record(&token), None)
+            .leader
+            .record_evidence(proof.record(&token))
             .await
         {
             Ok(_) => Ok(()),
@@ -122,8 +122,8 @@ impl AgentSupervisor {
         for (token, proof) in pending {
             let recorded = self
                 .inner
-                .control
-                .record_evidence(token.lease, &proof.record(&token), None)
+                .leader
+                .record_evidence(proof.record(&token))
                 .await;
             // Not expired yet: asked again next tick. Ended already: nothing to do.
             let done = match recorded {

@@ -5,21 +5,28 @@
 
 use std::collections::BTreeMap;
 
-use squadron_client::types::RenewLeases;
-use squadron_client::ClientError;
-use squadron_core::ids::ProfileId;
+use squadron_core::ids::{LeaseId, ProfileId};
 use squadron_core::lease::FencingToken;
-use squadron_core::response::RenewalResult;
-use squadron_core::Outcome;
+use squadron_proto::v1 as pb;
 
 use crate::agent::supervisor::AgentSupervisor;
+use crate::control_link::CallError;
 use crate::support::write_atomic;
+
+/// One lease's answer in a renewal batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaseRenewal {
+    pub(crate) lease: LeaseId,
+    /// The new expiry (the leader's clock), or why the lease was not renewed (the
+    /// rejection's text).
+    pub(crate) result: Result<u64, String>,
+}
 
 /// What the control plane made of one renewal batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RenewalAnswer {
     /// Each lease's own answer.
-    Renewed(Vec<RenewalResult>),
+    Renewed(Vec<LeaseRenewal>),
     /// The batch as a whole was refused (a worker that was declared lost).
     Refused(String),
     /// An answer of another kind; nothing can be concluded from it.
@@ -87,6 +94,44 @@ pub(crate) fn decide(
     }
 }
 
+/// What the leader's reply to a renewal batch says. Only the core's rejection of the batch
+/// refuses it; any other failure (the listener's refusal, invalid input, no answer) leaves
+/// the leases to their deadlines, and a reply that names no lease says nothing.
+pub(crate) fn answer_of(reply: Result<pb::RenewLeasesReply, CallError>) -> RenewalAnswer {
+    match reply {
+        Ok(reply) => {
+            let results: Option<Vec<LeaseRenewal>> = reply
+                .results
+                .into_iter()
+                .map(|r| {
+                    Some(LeaseRenewal {
+                        lease: LeaseId::new(r.lease).ok()?,
+                        result: if r.renewed {
+                            Ok(r.expires_at_ms)
+                        } else {
+                            Err(r.message)
+                        },
+                    })
+                })
+                .collect();
+            results.map_or_else(
+                || {
+                    tracing::warn!("renewal answer names no lease");
+                    RenewalAnswer::Unexpected
+                },
+                RenewalAnswer::Renewed,
+            )
+        }
+        Err(CallError::Refused(body)) if body.rejection.is_some() => {
+            RenewalAnswer::Refused(body.message)
+        }
+        Err(e) => {
+            tracing::warn!(error = ?e, "lease renewal failed");
+            RenewalAnswer::Unanswered
+        }
+    }
+}
+
 impl AgentSupervisor {
     /// Renews every running attempt's lease in one command and does what follows.
     pub(super) async fn renew_all(&self) {
@@ -96,29 +141,12 @@ impl AgentSupervisor {
         }
         let config = &self.inner.config;
         let sent_at = squadron_client::now_ms();
-        let batch = RenewLeases {
-            fences: tokens.clone(),
-            ttl_ms: config.lease_ttl_ms,
-        };
-        let answer = match self
-            .inner
-            .control
-            .renew_leases(&self.inner.worker, &batch, None)
-            .await
-        {
-            Ok(Outcome::LeasesRenewed { results }) => RenewalAnswer::Renewed(results),
-            Ok(other) => {
-                tracing::warn!(outcome = ?other, "unexpected renewal answer");
-                RenewalAnswer::Unexpected
-            }
-            Err(ClientError::Api { body, .. }) if body.rejection.is_some() => {
-                RenewalAnswer::Refused(body.message)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "lease renewal failed");
-                RenewalAnswer::Unanswered
-            }
-        };
+        let answer = answer_of(
+            self.inner
+                .leader
+                .renew_leases(&tokens, config.lease_ttl_ms)
+                .await,
+        );
         let deadline = sent_at + config.lease_ttl_ms - config.self_fence_margin_ms;
         let deadlines = self.registry().deadlines();
         let now = squadron_client::now_ms();
@@ -165,7 +193,7 @@ impl AgentSupervisor {
 
 #[cfg(test)]
 mod tests {
-    use squadron_core::ids::{Generation, LeaseId};
+    use squadron_core::ids::Generation;
     use squadron_core::Rejection;
 
     use super::*;
@@ -178,10 +206,10 @@ mod tests {
         }
     }
 
-    fn renewed(lease: u64, result: Result<u64, Rejection>) -> RenewalResult {
-        RenewalResult {
+    fn renewed(lease: u64, result: Result<u64, Rejection>) -> LeaseRenewal {
+        LeaseRenewal {
             lease: LeaseId::new(lease).unwrap(),
-            result,
+            result: result.map_err(|r| r.to_string()),
         }
     }
 
@@ -265,5 +293,79 @@ mod tests {
         );
         assert_eq!(actions.len(), 1, "no deadline moves without an answer");
         assert!(decide(&tokens, RenewalAnswer::Unexpected, 9_000, &deadlines, 9_000).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod answer_tests {
+    use squadron_client::ErrorBody;
+    use squadron_core::error_code::ErrorCode;
+    use squadron_core::rejection::Entity;
+    use squadron_core::Rejection;
+
+    use super::*;
+
+    fn refused(rejection: Option<Rejection>) -> CallError {
+        CallError::Refused(ErrorBody {
+            code: ErrorCode::NotFound,
+            message: "worker w1 not found".into(),
+            field: None,
+            rejection,
+        })
+    }
+
+    #[test]
+    fn each_lease_s_answer_is_read_from_the_reply() {
+        let reply = pb::RenewLeasesReply {
+            results: vec![
+                pb::RenewalResult {
+                    lease: 11,
+                    renewed: true,
+                    expires_at_ms: 9_000,
+                    ..Default::default()
+                },
+                pb::RenewalResult {
+                    lease: 12,
+                    renewed: false,
+                    code: "failed_precondition".into(),
+                    message: "lease 12 is fenced".into(),
+                    ..Default::default()
+                },
+            ],
+        };
+        assert_eq!(
+            answer_of(Ok(reply)),
+            RenewalAnswer::Renewed(vec![
+                LeaseRenewal {
+                    lease: LeaseId::new(11).unwrap(),
+                    result: Ok(9_000)
+                },
+                LeaseRenewal {
+                    lease: LeaseId::new(12).unwrap(),
+                    result: Err("lease 12 is fenced".into())
+                },
+            ])
+        );
+        let nameless = pb::RenewLeasesReply {
+            results: vec![pb::RenewalResult::default()],
+        };
+        assert_eq!(answer_of(Ok(nameless)), RenewalAnswer::Unexpected);
+    }
+
+    #[test]
+    fn only_a_rejection_refuses_the_batch() {
+        let lost = Rejection::NotFound {
+            entity: Entity::Worker,
+            id: "w1".into(),
+        };
+        assert_eq!(
+            answer_of(Err(refused(Some(lost)))),
+            RenewalAnswer::Refused("worker w1 not found".into())
+        );
+        assert_eq!(answer_of(Err(refused(None))), RenewalAnswer::Unanswered);
+        assert_eq!(
+            answer_of(Err(CallError::Unanswered("connection refused".into()))),
+            RenewalAnswer::Unanswered
+        );
     }
 }

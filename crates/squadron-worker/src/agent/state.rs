@@ -3,13 +3,14 @@
 //! bodies of the lease commands) are made from these at the edges, so the supervisor's state
 //! can change without changing what clients read.
 
-use squadron_client::types::{RecordEvidence, TakeoverEvidence};
+use squadron_client::types::TakeoverEvidence;
 use squadron_client::{AgentStatus, AgentView, ReplacedGeneration};
 use squadron_core::ids::{
     Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
 };
 use squadron_core::lease::FencingToken;
 use squadron_core::provider::Provider;
+use squadron_proto::v1 as pb;
 
 /// Where one provider attempt is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,11 +129,12 @@ impl ReapProof {
         }
     }
 
-    /// The evidence recorded under `token`'s lease.
-    pub(crate) fn record(&self, token: &FencingToken) -> RecordEvidence {
-        RecordEvidence {
-            profile: token.profile,
-            generation: token.generation,
+    /// The evidence recorded under `token`'s lease, as the leader takes it.
+    pub(crate) fn record(&self, token: &FencingToken) -> pb::ReapEvidenceRequest {
+        pb::ReapEvidenceRequest {
+            profile: token.profile.get(),
+            lease: token.lease.get(),
+            generation: token.generation.get(),
             cgroup: self.cgroup.clone(),
             populated: false,
             observed_at_ms: self.observed_at_ms,

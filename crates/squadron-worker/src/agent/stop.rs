@@ -110,8 +110,8 @@ impl AgentSupervisor {
             .reap_generation(&sandbox, &profile, old.generation)
             .await?;
         self.inner
-            .control
-            .record_evidence(old.id, &proof.record(&old.token()), None)
+            .leader
+            .record_evidence(proof.record(&old.token()))
             .await
             .map_err(|e| AgentError::from(e).context("recording the reap evidence"))?;
         self.registry().reaped(id);

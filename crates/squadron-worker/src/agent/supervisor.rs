@@ -59,6 +59,7 @@ use crate::agent::registry::Registry;
 use crate::agent::runtime::AgentRuntime;
 use crate::agent::state::AgentState;
 use crate::config::SandboxDefaults;
+use crate::control_link::ControlLink;
 use crate::error::WorkerError;
 
 /// How often running attempts are checked for exit and mailboxes for news.
@@ -84,7 +85,11 @@ pub(crate) struct Inner {
     /// The worker's sandbox limits; every attempt gets them (profiles carry none).
     pub(super) limits: SandboxDefaults,
     pub(super) runtime: AgentRuntime,
+    /// Reads and operator-side commands, REST to any node.
     pub(super) control: SquadronClient,
+    /// Renewals and reap evidence, gRPC to the leader (the worker's one transport for what it
+    /// reports).
+    pub(super) leader: ControlLink,
     pub(super) broker: GitBroker,
     /// Operator operations run one at a time: each reads the profile, decides and commits,
     /// and two interleaved on one profile would decide on stale reads.
@@ -100,8 +105,9 @@ impl AgentSupervisor {
         config: AgentConfig,
         limits: SandboxDefaults,
         runtime: AgentRuntime,
-        control: SquadronClient,
+        leader: ControlLink,
     ) -> Result<AgentSupervisor, WorkerError> {
+        let control = leader.rest().clone();
         config.validate()?;
         let fence = Arc::new(ControlFence::new(control.clone()));
         let broker = GitBroker::open(&data_dir.join("agent-broker"), fence)
@@ -114,6 +120,7 @@ impl AgentSupervisor {
                 limits,
                 runtime,
                 control,
+                leader,
                 broker,
                 ops: tokio::sync::Mutex::new(()),
                 registry: Mutex::new(Registry::default()),
