@@ -59,6 +59,8 @@ fn recover(runtime: &str) {
         t["attempt"], 1,
         "the same attempt finished: nothing was re-queued"
     );
+    // The worker moves the task's files out of its disk-quota volume once it ended.
+    wait_until(Duration::from_secs(20), || starts.exists()).expect("the files moved back");
     let text = std::fs::read_to_string(&starts).expect("starts");
     assert_eq!(
         text.lines().count(),

@@ -149,7 +149,16 @@ impl DiskQuota {
     /// Unmounts (detaching if something still holds it open); the image stays until
     /// [`DiskQuota::remove_image`], so a caller can put a copy in place first.
     pub fn unmount(&self) -> Result<(), IsolationError> {
-        if self.is_mounted()? && unmount(&self.mount, UnmountFlags::empty()).is_err() {
+        if !self.is_mounted()? {
+            return Ok(());
+        }
+        // Flushed first: the unmount's own flush runs after the mount has gone from view, so
+        // a big one would leave the directory empty for that long.
+        let root = std::fs::File::open(&self.mount)
+            .map_err(|e| IsolationError::io("open", &self.mount, e))?;
+        rustix::fs::syncfs(&root).map_err(|e| IsolationError::io("sync", &self.mount, e.into()))?;
+        drop(root);
+        if unmount(&self.mount, UnmountFlags::empty()).is_err() {
             unmount(&self.mount, UnmountFlags::DETACH)
                 .map_err(|e| IsolationError::io("unmount", &self.mount, e.into()))?;
         }

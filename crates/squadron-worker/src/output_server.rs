@@ -26,6 +26,7 @@ use tokio_util::io::ReaderStream;
 use crate::task::credential_session::{LiveRedactions, REDACTED_FILE_BYTES_MAX};
 use crate::task::outbox_reader::{self, OutboxError};
 use crate::task::task_dir::{TaskDir, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
+use crate::task::task_volume::TaskVolume;
 
 /// Largest chunk one read of a log returns; a caller pages on with `offset`.
 pub(crate) const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
@@ -35,6 +36,10 @@ pub(crate) const TAIL_LINES_MAX: u64 = 10_000;
 pub(crate) const TAIL_SCAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// How often a follower looks for appended output.
 pub(crate) const FOLLOW_POLL_MS: u64 = 200;
+/// How long a read waits for a task's files to move out of its volume (the moment between
+/// the unmount and the move), in polls of this many ms.
+const RETIREMENT_WAIT_POLL_MS: u64 = 10;
+const RETIREMENT_WAIT_POLLS_MAX: u32 = 200;
 /// Largest piece of output one stream frame carries.
 pub(crate) const FRAME_DATA_BYTES_MAX: usize = 64 * 1024;
 /// A follow ends after this long even if the task still runs; the caller reconnects with
@@ -110,13 +115,22 @@ fn not_found(m: impl Into<String>) -> Response {
 
 // The error is the handler's own response, returned at once: boxing it would buy nothing.
 #[allow(clippy::result_large_err)]
-fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
+async fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
     let id = raw
         .parse::<u64>()
         .ok()
         .and_then(|n| TaskId::new(n).ok())
         .ok_or_else(|| invalid("task_id", format!("{raw:?} is not a task id")))?;
     let dir = TaskDir::new(&state.data_dir, id);
+    // A task's files move out of its disk-quota volume once it ended; a read waits the
+    // moment that takes rather than find the outbox missing.
+    let volume = TaskVolume::of(&state.data_dir, &dir);
+    for _ in 0..RETIREMENT_WAIT_POLLS_MAX {
+        if !volume.retiring() || dir.outbox().exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(RETIREMENT_WAIT_POLL_MS)).await;
+    }
     if !dir.root().is_dir() {
         return Err(not_found(format!("task {id} has no files on this worker")));
     }
@@ -205,7 +219,7 @@ async fn logs(
         Ok(q) => q,
         Err(e) => return invalid("query", e.body_text()),
     };
-    let dir = match task_dir(&state, &id) {
+    let dir = match task_dir(&state, &id).await {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -391,7 +405,7 @@ async fn list_artifacts(
     State(state): State<ServerState>,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
-    let dir = match task_dir(&state, &id) {
+    let dir = match task_dir(&state, &id).await {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -418,7 +432,7 @@ async fn artifact(
     State(state): State<ServerState>,
     UrlPath((id, name)): UrlPath<(String, String)>,
 ) -> Response {
-    let dir = match task_dir(&state, &id) {
+    let dir = match task_dir(&state, &id).await {
         Ok(d) => d,
         Err(r) => return r,
     };

@@ -5,7 +5,9 @@
 //! idempotent, sandboxes are adopted rather than recreated, and a provider that was already
 //! started is never started again.
 
+mod credentials;
 mod provision;
+mod volume;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,6 @@ use crate::task::launcher::prepare_launch;
 use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
 use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
-use crate::task::task_volume::TaskVolume;
 use provision::{provision_sandbox, ProvisionFailure};
 
 /// Longest error text sent to the control plane.
@@ -177,93 +178,6 @@ impl TaskDriver {
         let ended = self.load_checkpoint().map(|c| c.state);
         if ended.is_some_and(|s| s.is_terminal() && s != TaskState::FailedPreserved) {
             self.retire_volume().await;
-        }
-    }
-
-    fn volume(&self) -> TaskVolume {
-        TaskVolume::of(&self.ctx.config.data_dir, &self.dir)
-    }
-
-    /// The task directory's quota: the manifest's `disk`, else the worker's default.
-    fn disk_quota_bytes(&self) -> u64 {
-        self.spec
-            .sandbox
-            .disk_bytes
-            .unwrap_or(self.ctx.config.sandbox_defaults.disk_bytes)
-    }
-
-    async fn retire_volume(&self) {
-        let volume = self.volume();
-        let task = self.task;
-        match tokio::task::spawn_blocking(move || volume.retire()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(%task, error = %e, "cannot retire the task's volume"),
-            Err(e) => tracing::error!(%task, error = %e, "the volume's retirement panicked"),
-        }
-    }
-
-    /// The error of a task stopped by its disk quota.
-    fn disk_full_error(&self, bytes: u64) -> String {
-        format!(
-            "disk quota exceeded: the task's directory used up its {bytes} bytes \
-             (sandbox.disk, or the worker's --sandbox-disk)"
-        )
-    }
-
-    /// Takes the lease the manifest's credentials need and writes the files for the sandbox
-    /// user; the refusal (a revoked or unknown credential, a lost lease) fails the task.
-    async fn take_credentials(
-        &mut self,
-        runtime: &dyn Runtime,
-        spec: &LaunchSpec,
-    ) -> Result<(), String> {
-        let Some(session) = &spec.credentials else {
-            return Ok(());
-        };
-        let req = squadron_client::GrantCredentialLease {
-            worker: self.ctx.config.id.clone(),
-            attempt: self.attempt,
-        };
-        let grant = self
-            .ctx
-            .control
-            .rest()
-            .grant_credential_lease(self.task, &req)
-            .await
-            .map_err(|e| format!("credentials: {e}"))?;
-        let owner = runtime.sandbox_owner(spec).map_err(|e| e.to_string())?;
-        let redactor = session
-            .fill(&grant, owner)
-            .map_err(|e| format!("credentials: {e}"))?;
-        let ids: Vec<String> = grant.credentials.iter().map(|c| c.id.to_string()).collect();
-        self.event(serde_json::json!({"event": "credentials_leased", "lease": grant.lease.get(), "credentials": ids, "session": grant.session}));
-        let redactor = Arc::new(redactor);
-        self.ctx.redactions.insert(self.task, redactor.clone());
-        self.redactor = Some(redactor);
-        Ok(())
-    }
-
-    /// The attempt is over here: redact what it wrote, then drop the values and the files.
-    fn end_credentials(&mut self) {
-        let Some(session) = CredentialSession::of(
-            &self.ctx.config.data_dir,
-            self.task,
-            self.attempt,
-            &self.spec,
-        ) else {
-            return;
-        };
-        if let Some(redactor) = self.redactor.take() {
-            let (changed, skipped) = redactor.rewrite_outbox(&self.dir);
-            // Readers see the rewritten files from here on, at the offsets the view gave.
-            self.ctx.redactions.remove(self.task);
-            self.event(serde_json::json!({"event": "credentials_redacted", "files": changed, "skipped": skipped}));
-        }
-        match session.wipe() {
-            Ok(()) => self.event(serde_json::json!({"event": "credentials_wiped"})),
-            Err(e) => {
-                tracing::error!(task = %self.task, error = %e, "cannot wipe the credential session")
-            }
         }
     }
 

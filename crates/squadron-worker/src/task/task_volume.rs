@@ -61,6 +61,11 @@ impl TaskVolume {
         self.quota.ensure(quota_bytes).map_err(isolation)
     }
 
+    /// Whether a retirement is under way (or was interrupted): the copy exists.
+    pub(crate) fn retiring(&self) -> bool {
+        self.retired.exists()
+    }
+
     /// Whether the task used its quota up (`false` for a directory without one).
     pub(crate) fn exhausted(&self) -> bool {
         matches!(self.quota.is_mounted(), Ok(true)) && matches!(self.quota.exhausted(), Ok(true))
