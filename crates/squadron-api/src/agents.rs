@@ -150,8 +150,10 @@ pub struct BrokerEvidence {
     pub refused_other: u64,
 }
 
-/// The worker's half of `squadron evidence`: what only the sandbox's host can see.
+/// The worker's half of `squadron evidence`: what only the sandbox's host can see. Fields a
+/// worker of another version leaves out read as zero, so its answer still shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
 pub struct WorkerEvidence {
     pub worker: String,
     /// Project sandboxes of this project on the worker (INV-1: at most 1).

@@ -24,9 +24,13 @@ pub const QUOTA_HEADROOM_BYTES: u64 = 8 * 1024 * 1024;
 /// Below this much left for an unprivileged writer the quota counts as used up: ext4 keeps a
 /// few blocks back (delayed allocation), so a writer meets `ENOSPC` with some still shown.
 pub const QUOTA_EXHAUSTED_BYTES: u64 = 1024 * 1024;
+/// Below this many free inodes the quota counts as used up, leaving the worker a few for its
+/// checkpoint and the collection.
+pub const QUOTA_EXHAUSTED_INODES: u64 = 256;
 
 const MKFS: &str = "/usr/sbin/mkfs.ext4";
 const MOUNT: &str = "/usr/bin/mount";
+const FSCK: &str = "/usr/sbin/e2fsck";
 
 /// The quota of one directory: its image and its mount point.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +79,15 @@ impl DiskQuota {
             .map_err(|e| IsolationError::io("create", &self.mount, e))?;
         if self.is_mounted()? {
             return Ok(());
+        }
+        // Journal-less and possibly cut off mid-write (the host went down): checked and
+        // repaired first; `-p` fixes only what is safe and fails on the rest.
+        let image = path_text(&self.image)?;
+        match run(Path::new(FSCK), &["-p", image], None) {
+            Ok(_) => {}
+            // Exit code 1: errors corrected.
+            Err(IsolationError::Launch(m)) if m.contains("exit status: 1)") => {}
+            Err(e) => return Err(e),
         }
         self.mount_image()
     }
@@ -132,11 +145,13 @@ impl DiskQuota {
         is_mount_point(&self.mount)
     }
 
-    /// Whether an unprivileged writer has (next to) nothing left: the quota is used up.
+    /// Whether an unprivileged writer has (next to) nothing left — blocks or inodes (ext4
+    /// keeps no inodes back for root, so many empty files are a way to fill it too).
     pub fn exhausted(&self) -> Result<bool, IsolationError> {
         let st = rustix::fs::statvfs(&self.mount)
             .map_err(|e| IsolationError::io("statvfs", &self.mount, e.into()))?;
-        Ok(st.f_bavail.saturating_mul(st.f_frsize) < QUOTA_EXHAUSTED_BYTES)
+        let bytes = st.f_bavail.saturating_mul(st.f_frsize);
+        Ok(bytes < QUOTA_EXHAUSTED_BYTES || st.f_favail < QUOTA_EXHAUSTED_INODES)
     }
 
     /// Bytes written beneath the mount (blocks in use, metadata included).
@@ -222,6 +237,24 @@ mod tests {
         assert!(!quota.is_mounted().unwrap());
         assert!(!base.path().join("q.img").exists());
         assert_eq!(std::fs::read_dir(quota.mount_point()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn many_empty_files_use_the_quota_up_too() {
+        let base = tempfile::tempdir().unwrap();
+        let quota = DiskQuota::new(base.path().join("q.img"), base.path().join("task"));
+        quota.ensure(QUOTA_BYTES_MIN).unwrap();
+        let mut made = 0u32;
+        while std::fs::File::create(quota.mount_point().join(format!("f{made}"))).is_ok() {
+            made += 1;
+            assert!(made < 1_000_000, "no inode limit");
+        }
+        assert!(quota.exhausted().unwrap(), "{made} files and not exhausted");
+        assert!(
+            quota.used_bytes().unwrap() < QUOTA_BYTES_MIN,
+            "the blocks are not what ran out"
+        );
+        quota.release().unwrap();
     }
 
     #[test]

@@ -133,10 +133,11 @@ pub fn document(routes: &[RouteDoc]) -> Value {
         op["responses"][status] = success;
         if let Some(body) = r.input.body {
             let schema = body(&mut generator);
-            op["requestBody"] = json!({
-                "required": true,
-                "content": {"application/json": {"schema": schema}}
-            });
+            let mut content = json!({"application/json": {"schema": schema}});
+            if r.input.yaml {
+                content["application/yaml"] = json!({"schema": schema});
+            }
+            op["requestBody"] = json!({"required": true, "content": content});
         }
         let entry = paths
             .entry(path)

@@ -148,6 +148,9 @@ pub struct WorkerConfig {
     /// What this worker agrees to run; sent to the control plane after registering and
     /// checked again before a task is staged. Secure by default (`WorkerPolicy::default`).
     pub policy: squadron_core::worker_policy::WorkerPolicy,
+    /// Whether every task directory gets its disk quota (a loop mount, so root only); off
+    /// only by the operator's explicit `--no-disk-quota`.
+    pub disk_quota: bool,
 }
 
 impl WorkerConfig {
@@ -174,6 +177,7 @@ impl WorkerConfig {
             egress_deny: Vec::new(),
             allow_full_network: false,
             policy: squadron_core::worker_policy::WorkerPolicy::default(),
+            disk_quota: true,
         }
     }
 

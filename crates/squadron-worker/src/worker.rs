@@ -88,6 +88,14 @@ pub async fn start(
     if !wiped.is_empty() {
         tracing::info!(?wiped, "wiped credential sessions left by an earlier run");
     }
+    if config.disk_quota && !crate::task::task_volume::may_mount() {
+        return Err(WorkerError::Invalid {
+            field: "disk_quota".into(),
+            message: "task disk quotas loop-mount an image per task, which needs root: run the \
+                      worker as root, or pass --no-disk-quota to run tasks without one"
+                .into(),
+        });
+    }
     // Ended tasks hold no loop device past the life that ran them.
     let retired = crate::task::task_volume::TaskVolume::sweep(&config.data_dir);
     if !retired.is_empty() {

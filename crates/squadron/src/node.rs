@@ -273,6 +273,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.backoff_override_ms = args.backoff_override_ms;
     config.egress_deny = args.egress_deny;
     config.allow_full_network = args.allow_full_network;
+    config.disk_quota = !args.no_disk_quota;
     config.sandbox_defaults = squadron_worker::SandboxDefaults {
         cpus: args.sandbox_cpus,
         memory_bytes: squadron_core::quantity::parse_byte_size(

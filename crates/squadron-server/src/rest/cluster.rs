@@ -7,7 +7,7 @@ use axum::Json;
 use openraft::ServerState;
 use squadron_store::{NodeAddr, NodeId};
 
-use super::{body, json, AppState, Input, JsonBody, QueryParams, RouteBook};
+use super::{body, json, query, AppState, Input, JsonBody, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::{Consistency, ControlNode};
 use crate::peer::wire::{MembershipChange, MembershipReply};
@@ -21,7 +21,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/cluster/status",
         "This node's view: role, leader, term, log, applied index, state digest, members",
-        Input::NONE,
+        query::<squadron_api::ConsistencyQuery>(),
         json::<ClusterStatus>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(status),

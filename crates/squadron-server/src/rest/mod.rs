@@ -61,6 +61,8 @@ pub struct Input {
     pub body: Option<fn(&mut SchemaGenerator) -> Schema>,
     /// The query type's own (object) schema, whose properties are the query parameters.
     pub query: Option<fn(&mut SchemaGenerator) -> Schema>,
+    /// The body may be YAML too (the same document).
+    pub yaml: bool,
 }
 
 impl Input {
@@ -68,7 +70,13 @@ impl Input {
     pub const NONE: Input = Input {
         body: None,
         query: None,
+        yaml: false,
     };
+
+    /// The body is accepted as YAML as well as JSON.
+    pub fn or_yaml(self) -> Self {
+        Self { yaml: true, ..self }
+    }
 }
 
 /// A JSON body of type `T`, for [`RouteBook::add`].
@@ -76,6 +84,7 @@ pub fn body<T: JsonSchema>() -> Input {
     Input {
         body: Some(|generator| generator.subschema_for::<T>()),
         query: None,
+        yaml: false,
     }
 }
 
@@ -84,6 +93,7 @@ pub fn query<T: JsonSchema>() -> Input {
     Input {
         body: None,
         query: Some(T::json_schema),
+        yaml: false,
     }
 }
 

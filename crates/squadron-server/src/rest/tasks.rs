@@ -33,7 +33,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "POST",
         "/api/v1/tasks",
         "Submit a task manifest (YAML or JSON by Content-Type)",
-        body::<squadron_core::manifest::TaskManifest>(),
+        body::<squadron_core::manifest::TaskManifest>().or_yaml(),
         json::<Outcome>(),
         Access::operator(Scope::Body).and_agents(),
         post(submit),

@@ -173,10 +173,13 @@ impl TaskDriver {
             }
         }
         self.end_credentials();
-        // Only a committed end (the checkpoint records what the control plane confirmed)
-        // retires the files: a driver that stops short leaves them for the next run.
-        let ended = self.load_checkpoint().map(|c| c.state);
-        if ended.is_some_and(|s| s.is_terminal() && s != TaskState::FailedPreserved) {
+        // Only a committed end retires the files: a driver that stops short leaves them for
+        // the next run.
+        if self
+            .ended()
+            .await
+            .is_some_and(|s| s != TaskState::FailedPreserved)
+        {
             self.retire_volume().await;
         }
     }
@@ -315,12 +318,8 @@ impl TaskDriver {
 
     async fn staging(&mut self) -> Result<Step, WorkerError> {
         self.ctx.active.insert(self.task);
-        // Before anything is written there: the whole directory lives inside the quota.
-        let (volume, bytes) = (self.volume(), self.disk_quota_bytes());
-        match tokio::task::spawn_blocking(move || volume.ensure(bytes)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Ok(self.fail(TaskState::Staging, None, e.to_string()).await),
-            Err(e) => return Err(WorkerError::DiskQuota(e.to_string())),
+        if let Err(why) = self.ensure_volume().await {
+            return Ok(self.fail(TaskState::Staging, None, why).await);
         }
         self.checkpoint(|c| c.state = TaskState::Staging);
         // Checked here too: a task assigned before the control plane had this policy, or by
@@ -539,7 +538,10 @@ impl TaskDriver {
         self.checkpoint(|c| c.exit_code = code);
         // A provider that exits on ENOSPC ends because of the quota: say so, not just its code.
         let end = match end {
-            RunEnd::Exited if self.volume().exhausted() => {
+            RunEnd::Exited
+                if self.volume().exhausted()
+                    && !code.is_some_and(|c| self.spec.lifecycle.is_success_exit_code(c)) =>
+            {
                 RunEnd::Interrupted(Interruption::DiskFull(self.disk_quota_bytes()))
             }
             other => other,

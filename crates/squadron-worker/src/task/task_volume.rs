@@ -11,7 +11,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use squadron_core::task::TaskState;
@@ -33,8 +34,16 @@ const _: () = assert!(
 pub(crate) const VOLUMES_DIR: &str = "volumes";
 /// Directory levels of the outbox copied at retirement (the collector walks no deeper).
 const RETIRE_DEPTH_MAX: usize = 32;
+/// Longest path a retirement copies to (below the kernel's PATH_MAX of 4096).
+const RETIRE_PATH_BYTES_MAX: usize = 3_072;
 /// The task-root files kept besides the outbox.
 const KEPT_FILES: [&str; 2] = ["manifest.yaml", "state.json"];
+
+/// Whether this process may loop-mount (it runs as root): `/proc/self` belongs to the
+/// effective uid.
+pub(crate) fn may_mount() -> bool {
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct TaskVolume {
@@ -85,10 +94,19 @@ impl TaskVolume {
         }
         remove_if_present(&self.retired)?;
         fs::create_dir_all(&self.retired).map_err(|e| io_err("create", &self.retired, e))?;
+        let mut budget = CopyBudget {
+            bytes_left: self.quota.used_bytes().map_err(isolation)?,
+        };
         for name in KEPT_FILES {
-            copy_entry(&self.root.join(name), &self.retired.join(name), 0)?;
+            copy_entry(
+                &self.root.join(name),
+                &self.retired.join(name),
+                0,
+                &mut budget,
+            )?;
         }
-        copy_entry(&self.root.join("outbox"), &self.retired.join("outbox"), 0)?;
+        let outbox = self.root.join("outbox");
+        copy_entry(&outbox, &self.retired.join("outbox"), 0, &mut budget)?;
         // The copy goes in right after the unmount; deleting the image (slow for a big one)
         // waits until readers see the copy.
         self.quota.unmount().map_err(isolation)?;
@@ -186,22 +204,43 @@ fn task_id(name: &str) -> Option<squadron_core::ids::TaskId> {
         .and_then(|n| squadron_core::ids::TaskId::new(n).ok())
 }
 
+/// What a retirement may still copy: the bytes the volume really holds. A copy would inflate
+/// sparse files and duplicate hard links, so without it a task could make root write far more
+/// than its quota to the host's disk.
+struct CopyBudget {
+    bytes_left: u64,
+}
+
 /// Copies a regular file or a directory tree, never following a link (the outbox is the
-/// sandbox's): links, devices and anything deeper than [`RETIRE_DEPTH_MAX`] are left out.
-fn copy_entry(from: &Path, to: &Path, depth: usize) -> Result<(), WorkerError> {
+/// sandbox's): links, hard-linked files, devices, anything deeper than [`RETIRE_DEPTH_MAX`] or
+/// with a longer path than [`RETIRE_PATH_BYTES_MAX`], and what the budget cannot hold are left
+/// out. The sandbox is gone by now, so nothing moves while it is walked.
+fn copy_entry(
+    from: &Path,
+    to: &Path,
+    depth: usize,
+    budget: &mut CopyBudget,
+) -> Result<(), WorkerError> {
+    if to.as_os_str().len() > RETIRE_PATH_BYTES_MAX {
+        return Ok(());
+    }
     let meta = match fs::symlink_metadata(from) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io_err("inspect", from, e)),
     };
     if meta.is_file() {
-        let mut src = OpenOptions::new()
+        if meta.nlink() > 1 || meta.len() > budget.bytes_left {
+            return Ok(());
+        }
+        budget.bytes_left -= meta.len();
+        let src = OpenOptions::new()
             .read(true)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(from)
             .map_err(|e| io_err("open", from, e))?;
         let mut dst = File::create(to).map_err(|e| io_err("create", to, e))?;
-        io::copy(&mut src, &mut dst).map_err(|e| io_err("copy", from, e))?;
+        io::copy(&mut src.take(meta.len()), &mut dst).map_err(|e| io_err("copy", from, e))?;
         return dst.sync_all().map_err(|e| io_err("sync", to, e));
     }
     if !meta.is_dir() || depth >= RETIRE_DEPTH_MAX {
@@ -210,7 +249,12 @@ fn copy_entry(from: &Path, to: &Path, depth: usize) -> Result<(), WorkerError> {
     fs::create_dir_all(to).map_err(|e| io_err("create", to, e))?;
     for entry in fs::read_dir(from).map_err(|e| io_err("list", from, e))? {
         let entry = entry.map_err(|e| io_err("list", from, e))?;
-        copy_entry(&entry.path(), &to.join(entry.file_name()), depth + 1)?;
+        copy_entry(
+            &entry.path(),
+            &to.join(entry.file_name()),
+            depth + 1,
+            budget,
+        )?;
     }
     Ok(())
 }
@@ -260,6 +304,14 @@ mod tests {
         fs::write(dir.stdout_log(), b"hello\n").unwrap();
         fs::write(dir.manifest(), b"kind: Task\n").unwrap();
         std::os::unix::fs::symlink("/etc/shadow", dir.outbox().join("shadow")).unwrap();
+        // A huge sparse file and many links to one file would make a copy write far more
+        // than the volume holds: neither is copied.
+        File::create(dir.outbox().join("sparse"))
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        fs::write(dir.outbox().join("once"), b"1").unwrap();
+        fs::hard_link(dir.outbox().join("once"), dir.outbox().join("twice")).unwrap();
         let mut fill = File::create(dir.inbox().join("big")).unwrap();
         let chunk = vec![1u8; 1 << 20];
         while fill.write_all(&chunk).is_ok() {}
@@ -272,6 +324,9 @@ mod tests {
         assert_eq!(fs::read(dir.manifest()).unwrap(), b"kind: Task\n");
         assert!(!dir.inbox().exists(), "the workspace went with the volume");
         assert!(fs::symlink_metadata(dir.outbox().join("shadow")).is_err());
+        for skipped in ["sparse", "once", "twice"] {
+            assert!(!dir.outbox().join(skipped).exists(), "{skipped} was copied");
+        }
         assert!(!volume.exhausted(), "a retired directory has no quota");
         // Retiring twice is retiring once.
         volume.retire().unwrap();

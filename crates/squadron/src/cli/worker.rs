@@ -80,6 +80,10 @@ pub struct WorkerRunArgs {
     /// `disk` (`10Gi`); a task that fills it is stopped.
     #[arg(long, value_name = "SIZE", default_value = "10Gi")]
     pub sandbox_disk: String,
+    /// Run tasks without a disk quota on their directories (quotas loop-mount an image, so a
+    /// worker that is not root refuses to start without this).
+    #[arg(long)]
+    pub no_disk_quota: bool,
     /// Processes one sandbox may hold.
     #[arg(long, value_name = "N", default_value_t = squadron_worker::SANDBOX_PIDS_DEFAULT)]
     pub sandbox_pids: u64,
