@@ -37,8 +37,10 @@ pub struct TaskListQuery {
     pub after: Option<u64>,
     #[serde(default)]
     pub limit: Option<usize>,
-    /// Only the tasks this task's agent submitted (its children), in id order.
+    /// Only the tasks this task's agent submitted (its children), in id order. Kept as text
+    /// like `state`, so a bad id is refused naming `parent`.
     #[serde(default)]
+    #[schemars(with = "Option<squadron_core::ids::TaskId>")]
     pub parent: Option<String>,
     #[serde(default)]
     pub consistency: Consistency,
@@ -74,7 +76,7 @@ pub enum LogStream {
     Stdout,
     Stderr,
     Events,
-    /// Standard output (the live stream carries all three).
+    /// All three, interleaved as NDJSON frames; only with `follow=true`.
     All,
 }
 
@@ -87,7 +89,7 @@ pub struct LogQuery {
     /// Start at this byte.
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Only the last this many bytes.
+    /// Only the last this many lines (at most the worker's `TAIL_LINES_MAX`, 10,000).
     #[serde(default)]
     pub tail: Option<u64>,
     /// Keep the answer open and stream what is appended.
