@@ -81,26 +81,7 @@ pub async fn start(
         field: "tls".into(),
         message: "a worker needs its certificate and the cluster CA (--cert-dir)".into(),
     })?;
-    std::fs::create_dir_all(config.data_dir.join("tasks"))
-        .map_err(|e| WorkerError::io("creating the data directory", &config.data_dir, e))?;
-    // Credential values never outlive the worker life that was handed them (INV-13).
-    let wiped = crate::task::credential_session::CredentialSession::sweep(&config.data_dir);
-    if !wiped.is_empty() {
-        tracing::info!(?wiped, "wiped credential sessions left by an earlier run");
-    }
-    if config.disk_quota && !crate::task::task_volume::may_mount() {
-        return Err(WorkerError::Invalid {
-            field: "disk_quota".into(),
-            message: "task disk quotas loop-mount an image per task, which needs root: run the \
-                      worker as root, or pass --no-disk-quota to run tasks without one"
-                .into(),
-        });
-    }
-    // Ended tasks hold no loop device past the life that ran them.
-    let retired = crate::task::task_volume::TaskVolume::sweep(&config.data_dir);
-    if !retired.is_empty() {
-        tracing::info!(?retired, "retired task volumes left by an earlier run");
-    }
+    prepare_data_dir(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| WorkerError::io("binding the output server", config.data_dir.clone(), e))?;
@@ -164,6 +145,38 @@ pub async fn start(
         tasks.extend(s.spawn_loops());
     }
     Ok(RunningWorker { url, tasks })
+}
+
+/// The data directory before anything runs: made, with what an earlier life left cleaned up
+/// (credential values, loop mounts of ended tasks), and the disk quota's precondition checked.
+async fn prepare_data_dir(config: &WorkerConfig) -> Result<(), WorkerError> {
+    std::fs::create_dir_all(config.data_dir.join("tasks"))
+        .map_err(|e| WorkerError::io("creating the data directory", &config.data_dir, e))?;
+    if config.disk_quota && !crate::task::task_volume::may_mount() {
+        return Err(WorkerError::Invalid {
+            field: "disk_quota".into(),
+            message: "task disk quotas loop-mount an image per task, which needs root: run the \
+                      worker as root, or pass --no-disk-quota to run tasks without one"
+                .into(),
+        });
+    }
+    let data_dir = config.data_dir.clone();
+    let (wiped, retired) = tokio::task::spawn_blocking(move || {
+        // Credential values never outlive the worker life that was handed them (INV-13).
+        let wiped = crate::task::credential_session::CredentialSession::sweep(&data_dir);
+        // Ended tasks hold no loop device past the life that ran them.
+        let retired = crate::task::task_volume::TaskVolume::sweep(&data_dir);
+        (wiped, retired)
+    })
+    .await
+    .map_err(|e| WorkerError::DiskQuota(format!("the start-up sweep failed: {e}")))?;
+    if !wiped.is_empty() {
+        tracing::info!(?wiped, "wiped credential sessions left by an earlier run");
+    }
+    if !retired.is_empty() {
+        tracing::info!(?retired, "retired task volumes left by an earlier run");
+    }
+    Ok(())
 }
 
 /// The agent supervisor, when agents are configured and this host can run the process

@@ -536,6 +536,12 @@ impl TaskDriver {
                 .await;
         }
         self.checkpoint(|c| c.exit_code = code);
+        self.end_run(code, end).await
+    }
+
+    /// What a finished run reports: its exit, or the interruption (cancel, timeout, hang,
+    /// quota) that ended it.
+    async fn end_run(&mut self, code: Option<i32>, end: RunEnd) -> Result<Step, WorkerError> {
         // A provider that exits on ENOSPC ends because of the quota: say so, not just its code.
         let end = match end {
             RunEnd::Exited
