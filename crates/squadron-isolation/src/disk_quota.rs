@@ -52,8 +52,8 @@ impl DiskQuota {
     }
 
     /// Makes the image (when missing) and mounts it on the directory (when not mounted yet):
-    /// a second call is a no-op, so a restarted worker adopts the mount it left. The mount
-    /// point must be empty or missing the first time.
+    /// a second call is a no-op, so a restarted worker adopts the mount it left. Whatever
+    /// the directory held before is hidden beneath the mount.
     pub fn ensure(&self, quota_bytes: u64) -> Result<(), IsolationError> {
         if !(QUOTA_BYTES_MIN..=QUOTA_BYTES_MAX).contains(&quota_bytes) {
             return Err(IsolationError::invalid(
@@ -61,18 +61,13 @@ impl DiskQuota {
                 format!("{quota_bytes} bytes is outside {QUOTA_BYTES_MIN}..={QUOTA_BYTES_MAX}"),
             ));
         }
-        std::fs::create_dir_all(&self.mount)
-            .map_err(|e| IsolationError::io("create", &self.mount, e))?;
-        if self.is_mounted()? {
-            return Ok(());
-        }
         if !self.image.exists() {
             self.make_image(quota_bytes)?;
         }
-        self.mount_image()
+        self.remount()
     }
 
-    /// Mounts an existing image again (after a reboot dropped the mount); a no-op when it is
+    /// Mounts an existing image (again, after a reboot dropped the mount); a no-op when it is
     /// mounted.
     pub fn remount(&self) -> Result<(), IsolationError> {
         std::fs::create_dir_all(&self.mount)
@@ -81,7 +76,8 @@ impl DiskQuota {
             return Ok(());
         }
         // Journal-less and possibly cut off mid-write (the host went down): checked and
-        // repaired first; `-p` fixes only what is safe and fails on the rest.
+        // repaired first; `-p` fixes only what is safe and fails on the rest (a clean image,
+        // as a fresh one is, is passed at once).
         let image = path_text(&self.image)?;
         match run(Path::new(FSCK), &["-p", image], None) {
             Ok(_) => {}
@@ -188,13 +184,6 @@ impl DiskQuota {
             Err(e) => Err(IsolationError::io("remove", &self.image, e)),
         }
     }
-
-    /// Unmounts and removes the image. The mount point stays, as an empty directory of the
-    /// host's filesystem.
-    pub fn release(&self) -> Result<(), IsolationError> {
-        self.unmount()?;
-        self.remove_image()
-    }
 }
 
 fn path_text(p: &Path) -> Result<&str, IsolationError> {
@@ -233,7 +222,8 @@ mod tests {
         assert!(written <= QUOTA_BYTES_MIN + QUOTA_HEADROOM_BYTES);
         assert!(quota.used_bytes().unwrap() >= QUOTA_BYTES_MIN / 2);
         drop(f);
-        quota.release().unwrap();
+        quota.unmount().unwrap();
+        quota.remove_image().unwrap();
         assert!(!quota.is_mounted().unwrap());
         assert!(!base.path().join("q.img").exists());
         assert_eq!(std::fs::read_dir(quota.mount_point()).unwrap().count(), 0);
@@ -254,7 +244,8 @@ mod tests {
             quota.used_bytes().unwrap() < QUOTA_BYTES_MIN,
             "the blocks are not what ran out"
         );
-        quota.release().unwrap();
+        quota.unmount().unwrap();
+        quota.remove_image().unwrap();
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The OpenAPI 3 document, generated from the route book that also builds the router.
 
 use schemars::generate::SchemaSettings;
-use schemars::SchemaGenerator;
+use schemars::{json_schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
 use squadron_api::ErrorBody;
 use squadron_core::access::TOKEN_ID_HEX_LEN;
@@ -108,7 +108,7 @@ fn answer(a: &Answer, generator: &mut SchemaGenerator) -> (&'static str, Value) 
     }
     let schema = match a.schema {
         Some(schema) => schema(generator),
-        None => json!({"type": "string"}).try_into().unwrap_or_default(),
+        None => json_schema!({"type": "string"}),
     };
     let content = json!({"description": "success", "content": {a.media_type: {"schema": schema}}});
     ("200", content)

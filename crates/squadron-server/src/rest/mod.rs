@@ -55,7 +55,7 @@ pub struct RouteDoc {
 
 /// A route's inputs besides its path, for the OpenAPI document: the JSON Schemas of its body
 /// and of its query string, from the same types the handler decodes.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Input {
     /// Adds the body type's schema to the generator's definitions and returns a reference.
     pub body: Option<fn(&mut SchemaGenerator) -> Schema>,

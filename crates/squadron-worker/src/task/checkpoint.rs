@@ -31,6 +31,22 @@ pub(crate) struct TaskCheckpoint {
 }
 
 impl TaskCheckpoint {
+    /// The record of an attempt nothing has been checkpointed for yet.
+    pub(crate) fn fresh(task: u64, attempt: u32, state: TaskState, runtime: RuntimeKind) -> Self {
+        Self {
+            task,
+            attempt,
+            state,
+            runtime,
+            sandbox: None,
+            workdir: None,
+            started_at_ms: None,
+            exit_code: None,
+            error: None,
+            updated_at_ms: 0,
+        }
+    }
+
     pub(crate) fn load(path: &Path) -> Result<Option<Self>, WorkerError> {
         match std::fs::metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

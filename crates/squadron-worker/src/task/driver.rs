@@ -231,17 +231,13 @@ impl TaskDriver {
         let mut c = TaskCheckpoint::load(&path)
             .ok()
             .flatten()
-            .unwrap_or(TaskCheckpoint {
-                task: self.task.get(),
-                attempt: self.attempt,
-                state: TaskState::Staging,
-                runtime: self.spec.sandbox.runtime,
-                sandbox: None,
-                workdir: None,
-                started_at_ms: None,
-                exit_code: None,
-                error: None,
-                updated_at_ms: 0,
+            .unwrap_or_else(|| {
+                TaskCheckpoint::fresh(
+                    self.task.get(),
+                    self.attempt,
+                    TaskState::Staging,
+                    self.spec.sandbox.runtime,
+                )
             });
         if c.attempt != self.attempt {
             c.attempt = self.attempt;

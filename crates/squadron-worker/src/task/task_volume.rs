@@ -343,18 +343,8 @@ mod tests {
             (&running, TaskState::Running),
         ] {
             TaskVolume::of(data.path(), dir).ensure(16 << 20).unwrap();
-            let cp = TaskCheckpoint {
-                task: dir.task().get(),
-                attempt: 1,
-                state,
-                runtime: squadron_core::manifest::RuntimeKind::Process,
-                sandbox: None,
-                workdir: None,
-                started_at_ms: None,
-                exit_code: None,
-                error: None,
-                updated_at_ms: 0,
-            };
+            let runtime = squadron_core::manifest::RuntimeKind::Process;
+            let cp = TaskCheckpoint::fresh(dir.task().get(), 1, state, runtime);
             cp.store(&dir.state_json()).unwrap();
         }
         // A retirement that died after the release: the copy waits beside an empty directory.
