@@ -377,6 +377,7 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
         generation: fx.generation,
     };
     let mut probes = 0;
+    let mut probed = std::collections::BTreeSet::new();
     for (i, id) in ids.iter().enumerate() {
         let identity = pki().issue_identity(id, &dir.join(i.to_string()), "id");
         let credentials = squadron_client::Credentials::identity(identity);
@@ -388,25 +389,34 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
                 .await
                 .expect("TLS connect");
             let mut w = WorkerServiceClient::new(channel.clone());
+            let channel_for_control = channel.clone();
             let mut a = AgentServiceClient::new(channel);
             let worker = "w1".to_string();
             let is_w1 = matches!(id, SpiffeId::Worker(w) if w.as_str() == "w1");
             let own_agent = matches!(id, SpiffeId::Agent(AgentSubject::ProfileGeneration { profile, generation }) if *profile == fx.profile && *generation == fx.generation);
             let own_profile = matches!(id, SpiffeId::Agent(AgentSubject::ProfileGeneration { profile, .. }) if *profile == fx.profile);
+            // A lease the profile does not hold: the fenced calls are refused by the state,
+            // not the rule, and change nothing.
             let answers: Vec<(&str, Result<(), tonic::Status>, bool)> = vec![
-                ("Register", w.register(pb::RegisterWorkerRequest { worker: worker.clone(), address: "127.0.0.1:1".into(), runtimes: vec!["process".into()], capacity: 8, labels: Default::default(), heartbeat_interval_ms: 600_000 }).await.map(|_| ()), is_w1),
-                ("Heartbeat", w.heartbeat(pb::WorkerHeartbeatRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
-                ("SetWorkerPolicy", w.set_worker_policy(pb::SetWorkerPolicyRequest { worker: worker.clone(), policy: Some((&squadron_core::worker_policy::WorkerPolicy::default()).into()) }).await.map(|_| ()), is_w1),
-                ("WatchAssignments", w.watch_assignments(pb::WatchAssignmentsRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
-                ("ReportTransition", w.report_transition(pb::ReportTransitionRequest { task: fx.task, worker: worker.clone(), attempt: 1, from: "STAGING".into(), to: "PROVISIONING".into(), ..Default::default() }).await.map(|_| ()), is_w1),
-                ("ReportProgress", w.report_progress(pb::ReportProgressRequest { task: fx.task, worker: worker.clone(), attempt: 1, ..Default::default() }).await.map(|_| ()), is_w1),
-                ("RenewLeases", w.renew_leases(pb::RenewLeasesRequest { worker: worker.clone(), fences: vec![fence], ttl_ms: 60_000 }).await.map(|_| ()), is_w1),
-                ("RecordReapEvidence", w.record_reap_evidence(pb::ReapEvidenceRequest { profile: fx.profile, lease: fx.lease, generation: fx.generation, cgroup: "/x".into(), populated: true, observed_at_ms: 1 }).await.map(|_| ()), is_w1),
-                ("AcquireLease", a.acquire_lease(pb::AcquireLeaseRequest { profile: fx.profile, expected_generation: 0, provider: "codex".into(), holder: Some(pb::LeaseHolder { worker: worker.clone(), process: "probe".into(), cgroup: String::new() }), ttl_ms: 60_000 }).await.map(|_| ()), own_profile),
-                ("RenewLease", a.renew_lease(pb::RenewLeaseRequest { fence: Some(fence), ttl_ms: 60_000 }).await.map(|_| ()), own_agent),
-                ("CheckMcpUse", a.check_mcp_use(pb::CheckMcpUseRequest { profile: fx.profile, server: "mcp-probe".into() }).await.map(|_| ()), own_profile),
+                ("WorkerService/Register", w.register(pb::RegisterWorkerRequest { worker: worker.clone(), address: "127.0.0.1:1".into(), runtimes: vec!["process".into()], capacity: 8, labels: Default::default(), heartbeat_interval_ms: 600_000 }).await.map(|_| ()), is_w1),
+                ("WorkerService/Heartbeat", w.heartbeat(pb::WorkerHeartbeatRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
+                ("WorkerService/SetWorkerPolicy", w.set_worker_policy(pb::SetWorkerPolicyRequest { worker: worker.clone(), policy: Some((&squadron_core::worker_policy::WorkerPolicy::default()).into()) }).await.map(|_| ()), is_w1),
+                ("WorkerService/WatchAssignments", w.watch_assignments(pb::WatchAssignmentsRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
+                ("WorkerService/ReportTransition", w.report_transition(pb::ReportTransitionRequest { task: fx.task, worker: worker.clone(), attempt: 1, from: "STAGING".into(), to: "PROVISIONING".into(), ..Default::default() }).await.map(|_| ()), is_w1),
+                ("WorkerService/ReportProgress", w.report_progress(pb::ReportProgressRequest { task: fx.task, worker: worker.clone(), attempt: 1, ..Default::default() }).await.map(|_| ()), is_w1),
+                ("WorkerService/RenewLeases", w.renew_leases(pb::RenewLeasesRequest { worker: worker.clone(), fences: vec![fence], ttl_ms: 60_000 }).await.map(|_| ()), is_w1),
+                ("WorkerService/RecordReapEvidence", w.record_reap_evidence(pb::ReapEvidenceRequest { profile: fx.profile, lease: fx.lease, generation: fx.generation, cgroup: "/x".into(), populated: true, observed_at_ms: 1 }).await.map(|_| ()), is_w1),
+                ("AgentService/AcquireLease", a.acquire_lease(pb::AcquireLeaseRequest { profile: fx.profile, expected_generation: 0, provider: "codex".into(), holder: Some(pb::LeaseHolder { worker: worker.clone(), process: "probe".into(), cgroup: String::new() }), ttl_ms: 60_000 }).await.map(|_| ()), own_profile),
+                ("AgentService/RenewLease", a.renew_lease(pb::RenewLeaseRequest { fence: Some(fence), ttl_ms: 60_000 }).await.map(|_| ()), own_agent),
+                ("AgentService/ReleaseLease", a.release_lease(pb::FencingToken { lease: fx.lease + 1000, ..fence }).await.map(|_| ()), own_agent),
+                ("AgentService/CommitCapsule", a.commit_capsule(pb::CommitCapsuleRequest { fence: Some(pb::FencingToken { lease: fx.lease + 1000, ..fence }), sequence: 1, schema_version: 1, payload: Some(pb::CapsulePayload::default()), ..Default::default() }).await.map(|_| ()), own_agent),
+                ("AgentService/CheckMcpUse", a.check_mcp_use(pb::CheckMcpUseRequest { profile: fx.profile, server: "mcp-probe".into() }).await.map(|_| ()), own_profile),
             ];
+            let is_worker = matches!(id, SpiffeId::Worker(_));
+            let control = worker_control_probes(channel_for_control.clone(), fx, is_worker, is_w1).await;
+            let answers = answers.into_iter().chain(control);
             for (method, answer, allowed) in answers {
+                probed.insert(method);
                 probes += 1;
                 let denied = matches!(&answer, Err(s) if matches!(s.code(), tonic::Code::PermissionDenied | tonic::Code::Unauthenticated) && !s.message().contains("mcp_server:use"));
                 assert_eq!(!denied, allowed, "{method} as {id}: {answer:?}");
@@ -433,7 +443,209 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
             );
         }
     });
+    // Every method the table lists was probed (a method added without a probe fails here).
+    let listed: std::collections::BTreeSet<&str> = squadron_api::GRPC_METHODS
+        .iter()
+        .map(|(path, _)| path.trim_start_matches("/squadron.v1."))
+        .collect();
+    let missing: Vec<_> = listed.difference(&probed).collect();
+    assert!(
+        missing.is_empty(),
+        "gRPC methods without a probe: {missing:?}"
+    );
     eprintln!("{probes} gRPC probes agree with the access table");
+}
+
+/// One call of each `WorkerControl` method, with values the state refuses or that change
+/// nothing (a wrong generation, a project that does not exist), so the probes leave the
+/// fixtures as they were. Any worker may call them; the core holds a worker to itself where
+/// the call names one (a holder, an attempt, a sandbox), and the handler where it asks for itself
+/// (its certificate, the leases it holds).
+async fn worker_control_probes(
+    channel: tonic::transport::Channel,
+    fx: &Fixtures,
+    any_worker: bool,
+    is_w1: bool,
+) -> Vec<(&'static str, Result<(), tonic::Status>, bool)> {
+    use squadron_api::leases::{AckMessages, AcquireLease, CrashTakeover, LeaseFence, Takeover};
+    use squadron_api::{
+        Addressed, AttachSandbox, GrantCredentialLease, ProjectRef, RenewCertificate,
+    };
+    use squadron_core::command::NextHolder;
+    use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
+    use squadron_core::lease::{FencingToken, LeaseHolder};
+    use squadron_proto::v1::worker_control_client::WorkerControlClient;
+
+    let mut c = WorkerControlClient::new(channel);
+    let profile = ProfileId::new(fx.profile).expect("profile");
+    let lease = LeaseId::new(fx.lease).expect("lease");
+    let task = TaskId::new(fx.task).expect("task");
+    let w1 = WorkerId::new("w1").expect("worker");
+    let stale = Generation::new(fx.generation + 100);
+    let nowhere = ProjectRef {
+        tenant: "nobody".parse().expect("tenant"),
+        project: "nothing".parse().expect("project"),
+    };
+    let here = ProjectRef {
+        tenant: "acme".parse().expect("tenant"),
+        project: "p".parse().expect("project"),
+    };
+    let holder = LeaseHolder {
+        worker: w1.clone(),
+        process: "probe".into(),
+        cgroup: None,
+    };
+    let token = FencingToken {
+        profile,
+        lease,
+        generation: Generation::new(fx.generation),
+    };
+    let fenced = LeaseFence {
+        profile,
+        generation: stale,
+    };
+    vec![
+        (
+            "WorkerControl/AcquireLease",
+            c.acquire_lease(Addressed::new(
+                profile,
+                AcquireLease {
+                    expected_generation: stale,
+                    provider: squadron_core::provider::Provider::Codex,
+                    holder: holder.clone(),
+                    ttl_ms: 60_000,
+                },
+            ))
+            .await
+            .map(|_| ()),
+            is_w1,
+        ),
+        (
+            "WorkerControl/ReleaseLease",
+            c.release_lease(Addressed::new(lease, fenced))
+                .await
+                .map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/Takeover",
+            c.takeover(Addressed::new(
+                profile,
+                Takeover::Crash(CrashTakeover {
+                    lease,
+                    generation: stale,
+                    next: NextHolder {
+                        provider: squadron_core::provider::Provider::Codex,
+                        holder,
+                        ttl_ms: 60_000,
+                    },
+                    reap_evidence: None,
+                }),
+            ))
+            .await
+            .map(|_| ()),
+            is_w1,
+        ),
+        (
+            "WorkerControl/AckMessages",
+            c.ack_messages(Addressed::new(
+                profile,
+                AckMessages {
+                    lease,
+                    generation: stale,
+                    through_seq: 1,
+                },
+            ))
+            .await
+            .map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/AttachSandbox",
+            c.attach_sandbox(Addressed::new(
+                nowhere.clone(),
+                AttachSandbox {
+                    worker: w1.clone(),
+                    runtime: squadron_core::manifest::RuntimeKind::Process,
+                    sandbox_ref: "probe".into(),
+                },
+            ))
+            .await
+            .map(|_| ()),
+            is_w1,
+        ),
+        (
+            "WorkerControl/GrantCredentialLease",
+            c.grant_credential_lease(Addressed::new(
+                task,
+                GrantCredentialLease {
+                    worker: w1.clone(),
+                    attempt: 99,
+                },
+            ))
+            .await
+            .map(|_| ()),
+            is_w1,
+        ),
+        (
+            "WorkerControl/RenewCertificate",
+            c.renew_certificate(Addressed::new(
+                w1.clone(),
+                RenewCertificate {
+                    csr_pem: "not a CSR".into(),
+                    hosts: vec![],
+                },
+            ))
+            .await
+            .map(|_| ()),
+            is_w1,
+        ),
+        (
+            "WorkerControl/CheckFence",
+            c.check_fence(token).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GetProfile",
+            c.get_profile(profile).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GetLease",
+            c.get_lease(lease).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/ListCapsules",
+            c.list_capsules(profile).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GetProject",
+            c.get_project(here.clone()).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GetRoster",
+            c.get_roster(here).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/ReadMailbox",
+            c.read_mailbox(profile).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GetTask",
+            c.get_task(task).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/HeldLeases",
+            c.held_leases(w1).await.map(|_| ()),
+            is_w1,
+        ),
+    ]
 }
 
 /// A gRPC channel to node 1's API listener presenting `id`'s certificate.
@@ -591,4 +803,59 @@ fn a_worker_speaks_only_for_itself() {
         json!("failed"),
         "the forged report moved the task: {task}"
     );
+}
+
+/// A `WorkerControl` message that does not decode is refused before any handler runs, naming
+/// the field, and changes nothing.
+#[test]
+fn a_worker_control_message_that_does_not_decode_names_its_field() {
+    use squadron_proto::json_codec::JsonCodec;
+
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(1);
+    let fx = fixtures(&url);
+    let lease_url = format!("{url}/api/v1/leases/{}", fx.lease);
+    let before = http_get(&lease_url).expect("lease");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let w1 = SpiffeId::Worker("w1".parse().expect("id"));
+    let refusals = rt.block_on(async {
+        let channel = grpc_channel(&cluster, &w1, "w1-bad").await;
+        let mut grpc = tonic::client::Grpc::new(channel);
+        let mut answers = Vec::new();
+        for (method, message) in [
+            ("ReleaseLease", json!({"id": fx.lease, "body": {"profile": "one", "generation": 1}})),
+            ("ReleaseLease", json!({"id": fx.lease, "body": {"profile": fx.profile, "generation": 1, "extra": true}})),
+            ("GetLease", json!("not a lease id")),
+        ] {
+            grpc.ready().await.expect("ready");
+            let path = format!("/squadron.v1.WorkerControl/{method}")
+                .parse()
+                .expect("path");
+            let answer = grpc
+                .unary(
+                    tonic::Request::new(message),
+                    path,
+                    JsonCodec::<Value, Value>::default(),
+                )
+                .await;
+            answers.push(answer.expect_err("a malformed message was answered"));
+        }
+        answers
+    });
+    assert!(refusals
+        .iter()
+        .all(|s| s.code() == tonic::Code::InvalidArgument));
+    assert!(
+        refusals[0].message().contains("body.profile"),
+        "{:?}",
+        refusals[0]
+    );
+    assert!(refusals[1].message().contains("extra"), "{:?}", refusals[1]);
+    assert!(
+        refusals[2].message().contains("invalid"),
+        "{:?}",
+        refusals[2]
+    );
+    assert_eq!(http_get(&lease_url).expect("lease"), before);
 }

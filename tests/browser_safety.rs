@@ -112,6 +112,9 @@ fn browser_style_requests_from_elsewhere_are_refused_and_change_nothing() {
     let r = http_send("GET", &format!("{url}/api/v1/audit?limit=0"), None, None).unwrap();
     assert_refused(&r, 400, "invalid_argument", "an empty audit page");
     assert_eq!(r.body["field"], json!("limit"), "{r:?}");
+    let r = http_send("GET", &format!("{url}/api/v1/tasks?limit=1001"), None, None).unwrap();
+    assert_refused(&r, 400, "invalid_argument", "a task page beyond its limit");
+    assert_eq!(r.body["field"], json!("limit"), "{r:?}");
     let r = http_send("GET", &format!("{url}/api/v1/tasks?parent=x"), None, None).unwrap();
     assert_refused(&r, 400, "invalid_argument", "a malformed parent");
     assert_eq!(r.body["field"], json!("parent"), "{r:?}");

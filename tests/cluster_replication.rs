@@ -549,11 +549,23 @@ fn every_request_body_in_the_openapi_document_has_a_schema_the_node_agrees_with(
         for (method, op) in ops.as_object().expect("operations") {
             let responses = &op["responses"];
             assert!(
-                responses.get("200").or(responses.get("101")).is_some(),
+                ["200", "201", "101"]
+                    .iter()
+                    .any(|s| responses.get(*s).is_some()),
                 "{method} {path} documents no success: {responses}"
             );
         }
     }
+    // A launch answers 201 and may leave its body out; a page's limit is bounded.
+    let launch = &doc["paths"]["/api/v1/profiles/{id}/agent/launch"]["post"];
+    assert!(launch["responses"].get("201").is_some(), "{launch}");
+    assert_eq!(launch["requestBody"]["required"], false, "{launch}");
+    let params = doc["paths"]["/api/v1/tasks"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters");
+    let limit = params.iter().find(|p| p["name"] == "limit").expect("limit");
+    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
+    assert_eq!(limit["schema"]["maximum"], 1000, "{limit}");
     for path in [
         "/api/v1/cluster/status",
         "/api/v1/tasks",

@@ -42,6 +42,36 @@ fn presenting_answer(dir: &std::path::Path, answer: &Value, key: &KeyRequest) ->
     agent_with(support::presenting(&identity))
 }
 
+/// `WorkerControl/RenewCertificate` at the leader, presenting `identity`, for `worker`.
+fn renew_over_grpc(
+    urls: Vec<String>,
+    identity: squadron_pki::TlsIdentity,
+    worker: &str,
+    key: &KeyRequest,
+) -> Result<squadron_api::Enrolled, tonic::Status> {
+    use squadron_proto::v1::worker_control_client::WorkerControlClient;
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let credentials = squadron_client::Credentials::identity(identity);
+        let rest = squadron_client::SquadronClient::secured(urls, &credentials).expect("client");
+        let (_, channel) = squadron_client::GrpcLeader::new(rest)
+            .channel()
+            .await
+            .expect("leader channel");
+        let request = squadron_api::Addressed::new(
+            worker.parse().expect("worker id"),
+            squadron_api::RenewCertificate {
+                csr_pem: key.csr_pem.clone(),
+                hosts: Vec::new(),
+            },
+        );
+        WorkerControlClient::new(channel)
+            .renew_certificate(request)
+            .await
+            .map(|r| r.into_inner())
+    })
+}
+
 fn csr(worker: &str) -> KeyRequest {
     KeyRequest::new(&SpiffeId::Worker(worker.parse().expect("id"))).expect("csr")
 }
@@ -112,6 +142,17 @@ fn a_bootstrap_token_yields_exactly_one_certificate() {
     )
     .expect("answer");
     assert!(r.ok(), "the renewed certificate is refused: {r:?}");
+    // The worker itself renews at the leader over gRPC (WorkerControl), for itself only.
+    let wb2_pki = PkiDir::new(cluster.dir.path().join("wb-pki-2"));
+    let identity = squadron_pki::TlsIdentity::load(&wb2_pki, "worker").expect("identity");
+    let over_grpc = renew_over_grpc(cluster.urls(), identity, "wb", &csr("wb"));
+    let enrolled = over_grpc.expect("renewed over gRPC");
+    assert_ne!(Value::from(enrolled.serial.clone()), renewed.body["serial"]);
+    assert!(enrolled.cert_pem.contains("BEGIN CERTIFICATE"));
+    let identity = squadron_pki::TlsIdentity::load(&wb2_pki, "worker").expect("identity");
+    let refused = renew_over_grpc(cluster.urls(), identity, "wd", &csr("wd"))
+        .expect_err("renewed another worker's certificate");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     // Another worker cannot renew wb's; a certificate the cluster never recorded (made
     // offline) cannot be renewed — it enrolls instead.
     assert_eq!(renew(&as_wb, "wd", &csr("wd")).status, 403);

@@ -7,8 +7,9 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::json;
+use squadron_core::ids::WorkerId;
 use squadron_isolation::{CommitOutcome, CommitRequest, GitBroker, RefusalCode};
-use squadron_worker::ControlFence;
+use squadron_worker::{ControlFence, WorkerConfig};
 use support::*;
 
 fn acquire(url: &str, profile: u64, expected: u64) -> (u64, u64) {
@@ -31,11 +32,18 @@ fn a_stale_generation_cannot_commit_and_the_new_one_can() {
     let url = cluster.url(1);
     let profile = setup_project(&url, "broker", 1, 4)[0];
     let repo = git_repo(cluster.dir.path());
-    let broker = GitBroker::open(
-        &cluster.dir.path().join("broker-state"),
-        Arc::new(ControlFence::new(cluster.client(cluster.urls()))),
-    )
-    .expect("broker");
+    // The fence is asked of the leader as worker w1 would ask it (WorkerControl/CheckFence).
+    let worker_dir = cluster.dir.path().join("w1");
+    let tls = pki().issue_worker("w1", &worker_dir.join("pki"));
+    let config = WorkerConfig::new(
+        WorkerId::new("w1").expect("id"),
+        cluster.urls(),
+        worker_dir,
+        "127.0.0.1:0".parse().expect("addr"),
+    );
+    let fence = ControlFence::for_worker(&config, tls).expect("fence");
+    let broker =
+        GitBroker::open(&cluster.dir.path().join("broker-state"), Arc::new(fence)).expect("broker");
     broker.register_profile(profile, &repo).expect("register");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
 

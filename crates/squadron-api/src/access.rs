@@ -158,7 +158,34 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
     ("/squadron.v1.AgentService/ReleaseLease", AGENT_ONLY),
     ("/squadron.v1.AgentService/CommitCapsule", AGENT_ONLY),
     ("/squadron.v1.AgentService/CheckMcpUse", AGENT_ONLY),
+    ("/squadron.v1.WorkerControl/AcquireLease", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/ReleaseLease", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/Takeover", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/AckMessages", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/AttachSandbox", WORKER_CONTROL),
+    (
+        "/squadron.v1.WorkerControl/GrantCredentialLease",
+        WORKER_CONTROL,
+    ),
+    (
+        "/squadron.v1.WorkerControl/RenewCertificate",
+        WORKER_CONTROL,
+    ),
+    ("/squadron.v1.WorkerControl/CheckFence", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/GetProfile", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/GetLease", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/ListCapsules", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/GetProject", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/GetRoster", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/ReadMailbox", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/GetTask", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/HeldLeases", WORKER_CONTROL),
 ];
+
+/// The worker's calls that REST serves too (`worker_control`): a worker's certificate only.
+/// The REST routes also admit workers for any profile, lease or task; the one call a worker
+/// makes for itself alone, its certificate's renewal, is held to its own id by the handler.
+const WORKER_CONTROL: Access = Access::worker_only(Scope::Body);
 
 /// The agent service: an agent certificate, for its own profile (checked by each method).
 const AGENT_ONLY: Access = Access {

@@ -18,6 +18,7 @@ pub mod projects;
 pub mod queries;
 pub mod tasks;
 pub mod tokens;
+pub mod worker_control;
 pub mod workers;
 
 pub use access::{grpc_access, Access, Scope, GRPC_METHODS};
@@ -39,6 +40,7 @@ pub use queries::{
 };
 pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
+pub use worker_control::{Addressed, CurrentWriter, ProjectRef};
 pub use workers::{Decommission, RegisterWorker};
 
 /// The header (and gRPC metadata key) that carries a client's idempotency key (INV-11).

@@ -2,7 +2,8 @@
 //! are refused, as unknown body fields are.
 
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
 use squadron_core::task::TaskState;
 
 /// Read consistency a caller asks for (`?consistency=linearizable|stale`).
@@ -24,6 +25,16 @@ pub struct ConsistencyQuery {
     pub consistency: Consistency,
 }
 
+/// Tasks one list call returns unless it asks for fewer.
+pub const TASK_LIST_LIMIT_DEFAULT: usize = 100;
+/// Most tasks one list call returns.
+pub const TASK_LIST_LIMIT_MAX: usize = 1_000;
+/// Audit records per page unless `limit` says otherwise, and the most one page holds.
+pub const AUDIT_PAGE_RECORDS_DEFAULT: usize = 100;
+pub const AUDIT_PAGE_RECORDS_MAX: usize = 1_000;
+/// Most lines a log read's `tail` returns.
+pub const LOG_TAIL_LINES_MAX: u64 = 10_000;
+
 /// `GET /api/v1/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -35,7 +46,9 @@ pub struct TaskListQuery {
     /// Tasks with ids above this one (the previous page's `next_after`).
     #[serde(default)]
     pub after: Option<u64>,
-    #[serde(default)]
+    /// At most this many tasks (default 100).
+    #[serde(default, deserialize_with = "page_limit::<TASK_LIST_LIMIT_MAX, _>")]
+    #[schemars(range(min = 1, max = TASK_LIST_LIMIT_MAX))]
     pub limit: Option<usize>,
     /// Only the tasks this task's agent submitted (its children), in id order. Kept as text
     /// like `state`, so a bad id is refused naming `parent`.
@@ -53,7 +66,9 @@ pub struct AuditQuery {
     /// Records with sequence numbers above this one.
     #[serde(default)]
     pub after: u64,
-    #[serde(default)]
+    /// At most this many records (default 100).
+    #[serde(default, deserialize_with = "page_limit::<AUDIT_PAGE_RECORDS_MAX, _>")]
+    #[schemars(range(min = 1, max = AUDIT_PAGE_RECORDS_MAX))]
     pub limit: Option<usize>,
     #[serde(default)]
     pub consistency: Consistency,
@@ -89,10 +104,33 @@ pub struct LogQuery {
     /// Start at this byte.
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Only the last this many lines (at most the worker's `TAIL_LINES_MAX`, 10,000).
-    #[serde(default)]
+    /// Only the last this many lines.
+    #[serde(default, deserialize_with = "tail_lines")]
+    #[schemars(range(max = LOG_TAIL_LINES_MAX))]
     pub tail: Option<u64>,
     /// Keep the answer open and stream what is appended.
     #[serde(default)]
     pub follow: bool,
+}
+
+/// A page size in `1..=MAX`: the decoder refuses what the schema does, so a bad `limit` is
+/// a 400 naming it before any handler runs.
+fn page_limit<'de, const MAX: usize, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<usize>, D::Error> {
+    match Option::<usize>::deserialize(d)? {
+        Some(n) if n == 0 || n > MAX => Err(D::Error::custom(format!(
+            "must be between 1 and {MAX}, got {n}"
+        ))),
+        limit => Ok(limit),
+    }
+}
+
+fn tail_lines<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match Option::<u64>::deserialize(d)? {
+        Some(n) if n > LOG_TAIL_LINES_MAX => Err(D::Error::custom(format!(
+            "at most {LOG_TAIL_LINES_MAX} lines, got {n}"
+        ))),
+        tail => Ok(tail),
+    }
 }

@@ -94,6 +94,17 @@ struct CrashTakeoverPlan {
 }
 
 impl State {
+    /// The lease `token` names if it may write at `now` (INV-6: the profile's live, active
+    /// lease at the current generation, unexpired): the Git broker's question, asked of the
+    /// leader before each commit.
+    pub fn current_writer(
+        &self,
+        token: &FencingToken,
+        now: u64,
+    ) -> Result<&RuntimeLease, Rejection> {
+        self.check_fence(token, now, true)
+    }
+
     /// INV-6: the token names the profile's current active lease, same generation.
     pub(crate) fn check_fence(
         &self,

@@ -1,5 +1,6 @@
 //! Generated gRPC code for Squadron's services, and the conversions of its typed messages to
-//! the core's types (`task_spec`, `worker_policy`; both refuse with a [`ConversionError`]).
+//! the core's types (`task_spec`, `worker_policy`; both refuse with a [`ConversionError`]);
+//! `WorkerControl`, whose messages are the API's serde types in JSON (`json_codec`).
 
 #[allow(
     clippy::all,
@@ -9,7 +10,11 @@
 )]
 pub mod v1 {
     tonic::include_proto!("squadron.v1");
+    // `WorkerControl` (build.rs: generated without a .proto file, JSON-encoded).
+    include!(concat!(env!("OUT_DIR"), "/squadron.v1.WorkerControl.rs"));
 }
+
+pub mod json_codec;
 
 mod conversion_error;
 mod task_spec;

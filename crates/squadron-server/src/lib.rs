@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use squadron_proto::v1::agent_service_server::AgentServiceServer;
 use squadron_proto::v1::raft_service_server::RaftServiceServer;
+use squadron_proto::v1::worker_control_server::WorkerControlServer;
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
 use squadron_raft::{wire, GrpcNetworkFactory, RaftGrpcService, RaftNode};
 use squadron_store::NodeAddr;
@@ -243,8 +244,10 @@ where
 fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
     let worker_service = WorkerServiceServer::new(grpc::WorkerGrpc::new(node.clone()));
     let agent_service = AgentServiceServer::new(grpc::AgentGrpc::new(node.clone()));
+    let worker_control = WorkerControlServer::new(grpc::WorkerControlGrpc::new(node.clone()));
     tonic::service::Routes::new(worker_service)
         .add_service(agent_service)
+        .add_service(worker_control)
         .into_axum_router()
         .layer(axum::middleware::from_fn_with_state(
             node.clone(),

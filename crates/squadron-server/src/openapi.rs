@@ -111,7 +111,7 @@ fn answer(a: &Answer, generator: &mut SchemaGenerator) -> (&'static str, Value) 
         None => json_schema!({"type": "string"}),
     };
     let content = json!({"description": "success", "content": {a.media_type: {"schema": schema}}});
-    ("200", content)
+    (a.status, content)
 }
 
 pub fn document(routes: &[RouteDoc]) -> Value {
@@ -137,7 +137,7 @@ pub fn document(routes: &[RouteDoc]) -> Value {
             if r.input.yaml {
                 content["application/yaml"] = json!({"schema": schema});
             }
-            op["requestBody"] = json!({"required": true, "content": content});
+            op["requestBody"] = json!({"required": !r.input.optional, "content": content});
         }
         let entry = paths
             .entry(path)

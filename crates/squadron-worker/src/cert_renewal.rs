@@ -1,14 +1,15 @@
 //! Renewing the worker's certificate before it ends: an enrolled certificate lives a day, so
-//! a third before its end the worker makes a fresh key pair, asks a control node (under the
+//! a third before its end the worker makes a fresh key pair, asks the leader (under the
 //! certificate it still holds) to sign it, writes the files and swaps them in — new
 //! connections present the new certificate, open ones keep theirs.
 
 use std::time::Duration;
 
-use squadron_client::{RenewCertificate, SquadronClient};
+use squadron_client::RenewCertificate;
 use squadron_core::ids::WorkerId;
 use squadron_pki::{IssuedCert, KeyRequest, SpiffeId, TlsIdentity, WORKER_CERT_NAME};
 
+use crate::control_link::ControlLink;
 use crate::error::WorkerError;
 
 /// How often the certificate's remaining life is looked at.
@@ -25,7 +26,7 @@ pub(crate) fn renewal_due(now_ms: u64, not_before_ms: u64, not_after_ms: u64) ->
 pub(crate) async fn renewal_loop(
     worker: WorkerId,
     tls: TlsIdentity,
-    control: SquadronClient,
+    control: ControlLink,
     hosts: Vec<String>,
 ) {
     loop {
@@ -39,7 +40,7 @@ pub(crate) async fn renewal_loop(
 async fn renew_if_due(
     worker: &WorkerId,
     tls: &TlsIdentity,
-    control: &SquadronClient,
+    control: &ControlLink,
     hosts: &[String],
 ) -> Result<(), WorkerError> {
     let dir = tls.dir();
@@ -56,13 +57,10 @@ async fn renew_if_due(
     }
     let request = KeyRequest::new(&SpiffeId::Worker(worker.clone())).map_err(pki_error)?;
     let renewed = control
-        .renew_worker_certificate(
-            worker,
-            &RenewCertificate {
-                csr_pem: request.csr_pem.clone(),
-                hosts: hosts.to_vec(),
-            },
-        )
+        .renew_certificate(&RenewCertificate {
+            csr_pem: request.csr_pem.clone(),
+            hosts: hosts.to_vec(),
+        })
         .await
         .map_err(|e| WorkerError::Invalid {
             field: "certificate".into(),

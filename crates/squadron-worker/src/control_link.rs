@@ -1,21 +1,24 @@
 //! The worker's link to the control plane: gRPC to the leader (following a follower's
-//! redirect) for registration, the policy, heartbeats, the assignment stream, the reports
-//! (transitions, progress) and the agent supervisor's renewals and reap evidence; REST to any
-//! node for reads and to find the leader.
+//! redirect) for everything — registration, the policy, heartbeats, the assignment stream,
+//! the reports (transitions, progress), the agent supervisor's renewals and reap evidence
+//! (`WorkerService`, protobuf), and the calls REST serves too (`WorkerControl`, in the API's
+//! own types: `calls`). REST is used only to find the leader.
 //!
 //! Reports carry idempotency keys derived from what they report (task, attempt, transition),
 //! so a report whose answer was lost is resent safely and answered with the first result.
 
+mod calls;
+
 use backon::Retryable;
 use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_CODE_METADATA};
 use squadron_client::ErrorBody;
-use squadron_client::{ClientError, Consistency, GrpcLeader, SquadronClient};
+use squadron_client::{ClientError, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
 use squadron_core::error_code::{ErrorCode, ERROR_CODE_TABLE};
 use squadron_core::ids::TaskId;
 use squadron_core::lease::FencingToken;
 use squadron_core::manifest::Keyword as _;
-use squadron_core::task::{Task, TaskState};
+use squadron_core::task::TaskState;
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 
@@ -42,7 +45,7 @@ pub(crate) enum ReportAnswer {
 #[derive(Debug, Clone)]
 pub(crate) struct ControlLink {
     config: WorkerConfig,
-    rest: SquadronClient,
+    /// The leader channel; it asks any node over REST only to find the leader.
     grpc: GrpcLeader,
 }
 
@@ -55,12 +58,8 @@ impl ControlLink {
         let credentials = squadron_client::Credentials::identity(tls);
         let rest =
             SquadronClient::secured(config.control.clone(), &credentials).map_err(control)?;
-        let grpc = GrpcLeader::new(rest.clone());
-        Ok(Self { config, rest, grpc })
-    }
-
-    pub(crate) fn rest(&self) -> &SquadronClient {
-        &self.rest
+        let grpc = GrpcLeader::new(rest);
+        Ok(Self { config, grpc })
     }
 
     /// Registers, then states the policy: the scheduler places tasks here only as it allows
@@ -147,13 +146,6 @@ impl ControlLink {
     /// Forgets the leader channel after the stream broke.
     pub(crate) async fn reset(&self) {
         self.grpc.reset().await;
-    }
-
-    pub(crate) async fn task(&self, id: TaskId) -> Result<Task, WorkerError> {
-        self.rest
-            .get_task(id, Consistency::Linearizable)
-            .await
-            .map_err(control)
     }
 
     /// Reports a transition to the leader over gRPC, resending under the same key until it
@@ -268,13 +260,23 @@ impl ControlLink {
         F: Fn(WorkerServiceClient<tonic::transport::Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.call_channel(attempts, |channel| call(WorkerServiceClient::new(channel)))
+            .await
+    }
+
+    /// [`ControlLink::call_leader`] for any service on the leader channel.
+    async fn call_channel<T, F, Fut>(&self, attempts: u32, call: F) -> Result<T, LeaderCall>
+    where
+        F: Fn(tonic::transport::Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let once = || async {
             let (_, channel) = self
                 .grpc
                 .channel()
                 .await
                 .map_err(|e| LeaderCall::Unanswered(e.to_string()))?;
-            match call(WorkerServiceClient::new(channel)).await {
+            match call(channel).await {
                 Ok(reply) => Ok(reply.into_inner()),
                 Err(status) if status.code() == tonic::Code::Unavailable => {
                     // Follows a redirect when the refusal names the leader, else rediscovers.
@@ -315,6 +317,21 @@ pub(crate) enum CallError {
     Refused(ErrorBody),
     /// No answer after every attempt: the last failure.
     Unanswered(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Refused(body) => write!(f, "{}: {}", body.code.as_str(), body.message),
+            CallError::Unanswered(e) => write!(f, "the leader did not answer: {e}"),
+        }
+    }
+}
+
+impl From<CallError> for WorkerError {
+    fn from(e: CallError) -> Self {
+        WorkerError::Control(e.to_string())
+    }
 }
 
 impl From<LeaderCall> for CallError {
@@ -380,6 +397,9 @@ const PROGRESS_ATTEMPTS_MAX: u32 = 2;
 /// Attempts of a registration, a policy or a heartbeat: enough to follow a follower's
 /// redirect; the callers try again (registration at start-up, the next heartbeat).
 const CONTROL_ATTEMPTS_MAX: u32 = 3;
+/// Attempts of a `WorkerControl` call: pauses of 0.2 + 0.4 + 0.8 + 1.6 s outlast an election,
+/// so an operator's launch or a broker's fence check waits out a leader change.
+const CALL_ATTEMPTS_MAX: u32 = 5;
 
 /// The idempotency key of a call, in the metadata the server reads it from.
 fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {

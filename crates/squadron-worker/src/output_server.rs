@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{Path as UrlPath, RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -30,8 +30,6 @@ use crate::task::task_volume::TaskVolume;
 
 /// Largest chunk one read of a log returns; a caller pages on with `offset`.
 pub(crate) const LOG_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
-/// Most lines `tail` returns.
-pub(crate) const TAIL_LINES_MAX: u64 = 10_000;
 /// Bytes scanned from the end of a file to find the tail's lines.
 pub(crate) const TAIL_SCAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// How often a follower looks for appended output.
@@ -98,6 +96,19 @@ fn error(status: StatusCode, code: ErrorCode, field: Option<&'static str>, m: St
         rejection: None,
     };
     (status, Json(body)).into_response()
+}
+
+/// The logs query, decoded as the control plane documents it; a refusal names the parameter.
+fn log_query(raw: &str) -> Result<LogQuery, (&'static str, String)> {
+    let decoder = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+    serde_path_to_error::deserialize(decoder).map_err(|e| {
+        let path = e.path().to_string();
+        let field = ["stream", "offset", "tail", "follow"]
+            .into_iter()
+            .find(|f| *f == path)
+            .unwrap_or("query");
+        (field, e.inner().to_string())
+    })
 }
 
 fn invalid(field: &'static str, m: impl Into<String>) -> Response {
@@ -213,11 +224,11 @@ async fn open_log(
 async fn logs(
     State(state): State<ServerState>,
     UrlPath(id): UrlPath<String>,
-    q: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+    RawQuery(raw): RawQuery,
 ) -> Response {
-    let Query(q) = match q {
+    let q = match log_query(raw.as_deref().unwrap_or("")) {
         Ok(q) => q,
-        Err(e) => return invalid("query", e.body_text()),
+        Err((field, message)) => return invalid(field, message),
     };
     let dir = match task_dir(&state, &id).await {
         Ok(d) => d,
@@ -225,9 +236,6 @@ async fn logs(
     };
     if q.offset.is_some() && q.tail.is_some() {
         return invalid("tail", "give offset or tail, not both");
-    }
-    if q.tail.is_some_and(|t| t > TAIL_LINES_MAX) {
-        return invalid("tail", format!("at most {TAIL_LINES_MAX} lines"));
     }
     if q.stream == LogStream::All {
         if !q.follow {
@@ -478,6 +486,27 @@ async fn artifact(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_log_query_names_its_parameter() {
+        let q = log_query("stream=stderr&tail=20").unwrap();
+        assert_eq!(
+            (q.stream, q.tail, q.follow),
+            (LogStream::Stderr, Some(20), false)
+        );
+        assert_eq!(log_query("").unwrap(), LogQuery::default());
+        let limit = squadron_api::queries::LOG_TAIL_LINES_MAX;
+        assert_eq!(
+            log_query(&format!("tail={limit}")).unwrap().tail,
+            Some(limit)
+        );
+        let (field, message) = log_query(&format!("tail={}", limit + 1)).unwrap_err();
+        assert_eq!(field, "tail");
+        assert!(message.contains("at most 10000"), "{message}");
+        assert_eq!(log_query("stream=nope").unwrap_err().0, "stream");
+        assert_eq!(log_query("offset=-1").unwrap_err().0, "offset");
+        assert_eq!(log_query("surprise=1").unwrap_err().0, "query");
+    }
 
     #[tokio::test]
     async fn tail_finds_the_last_lines() {

@@ -136,7 +136,7 @@ pub async fn start(
     let renewal = tokio::spawn(crate::cert_renewal::renewal_loop(
         config.id.clone(),
         tls.clone(),
-        control.rest().clone(),
+        control.clone(),
         config.advertised_host().into_iter().collect(),
     ));
     let mut tasks = vec![server, heartbeat, watcher, renewal];

@@ -1,12 +1,14 @@
-//! gRPC services for agents and workers. They are served by the leader only: a follower
+//! gRPC services for agents and workers (`WorkerControl` in JSON, the others protobuf). They are served by the leader only: a follower
 //! answers UNAVAILABLE with the leader's gRPC address in the `x-squadron-leader` metadata, so
 //! the client reconnects there instead of paying a forward on every call.
 
 mod agent;
 mod worker;
+mod worker_control;
 
 pub use agent::AgentGrpc;
 pub use worker::WorkerGrpc;
+pub use worker_control::WorkerControlGrpc;
 
 use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_BODY_METADATA_BYTES_MAX};
 use squadron_core::error_code::ErrorCode;

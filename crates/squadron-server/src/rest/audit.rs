@@ -9,9 +9,7 @@ use super::{json, page, query, read, AppState, QueryParams, RouteBook};
 use crate::error::ApiError;
 use squadron_api::{Access, AuditPage, AuditQuery};
 
-/// Records per page unless `limit` says otherwise, and the most one page holds.
-pub const AUDIT_PAGE_RECORDS_DEFAULT: usize = 100;
-pub const AUDIT_PAGE_RECORDS_MAX: usize = 1_000;
+use squadron_api::queries::AUDIT_PAGE_RECORDS_DEFAULT;
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -29,13 +27,8 @@ async fn list(
     State(node): State<AppState>,
     QueryParams(q): QueryParams<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
+    // In 1..=AUDIT_PAGE_RECORDS_MAX: the query's decoder refused anything else.
     let limit = q.limit.unwrap_or(AUDIT_PAGE_RECORDS_DEFAULT);
-    if limit == 0 || limit > AUDIT_PAGE_RECORDS_MAX {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("must be between 1 and {AUDIT_PAGE_RECORDS_MAX}, got {limit}"),
-        ));
-    }
     read(&node, q.consistency, |s| {
         let records: Vec<AuditRecord> = s.audit().after(q.after, limit + 1).cloned().collect();
         let (records, next_after) = page(records, limit, |r| r.seq);

@@ -14,7 +14,7 @@ use squadron_api::{
 use squadron_core::command as cmd;
 use squadron_core::credential::SealedSecret;
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::{CredentialId, TaskId};
+use squadron_core::ids::{CredentialId, IdempotencyKey, TaskId};
 use squadron_core::response::GrantedCredential;
 use squadron_core::{Command, Outcome};
 use squadron_pki::DataKey;
@@ -169,13 +169,26 @@ async fn grant(
     JsonBody(b): JsonBody<GrantCredentialLease>,
 ) -> Result<Json<CredentialLeaseGrant>, ApiError> {
     let task: TaskId = parse_id("task_id", &id)?;
-    let key = data_key(&node)?;
+    let key = super::idempotency_key(&headers)?;
+    grant_lease(&node, &caller, key, task, b).await.map(Json)
+}
+
+/// Records the lease, then opens the values it grants with the cluster's data key (REST and
+/// gRPC `WorkerControl`).
+pub(crate) async fn grant_lease(
+    node: &AppState,
+    caller: &Caller,
+    idempotency: Option<IdempotencyKey>,
+    task: TaskId,
+    b: GrantCredentialLease,
+) -> Result<CredentialLeaseGrant, ApiError> {
+    let key = data_key(node)?;
     let command = Command::GrantCredentialLease(cmd::GrantCredentialLease {
         task,
         worker: b.worker,
         attempt: b.attempt,
     });
-    let Json(outcome) = write(&node, &caller, &headers, command).await?;
+    let outcome = super::write_keyed(node, caller.subject()?, idempotency, command).await?;
     let Outcome::CredentialLeaseGranted {
         lease,
         session,
@@ -190,11 +203,11 @@ async fn grant(
         .iter()
         .map(|g| open(key, g))
         .collect::<Result<_, _>>()?;
-    Ok(Json(CredentialLeaseGrant {
+    Ok(CredentialLeaseGrant {
         lease,
         session,
         credentials,
-    }))
+    })
 }
 
 fn open(key: &DataKey, granted: &GrantedCredential) -> Result<LeasedValue, ApiError> {

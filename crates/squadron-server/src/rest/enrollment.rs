@@ -14,7 +14,7 @@ use squadron_api::{
 };
 use squadron_core::access::{BootstrapPurpose, CertSerial, Identity, TokenId};
 use squadron_core::command as cmd;
-use squadron_core::ids::{Digest, WorkerId};
+use squadron_core::ids::{Digest, IdempotencyKey, WorkerId};
 use squadron_core::limits::{BOOTSTRAP_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MIN};
 use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
@@ -141,7 +141,7 @@ async fn enroll(
     let subject = squadron_core::access::Subject::Node(node.id);
     let Json(outcome) = write_as(&node, subject, &headers, command).await?;
     match outcome {
-        Outcome::Enrolled { serial, .. } => signed.answer(&serial),
+        Outcome::Enrolled { serial, .. } => signed.answer(&serial).map(Json),
         other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
     }
 }
@@ -154,14 +154,28 @@ async fn renew(
     JsonBody(b): JsonBody<RenewCertificate>,
 ) -> Result<Json<Enrolled>, ApiError> {
     let worker: WorkerId = parse_id("worker_id", &id)?;
-    let signed = sign(&node, &worker, &b.csr_pem, &b.hosts)?;
+    let key = super::idempotency_key(&headers)?;
+    renew_certificate(&node, &caller, key, worker, b)
+        .await
+        .map(Json)
+}
+
+/// Signs the worker's new key and records the certificate; answered once the record is
+/// applied (REST and gRPC `WorkerControl`).
+pub(crate) async fn renew_certificate(
+    node: &AppState,
+    caller: &Caller,
+    key: Option<IdempotencyKey>,
+    worker: WorkerId,
+    b: RenewCertificate,
+) -> Result<Enrolled, ApiError> {
+    let signed = sign(node, &worker, &b.csr_pem, &b.hosts)?;
     let command = Command::RecordCertificate(cmd::RecordCertificate {
         identity: Identity::Worker(worker),
         serial: signed.serial.clone(),
         not_after_ms: signed.not_after_ms,
     });
-    let Json(outcome) = write(&node, &caller, &headers, command).await?;
-    match outcome {
+    match super::write_keyed(node, caller.subject()?, key, command).await? {
         Outcome::CertificateRecorded { serial, .. } => signed.answer(&serial),
         other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
     }
@@ -177,18 +191,18 @@ struct Signed {
 impl Signed {
     /// The answer, if the applied record is this certificate's (a keyed retry's outcome
     /// names the first request's certificate, whose key this request does not hold).
-    fn answer(self, recorded: &CertSerial) -> Result<Json<Enrolled>, ApiError> {
+    fn answer(self, recorded: &CertSerial) -> Result<Enrolled, ApiError> {
         if *recorded != self.serial {
             return Err(ApiError::internal(format!(
                 "the applied record names certificate {recorded}, not the one signed here"
             )));
         }
-        Ok(Json(Enrolled {
+        Ok(Enrolled {
             cert_pem: self.cert.cert_pem,
             ca_pem: self.cert.ca_pem,
             serial: self.serial.to_string(),
             not_after_ms: self.not_after_ms,
-        }))
+        })
     }
 }
 

@@ -173,20 +173,19 @@ async fn acquire(
     Path(id): Path<String>,
     JsonBody(b): JsonBody<AcquireLease>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let profile = profile_id(&id)?;
-    write(
-        &node,
-        &caller,
-        &headers,
-        Command::AcquireLease(cmd::AcquireLease {
-            profile,
-            expected_generation: b.expected_generation,
-            provider: b.provider,
-            holder: b.holder,
-            ttl_ms: b.ttl_ms,
-        }),
-    )
-    .await
+    let command = acquire_command(profile_id(&id)?, b);
+    write(&node, &caller, &headers, command).await
+}
+
+/// The command REST and gRPC (`WorkerControl`) propose for an acquire.
+pub(crate) fn acquire_command(profile: ProfileId, b: AcquireLease) -> Command {
+    Command::AcquireLease(cmd::AcquireLease {
+        profile,
+        expected_generation: b.expected_generation,
+        provider: b.provider,
+        holder: b.holder,
+        ttl_ms: b.ttl_ms,
+    })
 }
 
 async fn get_lease(
@@ -195,13 +194,13 @@ async fn get_lease(
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<RuntimeLease>, ApiError> {
     let id = lease_id(&id)?;
-    read(&node, q.consistency, |s| {
-        s.lease(id)
-            .cloned()
-            .map(Json)
-            .ok_or_else(|| ApiError::not_found(format!("lease {id} not found")))
-    })
-    .await
+    read(&node, q.consistency, |s| lease_of(s, id).map(Json)).await
+}
+
+pub(crate) fn lease_of(s: &squadron_core::State, id: LeaseId) -> Result<RuntimeLease, ApiError> {
+    s.lease(id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("lease {id} not found")))
 }
 
 async fn project_leases(
@@ -257,14 +256,13 @@ async fn release(
     Path(id): Path<String>,
     JsonBody(b): JsonBody<LeaseFence>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let fence = token(b.profile, lease_id(&id)?, b.generation);
-    write(
-        &node,
-        &caller,
-        &headers,
-        Command::ReleaseLease(cmd::ReleaseLease { fence }),
-    )
-    .await
+    let command = release_command(lease_id(&id)?, b);
+    write(&node, &caller, &headers, command).await
+}
+
+pub(crate) fn release_command(lease: LeaseId, b: LeaseFence) -> Command {
+    let fence = token(b.profile, lease, b.generation);
+    Command::ReleaseLease(cmd::ReleaseLease { fence })
 }
 
 async fn fence(
@@ -352,8 +350,12 @@ async fn takeover(
     Path(id): Path<String>,
     JsonBody(b): JsonBody<Takeover>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let profile = profile_id(&id)?;
-    let command = match b {
+    let command = takeover_command(profile_id(&id)?, b);
+    write(&node, &caller, &headers, command).await
+}
+
+pub(crate) fn takeover_command(profile: ProfileId, b: Takeover) -> Command {
+    match b {
         Takeover::Graceful(g) => {
             let GracefulTakeover {
                 lease,
@@ -378,8 +380,7 @@ async fn takeover(
                 .reap_evidence
                 .map(|e| reap_evidence(e, c.lease, c.generation)),
         }),
-    };
-    write(&node, &caller, &headers, command).await
+    }
 }
 
 async fn commit_capsule(
@@ -409,12 +410,16 @@ async fn capsules(
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<Vec<ContinuityCapsule>>, ApiError> {
     let id = profile_id(&id)?;
-    read(&node, q.consistency, |s| {
-        s.profile(id)
-            .map(|p| Json(p.capsules.iter().cloned().collect()))
-            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
-    })
-    .await
+    read(&node, q.consistency, |s| capsules_of(s, id).map(Json)).await
+}
+
+pub(crate) fn capsules_of(
+    s: &squadron_core::State,
+    id: ProfileId,
+) -> Result<Vec<ContinuityCapsule>, ApiError> {
+    s.profile(id)
+        .map(|p| p.capsules.iter().cloned().collect())
+        .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
 }
 
 async fn post_message(
@@ -445,13 +450,13 @@ async fn mailbox(
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<Mailbox>, ApiError> {
     let id = profile_id(&id)?;
-    read(&node, q.consistency, |s| {
-        s.mailbox(id)
-            .cloned()
-            .map(Json)
-            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
-    })
-    .await
+    read(&node, q.consistency, |s| mailbox_of(s, id).map(Json)).await
+}
+
+pub(crate) fn mailbox_of(s: &squadron_core::State, id: ProfileId) -> Result<Mailbox, ApiError> {
+    s.mailbox(id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
 }
 
 async fn ack(
@@ -461,15 +466,13 @@ async fn ack(
     Path(id): Path<String>,
     JsonBody(b): JsonBody<AckMessages>,
 ) -> Result<Json<Outcome>, ApiError> {
-    let profile = profile_id(&id)?;
-    write(
-        &node,
-        &caller,
-        &headers,
-        Command::AckMessages(cmd::AckMessages {
-            fence: token(profile, b.lease, b.generation),
-            through_seq: b.through_seq,
-        }),
-    )
-    .await
+    let command = ack_command(profile_id(&id)?, b);
+    write(&node, &caller, &headers, command).await
+}
+
+pub(crate) fn ack_command(profile: ProfileId, b: AckMessages) -> Command {
+    Command::AckMessages(cmd::AckMessages {
+        fence: token(profile, b.lease, b.generation),
+        through_seq: b.through_seq,
+    })
 }

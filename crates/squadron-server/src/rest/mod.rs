@@ -6,13 +6,13 @@ mod agents;
 mod audit;
 mod browser_guard;
 mod cluster;
-mod credentials;
-mod enrollment;
+pub(crate) mod credentials;
+pub(crate) mod enrollment;
 mod extract;
-mod leases;
-mod projects;
+pub(crate) mod leases;
+pub(crate) mod projects;
 mod task_output;
-mod tasks;
+pub(crate) mod tasks;
 mod tokens;
 mod workers;
 
@@ -63,6 +63,8 @@ pub struct Input {
     pub query: Option<fn(&mut SchemaGenerator) -> Schema>,
     /// The body may be YAML too (the same document).
     pub yaml: bool,
+    /// The body may be left out (empty: every field its default).
+    pub optional: bool,
 }
 
 impl Input {
@@ -71,11 +73,20 @@ impl Input {
         body: None,
         query: None,
         yaml: false,
+        optional: false,
     };
 
     /// The body is accepted as YAML as well as JSON.
     pub fn or_yaml(self) -> Self {
         Self { yaml: true, ..self }
+    }
+
+    /// The body may be left out.
+    pub fn optional(self) -> Self {
+        Self {
+            optional: true,
+            ..self
+        }
     }
 }
 
@@ -85,6 +96,7 @@ pub fn body<T: JsonSchema>() -> Input {
         body: Some(|generator| generator.subschema_for::<T>()),
         query: None,
         yaml: false,
+        optional: false,
     }
 }
 
@@ -94,6 +106,7 @@ pub fn query<T: JsonSchema>() -> Input {
         body: None,
         query: Some(T::json_schema),
         yaml: false,
+        optional: false,
     }
 }
 
@@ -106,6 +119,8 @@ pub struct Answer {
     pub schema: Option<fn(&mut SchemaGenerator) -> Schema>,
     /// `true` for a WebSocket upgrade (101) instead of a 200.
     pub upgrade: bool,
+    /// The success status: "200", or "201" for a route that makes something.
+    pub status: &'static str,
 }
 
 impl Answer {
@@ -114,6 +129,15 @@ impl Answer {
             media_type,
             schema: None,
             upgrade: false,
+            status: "200",
+        }
+    }
+
+    /// Answered with 201 Created.
+    pub fn created(self) -> Self {
+        Self {
+            status: "201",
+            ..self
         }
     }
 
@@ -131,6 +155,7 @@ pub fn json<T: JsonSchema>() -> Answer {
         media_type: "application/json",
         schema: Some(|generator| generator.subschema_for::<T>()),
         upgrade: false,
+        status: "200",
     }
 }
 
@@ -312,8 +337,18 @@ pub async fn write_as(
     command: Command,
 ) -> Result<Json<Outcome>, ApiError> {
     let key = idempotency_key(headers)?;
+    write_keyed(node, subject, key, command).await.map(Json)
+}
+
+/// [`write_as`] with the idempotency key already read (gRPC carries it in metadata).
+pub async fn write_keyed(
+    node: &ControlNode,
+    subject: squadron_core::access::Subject,
+    key: Option<IdempotencyKey>,
+    command: Command,
+) -> Result<Outcome, ApiError> {
     match node.write(subject, command, key).await? {
-        Response::Ok(outcome) => Ok(Json(outcome)),
+        Response::Ok(outcome) => Ok(outcome),
         Response::Rejected(r) => Err(r.into()),
     }
 }

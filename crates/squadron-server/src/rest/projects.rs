@@ -176,7 +176,7 @@ pub(super) fn project_key(tenant: &str, project: &str) -> Result<(TenantId, Proj
     Ok((parse_id("tenant", tenant)?, parse_id("project", project)?))
 }
 
-fn find_project<'a>(
+pub(crate) fn find_project<'a>(
     state: &'a squadron_core::State,
     key: &(TenantId, ProjectId),
 ) -> Result<&'a Project, ApiError> {
@@ -228,19 +228,18 @@ async fn attach_sandbox(
     JsonBody(b): JsonBody<AttachSandbox>,
 ) -> Result<Json<Outcome>, ApiError> {
     let (tenant, project) = project_key(&tenant, &project)?;
-    write(
-        &node,
-        &caller,
-        &headers,
-        Command::AttachSandbox(cmd::AttachSandbox {
-            tenant,
-            project,
-            worker: b.worker,
-            runtime: b.runtime,
-            sandbox_ref: b.sandbox_ref,
-        }),
-    )
-    .await
+    let command = attach_command(tenant, project, b);
+    write(&node, &caller, &headers, command).await
+}
+
+pub(crate) fn attach_command(tenant: TenantId, project: ProjectId, b: AttachSandbox) -> Command {
+    Command::AttachSandbox(cmd::AttachSandbox {
+        tenant,
+        project,
+        worker: b.worker,
+        runtime: b.runtime,
+        sandbox_ref: b.sandbox_ref,
+    })
 }
 
 async fn detach_sandbox(
@@ -326,13 +325,7 @@ async fn get_profile(
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<AgentProfile>, ApiError> {
     let id = profile_id(&id)?;
-    read(&node, q.consistency, |s| {
-        s.profile(id)
-            .cloned()
-            .map(Json)
-            .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
-    })
-    .await
+    read(&node, q.consistency, |s| profile_of(s, id).map(Json)).await
 }
 
 async fn set_capabilities(
@@ -417,4 +410,13 @@ async fn check_mcp(
         }))
     })
     .await
+}
+
+pub(crate) fn profile_of(
+    s: &squadron_core::State,
+    id: ProfileId,
+) -> Result<AgentProfile, ApiError> {
+    s.profile(id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("profile {id} not found")))
 }

@@ -23,10 +23,7 @@ use squadron_api::{
 };
 use squadron_core::access::AgentIdentity;
 
-/// Tasks one list call returns unless it asks for fewer.
-pub const TASK_LIST_LIMIT_DEFAULT: usize = 100;
-/// Most tasks one list call returns.
-pub const TASK_LIST_LIMIT_MAX: usize = 1_000;
+use squadron_api::queries::TASK_LIST_LIMIT_DEFAULT;
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -146,13 +143,8 @@ async fn list(
         .as_deref()
         .map(|s| TaskState::parse("state", s))
         .transpose()?;
+    // In 1..=TASK_LIST_LIMIT_MAX: the query's decoder refused anything else.
     let limit = q.limit.unwrap_or(TASK_LIST_LIMIT_DEFAULT);
-    if limit == 0 || limit > TASK_LIST_LIMIT_MAX {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("must be between 1 and {TASK_LIST_LIMIT_MAX}, got {limit}"),
-        ));
-    }
     let after = q.after.unwrap_or(0);
     let parent = q.parent.as_deref();
     let parent = parent
@@ -199,13 +191,13 @@ async fn get_task(
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<Task>, ApiError> {
     let id = task_id(&id)?;
-    read(&node, q.consistency, |s| {
-        s.task(id)
-            .cloned()
-            .map(Json)
-            .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))
-    })
-    .await
+    read(&node, q.consistency, |s| task_of(s, id).map(Json)).await
+}
+
+pub(crate) fn task_of(s: &squadron_core::State, id: TaskId) -> Result<Task, ApiError> {
+    s.task(id)
+        .cloned()
+        .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))
 }
 
 async fn cancel(

@@ -2,7 +2,6 @@
 //! renewed again when their leaf is populated, reported crashed when not. A fenced lease's
 //! process runs without authority: it is adopted to be stopped.
 
-use squadron_client::Consistency;
 use squadron_core::lease::{LeaseState, RuntimeLease};
 
 use crate::agent::attempt::AgentAttempt;
@@ -16,37 +15,10 @@ impl AgentSupervisor {
     /// Adopts what this worker's leases left running; the number of attempts adopted.
     pub(crate) async fn adopt_all(&self) -> Result<usize, AgentError> {
         let _op = self.inner.ops.lock().await;
-        let projects = self
-            .inner
-            .control
-            .list_projects(Consistency::Linearizable)
-            .await?;
         let mut adopted = 0;
-        for summary in projects {
-            let project = self
-                .inner
-                .control
-                .get_project(&summary.tenant, &summary.project, Consistency::Linearizable)
-                .await?;
-            let ours = project
-                .sandbox
-                .as_ref()
-                .is_some_and(|s| s.worker == self.inner.worker);
-            if !ours {
-                continue;
-            }
-            let leases = self
-                .inner
-                .control
-                .list_leases(&summary.tenant, &summary.project, Consistency::Linearizable)
-                .await?;
-            for lease in leases
-                .into_iter()
-                .filter(|l| l.state.holds_slot() && l.holder.worker == self.inner.worker)
-            {
-                if self.adopt_lease(lease).await? {
-                    adopted += 1;
-                }
+        for lease in self.inner.control.held_leases().await? {
+            if self.adopt_lease(lease).await? {
+                adopted += 1;
             }
         }
         Ok(adopted)

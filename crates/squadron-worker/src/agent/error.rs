@@ -4,7 +4,7 @@
 //! answer reads the same as one from a control node: the agent API sends it as the client's
 //! `ErrorBody`.
 
-use squadron_client::{ClientError, ErrorBody};
+use squadron_client::ErrorBody;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::Rejection;
 
@@ -65,21 +65,6 @@ impl AgentError {
     pub(crate) fn context(mut self, doing: &str) -> Self {
         self.message = format!("{doing}: {}", self.message);
         self
-    }
-}
-
-impl From<ClientError> for AgentError {
-    fn from(e: ClientError) -> Self {
-        match e {
-            ClientError::Api { body, .. } => AgentError {
-                code: body.code,
-                message: body.message,
-                field: body.field,
-                rejection: body.rejection,
-            },
-            ClientError::Invalid(m) => AgentError::new(ErrorCode::InvalidArgument, m),
-            other => AgentError::new(ErrorCode::Unavailable, format!("control plane: {other}")),
-        }
     }
 }
 

@@ -1,12 +1,15 @@
 //! The Git broker's fence, checked against the control plane: a commit is allowed only for the
 //! profile's live lease, at the profile's current generation, while that lease is active and
-//! unexpired. Reads are linearizable (ReadIndex through the leader), so a lease fenced or
-//! superseded before the check is seen as such.
+//! unexpired. The leader decides (`CheckFence`, the core's own fence check under a
+//! linearizable read), so a lease fenced or superseded before the check is seen as such.
 
-use squadron_client::{ClientError, Consistency, SquadronClient};
-use squadron_core::ids::{LeaseId, ProfileId};
-use squadron_core::lease::LeaseState;
+use squadron_core::error_code::ErrorCode;
+use squadron_core::ids::{Generation, LeaseId, ProfileId};
+use squadron_core::lease::FencingToken;
+use squadron_core::Rejection;
 use squadron_isolation::{BrokerError, FenceCheck, FenceFuture, FenceVerdict};
+
+use crate::control_link::{CallError, ControlLink};
 
 /// Margin before a lease's expiry after which commits are already refused: a commit must not
 /// race the sweep that fences the lease.
@@ -14,12 +17,21 @@ pub(crate) const FENCE_EXPIRY_MARGIN_MS: u64 = 1_000;
 
 #[derive(Debug, Clone)]
 pub struct ControlFence {
-    client: SquadronClient,
+    control: ControlLink,
 }
 
 impl ControlFence {
-    pub fn new(client: SquadronClient) -> Self {
-        Self { client }
+    pub(crate) fn new(control: ControlLink) -> Self {
+        Self { control }
+    }
+
+    /// A fence asked of the leader as the worker `config` names, under its certificate (a
+    /// broker outside a running worker: tests, tools).
+    pub fn for_worker(
+        config: &crate::WorkerConfig,
+        tls: squadron_pki::TlsIdentity,
+    ) -> Result<Self, crate::WorkerError> {
+        ControlLink::new(config.clone(), tls).map(Self::new)
     }
 
     async fn verdict(
@@ -28,84 +40,44 @@ impl ControlFence {
         lease: u64,
         generation: u64,
     ) -> Result<FenceVerdict, BrokerError> {
-        let (Ok(profile_id), Ok(lease_id)) = (ProfileId::new(profile), LeaseId::new(lease)) else {
+        let (Ok(profile), Ok(lease)) = (ProfileId::new(profile), LeaseId::new(lease)) else {
             return stale(None, "profile and lease ids must be positive".into());
         };
-        let p = match self
-            .client
-            .get_profile(profile_id, Consistency::Linearizable)
-            .await
-        {
-            Ok(p) => p,
-            Err(e) if is_not_found(&e) => {
-                return stale(None, format!("profile {profile} does not exist"))
-            }
-            Err(e) => return Err(BrokerError::FenceUnavailable(e.to_string())),
+        let token = FencingToken {
+            profile,
+            lease,
+            generation: Generation::new(generation),
         };
-        let current = p.generation.get();
-        if current != generation {
-            return stale(
-                Some(current),
-                format!(
-                    "generation {generation} is not the profile's current generation {current}"
-                ),
-            );
-        }
-        if p.live_lease != Some(lease_id) {
-            return stale(
-                Some(current),
-                format!("lease {lease} is not the profile's live lease"),
-            );
-        }
-        self.lease_verdict(profile_id, lease_id, current).await
-    }
-
-    /// The second half of the check, once the profile names `lease` its live lease at the
-    /// current generation: the lease itself must agree, be active, and not about to expire.
-    async fn lease_verdict(
-        &self,
-        profile: ProfileId,
-        lease: LeaseId,
-        current: u64,
-    ) -> Result<FenceVerdict, BrokerError> {
-        let l = match self
-            .client
-            .get_lease(lease, Consistency::Linearizable)
-            .await
-        {
-            Ok(l) => l,
-            Err(e) if is_not_found(&e) => {
-                return stale(Some(current), format!("lease {lease} does not exist"))
+        let writer = match self.control.check_fence(token).await {
+            Ok(w) => w,
+            Err(CallError::Refused(body)) => return refused(body),
+            Err(e @ CallError::Unanswered(_)) => {
+                return Err(BrokerError::FenceUnavailable(e.to_string()))
             }
-            Err(e) => return Err(BrokerError::FenceUnavailable(e.to_string())),
         };
-        if l.profile != profile || l.generation.get() != current {
-            return stale(
-                Some(current),
-                format!("lease {lease} belongs to another profile or generation"),
-            );
-        }
-        if !matches!(l.state, LeaseState::Active) {
-            return stale(
-                Some(current),
-                format!("lease {lease} is {}", l.state.name()),
-            );
-        }
         // Both clocks must agree the lease is alive: the cluster's (leader-stamped) and ours.
-        let cluster_now = self
-            .client
-            .cluster_status(Consistency::Stale)
-            .await
-            .map(|s| s.clock_ms)
-            .unwrap_or(0);
-        let now = cluster_now.max(squadron_client::now_ms());
-        if now + FENCE_EXPIRY_MARGIN_MS >= l.expires_at_ms {
+        let now = writer.clock_ms.max(squadron_client::now_ms());
+        let expires_at_ms = writer.lease.expires_at_ms;
+        if now + FENCE_EXPIRY_MARGIN_MS >= expires_at_ms {
             return stale(
-                Some(current),
-                format!("lease {lease} expires at {} ms", l.expires_at_ms),
+                Some(writer.lease.generation.get()),
+                format!("lease {lease} expires at {expires_at_ms} ms"),
             );
         }
         Ok(FenceVerdict::Current)
+    }
+}
+
+/// The leader's refusal: stale with what it names (a fenced token, an expired lease, an
+/// unknown profile or lease); anything else leaves the question unanswered.
+fn refused(body: squadron_api::ErrorBody) -> Result<FenceVerdict, BrokerError> {
+    match body.rejection {
+        Some(Rejection::Fenced {
+            current_generation, ..
+        }) => stale(Some(current_generation.get()), body.message),
+        Some(_) => stale(None, body.message),
+        None if body.code == ErrorCode::NotFound => stale(None, body.message),
+        None => Err(BrokerError::FenceUnavailable(body.message)),
     }
 }
 
@@ -114,10 +86,6 @@ fn stale(current_generation: Option<u64>, reason: String) -> Result<FenceVerdict
         current_generation,
         reason,
     })
-}
-
-fn is_not_found(e: &ClientError) -> bool {
-    matches!(e, ClientError::Api { status: 404, .. })
 }
 
 impl FenceCheck for ControlFence {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_client::types::AcquireLease;
-use squadron_client::{Consistency, LaunchAgent};
+use squadron_client::LaunchAgent;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{Generation, ProfileId};
@@ -102,7 +102,7 @@ impl AgentSupervisor {
         let outcome = self
             .inner
             .control
-            .acquire_lease(id, &acquire, None)
+            .acquire_lease(id, &acquire)
             .await
             .map_err(|e| AgentError::from(e).context("acquiring the lease"))?;
         let Outcome::LeaseGranted(grant) = outcome else {
@@ -229,11 +229,7 @@ impl AgentSupervisor {
         let roster = self
             .inner
             .control
-            .roster(
-                &g.profile.tenant,
-                &g.profile.project,
-                Consistency::Linearizable,
-            )
+            .roster(&g.profile.tenant, &g.profile.project)
             .await?;
         let launch = self.agent_launch(&g, deadline, &roster)?;
         let broker_server = self.serve_broker(&g.sandbox, g.profile)?;

@@ -2,8 +2,8 @@
 //! writer, else ended by the reap evidence (fenced or expired). Whatever does not get
 //! through is owed and sent again by the tick loop, so no slot is ever left behind.
 
+use crate::control_link::CallError;
 use squadron_client::types::LeaseFence;
-use squadron_client::ClientError;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::lease::FencingToken;
 
@@ -23,14 +23,10 @@ impl AgentSupervisor {
             profile: token.profile,
             generation: token.generation,
         };
-        let released = self
-            .inner
-            .control
-            .release_lease(token.lease, &fence, None)
-            .await;
+        let released = self.inner.control.release_lease(token.lease, &fence).await;
         let (result, owed) = match released {
             Ok(_) => (Ok(()), None),
-            Err(ClientError::Api { .. }) => match self.record(token, &proof).await {
+            Err(CallError::Refused(_)) => match self.record(token, &proof).await {
                 Ok(()) => (Ok(()), None),
                 Err(e) => (Err(e.context("recording the reap evidence")), Some(proof)),
             },
@@ -58,7 +54,7 @@ impl AgentSupervisor {
     async fn record(&self, token: FencingToken, proof: &ReapProof) -> Result<(), AgentError> {
         match self
             .inner
-            .leader
+            .control
             .record_evidence(proof.record(&token))
             .await
         {
@@ -89,17 +85,12 @@ impl AgentSupervisor {
             profile: token.profile,
             generation: token.generation,
         };
-        match self
-            .inner
-            .control
-            .release_lease(token.lease, &fence, None)
-            .await
-        {
+        match self.inner.control.release_lease(token.lease, &fence).await {
             Ok(_) => Ok(()),
             // Refused: no longer the profile's active lease (fenced, ended). A fenced one is
             // ended by evidence; `reap_generation` supplies it for a generation that never
             // started.
-            Err(ClientError::Api { .. }) => Ok(()),
+            Err(CallError::Refused(_)) => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -122,7 +113,7 @@ impl AgentSupervisor {
         for (token, proof) in pending {
             let recorded = self
                 .inner
-                .leader
+                .control
                 .record_evidence(proof.record(&token))
                 .await;
             // Not expired yet: asked again next tick. Ended already: nothing to do.

@@ -9,7 +9,6 @@ use std::io::Write as _;
 use std::path::Path;
 
 use squadron_client::types::AckMessages;
-use squadron_client::Consistency;
 use squadron_core::lease::FencingToken;
 use squadron_core::mailbox::{MessageKind, MessagePayload};
 
@@ -40,12 +39,7 @@ impl AgentSupervisor {
             delivered_through: through,
             ..
         } = running;
-        let mailbox = match self
-            .inner
-            .control
-            .read_mailbox(token.profile, Consistency::Linearizable)
-            .await
-        {
+        let mailbox = match self.inner.control.read_mailbox(token.profile).await {
             Ok(m) => m,
             Err(e) => {
                 tracing::debug!(profile = %token.profile, error = %e, "mailbox not read");
@@ -96,12 +90,7 @@ impl AgentSupervisor {
             generation: token.generation,
             through_seq: seq,
         };
-        if let Err(e) = self
-            .inner
-            .control
-            .ack_messages(token.profile, &ack, None)
-            .await
-        {
+        if let Err(e) = self.inner.control.ack_messages(token.profile, &ack).await {
             tracing::debug!(profile = %token.profile, error = %e, "mailbox not acknowledged yet");
         }
     }

@@ -143,7 +143,7 @@ impl AgentSupervisor {
         let sent_at = squadron_client::now_ms();
         let answer = answer_of(
             self.inner
-                .leader
+                .control
                 .renew_leases(&tokens, config.lease_ttl_ms)
                 .await,
         );

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use squadron_client::{Consistency, StopAgent};
+use squadron_client::StopAgent;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{Generation, LeaseId, ProfileId};
 use squadron_core::lease::LeaseState;
@@ -110,7 +110,7 @@ impl AgentSupervisor {
             .reap_generation(&sandbox, &profile, old.generation)
             .await?;
         self.inner
-            .leader
+            .control
             .record_evidence(proof.record(&old.token()))
             .await
             .map_err(|e| AgentError::from(e).context("recording the reap evidence"))?;
@@ -223,11 +223,7 @@ impl AgentSupervisor {
             .into_iter()
             .chain(profile.fenced_unreaped.iter().copied());
         for id in candidates {
-            let lease = self
-                .inner
-                .control
-                .get_lease(id, Consistency::Linearizable)
-                .await?;
+            let lease = self.inner.control.get_lease(id).await?;
             if lease.generation == generation {
                 return Ok(id);
             }

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use squadron_client::types::AttachSandbox;
-use squadron_client::{Consistency, SandboxRepository, SquadronClient};
+use squadron_client::SandboxRepository;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{Generation, ProfileId, WorkerId};
@@ -85,11 +85,8 @@ pub(crate) struct Inner {
     /// The worker's sandbox limits; every attempt gets them (profiles carry none).
     pub(super) limits: SandboxDefaults,
     pub(super) runtime: AgentRuntime,
-    /// Reads and operator-side commands, REST to any node.
-    pub(super) control: SquadronClient,
-    /// Renewals and reap evidence, gRPC to the leader (the worker's one transport for what it
-    /// reports).
-    pub(super) leader: ControlLink,
+    /// Everything this supervisor asks of the control plane: gRPC to the leader.
+    pub(super) control: ControlLink,
     pub(super) broker: GitBroker,
     /// Operator operations run one at a time: each reads the profile, decides and commits,
     /// and two interleaved on one profile would decide on stale reads.
@@ -105,9 +102,8 @@ impl AgentSupervisor {
         config: AgentConfig,
         limits: SandboxDefaults,
         runtime: AgentRuntime,
-        leader: ControlLink,
+        control: ControlLink,
     ) -> Result<AgentSupervisor, WorkerError> {
-        let control = leader.rest().clone();
         config.validate()?;
         let fence = Arc::new(ControlFence::new(control.clone()));
         let broker = GitBroker::open(&data_dir.join("agent-broker"), fence)
@@ -120,7 +116,6 @@ impl AgentSupervisor {
                 limits,
                 runtime,
                 control,
-                leader,
                 broker,
                 ops: tokio::sync::Mutex::new(()),
                 registry: Mutex::new(Registry::default()),
@@ -190,7 +185,7 @@ impl AgentSupervisor {
     pub(super) async fn profile(&self, id: ProfileId) -> Result<AgentProfile, AgentError> {
         self.inner
             .control
-            .get_profile(id, Consistency::Linearizable)
+            .get_profile(id)
             .await
             .map_err(AgentError::from)
     }
@@ -199,11 +194,7 @@ impl AgentSupervisor {
         &self,
         id: ProfileId,
     ) -> Result<Option<ContinuityCapsule>, AgentError> {
-        let capsules = self
-            .inner
-            .control
-            .list_capsules(id, Consistency::Linearizable)
-            .await?;
+        let capsules = self.inner.control.list_capsules(id).await?;
         Ok(capsules.into_iter().max_by_key(|c| c.sequence))
     }
 
@@ -239,7 +230,7 @@ impl AgentSupervisor {
         let project = self
             .inner
             .control
-            .get_project(&profile.tenant, &profile.project, Consistency::Linearizable)
+            .get_project(&profile.tenant, &profile.project)
             .await?;
         if let Some(attached) = &project.sandbox {
             if attached.worker != self.inner.worker {
@@ -270,7 +261,7 @@ impl AgentSupervisor {
         };
         self.inner
             .control
-            .attach_sandbox(&profile.tenant, &profile.project, &attach, None)
+            .attach_sandbox(&profile.tenant, &profile.project, &attach)
             .await
             .map_err(|e| AgentError::from(e).context("attaching the sandbox"))?;
         self.registry().add_sandbox(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_client::types::{CrashTakeover, GracefulTakeover};
-use squadron_client::{ClientError, Consistency, LaunchAgent, TakeoverAgent, TakeoverKind};
+use squadron_client::{LaunchAgent, TakeoverAgent, TakeoverKind};
 use squadron_core::capsule::{CapsuleDraft, CapsulePayload, ContinuityCapsule};
 use squadron_core::command::NextHolder;
 use squadron_core::error_code::ErrorCode;
@@ -24,6 +24,7 @@ use crate::agent::launch::GrantedAttempt;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::state::{AgentState, ReapProof};
 use crate::agent::supervisor::{check_prompt, grant_token, unexpected, AgentSupervisor};
+use crate::control_link::CallError;
 
 /// Longest a crash takeover waits for the old lease to expire.
 pub(crate) const WAIT_FOR_EXPIRY_MS_MAX: u64 = 120_000;
@@ -116,12 +117,7 @@ impl AgentSupervisor {
             },
             old_reap_evidence: Some(proof.takeover_evidence()),
         };
-        let outcome = match self
-            .inner
-            .control
-            .takeover_graceful(id, &command, None)
-            .await
-        {
+        let outcome = match self.inner.control.takeover_graceful(id, &command).await {
             Ok(o) => o,
             Err(e) => {
                 // The old provider is gone; keep its evidence so the slot is freed once the
@@ -195,7 +191,7 @@ impl AgentSupervisor {
         let outcome = self
             .inner
             .control
-            .takeover_crash(id, &command, None)
+            .takeover_crash(id, &command)
             .await
             .map_err(|e| self.crash_refused(e, &old))?;
         let takeover = Takeover {
@@ -295,7 +291,7 @@ impl AgentSupervisor {
 
     /// The control plane's refusal of a crash takeover, with what to do when the old
     /// generation ran on another worker (only it can prove its cgroup empty).
-    fn crash_refused(&self, e: ClientError, old: &RuntimeLease) -> AgentError {
+    fn crash_refused(&self, e: CallError, old: &RuntimeLease) -> AgentError {
         let e = AgentError::from(e).context("crash takeover");
         if old.holder.worker == self.inner.worker {
             return e;
@@ -323,11 +319,7 @@ impl AgentSupervisor {
             .into_iter()
             .chain(profile.fenced_unreaped.iter().rev().copied());
         for id in candidates {
-            let lease = self
-                .inner
-                .control
-                .get_lease(id, Consistency::Linearizable)
-                .await?;
+            let lease = self.inner.control.get_lease(id).await?;
             if lease.generation == profile.generation && lease.state.holds_slot() {
                 return Ok(lease);
             }
@@ -342,11 +334,7 @@ impl AgentSupervisor {
     async fn wait_for_expiry(&self, lease: &RuntimeLease, wait_ms: u64) -> Result<(), AgentError> {
         let started = squadron_client::now_ms();
         loop {
-            let now = self
-                .inner
-                .control
-                .get_lease(lease.id, Consistency::Linearizable)
-                .await?;
+            let now = self.inner.control.get_lease(lease.id).await?;
             // Expiry is the leader's to judge (its sweep fences an expired lease); this
             // host's clock only says when to ask again.
             if now.state != LeaseState::Active {

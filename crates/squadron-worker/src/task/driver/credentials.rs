@@ -25,7 +25,6 @@ impl TaskDriver {
         let grant = self
             .ctx
             .control
-            .rest()
             .grant_credential_lease(self.task, &req)
             .await
             .map_err(|e| format!("credentials: {e}"))?;
