@@ -566,6 +566,45 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
     assert!(w["roster_deltas_delivered"].as_u64() > Some(0), "{ev:#}");
     assert_eq!(w["cgroup_leaves_left"], json!([]), "{ev:#}");
     assert_eq!(w["credential_files_left"], json!([]), "{ev:#}");
+
+    // The audit names the operator who asked for each relayed operation, beside the worker
+    // that then acted: a launch, both takeovers and the stop of agent-0.
+    let mut records: Vec<Value> = Vec::new();
+    let mut after = 0;
+    loop {
+        let page =
+            http_get(&format!("{url}/api/v1/audit?limit=1000&after={after}")).expect("audit");
+        records.extend(page["records"].as_array().expect("records").iter().cloned());
+        match page["next_after"].as_u64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let asked: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["command"] == "request_agent_operation")
+        .collect();
+    let by_operator = |target: &str| {
+        asked.iter().any(|r| {
+            r["target"].as_str().is_some_and(|t| t.starts_with(target))
+                && r["subject"].to_string().contains("operator")
+        })
+    };
+    for (profile, op) in [
+        (ids[0], "launch"),
+        (ids[0], "stop"),
+        (victim_id, "takeover"),
+    ] {
+        let target = format!("profile {profile}: {op} on worker");
+        assert!(by_operator(&target), "no operator's {target}: {asked:#?}");
+    }
+    let acted_by_worker = records
+        .iter()
+        .any(|r| r["command"] == "acquire_lease" && r["subject"].to_string().contains("worker"));
+    assert!(
+        acted_by_worker,
+        "the worker's acquires are its own: {records:#?}"
+    );
 }
 
 /// The worker dies (kill -9) while its provider runs: the provider stops itself once the

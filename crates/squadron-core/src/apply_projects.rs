@@ -5,8 +5,8 @@ use std::collections::{BTreeSet, VecDeque};
 
 use crate::access::Subject;
 use crate::command::{
-    AttachSandbox, CreateProfile, CreateProject, DetachSandbox, GrantMcpUse, RevokeMcpUse,
-    SetCapabilityManifest,
+    AttachSandbox, CreateProfile, CreateProject, DetachSandbox, GrantMcpUse, RequestAgentOperation,
+    RevokeMcpUse, SetCapabilityManifest,
 };
 use crate::lease::check_descriptor;
 use crate::limits::{
@@ -62,6 +62,27 @@ fn check_providers(providers: &[Provider]) -> Result<(), Rejection> {
 }
 
 impl State {
+    /// An operator's agent request, for the audit: the profile must exist, and only an
+    /// operator (or an old entry) asks — a worker's or an agent's own acts are recorded as
+    /// theirs, under their own commands.
+    pub(crate) fn request_agent_operation(
+        &mut self,
+        subject: &Subject,
+        c: RequestAgentOperation,
+    ) -> Result<Outcome, Rejection> {
+        if !matches!(
+            subject,
+            Subject::Operator(_) | Subject::System | Subject::Legacy
+        ) {
+            return Err(Rejection::denied(format!(
+                "only an operator asks for an agent {}, not {subject}",
+                c.operation.as_str()
+            )));
+        }
+        self.profile_ref(c.profile)?;
+        Ok(Outcome::AgentOperationRequested)
+    }
+
     pub(crate) fn create_project(
         &mut self,
         now: u64,

@@ -181,6 +181,8 @@ pub enum Outcome {
         credentials: Vec<GrantedCredential>,
     },
     WorkerPolicySet,
+    /// Recorded for the audit; the node relays the request to the worker next.
+    AgentOperationRequested,
 }
 
 /// One value of a granted lease, still sealed.

@@ -218,6 +218,7 @@ impl State {
             C::RevokeCredential(c) => self.revoke_credential(now, s, c),
             C::GrantCredentialLease(c) => self.grant_credential_lease(now, s, c),
             C::SetWorkerPolicy(c) => self.set_worker_policy(s, c),
+            C::RequestAgentOperation(c) => self.request_agent_operation(s, c),
         };
         result.into()
     }

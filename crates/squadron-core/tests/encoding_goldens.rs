@@ -76,6 +76,7 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("revoke_credential", r#"{"revoke_credential":{"id":"cred_a"}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642406637265645f61"),
     ("grant_credential_lease", r#"{"grant_credential_lease":{"task":7,"worker":"w1","attempt":1}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464250702773101"),
     ("set_worker_policy", r#"{"set_worker_policy":{"worker":"w1","policy":{"network_modes":["isolated","outbound"],"full_control":false,"repository_sources":["https","ssh","local"],"cpus_max":4,"memory_bytes_max":null,"disk_bytes_max":null}}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646426027731020001000300020401040000"),
+    ("request_agent_operation", r#"{"request_agent_operation":{"profile":5,"operation":"takeover","worker":"w1"}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464270501027731"),
 
 ];
 
@@ -348,6 +349,7 @@ const VARIANTS: &[&str] = &[
     "revoke_credential",
     "grant_credential_lease",
     "set_worker_policy",
+    "request_agent_operation",
 ];
 
 fn new_command(json: &str) -> Command {

@@ -8,6 +8,7 @@
 //! ledger keeps.
 
 mod access;
+mod agents;
 mod batch;
 mod credentials;
 mod leases;
@@ -25,6 +26,7 @@ pub use access::{
     CreateOperatorToken, Enroll, MintBootstrapToken, RecordCertificate, RevokeIdentity,
     RevokeOperatorToken,
 };
+pub use agents::{AgentOperation, RequestAgentOperation};
 pub use batch::{Batch, BatchedCommand};
 pub use credentials::{GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential};
 pub use leases::{
@@ -120,6 +122,9 @@ pub enum Command {
 
     // --- worker policy -----------------------------------------------------------------------
     SetWorkerPolicy(SetWorkerPolicy),
+
+    // --- the agent facade ------------------------------------------------------------------
+    RequestAgentOperation(RequestAgentOperation),
 }
 
 impl Command {
@@ -165,6 +170,7 @@ impl Command {
             Command::RevokeCredential(_) => "revoke_credential",
             Command::GrantCredentialLease(_) => "grant_credential_lease",
             Command::SetWorkerPolicy(_) => "set_worker_policy",
+            Command::RequestAgentOperation(_) => "request_agent_operation",
         }
     }
 
@@ -229,6 +235,12 @@ impl Command {
             C::RevokeCredential(c) => format!("credential {}", c.id),
             C::GrantCredentialLease(c) => format!("task {}", c.task),
             C::SetWorkerPolicy(c) => format!("worker {}", c.worker),
+            C::RequestAgentOperation(c) => format!(
+                "profile {}: {} on worker {}",
+                c.profile,
+                c.operation.as_str(),
+                c.worker
+            ),
         }
     }
 }

@@ -673,3 +673,50 @@ fn a_version_1_snapshot_decodes_with_an_empty_trust_state() {
     });
     assert_eq!(entry[0], 2);
 }
+
+#[test]
+fn an_operators_agent_request_is_audited_and_changes_nothing_else() {
+    let (mut fx, admin) = fx_with_admin();
+    let profile = fx.profile("agent-a");
+    let ask = |operation| {
+        Command::RequestAgentOperation(RequestAgentOperation {
+            profile,
+            operation,
+            worker: worker(),
+        })
+    };
+    let before = fx.state.clone();
+    assert_eq!(
+        fx.ok_as(&admin, ask(AgentOperation::Takeover)),
+        Outcome::AgentOperationRequested
+    );
+    let last = fx
+        .state
+        .audit()
+        .after(0, usize::MAX)
+        .last()
+        .cloned()
+        .unwrap();
+    assert_eq!(last.subject, admin);
+    assert_eq!(last.command, "request_agent_operation");
+    assert_eq!(
+        last.target,
+        format!("profile {profile}: takeover on worker {}", worker())
+    );
+    // Only the audit moved: the profile, its leases and the rest are as they were.
+    assert_eq!(fx.state.profile(profile), before.profile(profile));
+    assert_eq!(fx.state.leases().count(), before.leases().count());
+    // The worker's and the agent's own acts are theirs; a profile that does not exist is
+    // refused (and `rejected_as` checks that nothing changed).
+    let r = fx.rejected_as(&Subject::Worker(worker()), ask(AgentOperation::Launch));
+    assert_eq!(r.code(), ErrorCode::PermissionDenied);
+    let agent = Subject::Agent(AgentIdentity::Task(TaskId::new(1).unwrap()));
+    let r = fx.rejected_as(&agent, ask(AgentOperation::Stop));
+    assert_eq!(r.code(), ErrorCode::PermissionDenied);
+    let missing = Command::RequestAgentOperation(RequestAgentOperation {
+        profile: crate::ids::ProfileId::new(999).unwrap(),
+        operation: AgentOperation::Reap,
+        worker: worker(),
+    });
+    assert_eq!(fx.rejected_as(&admin, missing).code(), ErrorCode::NotFound);
+}

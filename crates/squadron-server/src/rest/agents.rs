@@ -4,22 +4,28 @@
 //! A node decides nothing here. It finds the worker that holds the project's sandbox
 //! (INV-1) in the replicated state and relays the request to that worker's
 //! `/worker/v1/agents/…`; the worker acquires, renews, fences and takes over leases through
-//! the control plane like any other client, so every decision is a replicated command.
+//! the control plane like any other client, so every decision is a replicated command. Before
+//! relaying, the node records who asked (`RequestAgentOperation`), so the audit names the
+//! operator and not only the worker that acted.
 
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Json;
 use squadron_api::agents::{ProjectEvidence, WorkerEvidence};
+use squadron_core::command::{AgentOperation, RequestAgentOperation};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
+use squadron_core::Command;
 
 use super::task_output::WorkerRelay;
-use super::{body, json, parse_id, read, AppState, Input, RouteBook};
+use super::{body, json, parse_id, read, write, AppState, Input, RouteBook};
+use crate::authz::Caller;
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{Access, Scope};
@@ -98,7 +104,7 @@ async fn sandbox_worker(
     node: &AppState,
     id: ProfileId,
     named: Option<WorkerId>,
-) -> Result<WorkerRelay, ApiError> {
+) -> Result<(WorkerId, WorkerRelay), ApiError> {
     let (worker, address) = read(node, Consistency::Linearizable, |s| {
         let p = s
             .profile(id)
@@ -126,7 +132,26 @@ async fn sandbox_worker(
         Ok((worker.clone(), w.address.clone()))
     })
     .await?;
-    WorkerRelay::new(node, &worker, &address)
+    let relay = WorkerRelay::new(node, &worker, &address)?;
+    Ok((worker, relay))
+}
+
+/// Records who asked for `operation` before the request is relayed: the worker's commands
+/// that follow are its own, so this record is how the audit names the operator.
+async fn record_request(
+    node: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    profile: ProfileId,
+    operation: AgentOperation,
+    worker: &WorkerId,
+) -> Result<(), ApiError> {
+    let command = Command::RequestAgentOperation(RequestAgentOperation {
+        profile,
+        operation,
+        worker: worker.clone(),
+    });
+    write(node, caller, headers, command).await.map(|_| ())
 }
 
 async fn relay(
@@ -184,7 +209,7 @@ fn check_body(bytes: &Bytes) -> Result<(), ApiError> {
 
 async fn view(State(node): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id: ProfileId = parse_id("profile_id", &id)?;
-    let worker = sandbox_worker(&node, id, None).await?;
+    let (_, worker) = sandbox_worker(&node, id, None).await?;
     relay(
         &worker,
         reqwest::Method::GET,
@@ -197,6 +222,8 @@ async fn view(State(node): State<AppState>, Path(id): Path<String>) -> Result<Re
 
 async fn launch(
     State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> Result<Response, ApiError> {
@@ -216,9 +243,18 @@ async fn launch(
             Some(_) => return Err(ApiError::invalid("worker", "must be a worker id string")),
         }
     };
-    let worker = sandbox_worker(&node, id, named).await?;
-    relay(
+    let (worker, relay_to) = sandbox_worker(&node, id, named).await?;
+    record_request(
+        &node,
+        &caller,
+        &headers,
+        id,
+        AgentOperation::Launch,
         &worker,
+    )
+    .await?;
+    relay(
+        &relay_to,
         reqwest::Method::POST,
         format!("/worker/v1/agents/{id}/launch"),
         Some(bytes),
@@ -227,45 +263,69 @@ async fn launch(
     .await
 }
 
-async fn forward(
+/// One relayed operation on the profile's provider, by whoever the guard admitted.
+struct Asked {
     node: AppState,
+    caller: Caller,
+    headers: HeaderMap,
     id: String,
-    op: &str,
+}
+
+#[axum::async_trait]
+impl FromRequestParts<AppState> for Asked {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, node: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, node).await?;
+        let Path(id) = Path::<String>::from_request_parts(parts, node)
+            .await
+            .map_err(|e| ApiError::invalid("profile_id", e.body_text()))?;
+        Ok(Asked {
+            node: node.clone(),
+            caller,
+            headers: parts.headers.clone(),
+            id,
+        })
+    }
+}
+
+async fn forward(
+    asked: Asked,
+    op: AgentOperation,
     bytes: Option<Bytes>,
 ) -> Result<Response, ApiError> {
+    let Asked {
+        node,
+        caller,
+        headers,
+        id,
+    } = asked;
     let id: ProfileId = parse_id("profile_id", &id)?;
     if let Some(b) = &bytes {
         check_body(b)?;
     }
-    let worker = sandbox_worker(&node, id, None).await?;
+    let (worker, relay_to) = sandbox_worker(&node, id, None).await?;
+    record_request(&node, &caller, &headers, id, op, &worker).await?;
     relay(
-        &worker,
+        &relay_to,
         reqwest::Method::POST,
-        format!("/worker/v1/agents/{id}/{op}"),
+        format!("/worker/v1/agents/{id}/{}", op.as_str()),
         bytes,
         AGENT_RELAY_TIMEOUT_MS,
     )
     .await
 }
 
-async fn takeover(
-    State(node): State<AppState>,
-    Path(id): Path<String>,
-    bytes: Bytes,
-) -> Result<Response, ApiError> {
-    forward(node, id, "takeover", Some(bytes)).await
+async fn takeover(asked: Asked, bytes: Bytes) -> Result<Response, ApiError> {
+    forward(asked, AgentOperation::Takeover, Some(bytes)).await
 }
 
-async fn stop(
-    State(node): State<AppState>,
-    Path(id): Path<String>,
-    bytes: Bytes,
-) -> Result<Response, ApiError> {
-    forward(node, id, "stop", Some(bytes)).await
+async fn stop(asked: Asked, bytes: Bytes) -> Result<Response, ApiError> {
+    forward(asked, AgentOperation::Stop, Some(bytes)).await
 }
 
-async fn reap(State(node): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    forward(node, id, "reap", None).await
+async fn reap(asked: Asked) -> Result<Response, ApiError> {
+    forward(asked, AgentOperation::Reap, None).await
 }
 
 async fn evidence(

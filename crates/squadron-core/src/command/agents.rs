@@ -1,0 +1,38 @@
+//! What an operator asks of the worker running a profile's provider. The worker's own
+//! commands (lease, takeover, evidence) follow under its subject; this one, recorded by the
+//! node before it relays the request, is how the audit names who asked.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{ProfileId, WorkerId};
+
+/// An operator's request, relayed to `worker`, for `operation` on `profile`'s provider.
+/// It changes nothing but the audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RequestAgentOperation {
+    pub profile: ProfileId,
+    pub operation: AgentOperation,
+    pub worker: WorkerId,
+}
+
+/// The agent facade's operations (`/api/v1/profiles/{id}/agent/…`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentOperation {
+    Launch,
+    Takeover,
+    Stop,
+    Reap,
+}
+
+impl AgentOperation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentOperation::Launch => "launch",
+            AgentOperation::Takeover => "takeover",
+            AgentOperation::Stop => "stop",
+            AgentOperation::Reap => "reap",
+        }
+    }
+}
