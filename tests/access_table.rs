@@ -827,6 +827,8 @@ fn a_worker_control_message_that_does_not_decode_names_its_field() {
             ("ReleaseLease", json!({"id": fx.lease, "body": {"profile": "one", "generation": 1}})),
             ("ReleaseLease", json!({"id": fx.lease, "body": {"profile": fx.profile, "generation": 1, "extra": true}})),
             ("GetLease", json!("not a lease id")),
+            // Past the service's message limit: refused before it is decoded.
+            ("GetLease", json!("x".repeat(squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX))),
         ] {
             grpc.ready().await.expect("ready");
             let path = format!("/squadron.v1.WorkerControl/{method}")
@@ -843,9 +845,21 @@ fn a_worker_control_message_that_does_not_decode_names_its_field() {
         }
         answers
     });
-    assert!(refusals
+    assert!(refusals[..3]
         .iter()
         .all(|s| s.code() == tonic::Code::InvalidArgument));
+    // tonic's code for a message past the limit, and the limit it names.
+    assert_eq!(
+        refusals[3].code(),
+        tonic::Code::OutOfRange,
+        "{:?}",
+        refusals[3]
+    );
+    assert!(
+        refusals[3].message().contains("8388608"),
+        "{:?}",
+        refusals[3]
+    );
     assert!(
         refusals[0].message().contains("body.profile"),
         "{:?}",

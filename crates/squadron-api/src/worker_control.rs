@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 use squadron_core::ids::{ProjectId, TenantId};
 use squadron_core::lease::RuntimeLease;
 
+/// Largest `WorkerControl` message either way: a task with the largest prompt, a full capsule
+/// history or a mailbox fits many times over; anything larger is refused before decoding.
+pub const WORKER_CONTROL_MESSAGE_BYTES_MAX: usize = 8 << 20;
+
 /// A call on one object: the id a REST path would name, and the REST body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

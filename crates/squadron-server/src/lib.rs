@@ -244,7 +244,9 @@ where
 fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
     let worker_service = WorkerServiceServer::new(grpc::WorkerGrpc::new(node.clone()));
     let agent_service = AgentServiceServer::new(grpc::AgentGrpc::new(node.clone()));
-    let worker_control = WorkerControlServer::new(grpc::WorkerControlGrpc::new(node.clone()));
+    let worker_control = WorkerControlServer::new(grpc::WorkerControlGrpc::new(node.clone()))
+        .max_decoding_message_size(squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX);
     tonic::service::Routes::new(worker_service)
         .add_service(agent_service)
         .add_service(worker_control)

@@ -9,6 +9,7 @@
 use squadron_api::leases::{
     AckMessages, AcquireLease, CrashTakeover, GracefulTakeover, LeaseFence, Takeover,
 };
+use squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX;
 use squadron_api::{
     Addressed, AttachSandbox, CredentialLeaseGrant, CurrentWriter, Enrolled, GrantCredentialLease,
     ProjectRef, RenewCertificate,
@@ -209,7 +210,11 @@ impl ControlLink {
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.call_channel(CALL_ATTEMPTS_MAX, |channel| {
-            call(WorkerControlClient::new(channel))
+            call(
+                WorkerControlClient::new(channel)
+                    .max_decoding_message_size(WORKER_CONTROL_MESSAGE_BYTES_MAX)
+                    .max_encoding_message_size(WORKER_CONTROL_MESSAGE_BYTES_MAX),
+            )
         })
         .await
         .map_err(CallError::from)
