@@ -2,7 +2,7 @@
 //! are refused, as unknown body fields are.
 
 use schemars::JsonSchema;
-use serde::de::Error as _;
+use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
 use squadron_core::task::TaskState;
 
@@ -133,4 +133,25 @@ fn tail_lines<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> 
         ))),
         tail => Ok(tail),
     }
+}
+
+/// Why a query string was refused: the parameter to blame (`query` when none is) and what is
+/// wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryRefusal {
+    pub field: String,
+    pub message: String,
+}
+
+/// Decodes a query string as `T`: the one decoder of the control plane's routes and the
+/// worker's output server, so both refuse alike and name the parameter (`limit`, `tail`).
+pub fn decode_query<T: DeserializeOwned>(raw: &str) -> Result<T, QueryRefusal> {
+    let decoder = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+    serde_path_to_error::deserialize(decoder).map_err(|e| {
+        let path = e.path().to_string();
+        QueryRefusal {
+            field: if path == "." { "query".into() } else { path },
+            message: e.inner().to_string(),
+        }
+    })
 }

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
+use squadron_api::queries::{decode_query, QueryRefusal};
 use squadron_api::{LogQuery, LogStream};
 use squadron_client::{ArtifactEntry, ErrorBody};
 use squadron_core::error_code::ErrorCode;
@@ -88,7 +89,7 @@ pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks, redactions: LiveRed
 }
 
 /// An error answer, in the control plane's error body (`{code, message, field?}`).
-fn error(status: StatusCode, code: ErrorCode, field: Option<&'static str>, m: String) -> Response {
+fn error(status: StatusCode, code: ErrorCode, field: Option<&str>, m: String) -> Response {
     let body = ErrorBody {
         code,
         message: m,
@@ -98,20 +99,18 @@ fn error(status: StatusCode, code: ErrorCode, field: Option<&'static str>, m: St
     (status, Json(body)).into_response()
 }
 
-/// The logs query, decoded as the control plane documents it; a refusal names the parameter.
-fn log_query(raw: &str) -> Result<LogQuery, (&'static str, String)> {
-    let decoder = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
-    serde_path_to_error::deserialize(decoder).map_err(|e| {
-        let path = e.path().to_string();
-        let field = ["stream", "offset", "tail", "follow"]
-            .into_iter()
-            .find(|f| *f == path)
-            .unwrap_or("query");
-        (field, e.inner().to_string())
+/// The logs query through the one query decoder; a parameter the query does not have is
+/// refused as `query`, as this server always named it.
+fn log_query(raw: &str) -> Result<LogQuery, QueryRefusal> {
+    decode_query(raw).map_err(|mut r| {
+        if !["stream", "offset", "tail", "follow"].contains(&r.field.as_str()) {
+            r.field = "query".into();
+        }
+        r
     })
 }
 
-fn invalid(field: &'static str, m: impl Into<String>) -> Response {
+fn invalid(field: &str, m: impl Into<String>) -> Response {
     error(
         StatusCode::BAD_REQUEST,
         ErrorCode::InvalidArgument,
@@ -226,9 +225,9 @@ async fn logs(
     UrlPath(id): UrlPath<String>,
     RawQuery(raw): RawQuery,
 ) -> Response {
-    let q = match log_query(raw.as_deref().unwrap_or("")) {
+    let q: LogQuery = match log_query(raw.as_deref().unwrap_or("")) {
         Ok(q) => q,
-        Err((field, message)) => return invalid(field, message),
+        Err(r) => return invalid(&r.field, r.message),
     };
     let dir = match task_dir(&state, &id).await {
         Ok(d) => d,
@@ -500,12 +499,12 @@ mod tests {
             log_query(&format!("tail={limit}")).unwrap().tail,
             Some(limit)
         );
-        let (field, message) = log_query(&format!("tail={}", limit + 1)).unwrap_err();
-        assert_eq!(field, "tail");
-        assert!(message.contains("at most 10000"), "{message}");
-        assert_eq!(log_query("stream=nope").unwrap_err().0, "stream");
-        assert_eq!(log_query("offset=-1").unwrap_err().0, "offset");
-        assert_eq!(log_query("surprise=1").unwrap_err().0, "query");
+        let refusal = log_query(&format!("tail={}", limit + 1)).unwrap_err();
+        assert_eq!(refusal.field, "tail");
+        assert!(refusal.message.contains("at most 10000"), "{refusal:?}");
+        assert_eq!(log_query("stream=nope").unwrap_err().field, "stream");
+        assert_eq!(log_query("offset=-1").unwrap_err().field, "offset");
+        assert_eq!(log_query("surprise=1").unwrap_err().field, "query");
     }
 
     #[tokio::test]

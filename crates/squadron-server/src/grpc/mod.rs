@@ -12,7 +12,7 @@ pub use worker_control::WorkerControlGrpc;
 
 use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_BODY_METADATA_BYTES_MAX};
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::IdempotencyKey;
+use squadron_core::ids::{IdempotencyKey, WorkerId};
 use squadron_core::{Command, Outcome, Response, ValidationError};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
@@ -140,6 +140,18 @@ pub async fn propose(
         Response::Ok(o) => Ok(o),
         Response::Rejected(r) => Err(ApiError::from(r).into()),
     }
+}
+
+/// A call a worker makes only for itself: the gRPC twin of REST's `Scope::Worker`, whose path
+/// names the worker where here the message does.
+pub(crate) fn itself(caller: &Caller, worker: &WorkerId, what: &str) -> Result<(), Status> {
+    if matches!(caller, Caller::Worker(w) if w == worker) {
+        return Ok(());
+    }
+    Err(status(
+        ErrorCode::PermissionDenied,
+        format!("only worker {worker} may {what}"),
+    ))
 }
 
 pub fn unexpected(o: &Outcome) -> Status {

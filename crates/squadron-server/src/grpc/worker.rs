@@ -123,12 +123,7 @@ impl WorkerService for WorkerGrpc {
         require_leader(&self.node)?;
         let worker = worker_id(&request.into_inner().worker)?;
         // A stream of assignments carries prompts and specs: only to the worker they are for.
-        if !matches!(&caller, crate::authz::Caller::Worker(w) if *w == worker) {
-            return Err(super::status(
-                squadron_core::error_code::ErrorCode::PermissionDenied,
-                format!("only worker {worker} may watch its assignments"),
-            ));
-        }
+        super::itself(&caller, &worker, "watch its assignments")?;
         let node = self.node.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(ASSIGNMENT_STREAM_BUFFER);
         tokio::spawn(async move {

@@ -11,7 +11,6 @@ use squadron_api::{
     GrantCredentialLease, ProjectRef, RenewCertificate,
 };
 use squadron_core::capsule::ContinuityCapsule;
-use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{FencingToken, RuntimeLease};
 use squadron_core::mailbox::Mailbox;
@@ -23,8 +22,7 @@ use squadron_core::{Command, Outcome, State};
 use squadron_proto::v1::worker_control_server::WorkerControl;
 use tonic::{Request, Response, Status};
 
-use super::{caller_of, key_of, propose, require_leader, status};
-use crate::authz::Caller;
+use super::{caller_of, itself, key_of, propose, require_leader};
 use crate::error::ApiError;
 use crate::node::ControlNode;
 use crate::rest::{credentials, enrollment, leases, projects, read, tasks};
@@ -208,17 +206,6 @@ impl WorkerControl for WorkerControlGrpc {
         self.read(request, |s, worker| Ok(held_leases(s, &worker)))
             .await
     }
-}
-
-/// A call a worker makes only for itself.
-fn itself(caller: &Caller, worker: &WorkerId, what: &str) -> Result<(), Status> {
-    if matches!(caller, Caller::Worker(w) if w == worker) {
-        return Ok(());
-    }
-    Err(status(
-        ErrorCode::PermissionDenied,
-        format!("only worker {worker} may {what}"),
-    ))
 }
 
 fn held_leases(s: &State, worker: &WorkerId) -> Vec<RuntimeLease> {

@@ -88,19 +88,10 @@ where
         _state: &S,
     ) -> Result<Self, Self::Rejection> {
         let query = parts.uri.query().unwrap_or("");
-        let decoder = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         // The refusal names the parameter (`limit`), or `query` when none is to blame.
-        serde_path_to_error::deserialize(decoder)
+        squadron_api::queries::decode_query(query)
             .map(QueryParams)
-            .map_err(|e| {
-                let path = e.path().to_string();
-                let field = if path == "." {
-                    "query".to_owned()
-                } else {
-                    path
-                };
-                ApiError::invalid(&field, e.inner().to_string())
-            })
+            .map_err(|r| ApiError::invalid(r.field, r.message))
     }
 }
 
