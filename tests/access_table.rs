@@ -394,6 +394,7 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
             let worker = "w1".to_string();
             let is_w1 = matches!(id, SpiffeId::Worker(w) if w.as_str() == "w1");
             let own_agent = matches!(id, SpiffeId::Agent(AgentSubject::ProfileGeneration { profile, generation }) if *profile == fx.profile && *generation == fx.generation);
+            let own_task = matches!(id, SpiffeId::Agent(AgentSubject::Task(t)) if *t == fx.task);
             let own_profile = matches!(id, SpiffeId::Agent(AgentSubject::ProfileGeneration { profile, .. }) if *profile == fx.profile);
             // A lease the profile does not hold: the fenced calls are refused by the state,
             // not the rule, and change nothing.
@@ -411,6 +412,11 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
                 ("AgentService/ReleaseLease", a.release_lease(pb::FencingToken { lease: fx.lease + 1000, ..fence }).await.map(|_| ()), own_agent),
                 ("AgentService/CommitCapsule", a.commit_capsule(pb::CommitCapsuleRequest { fence: Some(pb::FencingToken { lease: fx.lease + 1000, ..fence }), sequence: 1, schema_version: 1, payload: Some(pb::CapsulePayload::default()), ..Default::default() }).await.map(|_| ()), own_agent),
                 ("AgentService/CheckMcpUse", a.check_mcp_use(pb::CheckMcpUseRequest { profile: fx.profile, server: "mcp-probe".into() }).await.map(|_| ()), own_profile),
+                // The fixture's task has no sandbox: its own agent's check-in is refused by
+                // the state (no session is made), another caller's by the rule.
+                ("AgentService/Register", a.register(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: None }).await.map(|_| ()), own_task),
+                ("AgentService/Heartbeat", a.heartbeat(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: Some(pb::SandboxUsage::default()) }).await.map(|_| ()), own_task),
+                ("AgentService/AwaitRun", a.await_run(pb::AwaitRunRequest { task: fx.task, attempt: 1, wait_ms: 0 }).await.map(|_| ()), own_task),
             ];
             let is_worker = matches!(id, SpiffeId::Worker(_));
             let control = worker_control_probes(channel_for_control.clone(), fx, is_worker, is_w1).await;
@@ -644,6 +650,22 @@ async fn worker_control_probes(
             "WorkerControl/HeldLeases",
             c.held_leases(w1).await.map(|_| ()),
             is_w1,
+        ),
+        (
+            // A task that does not exist: refused by the state, not the rule.
+            "WorkerControl/MintAgentToken",
+            c.mint_agent_token(Addressed::new(
+                TaskId::new(fx.task + 1000).expect("task"),
+                squadron_api::MintAgentToken { ttl_ms: 60_000 },
+            ))
+            .await
+            .map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GetAgentSession",
+            c.get_agent_session(task).await.map(|_| ()),
+            any_worker,
         ),
     ]
 }

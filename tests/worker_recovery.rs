@@ -125,3 +125,64 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
         tail(&worker.log)
     );
 }
+
+/// The control-plane leader is killed while a Docker task runs: the agent inside the sandbox
+/// loses its connection, reconnects through its relay (which dials the new leader) and keeps
+/// checking in, and the task completes once, on its first attempt.
+#[test]
+fn a_docker_sandboxs_agent_follows_a_new_leader() {
+    let mut cluster = Cluster::start(3);
+    let repo = git_repo(cluster.dir.path());
+    let worker = WorkerProc::start_with(
+        cluster.dir.path(),
+        &unique_worker_id("w-agent-leader"),
+        cluster.urls(),
+        "docker",
+        vec!["--agent-heartbeat-interval-ms".into(), "300".into()],
+    );
+    let yaml = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: leader-change\nrepository:\n  url: {}\n\
+         agent:\n  prompt: outlive the leader\n  provider: script\n  script: |\n    echo started\n    \
+         sleep 10\n    echo finished\nvm:\n  runtime: docker\nlifecycle:\n  timeout: 5m\n",
+        repo.display()
+    );
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let survivor = cluster.url(if leader == 1 { 2 } else { 1 });
+    let r = submit_yaml(&survivor, &yaml);
+    assert!(r.ok(), "{r:?}");
+    let id = r.body["task_submitted"]["task"].as_u64().expect("task id");
+    wait_task_state(&survivor, id, &["RUNNING"], TASK_TIMEOUT);
+    let session = |url: &str| http_get(&format!("{url}/api/v1/tasks/{id}/agent"));
+    let before = session(&survivor).expect("the agent registered before RUNNING");
+    assert_eq!(before["attempt"], 1, "{before:#}");
+    cluster.kill(leader);
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(30));
+    assert_ne!(new_leader, leader);
+    let check_ins = |s: &serde_json::Value| s["check_ins"].as_u64().unwrap_or(0);
+    let seen = before["check_ins"].as_u64().unwrap_or(0);
+    let followed = wait_until(Duration::from_secs(30), || {
+        session(&survivor).is_ok_and(|s| check_ins(&s) >= seen + 3)
+    });
+    assert!(
+        followed.is_ok(),
+        "the agent did not check in with the new leader: {:?}\n{}",
+        session(&survivor),
+        tail(&worker.log)
+    );
+    let now = session(&survivor).expect("session");
+    assert!(now["usage"]["memory_bytes"].as_u64() > Some(0), "{now:#}");
+    let t = wait_task_state(
+        &survivor,
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", tail(&worker.log));
+    assert_eq!(t["attempt"], 1, "{t:#}");
+    // The session ends with the attempt.
+    let gone = session(&survivor).expect_err("no session after the end");
+    assert!(
+        gone.contains("404") || gone.contains("no registered agent"),
+        "{gone}"
+    );
+}

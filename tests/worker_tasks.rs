@@ -65,6 +65,8 @@ struct Env {
     urls: Vec<String>,
     repo: std::path::PathBuf,
     runtime: &'static str,
+    /// The data directory of the worker that offers `runtime`.
+    worker_dir: std::path::PathBuf,
 }
 
 type Scenario = fn(&Env);
@@ -601,6 +603,148 @@ fn cli_submit_wait_json(env: &Env) {
     );
 }
 
+/// Docker sandboxes run `squadron agent`: it enrolls through the relay with the token its
+/// worker minted (scrubbed from its file once read), registers before the worker reports
+/// READY, heartbeats, and starts the provider only once the task is RUNNING; the audit names
+/// the agent's own identity for its check-ins.
+fn the_agent_registers_before_ready(env: &Env) {
+    let script = "echo started by the agent\nls /run/squadron/agent\nsleep 1.5\necho done";
+    let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, ""));
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(
+        t["state"],
+        "COMPLETED",
+        "{t:#}\n{}",
+        explain(env.any(0), id)
+    );
+    let events = logs(env.any(0), id, "stream=events");
+    let at = |needle: &str| {
+        events
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle} in the events:\n{events}"))
+    };
+    assert!(
+        at("\"agent_token_minted\"") < at("\"agent_registered\""),
+        "{events}"
+    );
+    assert!(
+        at("\"agent_registered\"") < at("\"to\":\"READY\""),
+        "{events}"
+    );
+    let out = logs(env.any(0), id, "stream=stdout");
+    assert!(out.contains("started by the agent"), "{out}");
+    // The sandbox sees its agent's files and sockets; the token is gone from its file.
+    assert!(
+        out.contains("grpc.sock") && out.contains("agent.env"),
+        "{out}"
+    );
+    let agent_env =
+        std::fs::read_to_string(env.worker_dir.join(format!("tasks/{id}/agent/agent.env")));
+    if let Ok(text) = agent_env {
+        assert!(!text.contains("SQUADRON_BOOTSTRAP_TOKEN"), "{text}");
+        assert!(text.contains(&format!("SQUADRON_TASK={id}")), "{text}");
+    }
+    let audit = http_get(&format!("{}/api/v1/audit?limit=1000", env.any(2))).expect("audit");
+    let agent = format!("agent/task-{id}");
+    let check_ins: Vec<&Value> = audit["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .filter(|r| r["command"] == "agent_check_in" && r["subject"]["agent"]["task"] == id)
+        .collect();
+    assert!(
+        !check_ins.is_empty(),
+        "no check-in by {agent} in the audit: {audit:#}"
+    );
+    let enrolled = audit["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .any(|r| r["command"] == "enroll" && r["target"].to_string().contains(&agent));
+    assert!(enrolled, "no enrollment of {agent} in the audit");
+}
+
+/// A sandbox whose agent cannot enroll (its token was used already) never gets READY: the
+/// agent stops, and provisioning fails naming it.
+fn an_agent_whose_token_is_refused_fails_provisioning(env: &Env) {
+    // The script would print if it ever ran; an agent that cannot enroll never starts it.
+    let script = "echo the provider ran";
+    let id = submit(
+        env.any(0),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            script,
+            "  provision_timeout: 60s\n  retries:\n    provision: {max: 0}\n",
+        ),
+    );
+    // Race the agent to its token: the test enrolls with it first.
+    let file = env.worker_dir.join(format!("tasks/{id}/agent/agent.env"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no agent file at {}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let Some(token) = text.lines().find_map(|l| {
+        l.strip_prefix("SQUADRON_BOOTSTRAP_TOKEN=")
+            .map(String::from)
+    }) else {
+        // The agent read and scrubbed its file first: it runs the task to its end.
+        eprintln!("docker/agent_refused: the agent took its token before the test");
+        let t = wait_task_state(
+            env.any(1),
+            id,
+            &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+            TASK_TIMEOUT,
+        );
+        assert_eq!(
+            t["state"],
+            "COMPLETED",
+            "{t:#}\n{}",
+            explain(env.any(0), id)
+        );
+        return;
+    };
+    let key = squadron_pki::KeyRequest::new(&squadron_pki::SpiffeId::Agent(
+        squadron_pki::AgentSubject::Task(id),
+    ))
+    .expect("key");
+    let r = post(
+        &format!("{}/api/v1/enroll/agent", env.any(1)),
+        json!({"token": token, "agent": {"task": id}, "csr_pem": key.csr_pem}),
+    )
+    .expect("enroll");
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    eprintln!("docker/agent_refused: the test enrolled first: {}", r.ok());
+    if r.ok() {
+        // The test won the race: the agent's own enrollment was refused.
+        assert_eq!(t["state"], "FAILED", "{t:#}\n{}", explain(env.any(0), id));
+        let error = t["error"].as_str().unwrap_or_default();
+        assert!(error.contains("agent"), "{error}");
+        assert!(!logs(env.any(0), id, "stream=stdout").contains("the provider ran"));
+    } else {
+        // The agent won: the token it used is refused to the test.
+        assert_eq!(r.status, 401, "{r:?}");
+    }
+}
+
 #[test]
 fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
     let cluster = Cluster::start(3);
@@ -621,6 +765,10 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         urls: cluster.urls(),
         repo: repo.clone(),
         runtime,
+        worker_dir: match runtime {
+            "docker" => docker.data_dir.clone(),
+            _ => process.data_dir.clone(),
+        },
     };
     let (p, d) = (on("process"), on("docker"));
     let scenarios: Vec<(&str, &Env, Scenario)> = vec![
@@ -673,6 +821,12 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ("docker/timeout", &d, task_timeout),
         ("docker/containment", &d, containment_through_the_whole_path),
         ("docker/outbox_links", &d, outbox_links_are_not_followed),
+        ("docker/agent", &d, the_agent_registers_before_ready),
+        (
+            "docker/agent_refused",
+            &d,
+            an_agent_whose_token_is_refused_fails_provisioning,
+        ),
     ];
     run_scenarios(scenarios, &[&process, &docker]);
 }

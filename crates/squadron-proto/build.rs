@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn worker_control() -> tonic_build::manual::Service {
     const API: &str = "squadron_api";
     const CORE: &str = "squadron_core";
-    let rows: [(&str, String, String); 16] = [
+    let rows: [(&str, String, String); 18] = [
         (
             "AcquireLease",
             addressed("ids::ProfileId", "leases::AcquireLease"),
@@ -114,6 +114,16 @@ fn worker_control() -> tonic_build::manual::Service {
             "HeldLeases",
             format!("{CORE}::ids::WorkerId"),
             format!("Vec<{CORE}::lease::RuntimeLease>"),
+        ),
+        (
+            "MintAgentToken",
+            addressed("ids::TaskId", "MintAgentToken"),
+            format!("{API}::MintedAgentToken"),
+        ),
+        (
+            "GetAgentSession",
+            format!("{CORE}::ids::TaskId"),
+            format!("Option<{CORE}::agent_session::AgentSession>"),
         ),
     ];
     rows.into_iter()

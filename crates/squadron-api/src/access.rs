@@ -158,6 +158,9 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
     ("/squadron.v1.AgentService/ReleaseLease", AGENT_ONLY),
     ("/squadron.v1.AgentService/CommitCapsule", AGENT_ONLY),
     ("/squadron.v1.AgentService/CheckMcpUse", AGENT_ONLY),
+    ("/squadron.v1.AgentService/Register", AGENT_ONLY),
+    ("/squadron.v1.AgentService/Heartbeat", AGENT_ONLY),
+    ("/squadron.v1.AgentService/AwaitRun", AGENT_ONLY),
     ("/squadron.v1.WorkerControl/AcquireLease", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/ReleaseLease", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/Takeover", WORKER_CONTROL),
@@ -180,6 +183,8 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
     ("/squadron.v1.WorkerControl/ReadMailbox", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/GetTask", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/HeldLeases", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/MintAgentToken", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/GetAgentSession", WORKER_CONTROL),
 ];
 
 /// The worker's calls that REST serves too (`worker_control`): a worker's certificate only.
@@ -187,7 +192,8 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
 /// makes for itself alone, its certificate's renewal, is held to its own id by the handler.
 const WORKER_CONTROL: Access = Access::worker_only(Scope::Body);
 
-/// The agent service: an agent certificate, for its own profile (checked by each method).
+/// The agent service: an agent certificate, for its own profile or task (checked by each
+/// method).
 const AGENT_ONLY: Access = Access {
     public: false,
     role: None,

@@ -5,7 +5,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use squadron_core::access::TokenId;
+use squadron_core::access::{AgentIdentity, TokenId};
 use squadron_core::ids::WorkerId;
 
 /// `POST /api/v1/bootstrap-tokens` (admin).
@@ -83,6 +83,56 @@ pub struct Enrolled {
     pub not_after_ms: u64,
 }
 
+/// `POST /api/v1/enroll/agent`: the agent inside a sandbox exchanges the token its worker
+/// minted for it, with a CSR, for its certificate. The token is the credential.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnrollAgent {
+    pub token: String,
+    /// The identity the token was minted for (`{"task": 7}`).
+    pub agent: AgentIdentity,
+    /// A PKCS#10 request; only its public key is used.
+    pub csr_pem: String,
+}
+
+impl std::fmt::Debug for EnrollAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnrollAgent")
+            .field("token", &"[REDACTED]")
+            .field("agent", &self.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A worker asks for the one-time token of the agent of a task it provisions
+/// (`WorkerControl.MintAgentToken`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MintAgentToken {
+    /// How long the agent has to enroll, in ms (10 s to 1 h).
+    pub ttl_ms: u64,
+}
+
+/// The agent's token; `token` is the secret, written only into the sandbox's agent file.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MintedAgentToken {
+    pub id: TokenId,
+    pub token: String,
+    pub agent: AgentIdentity,
+    pub expires_at_ms: u64,
+}
+
+impl std::fmt::Debug for MintedAgentToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MintedAgentToken")
+            .field("id", &self.id)
+            .field("token", &"[REDACTED]")
+            .field("agent", &self.agent)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +153,19 @@ mod tests {
             hosts: vec![],
         };
         assert!(!format!("{enroll:?}").contains("secret"));
+        let agent = AgentIdentity::Task(squadron_core::ids::TaskId::new(7).unwrap());
+        let enroll = EnrollAgent {
+            token: "sqd_boot_secret".into(),
+            agent,
+            csr_pem: String::new(),
+        };
+        assert!(!format!("{enroll:?}").contains("secret"));
+        let minted = MintedAgentToken {
+            id: TokenId::new("0123456789abcdef").unwrap(),
+            token: "sqd_boot_secret".into(),
+            agent,
+            expires_at_ms: 1,
+        };
+        assert!(!format!("{minted:?}").contains("secret"));
     }
 }

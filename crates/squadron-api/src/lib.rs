@@ -30,7 +30,10 @@ pub use credentials::{
     CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease, LeasedValue,
     PutCredential, RotateCredential,
 };
-pub use enrollment::{EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, RenewCertificate};
+pub use enrollment::{
+    EnrollAgent, EnrollWorker, Enrolled, MintAgentToken, MintBootstrap, MintedAgentToken,
+    MintedBootstrap, RenewCertificate,
+};
 pub use error_body::ErrorBody;
 pub use projects::{
     AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, SetCapabilities,

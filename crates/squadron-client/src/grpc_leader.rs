@@ -67,6 +67,11 @@ impl GrpcLeader {
         *self.current.lock().await = None;
     }
 
+    /// The leader's gRPC address as the cluster reports it now (not the cached channel's).
+    pub async fn leader_address(&self) -> Result<String, ClientError> {
+        self.discover().await
+    }
+
     async fn discover(&self) -> Result<String, ClientError> {
         let status: ClusterStatus = self.rest.cluster_status(Consistency::Stale).await?;
         let leader = status.leader.ok_or_else(|| ClientError::Api {

@@ -170,7 +170,7 @@ impl State {
         subject: &Subject,
         c: MintBootstrapToken,
     ) -> Result<Outcome, Rejection> {
-        self.require_admin(now, subject)?;
+        self.require_minter(now, subject, &c.purpose)?;
         let ttl = c.expires_at_ms.saturating_sub(now);
         if !(BOOTSTRAP_TOKEN_TTL_MS_MIN..=BOOTSTRAP_TOKEN_TTL_MS_MAX).contains(&ttl) {
             return Err(Rejection::invalid(

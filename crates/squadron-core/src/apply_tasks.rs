@@ -368,6 +368,7 @@ impl State {
                 w.tasks.remove(&id);
             }
             self.end_credential_lease(now, id, &format!("task ended {to}"));
+            self.end_agent_session(id);
         }
         Ok(Outcome::TransitionRecorded { state: to })
     }
@@ -481,6 +482,7 @@ impl State {
         }
         for id in requeued.iter().chain(&failed) {
             self.end_credential_lease(now, *id, &format!("worker {worker} {why}"));
+            self.end_agent_session(*id);
         }
         (requeued, failed)
     }

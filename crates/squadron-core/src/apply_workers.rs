@@ -234,6 +234,7 @@ impl State {
         }
         report.idempotency_pruned = self.idempotency.prune(now);
         self.prune_access(now);
+        self.prune_agent_tokens();
         self.prune_credential_leases(now);
         Ok(Outcome::Swept(report))
     }

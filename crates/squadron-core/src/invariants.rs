@@ -10,6 +10,24 @@ use crate::state::State;
 use crate::task::TaskState;
 
 impl State {
+    /// An agent session belongs to the current attempt of a task whose sandbox exists.
+    fn check_agent_sessions(&self) -> Result<(), String> {
+        for (id, session) in &self.agent_sessions {
+            let Some(task) = self.tasks.get(id) else {
+                return Err(format!("agents: a session of unknown task {id}"));
+            };
+            if session.attempt != task.attempt
+                || !crate::apply_agents::AGENT_STATES.contains(&task.state)
+            {
+                return Err(format!(
+                    "agents: task {id} is {} on attempt {} but keeps a session of attempt {}",
+                    task.state, task.attempt, session.attempt
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Returns the first broken invariant, named by its id.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.check_projects_and_profiles()?;
@@ -26,6 +44,7 @@ impl State {
         {
             return Err(format!("workers: a policy of unknown worker {w}"));
         }
+        self.check_agent_sessions()?;
         self.idempotency.check()
     }
 

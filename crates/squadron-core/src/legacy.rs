@@ -23,6 +23,7 @@ use crate::project::Project;
 use crate::state::{ProjectKey, State};
 use crate::task::Task;
 use crate::worker::Worker;
+use crate::worker_policy::WorkerPolicy;
 
 /// A log-encoding-1 envelope.
 #[derive(Debug, Deserialize)]
@@ -178,6 +179,20 @@ impl From<StateV1> for State {
             lineage: TaskLineage::default(),
             credentials: CredentialState::default(),
             worker_policies: BTreeMap::new(),
+            agent_sessions: BTreeMap::new(),
+        }
+    }
+}
+
+/// Snapshot version 4: version 3, then the workers' policies; no agent sessions.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV4(StateV3, BTreeMap<WorkerId, WorkerPolicy>);
+
+impl From<StateV4> for State {
+    fn from(StateV4(v3, worker_policies): StateV4) -> Self {
+        State {
+            worker_policies,
+            ..v3.into()
         }
     }
 }

@@ -11,6 +11,7 @@
 //! `error_code` (the one error table for REST and gRPC), `manifest` (task manifests).
 
 mod apply_access;
+mod apply_agents;
 mod apply_capsules;
 mod apply_credentials;
 mod apply_leases;
@@ -21,6 +22,7 @@ mod apply_workers;
 mod invariants;
 
 pub mod access;
+pub mod agent_session;
 pub mod capsule;
 pub mod codec;
 pub mod command;

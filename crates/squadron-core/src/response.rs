@@ -183,6 +183,12 @@ pub enum Outcome {
     WorkerPolicySet,
     /// Recorded for the audit; the node relays the request to the worker next.
     AgentOperationRequested,
+    /// The agent's check-in is recorded; the task is in `state` (the agent starts the
+    /// provider once it is RUNNING, and stops checking in once it has ended).
+    AgentCheckedIn {
+        state: TaskState,
+        registered_at_ms: u64,
+    },
 }
 
 /// One value of a granted lease, still sealed.

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::access::{AccessState, AuditLog, OperatorToken, Subject, TaskLineage, TokenId};
+use crate::agent_session::AgentSession;
 use crate::codec::command_fingerprint;
 use crate::command::{Batch, Command, CommandEnvelope};
 use crate::credential::CredentialState;
@@ -66,6 +67,9 @@ pub struct State {
     // From here on: snapshot version 4.
     /// What each worker agreed to run; a worker without an entry is held to nothing.
     pub(crate) worker_policies: BTreeMap<WorkerId, WorkerPolicy>,
+    // From here on: snapshot version 5.
+    /// The agent of each active task's sandbox that has registered.
+    pub(crate) agent_sessions: BTreeMap<TaskId, AgentSession>,
 }
 
 impl Default for State {
@@ -96,6 +100,7 @@ impl State {
             lineage: TaskLineage::default(),
             credentials: CredentialState::default(),
             worker_policies: BTreeMap::new(),
+            agent_sessions: BTreeMap::new(),
         }
     }
 
@@ -219,6 +224,7 @@ impl State {
             C::GrantCredentialLease(c) => self.grant_credential_lease(now, s, c),
             C::SetWorkerPolicy(c) => self.set_worker_policy(s, c),
             C::RequestAgentOperation(c) => self.request_agent_operation(s, c),
+            C::AgentCheckIn(c) => self.agent_check_in(now, s, c),
         };
         result.into()
     }
@@ -271,6 +277,11 @@ impl State {
     /// INV-14: true only when the relation tuple for this exact profile subject exists.
     pub fn mcp_use_allowed(&self, profile: ProfileId, server: &McpServerId) -> bool {
         self.mcp_use.contains(&(profile, server.clone()))
+    }
+
+    /// The registered agent of an active task, if it has one.
+    pub fn agent_session(&self, task: TaskId) -> Option<&AgentSession> {
+        self.agent_sessions.get(&task)
     }
 
     pub fn task(&self, id: TaskId) -> Option<&Task> {

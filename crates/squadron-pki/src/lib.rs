@@ -37,7 +37,7 @@ pub use spiffe_id::{AgentSubject, SpiffeId};
 pub use tls_config::{
     client_config, server_config, ClientAuth, ClusterTrust, ExpectedPeer, ReloadableCert,
 };
-pub use tls_dialer::{DialError, TlsConnector};
+pub use tls_dialer::{DialError, TlsConnector, UnixTlsConnector, RELAYED_SERVER_NAME};
 pub use tls_identity::{
     issue_node_cert, issue_worker_cert, load_ca, AdminTokenRecord, TlsIdentity, LOOPBACK_NAMES,
     NODE_CERT_NAME, WORKER_CERT_NAME,

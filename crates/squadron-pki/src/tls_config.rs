@@ -30,6 +30,9 @@ pub const ALPN_PROTOCOLS: [&[u8]; 2] = [b"h2", b"http/1.1"];
 pub struct ClusterTrust {
     roots: Arc<RootCertStore>,
     provider: Arc<CryptoProvider>,
+    /// The PEM it was made from, handed on to those who must trust the same CA (the agent of
+    /// a sandbox).
+    ca_pem: Arc<str>,
 }
 
 impl ClusterTrust {
@@ -45,11 +48,16 @@ impl ClusterTrust {
         Ok(ClusterTrust {
             roots: Arc::new(roots),
             provider: Arc::new(rustls::crypto::ring::default_provider()),
+            ca_pem: Arc::from(ca_pem),
         })
     }
 
     pub fn provider(&self) -> &Arc<CryptoProvider> {
         &self.provider
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 }
 

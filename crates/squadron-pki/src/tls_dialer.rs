@@ -81,3 +81,62 @@ impl tower_service::Service<http::Uri> for TlsConnector {
         })
     }
 }
+
+/// A tower connector that reaches the control plane through a Unix socket (the relay a worker
+/// gives each sandbox) and runs the TLS handshake over it: the sandbox has no route to the
+/// control plane, and the worker, which only forwards bytes, sees ciphertext.
+#[derive(Clone)]
+pub struct UnixTlsConnector {
+    path: std::path::PathBuf,
+    connector: tokio_rustls::TlsConnector,
+}
+
+impl std::fmt::Debug for UnixTlsConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnixTlsConnector")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name a client behind a relay sends: it cannot know which node answers, so it expects
+/// any node ([`ExpectedPeer::AnyNode`](crate::ExpectedPeer)) and the name is not checked.
+pub const RELAYED_SERVER_NAME: &str = "squadron-node";
+
+impl UnixTlsConnector {
+    pub fn new(path: std::path::PathBuf, config: ClientConfig) -> Self {
+        UnixTlsConnector {
+            path,
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+        }
+    }
+
+    /// Connects to the socket and finishes the handshake.
+    pub async fn dial(&self) -> Result<TlsStream<tokio::net::UnixStream>, DialError> {
+        let io = |source| DialError::Io {
+            host: self.path.display().to_string(),
+            source,
+        };
+        let stream = tokio::net::UnixStream::connect(&self.path)
+            .await
+            .map_err(io)?;
+        let name = ServerName::try_from(RELAYED_SERVER_NAME)
+            .map_err(|_| DialError::NoHost(RELAYED_SERVER_NAME.to_owned()))?;
+        self.connector.connect(name, stream).await.map_err(io)
+    }
+}
+
+impl tower_service::Service<http::Uri> for UnixTlsConnector {
+    type Response = TokioIo<TlsStream<tokio::net::UnixStream>>;
+    type Error = DialError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, DialError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: http::Uri) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { Ok(TokioIo::new(this.dial().await?)) })
+    }
+}

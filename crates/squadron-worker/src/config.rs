@@ -104,6 +104,9 @@ impl SandboxDefaults {
     }
 }
 
+/// The seed's agent heartbeat interval.
+pub const AGENT_HEARTBEAT_MS_DEFAULT: u64 = 30_000;
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     pub id: WorkerId,
@@ -124,6 +127,12 @@ pub struct WorkerConfig {
     /// cgroup v2 mount of the process runtime; detected when unset.
     pub cgroup_root: Option<PathBuf>,
     pub docker_image: String,
+    /// The `squadron` binary Docker sandboxes run `squadron agent` from (bound read-only, so
+    /// the agent is the worker's own version). `squadron worker` sets its own executable;
+    /// unset, containers start the launcher directly (the runtime's own tests).
+    pub agent_binary: Option<PathBuf>,
+    /// How often sandbox agents heartbeat.
+    pub agent_heartbeat_ms: u64,
     /// Host directory mounted read-only at `/mnt/global` in every sandbox.
     pub global_dir: Option<PathBuf>,
     /// Names of worker environment variables copied into sandboxes (provider API keys, …).
@@ -167,6 +176,8 @@ impl WorkerConfig {
             tls: None,
             cgroup_root: None,
             docker_image: DOCKER_IMAGE_DEFAULT.to_string(),
+            agent_binary: None,
+            agent_heartbeat_ms: AGENT_HEARTBEAT_MS_DEFAULT,
             global_dir: None,
             env_allowlist: Vec::new(),
             progress_interval_ms: PROGRESS_INTERVAL_MS_DEFAULT,

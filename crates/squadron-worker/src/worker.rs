@@ -23,6 +23,7 @@ use crate::output_server::{self, ActiveTasks};
 use crate::retry;
 use crate::runtime::probe::RuntimeSet;
 use crate::runtime::process::ProcessRuntimeConfig;
+use crate::task::agent_relay::AgentRelays;
 use crate::task::driver::{DriverContext, TaskDriver};
 use crate::task::env_allowlist::EnvAllowlist;
 use squadron_pki::{serve_tls, server_config, ClientAuth, NodesOnly};
@@ -127,6 +128,7 @@ pub async fn start(
         active,
         redactions,
         env_allowlist,
+        relays: AgentRelays::new(control.clone(), &config.control),
     });
     let heartbeat = tokio::spawn(heartbeat_loop(
         control.clone(),

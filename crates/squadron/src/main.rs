@@ -7,6 +7,7 @@ mod follow;
 mod lease_bench;
 mod node;
 mod output;
+mod start_bench;
 mod status;
 
 use std::io::IsTerminal;
@@ -43,6 +44,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Command::Agent(args) = cli.command {
+        return ExitCode::from(runtime.block_on(cli::agent::run(args)));
+    }
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -70,6 +74,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => cli::token::run(&ctx, cmd).await,
         Command::Credential(cmd) => cli::credential_store::run(&ctx, cmd).await,
         Command::Bench(top) => cli::bench::run(&ctx, top).await,
+        Command::Agent(_) => unreachable!("main runs the agent itself"),
     }
 }
 

@@ -112,6 +112,10 @@ pub async fn dev(
                 WorkerConfig::new(id, vec![format!("https://{rest}")], worker_dir, addr);
             config.tls = Some(tls);
             config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
+            config.agent_binary = Some(
+                std::env::current_exe()
+                    .context("find this binary, which Docker sandboxes run as their agent")?,
+            );
             // Dev mode is one user trying things on their machine, often on a local clone.
             config
                 .policy
@@ -259,12 +263,19 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.runtimes = args.runtimes.into_iter().collect();
     config.capacity = args.capacity;
     config.heartbeat_interval_ms = args.heartbeat_interval_ms;
+    config.agent_heartbeat_ms = args.agent_heartbeat_interval_ms;
     config.advertise = args.advertise;
     config.cgroup_root = args
         .cgroup_root
         .map(|d| absolute("--cgroup-root", &d))
         .transpose()?;
     config.docker_image = args.docker_image;
+    // Docker sandboxes run `squadron agent` from this very binary (bound read-only), so the
+    // agent is always the worker's own version.
+    config.agent_binary = Some(
+        std::env::current_exe()
+            .context("find this binary, which Docker sandboxes run as their agent")?,
+    );
     config.global_dir = args
         .global_dir
         .map(|d| absolute("--global-dir", &d))

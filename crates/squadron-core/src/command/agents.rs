@@ -5,7 +5,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{ProfileId, WorkerId};
+use crate::agent_session::SandboxUsage;
+use crate::ids::{ProfileId, TaskId, WorkerId};
 
 /// An operator's request, relayed to `worker`, for `operation` on `profile`'s provider.
 /// It changes nothing but the audit record.
@@ -35,4 +36,14 @@ impl AgentOperation {
             AgentOperation::Reap => "reap",
         }
     }
+}
+
+/// The agent of a task's sandbox checks in: the first time it registers (the worker reports
+/// READY once it sees the registration), then it heartbeats with what its sandbox uses. Only
+/// that task's agent certificate may send it, for the task's current attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCheckIn {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub usage: Option<SandboxUsage>,
 }

@@ -26,7 +26,7 @@ pub use access::{
     CreateOperatorToken, Enroll, MintBootstrapToken, RecordCertificate, RevokeIdentity,
     RevokeOperatorToken,
 };
-pub use agents::{AgentOperation, RequestAgentOperation};
+pub use agents::{AgentCheckIn, AgentOperation, RequestAgentOperation};
 pub use batch::{Batch, BatchedCommand};
 pub use credentials::{GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential};
 pub use leases::{
@@ -125,6 +125,9 @@ pub enum Command {
 
     // --- the agent facade ------------------------------------------------------------------
     RequestAgentOperation(RequestAgentOperation),
+
+    // --- the agent inside a sandbox ------------------------------------------------------
+    AgentCheckIn(AgentCheckIn),
 }
 
 impl Command {
@@ -171,6 +174,7 @@ impl Command {
             Command::GrantCredentialLease(_) => "grant_credential_lease",
             Command::SetWorkerPolicy(_) => "set_worker_policy",
             Command::RequestAgentOperation(_) => "request_agent_operation",
+            Command::AgentCheckIn(_) => "agent_check_in",
         }
     }
 
@@ -241,6 +245,7 @@ impl Command {
                 c.operation.as_str(),
                 c.worker
             ),
+            C::AgentCheckIn(c) => format!("task {} attempt {}", c.task, c.attempt),
         }
     }
 }

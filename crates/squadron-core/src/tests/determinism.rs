@@ -141,12 +141,12 @@ fn inv_12_corrupt_snapshots_are_refused() {
         decode_snapshot(b"nope").unwrap_err(),
         SnapshotError::BadMagic
     );
-    // A version this build does not know (the current one is 4; 1 to 3 still decode).
-    let mut v5 = bytes.clone();
-    v5[11] = 5;
+    // A version this build does not know (the current one is 5; 1 to 4 still decode).
+    let mut v6 = bytes.clone();
+    v6[11] = 6;
     assert!(matches!(
-        decode_snapshot(&v5),
-        Err(SnapshotError::UnsupportedVersion { found: 5, .. })
+        decode_snapshot(&v6),
+        Err(SnapshotError::UnsupportedVersion { found: 6, .. })
     ));
     assert!(matches!(
         decode_snapshot(&bytes[..bytes.len() - 3]),

@@ -2,6 +2,7 @@
 //! the invariant id they would catch breaking.
 
 mod access;
+mod agents;
 mod bad_input;
 mod batching;
 mod credentials;

@@ -3,10 +3,14 @@
 use std::sync::Arc;
 
 use squadron_core::capsule::{CapsuleDraft, CapsulePayload};
-use squadron_core::command::{AcquireLease, CommitCapsule, ReleaseLease, RenewLease};
-use squadron_core::ids::{Digest, Generation, McpServerId, ProfileId, WorkerId};
+use std::time::Duration;
+
+use squadron_core::agent_session::SandboxUsage;
+use squadron_core::command::{AcquireLease, AgentCheckIn, CommitCapsule, ReleaseLease, RenewLease};
+use squadron_core::ids::{Digest, Generation, McpServerId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::LeaseHolder;
 use squadron_core::provider::Provider;
+use squadron_core::task::TaskState;
 use squadron_core::{Command, Outcome, Rejection};
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::agent_service_server::AgentService;
@@ -19,6 +23,11 @@ use crate::error::ApiError;
 use crate::node::ControlNode;
 use squadron_core::access::AgentIdentity;
 use squadron_core::error_code::ErrorCode;
+
+/// The longest the leader holds an `AwaitRun` call before answering "ask again".
+pub const AWAIT_RUN_WAIT_MS_MAX: u32 = 20_000;
+/// How often a held `AwaitRun` looks at the task again.
+const AWAIT_RUN_POLL_MS: u64 = 20;
 
 #[derive(Debug, Clone)]
 pub struct AgentGrpc {
@@ -163,6 +172,52 @@ impl AgentService for AgentGrpc {
         }
     }
 
+    async fn register(
+        &self,
+        request: Request<pb::AgentCheckInRequest>,
+    ) -> Result<Response<pb::AgentCheckInReply>, Status> {
+        self.check_in(request).await
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::AgentCheckInRequest>,
+    ) -> Result<Response<pb::AgentCheckInReply>, Status> {
+        self.check_in(request).await
+    }
+
+    /// Held on the leader until the task of this attempt is RUNNING or has ended, or the
+    /// wait is over; the leader's applied state is read, which is what it committed.
+    async fn await_run(
+        &self,
+        request: Request<pb::AwaitRunRequest>,
+    ) -> Result<Response<pb::AwaitRunReply>, Status> {
+        let caller = caller_of(&request)?;
+        let r = request.into_inner();
+        let task = TaskId::new(r.task).map_err(invalid)?;
+        own_task(&caller, task)?;
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(u64::from(r.wait_ms.min(AWAIT_RUN_WAIT_MS_MAX)));
+        loop {
+            require_leader(&self.node)?;
+            let (state, attempt) = self
+                .node
+                .state
+                .with_state(|s| s.task(task).map(|t| (t.state, t.attempt)))
+                .ok_or_else(|| ApiError::not_found(format!("task {task} not found")))?;
+            let ended = state.is_terminal() || attempt != r.attempt;
+            let run = !ended && matches!(state, TaskState::Running | TaskState::Completing);
+            if run || ended || tokio::time::Instant::now() >= deadline {
+                return Ok(Response::new(pb::AwaitRunReply {
+                    state: state.to_string(),
+                    run,
+                    ended,
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(AWAIT_RUN_POLL_MS)).await;
+        }
+    }
+
     async fn check_mcp_use(
         &self,
         request: Request<pb::CheckMcpUseRequest>,
@@ -193,6 +248,48 @@ impl AgentService for AgentGrpc {
             subject,
             allowed: true,
         }))
+    }
+}
+
+impl AgentGrpc {
+    async fn check_in(
+        &self,
+        request: Request<pb::AgentCheckInRequest>,
+    ) -> Result<Response<pb::AgentCheckInReply>, Status> {
+        let caller = caller_of(&request)?;
+        let r = request.into_inner();
+        let task = TaskId::new(r.task).map_err(invalid)?;
+        own_task(&caller, task)?;
+        let command = Command::AgentCheckIn(AgentCheckIn {
+            task,
+            attempt: r.attempt,
+            usage: r.usage.map(|u| SandboxUsage {
+                cpu_usec: u.cpu_usec,
+                memory_bytes: u.memory_bytes,
+                disk_bytes: u.disk_bytes,
+            }),
+        });
+        match propose(&self.node, &caller, None, command).await? {
+            Outcome::AgentCheckedIn {
+                state,
+                registered_at_ms,
+            } => Ok(Response::new(pb::AgentCheckInReply {
+                state: state.to_string(),
+                registered_at_ms,
+            })),
+            o => Err(unexpected(&o)),
+        }
+    }
+}
+
+/// A task's agent certificate (`agent/task-{id}`) acts for that task only.
+fn own_task(caller: &Caller, task: TaskId) -> Result<(), Status> {
+    match caller {
+        Caller::Agent(AgentIdentity::Task(mine)) if *mine == task => Ok(()),
+        other => Err(super::status(
+            ErrorCode::PermissionDenied,
+            format!("only the agent of task {task} may call this, not {other:?}"),
+        )),
     }
 }
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use squadron_api::leases::{AckMessages, AcquireLease, LeaseFence, Takeover};
 use squadron_api::{
     Addressed, AttachSandbox, Consistency, CredentialLeaseGrant, CurrentWriter, Enrolled,
-    GrantCredentialLease, ProjectRef, RenewCertificate,
+    GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
 };
+use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::ids::{LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{FencingToken, RuntimeLease};
@@ -122,6 +123,28 @@ impl WorkerControl for WorkerControlGrpc {
             .await
             .map(Response::new)
             .map_err(Status::from)
+    }
+
+    async fn mint_agent_token(
+        &self,
+        request: Request<Addressed<TaskId, MintAgentToken>>,
+    ) -> Result<Response<MintedAgentToken>, Status> {
+        require_leader(&self.node)?;
+        let caller = caller_of(&request)?;
+        let key = key_of(&request)?;
+        let a = request.into_inner();
+        enrollment::mint_agent_token(&self.node, &caller, key, a.id, a.body)
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
+    }
+
+    async fn get_agent_session(
+        &self,
+        request: Request<TaskId>,
+    ) -> Result<Response<Option<AgentSession>>, Status> {
+        self.read(request, |s, task| Ok(s.agent_session(task).copied()))
+            .await
     }
 
     async fn renew_certificate(

@@ -10,17 +10,18 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::Json;
 use squadron_api::{
-    Access, EnrollWorker, Enrolled, MintBootstrap, MintedBootstrap, RenewCertificate, Scope,
+    Access, EnrollAgent, EnrollWorker, Enrolled, MintAgentToken, MintBootstrap, MintedAgentToken,
+    MintedBootstrap, RenewCertificate, Scope,
 };
-use squadron_core::access::{BootstrapPurpose, CertSerial, Identity, TokenId};
+use squadron_core::access::{AgentIdentity, BootstrapPurpose, CertSerial, Identity, TokenId};
 use squadron_core::command as cmd;
-use squadron_core::ids::{Digest, IdempotencyKey, WorkerId};
+use squadron_core::ids::{Digest, IdempotencyKey, TaskId, WorkerId};
 use squadron_core::limits::{BOOTSTRAP_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MIN};
 use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
 use squadron_pki::{
-    load_ca, CertUse, IssuedCert, PkiDir, SecretToken, SpiffeId, SubjectName, TokenKind,
-    LOOPBACK_NAMES,
+    load_ca, AgentSubject, CertUse, IssuedCert, PkiDir, SecretToken, SpiffeId, SubjectName,
+    TokenKind, LOOPBACK_NAMES,
 };
 
 use super::{body, json, parse_id, write, write_as, AppState, JsonBody, RouteBook};
@@ -36,6 +37,11 @@ pub const MINT_SLACK_MS: u64 = 2_000;
 pub const WORKER_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
 /// Host names a worker may ask its certificate to carry besides loopback.
 pub const ENROLL_HOSTS_MAX: usize = 8;
+/// An agent certificate's life: the longest a task may run (its timeout is capped at a day);
+/// the agent of a longer-lived sandbox renews it.
+pub const AGENT_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
+/// The longest a worker may give an agent to enroll: its sandbox's provisioning.
+pub const AGENT_TOKEN_TTL_MS_MAX: u64 = 3_600 * 1_000;
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -55,6 +61,16 @@ pub fn routes(book: RouteBook) -> RouteBook {
         json::<Enrolled>(),
         Access::PUBLIC,
         post(enroll),
+    )
+    .add(
+        "POST",
+        "/api/v1/enroll/agent",
+        "The agent inside a sandbox exchanges the token its worker minted and a CSR for its \
+         certificate (the token is the credential)",
+        body::<squadron_api::EnrollAgent>(),
+        json::<Enrolled>(),
+        Access::PUBLIC,
+        post(enroll_agent),
     )
     .add(
         "POST",
@@ -100,17 +116,23 @@ async fn mint(
         expires_at_ms: crate::clock::now_ms().saturating_add(life_ms),
     });
     let Json(outcome) = write(&node, &caller, &headers, command).await?;
+    let expires_at_ms = minted(outcome, &id)?;
+    Ok(Json(MintedBootstrap {
+        id,
+        token: secret.expose(),
+        worker: b.worker,
+        expires_at_ms,
+    }))
+}
+
+/// When the token minted under `id` expires; a keyed retry's answer names the first
+/// request's token, whose secret went to that request.
+fn minted(outcome: Outcome, id: &TokenId) -> Result<u64, ApiError> {
     match outcome {
         Outcome::BootstrapTokenMinted {
             id: minted,
             expires_at_ms,
-        } if minted == id => Ok(Json(MintedBootstrap {
-            id,
-            token: secret.expose(),
-            worker: b.worker,
-            expires_at_ms,
-        })),
-        // A keyed retry: the first request's secret went to that request.
+        } if minted == *id => Ok(expires_at_ms),
         Outcome::BootstrapTokenMinted { id: minted, .. } => Err(ApiError::invalid(
             "Idempotency-Key",
             format!("bootstrap token {minted} was minted by the first request with this key"),
@@ -124,26 +146,108 @@ async fn enroll(
     headers: HeaderMap,
     JsonBody(b): JsonBody<EnrollWorker>,
 ) -> Result<Json<Enrolled>, ApiError> {
-    let token = SecretToken::parse(TokenKind::Bootstrap, &b.token)
+    let identity = Identity::Worker(b.worker.clone());
+    exchange(&node, &headers, &b.token, identity, &b.csr_pem, &b.hosts)
+        .await
+        .map(Json)
+}
+
+async fn enroll_agent(
+    State(node): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(b): JsonBody<EnrollAgent>,
+) -> Result<Json<Enrolled>, ApiError> {
+    let identity = Identity::Agent(b.agent);
+    exchange(&node, &headers, &b.token, identity, &b.csr_pem, &[])
+        .await
+        .map(Json)
+}
+
+/// A bootstrap token and a CSR exchanged for `identity`'s certificate, answered only once the
+/// `Enroll` that consumes the token is applied.
+async fn exchange(
+    node: &AppState,
+    headers: &HeaderMap,
+    token: &str,
+    identity: Identity,
+    csr_pem: &str,
+    hosts: &[String],
+) -> Result<Enrolled, ApiError> {
+    let token = SecretToken::parse(TokenKind::Bootstrap, token)
         .map_err(|e| AuthError::Unauthenticated(e.to_string()))?;
     let token_id: TokenId = TokenId::new(token.id())
         .map_err(|_| AuthError::Unauthenticated("the bootstrap token is not accepted".into()))?;
-    let signed = sign(&node, &b.worker, &b.csr_pem, &b.hosts)?;
+    let (spiffe, validity_ms) = match &identity {
+        Identity::Worker(w) => (SpiffeId::Worker(w.clone()), WORKER_CERT_VALIDITY_MS),
+        Identity::Agent(a) => (agent_spiffe(a), AGENT_CERT_VALIDITY_MS),
+    };
+    let signed = sign(node, &spiffe, csr_pem, hosts, validity_ms)?;
     let command = Command::Enroll(cmd::Enroll {
         token: token_id,
         presented: Digest::from_bytes(token.hash().0),
-        identity: Identity::Worker(b.worker.clone()),
+        identity,
         serial: signed.serial.clone(),
         not_after_ms: signed.not_after_ms,
     });
     // Nobody is authenticated yet: the token is checked by the command itself, which the
     // node proposes as its own act.
     let subject = squadron_core::access::Subject::Node(node.id);
-    let Json(outcome) = write_as(&node, subject, &headers, command).await?;
+    let Json(outcome) = write_as(node, subject, headers, command).await?;
     match outcome {
-        Outcome::Enrolled { serial, .. } => signed.answer(&serial).map(Json),
+        Outcome::Enrolled { serial, .. } => signed.answer(&serial),
         other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
     }
+}
+
+fn agent_spiffe(agent: &AgentIdentity) -> SpiffeId {
+    SpiffeId::Agent(match agent {
+        AgentIdentity::Task(t) => AgentSubject::Task(t.get()),
+        AgentIdentity::ProfileGeneration {
+            profile,
+            generation,
+        } => AgentSubject::ProfileGeneration {
+            profile: profile.get(),
+            generation: generation.get(),
+        },
+    })
+}
+
+/// The one-time token of the agent of `task`, for the worker that provisions it
+/// (`WorkerControl`); the core refuses any other caller.
+pub(crate) async fn mint_agent_token(
+    node: &AppState,
+    caller: &Caller,
+    key: Option<IdempotencyKey>,
+    task: TaskId,
+    b: MintAgentToken,
+) -> Result<MintedAgentToken, ApiError> {
+    if !(BOOTSTRAP_TOKEN_TTL_MS_MIN..=AGENT_TOKEN_TTL_MS_MAX).contains(&b.ttl_ms) {
+        return Err(ApiError::invalid(
+            "ttl_ms",
+            format!(
+                "an agent token lives {BOOTSTRAP_TOKEN_TTL_MS_MIN} to {AGENT_TOKEN_TTL_MS_MAX} \
+                 ms, got {}",
+                b.ttl_ms
+            ),
+        ));
+    }
+    let agent = AgentIdentity::Task(task);
+    let secret = SecretToken::generate(TokenKind::Bootstrap);
+    let id: TokenId = parse_id("id", secret.id())?;
+    let command = Command::MintBootstrapToken(cmd::MintBootstrapToken {
+        id: id.clone(),
+        digest: Digest::from_bytes(secret.hash().0),
+        purpose: BootstrapPurpose::Agent { agent },
+        expires_at_ms: crate::clock::now_ms().saturating_add(b.ttl_ms + MINT_SLACK_MS),
+    });
+    let outcome = super::write_keyed(node, caller.subject()?, key, command).await?;
+    let expires_at_ms = minted(outcome, &id)?;
+    Ok(MintedAgentToken {
+        id,
+        token: secret.expose(),
+        agent,
+        expires_at_ms,
+    })
 }
 
 async fn renew(
@@ -169,7 +273,13 @@ pub(crate) async fn renew_certificate(
     worker: WorkerId,
     b: RenewCertificate,
 ) -> Result<Enrolled, ApiError> {
-    let signed = sign(node, &worker, &b.csr_pem, &b.hosts)?;
+    let signed = sign(
+        node,
+        &SpiffeId::Worker(worker.clone()),
+        &b.csr_pem,
+        &b.hosts,
+        WORKER_CERT_VALIDITY_MS,
+    )?;
     let command = Command::RecordCertificate(cmd::RecordCertificate {
         identity: Identity::Worker(worker),
         serial: signed.serial.clone(),
@@ -206,12 +316,14 @@ impl Signed {
     }
 }
 
-/// Signs a worker's CSR with the cluster CA this node holds.
+/// Signs a CSR for `identity` with the cluster CA this node holds; a worker's certificate
+/// also serves its output listener at loopback and `hosts`, an agent's only dials.
 fn sign(
     node: &AppState,
-    worker: &WorkerId,
+    identity: &SpiffeId,
     csr_pem: &str,
     hosts: &[String],
+    validity_ms: u64,
 ) -> Result<Signed, ApiError> {
     if hosts.len() > ENROLL_HOSTS_MAX {
         return Err(ApiError::invalid(
@@ -222,19 +334,25 @@ fn sign(
     let pki = PkiDir::of_data_dir(&node.config.data_dir);
     let ca = load_ca(&pki)
         .map_err(|e| ApiError::unavailable(format!("this node cannot sign certificates: {e}")))?;
-    let names: Vec<SubjectName> = LOOPBACK_NAMES
-        .iter()
-        .copied()
-        .chain(hosts.iter().map(String::as_str))
-        .map(SubjectName::of_host)
-        .collect();
+    let (names, usage): (Vec<SubjectName>, _) = match identity {
+        SpiffeId::Agent(_) => (Vec::new(), CertUse::Client),
+        _ => (
+            LOOPBACK_NAMES
+                .iter()
+                .copied()
+                .chain(hosts.iter().map(String::as_str))
+                .map(SubjectName::of_host)
+                .collect(),
+            CertUse::ServerAndClient,
+        ),
+    };
     let pem = ca
         .sign_csr(
             csr_pem,
-            &SpiffeId::Worker(worker.clone()),
+            identity,
             &names,
-            Duration::from_millis(WORKER_CERT_VALIDITY_MS),
-            CertUse::ServerAndClient,
+            Duration::from_millis(validity_ms),
+            usage,
         )
         .map_err(|e| ApiError::invalid("csr_pem", e.to_string()))?;
     let cert = IssuedCert::new(pem, String::new(), ca.cert_pem());

@@ -54,6 +54,17 @@ pub fn routes(book: RouteBook) -> RouteBook {
         get(get_task),
     )
     .add(
+        "GET",
+        "/api/v1/tasks/:id/agent",
+        "The agent registered in the task's sandbox: when it registered, when it last checked in, \
+         and what the sandbox uses (CPU, memory, disk); 404 before it registers and after the \
+         attempt ends",
+        query::<ConsistencyQuery>(),
+        json::<squadron_core::agent_session::AgentSession>(),
+        Access::viewer(Scope::Task).and_workers(),
+        get(get_agent),
+    )
+    .add(
         "DELETE",
         "/api/v1/tasks/:id",
         "Cancel a task: a queued one ends at once, an assigned one is asked to stop",
@@ -192,6 +203,22 @@ async fn get_task(
 ) -> Result<Json<Task>, ApiError> {
     let id = task_id(&id)?;
     read(&node, q.consistency, |s| task_of(s, id).map(Json)).await
+}
+
+async fn get_agent(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<squadron_core::agent_session::AgentSession>, ApiError> {
+    let id = task_id(&id)?;
+    read(&node, q.consistency, |s| {
+        task_of(s, id)?;
+        s.agent_session(id)
+            .copied()
+            .map(Json)
+            .ok_or_else(|| ApiError::not_found(format!("task {id} has no registered agent")))
+    })
+    .await
 }
 
 pub(crate) fn task_of(s: &squadron_core::State, id: TaskId) -> Result<Task, ApiError> {

@@ -12,8 +12,9 @@ use squadron_api::leases::{
 use squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX;
 use squadron_api::{
     Addressed, AttachSandbox, CredentialLeaseGrant, CurrentWriter, Enrolled, GrantCredentialLease,
-    ProjectRef, RenewCertificate,
+    MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
 };
+use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::ids::{LeaseId, ProfileId, ProjectId, TaskId, TenantId};
 use squadron_core::lease::{FencingToken, RuntimeLease};
@@ -195,6 +196,34 @@ impl ControlLink {
 
     pub(crate) async fn task(&self, id: TaskId) -> Result<Task, CallError> {
         call!(self, get_task, id, None)
+    }
+
+    /// The one-time token the agent of `task`'s sandbox enrolls with. Unkeyed, as a
+    /// certificate's renewal: a keyed resend would be answered with the first request's
+    /// token id but not its secret; an extra token is never used and goes with the task.
+    pub(crate) async fn mint_agent_token(
+        &self,
+        task: TaskId,
+        ttl_ms: u64,
+    ) -> Result<MintedAgentToken, CallError> {
+        let message = Addressed::new(task, MintAgentToken { ttl_ms });
+        call!(self, mint_agent_token, message, None)
+    }
+
+    /// The registered agent of `task`, if one has checked in.
+    pub(crate) async fn agent_session(
+        &self,
+        task: TaskId,
+    ) -> Result<Option<AgentSession>, CallError> {
+        call!(self, get_agent_session, task, None)
+    }
+
+    /// Where the leader's gRPC listener is now, asked afresh (the agent relay dials it).
+    pub(crate) async fn leader_grpc_address(&self) -> Result<String, CallError> {
+        self.grpc
+            .leader_address()
+            .await
+            .map_err(|e| CallError::Unanswered(e.to_string()))
     }
 
     /// The leases a restart adopts: holding a slot, held here, in projects whose sandbox is

@@ -14,6 +14,14 @@
 //! | `outbox/`       | `/mnt/outbox`  | rw   |
 //! | `run/`          | `/mnt/run`     | ro   |
 //! | global dir      | `/mnt/global`  | ro   |
+//! | `agent/`        | `/run/squadron/agent` | rw |
+//! | the worker's `squadron` binary | `/usr/local/bin/squadron` | ro |
+//!
+//! With an agent binary configured (`squadron worker` always sets its own), the container's
+//! command is `squadron agent -- <argv>` (`task::sandbox_agent`): the container starts at
+//! PROVISIONING, the agent enrolls and registers through its relay sockets in `agent/`, and
+//! starts the launcher once the task is RUNNING; `start` then finds the container running
+//! and does nothing. Without one, the command is the launch spec's argv itself.
 //!
 //! The command is the launch spec's argv, its working directory the spec's, and its
 //! environment the spec's allowlist only (the engine adds `PATH` and `HOSTNAME`). CPU, memory
@@ -77,6 +85,7 @@ use crate::runtime::docker_network::ManagedNetwork;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
+use crate::task::sandbox_agent::{self, AGENT_BINARY_MOUNT, AGENT_DIR_MOUNT};
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
 
 /// The engine socket when the configuration names none.
@@ -129,6 +138,9 @@ pub(crate) struct DockerConfig {
     pub(crate) allow_full_network: bool,
     /// Tag, `nft` and deny list of the managed network `outbound` containers join.
     pub(crate) network: NetworkConfig,
+    /// The `squadron` binary containers run `squadron agent` from; unset, they start the
+    /// launcher directly.
+    pub(crate) agent_binary: Option<PathBuf>,
 }
 
 impl DockerConfig {
@@ -143,6 +155,7 @@ impl DockerConfig {
             sandbox_user: SandboxUser::default(),
             allow_full_network: false,
             network: NetworkConfig::new(worker_tag.as_str()),
+            agent_binary: None,
         }
     }
 }
@@ -265,9 +278,13 @@ impl DockerRuntime {
             }
             Some(format!("{}:{}", user.uid, user.gid))
         };
+        let cmd = match self.config.agent_binary {
+            Some(_) => sandbox_agent::agent_argv(&spec.argv),
+            None => spec.argv.clone(),
+        };
         Ok(Config {
             image: Some(self.config.image.clone()),
-            cmd: Some(spec.argv.clone()),
+            cmd: Some(cmd),
             // The image's entrypoint, if any, must not wrap the provider.
             entrypoint: Some(Vec::new()),
             working_dir: Some(spec.workdir.clone()),
@@ -322,6 +339,10 @@ impl DockerRuntime {
         ];
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
             mounts.push(bind(global, GLOBAL_MOUNT, true, "global_dir")?);
+        }
+        if let Some(binary) = &self.config.agent_binary {
+            mounts.push(bind_file(binary, AGENT_BINARY_MOUNT, "agent_binary")?);
+            mounts.push(bind(&spec.dir.agent(), AGENT_DIR_MOUNT, false, "agent")?);
         }
         if let Some(session) = &spec.credentials {
             // The container config holds the path, never a value (INV-13).
@@ -416,6 +437,10 @@ impl DockerRuntime {
 impl Runtime for DockerRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Docker
+    }
+
+    fn runs_agent(&self) -> bool {
+        self.config.agent_binary.is_some()
     }
 
     fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
@@ -763,6 +788,28 @@ fn bind(source: &Path, target: &str, read_only: bool, field: &str) -> Result<Mou
             format!("{} is not a directory", absolute.display()),
         ));
     }
+    mount_of(&absolute, target, read_only, field)
+}
+
+/// A read-only bind of one executable file (the agent binary).
+fn bind_file(source: &Path, target: &str, field: &str) -> Result<Mount, WorkerError> {
+    let absolute = std::fs::canonicalize(source)
+        .map_err(|e| invalid(field, format!("{}: {e}", source.display())))?;
+    if !absolute.is_file() {
+        return Err(invalid(
+            field,
+            format!("{} is not a file", absolute.display()),
+        ));
+    }
+    mount_of(&absolute, target, true, field)
+}
+
+fn mount_of(
+    absolute: &Path,
+    target: &str,
+    read_only: bool,
+    field: &str,
+) -> Result<Mount, WorkerError> {
     let absolute = absolute
         .to_str()
         .ok_or_else(|| invalid(field, format!("{} is not valid UTF-8", absolute.display())))?;

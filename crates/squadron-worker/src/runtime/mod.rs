@@ -118,4 +118,12 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
 
     /// The host (uid, gid) the provider runs as: credential files are given to it.
     fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError>;
+
+    /// Whether the sandbox runs `squadron agent` (`task::sandbox_agent`): it starts at
+    /// PROVISIONING, READY waits for the agent's registration, and the agent starts the
+    /// provider once the task is RUNNING. The process runtime launches the provider
+    /// directly.
+    fn runs_agent(&self) -> bool {
+        false
+    }
 }

@@ -54,6 +54,7 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 dc.image = config.docker_image.clone();
                 dc.global_dir = config.global_dir.clone();
                 dc.allow_full_network = config.allow_full_network;
+                dc.agent_binary = config.agent_binary.clone();
                 let connected = match config.egress_deny_networks() {
                     Ok(deny) => {
                         dc.network.deny = deny;

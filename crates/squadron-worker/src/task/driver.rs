@@ -5,6 +5,7 @@
 //! idempotent, sandboxes are adopted rather than recreated, and a provider that was already
 //! started is never started again.
 
+mod agent;
 mod credentials;
 mod provision;
 mod volume;
@@ -25,6 +26,7 @@ use crate::output_server::ActiveTasks;
 use crate::retry;
 use crate::runtime::probe::RuntimeSet;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
+use crate::task::agent_relay::AgentRelays;
 use crate::task::checkpoint::TaskCheckpoint;
 use crate::task::collector::{collect, RunFacts};
 use crate::task::credential_session::{CredentialSession, LiveRedactions, Redactor};
@@ -48,6 +50,8 @@ pub(crate) struct DriverContext {
     /// Credential values of running attempts, for the output server's redaction.
     pub(crate) redactions: LiveRedactions,
     pub(crate) env_allowlist: EnvAllowlist,
+    /// The relays of sandbox agents to the control plane.
+    pub(crate) relays: AgentRelays,
 }
 
 /// Why a run stopped before the provider exited on its own.
@@ -172,6 +176,7 @@ impl TaskDriver {
                 Step::Done => break,
             }
         }
+        self.ctx.relays.close(self.task);
         self.end_credentials();
         // Only a committed end retires the files: a driver that stops short leaves them for
         // the next run.
@@ -414,6 +419,9 @@ impl TaskDriver {
             session.prepare()?;
         }
         let limit = Duration::from_millis(self.spec.lifecycle.provision_timeout_ms);
+        if runtime.runs_agent() {
+            self.prepare_agent(&runtime, &spec, limit).await?;
+        }
         let pauses = retry::table(
             &self.spec.lifecycle.retries.provision,
             self.ctx.config.backoff_override_ms,
@@ -456,6 +464,11 @@ impl TaskDriver {
         };
         self.checkpoint(|c| c.sandbox = Some(handle.id.clone()));
         self.event(serde_json::json!({"event": "provisioned", "sandbox": handle.id}));
+        if runtime.runs_agent() {
+            if let Err(why) = self.await_agent(&runtime, &handle, &spec, limit).await {
+                return Ok(self.fail(TaskState::Provisioning, None, why).await);
+            }
+        }
         self.report(
             TaskState::Provisioning,
             TaskState::Ready,
@@ -477,8 +490,21 @@ impl TaskDriver {
                 .await);
         };
         // A provider that already started (the worker died right after starting it) is not
-        // started a second time.
-        if runtime.status(&handle).await? == RunStatus::Created {
+        // started a second time. A sandbox agent starts it once RUNNING is committed, so
+        // the credentials are in place before that report.
+        if runtime.runs_agent() {
+            self.reopen_relay(&runtime).await?;
+            if self
+                .load_checkpoint()
+                .and_then(|c| c.started_at_ms)
+                .is_none()
+            {
+                let spec = self.launch_spec().await?;
+                if let Err(why) = self.take_credentials(runtime.as_ref(), &spec).await {
+                    return Ok(self.fail(TaskState::Ready, None, why).await);
+                }
+            }
+        } else if runtime.status(&handle).await? == RunStatus::Created {
             let spec = self.launch_spec().await?;
             if let Err(why) = self.take_credentials(runtime.as_ref(), &spec).await {
                 return Ok(self.fail(TaskState::Ready, None, why).await);
@@ -516,6 +542,7 @@ impl TaskDriver {
                 )
                 .await);
         };
+        self.reopen_relay(&runtime).await?;
         let started = self
             .load_checkpoint()
             .and_then(|c| c.started_at_ms)

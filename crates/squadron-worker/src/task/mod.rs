@@ -1,6 +1,7 @@
 //! One task attempt on this worker, from STAGING to its end: the driver walks the lifecycle,
 //! each step built from the files and modules of this room.
 
+pub(crate) mod agent_relay;
 pub(crate) mod checkpoint;
 pub(crate) mod collector;
 pub(crate) mod credential_session;
@@ -9,6 +10,7 @@ pub(crate) mod env_allowlist;
 pub(crate) mod launcher;
 pub(crate) mod outbox_reader;
 pub(crate) mod output_counter;
+pub(crate) mod sandbox_agent;
 pub(crate) mod staging;
 pub(crate) mod task_dir;
 pub(crate) mod task_volume;

@@ -88,4 +88,8 @@ impl TaskDir {
     pub(crate) fn artifacts(&self) -> PathBuf {
         self.outbox().join(ARTIFACTS)
     }
+    /// The sandbox agent's directory: its environment file, the CA, the relay sockets.
+    pub(crate) fn agent(&self) -> PathBuf {
+        self.root.join("agent")
+    }
 }

@@ -26,6 +26,24 @@ pub struct BenchTop {
 pub enum BenchCmd {
     /// Squadron against etcd, side by side on loopback, same load generator, ratios.
     Compare(CompareArgs),
+    /// Sandbox start latency per runtime: submit → READY and submit → RUNNING (p50/p99)
+    /// over tasks run one after the other against --endpoint.
+    SandboxStart(SandboxStartArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SandboxStartArgs {
+    /// Runtimes to measure, comma-separated (each needs a live worker offering it).
+    #[arg(long, value_delimiter = ',', default_value = "process,docker")]
+    pub runtimes: Vec<String>,
+    /// Tasks per runtime (1..=1000).
+    #[arg(long, default_value_t = 20)]
+    pub tasks: usize,
+    /// The repository every task clones (a URL the workers' policy accepts).
+    #[arg(long, value_name = "URL")]
+    pub repository: String,
+    #[arg(long, default_value = "main")]
+    pub branch: String,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -88,6 +106,16 @@ pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
             emit(ctx.out, &report, lease_bench::render)
         }
         Some(BenchCmd::Compare(args)) => compare(ctx.out, args).await,
+        Some(BenchCmd::SandboxStart(args)) => {
+            let opts = crate::start_bench::StartBenchOptions {
+                runtimes: args.runtimes,
+                tasks: args.tasks,
+                repository: args.repository,
+                branch: args.branch,
+            };
+            let report = crate::start_bench::run(&ctx.client, &opts).await?;
+            emit(ctx.out, &report, crate::start_bench::render)
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! One module per command group, each holding its clap arguments and its handler; `main.rs`
 //! only parses, sets up logging and the runtime, dispatches here and reports errors.
 
+pub mod agent;
 pub mod bench;
 pub mod capsule;
 pub mod cluster;
@@ -149,19 +150,25 @@ pub enum Command {
     Evidence(evidence::EvidenceArgs),
     /// Closed-loop lease benchmark: acquire → renew → release cycles.
     Bench(bench::BenchTop),
+    /// The process inside a sandbox: enrolls, registers, heartbeats, runs the provider
+    /// launcher once the task is RUNNING (the worker starts it; not for use by hand).
+    Agent(agent::AgentArgs),
 }
 
 impl Command {
     /// Whether the command runs a node or a worker (it logs at info) rather than a client call.
     pub fn serves(&self) -> bool {
-        matches!(self, Command::Server(_) | Command::Dev(_))
+        matches!(
+            self,
+            Command::Server(_) | Command::Dev(_) | Command::Agent(_)
+        )
     }
 
     /// Whether the command is a client of the REST API (and so needs credentials).
     pub fn is_client(&self) -> bool {
         !matches!(
             self,
-            Command::Server(_) | Command::Dev(_) | Command::Init(_)
+            Command::Server(_) | Command::Dev(_) | Command::Init(_) | Command::Agent(_)
         )
     }
 }

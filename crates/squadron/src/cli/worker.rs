@@ -44,6 +44,11 @@ pub struct WorkerRunArgs {
     pub capacity: u32,
     #[arg(long, value_name = "MS", default_value_t = 30_000)]
     pub heartbeat_interval_ms: u64,
+    /// How often the agent inside each Docker sandbox heartbeats (with its CPU, memory and
+    /// disk figures).
+    #[arg(long, value_name = "MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(100..=300_000))]
+    pub agent_heartbeat_interval_ms: u64,
     /// Address of the output server (logs, artifacts, live stream) control nodes relay.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8130")]
     pub listen: SocketAddr,

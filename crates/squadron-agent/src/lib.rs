@@ -1,0 +1,127 @@
+//! `squadron agent`: the process inside every sandbox (DESIGN §1, §5).
+//!
+//! 1. Reads its environment file (`agent_env`) and scrubs the one-time token from it.
+//! 2. Enrolls through the worker's REST relay for `spiffe://squadron.local/agent/task-{id}`
+//!    (`enrollment`), retried on the task's agent connect table while the relay or the
+//!    control plane does not answer.
+//! 3. Registers over gRPC (`control_session`): READY is the worker's report once this
+//!    registration is committed.
+//! 4. Heartbeats every `SQUADRON_HEARTBEAT_MS` (30 s by default) with what the sandbox uses
+//!    (`sandbox_usage`).
+//! 5. Waits until the task is RUNNING, then runs the provider launcher (`provider_run`) and
+//!    exits with its exit code, which the runtime reads as the run's.
+//!
+//! Map: `agent_env` (the file), `enrollment` (token → certificate), `control_session` (the
+//! gRPC calls and their retries), `sandbox_usage` (heartbeat figures), `provider_run` (the
+//! launcher and stops), `error`.
+
+pub mod agent_env;
+pub mod control_session;
+pub mod enrollment;
+pub mod error;
+pub mod provider_run;
+pub mod sandbox_usage;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use backon::Retryable;
+use squadron_pki::ClusterTrust;
+use tokio::signal::unix::{signal, SignalKind};
+
+pub use agent_env::AgentEnv;
+pub use control_session::{ControlSession, RunOrder};
+pub use error::AgentError;
+
+/// Largest CA certificate file read.
+pub const CA_FILE_BYTES_MAX: u64 = 64 * 1024;
+/// The exit code of an agent stopped by SIGTERM before the provider started.
+pub const STOPPED_EXIT_CODE: i32 = 143;
+
+/// What `squadron agent` was asked to do.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    pub env_file: PathBuf,
+    /// The provider launcher and its arguments.
+    pub launch: Vec<String>,
+}
+
+/// Runs the agent to the end; the answer is the exit code the process should end with.
+pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
+    if options.launch.is_empty() {
+        return Err(AgentError::Launch(
+            "no launcher given: squadron agent --env-file FILE -- PROGRAM [ARGS…]".into(),
+        ));
+    }
+    let env = AgentEnv::take(&options.env_file)?;
+    let trust = ClusterTrust::from_ca_pem(&read_ca(&env.ca_file)?)?;
+    let cert = enroll_with_retries(&env, &trust).await?;
+    tracing::info!(task = %env.task, attempt = env.attempt, "enrolled");
+    let session = ControlSession::new(&env, &trust, &cert)?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| AgentError::Launch(e.to_string()))?;
+    let reply = session.register().await?;
+    tracing::info!(task = %env.task, state = %reply.state, "registered");
+    let heartbeats = tokio::spawn(heartbeat_loop(
+        session.clone(),
+        Duration::from_millis(env.heartbeat_ms),
+        env.disk_paths.clone(),
+    ));
+    let order = tokio::select! {
+        order = session.wait_for_run() => order,
+        _ = terminate.recv() => {
+            heartbeats.abort();
+            tracing::info!("SIGTERM before the provider started");
+            return Ok(STOPPED_EXIT_CODE);
+        }
+    };
+    drop(terminate);
+    let code = match order? {
+        RunOrder::Run => provider_run::run(&options.launch).await,
+        RunOrder::Ended { state } => {
+            tracing::info!(%state, "the task ended before it ran; nothing to start");
+            Ok(0)
+        }
+    };
+    heartbeats.abort();
+    code
+}
+
+fn read_ca(path: &std::path::Path) -> Result<String, AgentError> {
+    let meta = std::fs::metadata(path).map_err(|e| AgentError::io("read", path, e))?;
+    if meta.len() > CA_FILE_BYTES_MAX {
+        return Err(AgentError::Env {
+            path: path.to_path_buf(),
+            message: format!("the CA file is larger than {CA_FILE_BYTES_MAX} bytes"),
+        });
+    }
+    std::fs::read_to_string(path).map_err(|e| AgentError::io("read", path, e))
+}
+
+/// Enrollment on the connect table: a relay or node that does not answer is asked again; a
+/// refused token is final.
+async fn enroll_with_retries(
+    env: &AgentEnv,
+    trust: &ClusterTrust,
+) -> Result<squadron_pki::IssuedCert, AgentError> {
+    (|| enrollment::enroll(env, trust))
+        .retry(env.connect_pauses.clone().into_iter())
+        .when(|e| matches!(e, AgentError::Io { .. }))
+        .notify(
+            |e, pause| tracing::info!(error = %e, ?pause, "enrollment not answered; asking again"),
+        )
+        .await
+}
+
+async fn heartbeat_loop(session: ControlSession, every: Duration, disk_paths: Vec<PathBuf>) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let usage = sandbox_usage::measure(&disk_paths);
+        match session.heartbeat(usage).await {
+            Ok(reply) => tracing::debug!(state = %reply.state, "heartbeat"),
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Runs the provider launcher the worker prepared (`/mnt/run/launch.sh`, which sends the
+//! provider's output to the task's progress files itself, so the output survives the agent and
+//! the worker alike) and hands on a stop: SIGTERM to the agent goes to the launcher's whole
+//! process group.
+
+use std::process::ExitStatus;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::error::AgentError;
+
+/// The exit code of a run; 128 + n when the launcher was killed by signal n, as a shell says.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+pub async fn run(argv: &[String]) -> Result<i32, AgentError> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| AgentError::Launch("no launcher given".into()))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| AgentError::Launch(e.to_string()))?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| AgentError::Launch(format!("{program}: {e}")))?;
+    let group = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        .ok_or_else(|| AgentError::Launch("the launcher has no pid".into()))?;
+    tracing::info!(%program, pid = group.as_raw_nonzero().get(), "provider launcher started");
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|e| AgentError::Launch(e.to_string()))?;
+                return Ok(exit_code(status));
+            }
+            _ = terminate.recv() => {
+                tracing::info!("SIGTERM: stopping the provider");
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::TERM);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_launchers_exit_code_is_the_agents() {
+        let code = run(&["/bin/sh".into(), "-c".into(), "exit 7".into()])
+            .await
+            .unwrap();
+        assert_eq!(code, 7);
+        let code = run(&["/bin/sh".into(), "-c".into(), "kill -9 $$".into()])
+            .await
+            .unwrap();
+        assert_eq!(code, 137);
+        let err = run(&["/nonexistent/launcher".into()])
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/nonexistent/launcher"), "{err}");
+    }
+}

@@ -1,0 +1,123 @@
+//! The sandbox agent's part of PROVISIONING (runtimes that run `squadron agent`): its token,
+//! files and relay before the sandbox starts, then the wait for its registration — READY is
+//! reported only once the agent of this attempt has registered with the control plane.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::TaskDriver;
+use crate::error::WorkerError;
+use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
+use crate::task::sandbox_agent::AgentFiles;
+
+/// How often the registration is looked for.
+const REGISTRATION_POLL_MS: u64 = 100;
+/// The agent's token lives as long as provisioning may take, within these bounds.
+const AGENT_TOKEN_TTL_MS_MIN: u64 = 10_000;
+const AGENT_TOKEN_TTL_MS_MAX: u64 = 3_600 * 1_000;
+
+impl TaskDriver {
+    /// Before the sandbox exists: mints the agent's one-time token and writes its files. A
+    /// sandbox an earlier life already made keeps the files it has (its agent scrubbed the
+    /// token), so no second token is put where the provider could read it. The relay is
+    /// opened either way.
+    pub(super) async fn prepare_agent(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        spec: &LaunchSpec,
+        limit: Duration,
+    ) -> Result<(), WorkerError> {
+        let owner = runtime.sandbox_owner(spec)?;
+        if runtime
+            .adopt(self.task, self.attempt, &self.dir)
+            .await?
+            .is_none()
+        {
+            let ttl_ms =
+                (limit.as_millis() as u64).clamp(AGENT_TOKEN_TTL_MS_MIN, AGENT_TOKEN_TTL_MS_MAX);
+            let minted = self
+                .ctx
+                .control
+                .mint_agent_token(self.task, ttl_ms)
+                .await
+                .map_err(|e| {
+                    WorkerError::runtime("agent", format!("mint the agent's token: {e}"))
+                })?;
+            let tls = self.ctx.config.tls.as_ref().ok_or_else(|| {
+                WorkerError::runtime("agent", "the worker has no TLS identity to hand on")
+            })?;
+            AgentFiles {
+                task: self.task,
+                attempt: self.attempt,
+                token: &minted.token,
+                ca_pem: tls.trust.ca_pem(),
+                heartbeat_ms: self.ctx.config.agent_heartbeat_ms,
+                connect_pauses: crate::retry::table(
+                    &self.spec.lifecycle.retries.agent_connect,
+                    self.ctx.config.backoff_override_ms,
+                )
+                .collect(),
+            }
+            .write(&self.dir.agent(), owner)?;
+            self.event(serde_json::json!({"event": "agent_token_minted", "token": minted.id.to_string(), "expires_at_ms": minted.expires_at_ms}));
+        }
+        self.ctx.relays.open(self.task, &self.dir.agent(), owner)
+    }
+
+    /// After a restart in READY or RUNNING: the agent's relay again.
+    pub(super) async fn reopen_relay(&self, runtime: &Arc<dyn Runtime>) -> Result<(), WorkerError> {
+        if !runtime.runs_agent() {
+            return Ok(());
+        }
+        let spec = self.launch_spec().await?;
+        let owner = runtime.sandbox_owner(&spec)?;
+        self.ctx.relays.open(self.task, &self.dir.agent(), owner)
+    }
+
+    /// Starts the sandbox (the agent only: the provider waits for RUNNING) and waits until
+    /// the agent of this attempt has registered, or `limit` passes, or the agent exits. The
+    /// error is the task's failure reason.
+    pub(super) async fn await_agent(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        handle: &SandboxHandle,
+        spec: &LaunchSpec,
+        limit: Duration,
+    ) -> Result<(), String> {
+        runtime
+            .start(handle, spec)
+            .await
+            .map_err(|e| format!("start the agent: {e}"))?;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match self.ctx.control.agent_session(self.task).await {
+                Ok(Some(s)) if s.attempt == self.attempt => {
+                    self.event(serde_json::json!({"event": "agent_registered", "registered_at_ms": s.registered_at_ms}));
+                    return Ok(());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(task = %self.task, error = %e, "reading the agent's registration failed")
+                }
+            }
+            match runtime.status(handle).await {
+                Ok(RunStatus::Exited { code }) => {
+                    return Err(format!(
+                        "the agent exited with code {code} before it registered"
+                    ))
+                }
+                Ok(RunStatus::Vanished) => {
+                    return Err("the sandbox vanished before its agent registered".into())
+                }
+                _ => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "provision timeout: the agent did not register within {} ms",
+                    limit.as_millis()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(REGISTRATION_POLL_MS)).await;
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! What a sandbox that runs `squadron agent` gets from its worker: a directory bound at
+//! `AGENT_DIR_MOUNT` holding the agent's environment file (task, attempt, relay sockets, the
+//! CA, a one-time bootstrap token and nothing else secret), the cluster CA and the relay
+//! sockets (`agent_relay`), and the worker's own `squadron` binary bound read-only at
+//! `AGENT_BINARY_MOUNT`, so the agent is always the worker's own version.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use squadron_core::ids::TaskId;
+
+use crate::error::WorkerError;
+use crate::task::agent_relay::{GRPC_SOCKET_NAME, REST_SOCKET_NAME};
+use crate::task::task_dir::{INBOX_MOUNT, OUTBOX_MOUNT};
+
+/// Where the agent's directory is inside the sandbox.
+pub(crate) const AGENT_DIR_MOUNT: &str = "/run/squadron/agent";
+/// Where the worker's binary is inside the sandbox.
+pub(crate) const AGENT_BINARY_MOUNT: &str = "/usr/local/bin/squadron";
+pub(crate) const AGENT_ENV_NAME: &str = "agent.env";
+pub(crate) const CA_NAME: &str = "ca.pem";
+/// The longest a Unix socket path may be (`sun_path` holds 108 bytes with its NUL).
+pub(crate) const SOCKET_PATH_BYTES_MAX: usize = 107;
+
+/// What goes into the agent's environment file.
+#[derive(Debug)]
+pub(crate) struct AgentFiles<'a> {
+    pub(crate) task: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) token: &'a str,
+    pub(crate) ca_pem: &'a str,
+    pub(crate) heartbeat_ms: u64,
+    /// The task's agent connect table: the pause before each retry.
+    pub(crate) connect_pauses: Vec<std::time::Duration>,
+}
+
+impl AgentFiles<'_> {
+    /// Writes the directory for `owner` (mode 0700; the environment file 0600): only the
+    /// sandbox's user and the worker read it.
+    pub(crate) fn write(&self, dir: &Path, owner: (u32, u32)) -> Result<(), WorkerError> {
+        check_socket_room(dir)?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| WorkerError::io("create the agent directory", dir, e))?;
+        let io = |what, path: &Path, e| WorkerError::io(what, path, e);
+        std::os::unix::fs::chown(dir, Some(owner.0), Some(owner.1))
+            .map_err(|e| io("give the agent directory to the sandbox user", dir, e))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("restrict the agent directory", dir, e))?;
+        let ca = dir.join(CA_NAME);
+        write_owned(&ca, self.ca_pem.as_bytes(), owner, 0o644)?;
+        let env = format!(
+            "# Written by the worker for the agent of task {task} attempt {attempt}.\n\
+             SQUADRON_TASK={task}\nSQUADRON_ATTEMPT={attempt}\n\
+             SQUADRON_REST_SOCKET={AGENT_DIR_MOUNT}/{REST_SOCKET_NAME}\n\
+             SQUADRON_GRPC_SOCKET={AGENT_DIR_MOUNT}/{GRPC_SOCKET_NAME}\n\
+             SQUADRON_CA_FILE={AGENT_DIR_MOUNT}/{CA_NAME}\n\
+             SQUADRON_HEARTBEAT_MS={heartbeat}\n\
+             SQUADRON_DISK_PATHS={INBOX_MOUNT}:{OUTBOX_MOUNT}\n\
+             SQUADRON_CONNECT_PAUSES_MS={pauses}\n\
+             SQUADRON_BOOTSTRAP_TOKEN={token}\n",
+            task = self.task,
+            attempt = self.attempt,
+            heartbeat = self.heartbeat_ms,
+            pauses = self
+                .connect_pauses
+                .iter()
+                .map(|p| p.as_millis().to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            token = self.token,
+        );
+        let zeroed = zeroize::Zeroizing::new(env);
+        write_owned(&dir.join(AGENT_ENV_NAME), zeroed.as_bytes(), owner, 0o600)
+    }
+}
+
+/// The container command: the agent, which starts `launch` once the task is RUNNING.
+pub(crate) fn agent_argv(launch: &[String]) -> Vec<String> {
+    let mut argv = vec![
+        AGENT_BINARY_MOUNT.to_string(),
+        "agent".to_string(),
+        "--env-file".to_string(),
+        format!("{AGENT_DIR_MOUNT}/{AGENT_ENV_NAME}"),
+        "--".to_string(),
+    ];
+    argv.extend(launch.iter().cloned());
+    argv
+}
+
+fn check_socket_room(dir: &Path) -> Result<(), WorkerError> {
+    let longest = dir
+        .join(REST_SOCKET_NAME)
+        .as_os_str()
+        .len()
+        .max(dir.join(GRPC_SOCKET_NAME).as_os_str().len());
+    if longest > SOCKET_PATH_BYTES_MAX {
+        return Err(WorkerError::Invalid {
+            field: "data_dir".to_string(),
+            message: format!(
+                "the agent's relay sockets under {} would be {longest} bytes long, more than a \
+                 Unix socket path takes ({SOCKET_PATH_BYTES_MAX}); use a shorter data directory",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn write_owned(path: &Path, bytes: &[u8], owner: (u32, u32), mode: u32) -> Result<(), WorkerError> {
+    let io = |what, e| WorkerError::io(what, path, e);
+    let mut file = atomic_write_file::AtomicWriteFile::open(path).map_err(|e| io("write", e))?;
+    file.write_all(bytes).map_err(|e| io("write", e))?;
+    file.commit().map_err(|e| io("write", e))?;
+    std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1)).map_err(|e| io("chown", e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| io("chmod", e))
+}

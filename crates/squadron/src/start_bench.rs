@@ -1,0 +1,150 @@
+//! `squadron bench sandbox-start`: how long a sandbox takes to start, per runtime. Tasks are
+//! submitted one after the other (each waits for the last to end, so no start waits behind
+//! another) with a provider that does nothing; the figures are the leader's own stamps on each
+//! task — submitted, entered READY, entered RUNNING — so no client clock or poll interval is
+//! in them.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use squadron_bench::{LatencyHistogram, LatencySummary};
+use squadron_client::{Consistency, SquadronClient};
+use squadron_core::ids::TaskId;
+use squadron_core::task::{Task, TaskState};
+
+use crate::output::Table;
+
+/// Tasks measured per runtime, at most.
+pub const START_BENCH_TASKS_MAX: usize = 1_000;
+/// How long one task may take from submission to its end.
+const TASK_DEADLINE_MS: u64 = 300_000;
+const POLL_MS: u64 = 50;
+
+#[derive(Debug, Clone)]
+pub struct StartBenchOptions {
+    pub runtimes: Vec<String>,
+    pub tasks: usize,
+    pub repository: String,
+    pub branch: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RuntimeStarts {
+    pub runtime: String,
+    pub tasks: usize,
+    pub failed: usize,
+    pub submit_to_ready: LatencySummary,
+    pub submit_to_running: LatencySummary,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StartBenchReport {
+    pub runtimes: Vec<RuntimeStarts>,
+}
+
+pub async fn run(
+    client: &SquadronClient,
+    opts: &StartBenchOptions,
+) -> anyhow::Result<StartBenchReport> {
+    anyhow::ensure!(
+        (1..=START_BENCH_TASKS_MAX).contains(&opts.tasks),
+        "--tasks must be 1..={START_BENCH_TASKS_MAX}, got {}",
+        opts.tasks
+    );
+    let mut runtimes = Vec::new();
+    for runtime in &opts.runtimes {
+        runtimes.push(one_runtime(client, opts, runtime).await?);
+    }
+    Ok(StartBenchReport { runtimes })
+}
+
+async fn one_runtime(
+    client: &SquadronClient,
+    opts: &StartBenchOptions,
+    runtime: &str,
+) -> anyhow::Result<RuntimeStarts> {
+    let (mut ready, mut running) = (LatencyHistogram::new(), LatencyHistogram::new());
+    let mut failed = 0;
+    for i in 0..opts.tasks {
+        let manifest = manifest(opts, runtime, i);
+        let outcome = client
+            .submit_task_yaml(&manifest, None)
+            .await
+            .with_context(|| format!("submit a {runtime} task"))?;
+        let squadron_core::Outcome::TaskSubmitted { task } = outcome else {
+            anyhow::bail!("unexpected answer to a submission: {outcome:?}");
+        };
+        let t = wait_end(client, task).await?;
+        let at = |s: TaskState| t.entered_at_ms.get(&s).copied();
+        match (at(TaskState::Ready), at(TaskState::Running), t.state) {
+            (Some(r), Some(g), TaskState::Completed) => {
+                ready.record(r.saturating_sub(t.submitted_at_ms) * 1_000);
+                running.record(g.saturating_sub(t.submitted_at_ms) * 1_000);
+            }
+            _ => {
+                failed += 1;
+                eprintln!(
+                    "task {task} ({runtime}) ended {}: {}",
+                    t.state,
+                    t.error.unwrap_or_default()
+                );
+            }
+        }
+    }
+    Ok(RuntimeStarts {
+        runtime: runtime.to_string(),
+        tasks: opts.tasks,
+        failed,
+        submit_to_ready: ready.summary(),
+        submit_to_running: running.summary(),
+    })
+}
+
+fn manifest(opts: &StartBenchOptions, runtime: &str, i: usize) -> String {
+    format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: start-bench-{i}\nrepository:\n  url: {}\n  \
+         branch: {}\nagent:\n  prompt: start and stop\n  provider: script\n  script: \"true\"\n\
+         vm:\n  runtime: {runtime}\n",
+        opts.repository, opts.branch
+    )
+}
+
+async fn wait_end(client: &SquadronClient, task: TaskId) -> anyhow::Result<Task> {
+    let start = Instant::now();
+    loop {
+        let t = client.get_task(task, Consistency::Stale).await?;
+        if t.state.is_terminal() {
+            return Ok(t);
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_millis(TASK_DEADLINE_MS),
+            "task {task} did not end within {TASK_DEADLINE_MS} ms (it is {})",
+            t.state
+        );
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+pub fn render(r: &StartBenchReport) -> String {
+    let mut t = Table::new(&[
+        "runtime", "span", "tasks", "failed", "p50_ms", "p99_ms", "max_ms",
+    ]);
+    for rt in &r.runtimes {
+        for (span, s) in [
+            ("submit → READY", &rt.submit_to_ready),
+            ("submit → RUNNING", &rt.submit_to_running),
+        ] {
+            t.row(vec![
+                rt.runtime.clone(),
+                span.into(),
+                s.count.to_string(),
+                rt.failed.to_string(),
+                format!("{:.0}", s.p50_ms),
+                format!("{:.0}", s.p99_ms),
+                format!("{:.0}", s.max_ms),
+            ]);
+        }
+    }
+    t.render()
+}
