@@ -608,7 +608,12 @@ fn cli_submit_wait_json(env: &Env) {
 /// READY, heartbeats, and starts the provider only once the task is RUNNING; the audit names
 /// the agent's own identity for its check-ins.
 fn the_agent_registers_before_ready(env: &Env) {
-    let script = "echo started by the agent\nls /run/squadron/agent\nsleep 1.5\necho done";
+    // What the provider finds: its agent's files and the gRPC relay, no REST relay (closed
+    // once the agent registered), no token; and the agent's memory is closed to it.
+    let script = "echo started by the agent\nls /run/squadron/agent\n\
+                  agent=$(pidof squadron)\necho agent pid $agent\n\
+                  [ -n \"$agent\" ] && { cat /proc/$agent/environ >/dev/null 2>&1 || echo agent memory closed; }\n\
+                  sleep 1.5\necho done";
     let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, ""));
     let t = wait_task_state(
         env.any(1),
@@ -639,6 +644,11 @@ fn the_agent_registers_before_ready(env: &Env) {
     let out = logs(env.any(0), id, "stream=stdout");
     assert!(out.contains("started by the agent"), "{out}");
     // The sandbox sees its agent's files and sockets; the token is gone from its file.
+    assert!(
+        !out.contains("rest.sock"),
+        "the REST relay outlived the registration: {out}"
+    );
+    assert!(out.contains("agent memory closed"), "{out}");
     assert!(
         out.contains("grpc.sock") && out.contains("agent.env"),
         "{out}"

@@ -53,6 +53,13 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
             "no launcher given: squadron agent --env-file FILE -- PROGRAM [ARGS…]".into(),
         ));
     }
+    // The token and the key live in this process's memory only; code of the same user the
+    // sandbox runs later (the provider) may not read it through /proc or ptrace.
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        tracing::warn!(error = %e, "could not make the agent undumpable");
+    }
     let env = AgentEnv::take(&options.env_file)?;
     let trust = ClusterTrust::from_ca_pem(&read_ca(&env.ca_file)?)?;
     let cert = enroll_with_retries(&env, &trust).await?;

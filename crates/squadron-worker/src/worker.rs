@@ -128,7 +128,7 @@ pub async fn start(
         active,
         redactions,
         env_allowlist,
-        relays: AgentRelays::new(control.clone(), &config.control),
+        relays: AgentRelays::for_link(control.clone(), &config.control),
     });
     let heartbeat = tokio::spawn(heartbeat_loop(
         control.clone(),

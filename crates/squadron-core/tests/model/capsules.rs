@@ -16,6 +16,7 @@ const CAPSULES: Mix = Mix {
     assign: 0,
     report: 0,
     cancel: 0,
+    check_in: 0,
     keyed: 10,
     max_len: 80,
     dt_max: 1_500,

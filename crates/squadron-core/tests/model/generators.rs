@@ -120,8 +120,25 @@ pub(crate) fn op(mix: Mix) -> BoxedStrategy<Op> {
             mix.cancel,
             (0usize..16).prop_map(|t| Op::Cancel { t }).boxed(),
         ),
+        (mix.check_in, check_in_op()),
     ];
     Union::new_weighted(arms.into_iter().filter(|(w, _)| *w > 0).collect()).boxed()
+}
+
+fn check_in_op() -> BoxedStrategy<Op> {
+    (
+        0usize..16,
+        prop::bool::weighted(0.1),
+        prop::bool::weighted(0.9),
+        any::<bool>(),
+    )
+        .prop_map(|(t, raw, attempt_ok, usage)| Op::CheckIn {
+            t,
+            raw,
+            attempt_ok,
+            usage,
+        })
+        .boxed()
 }
 
 fn acquire_op() -> BoxedStrategy<Op> {

@@ -16,6 +16,7 @@ const LEASES: Mix = Mix {
     assign: 1,
     report: 1,
     cancel: 1,
+    check_in: 0,
     keyed: 10,
     max_len: 100,
     dt_max: 3_000,

@@ -31,10 +31,12 @@ use std::sync::OnceLock;
 use proptest::prelude::*;
 use proptest::strategy::Union;
 
+use squadron_core::agent_session::SandboxUsage;
 use squadron_core::capsule::{CapsuleDigestInput, CapsuleDraft, CapsulePayload};
 use squadron_core::codec::{
     command_fingerprint, decode_command, decode_response, encode_command, encode_response,
 };
+use squadron_core::command::AgentCheckIn;
 use squadron_core::command::{
     AcquireLease, AssignTasks, Assignment, AttachSandbox, CancelTask, Command, CommandEnvelope,
     CommitCapsule, CrashTakeover, CreateProfile, CreateProject, FenceLease, GracefulTakeover,

@@ -150,6 +150,13 @@ pub(crate) enum Op {
     Cancel {
         t: usize,
     },
+    /// The agent of a task's sandbox checks in.
+    CheckIn {
+        t: usize,
+        raw: bool,
+        attempt_ok: bool,
+        usage: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -185,6 +192,7 @@ pub(crate) struct Mix {
     pub(crate) assign: u32,
     pub(crate) report: u32,
     pub(crate) cancel: u32,
+    pub(crate) check_in: u32,
     /// Percentage of steps that carry an idempotency key.
     pub(crate) keyed: u32,
     pub(crate) max_len: usize,
@@ -206,6 +214,7 @@ pub(crate) const BALANCED: Mix = Mix {
     assign: 4,
     report: 10,
     cancel: 2,
+    check_in: 2,
     keyed: 15,
     max_len: 80,
     dt_max: 3_000,

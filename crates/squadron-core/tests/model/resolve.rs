@@ -182,9 +182,11 @@ impl Model {
     /// time the command will be applied at.
     pub(crate) fn resolve(&self, op: &Op, now: u64) -> Command {
         match op {
-            Op::Submit { .. } | Op::Assign { .. } | Op::Report { .. } | Op::Cancel { .. } => {
-                self.resolve_task_op(op)
-            }
+            Op::Submit { .. }
+            | Op::Assign { .. }
+            | Op::Report { .. }
+            | Op::Cancel { .. }
+            | Op::CheckIn { .. } => self.resolve_task_op(op),
             _ => self.resolve_lease_op(op, now),
         }
     }
@@ -347,6 +349,20 @@ impl Model {
                     },
                 })
             }
+            Op::CheckIn {
+                t,
+                raw,
+                attempt_ok,
+                usage,
+            } => Command::AgentCheckIn(AgentCheckIn {
+                task: self.task_sel(*t, *raw, |m| has_sandbox(m.state)),
+                attempt: if *attempt_ok { 1 } else { 2 },
+                usage: usage.then_some(SandboxUsage {
+                    cpu_usec: 1_500,
+                    memory_bytes: 4_096,
+                    disk_bytes: 100,
+                }),
+            }),
             Op::Cancel { t } => Command::CancelTask(CancelTask {
                 task: self.task_sel(*t, true, |_| true),
                 reason: "operator changed their mind".into(),

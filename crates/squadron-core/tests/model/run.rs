@@ -150,6 +150,7 @@ impl Run {
             let task = self.core.task(task_id(*t)).expect("reported task");
             self.model.tasks[*t].state = TaskState::Completed;
             self.model.tasks[*t].exit_code = task.exit_code;
+            self.model.tasks[*t].agent = None;
         }
 
         // INV-11: a keyed first attempt records exactly its answer.
@@ -590,6 +591,19 @@ impl Run {
                     1
                 ),
                 "INV-10: task {} (state, worker, exit code, cancel requested, attempt), {ctx}",
+                i + 1
+            );
+            let agent = core.agent_session(task_id(i)).map(|s| {
+                assert_eq!(s.attempt, 1, "agent of task {}, {ctx}", i + 1);
+                (s.registered_at_ms, s.last_seen_ms, s.check_ins, s.usage)
+            });
+            let modelled = mt
+                .agent
+                .map(|a| (a.registered_at_ms, a.last_seen_ms, a.check_ins, a.usage));
+            assert_eq!(
+                agent,
+                modelled,
+                "the agent session of task {}, {ctx}",
                 i + 1
             );
         }

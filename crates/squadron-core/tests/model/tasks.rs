@@ -18,6 +18,7 @@ const TASKS: Mix = Mix {
     assign: 10,
     report: 22,
     cancel: 3,
+    check_in: 6,
     keyed: 10,
     max_len: 80,
     dt_max: 3_000,

@@ -3,7 +3,8 @@
 //! runs `squadron agent` gets its own directory of two Unix sockets, bound into it and owned by
 //! its user:
 //!
-//! - `rest.sock` → a control node's REST listener (enrollment; any node forwards it);
+//! - `rest.sock` → a control node's REST listener, for enrollment only: it is closed once the
+//!   agent has registered, so the code the sandbox runs later reaches no REST route;
 //! - `grpc.sock` → the leader's gRPC listener, looked up afresh for every connection, so an
 //!   agent that reconnects after a leader change reaches the new leader.
 //!
@@ -12,8 +13,10 @@
 //! `RELAY_CONNECTIONS_PER_SANDBOX_MAX` connections at once; more are closed on accept.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,66 +36,92 @@ pub(crate) const RELAY_CONNECTIONS_PER_SANDBOX_MAX: usize = 8;
 const DIAL_TIMEOUT_MS: u64 = 5_000;
 
 /// Which listener a socket leads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Target {
     Rest,
     Grpc,
 }
 
+/// Where the leader's gRPC listener is now (`host:port`, or a URL), or why it is not known.
+pub(crate) type LeaderLookup =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync>;
+
 /// The open relays of this worker's sandboxes, by task.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct AgentRelays {
-    control: ControlLink,
+    leader: LeaderLookup,
     /// `host:port` of every configured control node's REST listener.
     rest: Arc<Vec<String>>,
-    open: Arc<Mutex<HashMap<TaskId, Vec<AbortHandle>>>>,
+    open: Arc<Mutex<HashMap<(TaskId, Target), AbortHandle>>>,
+}
+
+impl std::fmt::Debug for AgentRelays {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentRelays")
+            .field("rest", &self.rest)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AgentRelays {
-    pub(crate) fn new(control: ControlLink, rest_urls: &[String]) -> Self {
+    /// Relays to the leader the control link finds, and to the configured REST endpoints.
+    pub(crate) fn for_link(control: ControlLink, rest_urls: &[String]) -> Self {
+        let leader: LeaderLookup = Arc::new(move || {
+            let control = control.clone();
+            Box::pin(async move {
+                control
+                    .leader_grpc_address()
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+        });
+        Self::new(leader, rest_urls)
+    }
+
+    pub(crate) fn new(leader: LeaderLookup, rest_urls: &[String]) -> Self {
         let rest = rest_urls.iter().map(|u| authority(u).to_string()).collect();
         Self {
-            control,
+            leader,
             rest: Arc::new(rest),
             open: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
-    /// Binds the sockets in `dir` for `task`'s sandbox, owned by `owner`; re-binds them after
-    /// a worker restart (the sandbox keeps the directory mounted, so it sees the new sockets).
-    /// Does nothing if they are open already.
+    /// Binds the sockets of `targets` in `dir` for `task`'s sandbox, owned by `owner`;
+    /// re-binds them after a worker restart (the sandbox keeps the directory mounted, so it
+    /// sees the new sockets). A socket already open is left as it is.
     pub(crate) fn open(
         &self,
         task: TaskId,
         dir: &Path,
         owner: (u32, u32),
+        targets: &[Target],
     ) -> Result<(), WorkerError> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if open.contains_key(&task) {
-            return Ok(());
-        }
-        let mut handles = Vec::new();
-        for (name, target) in [
-            (REST_SOCKET_NAME, Target::Rest),
-            (GRPC_SOCKET_NAME, Target::Grpc),
-        ] {
-            let listener = bind(&dir.join(name), owner)?;
+        for target in targets {
+            if open.contains_key(&(task, *target)) {
+                continue;
+            }
+            let listener = bind(&dir.join(target.socket_name()), owner)?;
             let relay = self.clone();
-            handles.push(tokio::spawn(relay.serve(task, listener, target)).abort_handle());
+            let handle = tokio::spawn(relay.serve(task, listener, *target)).abort_handle();
+            open.insert((task, *target), handle);
         }
-        open.insert(task, handles);
         Ok(())
     }
 
-    /// Closes the relay of `task` and every connection through it.
-    pub(crate) fn close(&self, task: TaskId) {
-        let handles = self
-            .open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&task);
-        for h in handles.into_iter().flatten() {
-            h.abort();
+    /// Closes `task`'s socket to `target` (all of them: `None`) and every connection through
+    /// it; the socket file goes too.
+    pub(crate) fn close(&self, task: TaskId, target: Option<Target>, dir: &Path) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        for t in [Target::Rest, Target::Grpc] {
+            if target.is_some_and(|only| only != t) {
+                continue;
+            }
+            if let Some(h) = open.remove(&(task, t)) {
+                h.abort();
+            }
+            let _ = std::fs::remove_file(dir.join(t.socket_name()));
         }
     }
 
@@ -137,9 +166,7 @@ impl AgentRelays {
 
     async fn dial(&self, target: Target) -> Result<TcpStream, String> {
         let candidates = match target {
-            Target::Grpc => vec![self
-                .control
-                .leader_grpc_address()
+            Target::Grpc => vec![(self.leader)()
                 .await
                 .map_err(|e| format!("no leader: {e}"))?],
             Target::Rest => self.rest.to_vec(),
@@ -158,6 +185,15 @@ impl AgentRelays {
             }
         }
         Err(last)
+    }
+}
+
+impl Target {
+    fn socket_name(self) -> &'static str {
+        match self {
+            Target::Rest => REST_SOCKET_NAME,
+            Target::Grpc => GRPC_SOCKET_NAME,
+        }
     }
 }
 
@@ -182,4 +218,152 @@ fn bind(path: &Path, owner: (u32, u32)) -> Result<UnixListener, WorkerError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| WorkerError::io("restrict the agent socket", path, e))?;
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A stand-in node: answers each connection with its name, then echoes.
+    async fn node(name: &'static str) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    s.write_all(name.as_bytes()).await.unwrap();
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    async fn greeting(stream: &mut UnixStream, len: usize) -> String {
+        let mut buf = vec![0u8; len];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut buf))
+            .await
+            .expect("an answer in time")
+            .expect("read");
+        String::from_utf8(buf).unwrap()
+    }
+
+    fn owner_of(path: &Path) -> (u32, u32) {
+        let meta = std::fs::metadata(path).unwrap();
+        (meta.uid(), meta.gid())
+    }
+
+    fn relays(rest: String, leader: String) -> AgentRelays {
+        let lookup: LeaderLookup = Arc::new(move || {
+            let leader = leader.clone();
+            Box::pin(async move { Ok(format!("https://{leader}")) })
+        });
+        AgentRelays::new(lookup, &[format!("https://{rest}/")])
+    }
+
+    #[tokio::test]
+    async fn each_socket_reaches_its_listener_and_carries_bytes_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = owner_of(dir.path());
+        let relays = relays(node("rest").await, node("grpc").await);
+        let task = TaskId::new(7).unwrap();
+        relays
+            .open(task, dir.path(), me, &[Target::Rest, Target::Grpc])
+            .unwrap();
+        for (name, expect) in [(REST_SOCKET_NAME, "rest"), (GRPC_SOCKET_NAME, "grpc")] {
+            let path = dir.path().join(name);
+            let meta = std::fs::metadata(&path).unwrap();
+            assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, me.0), "{name}");
+            let mut s = UnixStream::connect(&path).await.unwrap();
+            assert_eq!(greeting(&mut s, 4).await, expect);
+            s.write_all(b"ping").await.unwrap();
+            assert_eq!(greeting(&mut s, 4).await, "ping");
+        }
+        // Opening again (a restarted driver) keeps what is open.
+        relays.open(task, dir.path(), me, &[Target::Grpc]).unwrap();
+        let mut s = UnixStream::connect(dir.path().join(GRPC_SOCKET_NAME))
+            .await
+            .unwrap();
+        assert_eq!(greeting(&mut s, 4).await, "grpc");
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_holds_a_bounded_number_of_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = owner_of(dir.path());
+        let relays = relays(node("rest").await, node("grpc").await);
+        let task = TaskId::new(8).unwrap();
+        relays.open(task, dir.path(), me, &[Target::Grpc]).unwrap();
+        let path = dir.path().join(GRPC_SOCKET_NAME);
+        let mut held = Vec::new();
+        for _ in 0..RELAY_CONNECTIONS_PER_SANDBOX_MAX {
+            let mut s = UnixStream::connect(&path).await.unwrap();
+            assert_eq!(greeting(&mut s, 4).await, "grpc");
+            held.push(s);
+        }
+        let mut extra = UnixStream::connect(&path).await.unwrap();
+        let mut buf = [0u8; 4];
+        let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "a connection beyond the bound is closed unanswered");
+        // A slot freed is a slot for the next.
+        drop(held.pop());
+        let reached = wait_for_greeting(&path).await;
+        assert!(reached, "a freed slot was not given to a new connection");
+    }
+
+    async fn wait_for_greeting(path: &Path) -> bool {
+        for _ in 0..50 {
+            let mut s = UnixStream::connect(path).await.unwrap();
+            let mut buf = [0u8; 4];
+            let read = tokio::time::timeout(Duration::from_millis(500), s.read(&mut buf)).await;
+            if matches!(read, Ok(Ok(4))) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    #[tokio::test]
+    async fn closing_a_socket_ends_its_connections_and_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = owner_of(dir.path());
+        let relays = relays(node("rest").await, node("grpc").await);
+        let task = TaskId::new(9).unwrap();
+        relays
+            .open(task, dir.path(), me, &[Target::Rest, Target::Grpc])
+            .unwrap();
+        let mut rest = UnixStream::connect(dir.path().join(REST_SOCKET_NAME))
+            .await
+            .unwrap();
+        assert_eq!(greeting(&mut rest, 4).await, "rest");
+        relays.close(task, Some(Target::Rest), dir.path());
+        assert!(!dir.path().join(REST_SOCKET_NAME).exists());
+        let mut buf = [0u8; 4];
+        let n = tokio::time::timeout(Duration::from_secs(5), rest.read(&mut buf))
+            .await
+            .expect("ended in time")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "the open REST connection ended with its socket");
+        // The gRPC socket is untouched until the end of the attempt.
+        let mut grpc = UnixStream::connect(dir.path().join(GRPC_SOCKET_NAME))
+            .await
+            .unwrap();
+        assert_eq!(greeting(&mut grpc, 4).await, "grpc");
+        relays.close(task, None, dir.path());
+        assert!(!dir.path().join(GRPC_SOCKET_NAME).exists());
+    }
 }

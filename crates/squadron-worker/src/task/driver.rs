@@ -176,7 +176,7 @@ impl TaskDriver {
                 Step::Done => break,
             }
         }
-        self.ctx.relays.close(self.task);
+        self.ctx.relays.close(self.task, None, &self.dir.agent());
         self.end_credentials();
         // Only a committed end retires the files: a driver that stops short leaves them for
         // the next run.

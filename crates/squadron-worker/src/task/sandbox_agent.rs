@@ -116,3 +116,69 @@ fn write_owned(path: &Path, bytes: &[u8], owner: (u32, u32), mode: u32) -> Resul
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| io("chmod", e))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn files(token: &str) -> AgentFiles<'_> {
+        AgentFiles {
+            task: TaskId::new(7).unwrap(),
+            attempt: 2,
+            token,
+            ca_pem: "-----BEGIN CERTIFICATE-----\n",
+            heartbeat_ms: 500,
+            connect_pauses: vec![Duration::from_millis(2_000); 3],
+        }
+    }
+
+    /// The contract between the two sides: what the worker writes is what the agent reads.
+    #[test]
+    fn the_agent_reads_what_the_worker_writes_and_only_its_user_may() {
+        let root = tempfile::tempdir().unwrap();
+        let meta = std::fs::metadata(root.path()).unwrap();
+        let owner = (meta.uid(), meta.gid());
+        let dir = root.path().join("agent");
+        files("sqd_boot_secret").write(&dir, owner).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(mode(&dir.join(AGENT_ENV_NAME)), 0o600);
+        assert_eq!(mode(&dir.join(CA_NAME)), 0o644);
+        let env = squadron_agent::AgentEnv::take(&dir.join(AGENT_ENV_NAME)).unwrap();
+        assert_eq!((env.task.get(), env.attempt, env.heartbeat_ms), (7, 2, 500));
+        assert_eq!(env.token.as_str(), "sqd_boot_secret");
+        assert_eq!(env.connect_pauses, vec![Duration::from_millis(2_000); 3]);
+        let inside = Path::new(AGENT_DIR_MOUNT);
+        assert_eq!(env.grpc_socket, inside.join(GRPC_SOCKET_NAME));
+        assert_eq!(env.rest_socket, inside.join(REST_SOCKET_NAME));
+        assert_eq!(env.ca_file, inside.join(CA_NAME));
+        assert_eq!(
+            env.disk_paths,
+            vec![PathBuf::from(INBOX_MOUNT), PathBuf::from(OUTBOX_MOUNT)]
+        );
+        let left = std::fs::read_to_string(dir.join(AGENT_ENV_NAME)).unwrap();
+        assert!(!left.contains("secret"), "{left}");
+    }
+
+    #[test]
+    fn a_directory_too_deep_for_a_socket_path_is_refused_naming_the_data_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let deep = root.path().join("d".repeat(SOCKET_PATH_BYTES_MAX));
+        let err = files("t").write(&deep, (0, 0)).unwrap_err().to_string();
+        assert!(err.contains("data_dir") && err.contains("shorter"), "{err}");
+        assert!(!deep.exists(), "nothing is written");
+    }
+
+    #[test]
+    fn the_container_runs_the_agent_with_the_launcher_after_the_separator() {
+        let argv = agent_argv(&["/bin/sh".into(), "/mnt/run/launch.sh".into()]);
+        assert_eq!(argv[0], AGENT_BINARY_MOUNT);
+        assert_eq!(argv[1], "agent");
+        let dash = argv.iter().position(|a| a == "--").unwrap();
+        assert_eq!(&argv[dash + 1..], ["/bin/sh", "/mnt/run/launch.sh"]);
+    }
+}

@@ -5,7 +5,7 @@ mod leases;
 mod tasks;
 
 pub(crate) use capsules::capsule_digest;
-pub(crate) use tasks::{forward, is_assigned, is_terminal, lifecycle_allows};
+pub(crate) use tasks::{forward, has_sandbox, is_assigned, is_terminal, lifecycle_allows};
 
 use crate::*;
 
@@ -61,12 +61,22 @@ pub(crate) struct MProject {
 
 #[derive(Debug, Clone)]
 pub(crate) struct MTask {
+    pub(crate) agent: Option<MAgent>,
     pub(crate) state: TaskState,
     pub(crate) worker: Option<usize>,
     pub(crate) exit_code: Option<i32>,
     pub(crate) cancel_requested: bool,
     pub(crate) preserve: bool,
     pub(crate) rank: u8,
+}
+
+/// The agent of a task's sandbox as the model knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MAgent {
+    pub(crate) registered_at_ms: u64,
+    pub(crate) last_seen_ms: u64,
+    pub(crate) check_ins: u64,
+    pub(crate) usage: Option<SandboxUsage>,
 }
 
 /// What the model expects a refusal to be: its variant, or the exact value.
@@ -337,6 +347,7 @@ impl Model {
             Command::SubmitTask(c) => self.submit_task(c),
             Command::ReportTransition(c) => self.report_transition(c),
             Command::CancelTask(c) => self.cancel_task(c),
+            Command::AgentCheckIn(c) => self.agent_check_in(c),
             other => panic!("the model does not generate {}", other.name()),
         }
     }

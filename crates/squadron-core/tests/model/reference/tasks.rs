@@ -6,6 +6,7 @@ impl Model {
     pub(crate) fn submit_task(&mut self, c: &SubmitTask) -> MResult<Outcome> {
         let SubmitTask { spec } = c;
         self.tasks.push(MTask {
+            agent: None,
             state: TaskState::Pending,
             worker: None,
             exit_code: None,
@@ -65,7 +66,41 @@ impl Model {
         if detail.exit_code.is_some() {
             mt.exit_code = detail.exit_code;
         }
+        if is_terminal(*to) {
+            mt.agent = None;
+        }
         Ok(Outcome::TransitionRecorded { state: *to })
+    }
+
+    /// The sandbox's agent checks in (the model's commands are legacy entries, which any
+    /// subject may send): for attempt 1, while the sandbox exists.
+    pub(crate) fn agent_check_in(&mut self, c: &AgentCheckIn) -> MResult<Outcome> {
+        let Some(t) = self.task_idx(c.task) else {
+            return rej("NotFound");
+        };
+        if c.attempt != 1 {
+            return rej("NotTaskOwner");
+        }
+        let now = self.now;
+        let mt = &mut self.tasks[t];
+        if !has_sandbox(mt.state) {
+            return rej("IllegalTransition");
+        }
+        let agent = mt.agent.get_or_insert(MAgent {
+            registered_at_ms: now,
+            last_seen_ms: now,
+            check_ins: 0,
+            usage: None,
+        });
+        agent.last_seen_ms = now;
+        agent.check_ins += 1;
+        if c.usage.is_some() {
+            agent.usage = c.usage;
+        }
+        Ok(Outcome::AgentCheckedIn {
+            state: mt.state,
+            registered_at_ms: agent.registered_at_ms,
+        })
     }
 
     pub(crate) fn cancel_task(&mut self, c: &CancelTask) -> MResult<Outcome> {
@@ -126,6 +161,14 @@ impl Model {
         q.sort_unstable();
         q.into_iter().map(|(_, i)| task_id(i)).collect()
     }
+}
+
+/// The states in which a task's sandbox exists and its agent may check in.
+pub(crate) fn has_sandbox(s: TaskState) -> bool {
+    matches!(
+        s,
+        TaskState::Provisioning | TaskState::Ready | TaskState::Running | TaskState::Completing
+    )
 }
 
 pub(crate) fn is_terminal(s: TaskState) -> bool {

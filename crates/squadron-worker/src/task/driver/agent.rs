@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::TaskDriver;
 use crate::error::WorkerError;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
+use crate::task::agent_relay::Target;
 use crate::task::sandbox_agent::AgentFiles;
 
 /// How often the registration is looked for.
@@ -20,7 +21,7 @@ impl TaskDriver {
     /// Before the sandbox exists: mints the agent's one-time token and writes its files. A
     /// sandbox an earlier life already made keeps the files it has (its agent scrubbed the
     /// token), so no second token is put where the provider could read it. The relay is
-    /// opened either way.
+    /// opened either way (its REST socket only until the agent registered).
     pub(super) async fn prepare_agent(
         &self,
         runtime: &Arc<dyn Runtime>,
@@ -61,17 +62,32 @@ impl TaskDriver {
             .write(&self.dir.agent(), owner)?;
             self.event(serde_json::json!({"event": "agent_token_minted", "token": minted.id.to_string(), "expires_at_ms": minted.expires_at_ms}));
         }
-        self.ctx.relays.open(self.task, &self.dir.agent(), owner)
+        let registered = self
+            .ctx
+            .control
+            .agent_session(self.task)
+            .await
+            .is_ok_and(|s| s.is_some_and(|s| s.attempt == self.attempt));
+        let targets: &[Target] = if registered {
+            &[Target::Grpc]
+        } else {
+            &[Target::Rest, Target::Grpc]
+        };
+        self.ctx
+            .relays
+            .open(self.task, &self.dir.agent(), owner, targets)
     }
 
-    /// After a restart in READY or RUNNING: the agent's relay again.
+    /// After a restart in READY or RUNNING: the agent's gRPC relay again.
     pub(super) async fn reopen_relay(&self, runtime: &Arc<dyn Runtime>) -> Result<(), WorkerError> {
         if !runtime.runs_agent() {
             return Ok(());
         }
         let spec = self.launch_spec().await?;
         let owner = runtime.sandbox_owner(&spec)?;
-        self.ctx.relays.open(self.task, &self.dir.agent(), owner)
+        self.ctx
+            .relays
+            .open(self.task, &self.dir.agent(), owner, &[Target::Grpc])
     }
 
     /// Starts the sandbox (the agent only: the provider waits for RUNNING) and waits until
@@ -92,6 +108,10 @@ impl TaskDriver {
         loop {
             match self.ctx.control.agent_session(self.task).await {
                 Ok(Some(s)) if s.attempt == self.attempt => {
+                    // Enrollment is over: nothing run later in the sandbox reaches REST.
+                    self.ctx
+                        .relays
+                        .close(self.task, Some(Target::Rest), &self.dir.agent());
                     self.event(serde_json::json!({"event": "agent_registered", "registered_at_ms": s.registered_at_ms}));
                     return Ok(());
                 }
