@@ -46,6 +46,25 @@ SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables e2fspr
 # browser (tests/dashboard_browser.rs: WebDriver, the test CA in the browser's NSS database).
 SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server chromium chromium-driver libnss3-tools)
 
+# What the KVM runtime's image and its boot test need (scripts/build-vm-image,
+# tests/vm_image.rs): QEMU to boot the guest under software emulation, cpio to pack its
+# initramfs. Installed without recommends: QEMU's would bring a desktop's worth of packages.
+SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static)
+
+# Like ensure_packages, without the packages' recommendations.
+ensure_packages_lean() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing ${missing[*]} (no recommends)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  fi
+}
+
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {
   if docker info >/dev/null 2>&1; then return 0; fi
