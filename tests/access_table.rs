@@ -414,8 +414,8 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
                 ("AgentService/CheckMcpUse", a.check_mcp_use(pb::CheckMcpUseRequest { profile: fx.profile, server: "mcp-probe".into() }).await.map(|_| ()), own_profile),
                 // The fixture's task has no sandbox: its own agent's check-in is refused by
                 // the state (no session is made), another caller's by the rule.
-                ("AgentService/Register", a.register(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: None }).await.map(|_| ()), own_task),
-                ("AgentService/Heartbeat", a.heartbeat(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: Some(pb::SandboxUsage::default()) }).await.map(|_| ()), own_task),
+                ("AgentService/Register", a.register(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: None, exit_code: None }).await.map(|_| ()), own_task),
+                ("AgentService/Heartbeat", a.heartbeat(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: Some(pb::SandboxUsage::default()), exit_code: None }).await.map(|_| ()), own_task),
                 ("AgentService/AwaitRun", a.await_run(pb::AwaitRunRequest { task: fx.task, attempt: 1, wait_ms: 0 }).await.map(|_| ()), own_task),
             ];
             let is_worker = matches!(id, SpiffeId::Worker(_));

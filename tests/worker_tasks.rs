@@ -641,6 +641,11 @@ fn the_agent_registers_before_ready(env: &Env) {
         at("\"agent_registered\"") < at("\"to\":\"READY\""),
         "{events}"
     );
+    // The agent reported the launcher's exit code, and the runtime saw the same.
+    assert!(
+        events.contains("\"event\":\"agent_exit\",\"reported\":0,\"runtime\":0"),
+        "{events}"
+    );
     let out = logs(env.any(0), id, "stream=stdout");
     assert!(out.contains("started by the agent"), "{out}");
     // The sandbox sees its agent's files and sockets; the token is gone from its file.

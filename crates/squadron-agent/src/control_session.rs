@@ -66,6 +66,7 @@ impl ControlSession {
             task: self.task,
             attempt: self.attempt,
             usage,
+            exit_code: None,
         }
     }
 
@@ -84,6 +85,20 @@ impl ControlSession {
     ) -> Result<pb::AgentCheckInReply, AgentError> {
         self.call("Heartbeat", |mut c| {
             let request = self.check_in_request(Some(usage));
+            async move { c.heartbeat(request).await }
+        })
+        .await
+    }
+
+    /// The last check-in: the launcher's exit code with the sandbox's last figures.
+    pub async fn report_exit(
+        &self,
+        usage: pb::SandboxUsage,
+        code: i32,
+    ) -> Result<pb::AgentCheckInReply, AgentError> {
+        self.call("Heartbeat", |mut c| {
+            let mut request = self.check_in_request(Some(usage));
+            request.exit_code = Some(code);
             async move { c.heartbeat(request).await }
         })
         .await

@@ -35,6 +35,8 @@ pub use error::AgentError;
 
 /// Largest CA certificate file read.
 pub const CA_FILE_BYTES_MAX: u64 = 64 * 1024;
+/// The longest the agent spends reporting the launcher's exit code before it exits itself.
+pub const EXIT_REPORT_MS_MAX: u64 = 5_000;
 /// The exit code of an agent stopped by SIGTERM before the provider started.
 pub const STOPPED_EXIT_CODE: i32 = 143;
 
@@ -84,14 +86,25 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
     };
     drop(terminate);
     let code = match order? {
-        RunOrder::Run => provider_run::run(&options.launch).await,
+        RunOrder::Run => provider_run::run(&options.launch).await?,
         RunOrder::Ended { state } => {
+            heartbeats.abort();
             tracing::info!(%state, "the task ended before it ran; nothing to start");
-            Ok(0)
+            return Ok(0);
         }
     };
     heartbeats.abort();
-    code
+    // The runtime may not see the code itself (a VM): the control plane keeps it. A refusal
+    // (the task ended meanwhile) changes nothing about this exit.
+    // It never holds the exit up for long: the sandbox ends when the agent does.
+    let usage = sandbox_usage::measure(&env.disk_paths);
+    let report = session.report_exit(usage, code);
+    match tokio::time::timeout(Duration::from_millis(EXIT_REPORT_MS_MAX), report).await {
+        Ok(Ok(_)) => tracing::info!(code, "the provider exited; reported"),
+        Ok(Err(e)) => tracing::warn!(code, error = %e, "the provider exited; the report failed"),
+        Err(_) => tracing::warn!(code, "the provider exited; the report took too long"),
+    }
+    Ok(code)
 }
 
 fn read_ca(path: &std::path::Path) -> Result<String, AgentError> {

@@ -25,4 +25,6 @@ pub struct AgentSession {
     pub last_seen_ms: u64,
     pub check_ins: u64,
     pub usage: Option<SandboxUsage>,
+    /// The launcher's exit code, once the agent reported it (RUNNING or COMPLETING only).
+    pub exit_code: Option<i32>,
 }

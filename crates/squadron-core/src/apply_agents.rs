@@ -53,6 +53,24 @@ impl State {
             });
         }
         let state = task.state;
+        let reported = self.agent_sessions.get(&c.task).and_then(|s| s.exit_code);
+        if let Some(code) = c.exit_code {
+            if !matches!(state, TaskState::Running | TaskState::Completing) {
+                return Err(Rejection::invalid(
+                    "exit_code",
+                    format!("the provider has not run yet: the task is {state}"),
+                ));
+            }
+            if reported.is_some_and(|r| r != code) {
+                return Err(Rejection::invalid(
+                    "exit_code",
+                    format!(
+                        "exit code {} was reported already",
+                        reported.unwrap_or(code)
+                    ),
+                ));
+            }
+        }
         let session = self
             .agent_sessions
             .entry(c.task)
@@ -66,6 +84,7 @@ impl State {
                 last_seen_ms: now,
                 check_ins: 1,
                 usage: None,
+                exit_code: None,
             });
         assert_eq!(
             session.attempt, c.attempt,
@@ -73,6 +92,9 @@ impl State {
         );
         if c.usage.is_some() {
             session.usage = c.usage;
+        }
+        if c.exit_code.is_some() {
+            session.exit_code = c.exit_code;
         }
         Ok(Outcome::AgentCheckedIn {
             state,

@@ -46,4 +46,8 @@ pub struct AgentCheckIn {
     pub task: TaskId,
     pub attempt: u32,
     pub usage: Option<SandboxUsage>,
+    /// The provider launcher's exit code (128 + n for signal n), on the agent's last
+    /// check-in once the launcher ended: the runtime's own view for sandboxes that give none
+    /// (a VM).
+    pub exit_code: Option<i32>,
 }

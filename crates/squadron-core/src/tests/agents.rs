@@ -18,6 +18,16 @@ fn check_in(task: TaskId, attempt: u32, usage: Option<SandboxUsage>) -> Command 
         task,
         attempt,
         usage,
+        exit_code: None,
+    })
+}
+
+fn exit(task: TaskId, code: i32) -> Command {
+    Command::AgentCheckIn(AgentCheckIn {
+        task,
+        attempt: 1,
+        usage: None,
+        exit_code: Some(code),
     })
 }
 
@@ -74,6 +84,28 @@ fn the_first_check_in_registers_the_agent_and_later_ones_keep_its_time() {
     assert_eq!(session.registered_at_ms, fx.now - 30_000);
     assert_eq!(session.last_seen_ms, fx.now);
     assert_eq!((session.check_ins, session.usage), (2, Some(usage)));
+}
+
+#[test]
+fn the_exit_code_is_reported_once_the_provider_ran_and_never_changes() {
+    let mut fx = Fx::new();
+    let provisioning = task_at(&mut fx, Provisioning);
+    let r = fx.rejected_as(&agent_of(provisioning), exit(provisioning, 0));
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "exit_code"),
+        "{r:?}"
+    );
+    let task = task_at(&mut fx, Running);
+    fx.ok_as(&agent_of(task), exit(task, 3));
+    fx.ok_as(&agent_of(task), exit(task, 3));
+    let r = fx.rejected_as(&agent_of(task), exit(task, 0));
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "exit_code"),
+        "{r:?}"
+    );
+    // A heartbeat without one keeps it.
+    fx.ok_as(&agent_of(task), check_in(task, 1, None));
+    assert_eq!(fx.state.agent_session(task).unwrap().exit_code, Some(3));
 }
 
 #[test]

@@ -362,6 +362,7 @@ impl Model {
                     memory_bytes: 4_096,
                     disk_bytes: 100,
                 }),
+                exit_code: None,
             }),
             Op::Cancel { t } => Command::CancelTask(CancelTask {
                 task: self.task_sel(*t, true, |_| true),

@@ -268,6 +268,7 @@ impl AgentGrpc {
                 memory_bytes: u.memory_bytes,
                 disk_bytes: u.disk_bytes,
             }),
+            exit_code: r.exit_code,
         });
         match propose(&self.node, &caller, None, command).await? {
             Outcome::AgentCheckedIn {

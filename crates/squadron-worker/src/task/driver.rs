@@ -551,6 +551,9 @@ impl TaskDriver {
         let (code, end) = self
             .monitor(&runtime, &handle, started, &mut progress)
             .await?;
+        if runtime.runs_agent() {
+            self.note_agent_exit(code).await;
+        }
         let counts = progress.counter.look();
         if counts != progress.reported {
             self.ctx

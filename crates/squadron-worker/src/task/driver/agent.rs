@@ -140,4 +140,22 @@ impl TaskDriver {
             tokio::time::sleep(Duration::from_millis(REGISTRATION_POLL_MS)).await;
         }
     }
+
+    /// The exit code the agent reported beside the runtime's own, in the task's events (a
+    /// runtime that sees none, a VM, will go by the agent's).
+    pub(super) async fn note_agent_exit(&self, runtime_code: Option<i32>) {
+        let reported = match self.ctx.control.agent_session(self.task).await {
+            Ok(s) => s
+                .filter(|s| s.attempt == self.attempt)
+                .and_then(|s| s.exit_code),
+            Err(e) => {
+                tracing::warn!(task = %self.task, error = %e, "reading the agent's exit report failed");
+                None
+            }
+        };
+        if reported.is_some() && reported != runtime_code {
+            tracing::warn!(task = %self.task, ?reported, ?runtime_code, "the agent and the runtime disagree on the exit code");
+        }
+        self.event(serde_json::json!({"event": "agent_exit", "reported": reported, "runtime": runtime_code}));
+    }
 }
