@@ -14,6 +14,33 @@ use crate::error::WorkerError;
 
 /// How often the certificate's remaining life is looked at.
 pub(crate) const CERT_CHECK_INTERVAL_MS: u64 = 10 * 60 * 1000;
+/// How long after the control plane refused a renewal the worker asks again: a refusal does
+/// not pass by itself (a certificate `squadron init` made offline is not renewed online), so
+/// asking every ten minutes would only repeat the warning.
+pub(crate) const RENEWAL_REFUSED_RECHECK_MS: u64 = 6 * 3600 * 1000;
+
+/// Why a renewal did not happen.
+#[derive(Debug)]
+enum RenewalFailure {
+    /// The control plane answered no.
+    Refused(String),
+    /// Anything else: no answer, or the files could not be read or written.
+    Failed(WorkerError),
+}
+
+impl From<WorkerError> for RenewalFailure {
+    fn from(e: WorkerError) -> Self {
+        RenewalFailure::Failed(e)
+    }
+}
+
+/// The pause before the next check after `outcome`.
+fn pause_after(outcome: &Result<(), RenewalFailure>) -> u64 {
+    match outcome {
+        Err(RenewalFailure::Refused(_)) => RENEWAL_REFUSED_RECHECK_MS,
+        _ => CERT_CHECK_INTERVAL_MS,
+    }
+}
 
 /// Renewal is due once less than a third of the certificate's life remains.
 pub(crate) fn renewal_due(now_ms: u64, not_before_ms: u64, not_after_ms: u64) -> bool {
@@ -22,7 +49,8 @@ pub(crate) fn renewal_due(now_ms: u64, not_before_ms: u64, not_after_ms: u64) ->
 }
 
 /// Checks every [`CERT_CHECK_INTERVAL_MS`] and renews when due; a failure is logged and
-/// retried at the next check (the old certificate still works until it ends).
+/// retried at the next check (the old certificate still works until it ends), a refusal after
+/// [`RENEWAL_REFUSED_RECHECK_MS`] with what to do about it.
 pub(crate) async fn renewal_loop(
     worker: WorkerId,
     tls: TlsIdentity,
@@ -30,10 +58,21 @@ pub(crate) async fn renewal_loop(
     hosts: Vec<String>,
 ) {
     loop {
-        if let Err(e) = renew_if_due(&worker, &tls, &control, &hosts).await {
-            tracing::warn!(error = %e, "certificate renewal failed; retrying at the next check");
+        let outcome = renew_if_due(&worker, &tls, &control, &hosts).await;
+        match &outcome {
+            Ok(()) => {}
+            Err(RenewalFailure::Refused(why)) => tracing::warn!(
+                refusal = %why,
+                recheck_in_ms = RENEWAL_REFUSED_RECHECK_MS,
+                "the control plane refused to renew this worker's certificate; a certificate \
+                 made offline (squadron init --worker-cert) is replaced the same way before it \
+                 ends, or the worker enrolls with a bootstrap token (--bootstrap-token-file)"
+            ),
+            Err(RenewalFailure::Failed(e)) => {
+                tracing::warn!(error = %e, "certificate renewal failed; retrying at the next check")
+            }
         }
-        tokio::time::sleep(Duration::from_millis(CERT_CHECK_INTERVAL_MS)).await;
+        tokio::time::sleep(Duration::from_millis(pause_after(&outcome))).await;
     }
 }
 
@@ -42,7 +81,7 @@ async fn renew_if_due(
     tls: &TlsIdentity,
     control: &ControlLink,
     hosts: &[String],
-) -> Result<(), WorkerError> {
+) -> Result<(), RenewalFailure> {
     let dir = tls.dir();
     let facts = dir
         .read_identity(WORKER_CERT_NAME)
@@ -62,9 +101,14 @@ async fn renew_if_due(
             hosts: hosts.to_vec(),
         })
         .await
-        .map_err(|e| WorkerError::Invalid {
-            field: "certificate".into(),
-            message: format!("renewal refused: {e}"),
+        .map_err(|e| match e {
+            crate::control_link::CallError::Refused(body) => {
+                RenewalFailure::Refused(format!("{:?}: {}", body.code, body.message))
+            }
+            unanswered => RenewalFailure::Failed(WorkerError::Invalid {
+                field: "certificate".into(),
+                message: format!("renewal not answered: {unanswered}"),
+            }),
         })?;
     let cert = IssuedCert::new(
         renewed.cert_pem,
@@ -87,7 +131,19 @@ fn pki_error(e: squadron_pki::PkiError) -> WorkerError {
 
 #[cfg(test)]
 mod tests {
-    use super::renewal_due;
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_asked_again_hours_later_anything_else_at_the_next_check() {
+        let refused = Err(RenewalFailure::Refused("unauthenticated".into()));
+        assert_eq!(pause_after(&refused), RENEWAL_REFUSED_RECHECK_MS);
+        let failed = Err(RenewalFailure::Failed(WorkerError::Invalid {
+            field: "certificate".into(),
+            message: "no answer".into(),
+        }));
+        assert_eq!(pause_after(&failed), CERT_CHECK_INTERVAL_MS);
+        assert_eq!(pause_after(&Ok(())), CERT_CHECK_INTERVAL_MS);
+    }
 
     #[test]
     fn renewal_is_due_in_the_last_third_of_life() {
