@@ -613,6 +613,8 @@ fn the_agent_registers_before_ready(env: &Env) {
     let script = "echo started by the agent\nls /run/squadron/agent\n\
                   agent=$(pidof squadron)\necho agent pid $agent\n\
                   [ -n \"$agent\" ] && { cat /proc/$agent/environ >/dev/null 2>&1 || echo agent memory closed; }\n\
+                  grep SQUADRON_TASK /run/squadron/agent/agent.env\n\
+                  grep -q SQUADRON_BOOTSTRAP_TOKEN /run/squadron/agent/agent.env || echo token gone\n\
                   sleep 1.5\necho done";
     let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, ""));
     let t = wait_task_state(
@@ -658,12 +660,9 @@ fn the_agent_registers_before_ready(env: &Env) {
         out.contains("grpc.sock") && out.contains("agent.env"),
         "{out}"
     );
-    let agent_env =
-        std::fs::read_to_string(env.worker_dir.join(format!("tasks/{id}/agent/agent.env")));
-    if let Ok(text) = agent_env {
-        assert!(!text.contains("SQUADRON_BOOTSTRAP_TOKEN"), "{text}");
-        assert!(text.contains(&format!("SQUADRON_TASK={id}")), "{text}");
-    }
+    // The provider read the agent's file after the agent had: its task, no token.
+    assert!(out.contains(&format!("SQUADRON_TASK={id}")), "{out}");
+    assert!(out.contains("token gone"), "{out}");
     let audit = http_get(&format!("{}/api/v1/audit?limit=1000", env.any(2))).expect("audit");
     let agent = format!("agent/task-{id}");
     let check_ins: Vec<&Value> = audit["records"]

@@ -37,8 +37,8 @@ pub const MINT_SLACK_MS: u64 = 2_000;
 pub const WORKER_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
 /// Host names a worker may ask its certificate to carry besides loopback.
 pub const ENROLL_HOSTS_MAX: usize = 8;
-/// An agent certificate's life: the longest a task may run (its timeout is capped at a day);
-/// the agent of a longer-lived sandbox renews it.
+/// An agent certificate's life. It is not renewed yet: the agent of a task that runs longer
+/// (a task may run a week) stops checking in after a day, while its provider runs on.
 pub const AGENT_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
 /// The longest a worker may give an agent to enroll: its sandbox's provisioning.
 pub const AGENT_TOKEN_TTL_MS_MAX: u64 = 3_600 * 1_000;
