@@ -96,6 +96,9 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
     let registered =
         |w: &serde_json::Value| w["registered_at_ms"].as_u64().expect("registered_at_ms");
     let first = registered(&http_get(&worker_url).expect("worker"));
+    // Servers and workers log JSON lines unless told otherwise (`--log-format`).
+    assert_json_log(&worker.log, "worker registered");
+    assert_json_log(&cluster.nodes[&1].log, "control node started");
     let pid = worker.child.as_ref().expect("running").id().to_string();
     let signal = |name: &str| {
         let ok = std::process::Command::new("kill")

@@ -941,3 +941,31 @@ pub fn http_text(url: &str) -> Result<(u16, String), String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// The process behind `log` wrote its log as JSON lines (`--log-format auto` for servers and
+/// workers): no line in the text format, and one object whose message is `message`.
+pub fn assert_json_log(log: &Path, message: &str) {
+    let text = std::fs::read_to_string(log).expect("log");
+    let mut found = false;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => {
+                assert!(
+                    v["level"].is_string() && v["timestamp"].is_string(),
+                    "{line}"
+                );
+                found |= v["fields"]["message"] == message;
+            }
+            Err(_) => assert!(
+                !(line.contains(" INFO ") || line.contains(" WARN ") || line.contains(" ERROR ")),
+                "a text log line in {}: {line}",
+                log.display()
+            ),
+        }
+    }
+    assert!(
+        found,
+        "no JSON line saying {message:?} in {}:\n{text}",
+        log.display()
+    );
+}

@@ -17,7 +17,7 @@ use clap::Parser;
 use squadron_client::ClientError;
 use tracing_subscriber::EnvFilter;
 
-use cli::{Cli, Command, Ctx};
+use cli::{Cli, Command, Ctx, LogFormat};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -29,11 +29,19 @@ fn main() -> ExitCode {
             "warn"
         })
     });
-    tracing_subscriber::fmt()
+    let json = match cli.log_format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => cli.command.logs_json_by_default(),
+    };
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(std::io::stderr);
+    if json {
+        logs.json().init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

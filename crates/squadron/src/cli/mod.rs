@@ -62,6 +62,18 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 
+    /// How log lines are written to stderr: `json` (one object a line, for collectors),
+    /// `text`, or `auto` — JSON for `server`, `worker` and `agent`, text for `dev` and the
+    /// client commands.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "SQUADRON_LOG_FORMAT",
+        default_value_t = LogFormat::Auto
+    )]
+    pub log_format: LogFormat,
+
     /// Read the answering node's applied state instead of a linearizable read.
     #[arg(long, global = true)]
     pub stale: bool,
@@ -76,6 +88,13 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Auto,
+    Json,
+    Text,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -162,6 +181,16 @@ impl Command {
             self,
             Command::Server(_) | Command::Dev(_) | Command::Agent(_)
         )
+    }
+
+    /// Whether `--log-format auto` writes JSON: the long-running services an operator's log
+    /// collector reads, not a person's terminal.
+    pub fn logs_json_by_default(&self) -> bool {
+        match self {
+            Command::Server(_) | Command::Agent(_) => true,
+            Command::Worker(args) => args.cmd.is_none(),
+            _ => false,
+        }
     }
 
     /// Whether the command is a client of the REST API (and so needs credentials).
