@@ -215,6 +215,9 @@ pub const BOOTSTRAP_TOKENS_MAX: usize = 10_000;
 pub const BOOTSTRAP_TOKEN_TTL_MS_MIN: u64 = 10_000;
 /// Longest life of a bootstrap token: enrollment material should not lie around.
 pub const BOOTSTRAP_TOKEN_TTL_MS_MAX: u64 = 24 * 3_600 * 1_000;
+/// Longest life of the token a worker mints for a sandbox's agent: the sandbox's
+/// provisioning, which is all the agent has to enroll (it starts at once).
+pub const AGENT_TOKEN_TTL_MS_MAX: u64 = 3_600 * 1_000;
 /// Certificate records the state holds (each worker renews about once a day; expired ones
 /// are pruned).
 pub const CERTIFICATES_MAX: usize = 100_000;

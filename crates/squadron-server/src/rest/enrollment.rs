@@ -16,7 +16,9 @@ use squadron_api::{
 use squadron_core::access::{AgentIdentity, BootstrapPurpose, CertSerial, Identity, TokenId};
 use squadron_core::command as cmd;
 use squadron_core::ids::{Digest, IdempotencyKey, TaskId, WorkerId};
-use squadron_core::limits::{BOOTSTRAP_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MIN};
+use squadron_core::limits::{
+    AGENT_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MIN,
+};
 use squadron_core::quantity::parse_duration_ms;
 use squadron_core::{Command, Outcome};
 use squadron_pki::{
@@ -40,8 +42,6 @@ pub const ENROLL_HOSTS_MAX: usize = 8;
 /// An agent certificate's life. It is not renewed yet: the agent of a task that runs longer
 /// (a task may run a week) stops checking in after a day, while its provider runs on.
 pub const AGENT_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
-/// The longest a worker may give an agent to enroll: its sandbox's provisioning.
-pub const AGENT_TOKEN_TTL_MS_MAX: u64 = 3_600 * 1_000;
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use squadron_core::limits::{AGENT_TOKEN_TTL_MS_MAX, BOOTSTRAP_TOKEN_TTL_MS_MIN};
+
 use super::TaskDriver;
 use crate::error::WorkerError;
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
@@ -13,9 +15,6 @@ use crate::task::sandbox_agent::AgentFiles;
 
 /// How often the registration is looked for.
 const REGISTRATION_POLL_MS: u64 = 100;
-/// The agent's token lives as long as provisioning may take, within these bounds.
-const AGENT_TOKEN_TTL_MS_MIN: u64 = 10_000;
-const AGENT_TOKEN_TTL_MS_MAX: u64 = 3_600 * 1_000;
 
 impl TaskDriver {
     /// Before the sandbox exists: mints the agent's one-time token and writes its files. A
@@ -34,8 +33,8 @@ impl TaskDriver {
             .await?
             .is_none()
         {
-            let ttl_ms =
-                (limit.as_millis() as u64).clamp(AGENT_TOKEN_TTL_MS_MIN, AGENT_TOKEN_TTL_MS_MAX);
+            let ttl_ms = (limit.as_millis() as u64)
+                .clamp(BOOTSTRAP_TOKEN_TTL_MS_MIN, AGENT_TOKEN_TTL_MS_MAX);
             let minted = self
                 .ctx
                 .control
