@@ -180,7 +180,9 @@ impl Browser {
     /// Polls `expression` until it is truthy; returns its value, or fails naming `what`
     /// with the page's text.
     pub async fn wait_for(&self, what: &str, expression: &str) -> Value {
-        let script = format!("return ({expression});");
+        // While the page is still loading, its elements may not exist yet: an expression that
+        // throws reads as "not yet", not as a failure.
+        let script = format!("try {{ return ({expression}); }} catch (e) {{ return null; }}");
         let start = Instant::now();
         loop {
             let value = self.eval(&script, vec![]).await;
