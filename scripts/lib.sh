@@ -19,16 +19,22 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# Installs the named Debian packages that are not installed yet.
+# Installs the named Debian packages that are not installed yet; `--no-recommends` first
+# leaves their recommendations out.
 ensure_packages() {
-  local missing=() p
+  local missing=() options=() p
+  if [ "${1:-}" = "--no-recommends" ]; then
+    options=(--no-install-recommends)
+    shift
+  fi
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ "${#missing[@]}" -gt 0 ]; then
     log "installing ${missing[*]}"
     as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${options[@]}" \
+      "${missing[@]}" >/dev/null
   fi
 }
 
@@ -48,22 +54,8 @@ SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-
 
 # What the KVM runtime's image and its boot test need (scripts/build-vm-image,
 # tests/vm_image.rs): QEMU to boot the guest under software emulation, cpio to pack its
-# initramfs. Installed without recommends: QEMU's would bring a desktop's worth of packages.
+# initramfs. Installed with --no-recommends: QEMU's would bring a desktop's worth of packages.
 SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static)
-
-# Like ensure_packages, without the packages' recommendations.
-ensure_packages_lean() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]} (no recommends)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      "${missing[@]}" >/dev/null
-  fi
-}
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {

@@ -80,7 +80,7 @@ impl std::fmt::Debug for AgentEnv {
 impl AgentEnv {
     /// Reads the file and removes the token line from it before returning.
     pub fn take(path: &Path) -> Result<Self, AgentError> {
-        let text = Zeroizing::new(read_bounded(path)?);
+        let text = Zeroizing::new(read_bounded(path, AGENT_ENV_BYTES_MAX)?);
         let env = Self::parse(path, &text)?;
         scrub(path, &text)?;
         Ok(env)
@@ -178,12 +178,13 @@ impl AgentEnv {
     }
 }
 
-fn read_bounded(path: &Path) -> Result<String, AgentError> {
+/// A file the worker wrote, read whole unless it is larger than `max` bytes.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<String, AgentError> {
     let meta = std::fs::metadata(path).map_err(|e| AgentError::io("read", path, e))?;
-    if meta.len() > AGENT_ENV_BYTES_MAX {
+    if meta.len() > max {
         return Err(AgentError::Env {
             path: path.to_path_buf(),
-            message: format!("larger than {AGENT_ENV_BYTES_MAX} bytes"),
+            message: format!("larger than {max} bytes"),
         });
     }
     std::fs::read_to_string(path).map_err(|e| AgentError::io("read", path, e))

@@ -45,6 +45,8 @@ pub async fn enroll(env: &AgentEnv, trust: &ClusterTrust) -> Result<IssuedCert, 
 }
 
 /// HTTP/1.1 over TLS over the relay socket; the node is checked as any node of the cluster.
+/// hyper directly, for one POST: the project's REST client (reqwest) cannot dial a Unix
+/// socket.
 async fn post(
     env: &AgentEnv,
     trust: &ClusterTrust,

@@ -63,7 +63,8 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
         tracing::warn!(error = %e, "could not make the agent undumpable");
     }
     let env = AgentEnv::take(&options.env_file)?;
-    let trust = ClusterTrust::from_ca_pem(&read_ca(&env.ca_file)?)?;
+    let ca_pem = agent_env::read_bounded(&env.ca_file, CA_FILE_BYTES_MAX)?;
+    let trust = ClusterTrust::from_ca_pem(&ca_pem)?;
     let cert = enroll_with_retries(&env, &trust).await?;
     tracing::info!(task = %env.task, attempt = env.attempt, "enrolled");
     let session = ControlSession::new(&env, &trust, &cert)?;
@@ -105,17 +106,6 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
         Err(_) => tracing::warn!(code, "the provider exited; the report took too long"),
     }
     Ok(code)
-}
-
-fn read_ca(path: &std::path::Path) -> Result<String, AgentError> {
-    let meta = std::fs::metadata(path).map_err(|e| AgentError::io("read", path, e))?;
-    if meta.len() > CA_FILE_BYTES_MAX {
-        return Err(AgentError::Env {
-            path: path.to_path_buf(),
-            message: format!("the CA file is larger than {CA_FILE_BYTES_MAX} bytes"),
-        });
-    }
-    std::fs::read_to_string(path).map_err(|e| AgentError::io("read", path, e))
 }
 
 /// Enrollment on the connect table: a relay or node that does not answer is asked again; a

@@ -205,12 +205,7 @@ impl WorkerConfig {
             deny.push(net.trunc());
         }
         for endpoint in &self.control {
-            let authority = endpoint
-                .split_once("://")
-                .map_or(endpoint.as_str(), |(_, rest)| rest)
-                .split('/')
-                .next()
-                .unwrap_or_default();
+            let authority = crate::support::authority(endpoint);
             let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(authority) else {
                 continue;
             };

@@ -32,6 +32,12 @@ pub(crate) fn remove_path(path: &Path) -> Result<(), WorkerError> {
     result.map_err(|e| WorkerError::io("removing", path, e))
 }
 
+/// The `host:port` of a control endpoint given as a URL (`https://h:p/…`) or bare.
+pub(crate) fn authority(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.split('/').next().unwrap_or(rest)
+}
+
 /// Milliseconds since the Unix epoch, for event lines and metadata (the client's clock helper).
 pub(crate) use squadron_client::now_ms;
 

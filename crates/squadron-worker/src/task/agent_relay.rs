@@ -27,6 +27,7 @@ use tokio::task::{AbortHandle, JoinSet};
 
 use crate::control_link::ControlLink;
 use crate::error::WorkerError;
+use crate::support::authority;
 
 pub(crate) const REST_SOCKET_NAME: &str = "rest.sock";
 pub(crate) const GRPC_SOCKET_NAME: &str = "grpc.sock";
@@ -195,12 +196,6 @@ impl Target {
             Target::Grpc => GRPC_SOCKET_NAME,
         }
     }
-}
-
-/// `host:port` of a URL or address.
-fn authority(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    rest.split('/').next().unwrap_or(rest)
 }
 
 /// A fresh socket at `path` (a stale one from an earlier life is replaced), usable only by

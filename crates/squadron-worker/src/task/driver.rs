@@ -493,13 +493,13 @@ impl TaskDriver {
         // started a second time. A sandbox agent starts it once RUNNING is committed, so
         // the credentials are in place before that report.
         if runtime.runs_agent() {
-            self.reopen_relay(&runtime).await?;
+            let spec = self.launch_spec().await?;
+            self.reopen_relay(&runtime, &spec)?;
             if self
                 .load_checkpoint()
                 .and_then(|c| c.started_at_ms)
                 .is_none()
             {
-                let spec = self.launch_spec().await?;
                 if let Err(why) = self.take_credentials(runtime.as_ref(), &spec).await {
                     return Ok(self.fail(TaskState::Ready, None, why).await);
                 }
@@ -542,7 +542,9 @@ impl TaskDriver {
                 )
                 .await);
         };
-        self.reopen_relay(&runtime).await?;
+        if runtime.runs_agent() {
+            self.reopen_relay(&runtime, &self.launch_spec().await?)?;
+        }
         let started = self
             .load_checkpoint()
             .and_then(|c| c.started_at_ms)

@@ -4,7 +4,6 @@
 //! sockets (`agent_relay`), and the worker's own `squadron` binary bound read-only at
 //! `AGENT_BINARY_MOUNT`, so the agent is always the worker's own version.
 
-use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -109,9 +108,7 @@ fn check_socket_room(dir: &Path) -> Result<(), WorkerError> {
 
 fn write_owned(path: &Path, bytes: &[u8], owner: (u32, u32), mode: u32) -> Result<(), WorkerError> {
     let io = |what, e| WorkerError::io(what, path, e);
-    let mut file = atomic_write_file::AtomicWriteFile::open(path).map_err(|e| io("write", e))?;
-    file.write_all(bytes).map_err(|e| io("write", e))?;
-    file.commit().map_err(|e| io("write", e))?;
+    crate::support::write_atomic(path, bytes)?;
     std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1)).map_err(|e| io("chown", e))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| io("chmod", e))

@@ -78,12 +78,15 @@ impl TaskDriver {
     }
 
     /// After a restart in READY or RUNNING: the agent's gRPC relay again.
-    pub(super) async fn reopen_relay(&self, runtime: &Arc<dyn Runtime>) -> Result<(), WorkerError> {
+    pub(super) fn reopen_relay(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        spec: &LaunchSpec,
+    ) -> Result<(), WorkerError> {
         if !runtime.runs_agent() {
             return Ok(());
         }
-        let spec = self.launch_spec().await?;
-        let owner = runtime.sandbox_owner(&spec)?;
+        let owner = runtime.sandbox_owner(spec)?;
         self.ctx
             .relays
             .open(self.task, &self.dir.agent(), owner, &[Target::Grpc])
