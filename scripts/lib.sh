@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/squadron-target}"
 # same selection (`--workspace`) and these features, so the cache stays warm. The deliberate
 # fault is off unless a node's environment switches it on (jepsen/README.md); release builds
 # (scripts/dev) never carry it.
-SQUADRON_TEST_FEATURES="squadron/jepsen-fault-local-reads"
+SQUADRON_TEST_FEATURES="squadron/jepsen-fault-local-reads squadron/libvirt"
 
 # Debian packages needed to build the workspace: a C/C++ toolchain for RocksDB, libclang for
 # its bindings, git for the tests' repositories.
@@ -52,10 +52,16 @@ SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables e2fspr
 # browser (tests/dashboard_browser.rs: WebDriver, the test CA in the browser's NSS database).
 SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server chromium chromium-driver libnss3-tools)
 
-# What the KVM runtime's image and its boot test need (scripts/build-vm-image,
-# tests/vm_image.rs): QEMU to boot the guest under software emulation, cpio to pack its
-# initramfs. Installed with --no-recommends: QEMU's would bring a desktop's worth of packages.
-SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static)
+# What the KVM runtime, its image and their tests need (scripts/build-vm-image,
+# tests/vm_image.rs, the kvm scenarios): QEMU to boot the guest under software emulation,
+# cpio to pack its initramfs, libvirt's daemon and its C library (the `libvirt` feature
+# builds against libvirt-dev), and what the Rust virtiofsd builds against (libseccomp,
+# libcap-ng; QEMU 7's own C daemon cannot serve read-only shares). Installed with
+# --no-recommends: QEMU's would bring a desktop's worth of packages.
+SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static libvirt-daemon-system libvirt-clients libvirt-dev libseccomp-dev libcap-ng-dev)
+# The virtiofs daemon the KVM runtime uses, built from crates.io once per machine.
+SQUADRON_VIRTIOFSD_VERSION=1.14.0
+SQUADRON_TOOLS_DIR="${HOME}/.cache/squadron-tools"
 
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {
@@ -69,6 +75,38 @@ ensure_dockerd() {
   done
   log "dockerd did not answer within 60 s; its log:"
   tail -n 40 /tmp/squadron-dockerd.log >&2 || true
+  return 1
+}
+
+# Builds the Rust virtiofsd into $SQUADRON_TOOLS_DIR unless it is there (the KVM runtime finds
+# it at ~/.cache/squadron-tools/bin/virtiofsd). Its own build directory, removed after.
+ensure_virtiofsd() {
+  local bin="$SQUADRON_TOOLS_DIR/bin/virtiofsd"
+  if [ -x "$bin" ] && "$bin" --version 2>/dev/null | grep -q "$SQUADRON_VIRTIOFSD_VERSION"; then
+    return 0
+  fi
+  log "building virtiofsd $SQUADRON_VIRTIOFSD_VERSION from crates.io (a few minutes, once)"
+  local build
+  build="$(mktemp -d /tmp/squadron-virtiofsd.XXXXXX)"
+  CARGO_TARGET_DIR="$build" cargo install --quiet --locked virtiofsd \
+    --version "$SQUADRON_VIRTIOFSD_VERSION" --root "$SQUADRON_TOOLS_DIR"
+  rm -rf "$build"
+}
+
+# Starts libvirt's daemons in the background unless libvirt answers; waits until it does.
+ensure_libvirtd() {
+  if virsh -c qemu:///system uri >/dev/null 2>&1; then return 0; fi
+  log "starting virtlogd and libvirtd (log: /var/log/libvirt/libvirtd.log)"
+  as_root mkdir -p /var/log/libvirt /var/lib/libvirt/qemu /var/cache/libvirt
+  pgrep -x virtlogd >/dev/null || as_root virtlogd -d
+  pgrep -x libvirtd >/dev/null || as_root libvirtd -d
+  local i
+  for i in $(seq 1 60); do
+    if virsh -c qemu:///system uri >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  log "libvirtd did not answer within 30 s; its log:"
+  tail -n 40 /var/log/libvirt/libvirtd.log >&2 || true
   return 1
 }
 

@@ -13,10 +13,16 @@ const TASK_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn manifest(repo: &std::path::Path, runtime: &str, script: &str, lifecycle: &str) -> String {
     let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
+    // A VM has no NIC yet: `isolated` is the KVM runtime's only network mode.
+    let network = if runtime == "kvm" {
+        "  network_mode: isolated\n  memory: 512Mi\n"
+    } else {
+        ""
+    };
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: e2e\nrepository:\n  url: {repo}\n  branch: main\n\
          agent:\n  prompt: \"Make the change; do not print me on a command line\"\n  provider: script\n  script: |\n{indented}\
-         vm:\n  runtime: {runtime}\nlifecycle:\n{lifecycle}",
+         vm:\n  runtime: {runtime}\n{network}lifecycle:\n{lifecycle}",
         repo = repo.display(),
     )
 }
@@ -843,6 +849,31 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ),
     ];
     run_scenarios(scenarios, &[&process, &docker]);
+}
+
+/// The scenarios in KVM guests (QEMU's software emulation here), one worker offering `kvm`.
+#[test]
+fn tasks_end_to_end_in_kvm_guests() {
+    let cluster = Cluster::start(3);
+    let kvm = WorkerProc::start_with(
+        cluster.dir.path(),
+        &unique_worker_id("w-kvm"),
+        cluster.urls(),
+        "kvm",
+        vec!["--vm-domain-type".into(), "qemu".into()],
+    );
+    let env = Env {
+        urls: cluster.urls(),
+        repo: git_repo(cluster.dir.path()),
+        runtime: "kvm",
+        worker_dir: kvm.data_dir.clone(),
+    };
+    let scenarios: Vec<(&str, &Env, Scenario)> = vec![(
+        "kvm/success",
+        &env,
+        success_with_patch_untracked_and_pattern_artifacts,
+    )];
+    run_scenarios(scenarios, &[&kvm]);
 }
 
 /// Runs scenarios in parallel; a failure names the scenario and shows the worker's log.

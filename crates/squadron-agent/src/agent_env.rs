@@ -30,6 +30,8 @@ pub const BOOTSTRAP_TOKEN: &str = "SQUADRON_BOOTSTRAP_TOKEN";
 pub const HEARTBEAT_MS: &str = "SQUADRON_HEARTBEAT_MS";
 pub const DISK_PATHS: &str = "SQUADRON_DISK_PATHS";
 pub const CONNECT_PAUSES_MS: &str = "SQUADRON_CONNECT_PAUSES_MS";
+/// In a VM: the virtio-serial port the relay sockets are carried over (`channel_bridge`).
+pub const CHANNEL: &str = "SQUADRON_CHANNEL";
 
 /// The seed's agent connect table when the file names none: 30 retries, 2 s apart.
 pub const CONNECT_RETRIES_DEFAULT: usize = 30;
@@ -38,7 +40,8 @@ pub const CONNECT_PAUSE_MS_DEFAULT: u64 = 2_000;
 pub const CONNECT_PAUSES_MAX: usize = 100;
 pub const CONNECT_PAUSE_MS_MAX: u64 = 3_600 * 1_000;
 
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 10] = [
+    CHANNEL,
     TASK,
     ATTEMPT,
     REST_SOCKET,
@@ -63,6 +66,8 @@ pub struct AgentEnv {
     /// The pauses before each retry of a call the control plane did not answer (the
     /// manifest's `lifecycle.retries.agent_connect`).
     pub connect_pauses: Vec<std::time::Duration>,
+    /// Set in a VM: the agent serves `rest_socket` and `grpc_socket` itself, over this port.
+    pub channel: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for AgentEnv {
@@ -164,6 +169,10 @@ impl AgentEnv {
         Ok(AgentEnv {
             task,
             attempt,
+            channel: values
+                .get(CHANNEL)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             rest_socket: PathBuf::from(need(REST_SOCKET)?),
             grpc_socket: PathBuf::from(need(GRPC_SOCKET)?),
             ca_file: PathBuf::from(need(CA_FILE)?),

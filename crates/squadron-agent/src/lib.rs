@@ -11,16 +11,19 @@
 //! 5. Waits until the task is RUNNING, then runs the provider launcher (`provider_run`) and
 //!    exits with its exit code, which the runtime reads as the run's.
 //!
-//! Map: `agent_env` (the file), `enrollment` (token → certificate), `control_session` (the
+//! Map: `agent_env` (the file), `channel_bridge` and `virtio_port` (a VM's relay over its
+//! virtio-serial port), `enrollment` (token → certificate), `control_session` (the
 //! gRPC calls and their retries), `sandbox_usage` (heartbeat figures), `provider_run` (the
 //! launcher and stops), `error`.
 
 pub mod agent_env;
+pub mod channel_bridge;
 pub mod control_session;
 pub mod enrollment;
 pub mod error;
 pub mod provider_run;
 pub mod sandbox_usage;
+pub mod virtio_port;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,6 +58,12 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
             "no launcher given: squadron agent --env-file FILE -- PROGRAM [ARGS…]".into(),
         ));
     }
+    // rustix reads these from /proc/self/auxv once, which an undumpable process may not
+    // open: read them first (the heartbeat's figures need both).
+    let _ = (
+        rustix::param::clock_ticks_per_second(),
+        rustix::param::page_size(),
+    );
     // The token and the key live in this process's memory only; code of the same user the
     // sandbox runs later (the provider) may not read it through /proc or ptrace.
     if let Err(e) =
@@ -63,6 +72,10 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
         tracing::warn!(error = %e, "could not make the agent undumpable");
     }
     let env = AgentEnv::take(&options.env_file)?;
+    if let Some(port) = &env.channel {
+        // In a VM: the relay sockets are this process's own, carried over the port.
+        channel_bridge::start(port.clone(), &env.rest_socket, &env.grpc_socket)?;
+    }
     let ca_pem = agent_env::read_bounded(&env.ca_file, CA_FILE_BYTES_MAX)?;
     let trust = ClusterTrust::from_ca_pem(&ca_pem)?;
     let cert = enroll_with_retries(&env, &trust).await?;

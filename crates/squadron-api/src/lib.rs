@@ -7,6 +7,7 @@
 //! `JsonSchema`, from which the server's OpenAPI document takes its schemas.
 
 pub mod access;
+pub mod agent_channel;
 pub mod agents;
 pub mod audit;
 pub mod cluster;

@@ -160,6 +160,35 @@ pub struct WorkerConfig {
     /// Whether every task directory gets its disk quota (a loop mount, so root only); off
     /// only by the operator's explicit `--no-disk-quota`.
     pub disk_quota: bool,
+    /// The KVM runtime's libvirt, image and files (used when built with `libvirt`).
+    pub vm: VmConfig,
+}
+
+/// How the KVM runtime reaches libvirt and what it boots.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// libvirt's URI (`qemu:///system`).
+    pub uri: String,
+    /// Where `scripts/build-vm-image` put the image; unset, `$HOME/.cache/squadron-vm`.
+    pub image_dir: Option<PathBuf>,
+    /// What QEMU must read (image copies, console logs): every ancestor searchable by others.
+    pub state_dir: PathBuf,
+    /// The virtiofs daemon; unset, looked for on PATH and in the usual places.
+    pub virtiofsd: Option<PathBuf>,
+    /// `auto`, `kvm` or `qemu` (software emulation).
+    pub domain_type: String,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        Self {
+            uri: "qemu:///system".to_string(),
+            image_dir: None,
+            state_dir: PathBuf::from("/var/lib/squadron/vm"),
+            virtiofsd: None,
+            domain_type: "auto".to_string(),
+        }
+    }
 }
 
 impl WorkerConfig {
@@ -187,6 +216,7 @@ impl WorkerConfig {
             sandbox_defaults: SandboxDefaults::default(),
             egress_deny: Vec::new(),
             allow_full_network: false,
+            vm: VmConfig::default(),
             policy: squadron_core::worker_policy::WorkerPolicy::default(),
             disk_quota: true,
         }

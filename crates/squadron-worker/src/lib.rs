@@ -51,7 +51,7 @@ pub use agent::config::{
 };
 pub use agent::fence::ControlFence;
 pub use config::{
-    host_of_url, SandboxDefaults, WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX,
+    host_of_url, SandboxDefaults, VmConfig, WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX,
     DOCKER_IMAGE_DEFAULT, HEARTBEAT_INTERVAL_MS_DEFAULT, HEARTBEAT_INTERVAL_MS_MIN,
     MONITOR_INTERVAL_MS_DEFAULT, PROGRESS_INTERVAL_MS_DEFAULT, SANDBOX_CPUS_DEFAULT,
     SANDBOX_MEMORY_BYTES_DEFAULT, SANDBOX_PIDS_DEFAULT,

@@ -280,6 +280,19 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
         .global_dir
         .map(|d| absolute("--global-dir", &d))
         .transpose()?;
+    config.vm = squadron_worker::VmConfig {
+        uri: args.vm_uri,
+        image_dir: args
+            .vm_image_dir
+            .map(|d| absolute("--vm-image-dir", &d))
+            .transpose()?,
+        state_dir: absolute("--vm-state-dir", &args.vm_state_dir)?,
+        virtiofsd: args
+            .virtiofsd
+            .map(|d| absolute("--virtiofsd", &d))
+            .transpose()?,
+        domain_type: args.vm_domain_type,
+    };
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;
     config.egress_deny = args.egress_deny;

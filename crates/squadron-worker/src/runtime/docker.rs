@@ -60,7 +60,6 @@
 //! catches what comes before that, capped at `LOG_FILE_BYTES_MAX`.
 
 use std::collections::HashMap;
-use std::hash::Hasher;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -239,14 +238,9 @@ impl DockerRuntime {
         self.docker.client_version().to_string()
     }
 
-    /// The container name of one attempt of a task: the task id, the attempt, and a hash of
-    /// the task directory (see [`LABEL_TASK_DIR`]).
+    /// The container name of one attempt of a task (see [`LABEL_TASK_DIR`]).
     pub(crate) fn container_name(dir: &TaskDir, attempt: u32) -> String {
-        format!(
-            "squadron-task-{}-a{attempt}-{:08x}",
-            dir.task().get(),
-            fnv1a(dir.root().as_os_str().as_encoded_bytes()) as u32
-        )
+        crate::runtime::sandbox_name(dir, attempt)
     }
 
     fn labels(&self, dir: &TaskDir, attempt: u32) -> HashMap<String, String> {
@@ -768,14 +762,6 @@ fn labels_match(labels: &HashMap<String, String>, dir: &TaskDir, attempt: u32) -
 
 fn task_dir_label(dir: &TaskDir) -> String {
     dir.root().to_string_lossy().into_owned()
-}
-
-/// 64-bit FNV-1a (`fnv`): a hash that never changes between builds, for container names a
-/// restarted worker must find again.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hasher = fnv::FnvHasher::default();
-    hasher.write(bytes);
-    hasher.finish()
 }
 
 /// A bind mount of an existing host directory, by its absolute path.

@@ -1,4 +1,4 @@
-//! The sandbox contract every runtime implements (process, Docker; KVM later).
+//! The sandbox contract every runtime implements (process, Docker, KVM).
 //!
 //! A runtime never pipes the provider's output through the worker: the launch script
 //! redirects stdout and stderr into the task's progress files, so a run survives a worker
@@ -7,6 +7,8 @@
 pub(crate) mod boundary_network;
 pub(crate) mod docker;
 pub(crate) mod docker_network;
+#[cfg(feature = "libvirt")]
+pub(crate) mod kvm;
 pub(crate) mod probe;
 pub(crate) mod process;
 pub(crate) mod sandbox_user;
@@ -45,6 +47,29 @@ pub(crate) struct LaunchSpec {
     pub(crate) global_dir: Option<std::path::PathBuf>,
     /// The session's credential tmpfs, bound read-only at its sandbox path (INV-13).
     pub(crate) credentials: Option<CredentialSession>,
+    /// The manifest preserves a failed sandbox: a runtime whose sandbox would end with its
+    /// provider (a VM powers off) keeps it up after the exit instead, for break-glass.
+    pub(crate) keep_after_exit: bool,
+}
+
+/// The name of one attempt's sandbox (a container, a domain): the task id, the attempt, and a
+/// hash of the task directory. Task ids restart with every cluster, so only the directory
+/// tells this worker's attempt from a leftover of another cluster or data directory.
+pub(crate) fn sandbox_name(dir: &TaskDir, attempt: u32) -> String {
+    format!(
+        "squadron-task-{}-a{attempt}-{:08x}",
+        dir.task().get(),
+        fnv1a(dir.root().as_os_str().as_encoded_bytes()) as u32
+    )
+}
+
+/// 64-bit FNV-1a (`fnv`): a hash that never changes between builds, for sandbox names a
+/// restarted worker must find again.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    hasher.write(bytes);
+    hasher.finish()
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -125,5 +150,19 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     /// directly.
     fn runs_agent(&self) -> bool {
         false
+    }
+
+    /// Whether the agent reaches its relay over a channel the runtime provides (a VM's
+    /// virtio-serial port) instead of sockets bound into the sandbox.
+    fn agent_over_channel(&self) -> bool {
+        false
+    }
+
+    /// The host end of the agent's channel of a started sandbox, once it exists.
+    async fn agent_channel(
+        &self,
+        _handle: &SandboxHandle,
+    ) -> Result<Option<std::path::PathBuf>, WorkerError> {
+        Ok(None)
     }
 }

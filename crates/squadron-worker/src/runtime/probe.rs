@@ -69,11 +69,55 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                     Err(e) => unavailable.push((RuntimeKind::Docker, e.to_string())),
                 }
             }
-            RuntimeKind::Kvm => unavailable.push((
-                RuntimeKind::Kvm,
-                "the KVM runtime is not built into this worker yet".into(),
-            )),
+            RuntimeKind::Kvm => match kvm(config).await {
+                Ok(r) => {
+                    ready.insert(RuntimeKind::Kvm, r);
+                }
+                Err(e) => unavailable.push((RuntimeKind::Kvm, e)),
+            },
         }
     }
     (ready, unavailable)
+}
+
+#[cfg(feature = "libvirt")]
+async fn kvm(config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
+    use crate::runtime::kvm::{KvmConfig, KvmRuntime};
+    let image_dir = match &config.vm.image_dir {
+        Some(d) => d.clone(),
+        None => std::env::var_os("HOME")
+            .map(|h| std::path::Path::new(&h).join(".cache/squadron-vm"))
+            .ok_or("no --vm-image-dir and no HOME to find ~/.cache/squadron-vm in")?,
+    };
+    let kvm = KvmConfig {
+        uri: config.vm.uri.clone(),
+        image_dir,
+        state_dir: config.vm.state_dir.clone(),
+        virtiofsd: config.vm.virtiofsd.clone(),
+        worker: config.id.clone(),
+        data_dir: config.data_dir.clone(),
+        agent_binary: config.agent_binary.clone(),
+        global_dir: config.global_dir.clone(),
+        sandbox_user: crate::runtime::sandbox_user::SandboxUser::default(),
+        domain_type: config
+            .vm
+            .domain_type
+            .parse()
+            .map_err(|e| format!("vm_domain_type: {e}"))?,
+    };
+    let runtime = KvmRuntime::connect(kvm).await.map_err(|e| e.to_string())?;
+    tracing::info!(
+        domain_type = runtime.domain_type().as_str(),
+        "KVM runtime ready"
+    );
+    Ok(Arc::new(runtime))
+}
+
+#[cfg(not(feature = "libvirt"))]
+async fn kvm(_config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
+    Err(
+        "this worker was built without the `libvirt` feature (cargo build --features \
+         squadron/libvirt, after installing libvirt-dev)"
+            .into(),
+    )
 }

@@ -8,19 +8,27 @@
 //! - `grpc.sock` → the leader's gRPC listener, looked up afresh for every connection, so an
 //!   agent that reconnects after a leader change reaches the new leader.
 //!
+//! A VM cannot be given sockets: its agent reaches the relay over one virtio-serial port whose
+//! host end is a Unix socket libvirt makes (`open_channel`). The port carries yamux streams the
+//! agent opens, each starting with a byte that names its target
+//! (`squadron_api::agent_channel`); closing REST refuses such streams from then on.
+//!
 //! The relay only moves bytes: TLS runs between the agent and the node, so the worker sees
 //! neither the agent's token nor its calls. A sandbox holds at most
 //! `RELAY_CONNECTIONS_PER_SANDBOX_MAX` connections at once; more are closed on accept.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use squadron_api::agent_channel::{TARGET_GRPC, TARGET_REST};
 use squadron_core::ids::TaskId;
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::{AbortHandle, JoinSet};
@@ -35,6 +43,18 @@ pub(crate) const GRPC_SOCKET_NAME: &str = "grpc.sock";
 pub(crate) const RELAY_CONNECTIONS_PER_SANDBOX_MAX: usize = 8;
 /// How long dialing a control node may take.
 const DIAL_TIMEOUT_MS: u64 = 5_000;
+/// How long a channel stream may take to name its target.
+const TARGET_BYTE_MS_MAX: u64 = 5_000;
+/// The pause before connecting to a channel's socket again.
+const CHANNEL_RECONNECT_MS: u64 = 200;
+
+/// The relay of one VM's channel: its socket, its session, the targets it may reach now.
+#[derive(Debug)]
+struct ChannelRelay {
+    socket: PathBuf,
+    handle: AbortHandle,
+    allowed: Arc<Mutex<HashSet<Target>>>,
+}
 
 /// Which listener a socket leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -54,6 +74,7 @@ pub(crate) struct AgentRelays {
     /// `host:port` of every configured control node's REST listener.
     rest: Arc<Vec<String>>,
     open: Arc<Mutex<HashMap<(TaskId, Target), AbortHandle>>>,
+    channels: Arc<Mutex<HashMap<TaskId, ChannelRelay>>>,
 }
 
 impl std::fmt::Debug for AgentRelays {
@@ -85,6 +106,7 @@ impl AgentRelays {
             leader,
             rest: Arc::new(rest),
             open: Arc::new(Mutex::new(HashMap::new())),
+            channels: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -111,9 +133,55 @@ impl AgentRelays {
         Ok(())
     }
 
+    /// Relays `task`'s VM channel at `socket` (libvirt's end of the port) to `targets`; after
+    /// a worker restart the same again. A channel already open keeps its session and gains
+    /// `targets`; one at another socket (the domain was started again) is replaced.
+    pub(crate) fn open_channel(&self, task: TaskId, socket: PathBuf, targets: &[Target]) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(open) = channels.get(&task) {
+            if open.socket == socket {
+                let mut allowed = open.allowed.lock().unwrap_or_else(|p| p.into_inner());
+                allowed.extend(targets.iter().copied());
+                return;
+            }
+            open.handle.abort();
+        }
+        let allowed = Arc::new(Mutex::new(targets.iter().copied().collect()));
+        let relay = self.clone();
+        let handle = tokio::spawn(relay.serve_channel(task, socket.clone(), Arc::clone(&allowed)))
+            .abort_handle();
+        channels.insert(
+            task,
+            ChannelRelay {
+                socket,
+                handle,
+                allowed,
+            },
+        );
+    }
+
     /// Closes `task`'s socket to `target` (all of them: `None`) and every connection through
-    /// it; the socket file goes too.
+    /// it; the socket file goes too. A VM's channel refuses `target` from then on (all: the
+    /// session ends).
     pub(crate) fn close(&self, task: TaskId, target: Option<Target>, dir: &Path) {
+        {
+            let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+            match target {
+                None => {
+                    if let Some(open) = channels.remove(&task) {
+                        open.handle.abort();
+                    }
+                }
+                Some(t) => {
+                    if let Some(open) = channels.get(&task) {
+                        open.allowed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&t);
+                    }
+                }
+            }
+        }
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         for t in [Target::Rest, Target::Grpc] {
             if target.is_some_and(|only| only != t) {
@@ -155,6 +223,97 @@ impl AgentRelays {
                 drop(slot);
             });
         }
+    }
+
+    async fn serve_channel(
+        self,
+        task: TaskId,
+        socket: PathBuf,
+        allowed: Arc<Mutex<HashSet<Target>>>,
+    ) {
+        loop {
+            match UnixStream::connect(&socket).await {
+                Ok(stream) => {
+                    self.carry_session(task, stream, &allowed).await;
+                    tracing::info!(%task, "agent channel: the session ended; connecting again");
+                }
+                Err(e) => {
+                    tracing::debug!(%task, socket = %socket.display(), error = %e, "agent channel: not connected yet")
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(CHANNEL_RECONNECT_MS)).await;
+        }
+    }
+
+    async fn carry_session(
+        &self,
+        task: TaskId,
+        port: UnixStream,
+        allowed: &Arc<Mutex<HashSet<Target>>>,
+    ) {
+        let config = tokio_yamux::Config {
+            max_stream_count: RELAY_CONNECTIONS_PER_SANDBOX_MAX,
+            ..tokio_yamux::Config::default()
+        };
+        let mut session = tokio_yamux::Session::new_server(port, config);
+        // Dropped with the session: its connections end with it.
+        let mut connections = JoinSet::new();
+        loop {
+            let next = tokio::select! {
+                next = session.next() => next,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            let stream = match next {
+                Some(Ok(stream)) => stream,
+                Some(Err(e)) => {
+                    tracing::info!(%task, error = %e, "agent channel: the session failed");
+                    return;
+                }
+                None => return,
+            };
+            if connections.len() >= RELAY_CONNECTIONS_PER_SANDBOX_MAX {
+                tracing::warn!(%task, max = RELAY_CONNECTIONS_PER_SANDBOX_MAX, "agent channel: too many streams; closing one");
+                continue;
+            }
+            let (relay, allowed) = (self.clone(), Arc::clone(allowed));
+            connections.spawn(async move {
+                if let Err(e) = relay.carry_stream(stream, &allowed).await {
+                    tracing::info!(%task, error = %e, "agent channel: stream ended");
+                }
+            });
+        }
+    }
+
+    async fn carry_stream(
+        &self,
+        mut stream: tokio_yamux::StreamHandle,
+        allowed: &Mutex<HashSet<Target>>,
+    ) -> Result<(), String> {
+        let mut first = [0u8; 1];
+        tokio::time::timeout(
+            Duration::from_millis(TARGET_BYTE_MS_MAX),
+            stream.read_exact(&mut first),
+        )
+        .await
+        .map_err(|_| "no target named in time".to_string())?
+        .map_err(|e| e.to_string())?;
+        let target = match first[0] {
+            TARGET_REST => Target::Rest,
+            TARGET_GRPC => Target::Grpc,
+            other => return Err(format!("unknown target byte {other:#04x}")),
+        };
+        if !allowed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&target)
+        {
+            return Err(format!("{target:?} is closed for this sandbox"));
+        }
+        let mut node = self.dial(target).await?;
+        tokio::io::copy_bidirectional(&mut stream, &mut node)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     async fn carry(&self, mut agent: UnixStream, target: Target) -> Result<(), String> {

@@ -401,6 +401,7 @@ impl TaskDriver {
             full_control: self.spec.sandbox.full_control,
             global_dir: self.ctx.config.global_dir.clone(),
             credentials,
+            keep_after_exit: self.spec.lifecycle.failure_action == FailureAction::Preserve,
         })
     }
 
@@ -494,7 +495,7 @@ impl TaskDriver {
         // the credentials are in place before that report.
         if runtime.runs_agent() {
             let spec = self.launch_spec().await?;
-            self.reopen_relay(&runtime, &spec)?;
+            self.reopen_relay(&runtime, &spec, &handle).await?;
             if self
                 .load_checkpoint()
                 .and_then(|c| c.started_at_ms)
@@ -543,7 +544,8 @@ impl TaskDriver {
                 .await);
         };
         if runtime.runs_agent() {
-            self.reopen_relay(&runtime, &self.launch_spec().await?)?;
+            self.reopen_relay(&runtime, &self.launch_spec().await?, &handle)
+                .await?;
         }
         let started = self
             .load_checkpoint()

@@ -9,7 +9,10 @@ use std::path::Path;
 
 use squadron_core::ids::TaskId;
 
+use squadron_api::agent_channel::PORT_NAME;
+
 use crate::error::WorkerError;
+use crate::runtime::LaunchSpec;
 use crate::task::agent_relay::{GRPC_SOCKET_NAME, REST_SOCKET_NAME};
 use crate::task::task_dir::{INBOX_MOUNT, OUTBOX_MOUNT};
 
@@ -19,6 +22,10 @@ pub(crate) const AGENT_DIR_MOUNT: &str = "/run/squadron/agent";
 pub(crate) const AGENT_BINARY_MOUNT: &str = "/usr/local/bin/squadron";
 pub(crate) const AGENT_ENV_NAME: &str = "agent.env";
 pub(crate) const CA_NAME: &str = "ca.pem";
+/// A VM's start script in the agent directory (`write_start_script`, read by `vm-init`).
+pub(crate) const START_SCRIPT_NAME: &str = "start.sh";
+/// Where a VM's agent binds its own relay sockets, in the guest (`vm-init` makes it).
+pub(crate) const GUEST_BRIDGE_DIR: &str = "/run/squadron/bridge";
 /// The longest a Unix socket path may be (`sun_path` holds 108 bytes with its NUL).
 pub(crate) const SOCKET_PATH_BYTES_MAX: usize = 107;
 
@@ -32,6 +39,8 @@ pub(crate) struct AgentFiles<'a> {
     pub(crate) heartbeat_ms: u64,
     /// The task's agent connect table: the pause before each retry.
     pub(crate) connect_pauses: Vec<std::time::Duration>,
+    /// A VM: the agent serves its relay sockets itself, in the guest, over the channel port.
+    pub(crate) over_channel: bool,
 }
 
 impl AgentFiles<'_> {
@@ -48,11 +57,19 @@ impl AgentFiles<'_> {
             .map_err(|e| io("restrict the agent directory", dir, e))?;
         let ca = dir.join(CA_NAME);
         write_owned(&ca, self.ca_pem.as_bytes(), owner, 0o644)?;
+        let (sockets, channel) = if self.over_channel {
+            (
+                GUEST_BRIDGE_DIR,
+                format!("SQUADRON_CHANNEL=/dev/virtio-ports/{PORT_NAME}\n"),
+            )
+        } else {
+            (AGENT_DIR_MOUNT, String::new())
+        };
         let env = format!(
             "# Written by the worker for the agent of task {task} attempt {attempt}.\n\
-             SQUADRON_TASK={task}\nSQUADRON_ATTEMPT={attempt}\n\
-             SQUADRON_REST_SOCKET={AGENT_DIR_MOUNT}/{REST_SOCKET_NAME}\n\
-             SQUADRON_GRPC_SOCKET={AGENT_DIR_MOUNT}/{GRPC_SOCKET_NAME}\n\
+             SQUADRON_TASK={task}\nSQUADRON_ATTEMPT={attempt}\n{channel}\
+             SQUADRON_REST_SOCKET={sockets}/{REST_SOCKET_NAME}\n\
+             SQUADRON_GRPC_SOCKET={sockets}/{GRPC_SOCKET_NAME}\n\
              SQUADRON_CA_FILE={AGENT_DIR_MOUNT}/{CA_NAME}\n\
              SQUADRON_HEARTBEAT_MS={heartbeat}\n\
              SQUADRON_DISK_PATHS={INBOX_MOUNT}:{OUTBOX_MOUNT}\n\
@@ -72,6 +89,47 @@ impl AgentFiles<'_> {
         let zeroed = zeroize::Zeroizing::new(env);
         write_owned(&dir.join(AGENT_ENV_NAME), zeroed.as_bytes(), owner, 0o600)
     }
+}
+
+/// A VM's start script, which its init runs as the sandbox user: the launch spec's working
+/// directory and environment, then the agent with the launcher (the role of a container's
+/// configuration). Only the sandbox user and the worker read it: the environment may hold
+/// allowlisted values.
+pub(crate) fn write_start_script(
+    dir: &Path,
+    spec: &LaunchSpec,
+    owner: (u32, u32),
+) -> Result<(), WorkerError> {
+    let quote = |s: &str| {
+        shlex::try_quote(s)
+            .map(|q| q.into_owned())
+            .map_err(|e| WorkerError::Invalid {
+                field: "launch".to_string(),
+                message: format!("{s:?} cannot be quoted for the guest's shell: {e}"),
+            })
+    };
+    let mut script = format!(
+        "# Written by the worker for task {} attempt {}.\ncd {} || exit {}\n",
+        spec.task,
+        spec.attempt,
+        quote(&spec.workdir)?,
+        crate::task::launcher::LAUNCH_WORKDIR_EXIT_CODE
+    );
+    for (name, value) in &spec.env {
+        script.push_str(&format!("export {}={}\n", quote(name)?, quote(value)?));
+    }
+    let argv: Vec<String> = agent_argv(&spec.argv)
+        .iter()
+        .map(|a| quote(a))
+        .collect::<Result<_, _>>()?;
+    script.push_str(&format!("exec {}\n", argv.join(" ")));
+    let zeroed = zeroize::Zeroizing::new(script);
+    write_owned(
+        &dir.join(START_SCRIPT_NAME),
+        zeroed.as_bytes(),
+        owner,
+        0o600,
+    )
 }
 
 /// The container command: the agent, which starts `launch` once the task is RUNNING.
@@ -130,6 +188,7 @@ mod tests {
             ca_pem: "-----BEGIN CERTIFICATE-----\n",
             heartbeat_ms: 500,
             connect_pauses: vec![Duration::from_millis(2_000); 3],
+            over_channel: false,
         }
     }
 

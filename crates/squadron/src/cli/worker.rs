@@ -69,6 +69,24 @@ pub struct WorkerRunArgs {
     /// Image of the Docker runtime.
     #[arg(long, default_value = "squadron-agent:latest")]
     pub docker_image: String,
+    /// libvirt URI of the KVM runtime.
+    #[arg(long, value_name = "URI", default_value = "qemu:///system")]
+    pub vm_uri: String,
+    /// Directory of the KVM runtime's image (`scripts/build-vm-image`; default
+    /// ~/.cache/squadron-vm).
+    #[arg(long, value_name = "DIR")]
+    pub vm_image_dir: Option<PathBuf>,
+    /// Where the KVM runtime keeps what QEMU reads (image copies, console logs); it and every
+    /// parent must be searchable by other users (QEMU runs as libvirt's own user).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/squadron/vm")]
+    pub vm_state_dir: PathBuf,
+    /// The virtiofs daemon of the KVM runtime (looked for on PATH and in the usual places).
+    #[arg(long, value_name = "FILE")]
+    pub virtiofsd: Option<PathBuf>,
+    /// The KVM runtime's domain type: `auto` boots the image under `kvm` once and falls back
+    /// to `qemu` (software emulation) where that fails.
+    #[arg(long, value_name = "TYPE", default_value = "auto", value_parser = ["auto", "kvm", "qemu"])]
+    pub vm_domain_type: String,
     /// Host directory mounted read-only at /mnt/global in sandboxes.
     #[arg(long, value_name = "DIR")]
     pub global_dir: Option<PathBuf>,

@@ -87,6 +87,7 @@ impl Case {
             full_control: false,
             global_dir: None,
             credentials: None,
+            keep_after_exit: false,
         }
     }
 
@@ -887,7 +888,7 @@ echo "uid=$(id -u)" >> {r}
 /// 64-bit FNV-1a, checked against its published test vectors.
 #[test]
 fn the_container_name_hash_is_fnv1a() {
-    assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-    assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-    assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    assert_eq!(crate::runtime::fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(crate::runtime::fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(crate::runtime::fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
 }

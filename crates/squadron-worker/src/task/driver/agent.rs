@@ -57,39 +57,90 @@ impl TaskDriver {
                     self.ctx.config.backoff_override_ms,
                 )
                 .collect(),
+                over_channel: runtime.agent_over_channel(),
             }
             .write(&self.dir.agent(), owner)?;
             self.event(serde_json::json!({"event": "agent_token_minted", "token": minted.id.to_string(), "expires_at_ms": minted.expires_at_ms}));
         }
+        if runtime.agent_over_channel() {
+            // The channel exists once the sandbox runs (`await_agent`).
+            return Ok(());
+        }
+        let targets = self.relay_targets().await;
+        self.ctx
+            .relays
+            .open(self.task, &self.dir.agent(), owner, targets)
+    }
+
+    /// REST (enrollment) only until the agent of this attempt registered.
+    async fn relay_targets(&self) -> &'static [Target] {
         let registered = self
             .ctx
             .control
             .agent_session(self.task)
             .await
             .is_ok_and(|s| s.is_some_and(|s| s.attempt == self.attempt));
-        let targets: &[Target] = if registered {
+        if registered {
             &[Target::Grpc]
         } else {
             &[Target::Rest, Target::Grpc]
-        };
-        self.ctx
-            .relays
-            .open(self.task, &self.dir.agent(), owner, targets)
+        }
     }
 
     /// After a restart in READY or RUNNING: the agent's gRPC relay again.
-    pub(super) fn reopen_relay(
+    pub(super) async fn reopen_relay(
         &self,
         runtime: &Arc<dyn Runtime>,
         spec: &LaunchSpec,
+        handle: &SandboxHandle,
     ) -> Result<(), WorkerError> {
         if !runtime.runs_agent() {
+            return Ok(());
+        }
+        if runtime.agent_over_channel() {
+            match runtime.agent_channel(handle).await? {
+                Some(socket) => self
+                    .ctx
+                    .relays
+                    .open_channel(self.task, socket, &[Target::Grpc]),
+                None => {
+                    tracing::warn!(task = %self.task, "the sandbox has no agent channel (not running?)")
+                }
+            }
             return Ok(());
         }
         let owner = runtime.sandbox_owner(spec)?;
         self.ctx
             .relays
             .open(self.task, &self.dir.agent(), owner, &[Target::Grpc])
+    }
+
+    /// A VM's channel, once the started domain has one, relayed to `targets`.
+    async fn open_channel(
+        &self,
+        runtime: &Arc<dyn Runtime>,
+        handle: &SandboxHandle,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), String> {
+        loop {
+            match runtime.agent_channel(handle).await {
+                Ok(Some(socket)) => {
+                    let targets = self.relay_targets().await;
+                    self.ctx.relays.open_channel(self.task, socket, targets);
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(task = %self.task, error = %e, "looking for the agent's channel failed")
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(
+                    "provision timeout: the sandbox never offered its agent channel".into(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(REGISTRATION_POLL_MS)).await;
+        }
     }
 
     /// Starts the sandbox (the agent only: the provider waits for RUNNING) and waits until
@@ -107,6 +158,9 @@ impl TaskDriver {
             .await
             .map_err(|e| format!("start the agent: {e}"))?;
         let deadline = tokio::time::Instant::now() + limit;
+        if runtime.agent_over_channel() {
+            self.open_channel(runtime, handle, deadline).await?;
+        }
         loop {
             match self.ctx.control.agent_session(self.task).await {
                 Ok(Some(s)) if s.attempt == self.attempt => {

@@ -1,0 +1,14 @@
+//! The wire of a VM's agent channel: the one virtio-serial port between the agent in the guest
+//! and its worker carries yamux streams, each opened by the agent and starting with one byte
+//! that names the control listener it leads to.
+
+/// The name the host gives the port (`/dev/virtio-ports/<name>` in the guest).
+pub const PORT_NAME: &str = "org.squadron.agent";
+/// The port on which the worker asks the guest to stop its agent (one line, [`STOP_LINE`]).
+pub const CONTROL_PORT_NAME: &str = "org.squadron.control";
+/// What the worker writes on the control port for a graceful stop.
+pub const STOP_LINE: &str = "stop";
+/// First byte of a stream to a control node's REST listener (enrollment).
+pub const TARGET_REST: u8 = b'R';
+/// First byte of a stream to the leader's gRPC listener.
+pub const TARGET_GRPC: u8 = b'G';

@@ -1,0 +1,939 @@
+//! The KVM runtime: one libvirt domain per task attempt, the seed's primary boundary ("KVM
+//! hardware virtualization protects the host"). Built with the `libvirt` feature.
+//!
+//! # The guest
+//!
+//! The base image (`scripts/build-vm-image`: a Debian cloud kernel and a busybox initramfs
+//! carrying this host's C runtime) boots directly, without a disk. `vm-init`, its PID 1,
+//! mounts the task's directories as virtiofs shares, runs the agent's start script as the
+//! sandbox user (uid 65534), writes the agent's exit code to `agent/exit-code` and powers the
+//! guest off, or keeps it up with a console shell when the manifest preserves failures.
+//!
+//! | host                              | guest                 | mode |
+//! |-----------------------------------|-----------------------|------|
+//! | `inbox/`                          | `/mnt/inbox`          | rw   |
+//! | `outbox/`                         | `/mnt/outbox`         | rw   |
+//! | `run/`                            | `/mnt/run`            | ro   |
+//! | global dir                        | `/mnt/global`         | ro   |
+//! | `agent/`                          | `/run/squadron/agent` | rw   |
+//! | the worker's `squadron` binary    | `/usr/local/bin`      | ro   |
+//! | the credential session            | its sandbox path      | ro   |
+//!
+//! A read-only share is served by a virtiofs daemon started with `--readonly`, so no guest,
+//! root in it included, writes there. The guest's memory is a memfd shared with the daemons;
+//! its size and CPUs come from the manifest's limits.
+//!
+//! # The agent's channel
+//!
+//! The guest has no route to the worker or the control plane: `isolated` is the only network
+//! mode so far (no NIC at all). The agent reaches its relay over a virtio-serial port whose
+//! host end is a Unix socket libvirt places under its own channel directory; the port carries
+//! yamux streams (`task::agent_relay`, `squadron-agent`'s `channel_bridge`). A second port,
+//! the control port, carries the worker's `stop` for a graceful cancel.
+//!
+//! # Files of this runtime
+//!
+//! QEMU runs as libvirt's unprivileged user, which cannot reach the worker's data directory:
+//! the kernel, the initramfs, the read-only daemon's wrapper and each domain's console log
+//! live under `state_dir` (every ancestor of it must be searchable by others), per worker
+//! data directory. Destroying a domain undefines it with its NVRAM, managed save and
+//! snapshot metadata and removes its files.
+
+mod domain_xml;
+mod hypervisor;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use squadron_api::agent_channel::{CONTROL_PORT_NAME, PORT_NAME, STOP_LINE};
+use squadron_core::ids::{TaskId, WorkerId};
+use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use tokio::io::AsyncWriteExt;
+
+use self::domain_xml::{channel_socket, AttemptMark, DomainSpec, DomainType, Share};
+use self::hypervisor::{Found, Hypervisor, Lifecycle};
+use crate::error::WorkerError;
+use crate::runtime::sandbox_user::SandboxUser;
+use crate::runtime::{sandbox_name, LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
+use crate::support::now_ms;
+use crate::task::sandbox_agent::{self, AGENT_DIR_MOUNT};
+use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+
+const RUNTIME_NAME: &str = "kvm";
+/// The guest's memory when the manifest sets none, and the least a guest is given.
+const MEMORY_MIB_DEFAULT: u64 = 1024;
+const MEMORY_MIB_MIN: u64 = 256;
+const MEMORY_MIB_MAX: u64 = 256 * 1024;
+const CPUS_MAX: u32 = 64;
+/// The file `vm-init` writes the agent's exit code to, in the agent's directory.
+pub(crate) const EXIT_CODE_NAME: &str = "exit-code";
+/// The guest's console, in its domain's directory and kept in the task directory.
+const CONSOLE_LOG_NAME: &str = "vm-console.log";
+/// Where the guest finds the worker's binary (the share of `bin/`).
+const GUEST_BIN_DIR: &str = "/usr/local/bin";
+/// Where the guest finds the shared libraries that binary links (`vm-init` puts it on
+/// `LD_LIBRARY_PATH`): whatever the build links (libvirt for one), as on this host.
+const GUEST_LIB_DIR: &str = "/usr/local/lib/squadron";
+/// The most libraries copied for the agent binary.
+const AGENT_LIBRARIES_MAX: usize = 256;
+/// How long the worker waits for the control port to take its `stop`.
+const CONTROL_WRITE_MS_MAX: u64 = 2_000;
+const POLL_MS: u64 = 100;
+/// How long `destroy` waits for libvirt to forget the domain.
+const REAP_WAIT_MS_MAX: u64 = 30_000;
+/// How long the probe's boot of the image may take under hardware virtualisation.
+const KVM_PROBE_BOOT_MS_MAX: u64 = 30_000;
+
+/// Which domain type to use: `auto` boots the image once under `kvm` and falls back to
+/// `qemu` (software emulation) when that does not work here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DomainTypeChoice {
+    #[default]
+    Auto,
+    Kvm,
+    Qemu,
+}
+
+impl std::str::FromStr for DomainTypeChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "kvm" => Ok(Self::Kvm),
+            "qemu" => Ok(Self::Qemu),
+            other => Err(format!("{other:?} is not auto, kvm or qemu")),
+        }
+    }
+}
+
+/// How the worker reaches libvirt and what it boots.
+#[derive(Debug, Clone)]
+pub(crate) struct KvmConfig {
+    pub(crate) uri: String,
+    /// Where `scripts/build-vm-image` put `vmlinuz`, `initrd.img` and `image.recipe`.
+    pub(crate) image_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
+    /// The virtiofs daemon; unset, it is looked for (`find_virtiofsd`).
+    pub(crate) virtiofsd: Option<PathBuf>,
+    pub(crate) worker: WorkerId,
+    /// The worker's data directory: the runtime's files are kept apart per data directory.
+    pub(crate) data_dir: PathBuf,
+    /// The `squadron` binary the guest runs `squadron agent` from (required).
+    pub(crate) agent_binary: Option<PathBuf>,
+    pub(crate) global_dir: Option<PathBuf>,
+    pub(crate) sandbox_user: SandboxUser,
+    pub(crate) domain_type: DomainTypeChoice,
+}
+
+/// The files of this worker's runtime under `state_dir`.
+#[derive(Debug, Clone)]
+struct RuntimeFiles {
+    root: PathBuf,
+}
+
+impl RuntimeFiles {
+    fn kernel(&self) -> PathBuf {
+        self.root.join("image/vmlinuz")
+    }
+    fn initrd(&self) -> PathBuf {
+        self.root.join("image/initrd.img")
+    }
+    fn bin_dir(&self) -> PathBuf {
+        self.root.join("bin")
+    }
+    fn lib_dir(&self) -> PathBuf {
+        self.root.join("lib")
+    }
+    fn virtiofsd_read_only(&self) -> PathBuf {
+        self.root.join("virtiofsd-readonly")
+    }
+    fn domain_dir(&self, name: &str) -> PathBuf {
+        self.root.join("domains").join(name)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct KvmRuntime {
+    config: KvmConfig,
+    hypervisor: Hypervisor,
+    files: RuntimeFiles,
+    virtiofsd: PathBuf,
+    domain_type: DomainType,
+}
+
+impl KvmRuntime {
+    /// Checks everything a task will need (libvirt, the image, virtiofsd, the agent binary,
+    /// a state directory QEMU can reach), lays out the runtime's files and picks the domain
+    /// type, so a worker that cannot run VMs says why at start and not per task.
+    pub(crate) async fn connect(config: KvmConfig) -> Result<Self, WorkerError> {
+        let binary = config.agent_binary.clone().ok_or_else(|| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                "the guest runs `squadron agent` from the worker's binary, and none is configured",
+            )
+        })?;
+        let virtiofsd = match &config.virtiofsd {
+            Some(p) if serves_read_only(p) => p.clone(),
+            Some(p) => {
+                return Err(invalid(
+                    "virtiofsd",
+                    format!(
+                        "{} does not take --readonly (QEMU's old C daemon?); read-only shares \
+                         need the Rust virtiofsd (cargo install virtiofsd)",
+                        p.display()
+                    ),
+                ))
+            }
+            None => find_virtiofsd().ok_or_else(|| {
+                WorkerError::runtime(
+                    RUNTIME_NAME,
+                    "no virtiofsd that serves read-only shares found (in \
+                     ~/.cache/squadron-tools/bin, /usr/libexec or on PATH): install the Rust \
+                     virtiofsd (cargo install virtiofsd; scripts/test does)",
+                )
+            })?,
+        };
+        let hypervisor = Hypervisor::new(&config.uri);
+        let h = hypervisor.clone();
+        let capabilities = blocking(move || h.capabilities()).await?;
+        let files = RuntimeFiles {
+            root: config.state_dir.join("workers").join(format!(
+                "{:016x}",
+                crate::runtime::fnv1a(config.data_dir.as_os_str().as_encoded_bytes())
+            )),
+        };
+        let (c, f, v) = (config.clone(), files.clone(), virtiofsd.clone());
+        blocking(move || lay_out(&c, &f, &binary, &v)).await?;
+        let mut runtime = KvmRuntime {
+            config,
+            hypervisor,
+            files,
+            virtiofsd,
+            domain_type: DomainType::Qemu,
+        };
+        runtime.domain_type = runtime.choose_domain_type(&capabilities).await;
+        tracing::info!(uri = %runtime.config.uri, domain_type = runtime.domain_type.as_str(), "connected to libvirt");
+        Ok(runtime)
+    }
+
+    pub(crate) fn domain_type(&self) -> DomainType {
+        self.domain_type
+    }
+
+    /// `kvm` when asked for, or under `auto` when `/dev/kvm` opens, libvirt offers it and
+    /// the image boots with it; else `qemu`.
+    async fn choose_domain_type(&self, capabilities: &str) -> DomainType {
+        let offered = capabilities.contains("<domain type='kvm'");
+        match self.config.domain_type {
+            DomainTypeChoice::Qemu => DomainType::Qemu,
+            DomainTypeChoice::Kvm => DomainType::Kvm,
+            DomainTypeChoice::Auto => {
+                let opens = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/kvm")
+                    .is_ok();
+                if !opens || !offered {
+                    return DomainType::Qemu;
+                }
+                match self.boots_under_kvm().await {
+                    Ok(true) => DomainType::Kvm,
+                    Ok(false) => {
+                        tracing::info!("/dev/kvm does not boot the image here; using software emulation (qemu)");
+                        DomainType::Qemu
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the KVM boot probe failed; using software emulation (qemu)");
+                        DomainType::Qemu
+                    }
+                }
+            }
+        }
+    }
+
+    /// Boots the image once under `kvm` with `squadron.selftest` and looks for its ready line
+    /// on the console.
+    async fn boots_under_kvm(&self) -> Result<bool, WorkerError> {
+        let name = format!("squadron-probe-{:08x}", std::process::id());
+        let dir = self.files.domain_dir(&name);
+        create_dir(&dir, 0o755)?;
+        let log = dir.join(CONSOLE_LOG_NAME);
+        let xml = format!(
+            "<domain type='kvm'><name>{name}</name><memory unit='MiB'>256</memory><vcpu>1</vcpu>\
+             <os><type arch='x86_64' machine='pc'>hvm</type><kernel>{k}</kernel><initrd>{i}</initrd>\
+             <cmdline>console=ttyS0 squadron.selftest</cmdline></os><features><acpi/></features>\
+             <on_poweroff>destroy</on_poweroff><devices><serial type='pty'><log file='{l}' append='off'/>\
+             <target port='0'/></serial><memballoon model='none'/></devices></domain>",
+            k = self.files.kernel().display(),
+            i = self.files.initrd().display(),
+            l = log.display(),
+        );
+        let h = self.hypervisor.clone();
+        let n = name.clone();
+        blocking(move || {
+            h.define(&xml)?;
+            h.start(&n)
+        })
+        .await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(KVM_PROBE_BOOT_MS_MAX);
+        let mut booted = false;
+        while tokio::time::Instant::now() < deadline {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("squadron-vm: ready") {
+                booted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let h = self.hypervisor.clone();
+        let n = name.clone();
+        blocking(move || {
+            h.power_off(&n)?;
+            h.undefine(&n)
+        })
+        .await?;
+        let _ = std::fs::remove_dir_all(&dir);
+        Ok(booted)
+    }
+
+    async fn lookup(&self, name: &str) -> Result<Option<Found>, WorkerError> {
+        let h = self.hypervisor.clone();
+        let n = name.to_string();
+        blocking(move || h.lookup(&n)).await
+    }
+
+    /// The shares of one attempt (see the module docs).
+    fn shares(&self, spec: &LaunchSpec) -> Vec<Share> {
+        let share = |tag, host_dir: PathBuf, guest: &str, read_only| Share {
+            tag,
+            host_dir,
+            guest_path: guest.to_string(),
+            read_only,
+        };
+        let mut shares = vec![
+            share("inbox", spec.dir.inbox(), INBOX_MOUNT, false),
+            share("outbox", spec.dir.outbox(), OUTBOX_MOUNT, false),
+            share("run", spec.dir.run(), RUN_MOUNT, true),
+            share("agent", spec.dir.agent(), AGENT_DIR_MOUNT, false),
+            share("bin", self.files.bin_dir(), GUEST_BIN_DIR, true),
+            share("lib", self.files.lib_dir(), GUEST_LIB_DIR, true),
+        ];
+        if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
+            shares.push(share("global", global.clone(), GLOBAL_MOUNT, true));
+        }
+        if let Some(session) = &spec.credentials {
+            shares.push(share(
+                "credentials",
+                session.host_dir().to_path_buf(),
+                session.sandbox_dir(),
+                true,
+            ));
+        }
+        shares
+    }
+
+    fn domain_spec(&self, spec: &LaunchSpec, name: &str) -> Result<DomainSpec, WorkerError> {
+        let memory_mib = spec
+            .limits
+            .memory_bytes
+            .map(|b| b.div_ceil(1024 * 1024))
+            .unwrap_or(MEMORY_MIB_DEFAULT)
+            .clamp(MEMORY_MIB_MIN, MEMORY_MIB_MAX);
+        let cpus = spec.limits.cpus.unwrap_or(1).clamp(1, CPUS_MAX);
+        Ok(DomainSpec {
+            name: name.to_string(),
+            domain_type: self.domain_type,
+            mark: mark_of(&self.config.worker, &spec.dir, spec.attempt),
+            memory_mib,
+            cpus,
+            kernel: self.files.kernel(),
+            initrd: self.files.initrd(),
+            console_log: self.files.domain_dir(name).join(CONSOLE_LOG_NAME),
+            virtiofsd: self.virtiofsd.clone(),
+            virtiofsd_read_only: self.files.virtiofsd_read_only(),
+            shares: self.shares(spec),
+            keep_after_exit: spec.keep_after_exit,
+        })
+    }
+
+    /// The outbox and run directory become the sandbox user's, the inbox is shared with it,
+    /// as for a hardened container of a root worker: the guest writes as uid 65534 through
+    /// virtiofs, which keeps guest ids.
+    fn hand_over(&self, spec: &LaunchSpec) -> Result<(), WorkerError> {
+        let user = self.config.sandbox_user;
+        user.hand_over(&spec.dir.outbox())?;
+        user.hand_over(&spec.dir.run())?;
+        user.share_work_tree(&spec.dir.inbox())
+    }
+
+    /// The attempt's exit code, once `vm-init` wrote it.
+    fn exit_code(dir: &Path) -> Result<Option<i32>, WorkerError> {
+        let path = dir.join(EXIT_CODE_NAME);
+        let text = match read_small(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(WorkerError::io("read the agent's exit code", &path, e)),
+        };
+        text.trim().parse::<i32>().map(Some).map_err(|_| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "{} holds {:?}, not an exit code",
+                    path.display(),
+                    text.trim()
+                ),
+            )
+        })
+    }
+
+    /// The agent directory of the attempt a domain belongs to, from its metadata.
+    fn agent_dir_of(found: &Found, name: &str) -> Result<PathBuf, WorkerError> {
+        let mark = found.mark.as_ref().ok_or_else(|| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("domain {name} carries no Squadron metadata"),
+            )
+        })?;
+        let task = TaskId::new(mark.task)
+            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("domain {name}: {e}")))?;
+        let root = PathBuf::from(&mark.dir);
+        let data_dir = root.parent().and_then(Path::parent).ok_or_else(|| {
+            WorkerError::runtime(RUNTIME_NAME, format!("domain {name}: bad dir {}", mark.dir))
+        })?;
+        let dir = TaskDir::new(data_dir, task);
+        if dir.root() != root {
+            return Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("domain {name}: {} is not a task directory", mark.dir),
+            ));
+        }
+        Ok(dir.agent())
+    }
+
+    async fn ask_to_stop(&self, found: &Found, name: &str) {
+        let Some(socket) = channel_socket(&found.xml, CONTROL_PORT_NAME) else {
+            tracing::warn!(
+                domain = name,
+                "no control port in the live XML; powering off"
+            );
+            return;
+        };
+        let write = async {
+            let mut stream = tokio::net::UnixStream::connect(&socket).await?;
+            stream
+                .write_all(format!("{STOP_LINE}\n").as_bytes())
+                .await?;
+            stream.flush().await
+        };
+        match tokio::time::timeout(Duration::from_millis(CONTROL_WRITE_MS_MAX), write).await {
+            Ok(Ok(())) => tracing::info!(domain = name, "asked the guest to stop its agent"),
+            Ok(Err(e)) => {
+                tracing::warn!(domain = name, error = %e, "the control port refused the stop")
+            }
+            Err(_) => tracing::warn!(
+                domain = name,
+                "the control port did not take the stop in time"
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl Runtime for KvmRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Kvm
+    }
+
+    fn runs_agent(&self) -> bool {
+        true
+    }
+
+    fn agent_over_channel(&self) -> bool {
+        true
+    }
+
+    async fn agent_channel(&self, handle: &SandboxHandle) -> Result<Option<PathBuf>, WorkerError> {
+        let name = kvm_name(handle)?;
+        Ok(self
+            .lookup(name)
+            .await?
+            .filter(|f| f.lifecycle == Lifecycle::Running)
+            .and_then(|f| channel_socket(&f.xml, PORT_NAME)))
+    }
+
+    fn sandbox_owner(&self, _spec: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
+        Ok(self.config.sandbox_user.pair())
+    }
+
+    /// Defines the domain (not started); the domain an earlier life defined for this attempt
+    /// is returned instead.
+    async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
+        check_launch(spec)?;
+        if let Some(existing) = self.adopt(spec.task, spec.attempt, &spec.dir).await? {
+            return Ok(existing);
+        }
+        self.hand_over(spec)?;
+        let agent_dir = spec.dir.agent();
+        match std::fs::remove_file(agent_dir.join(EXIT_CODE_NAME)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(WorkerError::io("remove a stale exit code", &agent_dir, e)),
+        }
+        sandbox_agent::write_start_script(&agent_dir, spec, self.sandbox_owner(spec)?)?;
+        let name = sandbox_name(&spec.dir, spec.attempt);
+        create_dir(&self.files.domain_dir(&name), 0o755)?;
+        let xml = self.domain_spec(spec, &name)?.to_xml()?;
+        let h = self.hypervisor.clone();
+        blocking(move || h.define(&xml)).await?;
+        tracing::info!(domain = %name, domain_type = self.domain_type.as_str(), "provisioned domain");
+        Ok(SandboxHandle {
+            runtime: RuntimeKind::Kvm,
+            id: name,
+        })
+    }
+
+    /// Starts the domain only if it never ran: a guest that ran once is never booted again.
+    async fn start(&self, handle: &SandboxHandle, spec: &LaunchSpec) -> Result<(), WorkerError> {
+        let name = kvm_name(handle)?;
+        let found = self.lookup(name).await?.ok_or_else(|| {
+            WorkerError::runtime(RUNTIME_NAME, format!("domain {name} vanished before start"))
+        })?;
+        if found.mark != Some(mark_of(&self.config.worker, &spec.dir, spec.attempt)) {
+            return Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "domain {name} is not marked as task {} attempt {}",
+                    spec.task, spec.attempt
+                ),
+            ));
+        }
+        if found.lifecycle != Lifecycle::NeverStarted {
+            tracing::info!(domain = name, lifecycle = ?found.lifecycle, "domain already started; not starting it again");
+            return Ok(());
+        }
+        let h = self.hypervisor.clone();
+        let n = name.to_string();
+        blocking(move || h.start(&n)).await
+    }
+
+    async fn status(&self, handle: &SandboxHandle) -> Result<RunStatus, WorkerError> {
+        let name = kvm_name(handle)?;
+        let Some(found) = self.lookup(name).await? else {
+            return Ok(RunStatus::Vanished);
+        };
+        if let Some(code) = Self::exit_code(&Self::agent_dir_of(&found, name)?)? {
+            return Ok(RunStatus::Exited { code });
+        }
+        Ok(match found.lifecycle {
+            Lifecycle::NeverStarted => RunStatus::Created,
+            Lifecycle::Running => RunStatus::Running,
+            Lifecycle::Stopped => RunStatus::Vanished,
+        })
+    }
+
+    /// `stop` on the control port (the guest's init sends SIGTERM to the agent, which hands
+    /// it to the provider), up to `grace` for the exit, then a hard power-off.
+    async fn terminate(&self, handle: &SandboxHandle, grace: Duration) -> Result<(), WorkerError> {
+        let name = kvm_name(handle)?;
+        let Some(found) = self.lookup(name).await? else {
+            return Ok(());
+        };
+        if found.lifecycle != Lifecycle::Running {
+            return Ok(());
+        }
+        let agent_dir = Self::agent_dir_of(&found, name)?;
+        if Self::exit_code(&agent_dir)?.is_none() {
+            self.ask_to_stop(&found, name).await;
+            let deadline = tokio::time::Instant::now() + grace;
+            while tokio::time::Instant::now() < deadline {
+                if Self::exit_code(&agent_dir)?.is_some() {
+                    return Ok(());
+                }
+                match self.lookup(name).await? {
+                    Some(f) if f.lifecycle == Lifecycle::Running => {}
+                    _ => return Ok(()),
+                }
+                tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+            }
+            tracing::info!(
+                domain = name,
+                "the guest did not stop within the grace period; powering off"
+            );
+        } else {
+            // The agent ended; the guest is kept up only for break-glass.
+            return Ok(());
+        }
+        let h = self.hypervisor.clone();
+        let n = name.to_string();
+        blocking(move || h.power_off(&n)).await
+    }
+
+    /// Powers the domain off, undefines it with its NVRAM and removes its files; the report
+    /// is written only once libvirt no longer knows the domain.
+    async fn destroy(&self, handle: &SandboxHandle) -> Result<ReapReport, WorkerError> {
+        let name = kvm_name(handle)?;
+        let mut steps = Vec::new();
+        let dir = self.files.domain_dir(name);
+        match self.lookup(name).await? {
+            None => steps.push("already undefined".to_string()),
+            Some(found) => {
+                steps.push(format!("was {:?}", found.lifecycle).to_lowercase());
+                // The guest's console outlives the domain in the task directory (the worker's
+                // side of it, not the outbox), for whoever reads why a boot failed.
+                if let Some(mark) = &found.mark {
+                    let kept = Path::new(&mark.dir).join(CONSOLE_LOG_NAME);
+                    if std::fs::copy(dir.join(CONSOLE_LOG_NAME), &kept).is_ok() {
+                        steps.push(format!("console kept at {}", kept.display()));
+                    }
+                }
+                let h = self.hypervisor.clone();
+                let n = name.to_string();
+                blocking(move || {
+                    h.power_off(&n)?;
+                    h.undefine(&n)
+                })
+                .await?;
+                steps.push("powered off; undefined with its NVRAM".to_string());
+            }
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => steps.push("its files removed".to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(WorkerError::io("remove the domain's files", &dir, e)),
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(REAP_WAIT_MS_MAX);
+        while self.lookup(name).await?.is_some() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(WorkerError::runtime(
+                    RUNTIME_NAME,
+                    format!("domain {name} is still defined {REAP_WAIT_MS_MAX} ms after undefine"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+        steps.push("libvirt reports no such domain".to_string());
+        Ok(ReapReport {
+            sandbox: format!("kvm:{name}"),
+            populated: false,
+            observed_at_ms: now_ms(),
+            detail: steps.join("; "),
+        })
+    }
+
+    /// Finds the attempt's domain by its name and checks its metadata.
+    async fn adopt(
+        &self,
+        task: TaskId,
+        attempt: u32,
+        dir: &TaskDir,
+    ) -> Result<Option<SandboxHandle>, WorkerError> {
+        let name = sandbox_name(dir, attempt);
+        let Some(found) = self.lookup(&name).await? else {
+            return Ok(None);
+        };
+        let expected = mark_of(&self.config.worker, dir, attempt);
+        let ours = found.mark.as_ref().is_some_and(|m| {
+            m.task == expected.task && m.attempt == attempt && m.dir == expected.dir
+        });
+        if !ours {
+            return Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "a domain named {name} exists but is not marked as task {task} attempt \
+                     {attempt}; remove it by hand (virsh undefine {name})"
+                ),
+            ));
+        }
+        tracing::info!(domain = %name, %task, attempt, "adopted domain");
+        Ok(Some(SandboxHandle {
+            runtime: RuntimeKind::Kvm,
+            id: name,
+        }))
+    }
+
+    fn break_glass(&self, handle: &SandboxHandle) -> String {
+        let name = &handle.id;
+        format!(
+            "Direct access (dev/break-glass, bypasses the gateway's audit): virsh -c {uri} \
+             console {name} — the guest keeps a root shell on its console once the agent \
+             exited; its console log is {log}; remove it when done: virsh -c {uri} destroy \
+             {name}; virsh -c {uri} undefine --nvram {name}",
+            uri = self.hypervisor.uri(),
+            log = self.files.domain_dir(name).join(CONSOLE_LOG_NAME).display(),
+        )
+    }
+}
+
+fn mark_of(worker: &WorkerId, dir: &TaskDir, attempt: u32) -> AttemptMark {
+    AttemptMark {
+        task: dir.task().get(),
+        attempt,
+        worker: worker.as_str().to_string(),
+        dir: dir.root().to_string_lossy().into_owned(),
+    }
+}
+
+fn check_launch(spec: &LaunchSpec) -> Result<(), WorkerError> {
+    if spec.network != NetworkMode::Isolated {
+        return Err(invalid(
+            "network_mode",
+            format!(
+                "the KVM runtime offers `isolated` only so far (the guest has no NIC and reaches \
+                 its worker over virtio-serial); `{}` needs the process or Docker runtime",
+                spec.network
+            ),
+        ));
+    }
+    if spec.full_control {
+        return Err(invalid(
+            "full_control",
+            "is a Docker mode; a VM's agent runs as the sandbox user".to_string(),
+        ));
+    }
+    if spec.task != spec.dir.task() {
+        return Err(invalid(
+            "launch.task",
+            "does not match the task directory".to_string(),
+        ));
+    }
+    if spec.argv.is_empty() {
+        return Err(invalid("launch.argv", "must name a program".to_string()));
+    }
+    if !spec.workdir.starts_with('/') {
+        return Err(invalid(
+            "launch.workdir",
+            format!(
+                "must be an absolute path inside the sandbox, got {:?}",
+                spec.workdir
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The runtime's own files: the image copied where QEMU's user reads it, the worker's binary
+/// linked into the directory the guest mounts, the read-only daemon's wrapper.
+fn lay_out(
+    config: &KvmConfig,
+    files: &RuntimeFiles,
+    binary: &Path,
+    virtiofsd: &Path,
+) -> Result<(), WorkerError> {
+    check_reachable(&config.state_dir)?;
+    for (name, dest) in [("vmlinuz", files.kernel()), ("initrd.img", files.initrd())] {
+        let source = config.image_dir.join(name);
+        if !source.is_file() {
+            return Err(WorkerError::runtime(
+                RUNTIME_NAME,
+                format!(
+                    "no VM image at {} (build it with scripts/build-vm-image)",
+                    source.display()
+                ),
+            ));
+        }
+        replace_with_copy(&source, &dest)?;
+    }
+    create_dir(&files.bin_dir(), 0o755)?;
+    let linked = files.bin_dir().join("squadron");
+    replace_with_link(binary, &linked)?;
+    create_dir(&files.lib_dir(), 0o755)?;
+    for library in linked_libraries(binary)? {
+        let Some(name) = library.file_name() else {
+            continue;
+        };
+        replace_with_copy(&library, &files.lib_dir().join(name))?;
+    }
+    let wrapper = format!(
+        "#!/bin/sh\n# Written by the Squadron worker: a virtiofs share the guest cannot write.\nexec {} --readonly \"$@\"\n",
+        shlex::try_quote(&virtiofsd.to_string_lossy())
+            .map_err(|e| invalid("kvm.virtiofsd", e.to_string()))?
+    );
+    crate::support::write_atomic(&files.virtiofsd_read_only(), wrapper.as_bytes())?;
+    std::fs::set_permissions(
+        files.virtiofsd_read_only(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .map_err(|e| {
+        WorkerError::io(
+            "make the wrapper executable",
+            files.virtiofsd_read_only(),
+            e,
+        )
+    })?;
+    create_dir(&files.root.join("domains"), 0o755)
+}
+
+/// `state_dir` and each of its ancestors must be searchable by QEMU's user.
+fn check_reachable(state_dir: &Path) -> Result<(), WorkerError> {
+    create_dir(state_dir, 0o711)?;
+    for dir in state_dir.ancestors() {
+        let meta = std::fs::metadata(dir).map_err(|e| WorkerError::io("inspect", dir, e))?;
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(invalid(
+                "kvm.state_dir",
+                format!(
+                    "{} is not searchable by other users, and QEMU runs as libvirt's own user; \
+                     choose a state directory under a path like /var/lib",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn create_dir(dir: &Path, mode: u32) -> Result<(), WorkerError> {
+    std::fs::create_dir_all(dir).map_err(|e| WorkerError::io("create", dir, e))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| WorkerError::io("set the mode of", dir, e))
+}
+
+/// Copies `source` over `dest` unless it is there already with the same size and mtime.
+fn replace_with_copy(source: &Path, dest: &Path) -> Result<(), WorkerError> {
+    let same = |a: &std::fs::Metadata, b: &std::fs::Metadata| {
+        a.len() == b.len() && a.modified().ok() == b.modified().ok()
+    };
+    let src_meta = std::fs::metadata(source).map_err(|e| WorkerError::io("inspect", source, e))?;
+    if std::fs::metadata(dest).is_ok_and(|d| same(&src_meta, &d)) {
+        return Ok(());
+    }
+    if let Some(parent) = dest.parent() {
+        create_dir(parent, 0o755)?;
+    }
+    let staged = dest.with_extension("new");
+    std::fs::copy(source, &staged)
+        .map_err(|e| WorkerError::io("copy the VM image to", &staged, e))?;
+    let file = std::fs::File::options()
+        .write(true)
+        .open(&staged)
+        .map_err(|e| WorkerError::io("open", &staged, e))?;
+    if let Ok(modified) = src_meta.modified() {
+        file.set_modified(modified)
+            .map_err(|e| WorkerError::io("set the mtime of", &staged, e))?;
+    }
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| WorkerError::io("set the mode of", &staged, e))?;
+    std::fs::rename(&staged, dest).map_err(|e| WorkerError::io("rename into", dest, e))
+}
+
+/// Makes `dest` the worker's binary: a hard link (the share is read-only, so the guest cannot
+/// write through it), or a copy across file systems.
+fn replace_with_link(binary: &Path, dest: &Path) -> Result<(), WorkerError> {
+    let staged = dest.with_extension("new");
+    let _ = std::fs::remove_file(&staged);
+    if std::fs::hard_link(binary, &staged).is_err() {
+        std::fs::copy(binary, &staged)
+            .map_err(|e| WorkerError::io("copy the agent binary to", &staged, e))?;
+    }
+    std::fs::rename(&staged, dest).map_err(|e| WorkerError::io("rename into", dest, e))
+}
+
+/// The shared libraries `binary` loads, as this host's loader resolves them (`ldd`).
+fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, WorkerError> {
+    let out = std::process::Command::new("ldd")
+        .arg(binary)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| WorkerError::io("run ldd on", binary, e))?;
+    if !out.status.success() {
+        return Err(WorkerError::runtime(
+            RUNTIME_NAME,
+            format!(
+                "ldd {} failed: {}",
+                binary.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let libraries: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|line| line.split_once("=> ").map(|(_, rest)| rest))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter(|path| path.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    if libraries.len() > AGENT_LIBRARIES_MAX {
+        return Err(WorkerError::runtime(
+            RUNTIME_NAME,
+            format!(
+                "{} links more than {AGENT_LIBRARIES_MAX} libraries",
+                binary.display()
+            ),
+        ));
+    }
+    Ok(libraries)
+}
+
+/// A file of a few bytes written in the guest: at most 64 are read.
+fn read_small(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(64)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// A virtiofs daemon that can serve read-only shares, where the usual installs put it: the
+/// one `scripts/test` builds, the distribution's, then PATH. QEMU 7's own C daemon
+/// (`/usr/lib/qemu/virtiofsd`) has no `--readonly` and is passed over.
+fn find_virtiofsd() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(Path::new(&home).join(".cache/squadron-tools/bin/virtiofsd"));
+    }
+    candidates.push("/usr/libexec/virtiofsd".into());
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("virtiofsd")));
+    }
+    candidates
+        .into_iter()
+        .find(|p| p.is_file() && serves_read_only(p))
+}
+
+/// Whether the daemon knows `--readonly` (its `--help` says so).
+fn serves_read_only(virtiofsd: &Path) -> bool {
+    std::process::Command::new(virtiofsd)
+        .arg("--help")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("--readonly"))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, WorkerError> + Send + 'static,
+) -> Result<T, WorkerError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("a libvirt call panicked: {e}")))?
+}
+
+fn kvm_name(handle: &SandboxHandle) -> Result<&str, WorkerError> {
+    if handle.runtime != RuntimeKind::Kvm {
+        return Err(invalid(
+            "sandbox.runtime",
+            format!(
+                "the KVM runtime cannot drive a {} sandbox ({})",
+                handle.runtime, handle.id
+            ),
+        ));
+    }
+    if handle.id.is_empty() {
+        return Err(invalid("sandbox.id", "is empty".to_string()));
+    }
+    Ok(&handle.id)
+}
+
+fn invalid(field: &str, message: String) -> WorkerError {
+    WorkerError::Invalid {
+        field: field.to_string(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,254 @@
+//! The libvirt domain of one attempt, as XML: direct kernel boot of the base image, memory
+//! shared with the virtiofs daemons (memfd), one virtiofs share per task directory, the agent's
+//! channel and the control port as virtio-serial ports whose host sockets libvirt places
+//! itself, the console logged to a file, and the attempt's identity in the metadata, by which
+//! a restarted worker finds the domain again.
+
+use std::path::{Path, PathBuf};
+
+use quick_xml::escape::escape;
+use quick_xml::events::Event;
+use quick_xml::Reader;
+use squadron_api::agent_channel::{CONTROL_PORT_NAME, PORT_NAME};
+
+use crate::error::WorkerError;
+
+/// The metadata element's namespace.
+pub(crate) const METADATA_URI: &str = "https://squadron.dev/xmlns/attempt/1";
+const METADATA_PREFIX: &str = "squadron";
+/// The longest virtiofs tag (the virtio-fs device's tag field).
+const TAG_BYTES_MAX: usize = 36;
+/// The longest kernel command line of x86_64.
+const CMDLINE_BYTES_MAX: usize = 2048;
+
+/// Software emulation or hardware virtualisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DomainType {
+    Kvm,
+    Qemu,
+}
+
+impl DomainType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DomainType::Kvm => "kvm",
+            DomainType::Qemu => "qemu",
+        }
+    }
+}
+
+/// One virtiofs share: a host directory the guest mounts by `tag` at `guest_path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Share {
+    pub(crate) tag: &'static str,
+    pub(crate) host_dir: PathBuf,
+    pub(crate) guest_path: String,
+    pub(crate) read_only: bool,
+}
+
+/// Who the domain belongs to; written into and read back from its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AttemptMark {
+    pub(crate) task: u64,
+    pub(crate) attempt: u32,
+    pub(crate) worker: String,
+    /// The host path of the task directory.
+    pub(crate) dir: String,
+}
+
+/// Everything the domain is made of.
+#[derive(Debug, Clone)]
+pub(crate) struct DomainSpec {
+    pub(crate) name: String,
+    pub(crate) domain_type: DomainType,
+    pub(crate) mark: AttemptMark,
+    pub(crate) memory_mib: u64,
+    pub(crate) cpus: u32,
+    pub(crate) kernel: PathBuf,
+    pub(crate) initrd: PathBuf,
+    pub(crate) console_log: PathBuf,
+    /// The virtiofs daemon for read-write shares, and the one that serves read-only.
+    pub(crate) virtiofsd: PathBuf,
+    pub(crate) virtiofsd_read_only: PathBuf,
+    pub(crate) shares: Vec<Share>,
+    /// Keep the guest up after the agent exits (a preserved failure).
+    pub(crate) keep_after_exit: bool,
+}
+
+impl DomainSpec {
+    /// The kernel command line: the console, and what `vm-init` reads.
+    pub(crate) fn cmdline(&self) -> Result<String, WorkerError> {
+        let mounts: Vec<String> = self
+            .shares
+            .iter()
+            .map(|s| {
+                let mode = if s.read_only { "ro" } else { "rw" };
+                format!("{}:{}:{mode}", s.tag, s.guest_path)
+            })
+            .collect();
+        let mut line = format!(
+            "console=ttyS0 quiet panic=-1 squadron.mounts={}",
+            mounts.join(",")
+        );
+        if self.keep_after_exit {
+            line.push_str(" squadron.preserve");
+        }
+        if line.len() > CMDLINE_BYTES_MAX || mounts.iter().any(|m| m.contains(char::is_whitespace))
+        {
+            return Err(invalid(
+                "kvm.cmdline",
+                format!(
+                    "the kernel command line would be {} bytes or hold a space",
+                    line.len()
+                ),
+            ));
+        }
+        Ok(line)
+    }
+
+    pub(crate) fn to_xml(&self) -> Result<String, WorkerError> {
+        let cmdline = self.cmdline()?;
+        let mut devices = String::new();
+        for share in &self.shares {
+            devices.push_str(&self.share_xml(share)?);
+        }
+        for port in [PORT_NAME, CONTROL_PORT_NAME] {
+            // No path: libvirt makes the socket under its own channel directory, which QEMU's
+            // user may write, and reports it in the live XML (`channel_socket`).
+            devices.push_str(&format!(
+                "<channel type='unix'><source mode='bind'/><target type='virtio' name='{port}'/></channel>"
+            ));
+        }
+        devices.push_str(&format!(
+            "<serial type='pty'><log file='{}' append='off'/><target port='0'/></serial>\
+             <console type='pty'><target type='serial' port='0'/></console>\
+             <memballoon model='none'/>",
+            path_text(&self.console_log, "kvm.console_log")?
+        ));
+        let m = &self.mark;
+        Ok(format!(
+            "<domain type='{kind}'>\
+             <name>{name}</name>\
+             <metadata><{METADATA_PREFIX}:attempt xmlns:{METADATA_PREFIX}='{METADATA_URI}' \
+             task='{task}' attempt='{attempt}' worker='{worker}' dir='{dir}'/></metadata>\
+             <memory unit='MiB'>{memory}</memory><vcpu>{cpus}</vcpu>\
+             <memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>\
+             <os><type arch='x86_64' machine='pc'>hvm</type>\
+             <kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>{cmdline}</cmdline></os>\
+             <features><acpi/></features>\
+             <on_poweroff>destroy</on_poweroff><on_reboot>destroy</on_reboot>\
+             <on_crash>destroy</on_crash>\
+             <devices>{devices}</devices></domain>",
+            kind = self.domain_type.as_str(),
+            name = escape(&self.name),
+            task = m.task,
+            attempt = m.attempt,
+            worker = escape(&m.worker),
+            dir = escape(&m.dir),
+            memory = self.memory_mib,
+            cpus = self.cpus,
+            kernel = path_text(&self.kernel, "kvm.kernel")?,
+            initrd = path_text(&self.initrd, "kvm.initrd")?,
+            cmdline = escape(&cmdline),
+        ))
+    }
+
+    fn share_xml(&self, share: &Share) -> Result<String, WorkerError> {
+        if share.tag.len() > TAG_BYTES_MAX {
+            return Err(invalid(
+                "kvm.share",
+                format!("tag {} is too long", share.tag),
+            ));
+        }
+        // libvirt 9 has no read-only virtiofs: a share is read-only because its daemon is
+        // started with --readonly (the wrapper `virtiofsd_read_only`), which the guest cannot
+        // undo, unlike a read-only mount inside it.
+        let daemon = if share.read_only {
+            &self.virtiofsd_read_only
+        } else {
+            &self.virtiofsd
+        };
+        Ok(format!(
+            "<filesystem type='mount' accessmode='passthrough'><driver type='virtiofs'/>\
+             <binary path='{daemon}'/><source dir='{source}'/><target dir='{tag}'/></filesystem>",
+            daemon = path_text(daemon, "kvm.virtiofsd")?,
+            source = path_text(&share.host_dir, share.tag)?,
+            tag = share.tag,
+        ))
+    }
+}
+
+/// The attempt a domain's metadata element names, if it is ours.
+pub(crate) fn parse_mark(xml: &str) -> Option<AttemptMark> {
+    let mut reader = Reader::from_str(xml);
+    loop {
+        match reader.read_event() {
+            Ok(Event::Empty(e) | Event::Start(e)) if e.local_name().as_ref() == b"attempt" => {
+                let get = |name: &[u8]| -> Option<String> {
+                    let attr = e.try_get_attribute(name).ok()??;
+                    attr.unescape_value().ok().map(|v| v.into_owned())
+                };
+                return Some(AttemptMark {
+                    task: get(b"task")?.parse().ok()?,
+                    attempt: get(b"attempt")?.parse().ok()?,
+                    worker: get(b"worker")?,
+                    dir: get(b"dir")?,
+                });
+            }
+            Ok(Event::Eof) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The host socket libvirt made for the virtio-serial port `port`, from a live domain's XML.
+pub(crate) fn channel_socket(xml: &str, port: &str) -> Option<PathBuf> {
+    let mut reader = Reader::from_str(xml);
+    let mut in_channel = false;
+    let mut path: Option<String> = None;
+    let mut name: Option<String> = None;
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e)) if e.name().as_ref() == b"channel" => {
+                in_channel = true;
+                path = None;
+                name = None;
+            }
+            Ok(Event::End(e)) if e.name().as_ref() == b"channel" => {
+                if in_channel && name.as_deref() == Some(port) {
+                    return path.map(PathBuf::from);
+                }
+                in_channel = false;
+            }
+            Ok(Event::Empty(e) | Event::Start(e)) if in_channel => {
+                let attr = |key: &[u8]| {
+                    e.try_get_attribute(key)
+                        .ok()
+                        .flatten()
+                        .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
+                };
+                match e.name().as_ref() {
+                    b"source" => path = attr(b"path"),
+                    b"target" => name = attr(b"name"),
+                    _ => {}
+                }
+            }
+            Ok(Event::Eof) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+fn path_text(path: &Path, field: &str) -> Result<String, WorkerError> {
+    let text = path
+        .to_str()
+        .ok_or_else(|| invalid(field, format!("{} is not valid UTF-8", path.display())))?;
+    Ok(escape(text).into_owned())
+}
+
+fn invalid(field: &str, message: String) -> WorkerError {
+    WorkerError::Invalid {
+        field: field.to_string(),
+        message,
+    }
+}

@@ -1,0 +1,175 @@
+//! The domain XML and the metadata and channel parsing, without libvirt; the runtime itself
+//! is tested against a real libvirt and guest in `tests/worker_tasks.rs` (`kvm/…`).
+
+use std::path::PathBuf;
+
+use super::domain_xml::*;
+use super::*;
+
+fn spec(keep: bool) -> DomainSpec {
+    DomainSpec {
+        name: "squadron-task-7-a2-0badc0de".into(),
+        domain_type: DomainType::Qemu,
+        mark: AttemptMark {
+            task: 7,
+            attempt: 2,
+            worker: "w<1>".into(),
+            dir: "/data/tasks/7 & co".into(),
+        },
+        memory_mib: 512,
+        cpus: 2,
+        kernel: "/var/lib/squadron/vm/image/vmlinuz".into(),
+        initrd: "/var/lib/squadron/vm/image/initrd.img".into(),
+        console_log: "/var/lib/squadron/vm/domains/x/console.log".into(),
+        virtiofsd: "/usr/libexec/virtiofsd".into(),
+        virtiofsd_read_only: "/var/lib/squadron/vm/virtiofsd-readonly".into(),
+        shares: vec![
+            Share {
+                tag: "inbox",
+                host_dir: "/data/tasks/7/inbox".into(),
+                guest_path: "/mnt/inbox".into(),
+                read_only: false,
+            },
+            Share {
+                tag: "run",
+                host_dir: "/data/tasks/7/run".into(),
+                guest_path: "/mnt/run".into(),
+                read_only: true,
+            },
+        ],
+        keep_after_exit: keep,
+    }
+}
+
+#[test]
+fn the_metadata_written_is_the_metadata_read_back_escaped() {
+    let xml = spec(false).to_xml().unwrap();
+    assert!(
+        xml.contains("w&lt;1&gt;") && xml.contains("7 &amp; co"),
+        "{xml}"
+    );
+    assert_eq!(parse_mark(&xml), Some(spec(false).mark));
+    // libvirt hands the element back on its own, with its own quoting.
+    let element = r#"<squadron:attempt xmlns:squadron="https://squadron.dev/xmlns/attempt/1" task="7" attempt="2" worker="w&lt;1&gt;" dir="/data/tasks/7 &amp; co"/>"#;
+    assert_eq!(parse_mark(element), Some(spec(false).mark));
+    assert_eq!(parse_mark("<other task='1'/>"), None);
+    assert_eq!(
+        parse_mark("<squadron:attempt task='x' attempt='1' worker='w' dir='d'/>"),
+        None
+    );
+}
+
+#[test]
+fn read_only_shares_go_through_the_read_only_daemon_and_the_cmdline_names_every_share() {
+    let xml = spec(false).to_xml().unwrap();
+    let run = xml.find("<target dir='run'/>").unwrap();
+    let inbox = xml.find("<target dir='inbox'/>").unwrap();
+    let before = |at: usize| &xml[..at];
+    assert!(before(run).rfind("virtiofsd-readonly") > before(run).rfind("/usr/libexec/virtiofsd"));
+    assert!(before(inbox).rfind("/usr/libexec/virtiofsd").is_some());
+    assert!(!before(inbox).contains("virtiofsd-readonly"));
+    let cmdline = spec(false).cmdline().unwrap();
+    assert!(
+        cmdline.contains("squadron.mounts=inbox:/mnt/inbox:rw,run:/mnt/run:ro"),
+        "{cmdline}"
+    );
+    assert!(!cmdline.contains("squadron.preserve"));
+    assert!(spec(true).cmdline().unwrap().contains("squadron.preserve"));
+    assert!(xml.contains("<memoryBacking><source type='memfd'/><access mode='shared'/>"));
+    assert!(xml.contains("<domain type='qemu'>") && xml.contains("<vcpu>2</vcpu>"));
+}
+
+#[test]
+fn a_share_path_with_a_space_or_a_long_tag_is_refused_naming_the_field() {
+    let mut s = spec(false);
+    s.shares[0].guest_path = "/mnt/in box".into();
+    let err = s.cmdline().unwrap_err().to_string();
+    assert!(err.contains("kvm.cmdline"), "{err}");
+    let mut s = spec(false);
+    s.shares[0].tag = "a-tag-far-longer-than-thirty-six-bytes-allowed";
+    assert!(s.to_xml().unwrap_err().to_string().contains("kvm.share"));
+}
+
+#[test]
+fn the_channel_sockets_are_read_from_the_live_xml() {
+    let live = "<domain><devices>\
+        <channel type='unix'><source mode='bind' path='/var/lib/libvirt/qemu/channel/target/domain-3-x/org.squadron.agent'/>\
+        <target type='virtio' name='org.squadron.agent' state='connected'/><alias name='channel0'/></channel>\
+        <channel type='unix'><source mode='bind' path='/run/c/org.squadron.control'/>\
+        <target type='virtio' name='org.squadron.control'/></channel></devices></domain>";
+    assert_eq!(
+        channel_socket(live, "org.squadron.agent"),
+        Some(PathBuf::from(
+            "/var/lib/libvirt/qemu/channel/target/domain-3-x/org.squadron.agent"
+        ))
+    );
+    assert_eq!(
+        channel_socket(live, "org.squadron.control"),
+        Some(PathBuf::from("/run/c/org.squadron.control"))
+    );
+    assert_eq!(channel_socket(live, "org.other"), None);
+    // An inactive domain's XML has no path yet.
+    assert_eq!(channel_socket("<channel type='unix'><source mode='bind'/><target type='virtio' name='org.squadron.agent'/></channel>", "org.squadron.agent"), None);
+}
+
+#[test]
+fn the_domain_type_choice_parses_and_names_a_bad_value() {
+    assert_eq!(
+        "auto".parse::<DomainTypeChoice>(),
+        Ok(DomainTypeChoice::Auto)
+    );
+    assert_eq!(
+        "qemu".parse::<DomainTypeChoice>(),
+        Ok(DomainTypeChoice::Qemu)
+    );
+    assert!("xen"
+        .parse::<DomainTypeChoice>()
+        .unwrap_err()
+        .contains("xen"));
+}
+
+#[test]
+fn a_state_dir_others_cannot_search_is_refused_naming_the_field() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let err = check_reachable(&root.path().join("vm"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("kvm.state_dir") && err.contains("searchable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn only_isolated_networks_and_no_full_control_are_accepted() {
+    let _ = PathBuf::new();
+    // See `check_launch`: the messages name the field the manifest must change.
+    let dir = TaskDir::new(std::path::Path::new("/d"), TaskId::new(1).unwrap());
+    let mut launch = LaunchSpec {
+        task: TaskId::new(1).unwrap(),
+        attempt: 1,
+        dir,
+        argv: vec!["/bin/true".into()],
+        workdir: "/mnt/inbox".into(),
+        env: Default::default(),
+        limits: Default::default(),
+        network: NetworkMode::Outbound,
+        full_control: false,
+        global_dir: None,
+        credentials: None,
+        keep_after_exit: false,
+    };
+    assert!(check_launch(&launch)
+        .unwrap_err()
+        .to_string()
+        .contains("network_mode"));
+    launch.network = NetworkMode::Isolated;
+    check_launch(&launch).unwrap();
+    launch.full_control = true;
+    assert!(check_launch(&launch)
+        .unwrap_err()
+        .to_string()
+        .contains("full_control"));
+}
