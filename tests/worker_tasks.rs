@@ -609,14 +609,15 @@ fn cli_submit_wait_json(env: &Env) {
     );
 }
 
-/// Docker sandboxes run `squadron agent`: it enrolls through the relay with the token its
+/// Docker and KVM sandboxes run `squadron agent`: it enrolls through the relay with the token its
 /// worker minted (scrubbed from its file once read), registers before the worker reports
 /// READY, heartbeats, and starts the provider only once the task is RUNNING; the audit names
 /// the agent's own identity for its check-ins.
 fn the_agent_registers_before_ready(env: &Env) {
     // What the provider finds: its agent's files and the gRPC relay, no REST relay (closed
     // once the agent registered), no token; and the agent's memory is closed to it.
-    let script = "echo started by the agent\nls /run/squadron/agent\n\
+    // A VM's agent serves its relay sockets itself, in the guest's /run/squadron/bridge.
+    let script = "echo started by the agent\nls /run/squadron/agent /run/squadron/bridge 2>/dev/null\n\
                   agent=$(pidof squadron)\necho agent pid $agent\n\
                   [ -n \"$agent\" ] && { cat /proc/$agent/environ >/dev/null 2>&1 || echo agent memory closed; }\n\
                   grep SQUADRON_TASK /run/squadron/agent/agent.env\n\
@@ -868,12 +869,190 @@ fn tasks_end_to_end_in_kvm_guests() {
         runtime: "kvm",
         worker_dir: kvm.data_dir.clone(),
     };
-    let scenarios: Vec<(&str, &Env, Scenario)> = vec![(
-        "kvm/success",
-        &env,
-        success_with_patch_untracked_and_pattern_artifacts,
-    )];
+    let scenarios: Vec<(&str, &Env, Scenario)> = vec![
+        (
+            "kvm/success",
+            &env,
+            success_with_patch_untracked_and_pattern_artifacts,
+        ),
+        ("kvm/failure_destroy", &env, failure_destroys_the_sandbox),
+        ("kvm/failure_preserve", &env, failure_preserves_the_sandbox),
+        ("kvm/cancel", &env, cancel_mid_run),
+        ("kvm/agent", &env, the_agent_registers_before_ready),
+        (
+            "kvm/leaves_nothing",
+            &env,
+            a_destroyed_domain_leaves_nothing,
+        ),
+        (
+            "kvm/preserved_domain",
+            &env,
+            a_preserved_domain_keeps_running,
+        ),
+        (
+            "kvm/read_only_shares",
+            &env,
+            read_only_shares_hold_in_the_guest,
+        ),
+    ];
     run_scenarios(scenarios, &[&kvm]);
+}
+
+fn virsh(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("virsh")
+        .args(["-c", "qemu:///system"])
+        .args(args)
+        .output()
+        .expect("virsh");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The domain a KVM task ran in, from its `provisioned` event.
+fn domain_of(env: &Env, id: u64) -> String {
+    let events = logs(env.any(0), id, "stream=events");
+    events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "provisioned")
+        .and_then(|e| e["sandbox"].as_str().map(String::from))
+        .unwrap_or_else(|| panic!("no provisioned event:\n{events}"))
+}
+
+/// A failed attempt with `destroy` leaves no domain, no files of the runtime's and no
+/// virtiofs daemon behind; the guest's console stays in the task directory.
+fn a_destroyed_domain_leaves_nothing(env: &Env) {
+    let id = submit(
+        env.any(0),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            "echo bye\nexit 5",
+            "  failure_action: destroy\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(t["state"], "FAILED", "{t:#}");
+    assert_eq!(t["exit_code"], 5, "the agent's code is the run's: {t:#}");
+    let domain = domain_of(env, id);
+    let (found, _) = virsh(&["dominfo", &domain]);
+    assert!(!found, "domain {domain} is still defined");
+    let leftovers: Vec<_> = walk_names("/var/lib/squadron/vm")
+        .into_iter()
+        .filter(|p| p.contains(&domain))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "files of {domain} left: {leftovers:?}"
+    );
+    let daemons = std::process::Command::new("pgrep")
+        .args([
+            "-af",
+            &format!(
+                "virtiofsd.*{}",
+                env.worker_dir.join("tasks").join(id.to_string()).display()
+            ),
+        ])
+        .output()
+        .expect("pgrep");
+    assert!(
+        daemons.stdout.is_empty(),
+        "virtiofsd still runs: {}",
+        String::from_utf8_lossy(&daemons.stdout)
+    );
+    let console = std::fs::read_to_string(
+        env.worker_dir
+            .join("tasks")
+            .join(id.to_string())
+            .join("vm-console.log"),
+    )
+    .expect("the guest's console is kept in the task directory");
+    assert!(
+        console.contains("squadron-vm: the agent exited with code 5"),
+        "{console}"
+    );
+}
+
+/// `preserve` keeps the domain running after the agent exited, and the line says how in.
+fn a_preserved_domain_keeps_running(env: &Env) {
+    let id = submit(
+        env.any(1),
+        &manifest(
+            &env.repo,
+            env.runtime,
+            "exit 6",
+            "  failure_action: preserve\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(0),
+        id,
+        &["FAILED_PRESERVED", "FAILED", "COMPLETED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(t["state"], "FAILED_PRESERVED", "{t:#}");
+    let domain = domain_of(env, id);
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&format!("console {domain}")), "{error}");
+    let (found, state) = virsh(&["domstate", &domain]);
+    assert!(
+        found && state.contains("running"),
+        "the preserved domain is not running: {state}"
+    );
+    // The test cleans up what an operator would.
+    virsh(&["destroy", &domain]);
+    virsh(&["undefine", "--nvram", &domain]);
+}
+
+/// What the guest may not write: its run directory, its agent binary, the global directory
+/// (served by virtiofsd --readonly, so root in the guest cannot either).
+fn read_only_shares_hold_in_the_guest(env: &Env) {
+    let script = "for f in /mnt/run/x /usr/local/bin/x /usr/local/bin/squadron; do\n\
+                  if echo x >> $f 2>/dev/null; then echo wrote $f; else echo refused $f; fi\ndone\n\
+                  id -u";
+    let id = submit(env.any(2), &manifest(&env.repo, env.runtime, script, ""));
+    let t = wait_task_state(
+        env.any(0),
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(
+        t["state"],
+        "COMPLETED",
+        "{t:#}\n{}",
+        explain(env.any(0), id)
+    );
+    let out = logs(env.any(0), id, "stream=stdout");
+    for f in ["/mnt/run/x", "/usr/local/bin/x", "/usr/local/bin/squadron"] {
+        assert!(out.contains(&format!("refused {f}")), "{out}");
+    }
+    assert!(
+        out.lines().any(|l| l == "65534"),
+        "the provider runs as the sandbox user: {out}"
+    );
+}
+
+fn walk_names(root: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(root)];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            names.push(path.display().to_string());
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    names
 }
 
 /// Runs scenarios in parallel; a failure names the scenario and shows the worker's log.

@@ -766,10 +766,36 @@ impl WorkerProc {
     }
 }
 
+/// Powers off and undefines the KVM runtime's domains whose task directory is under `tasks`.
+fn remove_domains_under(tasks: &Path) {
+    let virsh = |args: &[&str]| {
+        Command::new("virsh")
+            .args(["-c", "qemu:///system"])
+            .args(args)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    for name in virsh(&["list", "--all", "--name"]).lines() {
+        if !name.starts_with("squadron-task-") {
+            continue;
+        }
+        let meta = virsh(&["metadata", name, "https://squadron.dev/xmlns/attempt/1"]);
+        let tasks = tasks.to_string_lossy();
+        if meta.contains(&format!("dir=\"{tasks}/")) {
+            virsh(&["destroy", name]);
+            virsh(&["undefine", "--nvram", name]);
+        }
+    }
+}
+
 /// Removes what worker `id` with its data in `data_dir` left behind: its containers, its
 /// cgroup subtree (killed first) and its sandboxes' networks.
 pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     let tasks = data_dir.join("tasks");
+    // Domains first: their virtiofs daemons hold the task volumes.
+    remove_domains_under(&tasks);
     unmount_task_volumes(&tasks);
     if let Ok(out) = Command::new("docker")
         .args(["ps", "-a", "--filter", "label=squadron.managed=true"])

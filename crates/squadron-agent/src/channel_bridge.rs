@@ -22,12 +22,31 @@ pub const CHANNEL_STREAMS_MAX: usize = 8;
 /// The pause before a new session after one ended or the port could not be opened.
 const SESSION_RESTART_MS: u64 = 200;
 
-/// Binds the two local sockets and serves them until the process ends.
-pub fn start(port: PathBuf, rest: &Path, grpc: &Path) -> Result<(), AgentError> {
-    let rest = bind(rest)?;
-    let grpc = bind(grpc)?;
-    tokio::spawn(serve(port, rest, grpc));
-    Ok(())
+/// The running bridge.
+#[derive(Debug)]
+pub struct ChannelBridge {
+    rest_path: PathBuf,
+    rest_open: tokio::sync::watch::Sender<bool>,
+}
+
+impl ChannelBridge {
+    /// Binds the two local sockets and serves them until the process ends.
+    pub fn start(port: PathBuf, rest: &Path, grpc: &Path) -> Result<Self, AgentError> {
+        let (rest_open, open) = tokio::sync::watch::channel(true);
+        let listeners = (bind(rest)?, bind(grpc)?);
+        tokio::spawn(serve(port, listeners, open));
+        Ok(Self {
+            rest_path: rest.to_path_buf(),
+            rest_open,
+        })
+    }
+
+    /// Enrollment is over: the REST socket goes, as a container's does (the worker refuses
+    /// REST streams from then on too).
+    pub fn close_rest(&self) {
+        let _ = self.rest_open.send(false);
+        let _ = std::fs::remove_file(&self.rest_path);
+    }
 }
 
 fn bind(path: &Path) -> Result<UnixListener, AgentError> {
@@ -43,7 +62,13 @@ fn bind(path: &Path) -> Result<UnixListener, AgentError> {
     UnixListener::bind(path).map_err(io)
 }
 
-async fn serve(port: PathBuf, rest: UnixListener, grpc: UnixListener) {
+async fn serve(
+    port: PathBuf,
+    (rest, grpc): (UnixListener, UnixListener),
+    mut rest_open: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut rest = Some(rest);
+    let mut watching = true;
     loop {
         match VirtioPort::open(&port) {
             Ok(opened) => {
@@ -55,8 +80,16 @@ async fn serve(port: PathBuf, rest: UnixListener, grpc: UnixListener) {
                     tokio::spawn(async move { while session.next().await.is_some() {} });
                 loop {
                     let (accepted, target) = tokio::select! {
-                        a = rest.accept() => (a, TARGET_REST),
+                        a = accept(&rest) => (a, TARGET_REST),
                         a = grpc.accept() => (a, TARGET_GRPC),
+                        changed = rest_open.changed(), if watching => {
+                            match changed {
+                                Ok(()) if !*rest_open.borrow() => rest = None,
+                                Ok(()) => {}
+                                Err(_) => watching = false,
+                            }
+                            continue;
+                        }
                         _ = &mut driver => break,
                     };
                     match accepted {
@@ -73,6 +106,16 @@ async fn serve(port: PathBuf, rest: UnixListener, grpc: UnixListener) {
             }
         }
         tokio::time::sleep(Duration::from_millis(SESSION_RESTART_MS)).await;
+    }
+}
+
+/// Accepts on `listener`, or waits forever once it is closed.
+async fn accept(
+    listener: &Option<UnixListener>,
+) -> std::io::Result<(UnixStream, tokio::net::unix::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -72,10 +72,15 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
         tracing::warn!(error = %e, "could not make the agent undumpable");
     }
     let env = AgentEnv::take(&options.env_file)?;
-    if let Some(port) = &env.channel {
-        // In a VM: the relay sockets are this process's own, carried over the port.
-        channel_bridge::start(port.clone(), &env.rest_socket, &env.grpc_socket)?;
-    }
+    // In a VM: the relay sockets are this process's own, carried over the port.
+    let bridge = match &env.channel {
+        Some(port) => Some(channel_bridge::ChannelBridge::start(
+            port.clone(),
+            &env.rest_socket,
+            &env.grpc_socket,
+        )?),
+        None => None,
+    };
     let ca_pem = agent_env::read_bounded(&env.ca_file, CA_FILE_BYTES_MAX)?;
     let trust = ClusterTrust::from_ca_pem(&ca_pem)?;
     let cert = enroll_with_retries(&env, &trust).await?;
@@ -85,6 +90,9 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
         signal(SignalKind::terminate()).map_err(|e| AgentError::Launch(e.to_string()))?;
     let reply = session.register().await?;
     tracing::info!(task = %env.task, state = %reply.state, "registered");
+    if let Some(bridge) = &bridge {
+        bridge.close_rest();
+    }
     let heartbeats = tokio::spawn(heartbeat_loop(
         session.clone(),
         Duration::from_millis(env.heartbeat_ms),

@@ -545,7 +545,7 @@ impl Runtime for KvmRuntime {
         }
         let agent_dir = Self::agent_dir_of(&found, name)?;
         if Self::exit_code(&agent_dir)?.is_none() {
-            self.ask_to_stop(&found, name).await;
+            let _held = self.ask_to_stop(&found, name).await;
             let deadline = tokio::time::Instant::now() + grace;
             while tokio::time::Instant::now() < deadline {
                 if Self::exit_code(&agent_dir)?.is_some() {

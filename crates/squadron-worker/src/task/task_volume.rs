@@ -37,7 +37,8 @@ const RETIRE_DEPTH_MAX: usize = 32;
 /// Longest path a retirement copies to (below the kernel's PATH_MAX of 4096).
 const RETIRE_PATH_BYTES_MAX: usize = 3_072;
 /// The task-root files kept besides the outbox.
-const KEPT_FILES: [&str; 2] = ["manifest.yaml", "state.json"];
+/// The worker's own files that outlive the volume (a VM's console: `runtime::kvm`).
+const KEPT_FILES: [&str; 3] = ["manifest.yaml", "state.json", "vm-console.log"];
 
 /// Whether this process may loop-mount (it runs as root): `/proc/self` belongs to the
 /// effective uid.
