@@ -11,15 +11,29 @@ use support::*;
 
 const TASK_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// What a runtime needs beyond the defaults: worker flags, and the manifest's `vm:` lines
+/// (a VM has no NIC yet, so `isolated`; software emulation here).
+fn runtime_needs(runtime: &str) -> (Vec<String>, &'static str) {
+    match runtime {
+        "kvm" => (
+            vec!["--vm-domain-type".into(), "qemu".into()],
+            "  network_mode: isolated\n  memory: 512Mi\n",
+        ),
+        _ => (Vec::new(), ""),
+    }
+}
+
 fn recover(runtime: &str) {
     let cluster = Cluster::start(1);
     let url = cluster.url(1);
     let repo = git_repo(cluster.dir.path());
-    let mut worker = WorkerProc::start(
+    let (flags, vm) = runtime_needs(runtime);
+    let mut worker = WorkerProc::start_with(
         cluster.dir.path(),
         &unique_worker_id(&format!("w-{runtime}")),
         cluster.urls(),
         runtime,
+        flags,
     );
     let script = [
         "echo started >> /mnt/outbox/starts",
@@ -33,7 +47,7 @@ fn recover(runtime: &str) {
     let yaml = format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: recovery\nrepository:\n  url: {}\n\
          agent:\n  prompt: survive a worker crash\n  provider: script\n  script: |\n{script}\
-         vm:\n  runtime: {runtime}\nlifecycle:\n  timeout: 5m\n",
+         vm:\n  runtime: {runtime}\n{vm}lifecycle:\n  timeout: 5m\n",
         repo.display()
     );
     let r = submit_yaml(&url, &yaml);
@@ -82,6 +96,11 @@ fn a_restarted_worker_re_adopts_its_running_process_sandbox() {
 #[test]
 fn a_restarted_worker_re_adopts_its_running_container() {
     recover("docker");
+}
+
+#[test]
+fn a_restarted_worker_re_adopts_its_running_domain() {
+    recover("kvm");
 }
 
 /// SIGSTOP past the worker's TTL (three 1 s heartbeats): the leader declares it lost; after
@@ -134,19 +153,32 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
 /// checking in, and the task completes once, on its first attempt.
 #[test]
 fn a_docker_sandboxs_agent_follows_a_new_leader() {
+    agent_follows_a_new_leader("docker");
+}
+
+/// The same through a VM's channel: the agent's new connection is a new yamux stream, which
+/// the worker dials to the new leader.
+#[test]
+fn a_vms_agent_follows_a_new_leader() {
+    agent_follows_a_new_leader("kvm");
+}
+
+fn agent_follows_a_new_leader(runtime: &str) {
     let mut cluster = Cluster::start(3);
     let repo = git_repo(cluster.dir.path());
+    let (mut flags, vm) = runtime_needs(runtime);
+    flags.extend(["--agent-heartbeat-interval-ms".into(), "300".into()]);
     let worker = WorkerProc::start_with(
         cluster.dir.path(),
-        &unique_worker_id("w-agent-leader"),
+        &unique_worker_id(&format!("w-agent-leader-{runtime}")),
         cluster.urls(),
-        "docker",
-        vec!["--agent-heartbeat-interval-ms".into(), "300".into()],
+        runtime,
+        flags,
     );
     let yaml = format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: leader-change\nrepository:\n  url: {}\n\
          agent:\n  prompt: outlive the leader\n  provider: script\n  script: |\n    echo started\n    \
-         sleep 10\n    echo finished\nvm:\n  runtime: docker\nlifecycle:\n  timeout: 5m\n",
+         sleep 10\n    echo finished\nvm:\n  runtime: {runtime}\n{vm}lifecycle:\n  timeout: 5m\n",
         repo.display()
     );
     let leader = cluster.wait_for_leader(Duration::from_secs(20));

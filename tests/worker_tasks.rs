@@ -898,6 +898,66 @@ fn tasks_end_to_end_in_kvm_guests() {
     run_scenarios(scenarios, &[&kvm]);
 }
 
+/// A guest that boots too slowly (the worker's test hook delays its agent by 60 s) fails at
+/// provisioning on the manifest's timeout, naming it, and leaves no domain.
+#[test]
+fn a_slow_guest_boot_hits_the_provision_timeout() {
+    let cluster = Cluster::start(1);
+    let kvm = WorkerProc::start_with(
+        cluster.dir.path(),
+        &unique_worker_id("w-kvm-slow"),
+        cluster.urls(),
+        "kvm",
+        vec![
+            "--vm-domain-type".into(),
+            "qemu".into(),
+            "--vm-test-boot-delay-ms".into(),
+            "60000".into(),
+        ],
+    );
+    let env = Env {
+        urls: cluster.urls(),
+        repo: git_repo(cluster.dir.path()),
+        runtime: "kvm",
+        worker_dir: kvm.data_dir.clone(),
+    };
+    let id = submit(
+        env.any(0),
+        &manifest(
+            &env.repo,
+            "kvm",
+            "echo never",
+            "  provision_timeout: 8s\n  retries:\n    provision: {max: 0}\n",
+        ),
+    );
+    let t = wait_task_state(
+        env.any(0),
+        id,
+        &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
+        TASK_TIMEOUT,
+    );
+    assert_eq!(t["state"], "FAILED", "{t:#}");
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("provision timeout") && error.contains("8000 ms"),
+        "{error}"
+    );
+    let domain = domain_of(&env, id);
+    assert!(!virsh(&["dominfo", &domain]).0, "{domain} is still defined");
+    let console = std::fs::read_to_string(
+        env.worker_dir
+            .join("tasks")
+            .join(id.to_string())
+            .join("vm-console.log"),
+    )
+    .unwrap_or_default();
+    assert!(
+        console.contains("test hook: waiting 60s"),
+        "the hook delayed the agent: {console}"
+    );
+    assert!(!logs(env.any(0), id, "stream=stdout").contains("never"));
+}
+
 fn virsh(args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new("virsh")
         .args(["-c", "qemu:///system"])

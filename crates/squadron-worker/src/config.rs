@@ -177,6 +177,9 @@ pub struct VmConfig {
     pub virtiofsd: Option<PathBuf>,
     /// `auto`, `kvm` or `qemu` (software emulation).
     pub domain_type: String,
+    /// Test hook: the guest waits this long before it starts the agent, so a test can make
+    /// provisioning slow on purpose (`--vm-test-boot-delay-ms`, hidden).
+    pub test_boot_delay_ms: Option<u64>,
 }
 
 impl Default for VmConfig {
@@ -187,6 +190,7 @@ impl Default for VmConfig {
             state_dir: PathBuf::from("/var/lib/squadron/vm"),
             virtiofsd: None,
             domain_type: "auto".to_string(),
+            test_boot_delay_ms: None,
         }
     }
 }

@@ -292,6 +292,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
             .map(|d| absolute("--virtiofsd", &d))
             .transpose()?,
         domain_type: args.vm_domain_type,
+        test_boot_delay_ms: args.vm_test_boot_delay_ms,
     };
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;

@@ -125,6 +125,8 @@ pub(crate) struct KvmConfig {
     pub(crate) global_dir: Option<PathBuf>,
     pub(crate) sandbox_user: SandboxUser,
     pub(crate) domain_type: DomainTypeChoice,
+    /// Test hook: the guest waits this long before the agent starts.
+    pub(crate) test_boot_delay_ms: Option<u64>,
 }
 
 /// The files of this worker's runtime under `state_dir`.
@@ -355,6 +357,7 @@ impl KvmRuntime {
             virtiofsd_read_only: self.files.virtiofsd_read_only(),
             shares: self.shares(spec),
             keep_after_exit: spec.keep_after_exit,
+            test_boot_delay_ms: self.config.test_boot_delay_ms,
         })
     }
 

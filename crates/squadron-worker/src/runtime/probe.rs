@@ -99,6 +99,7 @@ async fn kvm(config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
         agent_binary: config.agent_binary.clone(),
         global_dir: config.global_dir.clone(),
         sandbox_user: crate::runtime::sandbox_user::SandboxUser::default(),
+        test_boot_delay_ms: config.vm.test_boot_delay_ms,
         domain_type: config
             .vm
             .domain_type

@@ -87,6 +87,10 @@ pub struct WorkerRunArgs {
     /// to `qemu` (software emulation) where that fails.
     #[arg(long, value_name = "TYPE", default_value = "auto", value_parser = ["auto", "kvm", "qemu"])]
     pub vm_domain_type: String,
+    /// Test hook: KVM guests wait this long before starting their agent (a slow boot on
+    /// purpose, for the provision timeout's test).
+    #[arg(long, value_name = "MS", hide = true)]
+    pub vm_test_boot_delay_ms: Option<u64>,
     /// Host directory mounted read-only at /mnt/global in sandboxes.
     #[arg(long, value_name = "DIR")]
     pub global_dir: Option<PathBuf>,

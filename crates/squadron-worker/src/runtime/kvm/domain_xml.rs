@@ -73,6 +73,8 @@ pub(crate) struct DomainSpec {
     pub(crate) shares: Vec<Share>,
     /// Keep the guest up after the agent exits (a preserved failure).
     pub(crate) keep_after_exit: bool,
+    /// Test hook: `vm-init` sleeps this long before it starts the agent.
+    pub(crate) test_boot_delay_ms: Option<u64>,
 }
 
 impl DomainSpec {
@@ -92,6 +94,9 @@ impl DomainSpec {
         );
         if self.keep_after_exit {
             line.push_str(" squadron.preserve");
+        }
+        if let Some(ms) = self.test_boot_delay_ms {
+            line.push_str(&format!(" squadron.test_boot_delay={}", ms.div_ceil(1000)));
         }
         if line.len() > CMDLINE_BYTES_MAX || mounts.iter().any(|m| m.contains(char::is_whitespace))
         {

@@ -38,6 +38,7 @@ fn spec(keep: bool) -> DomainSpec {
             },
         ],
         keep_after_exit: keep,
+        test_boot_delay_ms: None,
     }
 }
 
