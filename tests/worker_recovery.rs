@@ -167,6 +167,9 @@ fn agent_follows_a_new_leader(runtime: &str) {
     let mut cluster = Cluster::start(3);
     let repo = git_repo(cluster.dir.path());
     let (mut flags, vm) = runtime_needs(runtime);
+    // This one picks the domain type itself (`auto`): the probe boots the image under `kvm`
+    // once per machine and image, and falls back to `qemu` where that does not boot.
+    flags.retain(|f| f != "--vm-domain-type" && f != "qemu");
     flags.extend(["--agent-heartbeat-interval-ms".into(), "300".into()]);
     let worker = WorkerProc::start_with(
         cluster.dir.path(),
@@ -214,6 +217,13 @@ fn agent_follows_a_new_leader(runtime: &str) {
     );
     assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", tail(&worker.log));
     assert_eq!(t["attempt"], 1, "{t:#}");
+    if runtime == "kvm" {
+        let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+        assert!(
+            log.contains("\"domain_type\":\"qemu\"") || log.contains("\"domain_type\":\"kvm\""),
+            "the worker names the domain type it chose"
+        );
+    }
     // The session ends with the attempt.
     let gone = session(&survivor).expect_err("no session after the end");
     assert!(

@@ -83,8 +83,11 @@ const CONTROL_WRITE_MS_MAX: u64 = 2_000;
 const POLL_MS: u64 = 100;
 /// How long `destroy` waits for libvirt to forget the domain.
 const REAP_WAIT_MS_MAX: u64 = 30_000;
-/// How long the probe's boot of the image may take under hardware virtualisation.
-const KVM_PROBE_BOOT_MS_MAX: u64 = 30_000;
+/// How long the probe's boot of the image may take under hardware virtualisation (a guest
+/// that boots at all says it is ready within a few seconds).
+const KVM_PROBE_BOOT_MS_MAX: u64 = 15_000;
+/// The probe's answer, kept in `state_dir` for the image it was made with.
+const PROBE_CACHE_NAME: &str = "kvm-probe";
 
 /// Which domain type to use: `auto` boots the image once under `kvm` and falls back to
 /// `qemu` (software emulation) when that does not work here.
@@ -240,7 +243,12 @@ impl KvmRuntime {
                 if !opens || !offered {
                     return DomainType::Qemu;
                 }
-                match self.boots_under_kvm().await {
+                let cache = self.config.state_dir.join(PROBE_CACHE_NAME);
+                let key = image_key(&self.files.kernel(), &self.files.initrd());
+                if let Some(known) = read_probe(&cache, &key) {
+                    return known;
+                }
+                let chosen = match self.boots_under_kvm().await {
                     Ok(true) => DomainType::Kvm,
                     Ok(false) => {
                         tracing::info!("/dev/kvm does not boot the image here; using software emulation (qemu)");
@@ -248,9 +256,14 @@ impl KvmRuntime {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the KVM boot probe failed; using software emulation (qemu)");
-                        DomainType::Qemu
+                        return DomainType::Qemu;
                     }
-                }
+                };
+                let _ = crate::support::write_atomic(
+                    &cache,
+                    format!("{key} {}\n", chosen.as_str()).as_bytes(),
+                );
+                chosen
             }
         }
     }
@@ -870,12 +883,44 @@ fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, WorkerError> {
     Ok(libraries)
 }
 
-/// A file of a few bytes written in the guest: at most 64 are read.
+/// What identifies the image a probe booted: the kernel's and initramfs's sizes and times.
+fn image_key(kernel: &Path, initrd: &Path) -> String {
+    let part = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| {
+                let at = m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                format!("{}:{at}", m.len())
+            })
+            .unwrap_or_default()
+    };
+    format!("{}/{}", part(kernel), part(initrd))
+}
+
+/// The probe's earlier answer for the image `key` names.
+fn read_probe(cache: &Path, key: &str) -> Option<DomainType> {
+    let text = read_small(cache).ok()?;
+    let (seen, kind) = text.trim().rsplit_once(' ')?;
+    if seen != key {
+        return None;
+    }
+    match kind {
+        "kvm" => Some(DomainType::Kvm),
+        "qemu" => Some(DomainType::Qemu),
+        _ => None,
+    }
+}
+
+/// A small file (an exit code, the probe's answer): at most 256 bytes are read.
 fn read_small(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(path)?
-        .take(64)
+        .take(256)
         .read_to_string(&mut text)?;
     Ok(text)
 }
