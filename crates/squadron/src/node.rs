@@ -112,6 +112,11 @@ pub async fn dev(
                 WorkerConfig::new(id, vec![format!("https://{rest}")], worker_dir, addr);
             config.tls = Some(tls);
             config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
+            // A build with the KVM runtime offers it too where libvirt answers (the probe
+            // leaves it out, saying why, elsewhere).
+            if cfg!(feature = "libvirt") {
+                config.runtimes.insert(RuntimeKind::Kvm);
+            }
             config.agent_binary = Some(
                 std::env::current_exe()
                     .context("find this binary, which Docker sandboxes run as their agent")?,

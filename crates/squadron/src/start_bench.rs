@@ -102,10 +102,16 @@ async fn one_runtime(
 }
 
 fn manifest(opts: &StartBenchOptions, runtime: &str, i: usize) -> String {
+    // A VM has no NIC yet: `isolated` is the KVM runtime's only network mode.
+    let network = if runtime == "kvm" {
+        "  network_mode: isolated\n  memory: 512Mi\n"
+    } else {
+        ""
+    };
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: start-bench-{i}\nrepository:\n  url: {}\n  \
          branch: {}\nagent:\n  prompt: start and stop\n  provider: script\n  script: \"true\"\n\
-         vm:\n  runtime: {runtime}\n",
+         vm:\n  runtime: {runtime}\n{network}",
         opts.repository, opts.branch
     )
 }

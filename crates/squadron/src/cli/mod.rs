@@ -130,8 +130,8 @@ pub enum Command {
         long_about = "Run a single-node cluster on this machine: embedded RocksDB under \
             --data-dir, the REST API and dashboard on --listen, gRPC on --grpc-listen, and a \
             local worker (data under --data-dir/worker) with the process runtime, plus the \
-            Docker runtime when a Docker engine answers. --no-worker runs the control plane \
-            only."
+            Docker runtime when a Docker engine answers, and the KVM runtime when the build has \
+            the libvirt feature and libvirt answers. --no-worker runs the control plane only."
     )]
     Dev(serve::DevArgs),
     /// Cluster membership and health.
