@@ -622,7 +622,7 @@ fn the_agent_registers_before_ready(env: &Env) {
                   [ -n \"$agent\" ] && { cat /proc/$agent/environ >/dev/null 2>&1 || echo agent memory closed; }\n\
                   grep SQUADRON_TASK /run/squadron/agent/agent.env\n\
                   grep -q SQUADRON_BOOTSTRAP_TOKEN /run/squadron/agent/agent.env || echo token gone\n\
-                  sleep 1.5\necho done";
+                  echo \"ldpath=[$LD_LIBRARY_PATH]\"\nsleep 1.5\necho done";
     let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, ""));
     let t = wait_task_state(
         env.any(1),
@@ -670,6 +670,8 @@ fn the_agent_registers_before_ready(env: &Env) {
     // The provider read the agent's file after the agent had: its task, no token.
     assert!(out.contains(&format!("SQUADRON_TASK={id}")), "{out}");
     assert!(out.contains("token gone"), "{out}");
+    // The worker's libraries were the agent's only.
+    assert!(out.contains("ldpath=[]"), "{out}");
     let audit = http_get(&format!("{}/api/v1/audit?limit=1000", env.any(2))).expect("audit");
     let agent = format!("agent/task-{id}");
     let check_ins: Vec<&Value> = audit["records"]

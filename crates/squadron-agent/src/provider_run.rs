@@ -5,6 +5,7 @@
 
 use std::process::ExitStatus;
 
+use squadron_api::agent_channel::AGENT_LIBRARY_DIR;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::error::AgentError;
@@ -23,7 +24,13 @@ pub async fn run(argv: &[String]) -> Result<i32, AgentError> {
         .ok_or_else(|| AgentError::Launch("no launcher given".into()))?;
     let mut terminate =
         signal(SignalKind::terminate()).map_err(|e| AgentError::Launch(e.to_string()))?;
-    let mut child = tokio::process::Command::new(program)
+    let mut command = tokio::process::Command::new(program);
+    // The worker's libraries are the agent's (the sandbox's `LD_LIBRARY_PATH` names them for
+    // it alone); the provider gets the image's own.
+    if std::env::var_os("LD_LIBRARY_PATH").is_some_and(|v| v == AGENT_LIBRARY_DIR) {
+        command.env_remove("LD_LIBRARY_PATH");
+    }
+    let mut child = command
         .args(args)
         .process_group(0)
         .kill_on_drop(true)

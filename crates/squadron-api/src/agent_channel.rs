@@ -1,6 +1,7 @@
-//! The wire of a VM's agent channel: the one virtio-serial port between the agent in the guest
-//! and its worker carries yamux streams, each opened by the agent and starting with one byte
-//! that names the control listener it leads to.
+//! What the worker and the agent in its sandboxes agree on. The wire of a VM's agent channel:
+//! the one virtio-serial port between the agent in the guest and its worker carries yamux
+//! streams, each opened by the agent and starting with one byte that names the control
+//! listener it leads to.
 
 /// The name the host gives the port (`/dev/virtio-ports/<name>` in the guest).
 pub const PORT_NAME: &str = "org.squadron.agent";
@@ -12,3 +13,6 @@ pub const STOP_LINE: &str = "stop";
 pub const TARGET_REST: u8 = b'R';
 /// First byte of a stream to the leader's gRPC listener.
 pub const TARGET_GRPC: u8 = b'G';
+/// Where a sandbox finds the shared libraries of the worker's binary it runs as its agent
+/// (`LD_LIBRARY_PATH` for the agent, never for the provider it starts).
+pub const AGENT_LIBRARY_DIR: &str = "/usr/local/lib/squadron";

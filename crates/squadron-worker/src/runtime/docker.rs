@@ -16,6 +16,7 @@
 //! | global dir      | `/mnt/global`  | ro   |
 //! | `agent/`        | `/run/squadron/agent` | rw |
 //! | the worker's `squadron` binary | `/usr/local/bin/squadron` | ro |
+//! | the libraries it links beyond the image's | `/usr/local/lib/squadron` | ro |
 //!
 //! With an agent binary configured (`squadron worker` always sets its own), the container's
 //! command is `squadron agent -- <argv>` (`task::sandbox_agent`): the container starts at
@@ -79,6 +80,7 @@ use squadron_core::manifest::{NetworkMode, RuntimeKind};
 use squadron_isolation::NetworkConfig;
 
 use crate::error::WorkerError;
+use crate::runtime::agent_libraries::AGENT_LIBRARY_DIR;
 use crate::runtime::boundary_network::BoundaryNetwork;
 use crate::runtime::docker_network::ManagedNetwork;
 use crate::runtime::sandbox_user::SandboxUser;
@@ -140,6 +142,9 @@ pub(crate) struct DockerConfig {
     /// The `squadron` binary containers run `squadron agent` from; unset, they start the
     /// launcher directly.
     pub(crate) agent_binary: Option<PathBuf>,
+    /// The libraries that binary links beyond the image's C runtime (`agent_libraries`),
+    /// bound read-only at `AGENT_LIBRARY_DIR`.
+    pub(crate) agent_libraries: Option<PathBuf>,
 }
 
 impl DockerConfig {
@@ -155,6 +160,7 @@ impl DockerConfig {
             allow_full_network: false,
             network: NetworkConfig::new(worker_tag.as_str()),
             agent_binary: None,
+            agent_libraries: None,
         }
     }
 }
@@ -276,6 +282,10 @@ impl DockerRuntime {
             Some(_) => sandbox_agent::agent_argv(&spec.argv),
             None => spec.argv.clone(),
         };
+        if self.config.agent_binary.is_some() && self.config.agent_libraries.is_some() {
+            // For the agent only: it drops the variable before it starts the provider.
+            env.insert("LD_LIBRARY_PATH".into(), AGENT_LIBRARY_DIR.into());
+        }
         Ok(Config {
             image: Some(self.config.image.clone()),
             cmd: Some(cmd),
@@ -337,6 +347,9 @@ impl DockerRuntime {
         if let Some(binary) = &self.config.agent_binary {
             mounts.push(bind_file(binary, AGENT_BINARY_MOUNT, "agent_binary")?);
             mounts.push(bind(&spec.dir.agent(), AGENT_DIR_MOUNT, false, "agent")?);
+            if let Some(libraries) = &self.config.agent_libraries {
+                mounts.push(bind(libraries, AGENT_LIBRARY_DIR, true, "agent_libraries")?);
+            }
         }
         if let Some(session) = &spec.credentials {
             // The container config holds the path, never a value (INV-13).

@@ -55,6 +55,7 @@ use tokio::io::AsyncWriteExt;
 use self::domain_xml::{channel_socket, AttemptMark, DomainSpec, DomainType, Share};
 use self::hypervisor::{Found, Hypervisor, Lifecycle};
 use crate::error::WorkerError;
+use crate::runtime::agent_libraries::{self, AGENT_LIBRARY_DIR};
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{sandbox_name, LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
@@ -73,11 +74,6 @@ pub(crate) const EXIT_CODE_NAME: &str = "exit-code";
 const CONSOLE_LOG_NAME: &str = "vm-console.log";
 /// Where the guest finds the worker's binary (the share of `bin/`).
 const GUEST_BIN_DIR: &str = "/usr/local/bin";
-/// Where the guest finds the shared libraries that binary links (`vm-init` puts it on
-/// `LD_LIBRARY_PATH`): whatever the build links (libvirt for one), as on this host.
-const GUEST_LIB_DIR: &str = "/usr/local/lib/squadron";
-/// The most libraries copied for the agent binary.
-const AGENT_LIBRARIES_MAX: usize = 256;
 /// How long the worker waits for the control port to take its `stop`.
 const CONTROL_WRITE_MS_MAX: u64 = 2_000;
 const POLL_MS: u64 = 100;
@@ -333,7 +329,7 @@ impl KvmRuntime {
             share("run", spec.dir.run(), RUN_MOUNT, true),
             share("agent", spec.dir.agent(), AGENT_DIR_MOUNT, false),
             share("bin", self.files.bin_dir(), GUEST_BIN_DIR, true),
-            share("lib", self.files.lib_dir(), GUEST_LIB_DIR, true),
+            share("lib", self.files.lib_dir(), AGENT_LIBRARY_DIR, true),
         ];
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
             shares.push(share("global", global.clone(), GLOBAL_MOUNT, true));
@@ -749,18 +745,12 @@ fn lay_out(
                 ),
             ));
         }
-        replace_with_copy(&source, &dest)?;
+        agent_libraries::replace_with_copy(&source, &dest)?;
     }
     create_dir(&files.bin_dir(), 0o755)?;
     let linked = files.bin_dir().join("squadron");
     replace_with_link(binary, &linked)?;
-    create_dir(&files.lib_dir(), 0o755)?;
-    for library in linked_libraries(binary)? {
-        let Some(name) = library.file_name() else {
-            continue;
-        };
-        replace_with_copy(&library, &files.lib_dir().join(name))?;
-    }
+    agent_libraries::prepare(binary, &files.lib_dir())?;
     let wrapper = format!(
         "#!/bin/sh\n# Written by the Squadron worker: a virtiofs share the guest cannot write.\nexec {} --readonly \"$@\"\n",
         shlex::try_quote(&virtiofsd.to_string_lossy())
@@ -806,34 +796,6 @@ fn create_dir(dir: &Path, mode: u32) -> Result<(), WorkerError> {
         .map_err(|e| WorkerError::io("set the mode of", dir, e))
 }
 
-/// Copies `source` over `dest` unless it is there already with the same size and mtime.
-fn replace_with_copy(source: &Path, dest: &Path) -> Result<(), WorkerError> {
-    let same = |a: &std::fs::Metadata, b: &std::fs::Metadata| {
-        a.len() == b.len() && a.modified().ok() == b.modified().ok()
-    };
-    let src_meta = std::fs::metadata(source).map_err(|e| WorkerError::io("inspect", source, e))?;
-    if std::fs::metadata(dest).is_ok_and(|d| same(&src_meta, &d)) {
-        return Ok(());
-    }
-    if let Some(parent) = dest.parent() {
-        create_dir(parent, 0o755)?;
-    }
-    let staged = dest.with_extension("new");
-    std::fs::copy(source, &staged)
-        .map_err(|e| WorkerError::io("copy the VM image to", &staged, e))?;
-    let file = std::fs::File::options()
-        .write(true)
-        .open(&staged)
-        .map_err(|e| WorkerError::io("open", &staged, e))?;
-    if let Ok(modified) = src_meta.modified() {
-        file.set_modified(modified)
-            .map_err(|e| WorkerError::io("set the mtime of", &staged, e))?;
-    }
-    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| WorkerError::io("set the mode of", &staged, e))?;
-    std::fs::rename(&staged, dest).map_err(|e| WorkerError::io("rename into", dest, e))
-}
-
 /// Makes `dest` the worker's binary: a hard link (the share is read-only, so the guest cannot
 /// write through it), or a copy across file systems.
 fn replace_with_link(binary: &Path, dest: &Path) -> Result<(), WorkerError> {
@@ -844,43 +806,6 @@ fn replace_with_link(binary: &Path, dest: &Path) -> Result<(), WorkerError> {
             .map_err(|e| WorkerError::io("copy the agent binary to", &staged, e))?;
     }
     std::fs::rename(&staged, dest).map_err(|e| WorkerError::io("rename into", dest, e))
-}
-
-/// The shared libraries `binary` loads, as this host's loader resolves them (`ldd`).
-fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, WorkerError> {
-    let out = std::process::Command::new("ldd")
-        .arg(binary)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| WorkerError::io("run ldd on", binary, e))?;
-    if !out.status.success() {
-        return Err(WorkerError::runtime(
-            RUNTIME_NAME,
-            format!(
-                "ldd {} failed: {}",
-                binary.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let libraries: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|line| line.split_once("=> ").map(|(_, rest)| rest))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .filter(|path| path.starts_with('/'))
-        .map(PathBuf::from)
-        .collect();
-    if libraries.len() > AGENT_LIBRARIES_MAX {
-        return Err(WorkerError::runtime(
-            RUNTIME_NAME,
-            format!(
-                "{} links more than {AGENT_LIBRARIES_MAX} libraries",
-                binary.display()
-            ),
-        ));
-    }
-    Ok(libraries)
 }
 
 /// What identifies the image a probe booted: the kernel's and initramfs's sizes and times.

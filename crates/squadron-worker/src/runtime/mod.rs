@@ -4,6 +4,7 @@
 //! redirects stdout and stderr into the task's progress files, so a run survives a worker
 //! crash and a restarted worker re-adopts it by its labels or paths (`adopt`).
 
+pub(crate) mod agent_libraries;
 pub(crate) mod boundary_network;
 pub(crate) mod docker;
 pub(crate) mod docker_network;

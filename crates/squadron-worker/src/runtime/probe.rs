@@ -55,12 +55,21 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 dc.global_dir = config.global_dir.clone();
                 dc.allow_full_network = config.allow_full_network;
                 dc.agent_binary = config.agent_binary.clone();
-                let connected = match config.egress_deny_networks() {
-                    Ok(deny) => {
+                let libraries = match &config.agent_binary {
+                    Some(binary) => {
+                        let dir = config.data_dir.join("agent-lib");
+                        crate::runtime::agent_libraries::prepare(binary, &dir).map(|()| Some(dir))
+                    }
+                    None => Ok(None),
+                };
+                let connected = match (config.egress_deny_networks(), libraries) {
+                    (_, Err(e)) => Err(e),
+                    (Ok(deny), Ok(libraries)) => {
+                        dc.agent_libraries = libraries;
                         dc.network.deny = deny;
                         DockerRuntime::connect(dc).await
                     }
-                    Err(e) => Err(e),
+                    (Err(e), _) => Err(e),
                 };
                 match connected {
                     Ok(r) => {

@@ -520,4 +520,81 @@ mod tests {
         relays.close(task, None, dir.path());
         assert!(!dir.path().join(GRPC_SOCKET_NAME).exists());
     }
+
+    /// A VM's channel: the test plays QEMU (the socket the relay connects to) and the guest's
+    /// agent (a yamux client opening streams that name their target).
+    #[tokio::test]
+    async fn a_vm_channel_carries_streams_to_their_targets_and_refuses_rest_once_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("org.squadron.agent");
+        let qemu = tokio::net::UnixListener::bind(&socket).unwrap();
+        let relays = relays(node("rest").await, node("grpc").await);
+        let task = TaskId::new(10).unwrap();
+        relays.open_channel(task, socket.clone(), &[Target::Rest, Target::Grpc]);
+        let (port, _) = tokio::time::timeout(Duration::from_secs(5), qemu.accept())
+            .await
+            .expect("the relay connected to the channel's socket")
+            .unwrap();
+        let mut session = tokio_yamux::Session::new_client(port, tokio_yamux::Config::default());
+        let control = session.control();
+        tokio::spawn(async move { while session.next().await.is_some() {} });
+        let open = |target: u8| {
+            let mut control = control.clone();
+            async move {
+                let mut s = control.open_stream().await.unwrap();
+                s.write_all(&[target]).await.unwrap();
+                s
+            }
+        };
+        let mut grpc = open(TARGET_GRPC).await;
+        assert_eq!(read_some(&mut grpc).await, "grpc");
+        grpc.write_all(b"ping").await.unwrap();
+        assert_eq!(read_some(&mut grpc).await, "ping");
+        let mut rest = open(TARGET_REST).await;
+        assert_eq!(read_some(&mut rest).await, "rest");
+        // Registered: REST is refused from now on; gRPC still carried.
+        relays.close(task, Some(Target::Rest), dir.path());
+        let mut late = open(TARGET_REST).await;
+        assert_eq!(
+            read_some(&mut late).await,
+            "",
+            "a REST stream after the close is refused"
+        );
+        let mut unknown = open(b'X').await;
+        assert_eq!(
+            read_some(&mut unknown).await,
+            "",
+            "an unknown target is refused"
+        );
+        let mut again = open(TARGET_GRPC).await;
+        assert_eq!(read_some(&mut again).await, "grpc");
+        // The end of the attempt ends the session.
+        relays.close(task, None, dir.path());
+        let mut after = control.clone();
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match after.open_stream().await {
+                    Err(_) => return true,
+                    Ok(mut s) => {
+                        let _ = s.write_all(&[TARGET_GRPC]).await;
+                        if read_some(&mut s).await.is_empty() {
+                            return true;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(ended.unwrap_or(false), "the session outlived the attempt");
+    }
+
+    /// What arrives within a second, up to 16 bytes; empty once the stream is closed.
+    async fn read_some(s: &mut tokio_yamux::StreamHandle) -> String {
+        let mut buf = [0u8; 16];
+        match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+            Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            _ => String::new(),
+        }
+    }
 }
