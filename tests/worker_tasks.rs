@@ -10,6 +10,16 @@ use serde_json::{json, Value};
 use support::*;
 
 const TASK_TIMEOUT: Duration = Duration::from_secs(120);
+/// Guests under software emulation start in seconds each, and four share two cores.
+const VM_TASK_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The tests of this file one at a time: each runs its own cluster and workers, and a test's
+/// guests and containers slowing another's past its timeouts proves nothing.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn manifest(repo: &std::path::Path, runtime: &str, script: &str, lifecycle: &str) -> String {
     let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
@@ -81,6 +91,15 @@ impl Env {
     fn any(&self, i: usize) -> &str {
         &self.urls[i % self.urls.len()]
     }
+
+    /// How long a task of this runtime may take to reach what a scenario waits for.
+    fn timeout(&self) -> Duration {
+        if self.runtime == "kvm" {
+            VM_TASK_TIMEOUT
+        } else {
+            TASK_TIMEOUT
+        }
+    }
 }
 
 fn success_with_patch_untracked_and_pattern_artifacts(env: &Env) {
@@ -100,7 +119,7 @@ fn success_with_patch_untracked_and_pattern_artifacts(env: &Env) {
         env.any(1),
         id,
         &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(
         t["state"],
@@ -188,7 +207,7 @@ fn failure_destroys_the_sandbox(env: &Env) {
         env.any(0),
         id,
         &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert_eq!(t["exit_code"], 3);
@@ -221,7 +240,7 @@ fn failure_preserves_the_sandbox(env: &Env) {
         env.any(0),
         id,
         &["FAILED_PRESERVED", "FAILED", "COMPLETED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED_PRESERVED", "{t:#}");
     assert!(
@@ -233,6 +252,17 @@ fn failure_preserves_the_sandbox(env: &Env) {
         events.contains("\"preserved\"") && !events.contains("\"reaped\""),
         "{events}"
     );
+    if env.runtime == "kvm" {
+        // The guest stays up after its agent exited, and the line says how to get in.
+        let domain = domain_of(env, id);
+        let error = t["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&format!("console {domain}")), "{error}");
+        let (found, state) = virsh(&["domstate", &domain]);
+        assert!(found && state.contains("running"), "not running: {state}");
+        // The test cleans up what an operator would.
+        virsh(&["destroy", &domain]);
+        virsh(&["undefine", "--nvram", &domain]);
+    }
 }
 
 /// A task that writes more than its `disk` (here to standard output, which the quota covers
@@ -249,7 +279,7 @@ fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
         env.any(1),
         id,
         &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}\n{}", explain(env.any(0), id));
     let error = t["error"].as_str().unwrap_or("");
@@ -286,8 +316,8 @@ fn cancel_mid_run(env: &Env) {
         env.any(0),
         &manifest(&env.repo, env.runtime, script, "  cancel_grace: 5s\n"),
     );
-    wait_task_state(env.any(0), id, &["RUNNING"], TASK_TIMEOUT);
-    wait_until(TASK_TIMEOUT, || {
+    wait_task_state(env.any(0), id, &["RUNNING"], env.timeout());
+    wait_until(env.timeout(), || {
         logs(env.any(1), id, "stream=stdout").contains("started")
     })
     .expect("started");
@@ -303,7 +333,7 @@ fn cancel_mid_run(env: &Env) {
         env.any(2),
         id,
         &["CANCELLED", "FAILED", "COMPLETED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "CANCELLED", "{t:#}");
     assert!(
@@ -326,7 +356,7 @@ fn task_timeout(env: &Env) {
         env.any(1),
         id,
         &["FAILED", "COMPLETED", "CANCELLED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert!(
@@ -349,7 +379,7 @@ fn hang_detection(env: &Env) {
         env.any(2),
         id,
         &["FAILED", "COMPLETED", "CANCELLED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert!(t["error"].as_str().unwrap_or("").contains("hang"), "{t:#}");
@@ -364,7 +394,7 @@ fn clone_retry_then_failure(env: &Env) {
         "  retries:\n    clone: {max: 2, backoff: [1s]}\n",
     );
     let id = submit(env.any(0), &yaml);
-    let t = wait_task_state(env.any(0), id, &["FAILED", "COMPLETED"], TASK_TIMEOUT);
+    let t = wait_task_state(env.any(0), id, &["FAILED", "COMPLETED"], env.timeout());
     assert_eq!(t["state"], "FAILED", "{t:#}");
     let error = t["error"].as_str().unwrap_or("");
     assert!(error.contains("clone"), "{error}");
@@ -428,7 +458,7 @@ fn containment_through_the_whole_path(env: &Env) {
         env.any(1),
         &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"),
     );
-    let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], env.timeout());
     assert_eq!(
         t["state"],
         "COMPLETED",
@@ -466,7 +496,7 @@ fn outbox_links_are_not_followed(env: &Env) {
         env.any(0),
         &manifest(&env.repo, env.runtime, &script, "  timeout: 60s\n"),
     );
-    let planted = wait_until(TASK_TIMEOUT, || {
+    let planted = wait_until(env.timeout(), || {
         http_text(&format!(
             "{}/api/v1/tasks/{id}/logs?stream=stdout",
             env.any(1)
@@ -492,7 +522,7 @@ fn outbox_links_are_not_followed(env: &Env) {
         assert!((400..500).contains(&status), "{what}: {status} {body}");
         assert!(!body.contains("root:"), "{what} leaked: {body}");
     }
-    let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], env.timeout());
     assert_eq!(t["state"], "COMPLETED", "{t:#}");
     assert_eq!(
         std::fs::read_to_string(&victim).expect("victim"),
@@ -514,7 +544,7 @@ fn websocket_stream(env: &Env) {
         env.any(0),
         id,
         &["RUNNING", "COMPLETING", "COMPLETED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     let ws_url = format!(
         "{}/ws/tasks/{id}/stream",
@@ -628,7 +658,7 @@ fn the_agent_registers_before_ready(env: &Env) {
         env.any(1),
         id,
         &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(
         t["state"],
@@ -730,7 +760,7 @@ fn an_agent_whose_token_is_refused_fails_provisioning(env: &Env) {
             env.any(1),
             id,
             &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
-            TASK_TIMEOUT,
+            env.timeout(),
         );
         assert_eq!(
             t["state"],
@@ -753,7 +783,7 @@ fn an_agent_whose_token_is_refused_fails_provisioning(env: &Env) {
         env.any(1),
         id,
         &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     eprintln!("docker/agent_refused: the test enrolled first: {}", r.ok());
     if r.ok() {
@@ -770,6 +800,7 @@ fn an_agent_whose_token_is_refused_fails_provisioning(env: &Env) {
 
 #[test]
 fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
+    let _serial = one_at_a_time();
     let cluster = Cluster::start(3);
     let process = WorkerProc::start(
         cluster.dir.path(),
@@ -857,6 +888,7 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
 /// The scenarios in KVM guests (QEMU's software emulation here), one worker offering `kvm`.
 #[test]
 fn tasks_end_to_end_in_kvm_guests() {
+    let _serial = one_at_a_time();
     let cluster = Cluster::start(3);
     let kvm = WorkerProc::start_with(
         cluster.dir.path(),
@@ -887,11 +919,6 @@ fn tasks_end_to_end_in_kvm_guests() {
             a_destroyed_domain_leaves_nothing,
         ),
         (
-            "kvm/preserved_domain",
-            &env,
-            a_preserved_domain_keeps_running,
-        ),
-        (
             "kvm/read_only_shares",
             &env,
             read_only_shares_hold_in_the_guest,
@@ -904,6 +931,7 @@ fn tasks_end_to_end_in_kvm_guests() {
 /// provisioning on the manifest's timeout, naming it, and leaves no domain.
 #[test]
 fn a_slow_guest_boot_hits_the_provision_timeout() {
+    let _serial = one_at_a_time();
     let cluster = Cluster::start(1);
     let kvm = WorkerProc::start_with(
         cluster.dir.path(),
@@ -936,7 +964,7 @@ fn a_slow_guest_boot_hits_the_provision_timeout() {
         env.any(0),
         id,
         &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     let error = t["error"].as_str().unwrap_or_default();
@@ -999,7 +1027,7 @@ fn a_destroyed_domain_leaves_nothing(env: &Env) {
         env.any(1),
         id,
         &["FAILED", "COMPLETED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert_eq!(t["exit_code"], 5, "the agent's code is the run's: {t:#}");
@@ -1042,37 +1070,6 @@ fn a_destroyed_domain_leaves_nothing(env: &Env) {
     );
 }
 
-/// `preserve` keeps the domain running after the agent exited, and the line says how in.
-fn a_preserved_domain_keeps_running(env: &Env) {
-    let id = submit(
-        env.any(1),
-        &manifest(
-            &env.repo,
-            env.runtime,
-            "exit 6",
-            "  failure_action: preserve\n",
-        ),
-    );
-    let t = wait_task_state(
-        env.any(0),
-        id,
-        &["FAILED_PRESERVED", "FAILED", "COMPLETED"],
-        TASK_TIMEOUT,
-    );
-    assert_eq!(t["state"], "FAILED_PRESERVED", "{t:#}");
-    let domain = domain_of(env, id);
-    let error = t["error"].as_str().unwrap_or_default();
-    assert!(error.contains(&format!("console {domain}")), "{error}");
-    let (found, state) = virsh(&["domstate", &domain]);
-    assert!(
-        found && state.contains("running"),
-        "the preserved domain is not running: {state}"
-    );
-    // The test cleans up what an operator would.
-    virsh(&["destroy", &domain]);
-    virsh(&["undefine", "--nvram", &domain]);
-}
-
 /// What the guest may not write: its run directory, its agent binary, the global directory
 /// (served by virtiofsd --readonly, so root in the guest cannot either).
 fn read_only_shares_hold_in_the_guest(env: &Env) {
@@ -1084,7 +1081,7 @@ fn read_only_shares_hold_in_the_guest(env: &Env) {
         env.any(0),
         id,
         &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
-        TASK_TIMEOUT,
+        env.timeout(),
     );
     assert_eq!(
         t["state"],

@@ -822,19 +822,7 @@ fn mount_of(
 }
 
 fn docker_id(handle: &SandboxHandle) -> Result<&str, WorkerError> {
-    if handle.runtime != RuntimeKind::Docker {
-        return Err(invalid(
-            "sandbox.runtime",
-            format!(
-                "the Docker runtime cannot drive a {} sandbox ({})",
-                handle.runtime, handle.id
-            ),
-        ));
-    }
-    if handle.id.is_empty() {
-        return Err(invalid("sandbox.id", "is empty".to_string()));
-    }
-    Ok(&handle.id)
+    handle.id_for(RuntimeKind::Docker)
 }
 
 fn status_code(e: &bollard::errors::Error) -> Option<u16> {

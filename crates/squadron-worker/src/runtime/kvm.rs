@@ -886,19 +886,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn kvm_name(handle: &SandboxHandle) -> Result<&str, WorkerError> {
-    if handle.runtime != RuntimeKind::Kvm {
-        return Err(invalid(
-            "sandbox.runtime",
-            format!(
-                "the KVM runtime cannot drive a {} sandbox ({})",
-                handle.runtime, handle.id
-            ),
-        ));
-    }
-    if handle.id.is_empty() {
-        return Err(invalid("sandbox.id", "is empty".to_string()));
-    }
-    Ok(&handle.id)
+    handle.id_for(RuntimeKind::Kvm)
 }
 
 fn invalid(field: &str, message: String) -> WorkerError {

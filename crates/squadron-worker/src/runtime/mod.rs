@@ -50,6 +50,7 @@ pub(crate) struct LaunchSpec {
     pub(crate) credentials: Option<CredentialSession>,
     /// The manifest preserves a failed sandbox: a runtime whose sandbox would end with its
     /// provider (a VM powers off) keeps it up after the exit instead, for break-glass.
+    #[cfg_attr(not(feature = "libvirt"), allow(dead_code))]
     pub(crate) keep_after_exit: bool,
 }
 
@@ -85,6 +86,29 @@ pub(crate) struct SandboxLimits {
 pub(crate) struct SandboxHandle {
     pub(crate) runtime: RuntimeKind,
     pub(crate) id: String,
+}
+
+impl SandboxHandle {
+    /// The id, if this handle is a sandbox of `kind`'s (a runtime never drives another's).
+    pub(crate) fn id_for(&self, kind: RuntimeKind) -> Result<&str, WorkerError> {
+        let invalid = |field: &str, message: String| WorkerError::Invalid {
+            field: field.to_string(),
+            message,
+        };
+        if self.runtime != kind {
+            return Err(invalid(
+                "sandbox.runtime",
+                format!(
+                    "the {kind} runtime cannot drive a {} sandbox ({})",
+                    self.runtime, self.id
+                ),
+            ));
+        }
+        if self.id.is_empty() {
+            return Err(invalid("sandbox.id", "is empty".to_string()));
+        }
+        Ok(&self.id)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

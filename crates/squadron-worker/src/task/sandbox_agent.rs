@@ -23,6 +23,7 @@ pub(crate) const AGENT_BINARY_MOUNT: &str = "/usr/local/bin/squadron";
 pub(crate) const AGENT_ENV_NAME: &str = "agent.env";
 pub(crate) const CA_NAME: &str = "ca.pem";
 /// A VM's start script in the agent directory (`write_start_script`, read by `vm-init`).
+#[cfg_attr(not(feature = "libvirt"), allow(dead_code))]
 pub(crate) const START_SCRIPT_NAME: &str = "start.sh";
 /// Where a VM's agent binds its own relay sockets, in the guest (`vm-init` makes it).
 pub(crate) const GUEST_BRIDGE_DIR: &str = "/run/squadron/bridge";
@@ -95,6 +96,7 @@ impl AgentFiles<'_> {
 /// directory and environment, then the agent with the launcher (the role of a container's
 /// configuration). Only the sandbox user and the worker read it: the environment may hold
 /// allowlisted values.
+#[cfg_attr(not(feature = "libvirt"), allow(dead_code))]
 pub(crate) fn write_start_script(
     dir: &Path,
     spec: &LaunchSpec,
