@@ -82,6 +82,12 @@ const REAP_WAIT_MS_MAX: u64 = 30_000;
 /// How long the probe's boot of the image may take under hardware virtualisation (a guest
 /// that boots at all says it is ready within a few seconds).
 const KVM_PROBE_BOOT_MS_MAX: u64 = 15_000;
+/// The file naming the data directory a worker's runtime files belong to.
+const OWNER_NAME: &str = "data-dir";
+/// The most sibling directories one start looks at for a gone data directory.
+const WORKER_DIRS_SWEPT_MAX: usize = 10_000;
+/// The longest data directory path read back.
+const DATA_DIR_BYTES_MAX: u64 = 4096;
 /// The probe's answer, kept in `state_dir` for the image it was made with.
 const PROBE_CACHE_NAME: &str = "kvm-probe";
 
@@ -734,6 +740,10 @@ fn lay_out(
     virtiofsd: &Path,
 ) -> Result<(), WorkerError> {
     check_reachable(&config.state_dir)?;
+    create_dir(&files.root, 0o755)?;
+    let owner = files.root.join(OWNER_NAME);
+    crate::support::write_atomic(&owner, config.data_dir.as_os_str().as_encoded_bytes())?;
+    sweep_gone_workers(&files.root);
     for (name, dest) in [("vmlinuz", files.kernel()), ("initrd.img", files.initrd())] {
         let source = config.image_dir.join(name);
         if !source.is_file() {
@@ -769,6 +779,30 @@ fn lay_out(
         )
     })?;
     create_dir(&files.root.join("domains"), 0o755)
+}
+
+/// Removes the files of the runtime's other data directories that no longer exist (each
+/// holds a link to a worker binary and copies of its libraries, half a gigabyte for a debug
+/// build): a directory whose owner file is missing is being laid out and is left alone.
+fn sweep_gone_workers(mine: &Path) {
+    let Some(workers) = mine.parent() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(workers) else {
+        return;
+    };
+    for entry in entries.flatten().take(WORKER_DIRS_SWEPT_MAX) {
+        let dir = entry.path();
+        if dir == mine {
+            continue;
+        }
+        let Ok(owner) = read_small_path(&dir.join(OWNER_NAME)) else {
+            continue;
+        };
+        if !Path::new(&owner).exists() && std::fs::remove_dir_all(&dir).is_ok() {
+            tracing::info!(dir = %dir.display(), data_dir = %owner.to_string_lossy(), "removed the KVM files of a data directory that is gone");
+        }
+    }
 }
 
 /// `state_dir` and each of its ancestors must be searchable by QEMU's user.
@@ -838,6 +872,16 @@ fn read_probe(cache: &Path, key: &str) -> Option<DomainType> {
         "qemu" => Some(DomainType::Qemu),
         _ => None,
     }
+}
+
+/// A data directory's path, as `lay_out` wrote it.
+fn read_small_path(path: &Path) -> std::io::Result<std::ffi::OsString> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(DATA_DIR_BYTES_MAX)
+        .read_to_end(&mut bytes)?;
+    Ok(std::os::unix::ffi::OsStringExt::from_vec(bytes))
 }
 
 /// A small file (an exit code, the probe's answer): at most 256 bytes are read.

@@ -174,3 +174,24 @@ fn only_isolated_networks_and_no_full_control_are_accepted() {
         .to_string()
         .contains("full_control"));
 }
+
+#[test]
+fn the_files_of_gone_data_directories_are_swept_and_no_other() {
+    let root = tempfile::tempdir().unwrap();
+    let workers = root.path().join("workers");
+    let dir = |name: &str, owner: Option<&std::path::Path>| {
+        let d = workers.join(name);
+        std::fs::create_dir_all(d.join("bin")).unwrap();
+        if let Some(o) = owner {
+            std::fs::write(d.join(OWNER_NAME), o.as_os_str().as_encoded_bytes()).unwrap();
+        }
+        d
+    };
+    let mine = dir("mine", Some(&root.path().join("nowhere")));
+    let gone = dir("gone", Some(&root.path().join("deleted-data-dir")));
+    let alive = dir("alive", Some(root.path()));
+    let fresh = dir("fresh", None);
+    sweep_gone_workers(&mine);
+    assert!(!gone.exists(), "a gone data directory's files stay");
+    assert!(mine.exists() && alive.exists() && fresh.exists());
+}
