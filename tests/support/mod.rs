@@ -766,6 +766,19 @@ impl WorkerProc {
     }
 }
 
+/// The KVM runtime's files of this data directory (they hold a link to the worker binary).
+fn remove_kvm_files_of(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir("/var/lib/squadron/vm/workers") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let owner = std::fs::read(entry.path().join("data-dir")).unwrap_or_default();
+        if owner == data_dir.as_os_str().as_encoded_bytes() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Powers off and undefines the KVM runtime's domains whose task directory is under `tasks`.
 fn remove_domains_under(tasks: &Path) {
     let virsh = |args: &[&str]| {
@@ -796,6 +809,7 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     let tasks = data_dir.join("tasks");
     // Domains first: their virtiofs daemons hold the task volumes.
     remove_domains_under(&tasks);
+    remove_kvm_files_of(data_dir);
     unmount_task_volumes(&tasks);
     if let Ok(out) = Command::new("docker")
         .args(["ps", "-a", "--filter", "label=squadron.managed=true"])

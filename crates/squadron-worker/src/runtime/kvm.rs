@@ -174,7 +174,10 @@ impl KvmRuntime {
     /// Checks everything a task will need (libvirt, the image, virtiofsd, the agent binary,
     /// a state directory QEMU can reach), lays out the runtime's files and picks the domain
     /// type, so a worker that cannot run VMs says why at start and not per task.
-    pub(crate) async fn connect(config: KvmConfig) -> Result<Self, WorkerError> {
+    pub(crate) async fn connect(mut config: KvmConfig) -> Result<Self, WorkerError> {
+        // Recorded as the owner of the runtime's files, which another worker's sweep reads.
+        config.data_dir = std::path::absolute(&config.data_dir)
+            .map_err(|e| WorkerError::io("make absolute", &config.data_dir, e))?;
         let binary = config.agent_binary.clone().ok_or_else(|| {
             WorkerError::runtime(
                 RUNTIME_NAME,
