@@ -52,7 +52,7 @@ use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
 use tokio::io::AsyncWriteExt;
 
-use self::domain_xml::{channel_socket, AttemptMark, DomainSpec, DomainType, Share};
+use self::domain_xml::{channel_socket, path_text, AttemptMark, DomainSpec, DomainType, Share};
 use self::hypervisor::{Found, Hypervisor, Lifecycle};
 use crate::error::WorkerError;
 use crate::runtime::agent_libraries::{self, AGENT_LIBRARY_DIR};
@@ -286,15 +286,13 @@ impl KvmRuntime {
              <cmdline>console=ttyS0 squadron.selftest</cmdline></os><features><acpi/></features>\
              <on_poweroff>destroy</on_poweroff><devices><serial type='pty'><log file='{l}' append='off'/>\
              <target port='0'/></serial><memballoon model='none'/></devices></domain>",
-            k = self.files.kernel().display(),
-            i = self.files.initrd().display(),
-            l = log.display(),
+            k = path_text(&self.files.kernel(), "kvm.kernel")?,
+            i = path_text(&self.files.initrd(), "kvm.initrd")?,
+            l = path_text(&log, "kvm.console_log")?,
         );
-        let h = self.hypervisor.clone();
-        let n = name.clone();
-        blocking(move || {
+        self.on_domain(&name, move |h, n| {
             h.define(&xml)?;
-            h.start(&n)
+            h.start(n)
         })
         .await?;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(KVM_PROBE_BOOT_MS_MAX);
@@ -307,21 +305,23 @@ impl KvmRuntime {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let h = self.hypervisor.clone();
-        let n = name.clone();
-        blocking(move || {
-            h.power_off(&n)?;
-            h.undefine(&n)
-        })
-        .await?;
+        self.on_domain(&name, Hypervisor::remove).await?;
         let _ = std::fs::remove_dir_all(&dir);
         Ok(booted)
     }
 
+    /// `call` on the blocking pool with this runtime's hypervisor and domain `name`.
+    async fn on_domain<T: Send + 'static>(
+        &self,
+        name: &str,
+        call: impl FnOnce(&Hypervisor, &str) -> Result<T, WorkerError> + Send + 'static,
+    ) -> Result<T, WorkerError> {
+        let (h, n) = (self.hypervisor.clone(), name.to_string());
+        blocking(move || call(&h, &n)).await
+    }
+
     async fn lookup(&self, name: &str) -> Result<Option<Found>, WorkerError> {
-        let h = self.hypervisor.clone();
-        let n = name.to_string();
-        blocking(move || h.lookup(&n)).await
+        self.on_domain(name, Hypervisor::lookup).await
     }
 
     /// The shares of one attempt (see the module docs).
@@ -506,8 +506,7 @@ impl Runtime for KvmRuntime {
         let name = sandbox_name(&spec.dir, spec.attempt);
         create_dir(&self.files.domain_dir(&name), 0o755)?;
         let xml = self.domain_spec(spec, &name)?.to_xml()?;
-        let h = self.hypervisor.clone();
-        blocking(move || h.define(&xml)).await?;
+        self.on_domain(&name, move |h, _| h.define(&xml)).await?;
         tracing::info!(domain = %name, domain_type = self.domain_type.as_str(), "provisioned domain");
         Ok(SandboxHandle {
             runtime: RuntimeKind::Kvm,
@@ -534,9 +533,7 @@ impl Runtime for KvmRuntime {
             tracing::info!(domain = name, lifecycle = ?found.lifecycle, "domain already started; not starting it again");
             return Ok(());
         }
-        let h = self.hypervisor.clone();
-        let n = name.to_string();
-        blocking(move || h.start(&n)).await
+        self.on_domain(name, Hypervisor::start).await
     }
 
     async fn status(&self, handle: &SandboxHandle) -> Result<RunStatus, WorkerError> {
@@ -565,30 +562,27 @@ impl Runtime for KvmRuntime {
             return Ok(());
         }
         let agent_dir = Self::agent_dir_of(&found, name)?;
-        if Self::exit_code(&agent_dir)?.is_none() {
-            let _held = self.ask_to_stop(&found, name).await;
-            let deadline = tokio::time::Instant::now() + grace;
-            while tokio::time::Instant::now() < deadline {
-                if Self::exit_code(&agent_dir)?.is_some() {
-                    return Ok(());
-                }
-                match self.lookup(name).await? {
-                    Some(f) if f.lifecycle == Lifecycle::Running => {}
-                    _ => return Ok(()),
-                }
-                tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-            }
-            tracing::info!(
-                domain = name,
-                "the guest did not stop within the grace period; powering off"
-            );
-        } else {
+        if Self::exit_code(&agent_dir)?.is_some() {
             // The agent ended; the guest is kept up only for break-glass.
             return Ok(());
         }
-        let h = self.hypervisor.clone();
-        let n = name.to_string();
-        blocking(move || h.power_off(&n)).await
+        let _held = self.ask_to_stop(&found, name).await;
+        let deadline = tokio::time::Instant::now() + grace;
+        while tokio::time::Instant::now() < deadline {
+            if Self::exit_code(&agent_dir)?.is_some() {
+                return Ok(());
+            }
+            match self.lookup(name).await? {
+                Some(f) if f.lifecycle == Lifecycle::Running => {}
+                _ => return Ok(()),
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+        tracing::info!(
+            domain = name,
+            "the guest did not stop within the grace period; powering off"
+        );
+        self.on_domain(name, Hypervisor::power_off).await
     }
 
     /// Powers the domain off, undefines it with its NVRAM and removes its files; the report
@@ -609,13 +603,7 @@ impl Runtime for KvmRuntime {
                         steps.push(format!("console kept at {}", kept.display()));
                     }
                 }
-                let h = self.hypervisor.clone();
-                let n = name.to_string();
-                blocking(move || {
-                    h.power_off(&n)?;
-                    h.undefine(&n)
-                })
-                .await?;
+                self.on_domain(name, Hypervisor::remove).await?;
                 steps.push("powered off; undefined with its NVRAM".to_string());
             }
         }

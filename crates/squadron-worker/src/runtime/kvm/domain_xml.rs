@@ -244,7 +244,8 @@ pub(crate) fn channel_socket(xml: &str, port: &str) -> Option<PathBuf> {
     }
 }
 
-fn path_text(path: &Path, field: &str) -> Result<String, WorkerError> {
+/// A path as XML text, escaped; a path that is not UTF-8 is refused naming `field`.
+pub(crate) fn path_text(path: &Path, field: &str) -> Result<String, WorkerError> {
     let text = path
         .to_str()
         .ok_or_else(|| invalid(field, format!("{} is not valid UTF-8", path.display())))?;

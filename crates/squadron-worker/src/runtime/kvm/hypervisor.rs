@@ -152,6 +152,12 @@ impl Hypervisor {
         }
     }
 
+    /// Powers the domain off and removes its definition.
+    pub(crate) fn remove(&self, name: &str) -> Result<(), WorkerError> {
+        self.power_off(name)?;
+        self.undefine(name)
+    }
+
     /// Removes the definition with its NVRAM, managed save and snapshot metadata (virsh's
     /// `undefine --nvram --managed-save --snapshots-metadata`; the runtime removes the files
     /// it made itself).
