@@ -417,6 +417,9 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
                 ("AgentService/Register", a.register(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: None, exit_code: None }).await.map(|_| ()), own_task),
                 ("AgentService/Heartbeat", a.heartbeat(pb::AgentCheckInRequest { task: fx.task, attempt: 1, usage: Some(pb::SandboxUsage::default()), exit_code: None }).await.map(|_| ()), own_task),
                 ("AgentService/AwaitRun", a.await_run(pb::AwaitRunRequest { task: fx.task, attempt: 1, wait_ms: 0 }).await.map(|_| ()), own_task),
+                // A CSR that does not parse: an agent's call is refused by the signer (it
+                // changes nothing), anyone else's by the rule.
+                ("AgentService/RenewCertificate", a.renew_certificate(pb::RenewAgentCertificateRequest { csr_pem: "not a CSR".into() }).await.map(|_| ()), matches!(id, SpiffeId::Agent(_))),
             ];
             let is_worker = matches!(id, SpiffeId::Worker(_));
             let control = worker_control_probes(channel_for_control.clone(), fx, is_worker, is_w1).await;

@@ -25,34 +25,6 @@ fn manifest(repo: &Path, runtime: &str, credential: &str, script: &str) -> Strin
     )
 }
 
-fn put_credential(url: &str, id: &str, value: &str) {
-    use std::io::Write as _;
-    let mut child = cli(url)
-        .args([
-            "--endpoint",
-            url,
-            "credential",
-            "put",
-            id,
-            "--from-file",
-            "-",
-        ])
-        .args(["--description", "CI key"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("squadron credential put");
-    // With a trailing newline, as `echo` writes it: the CLI drops it.
-    writeln!(child.stdin.take().expect("stdin"), "{value}").expect("write value");
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "credential put: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn task_id(reply: &Reply) -> u64 {
     assert!(reply.ok(), "submission refused: {reply:?}");
     reply.body["task_submitted"]["task"]

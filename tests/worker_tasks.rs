@@ -722,6 +722,60 @@ fn the_agent_registers_before_ready(env: &Env) {
     assert!(enrolled, "no enrollment of {agent} in the audit");
 }
 
+/// The cluster of this file gives agents certificates of this life, so a task that runs
+/// longer sees its agent renew (a third before the end) and go on checking in.
+const AGENT_CERT_TTL_MS: u64 = 60_000;
+
+/// An agent whose task outlives its certificate renews it: its check-ins go on past the first
+/// certificate's end (the node checks every call's certificate), its exit is reported, and
+/// the audit shows the renewal under the agent's own identity.
+fn the_agent_renews_its_certificate(env: &Env) {
+    let script = "echo running past the certificate\nsleep 70\necho still here";
+    let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, ""));
+    let url = format!("{}/api/v1/tasks/{id}/agent", env.any(1));
+    let (mut registered, mut last_seen) = (0u64, 0u64);
+    let deadline = std::time::Instant::now() + env.timeout();
+    loop {
+        if let Ok(s) = http_get(&url) {
+            registered = s["registered_at_ms"].as_u64().unwrap_or(registered);
+            last_seen = last_seen.max(s["last_seen_ms"].as_u64().unwrap_or(0));
+        }
+        let t = http_get(&format!("{}/api/v1/tasks/{id}", env.any(1))).expect("task");
+        if ["COMPLETED", "FAILED", "FAILED_PRESERVED", "CANCELLED"]
+            .contains(&t["state"].as_str().unwrap_or_default())
+        {
+            assert_eq!(
+                t["state"],
+                "COMPLETED",
+                "{t:#}\n{}",
+                explain(env.any(0), id)
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{t:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        last_seen > registered + AGENT_CERT_TTL_MS + 4_000,
+        "the agent stopped checking in with its first certificate: registered at \
+         {registered}, last seen {last_seen}\n{}",
+        explain(env.any(0), id)
+    );
+    let events = logs(env.any(0), id, "stream=events");
+    assert!(
+        events.contains("\"event\":\"agent_exit\",\"reported\":0,\"runtime\":0"),
+        "{events}"
+    );
+    let audit = http_get(&format!("{}/api/v1/audit?limit=1000", env.any(2))).expect("audit");
+    let renewals = audit["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .filter(|r| r["command"] == "record_certificate" && r["subject"]["agent"]["task"] == id)
+        .count();
+    assert!(renewals >= 1, "no renewal by agent/task-{id}: {audit:#}");
+}
+
 /// A sandbox whose agent cannot enroll (its token was used already) never gets READY: the
 /// agent stops, and provisioning fails naming it.
 fn an_agent_whose_token_is_refused_fails_provisioning(env: &Env) {
@@ -801,18 +855,25 @@ fn an_agent_whose_token_is_refused_fails_provisioning(env: &Env) {
 #[test]
 fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
     let _serial = one_at_a_time();
-    let cluster = Cluster::start(3);
+    let cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            agent_cert_ttl_ms: AGENT_CERT_TTL_MS,
+            ..ClusterOptions::default()
+        },
+    );
     let process = WorkerProc::start(
         cluster.dir.path(),
         &unique_worker_id("w-process"),
         cluster.urls(),
         "process",
     );
-    let docker = WorkerProc::start(
+    let docker = WorkerProc::start_with(
         cluster.dir.path(),
         &unique_worker_id("w-docker"),
         cluster.urls(),
         "docker",
+        vec!["--agent-heartbeat-interval-ms".into(), "2000".into()],
     );
     let repo = git_repo(cluster.dir.path());
     let on = |runtime: &'static str| Env {
@@ -876,6 +937,7 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ("docker/containment", &d, containment_through_the_whole_path),
         ("docker/outbox_links", &d, outbox_links_are_not_followed),
         ("docker/agent", &d, the_agent_registers_before_ready),
+        ("docker/agent_renews", &d, the_agent_renews_its_certificate),
         (
             "docker/agent_refused",
             &d,

@@ -96,6 +96,8 @@ pub struct ClusterOptions {
     pub sweep_interval_ms: u64,
     /// The nodes' `RUST_LOG`.
     pub log_filter: &'static str,
+    /// `server.agent_cert_ttl_ms`: the life of an agent's certificate.
+    pub agent_cert_ttl_ms: u64,
 }
 
 impl Default for ClusterOptions {
@@ -105,6 +107,7 @@ impl Default for ClusterOptions {
             keep_entries_after_snapshot: 1_000,
             sweep_interval_ms: 500,
             log_filter: "info",
+            agent_cert_ttl_ms: 24 * 3_600_000,
         }
     }
 }
@@ -159,7 +162,7 @@ impl Cluster {
             "node_id = {id}\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\n\
              data_dir = \"data\"\n\n\
              {members}[raft]\nsnapshot_after_entries = {snap}\nmax_in_snapshot_log_to_keep = {keep}\n\n\
-             [server]\nsweep_interval_ms = {sweep}\n",
+             [server]\nsweep_interval_ms = {sweep}\nagent_cert_ttl_ms = {agent_ttl}\n",
             id = spec.id,
             rest = spec.rest,
             grpc = spec.grpc,
@@ -167,6 +170,7 @@ impl Cluster {
             snap = o.snapshot_after_entries,
             keep = o.keep_entries_after_snapshot,
             sweep = o.sweep_interval_ms,
+            agent_ttl = o.agent_cert_ttl_ms,
         );
         let config = base.join("node.toml");
         std::fs::write(&config, text).expect("config");
@@ -651,6 +655,8 @@ pub struct WorkerProc {
     pub runtimes: String,
     /// Further `squadron worker` flags.
     pub extra_args: Vec<String>,
+    /// Further environment variables of the worker process.
+    pub extra_env: Vec<(String, String)>,
     pub child: Option<Child>,
 }
 
@@ -669,6 +675,18 @@ impl WorkerProc {
         runtimes: &str,
         extra_args: Vec<String>,
     ) -> Self {
+        Self::start_with_env(dir, id, control, runtimes, extra_args, Vec::new())
+    }
+
+    /// `start_with` and further environment variables.
+    pub fn start_with_env(
+        dir: &Path,
+        id: &str,
+        control: Vec<String>,
+        runtimes: &str,
+        extra_args: Vec<String>,
+        extra_env: Vec<(String, String)>,
+    ) -> Self {
         let base = dir.join(format!("worker-{id}"));
         std::fs::create_dir_all(&base).expect("worker dir");
         pki().issue_worker(id, &base.join("pki"));
@@ -680,6 +698,7 @@ impl WorkerProc {
             control,
             runtimes: runtimes.to_string(),
             extra_args,
+            extra_env,
             child: None,
         };
         w.spawn();
@@ -713,6 +732,7 @@ impl WorkerProc {
                     .then_some("--allow-local-repositories"),
             )
             .env("RUST_LOG", "info,squadron_worker=debug")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             // Not on the allowlist: a sandbox must never see it.
             .env("SQUADRON_TEST_SECRET", "leaked")
             .stdout(Stdio::from(log.try_clone().expect("log")))
@@ -1007,5 +1027,34 @@ pub fn assert_json_log(log: &Path, message: &str) {
         found,
         "no JSON line saying {message:?} in {}:\n{text}",
         log.display()
+    );
+}
+
+/// `squadron credential put ID --from-file -` as the cluster's admin, the value on stdin.
+pub fn put_credential(url: &str, id: &str, value: &str) {
+    use std::io::Write as _;
+    let mut child = cli(url)
+        .args([
+            "--endpoint",
+            url,
+            "credential",
+            "put",
+            id,
+            "--from-file",
+            "-",
+        ])
+        .args(["--description", "CI key"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("squadron credential put");
+    // With a trailing newline, as `echo` writes it: the CLI drops it.
+    writeln!(child.stdin.take().expect("stdin"), "{value}").expect("write value");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "credential put: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -5,6 +5,7 @@
 //! apart); each new connection goes through the relay again, and the relay dials whichever
 //! node leads now.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use backon::Retryable;
@@ -34,7 +35,11 @@ pub enum RunOrder {
 
 #[derive(Debug, Clone)]
 pub struct ControlSession {
-    client: AgentServiceClient<Channel>,
+    /// Swapped for a fresh connection when the certificate is renewed: the node checks the
+    /// certificate an open connection was made with on every call.
+    client: Arc<RwLock<AgentServiceClient<Channel>>>,
+    connector: UnixTlsConnector,
+    mine: ReloadableCert,
     task: u64,
     attempt: u32,
     pauses: Vec<Duration>,
@@ -49,16 +54,44 @@ impl ControlSession {
         let mine = ReloadableCert::new(trust, cert)?;
         let config = client_config(trust, ExpectedPeer::AnyNode, Some(&mine))?;
         let connector = UnixTlsConnector::new(env.grpc_socket.clone(), config);
-        let channel = Endpoint::from_static("https://squadron-node")
-            .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
-            .timeout(Duration::from_millis(CALL_TIMEOUT_MS))
-            .connect_with_connector_lazy(connector);
         Ok(Self {
-            client: AgentServiceClient::new(channel),
+            client: Arc::new(RwLock::new(client_over(&connector))),
+            connector,
+            mine,
             task: env.task.get(),
             attempt: env.attempt,
             pauses: env.connect_pauses.clone(),
         })
+    }
+
+    /// Calls from now on present `cert`, over a new connection; calls under way finish on
+    /// the old one.
+    pub fn use_certificate(&self, cert: &IssuedCert) -> Result<(), AgentError> {
+        self.mine.reload(cert)?;
+        let fresh = client_over(&self.connector);
+        *self.client.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+        Ok(())
+    }
+
+    fn client(&self) -> AgentServiceClient<Channel> {
+        self.client
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The leader signs a new certificate for this agent's CSR (`csr_pem`).
+    pub async fn renew_certificate(
+        &self,
+        csr_pem: &str,
+    ) -> Result<pb::AgentCertificate, AgentError> {
+        self.call("RenewCertificate", |mut c| {
+            let request = pb::RenewAgentCertificateRequest {
+                csr_pem: csr_pem.to_owned(),
+            };
+            async move { c.renew_certificate(request).await }
+        })
+        .await
     }
 
     fn check_in_request(&self, usage: Option<pb::SandboxUsage>) -> pb::AgentCheckInRequest {
@@ -131,11 +164,7 @@ impl ControlSession {
         F: Fn(AgentServiceClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let once = || async {
-            f(self.client.clone())
-                .await
-                .map(tonic::Response::into_inner)
-        };
+        let once = || async { f(self.client()).await.map(tonic::Response::into_inner) };
         once.retry(self.pauses.clone().into_iter())
         .when(unanswered)
         .notify(|status, pause| {
@@ -154,6 +183,15 @@ impl ControlSession {
             }
         })
     }
+}
+
+/// A lazy channel: it dials through the relay on its first call.
+fn client_over(connector: &UnixTlsConnector) -> AgentServiceClient<Channel> {
+    let channel = Endpoint::from_static("https://squadron-node")
+        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        .timeout(Duration::from_millis(CALL_TIMEOUT_MS))
+        .connect_with_connector_lazy(connector.clone());
+    AgentServiceClient::new(channel)
 }
 
 /// Not an answer of the control plane: the transport failed, or a follower (or a node

@@ -20,8 +20,7 @@ const ENROLL_PATH: &str = "/api/v1/enroll/agent";
 /// One enrollment try. A refusal of the token is final (`Enroll`); a transport failure is
 /// `Io`, which the caller retries.
 pub async fn enroll(env: &AgentEnv, trust: &ClusterTrust) -> Result<IssuedCert, AgentError> {
-    let identity = SpiffeId::Agent(AgentSubject::Task(env.task.get()));
-    let key = KeyRequest::new(&identity)?;
+    let key = KeyRequest::new(&identity(env))?;
     let body = serde_json::to_vec(&EnrollAgent {
         token: env.token.to_string(),
         agent: AgentIdentity::Task(env.task),
@@ -42,6 +41,11 @@ pub async fn enroll(env: &AgentEnv, trust: &ClusterTrust) -> Result<IssuedCert, 
         key.key_pem().to_string(),
         &enrolled.ca_pem,
     ))
+}
+
+/// The identity this agent holds: its task's.
+pub fn identity(env: &AgentEnv) -> SpiffeId {
+    SpiffeId::Agent(AgentSubject::Task(env.task.get()))
 }
 
 /// HTTP/1.1 over TLS over the relay socket; the node is checked as any node of the cluster.

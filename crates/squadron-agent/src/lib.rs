@@ -7,16 +7,18 @@
 //! 3. Registers over gRPC (`control_session`): READY is the worker's report once this
 //!    registration is committed.
 //! 4. Heartbeats every `SQUADRON_HEARTBEAT_MS` (30 s by default) with what the sandbox uses
-//!    (`sandbox_usage`).
+//!    (`sandbox_usage`), and renews its certificate a third before it ends, for as long as
+//!    the task runs (`cert_renewal`).
 //! 5. Waits until the task is RUNNING, then runs the provider launcher (`provider_run`) and
 //!    exits with its exit code, which the runtime reads as the run's.
 //!
-//! Map: `agent_env` (the file), `channel_bridge` and `virtio_port` (a VM's relay over its
+//! Map: `agent_env` (the file), `cert_renewal`, `channel_bridge` and `virtio_port` (a VM's relay over its
 //! virtio-serial port), `enrollment` (token → certificate), `control_session` (the
 //! gRPC calls and their retries), `sandbox_usage` (heartbeat figures), `provider_run` (the
 //! launcher and stops), `error`.
 
 pub mod agent_env;
+pub mod cert_renewal;
 pub mod channel_bridge;
 pub mod control_session;
 pub mod enrollment;
@@ -97,6 +99,12 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
         session.clone(),
         Duration::from_millis(env.heartbeat_ms),
         env.disk_paths.clone(),
+    ));
+    // Ends with the agent: the process exits once the provider has.
+    tokio::spawn(cert_renewal::renewal_loop(
+        session.clone(),
+        enrollment::identity(&env),
+        cert,
     ));
     let order = tokio::select! {
         order = session.wait_for_run() => order,

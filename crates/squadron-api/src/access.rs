@@ -161,6 +161,7 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
     ("/squadron.v1.AgentService/Register", AGENT_ONLY),
     ("/squadron.v1.AgentService/Heartbeat", AGENT_ONLY),
     ("/squadron.v1.AgentService/AwaitRun", AGENT_ONLY),
+    ("/squadron.v1.AgentService/RenewCertificate", AGENT_ONLY),
     ("/squadron.v1.WorkerControl/AcquireLease", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/ReleaseLease", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/Takeover", WORKER_CONTROL),

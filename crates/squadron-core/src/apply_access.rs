@@ -345,6 +345,20 @@ impl State {
                 c.identity
             )));
         }
+        // A task's agent lives as long as its task: an agent key that leaked from a sandbox
+        // must not outlive the task by renewing itself.
+        if let Identity::Agent(crate::access::AgentIdentity::Task(task)) = &c.identity {
+            match self.tasks.get(task) {
+                Some(t) if !t.state.is_terminal() => {}
+                Some(t) => {
+                    return Err(Rejection::denied(format!(
+                        "task {task} is {}: its agent's certificate is not renewed",
+                        t.state
+                    )))
+                }
+                None => return Err(Rejection::not_found(crate::rejection::Entity::Task, task)),
+            }
+        }
         self.check_new_certificate(now, &c.serial, c.not_after_ms)?;
         self.insert_certificate(now, c.identity, c.serial.clone(), c.not_after_ms);
         Ok(Outcome::CertificateRecorded {

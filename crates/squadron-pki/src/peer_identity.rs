@@ -48,6 +48,25 @@ impl CertFacts {
     }
 }
 
+impl CertFacts {
+    /// When the holder renews: a third of the certificate's life before its end, so a renewal
+    /// that fails has the rest of that third to be asked again. The life is counted from
+    /// issue, not from `not_before`, which the CA backdates by the clock-skew allowance.
+    pub fn renew_at_ms(&self) -> u64 {
+        let span = self.not_after_ms.saturating_sub(self.not_before_ms);
+        let life = match span.checked_sub(crate::cluster_ca::CLOCK_SKEW_ALLOWANCE_MS) {
+            Some(issued) if issued > 0 => issued,
+            _ => span,
+        };
+        self.not_after_ms.saturating_sub(life / 3)
+    }
+
+    /// Renewal is due once less than a third of the certificate's life remains.
+    pub fn renewal_due(&self, now_ms: u64) -> bool {
+        now_ms > self.renew_at_ms()
+    }
+}
+
 fn spiffe_uris(cert: &X509Certificate<'_>) -> Result<Vec<String>, PkiError> {
     let san = cert
         .subject_alternative_name()
@@ -87,5 +106,36 @@ pub(crate) fn require_ca(der: &[u8]) -> Result<(), PkiError> {
         _ => Err(PkiError::Certificate(
             "the supplied CA certificate is not a CA (basicConstraints cA is not set)".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(not_before_ms: u64, not_after_ms: u64) -> CertFacts {
+        CertFacts {
+            identity: "spiffe://squadron.local/agent/task-1".parse().unwrap(),
+            serial_hex: "01".into(),
+            not_before_ms,
+            not_after_ms,
+        }
+    }
+
+    #[test]
+    fn renewal_is_due_in_the_last_third_of_life() {
+        let (start, end) = (1_000, 1_000 + 90_000);
+        let f = facts(start, end);
+        assert_eq!(f.renew_at_ms(), start + 60_000);
+        assert!(!f.renewal_due(start));
+        assert!(!f.renewal_due(start + 59_999));
+        assert!(f.renewal_due(start + 60_001));
+        assert!(f.renewal_due(end + 5), "an ended certificate is due");
+        // As the CA issues: not_before backdated; two thirds of the issued life still pass.
+        let issued = 10_000_000;
+        let skew = crate::cluster_ca::CLOCK_SKEW_ALLOWANCE_MS;
+        let backdated = facts(issued - skew, issued + 60_000);
+        assert_eq!(backdated.renew_at_ms(), issued + 40_000);
+        assert!(!backdated.renewal_due(issued + 1));
     }
 }

@@ -178,7 +178,14 @@ pub fn client_config(
         .dangerous()
         .with_custom_certificate_verifier(verifier);
     let mut config = match client_cert {
-        Some(cert) => builder.with_client_cert_resolver(Arc::new(cert.clone())),
+        Some(cert) => {
+            let mut config = builder.with_client_cert_resolver(Arc::new(cert.clone()));
+            // A resumed session keeps the client certificate of the session it resumes: after
+            // a renewal every new connection would still be the old certificate's, refused
+            // once that one ends. Each connection presents the current certificate instead.
+            config.resumption = rustls::client::Resumption::disabled();
+            config
+        }
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();

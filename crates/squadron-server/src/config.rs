@@ -71,7 +71,16 @@ pub struct ServerSettings {
     /// balancer or DNS gives the node. Anything else is refused, which defeats DNS
     /// rebinding from a browser.
     pub allowed_hosts: Vec<String>,
+    /// The life of a certificate an agent inside a sandbox enrolls or renews for; the agent
+    /// renews it a third before its end for as long as its task runs.
+    pub agent_cert_ttl_ms: u64,
 }
+
+/// Bounds of `server.agent_cert_ttl_ms`: the shortest life the CA issues (short enough to let
+/// tests watch a renewal), and no longer than a day (a leaked agent key is good for at most
+/// one certificate life).
+pub const AGENT_CERT_TTL_MS_MIN: u64 = squadron_pki::cluster_ca::ENROLLED_CERT_VALIDITY_MS_MIN;
+pub const AGENT_CERT_TTL_MS_MAX: u64 = 24 * 3_600 * 1_000;
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -81,6 +90,7 @@ impl Default for ServerSettings {
             schedule_interval_ms: 500,
             request_timeout_ms: 5_000,
             allowed_hosts: Vec::new(),
+            agent_cert_ttl_ms: AGENT_CERT_TTL_MS_MAX,
         }
     }
 }
@@ -180,6 +190,16 @@ impl NodeConfig {
                 return Err(invalid(field, format!("must be 10..=600000 ms, got {v}")));
             }
         }
+        if !(AGENT_CERT_TTL_MS_MIN..=AGENT_CERT_TTL_MS_MAX).contains(&self.server.agent_cert_ttl_ms)
+        {
+            return Err(invalid(
+                "server.agent_cert_ttl_ms",
+                format!(
+                    "must be {AGENT_CERT_TTL_MS_MIN}..={AGENT_CERT_TTL_MS_MAX} ms, got {}",
+                    self.server.agent_cert_ttl_ms
+                ),
+            ));
+        }
         if self.server.allowed_hosts.len() > ALLOWED_HOSTS_MAX {
             return Err(invalid(
                 "server.allowed_hosts",
@@ -251,5 +271,29 @@ impl NodeConfig {
             raft: RaftTimeouts::default(),
             server: ServerSettings::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> NodeConfig {
+        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        NodeConfig::single_node("data".into(), at(7001), at(7002), at(7003))
+    }
+
+    #[test]
+    fn an_agent_certificate_life_out_of_bounds_is_refused_naming_the_field() {
+        assert!(config().validate().is_ok());
+        for bad in [0, AGENT_CERT_TTL_MS_MIN - 1, AGENT_CERT_TTL_MS_MAX + 1] {
+            let mut c = config();
+            c.server.agent_cert_ttl_ms = bad;
+            let e = c.validate().expect_err("out of bounds").to_string();
+            assert!(e.contains("server.agent_cert_ttl_ms"), "{e}");
+        }
+        let mut c = config();
+        c.server.agent_cert_ttl_ms = AGENT_CERT_TTL_MS_MIN;
+        assert!(c.validate().is_ok());
     }
 }

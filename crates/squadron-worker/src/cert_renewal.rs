@@ -42,12 +42,6 @@ fn pause_after(outcome: &Result<(), RenewalFailure>) -> u64 {
     }
 }
 
-/// Renewal is due once less than a third of the certificate's life remains.
-pub(crate) fn renewal_due(now_ms: u64, not_before_ms: u64, not_after_ms: u64) -> bool {
-    let life = not_after_ms.saturating_sub(not_before_ms);
-    not_after_ms.saturating_sub(now_ms) < life / 3
-}
-
 /// Checks every [`CERT_CHECK_INTERVAL_MS`] and renews when due; a failure is logged and
 /// retried at the next check (the old certificate still works until it ends), a refusal after
 /// [`RENEWAL_REFUSED_RECHECK_MS`] with what to do about it.
@@ -87,11 +81,7 @@ async fn renew_if_due(
         .read_identity(WORKER_CERT_NAME)
         .and_then(|c| c.facts())
         .map_err(pki_error)?;
-    if !renewal_due(
-        squadron_client::now_ms(),
-        facts.not_before_ms,
-        facts.not_after_ms,
-    ) {
+    if !facts.renewal_due(squadron_client::now_ms()) {
         return Ok(());
     }
     let request = KeyRequest::new(&SpiffeId::Worker(worker.clone())).map_err(pki_error)?;
@@ -143,17 +133,5 @@ mod tests {
         }));
         assert_eq!(pause_after(&failed), CERT_CHECK_INTERVAL_MS);
         assert_eq!(pause_after(&Ok(())), CERT_CHECK_INTERVAL_MS);
-    }
-
-    #[test]
-    fn renewal_is_due_in_the_last_third_of_life() {
-        let (start, end) = (1_000, 1_000 + 90_000);
-        assert!(!renewal_due(start, start, end));
-        assert!(!renewal_due(start + 59_999, start, end));
-        assert!(renewal_due(start + 60_001, start, end));
-        assert!(
-            renewal_due(end + 5, start, end),
-            "an ended certificate is due"
-        );
     }
 }

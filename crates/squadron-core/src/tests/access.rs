@@ -436,6 +436,45 @@ fn certificates_renew_only_for_their_own_live_identity_and_decommission_revokes(
     assert!(fx.state.certificate(&serial("01")).is_none());
 }
 
+/// A task's agent renews its own certificate while the task lives; once the task ended the
+/// renewal is refused and nothing is recorded, so a key that leaked from the sandbox dies with
+/// the certificate it holds.
+#[test]
+fn an_agent_renews_only_while_its_task_lives() {
+    let (mut fx, admin) = fx_with_admin();
+    let task = fx.submit("");
+    let agent = AgentIdentity::Task(task);
+    fx.ok_as(
+        &admin,
+        mint(2, BootstrapPurpose::Agent { agent }, fx.now + HOUR),
+    );
+    fx.ok_as(
+        &Subject::Node(1),
+        enroll(2, 2, Identity::Agent(agent), "01", fx.now + HOUR),
+    );
+    let renew = |s: &str, at: u64| {
+        Command::RecordCertificate(RecordCertificate {
+            identity: Identity::Agent(agent),
+            serial: serial(s),
+            not_after_ms: at + HOUR,
+        })
+    };
+    let other = Subject::Agent(AgentIdentity::Task(TaskId::new(task.get() + 1).unwrap()));
+    let r = fx.rejected_as(&other, renew("02", fx.now));
+    assert_eq!(r.code(), ErrorCode::PermissionDenied, "{r}");
+    fx.ok_as(&Subject::Agent(agent), renew("02", fx.now));
+    assert!(fx.state.certificate(&serial("02")).is_some());
+    fx.ok(Command::CancelTask(CancelTask {
+        task,
+        reason: "done with it".into(),
+    }));
+    assert!(fx.state.task(task).unwrap().state.is_terminal());
+    let r = fx.rejected_as(&Subject::Agent(agent), renew("03", fx.now));
+    assert_eq!(r.code(), ErrorCode::PermissionDenied, "{r}");
+    assert!(r.to_string().contains("not renewed"), "{r}");
+    assert!(fx.state.certificate(&serial("03")).is_none());
+}
+
 #[test]
 fn a_worker_speaks_only_for_itself() {
     let mut fx = Fx::new();

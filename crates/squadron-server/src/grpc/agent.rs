@@ -218,6 +218,38 @@ impl AgentService for AgentGrpc {
         }
     }
 
+    /// The caller renews its own certificate; the core refuses once its task has ended.
+    async fn renew_certificate(
+        &self,
+        request: Request<pb::RenewAgentCertificateRequest>,
+    ) -> Result<Response<pb::AgentCertificate>, Status> {
+        require_leader(&self.node)?;
+        let caller = caller_of(&request)?;
+        let Caller::Agent(agent) = &caller else {
+            return Err(super::status(
+                ErrorCode::PermissionDenied,
+                format!("only an agent renews its certificate here, not {caller:?}"),
+            ));
+        };
+        let identity = squadron_core::access::Identity::Agent(*agent);
+        let csr_pem = request.into_inner().csr_pem;
+        let renewed = crate::rest::enrollment::renew_identity(
+            &self.node,
+            &caller,
+            None,
+            identity,
+            &csr_pem,
+            &[],
+        )
+        .await?;
+        Ok(Response::new(pb::AgentCertificate {
+            cert_pem: renewed.cert_pem,
+            ca_pem: renewed.ca_pem,
+            serial: renewed.serial,
+            not_after_ms: renewed.not_after_ms,
+        }))
+    }
+
     async fn check_mcp_use(
         &self,
         request: Request<pb::CheckMcpUseRequest>,

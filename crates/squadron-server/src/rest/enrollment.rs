@@ -39,9 +39,6 @@ pub const MINT_SLACK_MS: u64 = 2_000;
 pub const WORKER_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
 /// Host names a worker may ask its certificate to carry besides loopback.
 pub const ENROLL_HOSTS_MAX: usize = 8;
-/// An agent certificate's life. It is not renewed yet: the agent of a task that runs longer
-/// (a task may run a week) stops checking in after a day, while its provider runs on.
-pub const AGENT_CERT_VALIDITY_MS: u64 = 24 * 3_600 * 1_000;
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -177,10 +174,7 @@ async fn exchange(
         .map_err(|e| AuthError::Unauthenticated(e.to_string()))?;
     let token_id: TokenId = TokenId::new(token.id())
         .map_err(|_| AuthError::Unauthenticated("the bootstrap token is not accepted".into()))?;
-    let (spiffe, validity_ms) = match &identity {
-        Identity::Worker(w) => (SpiffeId::Worker(w.clone()), WORKER_CERT_VALIDITY_MS),
-        Identity::Agent(a) => (agent_spiffe(a), AGENT_CERT_VALIDITY_MS),
-    };
+    let (spiffe, validity_ms) = certificate_of(node, &identity);
     let signed = sign(node, &spiffe, csr_pem, hosts, validity_ms)?;
     let command = Command::Enroll(cmd::Enroll {
         token: token_id,
@@ -273,21 +267,46 @@ pub(crate) async fn renew_certificate(
     worker: WorkerId,
     b: RenewCertificate,
 ) -> Result<Enrolled, ApiError> {
-    let signed = sign(
+    renew_identity(
         node,
-        &SpiffeId::Worker(worker.clone()),
+        caller,
+        key,
+        Identity::Worker(worker),
         &b.csr_pem,
         &b.hosts,
-        WORKER_CERT_VALIDITY_MS,
-    )?;
+    )
+    .await
+}
+
+/// Signs a new key of `identity`, which the caller must be (the core holds it to that, and an
+/// agent to a task that has not ended), and records the certificate; answered once the record
+/// is applied.
+pub(crate) async fn renew_identity(
+    node: &AppState,
+    caller: &Caller,
+    key: Option<IdempotencyKey>,
+    identity: Identity,
+    csr_pem: &str,
+    hosts: &[String],
+) -> Result<Enrolled, ApiError> {
+    let (spiffe, validity_ms) = certificate_of(node, &identity);
+    let signed = sign(node, &spiffe, csr_pem, hosts, validity_ms)?;
     let command = Command::RecordCertificate(cmd::RecordCertificate {
-        identity: Identity::Worker(worker),
+        identity,
         serial: signed.serial.clone(),
         not_after_ms: signed.not_after_ms,
     });
     match super::write_keyed(node, caller.subject()?, key, command).await? {
         Outcome::CertificateRecorded { serial, .. } => signed.answer(&serial),
         other => Err(ApiError::internal(format!("unexpected outcome {other:?}"))),
+    }
+}
+
+/// The certificate `identity` gets: its SPIFFE id and its life.
+fn certificate_of(node: &AppState, identity: &Identity) -> (SpiffeId, u64) {
+    match identity {
+        Identity::Worker(w) => (SpiffeId::Worker(w.clone()), WORKER_CERT_VALIDITY_MS),
+        Identity::Agent(a) => (agent_spiffe(a), node.config.server.agent_cert_ttl_ms),
     }
 }
 
