@@ -63,6 +63,31 @@ SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static libvirt-daemon-system 
 SQUADRON_VIRTIOFSD_VERSION=1.14.0
 SQUADRON_TOOLS_DIR="${HOME}/.cache/squadron-tools"
 
+# Installs the pinned provider CLIs (providers/versions.env) with npm where the installed
+# ones differ: Claude Code as `claude`, Codex as `codex`, on the PATH the process runtime's
+# sandboxes see (npm's global prefix under /usr). Both packages ship native binaries.
+ensure_provider_clis() {
+  local here
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  # shellcheck source=../providers/versions.env
+  source "$here/providers/versions.env"
+  command -v npm >/dev/null 2>&1 || ensure_packages npm
+  local cli package version
+  for cli in claude codex; do
+    case "$cli" in
+      claude) package="$CLAUDE_CODE_PACKAGE" version="$CLAUDE_CODE_VERSION" ;;
+      codex) package="$CODEX_PACKAGE" version="$CODEX_VERSION" ;;
+    esac
+    if "$cli" --version 2>/dev/null | grep -qF "$version"; then continue; fi
+    log "installing $package@$version from npm"
+    as_root npm install --global --no-fund --no-audit --loglevel=error "$package@$version" >/dev/null
+    "$cli" --version 2>/dev/null | grep -qF "$version" || {
+      log "$cli --version does not report $version after the install"
+      return 1
+    }
+  done
+}
+
 # Starts dockerd in the background unless an engine already answers; waits until it does.
 ensure_dockerd() {
   if docker info >/dev/null 2>&1; then return 0; fi

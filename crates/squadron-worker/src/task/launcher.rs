@@ -9,15 +9,25 @@
 //!   the runtime's signals (SIGTERM on cancel) reach the provider itself.
 //!
 //! Provider command lines (every argument shell-quoted):
-//! - claude: `claude --print --output-format stream-json --verbose [--model M]
-//!   [--max-turns N] [--allowedTools a,b]` — stream-json needs `--verbose` in print mode;
-//!   an empty `allowed_tools` list adds no flag.
-//! - codex: `codex exec [--model M] --sandbox danger-full-access --skip-git-repo-check -` —
-//!   `-` reads the prompt from stdin; `codex exec` is read-only by default, and Squadron's
+//! - claude: `claude --print --output-format stream-json --verbose --permission-mode
+//!   bypassPermissions [--model M] [--max-turns N] [--allowedTools a,b]` — stream-json needs
+//!   `--verbose` in print mode; Squadron's sandbox is the boundary, and a headless run has
+//!   nobody to grant a permission, so the CLI's own prompts are off (the CLI refuses this as
+//!   root; sandboxed code never runs as root); an empty `allowed_tools` list adds no flag.
+//!   `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` and `DISABLE_AUTOUPDATER=1` keep it from
+//!   calling anything but the model. Its API key comes from the credential file
+//!   `ANTHROPIC_API_KEY_FILE` (a `credential_refs` mount `anthropic_api_key`): the CLI takes
+//!   the key only from its environment, so `launch.sh` moves it there, into the provider's
+//!   environment alone (never a command line, never a file the worker writes).
+//! - codex: `codex exec --json [--model M] --sandbox danger-full-access --skip-git-repo-check
+//!   -` — its JSONL events as the task's stdout; `-` reads the prompt from stdin; `codex exec` is read-only by default, and Squadron's
 //!   sandbox (bubblewrap, container or VM) is the boundary, so Codex's own nested sandbox,
 //!   which often cannot start inside another, is turned off; the check for a trusted git
 //!   repository is skipped because the working directory may be a subpath or a fresh clone.
-//!   `max_turns` and `allowed_tools` have no Codex equivalent and are ignored.
+//!   `max_turns` and `allowed_tools` have no Codex equivalent and are ignored. Its API key
+//!   comes from `OPENAI_API_KEY_FILE` (mount `openai_api_key`) as `OPENAI_API_KEY` and
+//!   `CODEX_API_KEY`; Codex reads no base-URL variable, so a worker's `OPENAI_BASE_URL` becomes
+//!   a model provider in `$HOME/.codex/config.toml`.
 //! - script: `/bin/sh /mnt/run/script.sh`.
 
 use std::collections::BTreeMap;
@@ -43,6 +53,8 @@ pub(crate) const SANDBOX_PATH: &str =
 pub(crate) const SANDBOX_HOME: &str = "/tmp";
 pub(crate) const SANDBOX_LANG: &str = "C.UTF-8";
 pub(crate) const SANDBOX_TERM: &str = "dumb";
+/// Claude Code's permission mode inside Squadron's sandbox (see the module documentation).
+pub(crate) const CLAUDE_PERMISSION_MODE: &str = "bypassPermissions";
 /// Codex's own sandbox mode inside Squadron's (see the module documentation).
 pub(crate) const CODEX_SANDBOX_MODE: &str = "danger-full-access";
 /// Longest working directory accepted.
@@ -141,7 +153,7 @@ pub(crate) fn prepare_launch_with_mounts(
 
     Ok(LaunchPlan {
         argv: vec!["/bin/sh".to_string(), format!("{run}/{LAUNCH_SCRIPT_NAME}")],
-        env: sandbox_env(dir, attempt, env_allowlist),
+        env: sandbox_env(dir, attempt, agent.provider, env_allowlist),
         workdir: workdir.to_string(),
         provider: agent.provider,
         provider_argv,
@@ -153,9 +165,13 @@ pub(crate) fn prepare_launch_with_mounts(
 fn sandbox_env(
     dir: &TaskDir,
     attempt: u32,
+    provider: Provider,
     env_allowlist: &EnvAllowlist,
 ) -> BTreeMap<String, String> {
     let mut env: BTreeMap<String, String> = env_allowlist.resolve();
+    for (name, value) in provider_env(provider) {
+        env.insert(name.to_string(), value.to_string());
+    }
     for (name, value) in [
         ("PATH", SANDBOX_PATH.to_string()),
         ("HOME", SANDBOX_HOME.to_string()),
@@ -167,6 +183,47 @@ fn sandbox_env(
         env.insert(name.to_string(), value);
     }
     env
+}
+
+/// What a provider's CLI always gets in its environment: no traffic but the model's.
+pub(crate) fn provider_env(provider: Provider) -> &'static [(&'static str, &'static str)] {
+    match provider {
+        Provider::Claude => &[
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+            ("DISABLE_AUTOUPDATER", "1"),
+        ],
+        Provider::Codex | Provider::Script => &[],
+    }
+}
+
+/// `launch.sh`'s lines that give Codex the worker's `OPENAI_BASE_URL` as its model provider.
+const CODEX_BASE_URL_PRELUDE: &str = r#"# OPENAI_BASE_URL (the worker's setting) as Codex's model provider.
+if [ -n "${OPENAI_BASE_URL:-}" ]; then mkdir -p "$HOME/.codex" && printf '%s\n' 'model_provider = "squadron"' '[model_providers.squadron]' 'name = "squadron"' "base_url = \"$OPENAI_BASE_URL\"" 'env_key = "OPENAI_API_KEY"' 'wire_api = "responses"' >"$HOME/.codex/config.toml" || exit 1; fi
+"#;
+
+/// What `launch.sh` does for a provider's CLI before it starts it: the API key moved from its
+/// credential file into the variables the CLI reads it from (neither CLI reads a key from a
+/// file), and for Codex, which has no base-URL variable, `OPENAI_BASE_URL` made a model
+/// provider in its own configuration (`$HOME` is the sandbox's private `/tmp`).
+fn provider_prelude(provider: Provider) -> String {
+    let move_key = |file: &str, vars: &[&str]| {
+        let assign: String = vars
+            .iter()
+            .map(|v| format!(" {v}=$(cat \"${{{file}}}\") || exit 1; export {v};"))
+            .collect();
+        format!(
+            "# The API key moves from its credential file into this process's environment only.\n\
+             if [ -n \"${{{file}:-}}\" ]; then{assign} fi\n"
+        )
+    };
+    match provider {
+        Provider::Claude => move_key("ANTHROPIC_API_KEY_FILE", &["ANTHROPIC_API_KEY"]),
+        Provider::Codex => {
+            let key = move_key("OPENAI_API_KEY_FILE", &["OPENAI_API_KEY", "CODEX_API_KEY"]);
+            format!("{key}{CODEX_BASE_URL_PRELUDE}")
+        }
+        Provider::Script => String::new(),
+    }
 }
 
 /// The provider's command line (no prompt: that comes on stdin). `run` is where `run/` is
@@ -182,6 +239,8 @@ pub(crate) fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
                 "--output-format",
                 "stream-json",
                 "--verbose",
+                "--permission-mode",
+                CLAUDE_PERMISSION_MODE,
             ]);
             if let Some(model) = &agent.model {
                 push(&["--model", model]);
@@ -194,7 +253,7 @@ pub(crate) fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
             }
         }
         Provider::Codex => {
-            push(&["codex", "exec"]);
+            push(&["codex", "exec", "--json"]);
             if let Some(model) = &agent.model {
                 push(&["--model", model]);
             }
@@ -226,6 +285,7 @@ fn launch_script(
     paths: &LaunchPaths<'_>,
 ) -> Result<String, WorkerError> {
     let command = shlex::try_join(argv.iter().map(String::as_str)).map_err(quote_error)?;
+    let key = provider_prelude(provider);
     Ok(format!(
         "#!/bin/sh\n\
          # Written by the Squadron worker: task {task}, attempt {attempt}, provider {provider}.\n\
@@ -233,6 +293,7 @@ fn launch_script(
          # Output is appended to the task's progress logs; exec hands signals to the provider.\n\
          exec <{prompt} >>{stdout} 2>>{stderr}\n\
          cd {workdir} || exit {LAUNCH_WORKDIR_EXIT_CODE}\n\
+         {key}\
          exec {command}\n",
         task = dir.task(),
         prompt = quote(&paths.prompt)?,
@@ -331,7 +392,9 @@ mod tests {
                 "--print",
                 "--output-format",
                 "stream-json",
-                "--verbose"
+                "--verbose",
+                "--permission-mode",
+                "bypassPermissions"
             ]
         );
         let text = launch_text(&dir);
@@ -342,8 +405,14 @@ mod tests {
         assert!(text.contains("cd /mnt/inbox || exit 126\n"), "{text}");
         assert_eq!(
             last_line(&text),
-            "exec claude --print --output-format stream-json --verbose"
+            "exec claude --print --output-format stream-json --verbose --permission-mode \
+             bypassPermissions"
         );
+        assert!(
+            text.contains("if [ -n \"${ANTHROPIC_API_KEY_FILE:-}\" ]; then ANTHROPIC_API_KEY=$(cat \"${ANTHROPIC_API_KEY_FILE}\") || exit 1; export ANTHROPIC_API_KEY; fi\n"),
+            "{text}"
+        );
+        assert_eq!(plan.env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"], "1");
         assert!(
             text.contains("task 7, attempt 2, provider claude"),
             "{text}"
@@ -369,6 +438,8 @@ mod tests {
                 "--output-format",
                 "stream-json",
                 "--verbose",
+                "--permission-mode",
+                "bypassPermissions",
                 "--model",
                 "claude-sonnet-4-5-20250929",
                 "--max-turns",
@@ -380,8 +451,8 @@ mod tests {
         let text = launch_text(&dir);
         assert_eq!(
             last_line(&text),
-            "exec claude --print --output-format stream-json --verbose --model \
-             claude-sonnet-4-5-20250929 --max-turns 100 --allowedTools 'Read,Bash(git:*),Edit'"
+            "exec claude --print --output-format stream-json --verbose --permission-mode \
+             bypassPermissions --model claude-sonnet-4-5-20250929 --max-turns 100 --allowedTools 'Read,Bash(git:*),Edit'"
         );
         assert!(
             text.contains("cd '/mnt/inbox/packages/a b' || exit 126\n"),
@@ -391,6 +462,68 @@ mod tests {
         spec.agent.allowed_tools = Some(vec![]);
         prepare_launch(&dir, 2, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
         assert!(!launch_text(&dir).contains("--allowedTools"));
+    }
+
+    /// The pinned CLIs (providers/versions.env, installed by scripts/test) accept every flag
+    /// the launcher gives them: each is run with its whole command line and no prompt, and
+    /// must get past its argument parser to its "no input" refusal.
+    #[test]
+    fn the_pinned_clis_accept_every_flag_the_launcher_uses() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        // As a sandbox runs them: never as root (Claude Code refuses its permission mode there).
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        let unprivileged: &[&str] = if root {
+            &[
+                "setpriv",
+                "--reuid",
+                "65534",
+                "--regid",
+                "65534",
+                "--clear-groups",
+                "--",
+            ]
+        } else {
+            &[]
+        };
+        let mut spec = claude_spec();
+        spec.agent.model = Some("scripted-model".into());
+        spec.agent.max_turns = Some(3);
+        spec.agent.allowed_tools = Some(vec!["Read".into(), "Write".into()]);
+        for (provider, parsed) in [
+            (Provider::Claude, "Input must be provided"),
+            (Provider::Codex, "No prompt provided"),
+        ] {
+            spec.agent.provider = provider;
+            let argv = provider_argv(&spec.agent, "/mnt/run");
+            let command: Vec<&str> = unprivileged
+                .iter()
+                .copied()
+                .chain(argv.iter().map(String::as_str))
+                .collect();
+            let out = Command::new(command[0])
+                .args(&command[1..])
+                .current_dir(home.path())
+                .env("HOME", home.path())
+                .env("CODEX_HOME", home.path())
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{} is not installed (scripts/test installs it): {e}",
+                        argv[0]
+                    )
+                });
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(said.contains(parsed), "{argv:?} said: {said}");
+        }
     }
 
     #[test]
@@ -406,6 +539,7 @@ mod tests {
             [
                 "codex",
                 "exec",
+                "--json",
                 "--sandbox",
                 "danger-full-access",
                 "--skip-git-repo-check",
@@ -416,7 +550,8 @@ mod tests {
         prepare_launch(&dir, 1, &spec, "/mnt/inbox", &EnvAllowlist::default()).unwrap();
         assert_eq!(
             last_line(&launch_text(&dir)),
-            "exec codex exec --model gpt-5-codex --sandbox danger-full-access --skip-git-repo-check -"
+            "exec codex exec --json --model gpt-5-codex --sandbox danger-full-access \
+             --skip-git-repo-check -"
         );
 
         let spec = spec_for("/srv/repo");

@@ -1,0 +1,263 @@
+//! The real provider CLIs under Squadron (issue 16): the pinned Claude Code and Codex
+//! (`providers/versions.env`, installed by `scripts/test`) each complete a task on the process
+//! runtime against a scripted model server, offline. A real node, a real worker with
+//! bubblewrap and cgroups; the model server listens in a network namespace the test made,
+//! which the sandbox reaches through its `outbound` egress; the API key is a credential the
+//! test put, delivered as a credential lease.
+
+mod model_server;
+mod support;
+
+use std::time::Duration;
+
+use model_server::{ModelServer, Recorded, Step, TestNet, MODEL_PORT};
+use serde_json::{json, Value};
+use support::*;
+
+const TASK_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One provider's run: what it is told to use, and what it did.
+struct ProviderRun {
+    server: ModelServer,
+    url: String,
+    id: u64,
+    task: Value,
+    _worker: WorkerProc,
+    _cluster: Cluster,
+    _net: TestNet,
+}
+
+impl ProviderRun {
+    /// A one-node cluster, the key as credential `key-test` (mount `mount`), a process worker
+    /// that hands `base_var` (the model server's URL) to sandboxes, and a task of `provider`
+    /// run to its end.
+    fn start(provider: &str, mount: &str, key: &str, base_var: &str, script: Vec<Step>) -> Self {
+        let net = TestNet::new(provider);
+        let server = ModelServer::start(net.listen(MODEL_PORT), script);
+        let cluster = Cluster::start(1);
+        let url = cluster.url(1);
+        put_credential(&url, "key-test", key);
+        let base = match base_var {
+            "OPENAI_BASE_URL" => format!("{}/v1", server.url),
+            _ => server.url.clone(),
+        };
+        let worker = WorkerProc::start_with_env(
+            cluster.dir.path(),
+            &unique_worker_id(&format!("w-{provider}")),
+            cluster.urls(),
+            "process",
+            vec!["--env-allow".into(), base_var.into()],
+            vec![(base_var.into(), base)],
+        );
+        let repo = git_repo(cluster.dir.path());
+        let r = submit_yaml(&url, &manifest(&repo, provider, mount));
+        assert!(r.ok(), "submission refused: {r:?}");
+        let id = r.body["task_submitted"]["task"].as_u64().expect("task id");
+        let task = wait_task_state(
+            &url,
+            id,
+            &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+            TASK_TIMEOUT,
+        );
+        let run = ProviderRun {
+            server,
+            url,
+            id,
+            task,
+            _worker: worker,
+            _cluster: cluster,
+            _net: net,
+        };
+        assert_eq!(
+            run.task["state"],
+            "COMPLETED",
+            "{:#}\nstdout:\n{}\nstderr:\n{}\nworker:\n{}",
+            run.task,
+            run.output("stdout"),
+            run.output("stderr"),
+            tail(&run._worker.log)
+        );
+        run
+    }
+
+    fn output(&self, stream: &str) -> String {
+        http_text(&format!(
+            "{}/api/v1/tasks/{}/logs?stream={stream}",
+            self.url, self.id
+        ))
+        .map(|(_, t)| t)
+        .unwrap_or_default()
+    }
+
+    fn artifact(&self, name: &str) -> String {
+        let (status, text) = http_text(&format!(
+            "{}/api/v1/tasks/{}/artifacts/{name}",
+            self.url, self.id
+        ))
+        .expect("artifact");
+        assert_eq!(status, 200, "{name}: {text}");
+        text
+    }
+
+    /// The edit to src/lib.txt is the patch, the new file is in the untracked list, and the
+    /// key is in no output of the task.
+    fn check_outputs(&self, new_file: &str, key: &str) {
+        let patch = self.artifact(&format!("{}.patch", self.id));
+        assert!(
+            patch.contains("src/lib.txt") && patch.contains("+three"),
+            "{patch}\nstdout:\n{}",
+            self.output("stdout")
+        );
+        let untracked = self.artifact(&format!("{}-untracked.txt", self.id));
+        assert!(untracked.lines().any(|l| l == new_file), "{untracked}");
+        for stream in ["stdout", "stderr", "events"] {
+            assert!(!self.output(stream).contains(key), "the key is in {stream}");
+        }
+    }
+}
+
+fn manifest(repo: &std::path::Path, provider: &str, mount: &str) -> String {
+    format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: {provider}-e2e\nrepository:\n  url: {repo}\n  \
+         branch: main\nagent:\n  prompt: \"Read TASK.md, then change src/lib.txt and add a file\"\n  \
+         provider: {provider}\n  model: {provider}-scripted-1\nvm:\n  runtime: process\n\
+         startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+         session: {{ launcher: {provider}, workdir: /workspace, cols: 80, rows: 24 }}\n  \
+         credential_refs:\n    - {{ id: key-test, mount: {mount} }}\n  \
+         readiness: {{ probes: [] }}\n  \
+         observation: {{ retention_class: short, redaction_profile: secrets-v1 }}\n",
+        repo = repo.display()
+    )
+}
+
+/// The model saw the tool's output in a later turn.
+fn saw(turns: &[Recorded], text: &str) -> bool {
+    turns.iter().any(|t| t.body.to_string().contains(text))
+}
+
+/// Claude Code reads the task, edits a file, writes one, runs a command and answers; the patch
+/// has the edit, the model server saw what the CLI sent (the model, the tools, the key from
+/// the credential lease, the tool results), and the key is in none of the task's output.
+#[test]
+fn claude_code_completes_a_task_on_the_process_runtime() {
+    const KEY: &str = "sk-ant-scripted-0123456789abcdef";
+    let run = ProviderRun::start(
+        "claude",
+        "anthropic_api_key",
+        KEY,
+        "ANTHROPIC_BASE_URL",
+        vec![
+            Step::Tool {
+                name: "Read",
+                input: json!({"file_path": "{cwd}/TASK.md"}),
+            },
+            // Claude Code edits only a file it has read.
+            Step::Tool {
+                name: "Read",
+                input: json!({"file_path": "{cwd}/src/lib.txt"}),
+            },
+            Step::Tool {
+                name: "Edit",
+                input: json!({"file_path": "{cwd}/src/lib.txt", "old_string": "two\n",
+                              "new_string": "two\nthree\n"}),
+            },
+            Step::Tool {
+                name: "Write",
+                input: json!({"file_path": "{cwd}/hello.txt", "content": "hello from claude\n"}),
+            },
+            Step::Tool {
+                name: "Bash",
+                input: json!({"command": "cat hello.txt && id -u", "description": "check"}),
+            },
+            Step::Text("Wrote hello.txt."),
+        ],
+    );
+    run.check_outputs("hello.txt", KEY);
+    let turns = run.server.main_loop();
+    assert!(turns.len() >= 6, "{} turns: {turns:#?}", turns.len());
+    let first = &turns[0];
+    assert_eq!(first.body["model"], "claude-scripted-1");
+    assert_eq!(first.header("x-api-key"), Some(KEY));
+    for tool in ["Read", "Edit", "Write", "Bash"] {
+        assert!(
+            first.tool_names().iter().any(|t| t == tool),
+            "{tool} not offered: {:?}",
+            first.tool_names()
+        );
+    }
+    let cwd = model_server::working_directory(&first.all_text());
+    assert!(cwd.starts_with("/mnt/inbox"), "working directory {cwd:?}");
+    // TASK.md (headed by the task's name, which nothing else sent holds) reached the model
+    // through the Read tool, and the command's output through Bash.
+    assert!(
+        saw(&turns, "# claude-e2e"),
+        "TASK.md never reached the model"
+    );
+    assert!(
+        saw(&turns, "hello from claude\\n"),
+        "the command's output never reached the model"
+    );
+    assert!(
+        !saw(&turns, "hello from claude\\n0"),
+        "the provider ran as root"
+    );
+    // The CLI's own stream is the task's stdout.
+    assert!(run.output("stdout").contains("\"type\":\"result\""));
+}
+
+/// Codex (`codex exec --json`) does the same through its `exec_command` tool: the worker's
+/// `OPENAI_BASE_URL` became its model provider, the key reached it as a bearer token, and
+/// the command output came back to the model.
+#[test]
+fn codex_completes_a_task_on_the_process_runtime() {
+    const KEY: &str = "sk-openai-scripted-0123456789abcdef";
+    let run = ProviderRun::start(
+        "codex",
+        "openai_api_key",
+        KEY,
+        "OPENAI_BASE_URL",
+        vec![
+            Step::Tool {
+                name: "exec_command",
+                input: json!({"cmd": "cat TASK.md"}),
+            },
+            Step::Tool {
+                name: "exec_command",
+                input: json!({"cmd": "printf 'three\\n' >> src/lib.txt && echo hello from codex > hello-codex.txt && cat hello-codex.txt && id -u"}),
+            },
+            Step::Text("Changed src/lib.txt and added hello-codex.txt."),
+        ],
+    );
+    run.check_outputs("hello-codex.txt", KEY);
+    let turns: Vec<Recorded> = run
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .collect();
+    assert!(turns.len() >= 3, "{} turns: {turns:#?}", turns.len());
+    let first = &turns[0];
+    assert_eq!(first.body["model"], "codex-scripted-1");
+    assert_eq!(
+        first.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert!(
+        first.tool_names().iter().any(|t| t == "exec_command"),
+        "{:?}",
+        first.tool_names()
+    );
+    assert!(
+        saw(&turns, "# codex-e2e"),
+        "TASK.md never reached the model"
+    );
+    assert!(
+        saw(&turns, "hello from codex"),
+        "the command's output never reached the model"
+    );
+    assert!(
+        !saw(&turns, "hello from codex\\n0"),
+        "the provider ran as root"
+    );
+    assert!(run.output("stdout").contains("\"type\":\"turn.completed\""));
+}
