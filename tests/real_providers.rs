@@ -31,7 +31,12 @@ impl ProviderRun {
     /// A one-node cluster, the key as credential `key-test` (mount `mount`), a process worker
     /// that hands `base_var` (the model server's URL) to sandboxes, and a task of `provider`
     /// run to its end.
-    fn start(provider: &str, mount: &str, key: &str, base_var: &str, script: Vec<Step>) -> Self {
+    fn start(
+        runtime: &str,
+        provider: &str,
+        (mount, key, base_var): (&str, &str, &str),
+        script: Vec<Step>,
+    ) -> Self {
         let net = TestNet::new(provider);
         let server = ModelServer::start(net.listen(MODEL_PORT), script);
         let cluster = Cluster::start(1);
@@ -43,14 +48,14 @@ impl ProviderRun {
         };
         let worker = WorkerProc::start_with_env(
             cluster.dir.path(),
-            &unique_worker_id(&format!("w-{provider}")),
+            &unique_worker_id(&format!("w-{provider}-{runtime}")),
             cluster.urls(),
-            "process",
+            runtime,
             vec!["--env-allow".into(), base_var.into()],
             vec![(base_var.into(), base)],
         );
         let repo = git_repo(cluster.dir.path());
-        let r = submit_yaml(&url, &manifest(&repo, provider, mount));
+        let r = submit_yaml(&url, &manifest(&repo, runtime, provider, mount));
         assert!(r.ok(), "submission refused: {r:?}");
         let id = r.body["task_submitted"]["task"].as_u64().expect("task id");
         let task = wait_task_state(
@@ -116,11 +121,11 @@ impl ProviderRun {
     }
 }
 
-fn manifest(repo: &std::path::Path, provider: &str, mount: &str) -> String {
+fn manifest(repo: &std::path::Path, runtime: &str, provider: &str, mount: &str) -> String {
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: {provider}-e2e\nrepository:\n  url: {repo}\n  \
          branch: main\nagent:\n  prompt: \"Read TASK.md, then change src/lib.txt and add a file\"\n  \
-         provider: {provider}\n  model: {provider}-scripted-1\nvm:\n  runtime: process\n\
+         provider: {provider}\n  model: {provider}-scripted-1\nvm:\n  runtime: {runtime}\n\
          startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
          session: {{ launcher: {provider}, workdir: /workspace, cols: 80, rows: 24 }}\n  \
          credential_refs:\n    - {{ id: key-test, mount: {mount} }}\n  \
@@ -135,17 +140,36 @@ fn saw(turns: &[Recorded], text: &str) -> bool {
     turns.iter().any(|t| t.body.to_string().contains(text))
 }
 
+#[test]
+fn claude_code_completes_a_task_on_the_process_runtime() {
+    claude_code_completes_a_task("process");
+}
+
+/// The same in a container of the agent image, which carries the pinned CLIs.
+#[test]
+fn claude_code_completes_a_task_in_docker() {
+    claude_code_completes_a_task("docker");
+}
+
+#[test]
+fn codex_completes_a_task_on_the_process_runtime() {
+    codex_completes_a_task("process");
+}
+
+#[test]
+fn codex_completes_a_task_in_docker() {
+    codex_completes_a_task("docker");
+}
+
 /// Claude Code reads the task, edits a file, writes one, runs a command and answers; the patch
 /// has the edit, the model server saw what the CLI sent (the model, the tools, the key from
 /// the credential lease, the tool results), and the key is in none of the task's output.
-#[test]
-fn claude_code_completes_a_task_on_the_process_runtime() {
+fn claude_code_completes_a_task(runtime: &str) {
     const KEY: &str = "sk-ant-scripted-0123456789abcdef";
     let run = ProviderRun::start(
+        runtime,
         "claude",
-        "anthropic_api_key",
-        KEY,
-        "ANTHROPIC_BASE_URL",
+        ("anthropic_api_key", KEY, "ANTHROPIC_BASE_URL"),
         vec![
             Step::Tool {
                 name: "Read",
@@ -208,14 +232,12 @@ fn claude_code_completes_a_task_on_the_process_runtime() {
 /// Codex (`codex exec --json`) does the same through its `exec_command` tool: the worker's
 /// `OPENAI_BASE_URL` became its model provider, the key reached it as a bearer token, and
 /// the command output came back to the model.
-#[test]
-fn codex_completes_a_task_on_the_process_runtime() {
+fn codex_completes_a_task(runtime: &str) {
     const KEY: &str = "sk-openai-scripted-0123456789abcdef";
     let run = ProviderRun::start(
+        runtime,
         "codex",
-        "openai_api_key",
-        KEY,
-        "OPENAI_BASE_URL",
+        ("openai_api_key", KEY, "OPENAI_BASE_URL"),
         vec![
             Step::Tool {
                 name: "exec_command",

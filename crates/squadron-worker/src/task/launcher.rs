@@ -740,10 +740,74 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(dir.stdout_log()).unwrap(),
             format!(
-                "<--print>\n<--output-format>\n<stream-json>\n<--verbose>\n<--model>\n<m-1>\n\
-                 <--allowedTools>\n<Read,Bash(ls:*)>\n{NASTY_PROMPT}"
+                "<--print>\n<--output-format>\n<stream-json>\n<--verbose>\n<--permission-mode>\n\
+                 <bypassPermissions>\n<--model>\n<m-1>\n<--allowedTools>\n<Read,Bash(ls:*)>\n\
+                 {NASTY_PROMPT}"
             )
         );
+    }
+
+    /// Each CLI finds its key in its environment, moved from the credential file the lease
+    /// wrote, and Codex finds the worker's base URL as its model provider; the key is in no
+    /// file `launch.sh` wrote.
+    #[test]
+    fn launch_sh_moves_the_key_into_the_cli_environment_and_configures_codex() {
+        const KEY: &str = "sk-test-moved-key";
+        for (provider, file_var, key_var) in [
+            (
+                Provider::Claude,
+                "ANTHROPIC_API_KEY_FILE",
+                "ANTHROPIC_API_KEY",
+            ),
+            (Provider::Codex, "OPENAI_API_KEY_FILE", "CODEX_API_KEY"),
+        ] {
+            let (_tmp, dir) = task_dir(15);
+            let prefix = host_layout(&dir);
+            let bin = dir.root().join("fake-bin");
+            let home = dir.root().join("home");
+            std::fs::create_dir_all(&home).unwrap();
+            let cli = provider.to_string();
+            write(
+                &bin.join(&cli),
+                format!(
+                    "#!/bin/sh\necho \"key=${key_var}\"\ncat \"$HOME/.codex/config.toml\" 2>/dev/null || true\n"
+                ),
+            );
+            std::fs::set_permissions(bin.join(&cli), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            let key_file = dir.root().join("key");
+            write(&key_file, KEY);
+            let mut spec = claude_spec();
+            spec.agent.provider = provider;
+            let mut plan = prepare_launch_with_mounts(
+                &dir,
+                1,
+                &spec,
+                &format!("{prefix}/inbox"),
+                &EnvAllowlist::default(),
+                &prefix,
+            )
+            .unwrap();
+            plan.env
+                .insert(file_var.into(), key_file.display().to_string());
+            plan.env.insert("HOME".into(), home.display().to_string());
+            plan.env
+                .insert("OPENAI_BASE_URL".into(), "http://model.test/v1".into());
+            assert_eq!(run_on_host(&dir, &plan, Some(&bin)), 0, "{provider}");
+            let out = std::fs::read_to_string(dir.stdout_log()).unwrap();
+            assert!(
+                out.starts_with(&format!("key={KEY}\n")),
+                "{provider}: {out}"
+            );
+            if provider == Provider::Codex {
+                assert!(
+                    out.contains("model_provider = \"squadron\"")
+                        && out.contains("base_url = \"http://model.test/v1\""),
+                    "{out}"
+                );
+            }
+            assert!(!launch_text(&dir).contains(KEY));
+        }
     }
 
     #[test]
