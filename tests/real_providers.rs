@@ -94,6 +94,16 @@ impl ProviderRun {
         .unwrap_or_default()
     }
 
+    /// The `provider_summary` event the worker wrote from the CLI's own stream.
+    fn summary(&self) -> Value {
+        let events = self.output("events");
+        events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|e| e["event"] == "provider_summary")
+            .unwrap_or_else(|| panic!("no provider_summary event in:\n{events}"))
+    }
+
     fn artifact(&self, name: &str) -> String {
         let (status, text) = http_text(&format!(
             "{}/api/v1/tasks/{}/artifacts/{name}",
@@ -225,8 +235,16 @@ fn claude_code_completes_a_task(runtime: &str) {
         !saw(&turns, "hello from claude\\n0"),
         "the provider ran as root"
     );
-    // The CLI's own stream is the task's stdout.
+    // The CLI's own stream is the task's stdout, and its account of the run is an event.
     assert!(run.output("stdout").contains("\"type\":\"result\""));
+    let summary = run.summary();
+    assert_eq!(summary["tool_calls"], 5, "{summary:#}");
+    assert_eq!(summary["tools"]["Read"], 2, "{summary:#}");
+    assert_eq!(summary["last_tool"], "Bash", "{summary:#}");
+    assert_eq!(summary["model"], "claude-scripted-1", "{summary:#}");
+    assert_eq!(summary["result"], "success", "{summary:#}");
+    assert!(summary["input_tokens"].as_u64() > Some(0), "{summary:#}");
+    assert!(summary["cost_usd"].as_f64().is_some(), "{summary:#}");
 }
 
 /// Codex (`codex exec --json`) does the same through its `exec_command` tool: the worker's
@@ -282,4 +300,10 @@ fn codex_completes_a_task(runtime: &str) {
         "the provider ran as root"
     );
     assert!(run.output("stdout").contains("\"type\":\"turn.completed\""));
+    let summary = run.summary();
+    assert_eq!(summary["tool_calls"], 2, "{summary:#}");
+    assert_eq!(summary["tools"]["command_execution"], 2, "{summary:#}");
+    assert_eq!(summary["turns"], 1, "{summary:#}");
+    assert!(summary["input_tokens"].as_u64() > Some(0), "{summary:#}");
+    assert!(summary["session_id"].is_string(), "{summary:#}");
 }

@@ -231,6 +231,32 @@ impl TaskDriver {
         }
     }
 
+    /// The provider CLI's own account of its run (tool calls, tokens, cost, session), read
+    /// from its structured stdout once it exited, as a `provider_summary` event.
+    async fn note_provider_summary(&self) {
+        let provider = self.spec.agent.provider;
+        let outbox = self.dir.outbox_beneath();
+        let summary = tokio::task::spawn_blocking(move || {
+            let stdout = outbox
+                .ok()?
+                .read(std::path::Path::new(crate::task::task_dir::STDOUT_LOG))
+                .ok()?;
+            crate::task::provider_stream::summarize(provider, stdout)
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(summary) = summary {
+            let mut event = serde_json::json!({"event": "provider_summary", "provider": provider});
+            if let (Some(o), Ok(serde_json::Value::Object(fields))) =
+                (event.as_object_mut(), serde_json::to_value(&summary))
+            {
+                o.extend(fields);
+            }
+            self.event(event);
+        }
+    }
+
     fn checkpoint(&self, f: impl FnOnce(&mut TaskCheckpoint)) {
         let path = self.dir.state_json();
         let mut c = TaskCheckpoint::load(&path)
@@ -558,6 +584,7 @@ impl TaskDriver {
         if runtime.runs_agent() {
             self.note_agent_exit(code).await;
         }
+        self.note_provider_summary().await;
         let counts = progress.counter.look();
         if counts != progress.reported {
             self.ctx

@@ -1,0 +1,249 @@
+//! What a provider CLI's own structured stream says about its run: Claude Code's
+//! `stream-json` and Codex's `exec --json` JSONL, both the task's stdout. Read once the
+//! provider has exited: the session id and model, each tool call by name, the tokens, the
+//! cost where the CLI gives one, the turns and how the run ended. The driver appends the
+//! summary to `events.jsonl` as `provider_summary` (the seed's progress tracking: tool
+//! calls, current tool, tokens).
+//!
+//! Lines that are not JSON, or not an event this reads, are skipped: the stream is the
+//! provider's, and a provider may print anything.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+
+use serde::Serialize;
+use serde_json::Value;
+use squadron_core::provider::Provider;
+
+/// Most bytes of the stream read; a longer stream is summarized from its start.
+pub(crate) const PROVIDER_STREAM_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Longest line parsed; longer ones (a large tool result) are skipped.
+pub(crate) const PROVIDER_LINE_BYTES_MAX: usize = 1024 * 1024;
+/// Most distinct tool names counted; further names count under `other`.
+pub(crate) const PROVIDER_TOOL_NAMES_MAX: usize = 64;
+
+/// The run as the provider's stream tells it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub(crate) struct ProviderSummary {
+    pub(crate) session_id: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) tool_calls: u64,
+    /// Calls per tool name.
+    pub(crate) tools: BTreeMap<String, u64>,
+    /// The last tool called.
+    pub(crate) last_tool: Option<String>,
+    pub(crate) input_tokens: u64,
+    pub(crate) output_tokens: u64,
+    pub(crate) cost_usd: Option<f64>,
+    pub(crate) turns: u64,
+    /// How the CLI said the run ended (`success`, `error_max_turns`, …), where it says.
+    pub(crate) result: Option<String>,
+    /// Lines read and lines that were not JSON.
+    pub(crate) lines: u64,
+    pub(crate) unparsed_lines: u64,
+}
+
+impl ProviderSummary {
+    fn tool(&mut self, name: &str) {
+        self.tool_calls += 1;
+        let key = if self.tools.len() < PROVIDER_TOOL_NAMES_MAX || self.tools.contains_key(name) {
+            name.to_string()
+        } else {
+            "other".to_string()
+        };
+        *self.tools.entry(key).or_insert(0) += 1;
+        self.last_tool = Some(name.to_string());
+    }
+}
+
+/// Summarizes the stream of `provider`; `None` for a provider without a structured stream.
+pub(crate) fn summarize(provider: Provider, stream: impl Read) -> Option<ProviderSummary> {
+    let read_event: fn(&mut ProviderSummary, &Value) = match provider {
+        Provider::Claude => claude_event,
+        Provider::Codex => codex_event,
+        Provider::Script => return None,
+    };
+    let mut summary = ProviderSummary::default();
+    let mut reader = BufReader::new(stream.take(PROVIDER_STREAM_BYTES_MAX));
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader
+            .by_ref()
+            .take(PROVIDER_LINE_BYTES_MAX as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.len() > PROVIDER_LINE_BYTES_MAX {
+            if line.last() != Some(&b'\n') {
+                skip_line(&mut reader);
+            }
+            summary.lines += 1;
+            summary.unparsed_lines += 1;
+            continue;
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        summary.lines += 1;
+        match serde_json::from_slice::<Value>(&line) {
+            Ok(event) => read_event(&mut summary, &event),
+            Err(_) => summary.unparsed_lines += 1,
+        }
+    }
+    Some(summary)
+}
+
+/// Consumes the rest of the current line without keeping it.
+fn skip_line(reader: &mut impl BufRead) {
+    loop {
+        let (used, done) = match reader.fill_buf() {
+            Ok(buf) if !buf.is_empty() => match buf.iter().position(|b| *b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            },
+            _ => return,
+        };
+        reader.consume(used);
+        if done {
+            return;
+        }
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+/// Claude Code `stream-json`: `system/init` (session, model), `assistant` messages whose
+/// content holds `tool_use` blocks, and the closing `result` (usage, cost, turns).
+fn claude_event(s: &mut ProviderSummary, e: &Value) {
+    match e["type"].as_str() {
+        Some("system") if e["subtype"] == "init" => {
+            s.session_id = text(&e["session_id"]).or(s.session_id.take());
+            s.model = text(&e["model"]).or(s.model.take());
+        }
+        Some("assistant") => {
+            for block in e["message"]["content"].as_array().into_iter().flatten() {
+                if block["type"] == "tool_use" {
+                    s.tool(block["name"].as_str().unwrap_or("unnamed"));
+                }
+            }
+        }
+        Some("result") => {
+            s.input_tokens = e["usage"]["input_tokens"]
+                .as_u64()
+                .unwrap_or(s.input_tokens);
+            s.output_tokens = e["usage"]["output_tokens"]
+                .as_u64()
+                .unwrap_or(s.output_tokens);
+            s.cost_usd = e["total_cost_usd"].as_f64().or(s.cost_usd);
+            s.turns = e["num_turns"].as_u64().unwrap_or(s.turns);
+            s.result = text(&e["subtype"]);
+        }
+        _ => {}
+    }
+}
+
+/// Codex `exec --json`: `thread.started` (session), completed items that are tool work
+/// (commands, file changes, MCP calls, web searches), and each `turn.completed` with its
+/// usage; `turn.failed` ends it badly.
+fn codex_event(s: &mut ProviderSummary, e: &Value) {
+    match e["type"].as_str() {
+        Some("thread.started") => s.session_id = text(&e["thread_id"]).or(s.session_id.take()),
+        Some("item.completed") => {
+            let kind = e["item"]["type"].as_str().unwrap_or_default();
+            if matches!(
+                kind,
+                "command_execution" | "file_change" | "mcp_tool_call" | "web_search"
+            ) {
+                s.tool(kind);
+            }
+        }
+        Some("turn.completed") => {
+            s.turns += 1;
+            s.input_tokens += e["usage"]["input_tokens"].as_u64().unwrap_or(0);
+            s.output_tokens += e["usage"]["output_tokens"].as_u64().unwrap_or(0);
+            s.result = Some("success".into());
+        }
+        Some("turn.failed") => {
+            s.turns += 1;
+            s.result = Some("failed".into());
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as Claude Code 2.1.332 wrote them in `tests/real_providers.rs` (trimmed).
+    const CLAUDE: &str = r#"{"type":"system","subtype":"init","cwd":"/mnt/inbox","session_id":"6ce8cc76","model":"claude-scripted-1","permissionMode":"bypassPermissions"}
+{"type":"assistant","message":{"content":[{"id":"toolu_1","input":{"file_path":"/x"},"name":"Read","type":"tool_use"}]}}
+{"type":"user","message":{"role":"user","content":[{"type":"tool_result","content":"ok","tool_use_id":"toolu_1"}]}}
+not json at all
+{"type":"assistant","message":{"content":[{"name":"Edit","type":"tool_use"},{"name":"Read","type":"tool_use"}]}}
+{"type":"assistant","message":{"content":[{"text":"Done.","type":"text"}]}}
+{"type":"result","subtype":"success","num_turns":4,"total_cost_usd":0.0048,"usage":{"input_tokens":600,"output_tokens":120}}
+"#;
+
+    /// Lines as Codex 0.171.0 wrote them there.
+    const CODEX: &str = r#"{"type":"thread.started","thread_id":"01a236f5"}
+{"type":"turn.started"}
+{"type":"item.completed","item":{"id":"item_0","type":"command_execution","command":"cat TASK.md","exit_code":0}}
+{"type":"item.completed","item":{"id":"item_1","type":"agent_message","text":"Done."}}
+{"type":"turn.completed","usage":{"input_tokens":200,"cached_input_tokens":0,"output_tokens":40}}
+"#;
+
+    #[test]
+    fn claude_code_stream_json_is_summarized() {
+        let s = summarize(Provider::Claude, CLAUDE.as_bytes()).unwrap();
+        assert_eq!(s.session_id.as_deref(), Some("6ce8cc76"));
+        assert_eq!(s.model.as_deref(), Some("claude-scripted-1"));
+        assert_eq!(s.tool_calls, 3);
+        assert_eq!(s.tools["Read"], 2);
+        assert_eq!(s.tools["Edit"], 1);
+        assert_eq!(s.last_tool.as_deref(), Some("Read"));
+        assert_eq!((s.input_tokens, s.output_tokens, s.turns), (600, 120, 4));
+        assert_eq!(s.cost_usd, Some(0.0048));
+        assert_eq!(s.result.as_deref(), Some("success"));
+        assert_eq!((s.lines, s.unparsed_lines), (7, 1));
+    }
+
+    #[test]
+    fn codex_jsonl_is_summarized() {
+        let s = summarize(Provider::Codex, CODEX.as_bytes()).unwrap();
+        assert_eq!(s.session_id.as_deref(), Some("01a236f5"));
+        assert_eq!(s.tool_calls, 1);
+        assert_eq!(s.tools["command_execution"], 1);
+        assert_eq!((s.input_tokens, s.output_tokens, s.turns), (200, 40, 1));
+        assert_eq!(s.cost_usd, None);
+        assert_eq!(s.result.as_deref(), Some("success"));
+    }
+
+    #[test]
+    fn a_script_has_no_summary_and_bad_streams_are_bounded() {
+        assert!(summarize(Provider::Script, "x\n".as_bytes()).is_none());
+        // An over-long line is skipped whole; what follows it is still read.
+        let mut stream = vec![b'x'; PROVIDER_LINE_BYTES_MAX + 10];
+        stream.extend_from_slice(b"\n{\"type\":\"thread.started\",\"thread_id\":\"t\"}\n");
+        let s = summarize(Provider::Codex, stream.as_slice()).unwrap();
+        assert_eq!(s.session_id.as_deref(), Some("t"));
+        assert_eq!((s.lines, s.unparsed_lines), (2, 1));
+        // Tool names beyond the limit count under `other`.
+        let names: String = (0..PROVIDER_TOOL_NAMES_MAX + 5)
+            .map(|i| {
+                format!(
+                    "{{\"type\":\"assistant\",\"message\":{{\"content\":[{{\"type\":\"tool_use\",\"name\":\"t{i}\"}}]}}}}\n"
+                )
+            })
+            .collect();
+        let s = summarize(Provider::Claude, names.as_bytes()).unwrap();
+        assert_eq!(s.tools.len(), PROVIDER_TOOL_NAMES_MAX + 1);
+        assert_eq!(s.tools["other"], 5);
+        assert_eq!(s.tool_calls, PROVIDER_TOOL_NAMES_MAX as u64 + 5);
+    }
+}
