@@ -945,6 +945,59 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ),
     ];
     run_scenarios(scenarios, &[&process, &docker]);
+    the_seed_task_metrics_count_what_ran(&cluster.urls()[1]);
+}
+
+/// The seed's task metrics, read by a Prometheus text parser from a node's `/metrics` after
+/// the scenarios ran: tasks that completed and failed, their durations, and the provisioning
+/// of both runtimes.
+fn the_seed_task_metrics_count_what_ran(url: &str) {
+    let (status, text) = http_text(&format!("{url}/metrics")).expect("metrics");
+    assert_eq!(status, 200, "{text}");
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("a Prometheus text exposition");
+    let value = |metric: &str, label: (&str, &str)| -> f64 {
+        scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric && s.labels.get(label.0) == Some(label.1))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => 0.0,
+            })
+            .sum()
+    };
+    for state in ["COMPLETED", "FAILED", "RUNNING"] {
+        assert!(
+            value("squadron_tasks_total", ("state", state)) >= 1.0,
+            "no {state} in squadron_tasks_total:\n{text}"
+        );
+    }
+    assert!(
+        value(
+            "squadron_task_duration_seconds_count",
+            ("outcome", "COMPLETED")
+        ) >= 1.0,
+        "{text}"
+    );
+    for runtime in ["process", "docker"] {
+        assert!(
+            value(
+                "squadron_vm_provision_duration_seconds_count",
+                ("runtime", runtime)
+            ) >= 1.0,
+            "no provisioning of {runtime}:\n{text}"
+        );
+    }
+    assert!(
+        scrape
+            .samples
+            .iter()
+            .any(|s| s.metric == "squadron_agent_connected"),
+        "{text}"
+    );
 }
 
 /// The scenarios in KVM guests (QEMU's software emulation here), one worker offering `kvm`.

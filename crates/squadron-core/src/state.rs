@@ -284,6 +284,11 @@ impl State {
         self.agent_sessions.get(&task)
     }
 
+    /// Every registered agent of a task's current attempt.
+    pub fn agent_sessions(&self) -> impl Iterator<Item = (TaskId, &AgentSession)> {
+        self.agent_sessions.iter().map(|(t, s)| (*t, s))
+    }
+
     pub fn task(&self, id: TaskId) -> Option<&Task> {
         self.tasks.get(&id)
     }

@@ -14,6 +14,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{text, DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
@@ -49,8 +50,37 @@ impl Collector for NodeMetrics {
         raft(node, &mut encoder)?;
         writes(node, &mut encoder)?;
         reads(node, &mut encoder)?;
-        node.state.with_state(StateGauges::of).encode(&mut encoder)
+        let now_ms = crate::clock::now_ms();
+        node.state
+            .with_state(|s| StateGauges::of(s, now_ms))
+            .encode(&mut encoder)
     }
+}
+
+/// An agent whose last check-in is older than this is not counted as connected: three of the
+/// default 30 s heartbeats.
+pub const AGENT_CONNECTED_WITHIN_MS: u64 = 90_000;
+/// Upper bounds of the duration histograms' buckets, in seconds: 0.5 s doubling to about 6 days.
+fn duration_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.5, 2.0, 20)
+}
+
+/// A histogram with one sample set per label set, made from the observed values.
+fn histograms<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, Vec<f64>)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, values) in samples {
+        let histogram = Histogram::new(duration_buckets());
+        for v in values {
+            histogram.observe(v);
+        }
+        histogram.encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
@@ -62,6 +92,20 @@ fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) ->
 fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
     let counter = ConstCounter::new(value);
     counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)
+}
+
+/// A counter with one sample per label set.
+fn counters<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// A gauge with one sample per label set.
@@ -193,7 +237,17 @@ fn reads(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
 /// Counts of the replicated state, taken under one read of it.
 #[derive(Debug, Default)]
 struct StateGauges {
-    tasks: BTreeMap<&'static str, u64>,
+    /// Tasks that entered each state (the seed's `tasks_total{state}`).
+    entered: BTreeMap<&'static str, u64>,
+    /// Tasks not ended, by state (`tasks_active{state}`).
+    active: BTreeMap<&'static str, u64>,
+    /// Submit to end, in seconds, of ended tasks by their end state
+    /// (`task_duration_seconds{outcome}`).
+    durations: BTreeMap<&'static str, Vec<f64>>,
+    /// PROVISIONING to READY, in seconds, by runtime (`vm_provision_duration_seconds`).
+    provisions: BTreeMap<&'static str, Vec<f64>>,
+    /// Agents of running attempts heard from within `AGENT_CONNECTED_WITHIN_MS`.
+    agents_connected: u64,
     leases: BTreeMap<&'static str, u64>,
     workers: BTreeMap<String, u64>,
     /// `tenant/project`, slots held, `max_active`.
@@ -201,11 +255,39 @@ struct StateGauges {
 }
 
 impl StateGauges {
-    fn of(s: &squadron_core::State) -> StateGauges {
+    fn of(s: &squadron_core::State, now_ms: u64) -> StateGauges {
+        use squadron_core::task::TaskState;
         let mut g = StateGauges::default();
         for t in s.tasks(None) {
-            *g.tasks.entry(t.state.as_str()).or_default() += 1;
+            for state in t.entered_at_ms.keys() {
+                *g.entered.entry(state.as_str()).or_default() += 1;
+            }
+            let seconds = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1000.0;
+            if t.state.is_terminal() {
+                if let Some(end) = t.entered_at_ms.get(&t.state) {
+                    g.durations
+                        .entry(t.state.as_str())
+                        .or_default()
+                        .push(seconds(t.submitted_at_ms, *end));
+                }
+            } else {
+                *g.active.entry(t.state.as_str()).or_default() += 1;
+            }
+            let provision = (
+                t.entered_at_ms.get(&TaskState::Provisioning),
+                t.entered_at_ms.get(&TaskState::Ready),
+            );
+            if let (Some(from), Some(to)) = provision {
+                g.provisions
+                    .entry(t.spec.sandbox.runtime.into())
+                    .or_default()
+                    .push(seconds(*from, *to));
+            }
         }
+        g.agents_connected = s
+            .agent_sessions()
+            .filter(|(_, a)| now_ms.saturating_sub(a.last_seen_ms) <= AGENT_CONNECTED_WITHIN_MS)
+            .count() as u64;
         for l in s.leases() {
             *g.leases.entry(l.state.name()).or_default() += 1;
         }
@@ -228,11 +310,40 @@ impl StateGauges {
     }
 
     fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
-        gauges(
+        // The seed's task metrics under the `squadron_` prefix.
+        counters(
             e,
             "squadron_tasks",
-            "Tasks by state",
-            self.tasks.iter().map(|(s, n)| ([("state", *s)], *n)),
+            "Tasks that entered each state (the sample is squadron_tasks_total)",
+            self.entered.iter().map(|(s, n)| ([("state", *s)], *n)),
+        )?;
+        gauges(
+            e,
+            "squadron_tasks_active",
+            "Tasks not ended, by state",
+            self.active.iter().map(|(s, n)| ([("state", *s)], *n)),
+        )?;
+        histograms(
+            e,
+            "squadron_task_duration_seconds",
+            "Submit to end of ended tasks, by the state they ended in",
+            self.durations
+                .iter()
+                .map(|(s, v)| ([("outcome", *s)], v.clone())),
+        )?;
+        histograms(
+            e,
+            "squadron_vm_provision_duration_seconds",
+            "PROVISIONING to READY (the sandbox made and, where one runs, its agent registered), by runtime",
+            self.provisions
+                .iter()
+                .map(|(r, v)| ([("runtime", *r)], v.clone())),
+        )?;
+        gauge(
+            e,
+            "squadron_agent_connected",
+            "Agents of running attempts that checked in within the last 90 s",
+            self.agents_connected,
         )?;
         gauges(
             e,
@@ -301,10 +412,10 @@ mod tests {
     /// `squadron-bench`, the end-to-end tests and the docs read these exact sample names.
     #[test]
     fn counters_are_named_total_and_the_exposition_ends_with_eof() {
-        let mut tasks = BTreeMap::new();
-        tasks.insert("pending", 3);
+        let mut active = BTreeMap::new();
+        active.insert("PENDING", 3);
         let text = exposition_of(StateGauges {
-            tasks,
+            active,
             ..StateGauges::default()
         });
         assert!(
@@ -313,9 +424,35 @@ mod tests {
         );
         assert!(text.contains("\nsquadron_forwards_total 7\n"), "{text}");
         assert!(
-            text.contains("\nsquadron_tasks{state=\"pending\"} 3\n"),
+            text.contains("\nsquadron_tasks_active{state=\"PENDING\"} 3\n"),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// The seed's set: tasks entered per state, active per state, durations per outcome and
+    /// provisioning per runtime as histograms, connected agents.
+    #[test]
+    fn the_seed_task_metrics_are_exposed() {
+        let mut g = StateGauges::default();
+        g.entered.insert("COMPLETED", 2);
+        g.active.insert("RUNNING", 1);
+        g.durations.insert("COMPLETED", vec![0.2, 3.0]);
+        g.provisions.insert("docker", vec![1.5]);
+        g.agents_connected = 1;
+        let text = exposition_of(g);
+        for want in [
+            "# TYPE squadron_tasks counter\n",
+            "\nsquadron_tasks_total{state=\"COMPLETED\"} 2\n",
+            "\nsquadron_tasks_active{state=\"RUNNING\"} 1\n",
+            "# TYPE squadron_task_duration_seconds histogram\n",
+            "\nsquadron_task_duration_seconds_count{outcome=\"COMPLETED\"} 2\n",
+            "\nsquadron_task_duration_seconds_sum{outcome=\"COMPLETED\"} 3.2\n",
+            "\nsquadron_task_duration_seconds_bucket{le=\"0.5\",outcome=\"COMPLETED\"} 1\n",
+            "\nsquadron_vm_provision_duration_seconds_count{runtime=\"docker\"} 1\n",
+            "\nsquadron_agent_connected 1\n",
+        ] {
+            assert!(text.contains(want), "{want:?} not in\n{text}");
+        }
     }
 }
