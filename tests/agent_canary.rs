@@ -527,9 +527,20 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         assert_eq!(v.status, AgentStatus::Stopped, "agent-{i}");
     }
 
+    let key = cluster.dir.path().join("evidence.key");
+    let bundle = cluster.dir.path().join("evidence.json");
+    let keygen = cli(&url)
+        .args(["evidence", "keygen", "--out"])
+        .arg(&key)
+        .output()
+        .expect("squadron evidence keygen");
+    assert!(keygen.status.success(), "{keygen:?}");
     let out = cli(&url)
         .args(["--endpoint", &url, "--output", "json", "evidence"])
-        .args(["--tenant", "acme", "--project", "canary"])
+        .args(["--tenant", "acme", "--project", "canary", "--sign"])
+        .arg(&key)
+        .arg("--bundle")
+        .arg(&bundle)
         .output()
         .expect("squadron evidence");
     assert!(
@@ -538,6 +549,54 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         String::from_utf8_lossy(&out.stderr)
     );
     let ev: Value = serde_json::from_slice(&out.stdout).expect("evidence json");
+    // Every claim of the ADR's gate holds, each with its figure, and the bundle says so under
+    // its signature; an edited bundle does not verify.
+    let failed: Vec<&Value> = ev["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter(|v| v["pass"] != true)
+        .collect();
+    assert!(failed.is_empty(), "failed claims: {failed:#?}");
+    assert_eq!(
+        ev["binary_sha256"].as_str().map(str::len),
+        Some(64),
+        "{ev:#}"
+    );
+    let verify = |path: &std::path::Path| {
+        cli(&url)
+            .args(["evidence", "verify"])
+            .arg(path)
+            .arg("--key")
+            .arg(key.with_extension("pub"))
+            .output()
+            .expect("squadron evidence verify")
+    };
+    let verified = verify(&bundle);
+    assert!(
+        verified.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    let edited = cluster.dir.path().join("edited.json");
+    let text = std::fs::read_to_string(&bundle).expect("bundle");
+    std::fs::write(
+        &edited,
+        text.replacen("takeovers_crash\\\":1", "takeovers_crash\\\":2", 1),
+    )
+    .expect("edited bundle");
+    assert_ne!(
+        std::fs::read_to_string(&edited).unwrap(),
+        text,
+        "the edit took"
+    );
+    let refused = verify(&edited);
+    assert!(!refused.status.success(), "an edited bundle verified");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("signature"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     assert_eq!(ev["profiles"], 8, "{ev:#}");
     assert_eq!(ev["peak_slots_held"], 4, "{ev:#}");
     assert_eq!(ev["slots_held_now"], 0, "{ev:#}");

@@ -6,7 +6,8 @@
 //! side's key and CSR), `peer_identity` (what a verified certificate says), `tls_config`
 //! (server and client configs, rotation), `tls_listener` / `tls_dialer` (serving and dialing),
 //! `admission` (node-only listeners), `secret_token` (tokens and their hashes), `data_key`
-//! (the cluster key credential values are sealed under),
+//! (the cluster key credential values are sealed under), `signing_key` (Ed25519 keys that
+//! sign release evidence),
 //! `pki_dir` (files on disk).
 
 pub mod admission;
@@ -18,6 +19,7 @@ pub mod key_request;
 pub mod peer_identity;
 pub mod pki_dir;
 pub mod secret_token;
+pub mod signing_key;
 pub mod spiffe_id;
 pub mod tls_config;
 pub mod tls_dialer;
@@ -33,6 +35,7 @@ pub use key_request::KeyRequest;
 pub use peer_identity::CertFacts;
 pub use pki_dir::PkiDir;
 pub use secret_token::{SecretToken, TokenHash, TokenKind};
+pub use signing_key::{verify_signature, SigningKey};
 pub use spiffe_id::{AgentSubject, SpiffeId};
 pub use tls_config::{
     client_config, server_config, ClientAuth, ClusterTrust, ExpectedPeer, ReloadableCert,

@@ -65,6 +65,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Offline evidence commands need no endpoint, CA or token.
+    if let Command::Evidence(args) = &cli.command {
+        if let Some(action) = args.action.clone() {
+            return cli::evidence::run_offline(cli.output, action);
+        }
+    }
     let ctx = Ctx::new(&cli)?;
     match cli.command {
         Command::Init(args) => cli::init::run(args),

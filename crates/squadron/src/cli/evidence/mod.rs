@@ -1,0 +1,147 @@
+//! `squadron evidence`: the ADR's release-gate evidence of one project, a verdict per claim
+//! with the figure that decides it (`verdicts`), and, with `--sign`, an Ed25519-signed bundle
+//! that `squadron evidence verify` checks (`bundle`).
+
+pub mod bundle;
+pub mod verdicts;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use squadron_client::Consistency;
+use squadron_core::ids::{ProjectId, TenantId};
+use squadron_pki::SigningKey;
+
+use super::Ctx;
+use super::OutputFormat;
+use crate::output::emit_generic;
+use bundle::{Bundle, Report};
+
+#[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct EvidenceArgs {
+    #[command(subcommand)]
+    pub action: Option<EvidenceAction>,
+    #[arg(long, default_value = "default")]
+    pub tenant: TenantId,
+    #[arg(long)]
+    pub project: Option<ProjectId>,
+    /// Sign the report with this Ed25519 key (PKCS#8 PEM, from `squadron evidence keygen`)
+    /// and write the bundle to `--bundle`.
+    #[arg(long, value_name = "KEY", requires = "bundle")]
+    pub sign: Option<PathBuf>,
+    /// Where the signed bundle goes.
+    #[arg(long, value_name = "FILE", requires = "sign")]
+    pub bundle: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum EvidenceAction {
+    /// Make an Ed25519 signing key: FILE (0600) and FILE.pub (the public key, one line).
+    Keygen {
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
+    /// Check a bundle: the signature against the public key, and every verdict decided again
+    /// from its figures. Exits non-zero on any failure, a failed claim included.
+    Verify {
+        bundle: PathBuf,
+        /// The signer's public key file (`FILE.pub` of `keygen`).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+    },
+}
+
+/// One node's evidence, with the MCP denials of every member added up (each node counts the
+/// checks it answered), and the verdicts.
+pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
+    let Some(project) = &args.project else {
+        bail!("--project is required (or one of: keygen, verify)");
+    };
+    let c = &ctx.client;
+    let mut ev = c.project_evidence(&args.tenant, project).await?;
+    let status = c.cluster_status(Consistency::Stale).await?;
+    let mut denied = 0;
+    let mut asked = 0;
+    for m in &status.members {
+        let node = c.with_endpoints(vec![format!("https://{}", m.rest)]);
+        match node.project_evidence(&args.tenant, project).await {
+            Ok(e) => {
+                denied += e.unauthorized_mcp_denied;
+                asked += 1;
+            }
+            Err(e) => eprintln!("member {} ({}) not counted: {e}", m.id, m.rest),
+        }
+    }
+    if asked > 0 {
+        ev.unauthorized_mcp_denied = denied;
+    }
+    let report = Report::new(ev)?;
+    if let (Some(key), Some(out)) = (&args.sign, &args.bundle) {
+        let key = SigningKey::from_pem(&bundle::read_bounded(key)?)
+            .with_context(|| format!("--sign {}", key.display()))?;
+        let signed = bundle::sign(&report, &key)?;
+        squadron_pki::pki_dir::write_file(
+            out,
+            serde_json::to_string_pretty(&signed)?.as_bytes(),
+            0o644,
+        )?;
+        eprintln!(
+            "signed bundle written to {} ({})",
+            out.display(),
+            key.public_key_text()
+        );
+    }
+    emit_generic(ctx.out, &report)
+}
+
+/// `keygen` and `verify`.
+pub fn run_offline(out: OutputFormat, action: EvidenceAction) -> anyhow::Result<()> {
+    match action {
+        EvidenceAction::Keygen { out: path } => {
+            let (pem, key) = SigningKey::generate()?;
+            squadron_pki::pki_dir::write_file(&path, pem.as_bytes(), 0o600)?;
+            let public = path.with_extension("pub");
+            squadron_pki::pki_dir::write_file(
+                &public,
+                format!("{}\n", key.public_key_text()).as_bytes(),
+                0o644,
+            )?;
+            eprintln!(
+                "key written to {} (0600), public key to {}",
+                path.display(),
+                public.display()
+            );
+            Ok(())
+        }
+        EvidenceAction::Verify { bundle: path, key } => {
+            let text = bundle::read_bounded(&path)?;
+            let signed: Bundle = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not an evidence bundle", path.display()))?;
+            let public = bundle::read_bounded(&key)?;
+            let report =
+                bundle::verify(&signed, &public).with_context(|| format!("{}", path.display()))?;
+            emit_generic(out, &report.verdicts)?;
+            let failed: Vec<&str> = report
+                .verdicts
+                .iter()
+                .filter(|v| !v.pass)
+                .map(|v| v.claim.as_str())
+                .collect();
+            if !failed.is_empty() {
+                bail!(
+                    "the signature holds, but claims failed: {}",
+                    failed.join(", ")
+                );
+            }
+            eprintln!(
+                "{}: signature and all {} verdicts hold (binary {})",
+                path.display(),
+                report.verdicts.len(),
+                report.binary_sha256
+            );
+            Ok(())
+        }
+    }
+}

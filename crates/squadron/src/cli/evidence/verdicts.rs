@@ -1,0 +1,221 @@
+//! The ADR-0011 release gate's claims, each decided by a figure of the evidence: "eight
+//! profiles, four-process peak, one sandbox, both takeover kinds, zero dual writers,
+//! unauthorized MCP HTTP 403, full roster delivery" and nothing left behind. Pure: `verify`
+//! decides them again from a bundle's figures.
+
+use serde::{Deserialize, Serialize};
+use squadron_api::agents::{ProjectEvidence, WorkerEvidence};
+
+/// The ADR's profile count and process cap.
+pub const PROFILES_REQUIRED: u32 = 8;
+pub const PROCESS_PEAK_REQUIRED: u32 = 4;
+
+/// One claim, whether the evidence proves it, and the figure that decides it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub claim: String,
+    pub pass: bool,
+    pub figure: String,
+}
+
+fn verdict(claim: &str, pass: bool, figure: String) -> Verdict {
+    Verdict {
+        claim: claim.to_string(),
+        pass,
+        figure,
+    }
+}
+
+/// Every claim of the gate, in the ADR's order.
+pub fn verdicts(e: &ProjectEvidence) -> Vec<Verdict> {
+    let mut out = vec![
+        verdict(
+            "eight profiles",
+            e.profiles >= PROFILES_REQUIRED,
+            format!("profiles = {}", e.profiles),
+        ),
+        four_process_peak(e),
+    ];
+    out.extend(worker_claims(e));
+    out.push(verdict(
+        "both takeover kinds",
+        e.takeovers_graceful >= 1 && e.takeovers_crash >= 1,
+        format!(
+            "graceful = {}, crash = {}",
+            e.takeovers_graceful, e.takeovers_crash
+        ),
+    ));
+    out.push(verdict(
+        "unauthorized MCP 403",
+        e.unauthorized_mcp_denied >= 1,
+        format!("denied = {}", e.unauthorized_mcp_denied),
+    ));
+    out.push(verdict(
+        "no lease left open",
+        e.leases_not_terminal.is_empty() && e.slots_held_now == 0,
+        format!(
+            "leases not terminal = {}, slots held now = {}",
+            e.leases_not_terminal.len(),
+            e.slots_held_now
+        ),
+    ));
+    out
+}
+
+fn four_process_peak(e: &ProjectEvidence) -> Verdict {
+    let processes = e.worker.as_ref().map(|w| w.peak_concurrent_processes);
+    verdict(
+        "four-process peak",
+        e.max_active == PROCESS_PEAK_REQUIRED
+            && e.peak_slots_held == PROCESS_PEAK_REQUIRED
+            && processes.is_some_and(|p| p <= PROCESS_PEAK_REQUIRED),
+        format!(
+            "max_active = {}, peak slots held = {}, peak processes = {}",
+            e.max_active,
+            e.peak_slots_held,
+            processes.map_or("unknown".into(), |p| p.to_string())
+        ),
+    )
+}
+
+/// The claims only the sandbox's worker can prove; each fails without its evidence.
+fn worker_claims(e: &ProjectEvidence) -> Vec<Verdict> {
+    let claims = [
+        "one sandbox",
+        "zero dual writers",
+        "full roster delivery",
+        "nothing left on the host",
+    ];
+    let Some(w) = &e.worker else {
+        let why = format!(
+            "no worker evidence: {}",
+            e.worker_error
+                .as_deref()
+                .unwrap_or("the project has no sandbox")
+        );
+        return claims
+            .iter()
+            .map(|c| verdict(c, false, why.clone()))
+            .collect();
+    };
+    vec![
+        verdict(
+            claims[0],
+            w.sandboxes == 1,
+            format!("sandboxes = {}", w.sandboxes),
+        ),
+        verdict(
+            claims[1],
+            w.broker.accepted_from_non_current == 0 && w.broker.commits_accepted >= 1,
+            format!(
+                "commits accepted from a non-current writer = {} (of {})",
+                w.broker.accepted_from_non_current, w.broker.commits_accepted
+            ),
+        ),
+        roster_delivery(e, w),
+        verdict(
+            claims[3],
+            w.cgroup_leaves_left.is_empty()
+                && w.credential_files_left.is_empty()
+                && w.processes_now == 0,
+            format!(
+                "cgroup leaves = {}, credential files = {}, processes = {}",
+                w.cgroup_leaves_left.len(),
+                w.credential_files_left.len(),
+                w.processes_now
+            ),
+        ),
+    ]
+}
+
+fn roster_delivery(e: &ProjectEvidence, w: &WorkerEvidence) -> Verdict {
+    verdict(
+        "full roster delivery",
+        e.roster_deltas_posted >= 1 && w.roster_deltas_delivered >= 1,
+        format!(
+            "roster deltas posted = {}, delivered into mailboxes = {}",
+            e.roster_deltas_posted, w.roster_deltas_delivered
+        ),
+    )
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use squadron_api::agents::BrokerEvidence;
+
+    pub(crate) fn passing() -> ProjectEvidence {
+        ProjectEvidence {
+            tenant: "acme".parse().unwrap(),
+            project: "canary".parse().unwrap(),
+            profiles: 8,
+            max_active: 4,
+            peak_slots_held: 4,
+            slots_held_now: 0,
+            leases_granted: 12,
+            takeovers_graceful: 1,
+            takeovers_crash: 1,
+            roster_deltas_posted: 20,
+            leases_not_terminal: vec![],
+            unauthorized_mcp_denied: 1,
+            sandbox_worker: None,
+            worker: Some(WorkerEvidence {
+                worker: "w1".into(),
+                sandboxes: 1,
+                peak_concurrent_processes: 4,
+                roster_deltas_delivered: 20,
+                broker: BrokerEvidence {
+                    commits_accepted: 5,
+                    ..BrokerEvidence::default()
+                },
+                ..WorkerEvidence::default()
+            }),
+            worker_error: None,
+        }
+    }
+
+    fn failed(e: &ProjectEvidence) -> Vec<String> {
+        verdicts(e)
+            .into_iter()
+            .filter(|v| !v.pass)
+            .map(|v| v.claim)
+            .collect()
+    }
+
+    #[test]
+    fn the_canary_figures_pass_every_claim() {
+        let v = verdicts(&passing());
+        assert_eq!(v.len(), 9);
+        assert!(v.iter().all(|v| v.pass), "{v:#?}");
+    }
+
+    #[test]
+    fn each_claim_fails_on_its_own_figure() {
+        let mut e = passing();
+        e.profiles = 7;
+        assert_eq!(failed(&e), ["eight profiles"]);
+        let mut e = passing();
+        e.peak_slots_held = 5;
+        assert_eq!(failed(&e), ["four-process peak"]);
+        let mut e = passing();
+        e.takeovers_crash = 0;
+        assert_eq!(failed(&e), ["both takeover kinds"]);
+        let mut e = passing();
+        e.worker.as_mut().unwrap().broker.accepted_from_non_current = 1;
+        assert_eq!(failed(&e), ["zero dual writers"]);
+        let mut e = passing();
+        e.worker.as_mut().unwrap().cgroup_leaves_left = vec!["/sys/fs/cgroup/x".into()];
+        assert_eq!(failed(&e), ["nothing left on the host"]);
+        let mut e = passing();
+        e.unauthorized_mcp_denied = 0;
+        assert_eq!(failed(&e), ["unauthorized MCP 403"]);
+        // Without the worker's half, every claim only it proves fails, saying why.
+        let mut e = passing();
+        e.worker = None;
+        e.worker_error = Some("worker w1 did not answer".into());
+        let v = verdicts(&e);
+        let sandbox = v.iter().find(|v| v.claim == "one sandbox").unwrap();
+        assert!(!sandbox.pass && sandbox.figure.contains("did not answer"));
+        assert_eq!(failed(&e).len(), 5, "{v:#?}");
+    }
+}
