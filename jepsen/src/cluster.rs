@@ -427,12 +427,16 @@ impl Cluster {
                         id,
                         applied: s.applied,
                         digest: Some(s.digest),
+                        snapshot: s.snapshot,
+                        purged: s.purged,
                         error: None,
                     },
                     Err(e) => NodeFinal {
                         id,
                         applied: None,
                         digest: None,
+                        snapshot: None,
+                        purged: None,
                         error: Some(e),
                     },
                 });

@@ -8,6 +8,9 @@ pub enum Fault {
     Halves,
     MajoritiesRing,
     Bridge,
+    /// Isolate a follower until the leader has snapshotted and purged its log past what the
+    /// follower applied, so the heal makes it catch up by snapshot install.
+    IsolatePastSnapshot,
     KillOne,
     KillLeader,
     KillMajority,
@@ -26,6 +29,7 @@ impl Fault {
             Fault::Halves => "partition-halves",
             Fault::MajoritiesRing => "partition-majorities-ring",
             Fault::Bridge => "partition-bridge",
+            Fault::IsolatePastSnapshot => "partition-past-snapshot",
             Fault::KillOne => "kill-one",
             Fault::KillLeader => "kill-leader",
             Fault::KillMajority => "kill-majority",
@@ -45,6 +49,7 @@ impl Fault {
                 | Fault::Halves
                 | Fault::MajoritiesRing
                 | Fault::Bridge
+                | Fault::IsolatePastSnapshot
         )
     }
 }

@@ -24,6 +24,11 @@ pub const CLOCK_SKEW_S_MAX: i64 = 120;
 pub const CLOCK_SETTLE_MS: u64 = 2_500;
 /// How long a heal keeps trying to re-add a removed voter.
 pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
+/// How long a heal of `partition-past-snapshot` waits for the leader to purge its log past
+/// what the isolated follower applied.
+pub const SNAPSHOT_PAST_WAIT_MS_MAX: u64 = 30_000;
+/// Entries the wait writes between two looks at the leader's log.
+const SNAPSHOT_FILLER_WRITES_PER_POLL: u32 = 8;
 
 /// What faults a run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -31,7 +36,7 @@ pub enum NemesisKind {
     /// No faults: a baseline.
     None,
     /// Network partitions: isolate one node, isolate the leader, majority/minority halves,
-    /// majorities ring, bridge.
+    /// majorities ring, bridge, isolate a follower until the leader snapshotted past it.
     Partition,
     /// kill -9 of one node, the leader, or a majority; restart on heal.
     Kill,
@@ -71,6 +76,9 @@ struct Damage {
     paused: BTreeSet<u64>,
     removed: BTreeSet<u64>,
     skewed: BTreeSet<u64>,
+    /// An isolated follower and the index it had applied: the heal waits until the leader
+    /// purged past it.
+    lagging: Option<(u64, u64)>,
 }
 
 /// The fault injector of one run.
@@ -91,6 +99,7 @@ impl Nemesis {
             Fault::Halves,
             Fault::MajoritiesRing,
             Fault::Bridge,
+            Fault::IsolatePastSnapshot,
         ];
         let kills = vec![Fault::KillOne, Fault::KillLeader, Fault::KillMajority];
         let pauses = vec![Fault::PauseOne, Fault::PauseLeader];
@@ -153,6 +162,19 @@ impl Nemesis {
                 };
                 let rest: Vec<u64> = ids.iter().copied().filter(|i| *i != x).collect();
                 self.cut(cluster, fault, &halves_grudge(&[x], &rest))?
+            }
+            Fault::IsolatePastSnapshot => {
+                let x = ids
+                    .iter()
+                    .copied()
+                    .find(|i| Some(*i) != leader)
+                    .unwrap_or(leader_or_any);
+                let applied = cluster.status(x).await.ok().and_then(|s| s.applied);
+                let rest: Vec<u64> = ids.iter().copied().filter(|i| *i != x).collect();
+                let mut detail = self.cut(cluster, fault, &halves_grudge(&[x], &rest))?;
+                self.damage.lagging = Some((x, applied.unwrap_or(0)));
+                detail["applied"] = json!(applied);
+                detail
             }
             Fault::Halves => {
                 let (minority, majority) = ids.split_at(ids.len() / 2);
@@ -293,6 +315,11 @@ impl Nemesis {
     /// re-adds removed voters. Returns what it did.
     pub async fn heal(&mut self, cluster: &mut Cluster) -> Result<Value, NemesisError> {
         let mut done = serde_json::Map::new();
+        if let Some((x, applied)) = self.damage.lagging.take() {
+            let client = self.admin(cluster).await;
+            let seen = wait_for_purge_past(cluster, &client, x, applied).await;
+            done.insert("purged_past".into(), seen);
+        }
         if self.damage.partitioned {
             if let Some(net) = &cluster.net {
                 net.heal().map_err(|e| NemesisError::Fault {
@@ -393,6 +420,42 @@ impl Nemesis {
     pub fn jitter_ms(&mut self, mean_ms: u64) -> u64 {
         let half = mean_ms / 2;
         half + self.rng.gen_range(0..=mean_ms.max(1))
+    }
+}
+
+/// Waits (bounded) until a node other than `lagging` has purged its log past `applied`;
+/// returns what it saw, for the history. The workload may be quiet by then, so the wait writes
+/// entries of its own: short-lived bootstrap tokens, which the sweep drops.
+async fn wait_for_purge_past(
+    cluster: &Cluster,
+    admin: &SquadronClient,
+    lagging: u64,
+    applied: u64,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(SNAPSHOT_PAST_WAIT_MS_MAX);
+    let filler = squadron_client::MintBootstrap {
+        worker: None,
+        ttl: Some("10s".into()),
+    };
+    let mut written = 0u32;
+    loop {
+        for _ in 0..SNAPSHOT_FILLER_WRITES_PER_POLL {
+            if admin.mint_bootstrap(&filler, None).await.is_ok() {
+                written += 1;
+            }
+        }
+        let mut best = None;
+        for id in cluster.ids().into_iter().filter(|i| *i != lagging) {
+            if let Ok(s) = cluster.status(id).await {
+                best = best.max(s.purged);
+            }
+        }
+        let past = best.is_some_and(|p| p > applied);
+        if past || tokio::time::Instant::now() >= deadline {
+            return json!({"node": lagging, "applied": applied, "purged": best, "past": past,
+                          "filler_writes": written});
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -7,6 +7,11 @@ use std::process::{Child, Command, Stdio};
 /// How long a graceful stop may take before the process is killed.
 pub const STOP_WAIT_MS_MAX: u64 = 10_000;
 
+/// A chaos node builds a snapshot after this many entries (production's default is 10,000)…
+pub const CHAOS_SNAPSHOT_AFTER_ENTRIES: u64 = 64;
+/// …and keeps this many behind it, so a node that falls further behind catches up by snapshot.
+pub const CHAOS_LOGS_KEPT_AFTER_SNAPSHOT: u64 = 16;
+
 /// How one node is reached and where it keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -77,17 +82,22 @@ impl NodeProcess {
             })
             .collect();
         // Short election timeouts make failover (and thus the recovery bound) quick; the sweep
-        // runs often so expiries are prompt.
+        // runs often so expiries are prompt. Snapshots every few dozen entries with few logs
+        // kept make building, installing and purging, and catching up by snapshot, happen in
+        // every run.
         let text = format!(
             "node_id = {id}\ncluster_name = \"jepsen\"\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\n\
              peer_listen = \"{peer}\"\n\
              data_dir = \"data\"\n\n{members}[raft]\nheartbeat_interval_ms = 100\n\
-             election_timeout_min_ms = 500\nelection_timeout_max_ms = 1000\n\n\
+             election_timeout_min_ms = 500\nelection_timeout_max_ms = 1000\n\
+             snapshot_after_entries = {snapshot}\nmax_in_snapshot_log_to_keep = {kept}\n\n\
              [server]\nrequest_timeout_ms = 4000\n",
             id = spec.id,
             rest = spec.rest,
             grpc = spec.grpc,
             peer = spec.peer,
+            snapshot = CHAOS_SNAPSHOT_AFTER_ENTRIES,
+            kept = CHAOS_LOGS_KEPT_AFTER_SNAPSHOT,
         );
         let config = dir.join("node.toml");
         std::fs::write(&config, text).map_err(|e| write_err(&config, e))?;

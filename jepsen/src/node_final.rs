@@ -10,6 +10,11 @@ pub struct NodeFinal {
     pub applied: Option<u64>,
     #[serde(default)]
     pub digest: Option<String>,
+    /// The last entry in the node's snapshot, and the last it purged from its log.
+    #[serde(default)]
+    pub snapshot: Option<u64>,
+    #[serde(default)]
+    pub purged: Option<u64>,
     /// Why the node could not be asked, when it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

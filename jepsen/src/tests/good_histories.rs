@@ -176,12 +176,16 @@ fn equal_digests_pass_and_history_round_trips_through_jsonl() {
             id: 1,
             applied: Some(9),
             digest: Some("d".into()),
+            snapshot: None,
+            purged: None,
             error: None,
         },
         NodeFinal {
             id: 2,
             applied: Some(9),
             digest: Some("d".into()),
+            snapshot: None,
+            purged: None,
             error: None,
         },
     ];
