@@ -722,6 +722,41 @@ fn the_agent_registers_before_ready(env: &Env) {
     assert!(enrolled, "no enrollment of {agent} in the audit");
 }
 
+/// A readiness probe that fails stops the task before its provider starts, and the task's
+/// error names the probe: the CLI probe holds (the pinned Claude Code is installed), the auth
+/// probe does not (no credential was referenced).
+fn a_failed_readiness_probe_fails_the_task_naming_it(env: &Env) {
+    let yaml = manifest(&env.repo, env.runtime, "echo the provider ran", "").replace(
+        "lifecycle:\n",
+        "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+         session: { launcher: x, workdir: /workspace, cols: 80, rows: 24 }\n  \
+         readiness:\n    probes:\n      - { provider: claude, kind: cli }\n      \
+         - { provider: claude, kind: auth }\n  \
+         observation: { retention_class: short, redaction_profile: p }\nlifecycle:\n",
+    );
+    let id = submit(env.any(0), &yaml);
+    let t = wait_task_state(
+        env.any(1),
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        env.timeout(),
+    );
+    assert_eq!(t["state"], "FAILED", "{t:#}\n{}", explain(env.any(0), id));
+    let error = t["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("readiness probe claude/auth failed") && error.contains("anthropic_api_key"),
+        "{error}"
+    );
+    assert!(!logs(env.any(0), id, "stream=stdout").contains("the provider ran"));
+    // A probe the worker does not run is refused at submission, naming the field.
+    let r = submit_yaml(env.any(0), &yaml.replace("kind: cli", "kind: smoke"));
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(
+        r.body["field"], "startup_profile.readiness.probes[0].kind",
+        "{r:?}"
+    );
+}
+
 /// The cluster of this file gives agents certificates of this life, so a task that runs
 /// longer sees its agent renew (a third before the end) and go on checking in.
 const AGENT_CERT_TTL_MS: u64 = 60_000;
@@ -920,6 +955,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ("process/outbox_links", &p, outbox_links_are_not_followed),
         ("process/websocket", &p, websocket_stream),
         ("process/cli", &p, cli_submit_wait_json),
+        (
+            "process/readiness",
+            &p,
+            a_failed_readiness_probe_fails_the_task_naming_it,
+        ),
         (
             "docker/success",
             &d,

@@ -29,6 +29,7 @@ pub use raw::TaskManifest;
 pub use spec::{
     AgentSpec, CredentialRef, LifecycleSpec, ObservationSpec, Placement, ProbeSpec, ReadinessSpec,
     RepositorySpec, RetryPolicy, RetrySpec, SandboxSpec, SessionSpec, StartupProfileSpec, TaskSpec,
+    PROBES,
 };
 
 /// The only manifest `version` this core reads.

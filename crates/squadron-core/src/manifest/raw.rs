@@ -229,6 +229,36 @@ struct RawProbe {
     kind: String,
 }
 
+impl RawProbe {
+    /// A probe is one the worker runs (`PROBES`). Checked here, where a manifest is read, not
+    /// in `TaskSpec::validate`, which also runs on replay: a task an earlier version accepted
+    /// must still apply.
+    fn checked(self, i: usize) -> Result<ProbeSpec, ValidationError> {
+        use crate::manifest::PROBES;
+        let known = |f: &dyn Fn(&(&str, &str)) -> bool| PROBES.iter().any(f);
+        let field = if !known(&|(p, _)| *p == self.provider) {
+            "provider"
+        } else if !known(&|(p, k)| *p == self.provider && *k == self.kind) {
+            "kind"
+        } else {
+            return Ok(ProbeSpec {
+                provider: self.provider,
+                kind: self.kind,
+            });
+        };
+        let all: Vec<String> = PROBES.iter().map(|(p, k)| format!("{p}/{k}")).collect();
+        Err(ValidationError::new(
+            format!("readiness.probes[{i}].{field}"),
+            format!(
+                "{}/{} is not a probe the worker runs; one of {}",
+                self.provider,
+                self.kind,
+                all.join(", ")
+            ),
+        ))
+    }
+}
+
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawObservation {
@@ -524,11 +554,9 @@ impl RawStartupProfile {
             .map(|r| r.probes)
             .unwrap_or_default()
             .into_iter()
-            .map(|p| ProbeSpec {
-                provider: p.provider,
-                kind: p.kind,
-            })
-            .collect();
+            .enumerate()
+            .map(|(i, p)| p.checked(i))
+            .collect::<Result<Vec<_>, ValidationError>>()?;
         Ok(StartupProfileSpec {
             id: self.id,
             trigger: self.trigger,

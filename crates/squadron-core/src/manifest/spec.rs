@@ -125,6 +125,18 @@ pub struct ReadinessSpec {
     pub probes: Vec<ProbeSpec>,
 }
 
+/// The readiness probes the worker runs before the provider starts, as (provider, kind):
+/// `auth` — the provider's API key credential is in the sandbox (mount `anthropic_api_key`,
+/// `openai_api_key`); `cli` — its CLI runs; `github`/`repo_access` — the `github_token`
+/// credential is there (the seed's example).
+pub const PROBES: [(&str, &str); 5] = [
+    ("claude", "auth"),
+    ("claude", "cli"),
+    ("codex", "auth"),
+    ("codex", "cli"),
+    ("github", "repo_access"),
+];
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProbeSpec {
     pub provider: String,

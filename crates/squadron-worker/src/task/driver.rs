@@ -74,6 +74,9 @@ enum RunEnd {
     Interrupted(Interruption),
 }
 
+/// How much of the end of stderr is read for a failed readiness probe's line.
+const READINESS_TAIL_BYTES_MAX: u64 = 8 * 1024;
+
 /// The output counters of a running task: what was seen, when output last grew, what the
 /// control plane was last sent.
 #[derive(Debug)]
@@ -229,6 +232,30 @@ impl TaskDriver {
         if let Err(err) = append_event(&self.dir, &e) {
             tracing::warn!(task = %self.task, error = %err, "could not append an event");
         }
+    }
+
+    /// The probe `launch.sh` says failed, when it stopped before the provider for one: its
+    /// line from the end of stderr (the task's error names the probe).
+    fn readiness_failure(&self, code: Option<i32>) -> Option<String> {
+        use crate::task::launcher::{READINESS_EXIT_CODE, READINESS_FAILURE_PREFIX};
+        let probes = self.spec.startup_profile.as_ref()?.readiness.probes.len();
+        if code != Some(READINESS_EXIT_CODE) || probes == 0 {
+            return None;
+        }
+        let tail = crate::task::outbox_reader::tail_text(
+            &self.dir,
+            crate::task::task_dir::STDERR_LOG,
+            READINESS_TAIL_BYTES_MAX,
+        )
+        .unwrap_or_default();
+        let line = tail
+            .lines()
+            .rev()
+            .find(|l| l.starts_with(READINESS_FAILURE_PREFIX))
+            .map(|l| l.trim_start_matches("squadron: ").to_string());
+        Some(line.unwrap_or_else(|| {
+            format!("a readiness probe failed (launch.sh exited {READINESS_EXIT_CODE})")
+        }))
     }
 
     /// The provider CLI's own account of its run (tool calls, tokens, cost, session), read
@@ -599,6 +626,11 @@ impl TaskDriver {
     /// What a finished run reports: its exit, or the interruption (cancel, timeout, hang,
     /// quota) that ended it.
     async fn end_run(&mut self, code: Option<i32>, end: RunEnd) -> Result<Step, WorkerError> {
+        if matches!(end, RunEnd::Exited) {
+            if let Some(why) = self.readiness_failure(code) {
+                return Ok(self.fail(TaskState::Running, code, why).await);
+            }
+        }
         // A provider that exits on ENOSPC ends because of the quota: say so, not just its code.
         let end = match end {
             RunEnd::Exited

@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use squadron_core::manifest::{AgentSpec, TaskSpec};
+use squadron_core::manifest::{AgentSpec, ProbeSpec, TaskSpec};
 use squadron_core::provider::Provider;
 
 use crate::error::WorkerError;
@@ -61,6 +61,10 @@ pub(crate) const CODEX_SANDBOX_MODE: &str = "danger-full-access";
 pub(crate) const LAUNCH_WORKDIR_BYTES_MAX: usize = 4_096;
 /// Exit status of `launch.sh` when the working directory cannot be entered.
 pub(crate) const LAUNCH_WORKDIR_EXIT_CODE: i32 = 126;
+/// Exit status of `launch.sh` when a readiness probe failed (the provider never started), and
+/// how its line on stderr starts.
+pub(crate) const READINESS_EXIT_CODE: i32 = 125;
+pub(crate) const READINESS_FAILURE_PREFIX: &str = "squadron: readiness probe ";
 
 /// What the runtime starts: `argv`, `env` and `workdir` go into its `LaunchSpec`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,9 +140,15 @@ pub(crate) fn prepare_launch_with_mounts(
     }
 
     let provider_argv = provider_argv(agent, &run);
+    let probes = spec
+        .startup_profile
+        .as_ref()
+        .map(|p| p.readiness.probes.as_slice())
+        .unwrap_or_default();
     let text = launch_script(
         dir,
         attempt,
+        probes,
         agent.provider,
         &provider_argv,
         &LaunchPaths {
@@ -194,6 +204,49 @@ pub(crate) fn provider_env(provider: Provider) -> &'static [(&'static str, &'sta
         ],
         Provider::Codex | Provider::Script => &[],
     }
+}
+
+/// `launch.sh`'s readiness probes (the manifest's `startup_profile.readiness`), each a check
+/// and, on failure, a line on stderr naming it and exit [`READINESS_EXIT_CODE`] before the
+/// provider starts.
+fn readiness_prelude(probes: &[ProbeSpec]) -> Result<String, WorkerError> {
+    let mut text = String::new();
+    for probe in probes {
+        let credential = |file: &str, mount: &str| {
+            (
+                format!("[ -s \"${{{file}:-}}\" ]"),
+                format!("no {mount} credential in the sandbox (startup_profile.credential_refs)"),
+            )
+        };
+        let (check, why) = match (probe.provider.as_str(), probe.kind.as_str()) {
+            ("claude", "auth") => credential("ANTHROPIC_API_KEY_FILE", "anthropic_api_key"),
+            ("codex", "auth") => credential("OPENAI_API_KEY_FILE", "openai_api_key"),
+            ("github", "repo_access") => credential("GITHUB_TOKEN_FILE", "github_token"),
+            (cli @ ("claude" | "codex"), "cli") => (
+                format!("{cli} --version >/dev/null 2>&1"),
+                format!("{cli} --version did not run"),
+            ),
+            _ => (
+                "false".to_string(),
+                "this worker does not know the probe".to_string(),
+            ),
+        };
+        let line = format!(
+            "{READINESS_FAILURE_PREFIX}{}/{} failed: {why}",
+            probe.provider, probe.kind
+        );
+        text.push_str(&format!(
+            "{check} || {{ echo {} >&2; exit {READINESS_EXIT_CODE}; }}\n",
+            quote(&line)?
+        ));
+    }
+    if !text.is_empty() {
+        text.insert_str(
+            0,
+            "# Readiness probes: the provider starts only once every one holds.\n",
+        );
+    }
+    Ok(text)
 }
 
 /// `launch.sh`'s lines that give Codex the worker's `OPENAI_BASE_URL` as its model provider.
@@ -280,12 +333,17 @@ struct LaunchPaths<'a> {
 fn launch_script(
     dir: &TaskDir,
     attempt: u32,
+    probes: &[ProbeSpec],
     provider: Provider,
     argv: &[String],
     paths: &LaunchPaths<'_>,
 ) -> Result<String, WorkerError> {
     let command = shlex::try_join(argv.iter().map(String::as_str)).map_err(quote_error)?;
-    let key = provider_prelude(provider);
+    let key = format!(
+        "{}{}",
+        readiness_prelude(probes)?,
+        provider_prelude(provider)
+    );
     Ok(format!(
         "#!/bin/sh\n\
          # Written by the Squadron worker: task {task}, attempt {attempt}, provider {provider}.\n\
@@ -808,6 +866,60 @@ mod tests {
             }
             assert!(!launch_text(&dir).contains(KEY));
         }
+    }
+
+    /// The readiness probes run before the provider: the first that fails stops `launch.sh`
+    /// with its line on stderr and exit 125, and the provider never starts; once every probe
+    /// holds, the provider runs.
+    #[test]
+    fn readiness_probes_gate_the_provider() {
+        let (_tmp, dir) = task_dir(16);
+        let prefix = host_layout(&dir);
+        let text =
+            "version: \"1\"\nkind: Task\nmetadata:\n  name: probes\nrepository:\n  url: /srv/r\n\
+                    agent:\n  prompt: p\n  provider: script\n  script: echo provider ran\n\
+                    startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+                    session: { launcher: x, workdir: /workspace, cols: 80, rows: 24 }\n  \
+                    readiness:\n    probes:\n      - { provider: claude, kind: auth }\n      \
+                    - { provider: github, kind: repo_access }\n  \
+                    observation: { retention_class: short, redaction_profile: p }\n";
+        let spec = squadron_core::manifest::parse_manifest_yaml(text).unwrap();
+        let mut plan = prepare_launch_with_mounts(
+            &dir,
+            1,
+            &spec,
+            &format!("{prefix}/inbox"),
+            &EnvAllowlist::default(),
+            &prefix,
+        )
+        .unwrap();
+        let run = |plan: &LaunchPlan| {
+            std::fs::write(dir.stdout_log(), b"").unwrap();
+            std::fs::write(dir.stderr_log(), b"").unwrap();
+            let code = run_on_host(&dir, plan, None);
+            let out = std::fs::read_to_string(dir.stdout_log()).unwrap();
+            let err = std::fs::read_to_string(dir.stderr_log()).unwrap();
+            (code, out, err)
+        };
+        let (code, out, err) = run(&plan);
+        assert_eq!(code, READINESS_EXIT_CODE);
+        assert!(out.is_empty(), "the provider ran: {out}");
+        assert_eq!(
+            err,
+            "squadron: readiness probe claude/auth failed: no anthropic_api_key credential in \
+             the sandbox (startup_profile.credential_refs)\n"
+        );
+        let key = dir.root().join("key");
+        write(&key, "k");
+        plan.env
+            .insert("ANTHROPIC_API_KEY_FILE".into(), key.display().to_string());
+        let (code, _, err) = run(&plan);
+        assert_eq!(code, READINESS_EXIT_CODE);
+        assert!(err.contains("github/repo_access failed"), "{err}");
+        plan.env
+            .insert("GITHUB_TOKEN_FILE".into(), key.display().to_string());
+        let (code, out, _) = run(&plan);
+        assert_eq!((code, out.as_str()), (0, "provider ran\n"));
     }
 
     #[test]

@@ -47,6 +47,19 @@ pub(crate) fn open_progress(
     }
 }
 
+/// The last `bytes_max` bytes of a progress file as text (lossy), read without following a
+/// link; `None` when it cannot be opened.
+pub(crate) fn tail_text(dir: &TaskDir, name: &str, bytes_max: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = dir.outbox_beneath().ok()?.read(Path::new(name)).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(bytes_max)))
+        .ok()?;
+    let mut buf = Vec::new();
+    f.take(bytes_max).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// An artifact by the name a caller gave: a relative path of plain components naming a
 /// regular file beneath `artifacts/`, with no link anywhere on the way.
 pub(crate) fn open_artifact(dir: &TaskDir, name: &str) -> Result<std::fs::File, OutboxError> {

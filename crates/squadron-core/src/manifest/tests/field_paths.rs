@@ -269,7 +269,7 @@ fn startup_profile_errors_name_their_field() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let many_probes = repeat_list("{ provider: p, kind: k }", READINESS_PROBES_MAX + 1);
+    let many_probes = repeat_list("{ provider: claude, kind: auth }", READINESS_PROBES_MAX + 1);
     let sp = ("startup_profile", STARTUP);
     let cases: Vec<(Vec<(&str, &str)>, &str)> = vec![
         (
@@ -388,7 +388,7 @@ fn startup_profile_errors_name_their_field() {
                 sp,
                 (
                     "startup_profile.readiness.probes",
-                    "[{ provider: a, kind: b }, { provider: a, kind: '' }]",
+                    "[{ provider: claude, kind: auth }, { provider: codex, kind: smoke }]",
                 ),
             ],
             "startup_profile.readiness.probes[1].kind",
