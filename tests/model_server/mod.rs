@@ -360,6 +360,12 @@ impl TestNet {
         let (host, address) = (Ipv4Addr::new(100, 100, k, 1), Ipv4Addr::new(100, 100, k, 2));
         let _ = run_ip(&["netns", "del", &netns], true);
         let _ = run_ip(&["link", "del", &host_if], true);
+        // Made before the set-up, so a step that fails still removes what the others made.
+        let net = TestNet {
+            netns: netns.clone(),
+            host_if: host_if.clone(),
+            address,
+        };
         let host_cidr = format!("{host}/30");
         let addr_cidr = format!("{address}/30");
         let host_s = host.to_string();
@@ -377,11 +383,7 @@ impl TestNet {
         ] {
             assert!(run_ip(&args, false), "ip {args:?}");
         }
-        TestNet {
-            netns,
-            host_if,
-            address,
-        }
+        net
     }
 
     /// A listener on `address:port` inside the namespace: bound by a thread that entered the
