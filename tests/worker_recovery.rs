@@ -117,6 +117,35 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
     let first = registered(&http_get(&worker_url).expect("worker"));
     // Servers and workers log JSON lines unless told otherwise (`--log-format`).
     assert_json_log(&worker.log, "worker registered");
+    // A task's transitions are logged as the seed has it: task_id, from, to.
+    let task = submit_yaml(&url, &inert_manifest("logged", "process"));
+    assert!(task.ok(), "{task:?}");
+    let task_id = task.body["task_submitted"]["task"]
+        .as_u64()
+        .expect("task id");
+    wait_task_state(
+        &url,
+        task_id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        Duration::from_secs(60),
+    );
+    let logged = std::fs::read_to_string(&worker.log).expect("log");
+    let id_text = task_id.to_string();
+    let transitions: Vec<serde_json::Value> = logged
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["fields"]["message"] == "task transition"
+                && v["fields"]["task_id"] == id_text.as_str()
+        })
+        .collect();
+    // The manifest's repository does not exist: staging fails.
+    assert!(
+        transitions
+            .iter()
+            .any(|v| v["fields"]["from"] == "STAGING" && v["fields"]["to"] == "FAILED"),
+        "no STAGING → FAILED line for task {task_id}: {transitions:#?}"
+    );
     assert_json_log(&cluster.nodes[&1].log, "control node started");
     let pid = worker.child.as_ref().expect("running").id().to_string();
     let signal = |name: &str| {

@@ -334,6 +334,8 @@ impl TaskDriver {
             .await?;
         match answer {
             ReportAnswer::Recorded(state) => {
+                // The seed's transition log line: task_id, from, to.
+                tracing::info!(task_id = %self.task, attempt = self.attempt, from = %from, to = %state, "task transition");
                 self.event(serde_json::json!({"event": "transition", "from": from, "to": state}));
                 self.checkpoint(|c| c.state = state);
                 Ok(if state.is_terminal() {
