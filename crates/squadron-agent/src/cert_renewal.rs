@@ -41,8 +41,7 @@ pub async fn renewal_loop(session: ControlSession, identity: SpiffeId, mut cert:
                 return;
             }
             Err(e) => {
-                let life = facts.not_after_ms.saturating_sub(facts.not_before_ms);
-                let pause = retry_pause_ms(life);
+                let pause = retry_pause_ms(facts.life_ms());
                 tracing::warn!(error = %e, retry_in_ms = pause, "certificate renewal failed");
                 tokio::time::sleep(Duration::from_millis(pause)).await;
             }

@@ -46,19 +46,21 @@ impl CertFacts {
             not_after_ms: secs_to_ms(validity.not_after.timestamp()),
         })
     }
-}
 
-impl CertFacts {
-    /// When the holder renews: a third of the certificate's life before its end, so a renewal
-    /// that fails has the rest of that third to be asked again. The life is counted from
-    /// issue, not from `not_before`, which the CA backdates by the clock-skew allowance.
-    pub fn renew_at_ms(&self) -> u64 {
+    /// The certificate's life counted from issue, not from `not_before`, which the CA
+    /// backdates by the clock-skew allowance.
+    pub fn life_ms(&self) -> u64 {
         let span = self.not_after_ms.saturating_sub(self.not_before_ms);
-        let life = match span.checked_sub(crate::cluster_ca::CLOCK_SKEW_ALLOWANCE_MS) {
+        match span.checked_sub(crate::cluster_ca::CLOCK_SKEW_ALLOWANCE_MS) {
             Some(issued) if issued > 0 => issued,
             _ => span,
-        };
-        self.not_after_ms.saturating_sub(life / 3)
+        }
+    }
+
+    /// When the holder renews: a third of the certificate's life before its end, so a renewal
+    /// that fails has the rest of that third to be asked again.
+    pub fn renew_at_ms(&self) -> u64 {
+        self.not_after_ms.saturating_sub(self.life_ms() / 3)
     }
 
     /// Renewal is due once less than a third of the certificate's life remains.
@@ -135,6 +137,7 @@ mod tests {
         let issued = 10_000_000;
         let skew = crate::cluster_ca::CLOCK_SKEW_ALLOWANCE_MS;
         let backdated = facts(issued - skew, issued + 60_000);
+        assert_eq!(backdated.life_ms(), 60_000);
         assert_eq!(backdated.renew_at_ms(), issued + 40_000);
         assert!(!backdated.renewal_due(issued + 1));
     }
