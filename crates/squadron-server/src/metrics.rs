@@ -65,22 +65,9 @@ fn duration_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.5, 2.0, 20)
 }
 
-/// A histogram with one sample set per label set, made from the observed values.
-fn histograms<L: EncodeLabelSet>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (L, Vec<f64>)>,
-) -> fmt::Result {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    for (labels, values) in samples {
-        let histogram = Histogram::new(duration_buckets());
-        for v in values {
-            histogram.observe(v);
-        }
-        histogram.encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
+/// A duration histogram, observed as the state is scanned.
+fn duration_histogram() -> Histogram {
+    Histogram::new(duration_buckets())
 }
 
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
@@ -94,16 +81,15 @@ fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) 
     counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)
 }
 
-/// A counter with one sample per label set.
-fn counters<L: EncodeLabelSet>(
+/// A metric family of `kind` with one sample per label set.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
     encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    samples: impl IntoIterator<Item = (L, u64)>,
+    (name, help, kind): (&str, &str, MetricType),
+    samples: impl IntoIterator<Item = (L, M)>,
 ) -> fmt::Result {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, value) in samples {
-        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, metric) in samples {
+        metric.encode(family.encode_family(&labels)?)?;
     }
     Ok(())
 }
@@ -115,11 +101,8 @@ fn gauges<L: EncodeLabelSet>(
     help: &str,
     samples: impl IntoIterator<Item = (L, u64)>,
 ) -> fmt::Result {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, value) in samples {
-        ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
-    }
-    Ok(())
+    let samples = samples.into_iter().map(|(l, v)| (l, ConstGauge::new(v)));
+    family(encoder, (name, help, MetricType::Gauge), samples)
 }
 
 fn raft(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
@@ -243,9 +226,9 @@ struct StateGauges {
     active: BTreeMap<&'static str, u64>,
     /// Submit to end, in seconds, of ended tasks by their end state
     /// (`task_duration_seconds{outcome}`).
-    durations: BTreeMap<&'static str, Vec<f64>>,
+    durations: BTreeMap<&'static str, Histogram>,
     /// PROVISIONING to READY, in seconds, by runtime (`vm_provision_duration_seconds`).
-    provisions: BTreeMap<&'static str, Vec<f64>>,
+    provisions: BTreeMap<&'static str, Histogram>,
     /// Agents of running attempts heard from within `AGENT_CONNECTED_WITHIN_MS`.
     agents_connected: u64,
     leases: BTreeMap<&'static str, u64>,
@@ -267,8 +250,8 @@ impl StateGauges {
                 if let Some(end) = t.entered_at_ms.get(&t.state) {
                     g.durations
                         .entry(t.state.as_str())
-                        .or_default()
-                        .push(seconds(t.submitted_at_ms, *end));
+                        .or_insert_with(duration_histogram)
+                        .observe(seconds(t.submitted_at_ms, *end));
                 }
             } else {
                 *g.active.entry(t.state.as_str()).or_default() += 1;
@@ -280,8 +263,8 @@ impl StateGauges {
             if let (Some(from), Some(to)) = provision {
                 g.provisions
                     .entry(t.spec.sandbox.runtime.into())
-                    .or_default()
-                    .push(seconds(*from, *to));
+                    .or_insert_with(duration_histogram)
+                    .observe(seconds(*from, *to));
             }
         }
         g.agents_connected = s
@@ -311,11 +294,16 @@ impl StateGauges {
 
     fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
         // The seed's task metrics under the `squadron_` prefix.
-        counters(
+        family(
             e,
-            "squadron_tasks",
-            "Tasks that entered each state (the sample is squadron_tasks_total)",
-            self.entered.iter().map(|(s, n)| ([("state", *s)], *n)),
+            (
+                "squadron_tasks",
+                "Tasks that entered each state (the sample is squadron_tasks_total)",
+                MetricType::Counter,
+            ),
+            self.entered
+                .iter()
+                .map(|(s, n)| ([("state", *s)], ConstCounter::new(*n))),
         )?;
         gauges(
             e,
@@ -323,21 +311,28 @@ impl StateGauges {
             "Tasks not ended, by state",
             self.active.iter().map(|(s, n)| ([("state", *s)], *n)),
         )?;
-        histograms(
+        family(
             e,
-            "squadron_task_duration_seconds",
-            "Submit to end of ended tasks, by the state they ended in",
+            (
+                "squadron_task_duration_seconds",
+                "Submit to end of ended tasks, by the state they ended in",
+                MetricType::Histogram,
+            ),
+            // A histogram's clone shares its counts (an `Arc`): nothing is copied.
             self.durations
                 .iter()
-                .map(|(s, v)| ([("outcome", *s)], v.clone())),
+                .map(|(s, h)| ([("outcome", *s)], h.clone())),
         )?;
-        histograms(
+        family(
             e,
-            "squadron_vm_provision_duration_seconds",
-            "PROVISIONING to READY (the sandbox made and, where one runs, its agent registered), by runtime",
+            (
+                "squadron_vm_provision_duration_seconds",
+                "PROVISIONING to READY (the sandbox made and, where one runs, its agent registered), by runtime",
+                MetricType::Histogram,
+            ),
             self.provisions
                 .iter()
-                .map(|(r, v)| ([("runtime", *r)], v.clone())),
+                .map(|(r, h)| ([("runtime", *r)], h.clone())),
         )?;
         gauge(
             e,
@@ -437,8 +432,13 @@ mod tests {
         let mut g = StateGauges::default();
         g.entered.insert("COMPLETED", 2);
         g.active.insert("RUNNING", 1);
-        g.durations.insert("COMPLETED", vec![0.2, 3.0]);
-        g.provisions.insert("docker", vec![1.5]);
+        let observed = |values: &[f64]| {
+            let h = duration_histogram();
+            values.iter().for_each(|v| h.observe(*v));
+            h
+        };
+        g.durations.insert("COMPLETED", observed(&[0.2, 3.0]));
+        g.provisions.insert("docker", observed(&[1.5]));
         g.agents_connected = 1;
         let text = exposition_of(g);
         for want in [
