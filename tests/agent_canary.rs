@@ -590,6 +590,35 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         text,
         "the edit took"
     );
+    // A signing key others can read is refused, and nothing is signed with it.
+    let loose = cluster.dir.path().join("loose.key");
+    std::fs::copy(&key, &loose).expect("copy key");
+    std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
+    let loose_bundle = cluster.dir.path().join("loose.json");
+    let signed = cli(&url)
+        .args([
+            "--endpoint",
+            &url,
+            "evidence",
+            "--tenant",
+            "acme",
+            "--project",
+            "canary",
+        ])
+        .arg("--sign")
+        .arg(&loose)
+        .arg("--bundle")
+        .arg(&loose_bundle)
+        .output()
+        .expect("squadron evidence");
+    assert!(!signed.status.success(), "a world-readable key signed");
+    assert!(
+        String::from_utf8_lossy(&signed.stderr).contains("chmod 600"),
+        "{}",
+        String::from_utf8_lossy(&signed.stderr)
+    );
+    assert!(!loose_bundle.exists());
     let refused = verify(&edited);
     assert!(!refused.status.success(), "an edited bundle verified");
     assert!(

@@ -14,7 +14,7 @@ use super::verdicts::{verdicts, Verdict};
 
 /// What a bundle says it is.
 pub const BUNDLE_FORMAT: &str = "squadron-evidence/1";
-/// Largest bundle or key file read.
+/// Largest bundle read (keys are read as the PKI's files are, `pki_dir::read_file`).
 pub const BUNDLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
 
 /// What `squadron evidence` reports and a bundle signs.

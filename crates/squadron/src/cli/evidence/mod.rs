@@ -79,8 +79,10 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
     }
     let report = Report::new(ev)?;
     if let (Some(key), Some(out)) = (&args.sign, &args.bundle) {
-        let key = SigningKey::from_pem(&bundle::read_bounded(key)?)
-            .with_context(|| format!("--sign {}", key.display()))?;
+        // A key others can read is refused, as every key and token file is.
+        let pem = zeroize::Zeroizing::new(squadron_pki::pki_dir::read_secret_file(key)?);
+        let key =
+            SigningKey::from_pem(&pem).with_context(|| format!("--sign {}", key.display()))?;
         let signed = bundle::sign(&report, &key)?;
         squadron_pki::pki_dir::write_file(
             out,
@@ -119,7 +121,7 @@ pub fn run_offline(out: OutputFormat, action: EvidenceAction) -> anyhow::Result<
             let text = bundle::read_bounded(&path)?;
             let signed: Bundle = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not an evidence bundle", path.display()))?;
-            let public = bundle::read_bounded(&key)?;
+            let public = squadron_pki::pki_dir::read_file(&key)?;
             let report =
                 bundle::verify(&signed, &public).with_context(|| format!("{}", path.display()))?;
             emit_generic(out, &report.verdicts)?;
