@@ -59,32 +59,16 @@ impl Recorded {
 
     /// The system prompt's text, whether given as a string or as blocks.
     pub fn system_text(&self) -> String {
-        match &self.body["system"] {
-            Value::String(s) => s.clone(),
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        }
+        text_of(&self.body["system"])
     }
 
     /// The system prompt and every text block of the messages.
     pub fn all_text(&self) -> String {
-        let mut text = self.system_text();
-        for message in self.body["messages"].as_array().into_iter().flatten() {
-            match &message["content"] {
-                Value::String(s) => text.push_str(&format!("\n{s}")),
-                Value::Array(blocks) => {
-                    for b in blocks.iter().filter_map(|b| b["text"].as_str()) {
-                        text.push_str(&format!("\n{b}"));
-                    }
-                }
-                _ => {}
-            }
-        }
-        text
+        let messages = self.body["messages"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        format!("{}\n{}", self.system_text(), contents_text(&messages))
     }
 
     pub fn tool_names(&self) -> Vec<String> {
@@ -219,6 +203,28 @@ async fn answer(
     } else {
         axum::Json(message).into_response()
     }
+}
+
+/// A content's text: a string, or the `text` of each of its blocks, a line each.
+pub(crate) fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// The text of every item's `content` (messages, or a Responses request's input), a line each.
+pub(crate) fn contents_text(items: &[Value]) -> String {
+    items
+        .iter()
+        .map(|i| text_of(&i["content"]))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The directory the CLI said it works in (Claude Code: a line such as `Primary working

@@ -9,7 +9,7 @@
 use axum::response::Response;
 use serde_json::{json, Value};
 
-use super::{event_stream, with_cwd, working_directory, Recorded, Step};
+use super::{contents_text, event_stream, with_cwd, working_directory, Recorded, Step};
 
 pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
     let input = request.body["input"]
@@ -26,7 +26,8 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
         .get(turn)
         .cloned()
         .unwrap_or(Step::Text("The script is over."));
-    let cwd = working_directory(&input_text(&input));
+    // Codex tells the model its environment in the input's messages.
+    let cwd = working_directory(&contents_text(&input));
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let n = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let item = match &step {
@@ -74,21 +75,4 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
         json!({"type": "response.completed", "response": response("completed", json!([item]))}),
     ));
     event_stream(&events)
-}
-
-/// Every text of the input's messages (where Codex tells the model its environment).
-fn input_text(input: &[Value]) -> String {
-    let mut text = String::new();
-    for item in input {
-        match &item["content"] {
-            Value::String(s) => text.push_str(&format!("\n{s}")),
-            Value::Array(parts) => {
-                for t in parts.iter().filter_map(|p| p["text"].as_str()) {
-                    text.push_str(&format!("\n{t}"));
-                }
-            }
-            _ => {}
-        }
-    }
-    text
 }

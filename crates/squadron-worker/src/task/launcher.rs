@@ -727,6 +727,15 @@ mod tests {
         status.code().unwrap()
     }
 
+    /// The plan of attempt 1 with the task directory itself as the mount prefix, working in
+    /// `inbox` (the tests that run `launch.sh` on the host).
+    fn host_plan(dir: &TaskDir, spec: &TaskSpec, inbox_dir: &str) -> LaunchPlan {
+        let prefix = dir.root().to_str().unwrap().to_string();
+        let workdir = format!("{prefix}{inbox_dir}");
+        prepare_launch_with_mounts(dir, 1, spec, &workdir, &EnvAllowlist::default(), &prefix)
+            .unwrap()
+    }
+
     fn host_layout(dir: &TaskDir) -> String {
         for path in [dir.run(), dir.inbox().join("sub dir"), dir.progress()] {
             std::fs::create_dir_all(path).unwrap();
@@ -772,7 +781,7 @@ mod tests {
     #[test]
     fn launch_sh_execs_the_provider_with_its_arguments() {
         let (_tmp, dir) = task_dir(13);
-        let prefix = host_layout(&dir);
+        host_layout(&dir);
         let bin = dir.root().join("fake-bin");
         // A stand-in `claude` that prints its arguments and its stdin, and its pid relation.
         write(
@@ -785,15 +794,7 @@ mod tests {
         spec.agent.prompt = NASTY_PROMPT.into();
         spec.agent.model = Some("m-1".into());
         spec.agent.allowed_tools = Some(vec!["Read".into(), "Bash(ls:*)".into()]);
-        let plan = prepare_launch_with_mounts(
-            &dir,
-            1,
-            &spec,
-            &format!("{prefix}/inbox"),
-            &EnvAllowlist::default(),
-            &prefix,
-        )
-        .unwrap();
+        let plan = host_plan(&dir, &spec, "/inbox");
         assert_eq!(run_on_host(&dir, &plan, Some(&bin)), 0);
         assert_eq!(
             std::fs::read_to_string(dir.stdout_log()).unwrap(),
@@ -820,7 +821,7 @@ mod tests {
             (Provider::Codex, "OPENAI_API_KEY_FILE", "CODEX_API_KEY"),
         ] {
             let (_tmp, dir) = task_dir(15);
-            let prefix = host_layout(&dir);
+            host_layout(&dir);
             let bin = dir.root().join("fake-bin");
             let home = dir.root().join("home");
             std::fs::create_dir_all(&home).unwrap();
@@ -837,15 +838,7 @@ mod tests {
             write(&key_file, KEY);
             let mut spec = claude_spec();
             spec.agent.provider = provider;
-            let mut plan = prepare_launch_with_mounts(
-                &dir,
-                1,
-                &spec,
-                &format!("{prefix}/inbox"),
-                &EnvAllowlist::default(),
-                &prefix,
-            )
-            .unwrap();
+            let mut plan = host_plan(&dir, &spec, "/inbox");
             plan.env
                 .insert(file_var.into(), key_file.display().to_string());
             plan.env.insert("HOME".into(), home.display().to_string());
@@ -874,7 +867,7 @@ mod tests {
     #[test]
     fn readiness_probes_gate_the_provider() {
         let (_tmp, dir) = task_dir(16);
-        let prefix = host_layout(&dir);
+        host_layout(&dir);
         let text =
             "version: \"1\"\nkind: Task\nmetadata:\n  name: probes\nrepository:\n  url: /srv/r\n\
                     agent:\n  prompt: p\n  provider: script\n  script: echo provider ran\n\
@@ -884,15 +877,7 @@ mod tests {
                     - { provider: github, kind: repo_access }\n  \
                     observation: { retention_class: short, redaction_profile: p }\n";
         let spec = squadron_core::manifest::parse_manifest_yaml(text).unwrap();
-        let mut plan = prepare_launch_with_mounts(
-            &dir,
-            1,
-            &spec,
-            &format!("{prefix}/inbox"),
-            &EnvAllowlist::default(),
-            &prefix,
-        )
-        .unwrap();
+        let mut plan = host_plan(&dir, &spec, "/inbox");
         let run = |plan: &LaunchPlan| {
             std::fs::write(dir.stdout_log(), b"").unwrap();
             std::fs::write(dir.stderr_log(), b"").unwrap();
@@ -925,32 +910,16 @@ mod tests {
     #[test]
     fn launch_sh_fails_clearly_without_its_workdir_or_provider() {
         let (_tmp, dir) = task_dir(14);
-        let prefix = host_layout(&dir);
+        host_layout(&dir);
         let spec = spec_for("/srv/repo");
-        let plan = prepare_launch_with_mounts(
-            &dir,
-            1,
-            &spec,
-            &format!("{prefix}/inbox/missing"),
-            &EnvAllowlist::default(),
-            &prefix,
-        )
-        .unwrap();
+        let plan = host_plan(&dir, &spec, "/inbox/missing");
         assert_eq!(run_on_host(&dir, &plan, None), LAUNCH_WORKDIR_EXIT_CODE);
         let stderr = std::fs::read_to_string(dir.stderr_log()).unwrap();
         assert!(stderr.contains("missing"), "{stderr}");
 
         let mut spec = claude_spec();
         spec.agent.provider = Provider::Codex;
-        let plan = prepare_launch_with_mounts(
-            &dir,
-            1,
-            &spec,
-            &format!("{prefix}/inbox"),
-            &EnvAllowlist::default(),
-            &prefix,
-        )
-        .unwrap();
+        let plan = host_plan(&dir, &spec, "/inbox");
         // No `codex` on the sandbox PATH of this host.
         let empty = dir.root().join("empty-bin");
         std::fs::create_dir_all(&empty).unwrap();
