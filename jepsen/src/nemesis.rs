@@ -439,11 +439,6 @@ async fn wait_for_purge_past(
     };
     let mut written = 0u32;
     loop {
-        for _ in 0..SNAPSHOT_FILLER_WRITES_PER_POLL {
-            if admin.mint_bootstrap(&filler, None).await.is_ok() {
-                written += 1;
-            }
-        }
         let mut best = None;
         for id in cluster.ids().into_iter().filter(|i| *i != lagging) {
             if let Ok(s) = cluster.status(id).await {
@@ -454,6 +449,11 @@ async fn wait_for_purge_past(
         if past || tokio::time::Instant::now() >= deadline {
             return json!({"node": lagging, "applied": applied, "purged": best, "past": past,
                           "filler_writes": written});
+        }
+        for _ in 0..SNAPSHOT_FILLER_WRITES_PER_POLL {
+            if admin.mint_bootstrap(&filler, None).await.is_ok() {
+                written += 1;
+            }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
