@@ -210,7 +210,12 @@ impl State {
     }
 
     /// Grants the next generation. Callers have run `check_admission`.
-    fn grant(&mut self, now: u64, profile_id: ProfileId, next: NextHolder) -> LeaseGrant {
+    pub(crate) fn grant(
+        &mut self,
+        now: u64,
+        profile_id: ProfileId,
+        next: NextHolder,
+    ) -> LeaseGrant {
         let NextHolder {
             provider,
             holder,
@@ -304,7 +309,7 @@ impl State {
     }
 
     /// Active or Fenced → Released or Reaped: frees the slot.
-    fn end(&mut self, now: u64, lease_id: LeaseId, terminal: LeaseState) {
+    pub(crate) fn end(&mut self, now: u64, lease_id: LeaseId, terminal: LeaseState) {
         assert!(terminal.is_terminal(), "end needs a terminal state");
         let lease = self
             .leases
@@ -368,10 +373,22 @@ impl State {
             holder,
             ttl_ms,
         };
+        self.check_acquire(profile, expected_generation, &next)?;
+        Ok(Outcome::LeaseGranted(self.grant(now, profile, next)))
+    }
+
+    /// Admission of a plain acquire (no takeover): `check_admission`, and no fenced generation
+    /// still awaiting its reap.
+    pub(crate) fn check_acquire(
+        &self,
+        profile: ProfileId,
+        expected: Generation,
+        next: &NextHolder,
+    ) -> Result<(), Rejection> {
         self.check_admission(Admission {
             profile,
-            expected: expected_generation,
-            next: &next,
+            expected,
+            next,
             replacing: None,
             freed_slots: 0,
         })?;
@@ -385,7 +402,7 @@ impl State {
                 state: lease.state.name().into(),
             });
         }
-        Ok(Outcome::LeaseGranted(self.grant(now, profile, next)))
+        Ok(())
     }
 
     /// The fenced lease of the profile's current generation, if it still awaits reap evidence.
@@ -411,7 +428,7 @@ impl State {
         })
     }
 
-    fn renew(&mut self, now: u64, lease_id: LeaseId, ttl_ms: u64) -> u64 {
+    pub(crate) fn renew(&mut self, now: u64, lease_id: LeaseId, ttl_ms: u64) -> u64 {
         let lease = self.leases.get_mut(&lease_id).expect("fence checked lease");
         self.lease_expiry.remove(&(lease.expires_at_ms, lease_id));
         lease.renewed_at_ms = now;

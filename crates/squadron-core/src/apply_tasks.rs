@@ -284,22 +284,27 @@ impl State {
                 });
                 continue;
             }
-            let t = self.tasks.get_mut(&task).expect("checked above");
-            self.pending.remove(&queue_key(t));
-            t.state = TaskState::Staging;
-            t.worker = Some(worker.clone());
-            t.entered_at_ms.insert(TaskState::Staging, now);
-            self.workers
-                .get_mut(&worker)
-                .expect("checked above")
-                .tasks
-                .insert(task);
+            self.start_assignment(now, task, &worker);
             results.push(AssignmentResult {
                 task,
                 result: Ok(()),
             });
         }
         Ok(Outcome::TasksAssigned { results })
+    }
+
+    /// PENDING → STAGING on `worker`, for an assignment that passed its checks.
+    pub(crate) fn start_assignment(&mut self, now: u64, task: TaskId, worker: &WorkerId) {
+        let t = self.tasks.get_mut(&task).expect("caller checked the task");
+        self.pending.remove(&queue_key(t));
+        t.state = TaskState::Staging;
+        t.worker = Some(worker.clone());
+        t.entered_at_ms.insert(TaskState::Staging, now);
+        self.workers
+            .get_mut(worker)
+            .expect("caller checked the worker")
+            .tasks
+            .insert(task);
     }
 
     /// The worker's report must come from the task's owner, for its current attempt.
@@ -369,6 +374,7 @@ impl State {
             }
             self.end_credential_lease(now, id, &format!("task ended {to}"));
             self.end_agent_session(id);
+            self.release_task_lease(now, id);
         }
         Ok(Outcome::TransitionRecorded { state: to })
     }
@@ -483,6 +489,7 @@ impl State {
         for id in requeued.iter().chain(&failed) {
             self.end_credential_lease(now, *id, &format!("worker {worker} {why}"));
             self.end_agent_session(*id);
+            self.unbind_task_lease(*id);
         }
         (requeued, failed)
     }

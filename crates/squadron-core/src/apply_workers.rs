@@ -140,6 +140,7 @@ impl State {
             .get_mut(id)
             .expect("checked above")
             .last_heartbeat_ms = now;
+        self.renew_task_leases(now, id);
         Ok(Outcome::WorkerHeartbeatRecorded)
     }
 

@@ -28,6 +28,42 @@ impl State {
         Ok(())
     }
 
+    /// INV-4/INV-5 for project tasks: a bound lease is the lease of the task's own profile,
+    /// held by the task's worker, while the task is between assignment and its end. It holds
+    /// a slot unless it was reaped while the task ran.
+    fn check_task_leases(&self) -> Result<(), String> {
+        for (id, lease_id) in &self.task_leases {
+            let Some(task) = self.tasks.get(id) else {
+                return Err(format!("INV-5: a lease bound to unknown task {id}"));
+            };
+            if matches!(task.state, TaskState::Pending) || task.state.is_terminal() {
+                return Err(format!(
+                    "INV-5: task {id} is {} but still binds lease {lease_id}",
+                    task.state
+                ));
+            }
+            let Some(lease) = self.leases.get(lease_id) else {
+                return Err(format!("INV-5: task {id} binds unknown lease {lease_id}"));
+            };
+            let profile = self.profiles.get(&lease.profile);
+            let placed = match &task.spec.placement {
+                crate::manifest::Placement::Project {
+                    tenant,
+                    project,
+                    profile: key,
+                } => profile
+                    .is_some_and(|p| &p.tenant == tenant && &p.project == project && &p.key == key),
+                crate::manifest::Placement::Dedicated => false,
+            };
+            if !placed || task.worker.as_ref() != Some(&lease.holder.worker) {
+                return Err(format!(
+                    "INV-4: task {id}'s lease {lease_id} is not its profile's on its worker"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Returns the first broken invariant, named by its id.
     pub fn check_invariants(&self) -> Result<(), String> {
         self.check_projects_and_profiles()?;
@@ -45,6 +81,7 @@ impl State {
             return Err(format!("workers: a policy of unknown worker {w}"));
         }
         self.check_agent_sessions()?;
+        self.check_task_leases()?;
         self.idempotency.check()
     }
 

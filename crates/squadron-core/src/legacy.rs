@@ -1,6 +1,6 @@
 //! Decoders for what earlier versions wrote: log encoding 1 (commands without subjects),
-//! snapshot version 1 (the state before the trust boundary) and version 2 (before
-//! credentials). Old entries are applied as
+//! snapshot version 1 (the state before the trust boundary), version 2 (before
+//! credentials) and versions 3 to 5 (before worker policies, agent sessions, task leases). Old entries are applied as
 //! `Subject::Legacy`, exactly as they were applied then, so a data directory written by an
 //! earlier build replays to the state it had. Nothing here is ever encoded.
 
@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 
 use crate::access::{AccessState, Subject, TaskLineage};
+use crate::agent_session::AgentSession;
 use crate::command::{self as cmd, Batch, BatchedCommand, Command, CommandEnvelope};
 use crate::credential::CredentialState;
 use crate::idempotency::IdempotencyLedger;
@@ -180,6 +181,20 @@ impl From<StateV1> for State {
             credentials: CredentialState::default(),
             worker_policies: BTreeMap::new(),
             agent_sessions: BTreeMap::new(),
+            task_leases: BTreeMap::new(),
+        }
+    }
+}
+
+/// Snapshot version 5: version 4, then the agent sessions; no task leases.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV5(StateV4, BTreeMap<TaskId, AgentSession>);
+
+impl From<StateV5> for State {
+    fn from(StateV5(v4, agent_sessions): StateV5) -> Self {
+        State {
+            agent_sessions,
+            ..v4.into()
         }
     }
 }

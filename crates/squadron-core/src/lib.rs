@@ -16,6 +16,7 @@ mod apply_capsules;
 mod apply_credentials;
 mod apply_leases;
 mod apply_mailboxes;
+mod apply_project_tasks;
 mod apply_projects;
 mod apply_tasks;
 mod apply_workers;

@@ -9,9 +9,11 @@ use crate::state::State;
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SQDSNAP\0";
 /// Version of the snapshot layout. Version 2 appended the trust boundary's state (tokens,
 /// certificates, audit) and task lineage, version 3 the credentials, version 4 the workers'
-/// policies, version 5 the agent sessions; earlier versions still decode, with what they lack
-/// empty.
-pub const SNAPSHOT_VERSION: u32 = 5;
+/// policies, version 5 the agent sessions, version 6 the project tasks' leases; earlier
+/// versions still decode, with what they lack empty.
+pub const SNAPSHOT_VERSION: u32 = 6;
+/// The layout before project tasks' leases.
+pub const SNAPSHOT_VERSION_V5: u32 = 5;
 /// The layout before agent sessions.
 pub const SNAPSHOT_VERSION_V4: u32 = 4;
 /// The layout before worker policies.
@@ -71,6 +73,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
     let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
     let (state, used): (State, usize) = match version {
         SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
+        SNAPSHOT_VERSION_V5 => bincode::serde::decode_from_slice(body, config())
+            .map(|(v5, used): (crate::legacy::StateV5, usize)| (v5.into(), used)),
         SNAPSHOT_VERSION_V4 => bincode::serde::decode_from_slice(body, config())
             .map(|(v4, used): (crate::legacy::StateV4, usize)| (v4.into(), used)),
         SNAPSHOT_VERSION_V3 => bincode::serde::decode_from_slice(body, config())

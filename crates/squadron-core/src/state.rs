@@ -70,6 +70,9 @@ pub struct State {
     // From here on: snapshot version 5.
     /// The agent of each active task's sandbox that has registered.
     pub(crate) agent_sessions: BTreeMap<TaskId, AgentSession>,
+    // From here on: snapshot version 6.
+    /// The lease each running attempt of a `placement: project` task runs under.
+    pub(crate) task_leases: BTreeMap<TaskId, LeaseId>,
 }
 
 impl Default for State {
@@ -101,6 +104,7 @@ impl State {
             credentials: CredentialState::default(),
             worker_policies: BTreeMap::new(),
             agent_sessions: BTreeMap::new(),
+            task_leases: BTreeMap::new(),
         }
     }
 
@@ -225,6 +229,7 @@ impl State {
             C::SetWorkerPolicy(c) => self.set_worker_policy(s, c),
             C::RequestAgentOperation(c) => self.request_agent_operation(s, c),
             C::AgentCheckIn(c) => self.agent_check_in(now, s, c),
+            C::AssignProjectTasks(c) => self.assign_project_tasks(now, c),
         };
         result.into()
     }
@@ -282,6 +287,16 @@ impl State {
     /// The registered agent of an active task, if it has one.
     pub fn agent_session(&self, task: TaskId) -> Option<&AgentSession> {
         self.agent_sessions.get(&task)
+    }
+
+    /// The lease the running attempt of a `placement: project` task holds, if any.
+    pub fn task_lease(&self, task: TaskId) -> Option<LeaseId> {
+        self.task_leases.get(&task).copied()
+    }
+
+    /// Whether `lease` is a project task's (a worker's agent supervisor leaves those alone).
+    pub fn is_task_lease(&self, lease: LeaseId) -> bool {
+        self.task_leases.values().any(|l| *l == lease)
     }
 
     /// Every registered agent of a task's current attempt.

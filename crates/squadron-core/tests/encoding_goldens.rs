@@ -78,6 +78,7 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("set_worker_policy", r#"{"set_worker_policy":{"worker":"w1","policy":{"network_modes":["isolated","outbound"],"full_control":false,"repository_sources":["https","ssh","local"],"cpus_max":4,"memory_bytes_max":null,"disk_bytes_max":null}}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646426027731020001000300020401040000"),
     ("request_agent_operation", r#"{"request_agent_operation":{"profile":5,"operation":"takeover","worker":"w1"}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464270501027731"),
     ("agent_check_in", r#"{"agent_check_in":{"task":7,"attempt":1,"usage":{"cpu_usec":1500,"memory_bytes":4096,"disk_bytes":100},"exit_code":3}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646428070101fb05dcfb1000640106"),
+    ("assign_project_tasks", r#"{"assign_project_tasks":{"assignments":[{"task":7,"worker":"w1"}]}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464290107027731"),
 
 ];
 
@@ -352,6 +353,7 @@ const VARIANTS: &[&str] = &[
     "set_worker_policy",
     "request_agent_operation",
     "agent_check_in",
+    "assign_project_tasks",
 ];
 
 fn new_command(json: &str) -> Command {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use squadron_core::access::Subject;
 use squadron_core::command::AssignTasks;
 use squadron_core::limits::ASSIGNMENTS_PER_BATCH_MAX;
-use squadron_core::scheduler::schedule;
+use squadron_core::scheduler::{schedule, Plan};
 use squadron_core::Command;
 use tokio::sync::watch;
 
@@ -42,8 +42,8 @@ pub fn spawn(
                         continue;
                     }
                     let plan = node.state.with_state(|s| schedule(s, now_ms(), ASSIGNMENTS_PER_BATCH_MAX));
-                    if !plan.is_empty() {
-                        if let Err(e) = node.propose_here(Subject::System, Command::AssignTasks(AssignTasks { assignments: plan }), None).await {
+                    for command in plan_commands(plan) {
+                        if let Err(e) = node.propose_here(Subject::System, command, None).await {
                             tracing::debug!(error = ?e, "assignments not proposed");
                         }
                     }
@@ -51,4 +51,22 @@ pub fn spawn(
             }
         }
     })
+}
+
+/// The commands that carry a plan: dedicated and project tasks are assigned by commands of their
+/// own (a project task's assignment grants its profile's lease).
+fn plan_commands(plan: Plan) -> Vec<Command> {
+    let Plan { dedicated, project } = plan;
+    let mut out = Vec::new();
+    if !dedicated.is_empty() {
+        out.push(Command::AssignTasks(AssignTasks {
+            assignments: dedicated,
+        }));
+    }
+    if !project.is_empty() {
+        out.push(Command::AssignProjectTasks(AssignTasks {
+            assignments: project,
+        }));
+    }
+    out
 }

@@ -128,6 +128,11 @@ pub enum Command {
 
     // --- the agent inside a sandbox ------------------------------------------------------
     AgentCheckIn(AgentCheckIn),
+
+    // --- tasks placed in a project ----------------------------------------------------------
+    /// Proposed by the leader: assigns `placement: project` tasks, each with a lease of its
+    /// profile (`apply_project_tasks`).
+    AssignProjectTasks(AssignTasks),
 }
 
 impl Command {
@@ -175,6 +180,7 @@ impl Command {
             Command::SetWorkerPolicy(_) => "set_worker_policy",
             Command::RequestAgentOperation(_) => "request_agent_operation",
             Command::AgentCheckIn(_) => "agent_check_in",
+            Command::AssignProjectTasks(_) => "assign_project_tasks",
         }
     }
 
@@ -188,6 +194,7 @@ impl Command {
                 | Command::ReportProgress(_)
                 | Command::AckMessages(_)
                 | Command::AssignTasks(_)
+                | Command::AssignProjectTasks(_)
                 | Command::Sweep
                 | Command::Batch(_)
         )
@@ -221,7 +228,7 @@ impl Command {
                 } => format!("project {tenant}/{project}"),
                 crate::manifest::Placement::Dedicated => format!("task {:?}", c.spec.name),
             },
-            C::AssignTasks(_) | C::Sweep | C::Batch(_) => String::new(),
+            C::AssignTasks(_) | C::AssignProjectTasks(_) | C::Sweep | C::Batch(_) => String::new(),
             C::ReportTransition(c) => format!("task {}", c.task),
             C::ReportProgress(c) => format!("task {}", c.task),
             C::CancelTask(c) => format!("task {}", c.task),

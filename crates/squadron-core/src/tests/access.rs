@@ -695,12 +695,12 @@ fn a_version_1_snapshot_decodes_with_an_empty_trust_state() {
     // What a version-1 build held: no trust records (this build audits even legacy commands).
     fx.state.access = crate::access::AccessState::default();
     let state = fx.state.clone();
-    let v5 = encode_snapshot(&state);
-    // Version 1 was this state without the five trailing parts; empty, they take 14 bytes
+    let v6 = encode_snapshot(&state);
+    // Version 1 was this state without the six trailing parts; empty, they take 15 bytes
     // (four empty maps, an empty audit of two zero counters, two empty lineage maps, the
-    // credentials' three empty maps and first lease id, the empty map of policies and the
-    // empty map of agent sessions).
-    let mut v1 = v5[..v5.len() - 14].to_vec();
+    // credentials' three empty maps and first lease id, the empty map of policies, the
+    // empty map of agent sessions and the empty map of task leases).
+    let mut v1 = v6[..v6.len() - 15].to_vec();
     v1[8..12].copy_from_slice(&1u32.to_be_bytes());
     let decoded = decode_snapshot(&v1).expect("version 1 decodes");
     assert_eq!(decoded, state);

@@ -141,12 +141,12 @@ fn inv_12_corrupt_snapshots_are_refused() {
         decode_snapshot(b"nope").unwrap_err(),
         SnapshotError::BadMagic
     );
-    // A version this build does not know (the current one is 5; 1 to 4 still decode).
-    let mut v6 = bytes.clone();
-    v6[11] = 6;
+    // A version this build does not know (the current one is 6; 1 to 5 still decode).
+    let mut v7 = bytes.clone();
+    v7[11] = 7;
     assert!(matches!(
-        decode_snapshot(&v6),
-        Err(SnapshotError::UnsupportedVersion { found: 6, .. })
+        decode_snapshot(&v7),
+        Err(SnapshotError::UnsupportedVersion { found: 7, .. })
     ));
     assert!(matches!(
         decode_snapshot(&bytes[..bytes.len() - 3]),

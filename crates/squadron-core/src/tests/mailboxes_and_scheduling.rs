@@ -161,7 +161,7 @@ fn scheduler_takes_priority_then_age_and_matches_runtime() {
     let queue: Vec<_> = fx.state.pending_queue().collect();
     assert_eq!(queue, vec![high, normal, kvm, low]);
     // w1 has two free slots and no kvm: high and normal go, kvm is skipped, low waits.
-    let plan = schedule(&fx.state, fx.now, 10);
+    let plan = schedule(&fx.state, fx.now, 10).dedicated;
     assert_eq!(
         plan,
         vec![
@@ -189,7 +189,7 @@ fn scheduler_spreads_by_free_slots_and_skips_silent_workers() {
     fx.register_worker(w2.clone());
     let t1 = fx.submit("");
     let t2 = fx.submit("");
-    let plan = schedule(&fx.state, fx.now, 10);
+    let plan = schedule(&fx.state, fx.now, 10).dedicated;
     assert_eq!(plan.len(), 2);
     assert_ne!(plan[0].worker, plan[1].worker, "{plan:?}");
     assert_eq!((plan[0].task, plan[1].task), (t1, t2));
@@ -197,7 +197,7 @@ fn scheduler_spreads_by_free_slots_and_skips_silent_workers() {
     fx.apply(Command::WorkerHeartbeat(WorkerHeartbeat {
         worker: w2.clone(),
     }));
-    let plan = schedule(&fx.state, fx.now, 10);
+    let plan = schedule(&fx.state, fx.now, 10).dedicated;
     assert!(plan.iter().all(|a| a.worker == w2), "{plan:?}");
 }
 
@@ -221,7 +221,7 @@ fn project_placed_tasks_go_to_the_sandbox_worker_only() {
         results[0].result,
         Err(Rejection::SandboxMismatch { .. })
     ));
-    let plan = schedule(&fx.state, fx.now, 10);
+    let plan = schedule(&fx.state, fx.now, 10).project;
     assert_eq!(
         plan,
         vec![Assignment {

@@ -39,7 +39,7 @@ fn a_task_goes_only_to_a_worker_whose_policy_accepts_it() {
     let mut local = WorkerPolicy::default();
     local.repository_sources.insert(RepositorySource::Local);
     assert!(set(&mut fx, w2.clone(), local).is_ok());
-    let plan = schedule(&fx.state, fx.now, 10);
+    let plan = schedule(&fx.state, fx.now, 10).dedicated;
     assert_eq!(plan.len(), 1);
     assert_eq!(plan[0].worker, w2);
     assert_eq!(

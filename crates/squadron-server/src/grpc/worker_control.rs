@@ -238,7 +238,9 @@ fn held_leases(s: &State, worker: &WorkerId) -> Vec<RuntimeLease> {
             .is_some_and(|sb| sb.worker == *worker)
     };
     s.leases()
+        // A project task's lease is the task driver's, not an agent attempt to adopt.
         .filter(|l| l.state.holds_slot() && l.holder.worker == *worker && sandbox_here(l))
+        .filter(|l| !s.is_task_lease(l.id))
         .cloned()
         .collect()
 }
