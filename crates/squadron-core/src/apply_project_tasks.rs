@@ -23,7 +23,7 @@
 use crate::command::{AssignTasks, Assignment, NextHolder};
 use crate::ids::{LeaseId, ProfileId, TaskId, WorkerId};
 use crate::lease::{LeaseHolder, LeaseState};
-use crate::limits::{ASSIGNMENTS_PER_BATCH_MAX, LEASE_TTL_MS_MAX, LEASE_TTL_MS_MIN};
+use crate::limits::{LEASE_TTL_MS_MAX, LEASE_TTL_MS_MIN};
 use crate::manifest::Placement;
 use crate::rejection::{Entity, Rejection};
 use crate::response::{AssignmentResult, Outcome};
@@ -48,15 +48,7 @@ impl State {
         command: AssignTasks,
     ) -> Result<Outcome, Rejection> {
         let AssignTasks { assignments } = command;
-        if assignments.is_empty() || assignments.len() > ASSIGNMENTS_PER_BATCH_MAX {
-            return Err(Rejection::invalid(
-                "assignments",
-                format!(
-                    "must hold between 1 and {ASSIGNMENTS_PER_BATCH_MAX} assignments, got {}",
-                    assignments.len()
-                ),
-            ));
-        }
+        crate::apply_tasks::check_assignments(&assignments)?;
         let results = assignments
             .into_iter()
             .map(|Assignment { task, worker }| AssignmentResult {

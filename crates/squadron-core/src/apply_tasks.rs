@@ -24,6 +24,20 @@ pub(crate) fn queue_key(task: &Task) -> (u8, TaskId) {
     (u8::MAX - task.spec.priority.rank(), task.id)
 }
 
+/// An assignment command holds between one and `ASSIGNMENTS_PER_BATCH_MAX` assignments.
+pub(crate) fn check_assignments(assignments: &[Assignment]) -> Result<(), Rejection> {
+    if assignments.is_empty() || assignments.len() > ASSIGNMENTS_PER_BATCH_MAX {
+        return Err(Rejection::invalid(
+            "assignments",
+            format!(
+                "must hold between 1 and {ASSIGNMENTS_PER_BATCH_MAX} assignments, got {}",
+                assignments.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_artifacts(artifacts: &[String]) -> Result<(), Rejection> {
     if artifacts.len() > TASK_ARTIFACTS_MAX {
         return Err(Rejection::invalid(
@@ -262,15 +276,7 @@ impl State {
         command: AssignTasks,
     ) -> Result<Outcome, Rejection> {
         let AssignTasks { assignments } = command;
-        if assignments.is_empty() || assignments.len() > ASSIGNMENTS_PER_BATCH_MAX {
-            return Err(Rejection::invalid(
-                "assignments",
-                format!(
-                    "must hold between 1 and {ASSIGNMENTS_PER_BATCH_MAX} assignments, got {}",
-                    assignments.len()
-                ),
-            ));
-        }
+        check_assignments(&assignments)?;
         let mut results = Vec::with_capacity(assignments.len());
         for Assignment { task, worker } in assignments {
             let refusal = match self.task_ref(task) {
