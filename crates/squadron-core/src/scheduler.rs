@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::apply_project_tasks::ProjectAdmission;
 use crate::command::Assignment;
-use crate::ids::{ProjectId, TenantId, WorkerId};
+use crate::ids::{ProfileId, WorkerId};
 use crate::manifest::Placement;
-use crate::state::State;
+use crate::state::{ProjectKey, State};
 use crate::task::Task;
 
 /// What one scheduling pass proposes: dedicated tasks go in `AssignTasks`, project tasks in
@@ -51,24 +51,16 @@ pub fn schedule(state: &State, now_ms: u64, max: usize) -> Plan {
         let Some(task) = state.task(task_id) else {
             continue;
         };
-        let project_task = task.spec.placement != Placement::Dedicated;
-        let best = free
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .filter(|(w, _)| {
-                if project_task {
-                    claimed.admits(state, now, task, w)
-                } else {
-                    state.assignment_refusal(now, task, w).is_none()
-                }
-            })
-            // max_by_key keeps the last maximum; iterate in reverse id order so ties go to the
-            // lowest id.
-            .rev()
-            .max_by_key(|(_, n)| **n)
-            .map(|(w, _)| (*w).clone());
-        let Some(worker) = best else {
-            continue;
+        let (worker, claim) = if task.spec.placement == Placement::Dedicated {
+            match best_worker(state, now, task, &free) {
+                Some(w) => (w, None),
+                None => continue,
+            }
+        } else {
+            match claimed.sandbox_worker(state, now, task, &free) {
+                Some((w, claim)) => (w, Some(claim)),
+                None => continue,
+            }
         };
         if let Some(n) = free.get_mut(&worker) {
             *n -= 1;
@@ -77,14 +69,34 @@ pub fn schedule(state: &State, now_ms: u64, max: usize) -> Plan {
             task: task_id,
             worker,
         };
-        if project_task {
-            claimed.take(state, task);
-            plan.project.push(assignment);
-        } else {
-            plan.dedicated.push(assignment);
+        match claim {
+            None => plan.dedicated.push(assignment),
+            Some(claim) => {
+                if let Some(profile) = claim {
+                    claimed.take(profile, task);
+                }
+                plan.project.push(assignment);
+            }
         }
     }
     plan
+}
+
+/// The alive worker with the most free slots that may take a dedicated task (ties: lowest id).
+fn best_worker(
+    state: &State,
+    now: u64,
+    task: &Task,
+    free: &BTreeMap<&WorkerId, u32>,
+) -> Option<WorkerId> {
+    free.iter()
+        .filter(|(_, n)| **n > 0)
+        .filter(|(w, _)| state.assignment_refusal(now, task, w).is_none())
+        // max_by_key keeps the last maximum; iterate in reverse id order so ties go to the
+        // lowest id.
+        .rev()
+        .max_by_key(|(_, n)| **n)
+        .map(|(w, _)| (*w).clone())
 }
 
 /// What the project tasks planned so far in this pass will take when applied: admission reads
@@ -92,57 +104,43 @@ pub fn schedule(state: &State, now_ms: u64, max: usize) -> Plan {
 /// project, are not proposed together.
 #[derive(Debug, Default)]
 struct Claimed {
-    profiles: BTreeSet<(TenantId, ProjectId, crate::ids::ProfileKey)>,
-    slots: BTreeMap<(TenantId, ProjectId), u32>,
+    profiles: BTreeSet<ProfileId>,
+    slots: BTreeMap<ProjectKey, u32>,
 }
 
 impl Claimed {
-    fn admits(&self, state: &State, now: u64, task: &Task, worker: &WorkerId) -> bool {
-        let Placement::Project {
-            tenant,
-            project,
-            profile,
-        } = &task.spec.placement
-        else {
-            return false;
-        };
-        if self
-            .profiles
-            .contains(&(tenant.clone(), project.clone(), profile.clone()))
-        {
-            return false;
+    /// The worker of the task's project sandbox, when it has a free slot and the task may go
+    /// there now, with the profile the grant will take (`None`: proposed only so that apply
+    /// fails a task that would otherwise wait forever). The sandbox's worker is the only one
+    /// a project task can go to, so admission is asked of it alone.
+    fn sandbox_worker(
+        &self,
+        state: &State,
+        now: u64,
+        task: &Task,
+        free: &BTreeMap<&WorkerId, u32>,
+    ) -> Option<(WorkerId, Option<ProfileId>)> {
+        let key = task.spec.placement.project()?;
+        let project = state.project(&key.0, &key.1)?;
+        let worker = &project.sandbox.as_ref()?.worker;
+        if free.get(worker).copied().unwrap_or(0) == 0 {
+            return None;
         }
-        let taken = self
-            .slots
-            .get(&(tenant.clone(), project.clone()))
-            .copied()
-            .unwrap_or(0);
-        let room = state
-            .project(tenant, project)
-            .is_some_and(|p| p.slots_held.saturating_add(taken) < p.max_active);
         match state.project_admission(now, task, worker) {
-            ProjectAdmission::Admit(..) => room,
-            // Proposed so that apply fails the task instead of leaving it waiting forever.
-            ProjectAdmission::Refuse(_) => true,
-            ProjectAdmission::Wait(_) => false,
+            ProjectAdmission::Admit(profile, _) => {
+                let taken = self.slots.get(&key).copied().unwrap_or(0);
+                let room = project.slots_held.saturating_add(taken) < project.max_active;
+                (room && !self.profiles.contains(&profile)).then(|| (worker.clone(), Some(profile)))
+            }
+            ProjectAdmission::Refuse(_) => Some((worker.clone(), None)),
+            ProjectAdmission::Wait(_) => None,
         }
     }
 
-    fn take(&mut self, state: &State, task: &Task) {
-        if let Placement::Project {
-            tenant,
-            project,
-            profile,
-        } = &task.spec.placement
-        {
-            if state.profile_by_key(tenant, project, profile).is_some() {
-                self.profiles
-                    .insert((tenant.clone(), project.clone(), profile.clone()));
-                *self
-                    .slots
-                    .entry((tenant.clone(), project.clone()))
-                    .or_default() += 1;
-            }
+    fn take(&mut self, profile: ProfileId, task: &Task) {
+        self.profiles.insert(profile);
+        if let Some(key) = task.spec.placement.project() {
+            *self.slots.entry(key).or_default() += 1;
         }
     }
 }
