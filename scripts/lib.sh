@@ -7,7 +7,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/squadron-target}"
 # same selection (`--workspace`) and these features, so the cache stays warm. The deliberate
 # fault is off unless a node's environment switches it on (jepsen/README.md); release builds
 # (scripts/dev) never carry it.
-SQUADRON_TEST_FEATURES="squadron/jepsen-fault-local-reads squadron/libvirt"
+SQUADRON_TEST_FEATURES="squadron/jepsen-faults squadron/libvirt"
 
 # Debian packages needed to build the workspace: a C/C++ toolchain for RocksDB, libclang for
 # its bindings, git for the tests' repositories.

@@ -24,6 +24,9 @@ pub enum AnomalyKind {
     ReplicasNotConverged,
     /// After the last heal, no write succeeded within the stated bound.
     UnavailableAfterHeal,
+    /// The replicated clock ran further ahead of real time than the cluster clock's slew
+    /// allows: a skewed wall clock reached the stamps.
+    ClockJump,
     /// The history itself could not be read as the model expects.
     MalformedHistory,
 }

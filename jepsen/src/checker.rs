@@ -67,7 +67,12 @@ impl Checker {
             }
         }
         let mut linearizability = Vec::new();
-        let mut unknown = false;
+        let mut unknowns = Vec::new();
+        for key in keys_without_final_read(&keys) {
+            unknowns.push(format!(
+                "{key} has no successful final read: its acknowledged writes cannot be checked"
+            ));
+        }
         for (key, key_ops) in keys {
             let verdict = match key_family(key) {
                 "lease" | "capacity" => {
@@ -78,13 +83,19 @@ impl Checker {
                 "capsule" => self.check_key(&CapsuleChain, key, &key_ops, &mut anomalies),
                 _ => continue,
             };
-            unknown |= verdict.verdict == "unknown";
+            if verdict.verdict == "unknown" {
+                unknowns.push(format!(
+                    "{key}: the linearizability search reached its bound ({} states)",
+                    verdict.states
+                ));
+            }
             linearizability.push(verdict);
         }
         anomalies.extend(self.invariants.check(&ops, nodes));
+        anomalies.extend(crate::clock_check::check(history));
         let valid = if !anomalies.is_empty() {
             Validity::Invalid
-        } else if unknown {
+        } else if !unknowns.is_empty() {
             Validity::Unknown
         } else {
             Validity::Valid
@@ -95,6 +106,7 @@ impl Checker {
             by_f,
             linearizability,
             anomalies,
+            unknowns,
             run: BTreeMap::new(),
         }
     }
@@ -175,4 +187,25 @@ impl Checker {
             states,
         }
     }
+}
+
+/// The keys of a checked family with no successful final read (the quiet phase's
+/// `{"final": true}` read): without it, a lost acknowledged write would go unseen.
+fn keys_without_final_read<'a>(keys: &BTreeMap<&'a str, Vec<&Operation>>) -> Vec<&'a str> {
+    keys.iter()
+        .filter(|(key, _)| {
+            matches!(
+                key_family(key),
+                "lease" | "capacity" | "cas" | "expiry" | "capsule"
+            )
+        })
+        .filter(|(_, ops)| {
+            !ops.iter().any(|o| {
+                o.f == "read"
+                    && o.is_ok()
+                    && o.input.get("final").and_then(serde_json::Value::as_bool) == Some(true)
+            })
+        })
+        .map(|(key, _)| *key)
+        .collect()
 }

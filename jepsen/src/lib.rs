@@ -8,6 +8,7 @@ pub mod client_capsule;
 pub mod client_cas;
 pub mod client_expiry;
 pub mod client_lease;
+pub mod clock_check;
 pub mod cluster;
 pub mod driver;
 pub mod event;

@@ -90,6 +90,10 @@ struct RunArgs {
     /// catch; the quiet phase's final reads stay linearizable).
     #[arg(long, value_enum, default_value_t = ReadMode::Linearizable)]
     reads: ReadMode,
+    /// The largest wall-clock offset the clock nemesis applies, in seconds (5 up to a week;
+    /// 86400 makes day-sized jumps).
+    #[arg(long, default_value_t = squadron_jepsen::nemesis::CLOCK_SKEW_S_MAX)]
+    clock_skew_secs_max: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -186,6 +190,7 @@ fn main() -> anyhow::Result<ExitCode> {
                     ReadMode::Linearizable => Consistency::Linearizable,
                     ReadMode::Stale => Consistency::Stale,
                 },
+                clock_skew_secs_max: a.clock_skew_secs_max,
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             // On Ctrl-C or SIGTERM the run's future is dropped, and with it the cluster: its

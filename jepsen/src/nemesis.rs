@@ -16,9 +16,12 @@ use squadron_client::{AddLearner, SquadronClient};
 use crate::cluster::{Cluster, ClusterError};
 use crate::fault::Fault;
 
-/// The largest clock offset the clock nemesis applies, in seconds. Far below the workloads'
-/// lease TTL (600 s), so a skewed leader stamp alone never expires a lease in a run.
+/// The largest clock offset the clock nemesis applies by default, in seconds.
 pub const CLOCK_SKEW_S_MAX: i64 = 120;
+/// The largest one a run may ask for (`--clock-skew-secs-max`): a week.
+pub const CLOCK_SKEW_S_LIMIT: i64 = 7 * 86_400;
+/// The smallest offset the clock nemesis applies, in seconds.
+pub const CLOCK_SKEW_S_MIN: i64 = 5;
 /// How long a clock fault waits before reading the replicated clock (libfaketime re-reads
 /// its offset every second, the leader sweeps every second).
 pub const CLOCK_SETTLE_MS: u64 = 2_500;
@@ -88,11 +91,18 @@ pub struct Nemesis {
     faults: Vec<Fault>,
     rng: StdRng,
     damage: Damage,
+    /// The largest clock offset to apply, in seconds.
+    clock_skew_s_max: i64,
 }
 
 impl Nemesis {
     /// A nemesis for `cluster`; partition faults need its namespaces.
-    pub fn new(kind: NemesisKind, cluster: &Cluster, rng: StdRng) -> Result<Self, NemesisError> {
+    pub fn new(
+        kind: NemesisKind,
+        cluster: &Cluster,
+        rng: StdRng,
+        clock_skew_s_max: i64,
+    ) -> Result<Self, NemesisError> {
         let partitions = vec![
             Fault::IsolateOne,
             Fault::IsolateLeader,
@@ -134,6 +144,7 @@ impl Nemesis {
             faults,
             rng,
             damage: Damage::default(),
+            clock_skew_s_max: clock_skew_s_max.clamp(CLOCK_SKEW_S_MIN, CLOCK_SKEW_S_LIMIT),
         })
     }
 
@@ -220,7 +231,7 @@ impl Nemesis {
                 } else {
                     ids[0]
                 };
-                let secs: i64 = self.rng.gen_range(5..=CLOCK_SKEW_S_MAX);
+                let secs: i64 = self.rng.gen_range(CLOCK_SKEW_S_MIN..=self.clock_skew_s_max);
                 let offset = if self.rng.gen_bool(0.5) {
                     format!("+{secs}s")
                 } else {
@@ -228,18 +239,11 @@ impl Nemesis {
                 };
                 cluster.set_clock_offset(v, &offset)?;
                 self.damage.skewed.insert(v);
-                // Evidence that the skew bites: once libfaketime re-reads the offset and the
-                // leader stamps a command (its sweep runs every second), the replicated clock
-                // runs ahead of real time by a forward skew of the leader.
+                // Once libfaketime re-reads the offset and the leader stamps a command (its
+                // sweep runs every second), a skewed leader that stamped its wall clock would
+                // move the replicated clock by the whole skew (`clock_check` judges it).
                 tokio::time::sleep(Duration::from_millis(CLOCK_SETTLE_MS)).await;
-                let ahead = match cluster.leader().await {
-                    Some(l) => cluster
-                        .status(l)
-                        .await
-                        .ok()
-                        .map(|s| s.clock_ms as i64 - squadron_client::now_ms() as i64),
-                    None => None,
-                };
+                let ahead = replicated_clock_ahead_ms(cluster).await;
                 json!({"nodes": [v], "offset": offset, "replicated_clock_ahead_ms": ahead})
             }
             Fault::RemoveVoter if !self.damage.removed.is_empty() => {
@@ -333,6 +337,12 @@ impl Nemesis {
         let skewed: Vec<u64> = std::mem::take(&mut self.damage.skewed)
             .into_iter()
             .collect();
+        if !skewed.is_empty() {
+            done.insert(
+                "clock_ahead_ms".into(),
+                json!(replicated_clock_ahead_ms(cluster).await),
+            );
+        }
         for v in &skewed {
             cluster.set_clock_offset(*v, "+0")?;
         }
@@ -457,6 +467,14 @@ async fn wait_for_purge_past(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The leader's replicated clock minus the harness's (unskewed) wall clock; `None` without a
+/// leader that answers.
+async fn replicated_clock_ahead_ms(cluster: &Cluster) -> Option<i64> {
+    let leader = cluster.leader().await?;
+    let status = cluster.status(leader).await.ok()?;
+    Some(status.clock_ms as i64 - squadron_client::now_ms() as i64)
 }
 
 /// Each node hears only its two ring neighbours: with 5 or more nodes every node sees a

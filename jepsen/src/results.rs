@@ -69,6 +69,10 @@ pub struct Results {
     pub by_f: BTreeMap<String, OutcomeCounts>,
     pub linearizability: Vec<KeyVerdict>,
     pub anomalies: Vec<Anomaly>,
+    /// Why the verdict is `unknown` rather than `true` (a search bound, a key without a final
+    /// read); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknowns: Vec<String>,
     /// Facts about the run that are not violations (the harness's settings, recovery times).
     #[serde(default)]
     pub run: BTreeMap<String, serde_json::Value>,
@@ -105,6 +109,9 @@ impl Results {
             "linearizability: {lin} of {} keys linearizable\n",
             self.linearizability.len()
         ));
+        for why in self.unknowns.iter().take(20) {
+            s.push_str(&format!("unknown: {why}\n"));
+        }
         if self.anomalies.is_empty() {
             s.push_str("anomalies: none\n");
         } else {

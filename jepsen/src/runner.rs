@@ -22,7 +22,7 @@ use crate::client_lease::LeaseClient;
 use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
 use crate::driver::Driver;
 use crate::history::HistoryError;
-use crate::nemesis::{Nemesis, NemesisError, NemesisKind};
+use crate::nemesis::{Nemesis, NemesisError, NemesisKind, CLOCK_SKEW_S_LIMIT, CLOCK_SKEW_S_MIN};
 use crate::recorder::Recorder;
 use crate::recovery::RecoveryCheck;
 use crate::report::HtmlReport;
@@ -66,6 +66,8 @@ pub struct RunConfig {
     /// The clients' read consistency. `Stale` is a deliberate client bug: the checker must
     /// then find stale reads.
     pub reads: Consistency,
+    /// The largest wall-clock offset the clock nemesis applies, in seconds.
+    pub clock_skew_secs_max: i64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +118,15 @@ impl RunConfig {
                 reason: format!("must be 1..={CONCURRENCY_MAX}, got {c}"),
             });
         }
+        if !(CLOCK_SKEW_S_MIN..=CLOCK_SKEW_S_LIMIT).contains(&self.clock_skew_secs_max) {
+            return Err(RunError::Invalid {
+                field: "clock_skew_secs_max",
+                reason: format!(
+                    "must be {CLOCK_SKEW_S_MIN}..={CLOCK_SKEW_S_LIMIT} s, got {}",
+                    self.clock_skew_secs_max
+                ),
+            });
+        }
         if !self.bin.is_file() {
             return Err(RunError::NoBinary(self.bin.clone()));
         }
@@ -150,6 +161,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         cfg.nemesis,
         &cluster,
         StdRng::seed_from_u64(cfg.seed ^ 0x5eed),
+        cfg.clock_skew_secs_max,
     )?;
     cluster.start_all().await?;
     let endpoints = cluster.endpoints();

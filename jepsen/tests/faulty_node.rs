@@ -1,5 +1,5 @@
 //! A node built with a deliberate fault is caught by a real run: with the cargo feature
-//! `jepsen-fault-local-reads` (which `scripts/test` builds) and `SQUADRON_JEPSEN_FAULT=local-reads`
+//! `jepsen-faults` (which `scripts/test` builds) and `SQUADRON_JEPSEN_FAULT=local-reads`
 //! in the nodes' environment, "linearizable" reads are answered from local state, and the
 //! CAS workload under partitions must be judged invalid with non-linearizable reads.
 
@@ -36,7 +36,7 @@ fn a_node_serving_local_reads_is_caught() {
         results["valid"],
         serde_json::json!(false),
         "the faulty node went unnoticed (was the binary built with --features \
-         squadron/jepsen-fault-local-reads?):\n{text}"
+         squadron/jepsen-faults?):\n{text}"
     );
     assert_eq!(status.code(), Some(1));
     let kinds: Vec<&str> = results["anomalies"]

@@ -22,6 +22,15 @@ use crate::wire;
 
 /// How long establishing a connection to a peer may take.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// HTTP/2 pings on every connection to a peer, and how long one may go unanswered before the
+/// connection is dropped. A partition leaves TCP connections open but silent, and after the
+/// heal a request on one waits out TCP's retransmission backoff (1.5–2 s measured here);
+/// pings find the dead connection within the partition, so the heal meets a fresh one.
+pub const PEER_KEEPALIVE_INTERVAL_MS: u64 = 250;
+pub const PEER_KEEPALIVE_TIMEOUT_MS: u64 = 500;
+/// How long openraft waits before it tries an unreachable peer again (its default: 500 ms,
+/// which a heal then waits out before replication resumes).
+pub const PEER_RETRY_MS: u64 = 100;
 
 /// Builds one [`GrpcNetwork`] per peer: TLS to the peer's listener, presenting this node's
 /// certificate and accepting only a node's (`ExpectedPeer::AnyNode`).
@@ -47,6 +56,9 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
             .map(|e| {
                 e.connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
                     .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
+                    .keep_alive_timeout(Duration::from_millis(PEER_KEEPALIVE_TIMEOUT_MS))
+                    .keep_alive_while_idle(true)
                     .connect_with_connector_lazy(connector)
             })
             .map_err(|e| e.to_string());
@@ -123,6 +135,10 @@ enum RpcKind {
 }
 
 impl RaftNetwork<TypeConfig> for GrpcNetwork {
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(Duration::from_millis(PEER_RETRY_MS)))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,

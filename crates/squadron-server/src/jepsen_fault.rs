@@ -1,24 +1,46 @@
-//! A deliberate fault for the chaos suite to catch (issue 6), compiled only with the cargo
-//! feature `jepsen-fault-local-reads` and active only when the node's environment has
-//! `SQUADRON_JEPSEN_FAULT=local-reads`: linearizable reads then skip the ReadIndex barrier and
-//! answer from the node's own, possibly stale, state. Release builds never carry it.
+//! Deliberate faults for the chaos suite to catch, compiled only with the cargo feature
+//! `jepsen-faults` and active only when the node's environment names one in
+//! `SQUADRON_JEPSEN_FAULT`. Release builds never carry them.
+//!
+//! - `local-reads`: linearizable reads skip the ReadIndex barrier and answer from the node's
+//!   own, possibly stale, state (issue 6).
+//! - `wall-clock-stamps`: the cluster clock is the node's wall clock, as stamps were before
+//!   the clock slewed (issue 17): a skewed leader moves the replicated clock by its skew.
 
 use std::sync::OnceLock;
 
-/// The environment variable that switches the fault on.
+/// The environment variable that switches a fault on.
 pub const FAULT_ENV: &str = "SQUADRON_JEPSEN_FAULT";
 
 /// Whether this node serves "linearizable" reads from local state.
 pub fn local_reads() -> bool {
     static ACTIVE: OnceLock<bool> = OnceLock::new();
     *ACTIVE.get_or_init(|| {
-        let on = std::env::var(FAULT_ENV).is_ok_and(|v| v == "local-reads");
-        if on {
-            tracing::warn!(
-                "DELIBERATE FAULT ACTIVE ({FAULT_ENV}=local-reads): linearizable reads are \
-                 served from local state; this node is broken on purpose for the chaos suite"
-            );
-        }
-        on
+        active(
+            "local-reads",
+            "linearizable reads are served from local state",
+        )
     })
+}
+
+/// Whether this node stamps and reads deadlines by its wall clock.
+pub fn wall_clock_stamps() -> bool {
+    static ACTIVE: OnceLock<bool> = OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        active(
+            "wall-clock-stamps",
+            "the cluster clock is this node's wall clock",
+        )
+    })
+}
+
+fn active(fault: &str, what: &str) -> bool {
+    let on = std::env::var(FAULT_ENV).is_ok_and(|v| v == fault);
+    if on {
+        tracing::warn!(
+            "DELIBERATE FAULT ACTIVE ({FAULT_ENV}={fault}): {what}; this node is broken on \
+             purpose for the chaos suite"
+        );
+    }
+    on
 }

@@ -12,7 +12,6 @@ use squadron_core::scheduler::{schedule, Plan};
 use squadron_core::Command;
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
 use crate::node::ControlNode;
 
 pub fn spawn(
@@ -31,7 +30,7 @@ pub fn spawn(
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = sweep.tick() => {
-                    if node.is_leader() && node.state.with_state(|s| s.sweep_due(now_ms())) {
+                    if node.is_leader() && { let now = node.clock.now_ms(); node.state.with_state(|s| s.sweep_due(now)) } {
                         if let Err(e) = node.propose_here(Subject::System, Command::Sweep, None).await {
                             tracing::debug!(error = ?e, "sweep not proposed");
                         }
@@ -41,7 +40,8 @@ pub fn spawn(
                     if !node.is_leader() {
                         continue;
                     }
-                    let plan = node.state.with_state(|s| schedule(s, now_ms(), ASSIGNMENTS_PER_BATCH_MAX));
+                    let now = node.clock.now_ms();
+                    let plan = node.state.with_state(|s| schedule(s, now, ASSIGNMENTS_PER_BATCH_MAX));
                     for command in plan_commands(plan) {
                         if let Err(e) = node.propose_here(Subject::System, command, None).await {
                             tracing::debug!(error = ?e, "assignments not proposed");

@@ -9,7 +9,7 @@ pub mod config;
 pub mod dashboard;
 pub mod error;
 pub mod grpc;
-#[cfg(feature = "jepsen-fault-local-reads")]
+#[cfg(feature = "jepsen-faults")]
 pub mod jepsen_fault;
 pub mod leader_loops;
 pub mod mcp_denials;
@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod node;
 pub mod openapi;
 pub mod peer;
+pub mod quorum_watch;
 pub mod raft_view;
 pub mod read_index_rounds;
 pub mod rest;
@@ -152,6 +153,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
         initialise_cluster(&config, &raft).await?;
         tasks.push(bootstrap_admin::spawn(node.clone(), shutdown_rx.clone()));
     }
+    tasks.push(quorum_watch::spawn(node.clone(), shutdown_rx.clone()));
     tasks.push(leader_loops::spawn(node.clone(), shutdown_rx));
     tracing::info!(node = config.node_id, %rest_addr, %grpc_addr, %peer_addr, "control node started");
     Ok(RunningNode {

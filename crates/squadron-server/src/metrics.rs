@@ -50,7 +50,8 @@ impl Collector for NodeMetrics {
         raft(node, &mut encoder)?;
         writes(node, &mut encoder)?;
         reads(node, &mut encoder)?;
-        let now_ms = crate::clock::now_ms();
+        clock(node, &mut encoder)?;
+        let now_ms = node.clock.now_ms();
         node.state
             .with_state(|s| StateGauges::of(s, now_ms))
             .encode(&mut encoder)
@@ -139,6 +140,16 @@ fn raft(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "Log entries written by those appends; entries / appends = proposals per fsync",
         appends.entries.load(Ordering::Relaxed),
     )
+}
+
+fn clock(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
+    let gauge = ConstGauge::new(node.clock.offset_ms() as f64 / 1000.0);
+    gauge.encode(e.encode_descriptor(
+        "squadron_clock_offset_seconds",
+        "This node's wall clock minus the cluster clock it stamps and reads deadlines by",
+        None,
+        gauge.metric_type(),
+    )?)
 }
 
 fn writes(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {

@@ -13,6 +13,7 @@ use squadron_core::{Command, Response};
 use squadron_raft::RaftNode;
 use squadron_store::{NodeAddr, NodeId, StateReader};
 
+use crate::clock::ClusterClock;
 use crate::config::NodeConfig;
 use crate::error::ApiError;
 use crate::peer::wire::{MembershipChange, MembershipReply};
@@ -57,6 +58,8 @@ pub struct ControlNode {
     pub follower_reads: ReadIndexRounds,
     /// The node's certificates and the clients it dials other nodes and workers with.
     pub tls: Arc<crate::tls::NodeTls>,
+    /// The time this node stamps proposals with and reads deadlines against.
+    pub clock: Arc<ClusterClock>,
 }
 
 impl std::fmt::Debug for ControlNode {
@@ -100,9 +103,11 @@ impl ControlNode {
                 Box::pin(async move { remote_read_index(&raft, &peer).await })
             }))
         };
+        let clock = Arc::new(ClusterClock::new(state.clone()));
         let writes = WritePath::start(
             config.node_id,
             raft.clone(),
+            clock.clone(),
             peer,
             timeout,
             config.server.body_bytes_max,
@@ -118,6 +123,7 @@ impl ControlNode {
             counters: Counters::default(),
             append_stats,
             tls,
+            clock,
         }))
     }
 
@@ -173,7 +179,7 @@ impl ControlNode {
             self.counters.stale_reads.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        #[cfg(feature = "jepsen-fault-local-reads")]
+        #[cfg(feature = "jepsen-faults")]
         if crate::jepsen_fault::local_reads() {
             return Ok(());
         }

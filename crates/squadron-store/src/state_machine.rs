@@ -64,6 +64,7 @@ fn poisoned() -> StorageIOError<NodeId> {
 #[derive(Clone)]
 pub struct StateReader {
     data: Arc<RwLock<StateMachineData>>,
+    clock_ms: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for StateReader {
@@ -77,6 +78,12 @@ impl fmt::Debug for StateReader {
 impl StateReader {
     pub fn last_applied(&self) -> Option<LogId> {
         read(&self.data).last_applied
+    }
+
+    /// The replicated clock (`State::clock_ms`) as of the last apply, without the lock: the
+    /// cluster clock reads it on every proposal, which must not wait behind a long apply.
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms.load(Ordering::Acquire)
     }
 
     /// Runs `f` on the current state under the read lock. Keep `f` short: apply waits for it.
@@ -149,6 +156,8 @@ impl SnapshotSlot {
 /// The openraft state machine.
 pub struct StateMachineStore {
     data: Arc<RwLock<StateMachineData>>,
+    /// `data.state.clock_ms()`, published after each apply and install for lock-free readers.
+    clock_ms: Arc<AtomicU64>,
     snapshots: Arc<SnapshotSlot>,
 }
 
@@ -189,6 +198,7 @@ impl StateMachineStore {
             }
         };
         Ok(Self {
+            clock_ms: Arc::new(AtomicU64::new(data.state.clock_ms())),
             data: Arc::new(RwLock::new(data)),
             snapshots: Arc::new(SnapshotSlot {
                 dir,
@@ -202,6 +212,7 @@ impl StateMachineStore {
     pub fn reader(&self) -> StateReader {
         StateReader {
             data: self.data.clone(),
+            clock_ms: self.clock_ms.clone(),
         }
     }
 }
@@ -304,6 +315,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             responses.push(response);
         }
+        self.clock_ms
+            .store(guard.state.clock_ms(), Ordering::Release);
         Ok(responses)
     }
 
@@ -336,6 +349,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             last_membership: meta.last_membership.clone(),
             state,
         };
+        self.clock_ms
+            .store(guard.state.clock_ms(), Ordering::Release);
         drop(guard);
         tracing::info!(%meta, "snapshot installed");
         Ok(())

@@ -99,6 +99,7 @@ fn stale_read_fails() {
             "lease/1",
             json!({"generation": 1, "lease": 1}),
         )
+        .final_lease(2.0, 3, "lease/1", 1, true)
         .build();
     assert_eq!(
         check(&ok).valid,
@@ -247,6 +248,10 @@ fn five_holders_in_sequence_or_with_unsure_overlap_pass() {
     );
     b.info(12.0, 1, "release", "capacity/1");
     b.acquire(11.5, 13.0, 5, "capacity/5", 0, 1);
+    b.final_lease(14.0, 6, "capacity/1", 1, false);
+    for p in 2..=5u64 {
+        b.final_lease(14.0, 6 + p, &format!("capacity/{p}"), 1, true);
+    }
     let r = check(&b.build());
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
 }
@@ -469,6 +474,14 @@ fn expiring_lease_allows_expiry_but_not_resurrection() {
     )
     .ok(7.0, 3, "reap", "expiry/1", json!({"slot_freed": true}));
     read_phase(&mut b, 8.0, 2, "expiry/1", 1, "idle");
+    b.invoke(9.0, 4, "read", "expiry/1", json!({"final": true}))
+        .ok(
+            9.5,
+            4,
+            "read",
+            "expiry/1",
+            json!({"generation": 1, "phase": "idle"}),
+        );
     let good = b.build();
     assert_eq!(
         check(&good).valid,
@@ -526,4 +539,46 @@ fn expiring_lease_allows_expiry_but_not_resurrection() {
         );
     }
     assert!(kinds(&check(&b.build())).contains(&AnomalyKind::Inv5OverCapacity));
+}
+
+#[test]
+fn a_replicated_clock_that_jumped_with_a_skewed_leader_fails() {
+    // 2.5 s after a +1 day skew of the leader its stamps are a day ahead; at the heal too.
+    let h = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .nemesis_with(
+            10_000.0,
+            "start",
+            "clock-skew-leader",
+            json!({"nodes": [1], "offset": "+86400s", "replicated_clock_ahead_ms": 86_399_000}),
+        )
+        .nemesis_with(
+            16_000.0,
+            "stop",
+            "heal",
+            json!({"clock_ahead_ms": 86_398_000, "clock_reset": [1]}),
+        )
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    let jumps = kinds(&r)
+        .into_iter()
+        .filter(|k| *k == AnomalyKind::ClockJump)
+        .count();
+    assert_eq!(jumps, 2, "{}", r.summary());
+}
+
+#[test]
+fn a_replicated_clock_just_past_the_slew_fails() {
+    // 20 s in, the bound is 10% of 20 s plus 2 s of slack: 4 s.
+    let h = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .nemesis_with(
+            20_000.0,
+            "start",
+            "clock-skew",
+            json!({"nodes": [2], "offset": "+120s", "replicated_clock_ahead_ms": 4_001}),
+        )
+        .build();
+    assert!(kinds(&check(&h)).contains(&AnomalyKind::ClockJump));
 }

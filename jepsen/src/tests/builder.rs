@@ -54,6 +54,11 @@ impl Builder {
     }
 
     pub fn nemesis(&mut self, t: f64, f: &str, fault: &str) -> &mut Self {
+        self.nemesis_with(t, f, fault, Value::Null)
+    }
+
+    /// A nemesis event with the details the nemesis recorded.
+    pub fn nemesis_with(&mut self, t: f64, f: &str, fault: &str, detail: Value) -> &mut Self {
         let index = self.events.len() as u64;
         self.events.push(Event {
             index,
@@ -62,7 +67,11 @@ impl Builder {
             kind: EventType::Info,
             f: f.into(),
             key: None,
-            value: json!({"fault": fault}),
+            value: if detail.is_null() {
+                json!({"fault": fault})
+            } else {
+                json!({"fault": fault, "detail": detail})
+            },
         });
         self
     }
@@ -111,6 +120,24 @@ impl Builder {
     ) -> &mut Self {
         self.invoke(t0, p, "read", key, Value::Null).ok(
             t1,
+            p,
+            "read",
+            key,
+            json!({"generation": generation, "live": live}),
+        )
+    }
+
+    /// The quiet phase's final read of a lease key.
+    pub fn final_lease(
+        &mut self,
+        t: f64,
+        p: u64,
+        key: &str,
+        generation: u64,
+        live: bool,
+    ) -> &mut Self {
+        self.invoke(t, p, "read", key, json!({"final": true})).ok(
+            t + 0.5,
             p,
             "read",
             key,

@@ -20,10 +20,11 @@ fn sequential_acquire_release_read_is_valid() {
         .read_lease(4.0, 5.0, 2, "lease/1", 1, true)
         .release(6.0, 7.0, 1, "lease/1", 1)
         .read_lease(8.0, 9.0, 2, "lease/1", 1, false)
+        .final_lease(10.0, 3, "lease/1", 1, false)
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
-    assert_eq!(r.operations.ok, 5);
+    assert_eq!(r.operations.ok, 6);
     assert_eq!(r.linearizability.len(), 1);
 }
 
@@ -61,6 +62,7 @@ fn concurrent_acquires_with_one_winner_and_refusals_are_valid() {
             json!({"error": "stale_generation", "current": 1}),
         )
         .acquire(7.0, 8.0, 2, "lease/1", 1, 2)
+        .final_lease(9.0, 4, "lease/1", 2, true)
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
@@ -74,6 +76,7 @@ fn unknown_acquire_may_take_effect_late_or_never() {
         .info(1.0, 1, "acquire", "lease/1")
         .read_lease(2.0, 3.0, 2, "lease/1", 0, false)
         .read_lease(4.0, 5.0, 2, "lease/1", 1, true)
+        .final_lease(6.0, 4, "lease/1", 1, true)
         .build();
     assert_eq!(check(&late).valid, Validity::Valid);
     // It never took effect.
@@ -82,6 +85,7 @@ fn unknown_acquire_may_take_effect_late_or_never() {
         .info(1.0, 1, "acquire", "lease/1")
         .read_lease(2.0, 3.0, 2, "lease/1", 0, false)
         .acquire(4.0, 5.0, 3, "lease/1", 0, 1)
+        .final_lease(6.0, 4, "lease/1", 1, true)
         .build();
     assert_eq!(
         check(&never).valid,
@@ -93,6 +97,7 @@ fn unknown_acquire_may_take_effect_late_or_never() {
     let open = Builder::new()
         .invoke(0.0, 1, "acquire", "lease/1", json!({"expected": 0}))
         .read_lease(2.0, 3.0, 2, "lease/1", 1, true)
+        .final_lease(4.0, 4, "lease/1", 1, true)
         .build();
     assert_eq!(check(&open).valid, Validity::Valid);
 }
@@ -150,6 +155,14 @@ fn cas_register_and_capsule_chain_pass_when_consistent() {
             {"sequence": 1, "previous": null, "digest": "aa"},
             {"sequence": 2, "previous": "aa", "digest": "bb"}]}),
         )
+        .invoke(6.0, 6, "read", "capsule/9", json!({"final": true}))
+        .ok(
+            7.0,
+            6,
+            "read",
+            "capsule/9",
+            json!({"sequence": 2, "digest": "bb"}),
+        )
         .build();
     let r = check(&h);
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
@@ -162,6 +175,7 @@ fn equal_digests_pass_and_history_round_trips_through_jsonl() {
         .nemesis(0.0, "start", "kill n1")
         .acquire(1.0, 2.0, 1, "lease/1", 0, 1)
         .nemesis(3.0, "stop", "kill n1")
+        .final_lease(4.0, 2, "lease/1", 1, true)
         .build();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("history.jsonl");
@@ -201,4 +215,48 @@ fn results_round_trip_through_json() {
     let text = serde_json::to_string_pretty(&r).unwrap();
     let back: crate::results::Results = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
+}
+
+#[test]
+fn a_replicated_clock_within_the_slew_passes() {
+    // A skewed leader's clock gains 10% of the elapsed time at most: 1.9 s 20 s in is fine,
+    // and so is one behind real time.
+    let h = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .nemesis_with(
+            20_000.0,
+            "start",
+            "clock-skew-leader",
+            json!({"nodes": [1], "offset": "+86400s", "replicated_clock_ahead_ms": 1_900}),
+        )
+        .nemesis_with(
+            26_000.0,
+            "stop",
+            "heal",
+            json!({"clock_ahead_ms": -300, "clock_reset": [1]}),
+        )
+        .final_lease(30_000.0, 2, "lease/1", 1, true)
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
+}
+
+#[test]
+fn a_key_without_a_final_read_is_unknown_not_valid() {
+    // Nothing is wrong in what was seen, but the acknowledged acquire was never read back.
+    let h = Builder::new().acquire(0.0, 1.0, 1, "lease/1", 0, 1).build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Unknown, "{}", r.summary());
+    assert!(
+        r.unknowns.iter().any(|u| u.contains("lease/1")),
+        "{:?}",
+        r.unknowns
+    );
+    // A failed final read does not count either.
+    let failed = Builder::new()
+        .acquire(0.0, 1.0, 1, "lease/1", 0, 1)
+        .invoke(2.0, 2, "read", "lease/1", json!({"final": true}))
+        .fail(3.0, 2, "read", "lease/1", json!({"error": "unavailable"}))
+        .build();
+    assert_eq!(check(&failed).valid, Validity::Unknown);
 }

@@ -3,4 +3,5 @@
 mod bad_histories;
 mod builder;
 mod good_histories;
+mod wgl_differential;
 mod wgl_search;

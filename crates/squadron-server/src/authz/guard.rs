@@ -56,7 +56,7 @@ fn admit(
         .extensions()
         .get::<PeerCert>()
         .and_then(|p| p.0.as_ref());
-    let now = crate::clock::now_ms();
+    let now = node.clock.now_ms();
     node.state.with_state(|state| {
         let caller = Caller::resolve(state, now, request.headers(), cert)?;
         let target = Target::resolve(access.scope, state, param);

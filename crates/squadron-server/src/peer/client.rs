@@ -10,13 +10,15 @@ use squadron_core::Response;
 use squadron_store::NodeAddr;
 
 use super::wire::{
-    ForwardAnswer, MembershipChange, MembershipReply, ReadIndexReply, MEMBERSHIP_PATH,
+    ForwardAnswer, MembershipChange, MembershipReply, ReadIndexReply, MEMBERSHIP_PATH, PING_PATH,
     PROPOSE_BATCH_PATH, PROPOSE_PATH, READ_INDEX_PATH,
 };
 use crate::error::ErrorBody;
 
 /// How long a node-to-node call may take to connect.
 pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+
+use squadron_raft::network::{PEER_KEEPALIVE_INTERVAL_MS, PEER_KEEPALIVE_TIMEOUT_MS};
 
 /// Why a node-to-node call got no usable answer. Messages are kept as text so that one
 /// failure can be handed to every write of a batch.
@@ -61,6 +63,11 @@ impl PeerClient {
             .use_preconfigured_tls(tls)
             .connect_timeout(Duration::from_millis(PEER_CONNECT_TIMEOUT_MS))
             .tcp_nodelay(true)
+            // A connection a partition silenced is found dead within it (see the Raft
+            // network's constants): the heal then meets a fresh one.
+            .http2_keep_alive_interval(Duration::from_millis(PEER_KEEPALIVE_INTERVAL_MS))
+            .http2_keep_alive_timeout(Duration::from_millis(PEER_KEEPALIVE_TIMEOUT_MS))
+            .http2_keep_alive_while_idle(true)
             .build()
             .map_err(|e| PeerError::Unreachable(format!("the peer client: {e}")))?;
         Ok(PeerClient {
@@ -96,6 +103,12 @@ impl PeerClient {
             .get(url(leader, READ_INDEX_PATH))
             .timeout(self.request_timeout);
         json::<ReadIndexReply>(&self.send(get).await?).map(|r| r.index)
+    }
+
+    /// Whether `peer` answers its peer listener within `timeout`.
+    pub async fn ping(&self, peer: &NodeAddr, timeout: Duration) -> bool {
+        let get = self.http.get(url(peer, PING_PATH)).timeout(timeout);
+        self.send(get).await.is_ok()
     }
 
     /// A membership change, run by the leader.

@@ -11,7 +11,8 @@ use squadron_core::Response;
 
 use super::wire::{
     ForwardAnswer, MembershipChange, MembershipReply, ProposeBatch, ProposeRequest, ReadIndexReply,
-    MEMBERSHIP_PATH, PROPOSE_BATCH_PATH, PROPOSE_BATCH_WRITES_MAX, PROPOSE_PATH, READ_INDEX_PATH,
+    MEMBERSHIP_PATH, PING_PATH, PROPOSE_BATCH_PATH, PROPOSE_BATCH_WRITES_MAX, PROPOSE_PATH,
+    READ_INDEX_PATH,
 };
 use crate::error::ApiError;
 use crate::node::ControlNode;
@@ -29,6 +30,7 @@ pub fn router(node: PeerState) -> Router {
         .route(PROPOSE_BATCH_PATH, post(propose_batch))
         .route(READ_INDEX_PATH, get(read_index))
         .route(MEMBERSHIP_PATH, post(change_membership))
+        .route(PING_PATH, get(|| async {}))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(node)
 }

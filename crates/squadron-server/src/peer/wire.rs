@@ -17,6 +17,8 @@ pub const PROPOSE_BATCH_PATH: &str = "/internal/v1/propose-batch";
 pub const READ_INDEX_PATH: &str = "/internal/v1/read-index";
 /// `POST` a [`MembershipChange`]; answered with a [`MembershipReply`].
 pub const MEMBERSHIP_PATH: &str = "/internal/v1/membership";
+/// `GET`; answered `200` by any node that is up and reachable (`quorum_watch`).
+pub const PING_PATH: &str = "/internal/v1/ping";
 
 /// Most writes one forwarded batch may carry.
 pub const PROPOSE_BATCH_WRITES_MAX: usize = 1_024;

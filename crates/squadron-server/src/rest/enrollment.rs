@@ -110,7 +110,7 @@ async fn mint(
         purpose: BootstrapPurpose::Worker {
             worker: b.worker.clone(),
         },
-        expires_at_ms: crate::clock::now_ms().saturating_add(life_ms),
+        expires_at_ms: node.clock.now_ms().saturating_add(life_ms),
     });
     let Json(outcome) = write(&node, &caller, &headers, command).await?;
     let expires_at_ms = minted(outcome, &id)?;
@@ -232,7 +232,7 @@ pub(crate) async fn mint_agent_token(
         id: id.clone(),
         digest: Digest::from_bytes(secret.hash().0),
         purpose: BootstrapPurpose::Agent { agent },
-        expires_at_ms: crate::clock::now_ms().saturating_add(b.ttl_ms + MINT_SLACK_MS),
+        expires_at_ms: node.clock.now_ms().saturating_add(b.ttl_ms + MINT_SLACK_MS),
     });
     let outcome = super::write_keyed(node, caller.subject()?, key, command).await?;
     let expires_at_ms = minted(outcome, &id)?;

@@ -124,10 +124,11 @@ async fn submit(
     caller.require_project(project.as_ref().map(|(t, p)| (t, p)))?;
     // A typo in a credential id fails here, not when the sandbox starts (the grant checks
     // again: this node's view may be behind).
+    let now_ms = node.clock.now_ms();
     read(&node, Consistency::Stale, |s| {
         s.check_credential_refs(&spec).map_err(ApiError::from)?;
         // Nothing is stored for a manifest no live worker would ever run.
-        match squadron_core::worker_policy::no_worker_accepts(s, &spec, crate::clock::now_ms()) {
+        match squadron_core::worker_policy::no_worker_accepts(s, &spec, now_ms) {
             Some(refused) => Err(ApiError::invalid(refused.field, refused.reason)),
             None => Ok(()),
         }

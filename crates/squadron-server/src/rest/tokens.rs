@@ -60,7 +60,11 @@ async fn create(
     headers: HeaderMap,
     JsonBody(b): JsonBody<CreateToken>,
 ) -> Result<Json<CreatedToken>, ApiError> {
-    let expires_at_ms = b.ttl.as_deref().map(expiry).transpose()?;
+    let expires_at_ms = b
+        .ttl
+        .as_deref()
+        .map(|ttl| expiry(node.clock.now_ms(), ttl))
+        .transpose()?;
     let secret = SecretToken::generate(TokenKind::Operator);
     let id: TokenId = parse_id("id", secret.id())?;
     let command = Command::CreateOperatorToken(cmd::CreateOperatorToken {
@@ -94,7 +98,7 @@ async fn create(
     }
 }
 
-fn expiry(ttl: &str) -> Result<u64, ApiError> {
+fn expiry(now_ms: u64, ttl: &str) -> Result<u64, ApiError> {
     let ms = parse_duration_ms("ttl", ttl)?;
     if ms == 0 || ms > TOKEN_TTL_MS_MAX {
         return Err(ApiError::invalid(
@@ -102,7 +106,7 @@ fn expiry(ttl: &str) -> Result<u64, ApiError> {
             format!("must be more than 0 and at most {TOKEN_TTL_MS_MAX} ms, got {ttl:?}"),
         ));
     }
-    Ok(crate::clock::now_ms().saturating_add(ms))
+    Ok(now_ms.saturating_add(ms))
 }
 
 async fn list(

@@ -21,6 +21,7 @@ mod membership;
 pub mod proposal_batcher;
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::access::Subject;
@@ -33,6 +34,7 @@ pub use error::{MembershipError, WriteError};
 pub use forward_batcher::ForwardBatcher;
 pub use proposal_batcher::ProposalBatcher;
 
+use crate::clock::ClusterClock;
 use crate::peer::wire::ProposeRequest;
 use crate::peer::PeerClient;
 use crate::raft_view;
@@ -76,13 +78,14 @@ impl WritePath {
     pub fn start(
         id: NodeId,
         raft: RaftNode,
+        clock: Arc<ClusterClock>,
         peer: PeerClient,
         timeout: Duration,
         body_bytes_max: usize,
     ) -> WritePath {
         WritePath {
             id,
-            batcher: ProposalBatcher::start(raft.clone()),
+            batcher: ProposalBatcher::start(raft.clone(), clock),
             forwarder: ForwardBatcher::start(peer.clone(), body_bytes_max),
             raft,
             timeout,
@@ -101,6 +104,11 @@ impl WritePath {
 
     pub fn forwarder(&self) -> &ForwardBatcher {
         &self.forwarder
+    }
+
+    /// The node-to-node client every call to another node goes through.
+    pub fn peer(&self) -> &PeerClient {
+        &self.peer
     }
 
     /// Proposes on this node and answers with what applying the command answered. Never

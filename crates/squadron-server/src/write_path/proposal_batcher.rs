@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::batch_loop::{run_batches, BatchLimits};
 use super::WriteError;
+use crate::clock::ClusterClock;
 use crate::raft_view;
 
 /// Raft entries of this node being committed at once. Small, so that writes queue (and
@@ -62,10 +63,10 @@ pub struct ProposalBatcher {
 
 impl ProposalBatcher {
     /// Starts the batching task on the current runtime.
-    pub fn start(raft: RaftNode) -> ProposalBatcher {
+    pub fn start(raft: RaftNode, clock: Arc<ClusterClock>) -> ProposalBatcher {
         let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
         let stats = Arc::new(BatchStats::default());
-        tokio::spawn(run(raft, rx, stats.clone()));
+        tokio::spawn(run(raft, clock, rx, stats.clone()));
         ProposalBatcher { tx, stats }
     }
 
@@ -98,7 +99,12 @@ impl ProposalBatcher {
     }
 }
 
-async fn run(raft: RaftNode, rx: mpsc::Receiver<Pending>, stats: Arc<BatchStats>) {
+async fn run(
+    raft: RaftNode,
+    clock: Arc<ClusterClock>,
+    rx: mpsc::Receiver<Pending>,
+    stats: Arc<BatchStats>,
+) {
     let limits = BatchLimits {
         in_flight_max: PROPOSALS_IN_FLIGHT_MAX,
         items_max: COMMANDS_PER_BATCH_MAX,
@@ -111,20 +117,20 @@ async fn run(raft: RaftNode, rx: mpsc::Receiver<Pending>, stats: Arc<BatchStats>
         |_, _| true,
         move |batch| {
             let (raft, stats) = (raft.clone(), stats.clone());
-            async move { commit(&raft, batch, &stats).await }
+            let at_ms = clock.now_ms();
+            async move { commit(&raft, at_ms, batch, &stats).await }
         },
     )
     .await;
 }
 
 /// A batch entry's own subject is the node that proposed it; each batched command keeps its
-/// caller's.
-async fn commit(raft: &RaftNode, mut batch: Vec<Pending>, stats: &BatchStats) {
+/// caller's. `at_ms` is the cluster clock when the batch was formed.
+async fn commit(raft: &RaftNode, at_ms: u64, mut batch: Vec<Pending>, stats: &BatchStats) {
     let count = |n: usize| {
         stats.entries.fetch_add(1, Ordering::Relaxed);
         stats.commands.fetch_add(n as u64, Ordering::Relaxed);
     };
-    let at_ms = crate::clock::now_ms();
     if batch.len() == 1 {
         let Some(p) = batch.pop() else { return };
         let envelope = CommandEnvelope {

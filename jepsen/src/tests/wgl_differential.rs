@@ -1,0 +1,355 @@
+//! The WGL search against a brute-force checker (issue 17 item 6): on thousands of random
+//! small histories of the CAS register and of the lease register — about half of them made
+//! wrong on purpose — both must give the same verdict. The brute force tries every order of
+//! the operations that respects real time (an operation that returned before another was
+//! called comes first), with each operation of unknown outcome either placed after its call
+//! or left out, and accepts when the model accepts one of them.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::model::Model;
+use crate::model_cas::{CasRegister, CasState, CasStep};
+use crate::model_lease::{LeaseRegister, LeaseState, LeaseStep};
+use crate::wgl::{TimedStep, Verdict, WglSearch};
+
+/// Histories per model.
+const HISTORIES: u64 = 3_000;
+/// Operations per history, at most: 7! orders is what a brute force can afford.
+const OPS_MAX: usize = 7;
+
+/// Whether some real-time-respecting order of `ops` (unknown outcomes optional) is accepted.
+fn brute_force<M: Model>(model: &M, ops: &[TimedStep<M::Step>]) -> bool {
+    let mut placed = vec![false; ops.len()];
+    let mut skipped = vec![false; ops.len()];
+    search(model, ops, &model.init(), &mut placed, &mut skipped)
+}
+
+fn search<M: Model>(
+    model: &M,
+    ops: &[TimedStep<M::Step>],
+    state: &M::State,
+    placed: &mut [bool],
+    skipped: &mut [bool],
+) -> bool {
+    let done = |i: usize, placed: &[bool], skipped: &[bool]| placed[i] || skipped[i];
+    if (0..ops.len()).all(|i| done(i, placed, skipped) || ops[i].complete_ms.is_none()) {
+        return true;
+    }
+    for i in 0..ops.len() {
+        if done(i, placed, skipped) {
+            continue;
+        }
+        // Every known operation that returned before this one's call must be placed first.
+        let ready = (0..ops.len()).all(|j| {
+            j == i
+                || done(j, placed, skipped)
+                || ops[j].complete_ms.is_none_or(|c| c >= ops[i].invoke_ms)
+        });
+        if !ready {
+            continue;
+        }
+        if let Some(next) = model.step(state, &ops[i].step) {
+            placed[i] = true;
+            let found = search(model, ops, &next, placed, skipped);
+            placed[i] = false;
+            if found {
+                return true;
+            }
+        }
+        if ops[i].complete_ms.is_none() {
+            // An unknown outcome that never took effect.
+            skipped[i] = true;
+            let found = search(model, ops, state, placed, skipped);
+            skipped[i] = false;
+            if found {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Random call and return times for `n` operations, and each one's linearization point.
+fn intervals(rng: &mut StdRng, n: usize) -> Vec<(f64, f64, f64)> {
+    (0..n)
+        .map(|_| {
+            let invoke = rng.gen_range(0.0..10.0);
+            let complete = invoke + rng.gen_range(0.1..4.0);
+            (invoke, complete, rng.gen_range(invoke..complete))
+        })
+        .collect()
+}
+
+/// A CAS register history: run at the linearization points, outcomes recorded truthfully,
+/// some unknown, then (about half the time) one outcome falsified.
+fn cas_history(rng: &mut StdRng) -> Vec<TimedStep<CasStep>> {
+    let n = rng.gen_range(1..=OPS_MAX);
+    let times = intervals(rng, n);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let mut state = CasState {
+        version: 0,
+        value: None,
+    };
+    let mut steps: Vec<Option<CasStep>> = vec![None; n];
+    for i in order {
+        let step = if rng.gen_bool(0.4) {
+            CasStep::Read(state)
+        } else {
+            let expected = rng.gen_range(0..=2);
+            let value = rng.gen_range(0..=3);
+            if state.version == expected {
+                state = CasState {
+                    version: expected + 1,
+                    value: Some(value),
+                };
+                let unknown = rng.gen_bool(0.2);
+                CasStep::Cas {
+                    expected,
+                    value,
+                    version: (!unknown).then_some(expected + 1),
+                }
+            } else {
+                CasStep::Conflict {
+                    expected,
+                    current: Some(state.version),
+                }
+            }
+        };
+        steps[i] = Some(step);
+    }
+    let mut ops: Vec<TimedStep<CasStep>> = steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, step)| {
+            let step = step.unwrap_or(CasStep::Read(CasState {
+                version: 0,
+                value: None,
+            }));
+            let unknown = matches!(step, CasStep::Cas { version: None, .. });
+            TimedStep {
+                id: i,
+                step,
+                invoke_ms: times[i].0,
+                complete_ms: (!unknown).then_some(times[i].1),
+            }
+        })
+        .collect();
+    if rng.gen_bool(0.5) {
+        let i = rng.gen_range(0..n);
+        ops[i].step = match ops[i].step.clone() {
+            CasStep::Read(s) => CasStep::Read(CasState {
+                version: s.version + rng.gen_range(1..=2),
+                value: s.value,
+            }),
+            CasStep::Cas { expected, .. } => CasStep::Conflict {
+                expected,
+                current: None,
+            },
+            CasStep::Conflict { expected, .. } => CasStep::Cas {
+                expected,
+                value: 9,
+                version: Some(expected + 1),
+            },
+        };
+    }
+    ops
+}
+
+/// A lease register history built the same way from random reads, acquires and releases.
+fn lease_history(rng: &mut StdRng) -> Vec<TimedStep<LeaseStep>> {
+    let n = rng.gen_range(1..=OPS_MAX);
+    let times = intervals(rng, n);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let mut state = LeaseRegister.init();
+    let mut steps: Vec<Option<(LeaseStep, bool)>> = vec![None; n];
+    for i in order {
+        let (step, next, unknown) = lease_step(rng, state);
+        state = next;
+        steps[i] = Some((step, unknown));
+    }
+    let mut ops: Vec<TimedStep<LeaseStep>> = steps
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.map(|s| (i, s)))
+        .map(|(i, (step, unknown))| TimedStep {
+            id: i,
+            step,
+            invoke_ms: times[i].0,
+            complete_ms: (!unknown).then_some(times[i].1),
+        })
+        .collect();
+    if rng.gen_bool(0.5) {
+        let i = rng.gen_range(0..ops.len());
+        ops[i].step = falsified(&ops[i].step);
+    }
+    ops
+}
+
+/// One random operation on `s`, its true outcome, the state after it, and whether its
+/// outcome is recorded as unknown.
+fn lease_step(rng: &mut StdRng, s: LeaseState) -> (LeaseStep, LeaseState, bool) {
+    let near = |rng: &mut StdRng| s.generation.saturating_sub(1) + rng.gen_range(0..=2);
+    match rng.gen_range(0..3) {
+        0 => (LeaseStep::Read(s), s, false),
+        1 => {
+            let expected = near(rng);
+            if s.generation != expected {
+                let step = LeaseStep::AcquireStale {
+                    expected,
+                    current: Some(s.generation),
+                };
+                (step, s, false)
+            } else if s.live {
+                (LeaseStep::AcquireBusy { expected }, s, false)
+            } else if rng.gen_bool(0.1) {
+                (LeaseStep::AcquireCapacityFull { expected }, s, false)
+            } else {
+                let unknown = rng.gen_bool(0.2);
+                let step = LeaseStep::Acquire {
+                    expected,
+                    granted: (!unknown).then_some(expected + 1),
+                };
+                let next = LeaseState {
+                    generation: expected + 1,
+                    live: true,
+                };
+                (step, next, unknown)
+            }
+        }
+        _ => {
+            let generation = near(rng);
+            if s.live && s.generation == generation {
+                let next = LeaseState {
+                    generation,
+                    live: false,
+                };
+                (LeaseStep::Release { generation }, next, rng.gen_bool(0.2))
+            } else {
+                let step = LeaseStep::ReleaseFenced {
+                    generation,
+                    current: Some(s.generation),
+                };
+                (step, s, false)
+            }
+        }
+    }
+}
+
+/// The step with its outcome made wrong.
+fn falsified(step: &LeaseStep) -> LeaseStep {
+    match step.clone() {
+        LeaseStep::Read(s) => LeaseStep::Read(LeaseState {
+            generation: s.generation,
+            live: !s.live,
+        }),
+        LeaseStep::Acquire { expected, granted } => LeaseStep::Acquire {
+            expected,
+            granted: Some(granted.unwrap_or(expected) + 2),
+        },
+        LeaseStep::AcquireStale { expected, current } => LeaseStep::AcquireStale {
+            expected,
+            current: Some(current.unwrap_or(expected) + 1),
+        },
+        LeaseStep::AcquireBusy { expected } => LeaseStep::AcquireCapacityFull { expected },
+        LeaseStep::AcquireCapacityFull { expected } => LeaseStep::AcquireBusy { expected },
+        LeaseStep::Release { generation } => LeaseStep::ReleaseFenced {
+            generation,
+            current: None,
+        },
+        LeaseStep::ReleaseFenced { generation, .. } => LeaseStep::Release { generation },
+    }
+}
+
+fn agree<M: Model>(model: &M, ops: &[TimedStep<M::Step>], seed: u64) -> bool {
+    let wgl = WglSearch::default().check(model, ops);
+    let brute = brute_force(model, ops);
+    assert!(
+        !matches!(wgl, Verdict::Unknown { .. }),
+        "seed {seed}: the search gave up on {} operations",
+        ops.len()
+    );
+    assert_eq!(
+        wgl.is_linearizable(),
+        brute,
+        "seed {seed}: WGL says {wgl:?}, the brute force {brute}, on {ops:#?}"
+    );
+    brute
+}
+
+#[test]
+fn wgl_agrees_with_brute_force_on_random_cas_histories() {
+    let mut valid = 0;
+    for seed in 0..HISTORIES {
+        let mut rng = StdRng::seed_from_u64(seed);
+        valid += u64::from(agree(&CasRegister, &cas_history(&mut rng), seed));
+    }
+    // Both kinds were met in numbers, or the comparison proves little.
+    assert!(
+        (HISTORIES / 5..HISTORIES * 4 / 5).contains(&valid),
+        "{valid} of {HISTORIES} linearizable"
+    );
+}
+
+#[test]
+fn wgl_agrees_with_brute_force_on_random_lease_histories() {
+    let mut valid = 0;
+    for seed in 0..HISTORIES {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x1ea5e);
+        valid += u64::from(agree(&LeaseRegister, &lease_history(&mut rng), seed));
+    }
+    assert!(
+        (HISTORIES / 5..HISTORIES * 4 / 5).contains(&valid),
+        "{valid} of {HISTORIES} linearizable"
+    );
+}
+
+#[test]
+fn the_brute_force_itself_tells_good_from_bad() {
+    let read = |version, invoke_ms, complete_ms| TimedStep {
+        id: 0,
+        step: CasStep::Read(CasState {
+            version,
+            value: (version > 0).then_some(5),
+        }),
+        invoke_ms,
+        complete_ms: Some(complete_ms),
+    };
+    let write = TimedStep {
+        id: 1,
+        step: CasStep::Cas {
+            expected: 0,
+            value: 5,
+            version: Some(1),
+        },
+        invoke_ms: 2.0,
+        complete_ms: Some(3.0),
+    };
+    // A read of version 1 that returned before the write was called: impossible.
+    assert!(!brute_force(
+        &CasRegister,
+        &[read(1, 0.0, 1.0), write.clone()]
+    ));
+    // Concurrent with it: fine.
+    assert!(brute_force(
+        &CasRegister,
+        &[read(1, 0.0, 2.5), write.clone()]
+    ));
+    // An unknown write may explain a later read, or be left out.
+    let unknown = TimedStep {
+        complete_ms: None,
+        step: CasStep::Cas {
+            expected: 0,
+            value: 5,
+            version: None,
+        },
+        ..write
+    };
+    assert!(brute_force(
+        &CasRegister,
+        &[unknown.clone(), read(1, 4.0, 5.0)]
+    ));
+    assert!(brute_force(&CasRegister, &[unknown, read(0, 4.0, 5.0)]));
+}
