@@ -9,7 +9,7 @@
 //! Drops are final in nftables whatever other tables (Docker's, the host's) accept, so the
 //! filter holds next to them.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use ipnet::Ipv4Net;
@@ -42,6 +42,9 @@ pub struct EgressFilter {
     /// Masquerade what this source sends out (the process runtime's NAT); `None` where
     /// another (Docker) already does.
     pub masquerade: Option<Ipv4Addr>,
+    /// `gateway` mode: nothing is forwarded at all, and the one thing the sandbox may reach
+    /// is the worker's proxy at this host address and port.
+    pub gateway: Option<SocketAddrV4>,
 }
 
 impl EgressFilter {
@@ -61,6 +64,23 @@ impl EgressFilter {
                  \t}}\n"
             )
         });
+        let (proxy, forwarded) = match self.gateway {
+            Some(proxy) => (
+                format!(
+                    "\t\tiifname \"{dev}\" ip daddr {} tcp dport {} accept\n",
+                    proxy.ip(),
+                    proxy.port()
+                ),
+                format!("\t\tiifname \"{dev}\" drop\n"),
+            ),
+            None => (
+                String::new(),
+                format!(
+                    "\t\tiifname \"{dev}\" meta nfproto ipv6 drop\n\
+                     \t\tiifname \"{dev}\" ip daddr @denied drop\n"
+                ),
+            ),
+        };
         format!(
             "add table inet {table}\n\
              delete table inet {table}\n\
@@ -68,11 +88,11 @@ impl EgressFilter {
              \tset denied {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {denied} }} }}\n\
              \tchain input {{ type filter hook input priority filter - 10; policy accept;\n\
              \t\tiifname \"{dev}\" ct state established,related accept\n\
+             {proxy}\
              \t\tiifname \"{dev}\" drop\n\
              \t}}\n\
              \tchain forward {{ type filter hook forward priority filter - 10; policy accept;\n\
-             \t\tiifname \"{dev}\" meta nfproto ipv6 drop\n\
-             \t\tiifname \"{dev}\" ip daddr @denied drop\n\
+             {forwarded}\
              \t\toifname \"{dev}\" ct state established,related accept\n\
              \t\toifname \"{dev}\" drop\n\
              \t}}\n\
@@ -108,6 +128,7 @@ mod tests {
             interface: "sqh0002".into(),
             deny: vec!["203.0.113.0/24".parse().unwrap()],
             masquerade: Some(Ipv4Addr::new(100, 64, 0, 10)),
+            gateway: None,
         };
         let rules = filter.ruleset();
         for want in [
@@ -130,5 +151,30 @@ mod tests {
             ..filter
         };
         assert!(!docker.ruleset().contains("masquerade"));
+    }
+
+    #[test]
+    fn a_gateway_filter_forwards_nothing_and_admits_only_the_proxy() {
+        let filter = EgressFilter {
+            table: "sq_w_0003".into(),
+            interface: "sqh0003".into(),
+            deny: Vec::new(),
+            masquerade: None,
+            gateway: Some(SocketAddrV4::new(Ipv4Addr::new(100, 64, 0, 13), 3128)),
+        };
+        let rules = filter.ruleset();
+        let input = rules.split("chain forward").next().unwrap();
+        let accept = input
+            .find("iifname \"sqh0003\" ip daddr 100.64.0.13 tcp dport 3128 accept")
+            .expect(&rules);
+        let drop = input.find("iifname \"sqh0003\" drop").expect(&rules);
+        assert!(
+            accept < drop,
+            "the proxy's accept must come before the drop:\n{rules}"
+        );
+        let forward = rules.split("chain forward").nth(1).unwrap();
+        assert!(forward.contains("iifname \"sqh0003\" drop"), "{rules}");
+        assert!(!forward.contains("@denied"), "{rules}");
+        assert!(!rules.contains("masquerade"), "{rules}");
     }
 }

@@ -26,7 +26,7 @@
 //! util-linux and bubblewrap as programs.
 
 use std::fs;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -119,19 +119,43 @@ impl NetworkConfig {
 pub struct SandboxNetwork {
     config: NetworkConfig,
     slot: u32,
+    /// `gateway` mode: no NAT, no forwarding; the sandbox reaches only this port of its host
+    /// end, where the worker's proxy listens.
+    gateway_port: Option<u16>,
 }
 
 impl SandboxNetwork {
     /// Creates the namespace, pair, addresses, routes and rules of a free slot, trying from
     /// the one `seed` hashes to. Whatever was made is removed again on failure.
     pub fn create(config: &NetworkConfig, seed: &str) -> Result<SandboxNetwork, IsolationError> {
+        Self::create_with(config, seed, None)
+    }
+
+    /// Like `create`, for `gateway` mode: nothing is forwarded or masqueraded, and the
+    /// sandbox may reach only `port` on its host end (the worker's proxy).
+    pub fn create_gateway(
+        config: &NetworkConfig,
+        seed: &str,
+        port: u16,
+    ) -> Result<SandboxNetwork, IsolationError> {
+        Self::create_with(config, seed, Some(port))
+    }
+
+    fn create_with(
+        config: &NetworkConfig,
+        seed: &str,
+        gateway_port: Option<u16>,
+    ) -> Result<SandboxNetwork, IsolationError> {
         config.probe()?;
-        ensure_forwarding()?;
+        if gateway_port.is_none() {
+            ensure_forwarding()?;
+        }
         let first = fnv1a32(seed.as_bytes()) % NETWORK_SLOTS;
         for n in 0..NETWORK_SLOT_ATTEMPTS_MAX {
             let net = SandboxNetwork {
                 config: config.clone(),
                 slot: (first + n) % NETWORK_SLOTS,
+                gateway_port,
             };
             if !net.claim()? {
                 continue;
@@ -161,6 +185,7 @@ impl SandboxNetwork {
         Some(SandboxNetwork {
             config: config.clone(),
             slot,
+            gateway_port: None,
         })
     }
 
@@ -262,6 +287,7 @@ impl SandboxNetwork {
             let net = SandboxNetwork {
                 config: config.clone(),
                 slot,
+                gateway_port: None,
             };
             let name = net.netns_name();
             if net.netns_path().exists() {
@@ -348,13 +374,18 @@ impl SandboxNetwork {
         Ok(())
     }
 
-    /// The egress filter of this sandbox's host interface, with its NAT.
+    /// The egress filter of this sandbox's host interface, with its NAT; in `gateway` mode
+    /// without NAT, forwarding nothing, admitting the proxy's port only.
     pub fn filter(&self) -> EgressFilter {
+        let gateway = self
+            .gateway_port
+            .map(|port| SocketAddrV4::new(self.host_address(), port));
         EgressFilter {
             table: self.table(),
             interface: self.host_interface(),
             deny: self.config.deny.clone(),
-            masquerade: Some(self.sandbox_address()),
+            masquerade: gateway.is_none().then(|| self.sandbox_address()),
+            gateway,
         }
     }
 
@@ -455,6 +486,7 @@ mod tests {
         SandboxNetwork {
             config: NetworkConfig::new("worker-1"),
             slot,
+            gateway_port: None,
         }
     }
 
@@ -505,8 +537,23 @@ mod tests {
     fn the_filter_is_the_sandbox_s_interface_with_its_nat() {
         let mut config = NetworkConfig::new("w");
         config.deny = vec!["203.0.113.0/24".parse().unwrap()];
-        let n = SandboxNetwork { config, slot: 2 };
+        let n = SandboxNetwork {
+            config,
+            slot: 2,
+            gateway_port: None,
+        };
         let filter = n.filter();
+        assert_eq!(filter.gateway, None);
+        let gateway = SandboxNetwork {
+            gateway_port: Some(3128),
+            ..n.clone()
+        }
+        .filter();
+        assert_eq!(gateway.masquerade, None, "a gateway sandbox is not NATed");
+        assert_eq!(
+            gateway.gateway,
+            Some(SocketAddrV4::new(Ipv4Addr::new(100, 64, 0, 9), 3128))
+        );
         assert_eq!(filter.interface, "sqh0002");
         assert_eq!(filter.table, n.table());
         assert_eq!(filter.masquerade, Some(Ipv4Addr::new(100, 64, 0, 10)));

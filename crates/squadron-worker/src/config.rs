@@ -154,6 +154,10 @@ pub struct WorkerConfig {
     /// Whether `network_mode: full` (the host's own network) may run here; refused, naming
     /// the field, otherwise.
     pub allow_full_network: bool,
+    /// What `gateway` sandboxes may reach through the worker's proxy: domains
+    /// (`api.anthropic.com`), subdomains (`*.github.com`) or IPv4 networks. Empty: the
+    /// mode is not offered.
+    pub gateway_allow: Vec<String>,
     /// What this worker agrees to run; sent to the control plane after registering and
     /// checked again before a task is staged. Secure by default (`WorkerPolicy::default`).
     pub policy: squadron_core::worker_policy::WorkerPolicy,
@@ -220,6 +224,7 @@ impl WorkerConfig {
             sandbox_defaults: SandboxDefaults::default(),
             egress_deny: Vec::new(),
             allow_full_network: false,
+            gateway_allow: Vec::new(),
             vm: VmConfig::default(),
             policy: squadron_core::worker_policy::WorkerPolicy::default(),
             disk_quota: true,
@@ -252,6 +257,23 @@ impl WorkerConfig {
         deny.sort();
         deny.dedup();
         Ok(deny)
+    }
+
+    /// What `gateway` sandboxes may reach, or `None` where the worker allows nothing (the
+    /// mode is then refused): the allow list, never this host, the always-denied ranges or
+    /// `network`'s deny list.
+    pub(crate) fn gateway_destinations(
+        &self,
+        network: &squadron_isolation::NetworkConfig,
+    ) -> Result<Option<std::sync::Arc<crate::runtime::gateway::Destinations>>, crate::WorkerError>
+    {
+        use crate::runtime::gateway::{AllowList, Destinations};
+        let allow = AllowList::parse(&self.gateway_allow)?;
+        if allow.is_empty() {
+            return Ok(None);
+        }
+        let destinations = Destinations::for_worker(allow, &network.deny, &network.ip)?;
+        Ok(Some(std::sync::Arc::new(destinations)))
     }
 
     /// The URL control nodes reach the output server at.
@@ -300,6 +322,19 @@ impl WorkerConfig {
         }
         self.sandbox_defaults.validate()?;
         self.egress_deny_networks()?;
+        let gateway = crate::runtime::gateway::AllowList::parse(&self.gateway_allow)?;
+        let offered = self
+            .policy
+            .network_modes
+            .contains(&squadron_core::manifest::NetworkMode::Gateway);
+        if offered && gateway.is_empty() {
+            return bad(
+                "gateway_allow",
+                "the policy offers network_mode gateway, but no destination is allowed \
+                 (--gateway-allow)"
+                    .into(),
+            );
+        }
         if let Some(agents) = &self.agents {
             agents.validate()?;
         }
@@ -393,6 +428,23 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("egress_deny"));
+    }
+
+    #[test]
+    fn a_policy_offering_gateway_needs_an_allow_list() {
+        let id = WorkerId::new("w").unwrap();
+        let listen = "127.0.0.1:0".parse().unwrap();
+        let mut c = WorkerConfig::new(id, vec!["https://x".into()], "/data".into(), listen);
+        c.policy
+            .network_modes
+            .insert(squadron_core::manifest::NetworkMode::Gateway);
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("gateway_allow"), "{e}");
+        c.gateway_allow = vec!["bad domain".into()];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("gateway_allow"), "{e}");
+        c.gateway_allow = vec!["*.github.com".into()];
+        c.validate().unwrap();
     }
 
     #[test]

@@ -159,8 +159,8 @@ fn dev_pki(config: &NodeConfig) -> anyhow::Result<bool> {
 /// The dev worker's certificate, issued from the dev node's CA into the worker's `pki/` on
 /// first start. This (and the test harness) is the one place a worker gets a certificate
 /// without enrolling.
-/// `--policy FILE` (or the secure default), widened by `--allow-full-network` and
-/// `--allow-local-repositories`.
+/// `--policy FILE` (or the secure default), widened by `--allow-full-network`,
+/// `--gateway-allow` and `--allow-local-repositories`.
 fn worker_policy(
     args: &WorkerRunArgs,
 ) -> anyhow::Result<squadron_core::worker_policy::WorkerPolicy> {
@@ -177,6 +177,9 @@ fn worker_policy(
     };
     if args.allow_full_network {
         policy.network_modes.insert(NetworkMode::Full);
+    }
+    if !args.gateway_allow.is_empty() {
+        policy.network_modes.insert(NetworkMode::Gateway);
     }
     if args.allow_local_repositories {
         policy.repository_sources.insert(RepositorySource::Local);
@@ -303,6 +306,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.backoff_override_ms = args.backoff_override_ms;
     config.egress_deny = args.egress_deny;
     config.allow_full_network = args.allow_full_network;
+    config.gateway_allow = args.gateway_allow;
     config.disk_quota = !args.no_disk_quota;
     config.sandbox_defaults = squadron_worker::SandboxDefaults {
         cpus: args.sandbox_cpus,

@@ -123,6 +123,10 @@ pub enum NetworkMode {
     Outbound,
     /// Unrestricted.
     Full,
+    /// Egress only through the worker's HTTP CONNECT proxy, to the destinations its gateway
+    /// allow list names; each connection is logged to the task's events. Last, so earlier
+    /// encodings keep their variant numbers.
+    Gateway,
 }
 
 impl Keyword for NetworkMode {

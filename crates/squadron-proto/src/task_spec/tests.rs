@@ -288,7 +288,7 @@ fn an_unknown_keyword_is_refused_naming_its_field() {
     }
     assert_eq!(
         refusal(|s| s.sandbox.as_mut().unwrap().network_mode = "x".into()),
-        r#"spec.sandbox.network_mode: unknown network_mode "x"; expected one of isolated, outbound, full"#
+        r#"spec.sandbox.network_mode: unknown network_mode "x"; expected one of isolated, outbound, full, gateway"#
     );
 }
 

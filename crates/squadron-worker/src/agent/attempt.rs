@@ -54,7 +54,7 @@ use squadron_isolation::{
 use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
-use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::boundary_network::{BoundaryNetwork, NetworkPermits};
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
@@ -149,7 +149,11 @@ impl AgentAttempt {
         let network = BoundaryNetwork::prepare(
             &config.network,
             launch.network,
-            config.allow_full_network,
+            // Attempts have no proxy of their own: gateway is for tasks.
+            NetworkPermits {
+                full: config.allow_full_network,
+                gateway: false,
+            },
             &leaf_path.display().to_string(),
             &network_record(&paths, generation),
         )?;

@@ -35,6 +35,10 @@
 //!   bridge of the worker's own with the engine's NAT, no published ports, no traffic between
 //!   containers, and the egress filter the process runtime uses: the host itself, link-local
 //!   and the metadata address, every sandbox range and the deny list are unreachable.
+//! - `gateway` → the worker's gateway bridge (`docker_network`): nothing is forwarded; the
+//!   one address a container reaches is the worker's HTTP CONNECT proxy on the bridge
+//!   (`runtime::gateway`), named in its `HTTPS_PROXY`, which admits it by its address once
+//!   `start` (or `adopt`) has seen it and logs each connection to the task's events.
 //! - `full` → network mode `host`: the host's own namespace, including services the host
 //!   binds to 127.0.0.1 and the right to listen on host ports; refused, naming
 //!   `network_mode`, unless the worker runs with `--allow-full-network`.
@@ -61,8 +65,10 @@
 //! catches what comes before that, capped at `LOG_FILE_BYTES_MAX`.
 
 use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -81,8 +87,9 @@ use squadron_isolation::NetworkConfig;
 
 use crate::error::WorkerError;
 use crate::runtime::agent_libraries::AGENT_LIBRARY_DIR;
-use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::boundary_network::{BoundaryNetwork, NetworkPermits};
 use crate::runtime::docker_network::ManagedNetwork;
+use crate::runtime::gateway::{self, Destinations, GatewayProxy, GATEWAY_PORT};
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
@@ -139,6 +146,8 @@ pub(crate) struct DockerConfig {
     pub(crate) allow_full_network: bool,
     /// Tag, `nft` and deny list of the managed network `outbound` containers join.
     pub(crate) network: NetworkConfig,
+    /// What `gateway` containers may reach; `None`: the mode is refused.
+    pub(crate) gateway: Option<Arc<Destinations>>,
     /// The `squadron` binary containers run `squadron agent` from; unset, they start the
     /// launcher directly.
     pub(crate) agent_binary: Option<PathBuf>,
@@ -159,6 +168,7 @@ impl DockerConfig {
             sandbox_user: SandboxUser::default(),
             allow_full_network: false,
             network: NetworkConfig::new(worker_tag.as_str()),
+            gateway: None,
             agent_binary: None,
             agent_libraries: None,
         }
@@ -172,6 +182,17 @@ pub(crate) struct DockerRuntime {
     config: DockerConfig,
     /// The network `outbound` containers join.
     managed: ManagedNetwork,
+    /// The bridge `gateway` containers join and its proxy, where the worker allows the mode.
+    gateway: Option<Arc<GatewayBridge>>,
+}
+
+/// The gateway bridge, its proxy, and the address each of its containers was admitted by.
+#[derive(Debug)]
+struct GatewayBridge {
+    network: ManagedNetwork,
+    proxy: GatewayProxy,
+    /// Container id → its address on the bridge.
+    admitted: Mutex<HashMap<String, Ipv4Addr>>,
 }
 
 impl DockerRuntime {
@@ -221,20 +242,83 @@ impl DockerRuntime {
             image = %config.image,
             "connected to the Docker engine"
         );
-        let managed = ManagedNetwork::ensure(&docker, &config.network).await?;
+        let (managed, _) = ManagedNetwork::ensure(
+            &docker,
+            &config.network,
+            ManagedNetwork::for_owner(&config.network.owner),
+        )
+        .await?;
+        let gateway = match &config.gateway {
+            Some(destinations) => Some(Arc::new(
+                GatewayBridge::start(&docker, &config.network, destinations.clone()).await?,
+            )),
+            None => None,
+        };
         Ok(DockerRuntime {
             docker,
             config,
             managed,
+            gateway,
         })
+    }
+
+    fn permits(&self) -> NetworkPermits {
+        NetworkPermits {
+            full: self.config.allow_full_network,
+            gateway: self.gateway.is_some(),
+        }
+    }
+
+    /// Admits a started gateway container's address to the proxy, for its task's events.
+    async fn admit_gateway(&self, id: &str, dir: &TaskDir) -> Result<(), WorkerError> {
+        let Some(gateway) = &self.gateway else {
+            return Ok(());
+        };
+        let Some(found) = self.inspect(id).await? else {
+            return Ok(());
+        };
+        let address = found
+            .network_settings
+            .and_then(|s| s.networks)
+            .and_then(|n| n.get(&gateway.network.name).cloned())
+            .and_then(|endpoint| endpoint.ip_address)
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok());
+        let Some(address) = address else {
+            // Not on the gateway bridge (another mode), or not running.
+            return Ok(());
+        };
+        gateway.proxy.admit(address, dir.clone());
+        gateway
+            .admitted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), address);
+        tracing::debug!(container = %id, %address, "admitted to the gateway proxy");
+        Ok(())
+    }
+
+    fn forget_gateway(&self, id: &str) {
+        if let Some(gateway) = &self.gateway {
+            let address = gateway
+                .admitted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(id);
+            if let Some(address) = address {
+                gateway.proxy.forget(address);
+            }
+        }
     }
 
     /// The engine network mode for a manifest network mode (see the module docs).
     pub(crate) fn network_mode(&self, mode: NetworkMode) -> String {
-        match mode {
-            NetworkMode::Isolated => "none".to_owned(),
-            NetworkMode::Outbound => self.managed.name.clone(),
-            NetworkMode::Full => "host".to_owned(),
+        match (mode, &self.gateway) {
+            (NetworkMode::Isolated, _) => "none".to_owned(),
+            (NetworkMode::Outbound, _) => self.managed.name.clone(),
+            (NetworkMode::Full, _) => "host".to_owned(),
+            (NetworkMode::Gateway, Some(g)) => g.network.name.clone(),
+            // Refused before a container is made (`check_mode`); never a way out.
+            (NetworkMode::Gateway, None) => "none".to_owned(),
         }
     }
 
@@ -285,6 +369,9 @@ impl DockerRuntime {
         if self.config.agent_binary.is_some() && self.config.agent_libraries.is_some() {
             // For the agent only: it drops the variable before it starts the provider.
             env.insert("LD_LIBRARY_PATH".into(), AGENT_LIBRARY_DIR.into());
+        }
+        if let (NetworkMode::Gateway, Some(g)) = (spec.network, &self.gateway) {
+            gateway::proxy_env(g.address(), &mut env);
         }
         Ok(Config {
             image: Some(self.config.image.clone()),
@@ -460,7 +547,7 @@ impl Runtime for DockerRuntime {
     /// Creates the container; if this attempt's container already exists (a previous life
     /// crashed between create and checkpoint), returns it instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
-        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
+        BoundaryNetwork::check_mode(spec.network, self.permits())?;
         self.hand_over(spec)?;
         let config = self.container_config(spec)?;
         let name = Self::container_name(&spec.dir, spec.attempt);
@@ -521,12 +608,13 @@ impl Runtime for DockerRuntime {
         let status = found.state.as_ref().and_then(|s| s.status);
         if status != Some(ContainerStateStatusEnum::CREATED) {
             tracing::info!(container = %id, ?status, "container already started; not starting it again");
-            return Ok(());
+            return self.admit_gateway(id, &spec.dir).await;
         }
         self.docker
             .start_container::<String>(id, None)
             .await
-            .map_err(|e| engine_error(&format!("start container {id}"), e))
+            .map_err(|e| engine_error(&format!("start container {id}"), e))?;
+        self.admit_gateway(id, &spec.dir).await
     }
 
     async fn status(&self, handle: &SandboxHandle) -> Result<RunStatus, WorkerError> {
@@ -606,6 +694,7 @@ impl Runtime for DockerRuntime {
         let id = docker_id(handle)?;
         let sandbox = format!("docker:{id}");
         let mut steps = Vec::new();
+        self.forget_gateway(id);
         match self.inspect(id).await? {
             None => steps.push("already removed".to_string()),
             Some(found) => {
@@ -707,6 +796,7 @@ impl Runtime for DockerRuntime {
             )
         })?;
         tracing::info!(container = %id, %task, attempt, "adopted container");
+        self.admit_gateway(&id, dir).await?;
         Ok(Some(SandboxHandle {
             runtime: RuntimeKind::Docker,
             id,
@@ -723,6 +813,42 @@ impl Runtime for DockerRuntime {
              remove it when done: docker rm -f {id}",
             short = id.get(..12).unwrap_or(id)
         )
+    }
+}
+
+impl GatewayBridge {
+    /// Makes (or finds) the gateway bridge, installs its filter and serves its proxy on the
+    /// bridge's address.
+    async fn start(
+        docker: &Docker,
+        config: &NetworkConfig,
+        destinations: Arc<Destinations>,
+    ) -> Result<GatewayBridge, WorkerError> {
+        let (network, address) = ManagedNetwork::ensure(
+            docker,
+            config,
+            ManagedNetwork::gateway_for_owner(&config.owner, GATEWAY_PORT),
+        )
+        .await?;
+        let proxy = GatewayProxy::start(
+            SocketAddrV4::new(address, GATEWAY_PORT).into(),
+            destinations,
+        )
+        .await?;
+        Ok(GatewayBridge {
+            network,
+            proxy,
+            admitted: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Where the bridge's containers find the proxy.
+    fn address(&self) -> SocketAddrV4 {
+        match self.proxy.addr() {
+            std::net::SocketAddr::V4(a) => a,
+            // Bound from an IPv4 address in `start`.
+            std::net::SocketAddr::V6(_) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, GATEWAY_PORT),
+        }
     }
 }
 

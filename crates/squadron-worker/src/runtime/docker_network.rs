@@ -5,8 +5,12 @@
 //! (`squadron_isolation::egress_filter`) on the bridge: the host itself, link-local and the
 //! metadata address, every sandbox range, IPv6 and the deny list are dropped.
 //!
-//! The network lives as long as the worker's id: `ensure` makes it (or finds it) and
-//! installs the filter afresh at every start; containers join and leave it with their own
+//! A worker with a gateway allow list has a second bridge for `gateway` containers,
+//! `squadron-{tag}-gw` on `sqg{tag}`, without NAT, forwarding nothing at all: its filter
+//! admits only the worker's proxy on the bridge's own address (`runtime::gateway`).
+//!
+//! The networks live as long as the worker's id: `ensure` makes one (or finds it) and
+//! installs its filter afresh at every start; containers join and leave it with their own
 //! creation and removal, so nothing per sandbox is left to clean up.
 
 use std::collections::HashMap;
@@ -34,6 +38,9 @@ const RUNTIME_NAME: &str = "docker";
 pub(crate) struct ManagedNetwork {
     pub(crate) name: String,
     pub(crate) bridge: String,
+    /// The gateway bridge: the port of the proxy on the bridge's address, which is all its
+    /// containers may reach.
+    pub(crate) proxy_port: Option<u16>,
 }
 
 impl ManagedNetwork {
@@ -41,26 +48,46 @@ impl ManagedNetwork {
         ManagedNetwork {
             name: format!("squadron-{owner}"),
             bridge: format!("sqd{owner}"),
+            proxy_port: None,
         }
     }
 
-    /// The filter on the bridge (NAT is the engine's).
-    pub(crate) fn filter(&self, config: &NetworkConfig) -> EgressFilter {
+    /// The bridge of `gateway` containers, whose proxy listens on `proxy_port`.
+    pub(crate) fn gateway_for_owner(owner: &str, proxy_port: u16) -> ManagedNetwork {
+        ManagedNetwork {
+            name: format!("squadron-{owner}-gw"),
+            bridge: format!("sqg{owner}"),
+            proxy_port: Some(proxy_port),
+        }
+    }
+
+    /// The filter on the bridge (NAT is the engine's); on the gateway bridge, nothing but
+    /// the proxy at `address`.
+    pub(crate) fn filter(&self, config: &NetworkConfig, address: Ipv4Addr) -> EgressFilter {
+        let suffix = if self.proxy_port.is_some() {
+            "dockergw"
+        } else {
+            "docker"
+        };
         EgressFilter {
-            table: format!("sq_{}_docker", config.owner),
+            table: format!("sq_{}_{suffix}", config.owner),
             interface: self.bridge.clone(),
             deny: config.deny.clone(),
             masquerade: None,
+            gateway: self
+                .proxy_port
+                .map(|port| std::net::SocketAddrV4::new(address, port)),
         }
     }
 
-    /// Makes the network unless it exists, then installs its filter.
+    /// Makes the network unless it exists, then installs its filter; returns it with the
+    /// bridge's own address (the containers' gateway).
     pub(crate) async fn ensure(
         docker: &Docker,
         config: &NetworkConfig,
-    ) -> Result<ManagedNetwork, WorkerError> {
+        net: ManagedNetwork,
+    ) -> Result<(ManagedNetwork, Ipv4Addr), WorkerError> {
         config.probe().map_err(network_error)?;
-        let net = ManagedNetwork::for_owner(&config.owner);
         let found = docker
             .inspect_network(&net.name, None::<InspectNetworkOptions<String>>)
             .await;
@@ -73,14 +100,46 @@ impl ManagedNetwork {
                     .map_err(|_| e)?;
             }
         }
-        net.filter(config)
+        let address = net.bridge_address(docker).await?;
+        net.filter(config, address)
             .install(&config.nft)
             .map_err(network_error)?;
-        Ok(net)
+        Ok((net, address))
+    }
+
+    /// The bridge's address: the network's gateway, else the first address of its subnet
+    /// (the engine's choice when none is given).
+    async fn bridge_address(&self, docker: &Docker) -> Result<Ipv4Addr, WorkerError> {
+        let found = docker
+            .inspect_network(&self.name, None::<InspectNetworkOptions<String>>)
+            .await
+            .map_err(|e| {
+                WorkerError::runtime(RUNTIME_NAME, format!("inspect network {}: {e}", self.name))
+            })?;
+        let config = found
+            .ipam
+            .and_then(|i| i.config)
+            .and_then(|c| c.into_iter().next())
+            .unwrap_or_default();
+        let from_gateway = config.gateway.as_deref().and_then(|g| g.parse().ok());
+        let from_subnet = config
+            .subnet
+            .as_deref()
+            .and_then(|s| s.parse::<Ipv4Net>().ok())
+            .map(|n| Ipv4Addr::from(u32::from(n.network()) + 1));
+        from_gateway.or(from_subnet).ok_or_else(|| {
+            WorkerError::runtime(
+                RUNTIME_NAME,
+                format!("network {} has no IPv4 subnet", self.name),
+            )
+        })
     }
 
     async fn create(&self, docker: &Docker, config: &NetworkConfig) -> Result<(), WorkerError> {
-        let first = u32::from_str_radix(&config.owner, 16).unwrap_or(0) % DOCKER_BRIDGE_SUBNETS;
+        // The gateway bridge starts its search one subnet further, beside the other.
+        let first = (u32::from_str_radix(&config.owner, 16).unwrap_or(0)
+            + u32::from(self.proxy_port.is_some()))
+            % DOCKER_BRIDGE_SUBNETS;
         let mut last = String::new();
         for n in 0..DOCKER_BRIDGE_SUBNET_ATTEMPTS_MAX {
             let subnet = bridge_subnet((first + n) % DOCKER_BRIDGE_SUBNETS);
@@ -103,6 +162,11 @@ impl ManagedNetwork {
                     (
                         "com.docker.network.bridge.enable_icc".to_owned(),
                         "false".to_owned(),
+                    ),
+                    // The gateway bridge forwards nothing, so it needs no NAT either.
+                    (
+                        "com.docker.network.bridge.enable_ip_masquerade".to_owned(),
+                        self.proxy_port.is_none().to_string(),
                     ),
                 ]),
                 labels: HashMap::from([("squadron.managed".to_owned(), "true".to_owned())]),
@@ -166,5 +230,17 @@ mod tests {
         );
         let net = ManagedNetwork::for_owner("0123abcd");
         assert!(net.bridge.len() <= 15);
+        let gw = ManagedNetwork::gateway_for_owner("0123abcd", 3128);
+        assert!(gw.bridge.len() <= 15);
+        assert_ne!((&gw.name, &gw.bridge), (&net.name, &net.bridge));
+        let config = NetworkConfig::new("w");
+        let address = Ipv4Addr::new(100, 68, 1, 1);
+        assert_eq!(net.filter(&config, address).gateway, None);
+        let filter = gw.filter(&config, address);
+        assert_eq!(
+            filter.gateway,
+            Some(std::net::SocketAddrV4::new(address, 3128))
+        );
+        assert_ne!(filter.table, net.filter(&config, address).table);
     }
 }

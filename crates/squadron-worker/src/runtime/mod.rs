@@ -8,6 +8,7 @@ pub(crate) mod agent_libraries;
 pub(crate) mod boundary_network;
 pub(crate) mod docker;
 pub(crate) mod docker_network;
+pub(crate) mod gateway;
 #[cfg(feature = "libvirt")]
 pub(crate) mod kvm;
 pub(crate) mod probe;

@@ -67,7 +67,13 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                     (Ok(deny), Ok(libraries)) => {
                         dc.agent_libraries = libraries;
                         dc.network.deny = deny;
-                        DockerRuntime::connect(dc).await
+                        match config.gateway_destinations(&dc.network) {
+                            Ok(gateway) => {
+                                dc.gateway = gateway;
+                                DockerRuntime::connect(dc).await
+                            }
+                            Err(e) => Err(e),
+                        }
                     }
                     (Err(e), _) => Err(e),
                 };

@@ -17,8 +17,9 @@
 use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::ErrorKind;
+use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -34,7 +35,8 @@ use squadron_isolation::{
 
 use crate::config::WorkerConfig;
 use crate::error::WorkerError;
-use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::boundary_network::{BoundaryNetwork, NetworkPermits};
+use crate::runtime::gateway::{self, Destinations, GatewayProxy, GATEWAY_PORT};
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
@@ -72,6 +74,8 @@ pub(crate) struct ProcessRuntimeConfig {
     pub(crate) network: NetworkConfig,
     /// Whether `network_mode: full` (the host's network) may run here; refused otherwise.
     pub(crate) allow_full_network: bool,
+    /// What `gateway` sandboxes may reach; `None`: the mode is refused.
+    pub(crate) gateway: Option<Arc<Destinations>>,
     /// How long `destroy` waits for `populated 0` after `cgroup.kill`.
     pub(crate) reap_wait: Duration,
 }
@@ -85,6 +89,7 @@ impl ProcessRuntimeConfig {
         ProcessRuntimeConfig {
             network: NetworkConfig::new(&worker),
             allow_full_network: false,
+            gateway: None,
             worker,
             cgroup: CgroupRootConfig::default(),
             bwrap: PathBuf::from(BWRAP_PROGRAM_DEFAULT),
@@ -106,7 +111,15 @@ impl ProcessRuntimeConfig {
         }
         pc.network.deny = config.egress_deny_networks()?;
         pc.allow_full_network = config.allow_full_network;
+        pc.gateway = config.gateway_destinations(&pc.network)?;
         Ok(pc)
+    }
+
+    pub(crate) fn permits(&self) -> NetworkPermits {
+        NetworkPermits {
+            full: self.allow_full_network,
+            gateway: self.gateway.is_some(),
+        }
     }
 }
 
@@ -138,6 +151,8 @@ pub(crate) struct ProcessRuntime {
     root: CgroupRoot,
     /// Leaf path → the attempt's files, for `status`.
     attempts: Mutex<HashMap<String, AttemptFiles>>,
+    /// Leaf path → the proxy of a `gateway` attempt, on its sandbox's host end.
+    gateways: tokio::sync::Mutex<HashMap<String, GatewayProxy>>,
 }
 
 impl ProcessRuntime {
@@ -150,6 +165,7 @@ impl ProcessRuntime {
             config,
             root,
             attempts: Mutex::new(HashMap::new()),
+            gateways: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -286,15 +302,40 @@ impl ProcessRuntime {
         attempts.remove(&leaf.path().display().to_string());
     }
 
+    /// Serves a `gateway` sandbox's proxy on its host end, for connections from its address
+    /// only (events to the task's `events.jsonl`); replaces one this life served before.
+    async fn serve_gateway(
+        &self,
+        leaf: &CgroupLeaf,
+        net: &SandboxNetwork,
+        dir: &TaskDir,
+    ) -> Result<SocketAddrV4, WorkerError> {
+        let destinations = self.config.gateway.clone().ok_or_else(|| {
+            WorkerError::runtime(PROCESS_RUNTIME, "gateway sandbox without an allow list")
+        })?;
+        let addr = SocketAddrV4::new(net.host_address(), GATEWAY_PORT);
+        let mut gateways = self.gateways.lock().await;
+        // A proxy of an earlier start of this attempt holds the address: drop it first.
+        gateways.remove(&leaf.path().display().to_string());
+        let proxy = GatewayProxy::start(addr.into(), destinations).await?;
+        proxy.admit(net.sandbox_address(), dir.clone());
+        gateways.insert(leaf.path().display().to_string(), proxy);
+        Ok(addr)
+    }
+
     fn boundary(
         &self,
         spec: &LaunchSpec,
         network: &BoundaryNetwork,
+        proxy: Option<SocketAddrV4>,
     ) -> Result<Vec<String>, WorkerError> {
         let dir = &spec.dir;
         let mut env = spec.env.clone();
         if self.config.sandbox_user.is_some() {
             SandboxUser::git_env(&mut env);
+        }
+        if let Some(proxy) = proxy {
+            gateway::proxy_env(proxy, &mut env);
         }
         let mut command = BubblewrapCommand::new(spec.argv.clone())
             .program(&self.config.bwrap)
@@ -330,7 +371,7 @@ impl Runtime for ProcessRuntime {
     }
 
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
-        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
+        BoundaryNetwork::check_mode(spec.network, self.config.permits())?;
         let leaf = self
             .root
             .leaf(&Self::leaf_name(spec.task, spec.attempt))
@@ -382,7 +423,7 @@ impl Runtime for ProcessRuntime {
         }
         let files = AttemptFiles::new(&spec.dir, spec.attempt);
         self.remember(&leaf, files.clone())?;
-        BoundaryNetwork::check_mode(spec.network, self.config.allow_full_network)?;
+        BoundaryNetwork::check_mode(spec.network, self.config.permits())?;
 
         // The exclusive create is the once-only guarantee: whoever creates it starts.
         match OpenOptions::new()
@@ -411,11 +452,15 @@ impl Runtime for ProcessRuntime {
         let network = BoundaryNetwork::prepare(
             &self.config.network,
             spec.network,
-            self.config.allow_full_network,
+            self.config.permits(),
             &handle.id,
             &files.network,
         )?;
-        let boundary = self.boundary(spec, &network)?;
+        let proxy = match &network {
+            BoundaryNetwork::Gateway(net) => Some(self.serve_gateway(&leaf, net, &spec.dir).await?),
+            _ => None,
+        };
+        let boundary = self.boundary(spec, &network, proxy)?;
         let launch = SandboxLaunch {
             leaf,
             boundary,
@@ -485,6 +530,10 @@ impl Runtime for ProcessRuntime {
             .map_err(joined)?
             .map_err(isolation)?;
         if !evidence.populated {
+            let key = leaf.path().display().to_string();
+            if let Some(proxy) = self.gateways.lock().await.remove(&key) {
+                proxy.stop();
+            }
             if let Some(files) = self.files(&leaf) {
                 BoundaryNetwork::tear_down(&self.config.network, &files.network)?;
             }
@@ -511,7 +560,17 @@ impl Runtime for ProcessRuntime {
         if !leaf.exists() {
             return Ok(None);
         }
-        self.remember(&leaf, AttemptFiles::new(dir, attempt))?;
+        let files = AttemptFiles::new(dir, attempt);
+        // A gateway sandbox still running lost its proxy with the worker's last life.
+        if leaf.populated().map_err(isolation)? {
+            if let Some(net) =
+                BoundaryNetwork::recorded_gateway(&self.config.network, &files.network)?
+            {
+                self.serve_gateway(&leaf, &net, dir).await?;
+                tracing::info!(task = %task, attempt, "gateway proxy served again for an adopted sandbox");
+            }
+        }
+        self.remember(&leaf, files)?;
         Ok(Some(self.handle_for(&leaf)))
     }
 

@@ -121,6 +121,12 @@ pub struct WorkerRunArgs {
     /// Let manifests use `network_mode: full` (the host's own network); refused otherwise.
     #[arg(long)]
     pub allow_full_network: bool,
+    /// What `network_mode: gateway` sandboxes may reach through the worker's HTTP CONNECT
+    /// proxy: a domain (`api.anthropic.com`), its subdomains (`*.github.com`) or an IPv4
+    /// network (CIDR); never this host, link-local or the control endpoints. Given, the
+    /// worker offers the mode.
+    #[arg(long, value_name = "DESTINATION", value_delimiter = ',')]
+    pub gateway_allow: Vec<String>,
     /// Let manifests clone a local path or `file://` URL on this host (off: another task's
     /// inbox or a project's checkout is a local path too).
     #[arg(long)]

@@ -508,6 +508,7 @@ async fn network_modes_map_to_none_bridge_and_host() {
             NetworkMode::Isolated => assert_eq!(seen, vec!["lo"]),
             NetworkMode::Outbound => assert_eq!(seen, vec!["eth0", "lo"]),
             NetworkMode::Full => assert_eq!(seen, host_interfaces),
+            NetworkMode::Gateway => unreachable!("not among the modes above"),
         }
     }
 }
@@ -588,6 +589,120 @@ async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata(
         Some("open"),
         "{results:?}"
     );
+}
+
+/// On the gateway bridge a container reaches nothing directly, and through the worker's
+/// proxy (named in its `HTTPS_PROXY`) only what the allow list names and no sandbox is denied:
+/// not the host, loopback or the metadata address, even where the list names them.
+#[tokio::test]
+async fn gateway_containers_reach_only_what_the_proxy_allows() {
+    use crate::runtime::gateway::{AllowList, Destinations};
+    use crate::runtime::test_internet::{
+        host_addresses, TestInternet, INTERNET_PORT, METADATA_ADDRESS,
+    };
+    let internet = TestInternet::new();
+    let everywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = everywhere.local_addr().unwrap().port();
+    let mut config = DockerConfig::new(WorkerId::new("test-gateway-worker").unwrap());
+    let mut allow = vec![
+        format!("{}/32", internet.address),
+        "localhost".to_owned(),
+        "127.0.0.0/8".to_owned(),
+        format!("{METADATA_ADDRESS}/32"),
+    ];
+    allow.extend(host_addresses().iter().map(|a| format!("{a}/32")));
+    config.gateway = Some(Arc::new(
+        Destinations::for_worker(
+            AllowList::parse(&allow).unwrap(),
+            &config.network.deny,
+            &config.network.ip,
+        )
+        .unwrap(),
+    ));
+    let mut case = Case::new("").await;
+    case.runtime = DockerRuntime::connect(config)
+        .await
+        .expect("gateway runtime");
+    let allowed = format!("{}:{INTERNET_PORT}", internet.address);
+    let mut targets = vec![
+        format!("direct@{allowed}"),
+        format!("via@{allowed}"),
+        format!("via@{METADATA_ADDRESS}:{INTERNET_PORT}"),
+        format!("via@localhost:{port}"),
+        format!("direct@PROXYHOST:{port}"),
+    ];
+    for a in host_addresses() {
+        targets.push(format!("direct@{a}:{port}"));
+        targets.push(format!("via@{a}:{port}"));
+    }
+    let r = format!("{OUTBOX_MOUNT}/result.txt");
+    let probes: Vec<String> = targets
+        .iter()
+        .map(|t| {
+            let (kind, target) = t.split_once('@').unwrap();
+            let target = target.replace("PROXYHOST", "$ph");
+            let (h, p) = target.rsplit_once(':').unwrap();
+            match kind {
+                "via" => format!(
+                    "(s=$(printf 'CONNECT {target} HTTP/1.1\\r\\n\\r\\n' | nc -w 3 $ph $pp | head -n 1 | cut -d ' ' -f 2); echo \"{t}=$s\" >> {r}) &"
+                ),
+                _ => format!(
+                    "(if nc -w 3 {h} {p} -e true </dev/null; then echo \"{t}=open\"; else echo \"{t}=closed\"; fi >> {r}) &"
+                ),
+            }
+        })
+        .collect();
+    let body = format!(
+        "p=${{HTTPS_PROXY#http://}}; ph=${{p%:*}}; pp=${{p##*:}}\n{}\nwait\n",
+        probes.join("\n")
+    );
+    std::fs::write(
+        case.dir.run().join("launch.sh"),
+        format!(
+            "exec >{OUTBOX_MOUNT}/progress/stdout.log 2>{OUTBOX_MOUNT}/progress/stderr.log\n{body}"
+        ),
+    )
+    .unwrap();
+    let mut spec = case.spec();
+    spec.network = NetworkMode::Gateway;
+    let handle = case.run(&spec).await;
+    assert_eq!(
+        case.wait_exit(&handle).await,
+        0,
+        "stderr: {}",
+        case.stderr()
+    );
+    let results = case.results();
+    for target in &targets {
+        let want = if *target == format!("via@{allowed}") {
+            "200"
+        } else if target.starts_with("direct@") {
+            "closed"
+        } else {
+            "403"
+        };
+        assert_eq!(
+            results.get(target).map(String::as_str),
+            Some(want),
+            "{target}: {results:?}"
+        );
+    }
+    let events = crate::test_support::events(&case.dir);
+    assert!(
+        events.iter().any(|e| e["event"] == "gateway"
+            && e["allowed"] == true
+            && e["host"] == internet.address.to_string()),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "gateway" && e["allowed"] == false && e["host"] == "localhost"),
+        "{events:?}"
+    );
+    case.runtime.destroy(&handle).await.unwrap();
+    let gateway = case.runtime.gateway.as_ref().unwrap();
+    assert!(gateway.admitted.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -155,3 +155,134 @@ fn a_restarted_runtime_sweeps_the_networks_its_previous_life_left() {
     assert!(!String::from_utf8_lossy(&tables.stdout).contains(&left.table()));
     let _ = runtime.cgroup_root().remove();
 }
+
+/// Asks the proxy in `HTTPS_PROXY` to CONNECT (`via=host:port`, printing its status) or
+/// connects straight (`direct=host:port`, printing open|closed); PROXYHOST is the proxy's
+/// own address.
+const GATEWAY_PY: &str = r#"
+import os, socket, sys
+proxy_host, proxy_port = os.environ['HTTPS_PROXY'].split('//', 1)[1].rsplit(':', 1)
+def via(target):
+    try:
+        s = socket.create_connection((proxy_host, int(proxy_port)), timeout=TIMEOUT)
+        s.sendall(('CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' % (target, target)).encode())
+        line = s.recv(1024).split(b'\r\n')[0].decode()
+        s.close()
+        return line.split(' ')[1]
+    except Exception:
+        return 'error'
+def direct(target):
+    host, port = target.rsplit(':', 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=TIMEOUT).close()
+        return 'open'
+    except Exception:
+        return 'closed'
+for arg in sys.argv[1:]:
+    kind, target = arg.split('=', 1)
+    target = target.replace('PROXYHOST', proxy_host)
+    print(arg, via(target) if kind == 'via' else direct(target))
+"#;
+
+/// `gateway`: nothing is forwarded; through the worker's proxy the sandbox reaches what the
+/// allow list names and nothing a sandbox may never reach (loopback, the host's addresses,
+/// the metadata address), even by a name the list allows; each request is an event.
+#[tokio::test]
+async fn a_gateway_sandbox_reaches_only_what_its_proxy_allows() {
+    use crate::runtime::gateway::{AllowList, Destinations};
+    let internet = TestInternet::new();
+    let internet = &*internet;
+    let loopback_only = TcpListener::bind("127.0.0.1:0").expect("loopback listener");
+    let everywhere = TcpListener::bind("0.0.0.0:0").expect("host listener");
+    let (lo_port, any_port) = (
+        loopback_only.local_addr().unwrap().port(),
+        everywhere.local_addr().unwrap().port(),
+    );
+    let mut config = ProcessRuntimeConfig::new(unique_worker("pr-gw"));
+    // The list names what must stay out of reach too, so the proxy's own refusal of them
+    // is what the probe meets, not the list's.
+    let mut allow = vec![
+        format!("{}/32", internet.address),
+        "localhost".to_owned(),
+        "127.0.0.0/8".to_owned(),
+        format!("{METADATA_ADDRESS}/32"),
+    ];
+    allow.extend(host_addresses().iter().map(|a| format!("{a}/32")));
+    let allow = AllowList::parse(&allow).expect("allow list");
+    config.gateway = Some(std::sync::Arc::new(
+        Destinations::for_worker(allow, &config.network.deny, &config.network.ip)
+            .expect("destinations"),
+    ));
+    let fx = Fixture::with_config(config);
+    let allowed = format!("{}:{INTERNET_PORT}", internet.address);
+    let mut targets = vec![
+        format!("direct={allowed}"),
+        format!("via={allowed}"),
+        format!("via={METADATA_ADDRESS}:{INTERNET_PORT}"),
+        format!("via=127.0.0.1:{lo_port}"),
+        format!("via=localhost:{lo_port}"),
+        format!("direct=PROXYHOST:{any_port}"),
+        format!("via=PROXYHOST:{any_port}"),
+    ];
+    for addr in host_addresses() {
+        targets.push(format!("direct={addr}:{any_port}"));
+        targets.push(format!("via={addr}:{any_port}"));
+    }
+    let script = format!(
+        "python3 /mnt/run/gateway.py {} > /mnt/outbox/probe\n",
+        targets.join(" ")
+    );
+    let mut spec = fx.spec(44, &script);
+    spec.network = NetworkMode::Gateway;
+    fs::write(
+        spec.dir.run().join("gateway.py"),
+        GATEWAY_PY.replace("TIMEOUT", &CONNECT_TIMEOUT_S.to_string()),
+    )
+    .expect("gateway.py");
+    let (handle, code) = run_to_exit(&fx, &spec).await;
+    assert_eq!(
+        code,
+        0,
+        "stderr: {}",
+        fs::read_to_string(spec.dir.stderr_log()).unwrap_or_default()
+    );
+    let results: BTreeMap<String, String> = outbox_file(&spec, "probe")
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(t, r)| (t.to_owned(), r.to_owned()))
+        .collect();
+    for (target, result) in &results {
+        let want = if target == &format!("via={allowed}") {
+            "200"
+        } else if target.starts_with("direct=") {
+            "closed"
+        } else {
+            "403"
+        };
+        assert_eq!(result, want, "{target}: {results:?}");
+    }
+    assert_eq!(results.len(), targets.len(), "{results:?}");
+    let events = crate::test_support::events(&spec.dir);
+    let gateway: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "gateway").collect();
+    assert!(
+        gateway.iter().any(|e| e["allowed"] == true
+            && e["host"] == internet.address.to_string()
+            && e["port"] == INTERNET_PORT),
+        "{events:?}"
+    );
+    for host in ["localhost", "127.0.0.1", METADATA_ADDRESS] {
+        assert!(
+            gateway.iter().any(|e| e["allowed"] == false
+                && e["host"] == host
+                && e["status"] == 403
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("no sandbox may reach"))),
+            "{host}: {events:?}"
+        );
+    }
+    fx.runtime.destroy(&handle).await.expect("destroy");
+    // The proxy went with the sandbox.
+    assert!(fx.runtime.gateways.lock().await.is_empty());
+}
