@@ -43,6 +43,12 @@ pub(crate) const CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub(crate) const CONNECTIONS_PER_CLIENT_MAX: usize = 64;
 /// The port the proxy listens on, on every address it serves.
 pub(crate) const GATEWAY_PORT: u16 = 3128;
+/// How long a connection from an address not admitted yet waits for its admission: a
+/// container runs the moment the engine starts it, a little before the runtime has read its
+/// address and admitted it.
+pub(crate) const ADMISSION_WAIT_MS: u64 = 5_000;
+/// Connections waiting for their admission at once; beyond, they are closed at once.
+pub(crate) const ADMISSION_WAITERS_MAX: usize = 256;
 
 /// What a sandbox may reach through the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +89,7 @@ impl GatewayProxy {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| WorkerError::runtime("gateway", format!("bind {addr}: {e}")))?;
+        let addr = listener.local_addr().unwrap_or(addr);
         let proxy = GatewayProxy {
             addr,
             clients: Arc::default(),
@@ -138,6 +145,7 @@ async fn serve(
     destinations: Arc<Destinations>,
     stop: CancellationToken,
 ) {
+    let waiters = Arc::new(Semaphore::new(ADMISSION_WAITERS_MAX));
     loop {
         let (stream, peer) = tokio::select! {
             () = stop.cancelled() => return,
@@ -150,26 +158,42 @@ async fn serve(
                 }
             },
         };
-        let client = match peer.ip() {
-            IpAddr::V4(ip) => clients
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get(&ip)
-                .cloned(),
-            IpAddr::V6(_) => None,
-        };
-        // Only sandboxes this proxy serves reach its address; anything else is dropped.
-        let Some(client) = client else {
-            tracing::warn!(%peer, "gateway proxy: a connection from no known sandbox, closed");
+        let IpAddr::V4(source) = peer.ip() else {
             continue;
         };
-        let (destinations, stop) = (destinations.clone(), stop.clone());
+        let Ok(waiter) = waiters.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "gateway proxy: too many connections awaiting admission");
+            continue;
+        };
+        let (clients, destinations, stop) = (clients.clone(), destinations.clone(), stop.clone());
         tokio::spawn(async move {
+            // Only sandboxes this proxy serves reach its address; anything else is dropped.
+            let Some(client) = admitted(&clients, source).await else {
+                tracing::warn!(%peer, "gateway proxy: a connection from no known sandbox, closed");
+                return;
+            };
+            drop(waiter);
             tokio::select! {
                 () = stop.cancelled() => {}
                 () = tunnel(stream, client, &destinations) => {}
             }
         });
+    }
+}
+
+/// The client `source` is, waiting up to `ADMISSION_WAIT_MS` for its admission.
+async fn admitted(clients: &Mutex<HashMap<Ipv4Addr, Client>>, source: Ipv4Addr) -> Option<Client> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(ADMISSION_WAIT_MS);
+    loop {
+        let found = clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&source)
+            .cloned();
+        if found.is_some() || tokio::time::Instant::now() >= deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -446,5 +470,41 @@ mod tests {
             .unwrap_err()
             .reason
             .contains("allow list"));
+    }
+
+    /// A connection that arrives before its sandbox is admitted (a container runs the moment
+    /// the engine starts it) waits for the admission and is served.
+    #[tokio::test]
+    async fn a_connection_ahead_of_its_admission_is_served_once_admitted() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::new(tmp.path(), squadron_core::ids::TaskId::new(7).unwrap());
+        std::fs::create_dir_all(dir.progress()).unwrap();
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = upstream.local_addr().unwrap();
+        let proxy = GatewayProxy::start(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(destinations(&["127.0.0.0/8"], &[])),
+        )
+        .await
+        .unwrap();
+        let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+        client
+            .write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.admit(Ipv4Addr::LOCALHOST, dir.clone());
+        let (mut served, _) = upstream.accept().await.unwrap();
+        served.write_all(b"pong").await.unwrap();
+        drop(served);
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+        assert!(answer.ends_with("pong"), "{answer:?}");
+        let events = crate::test_support::events(&dir);
+        assert_eq!(events[0]["event"], "gateway", "{events:?}");
+        assert_eq!(events[0]["allowed"], true, "{events:?}");
+        proxy.stop();
     }
 }
