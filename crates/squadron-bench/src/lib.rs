@@ -13,6 +13,7 @@ mod error;
 mod etcd_client;
 mod etcd_cluster;
 mod etcd_load;
+mod failover;
 mod histogram;
 mod load;
 mod machine;
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 use backon::{ConstantBuilder, Retryable};
 
 pub use error::BenchError;
+pub use failover::{failover, render_failover, FailoverOptions, FailoverReport, TRIALS_MAX};
 pub use histogram::{LatencyHistogram, LatencySummary};
 pub use load::PointStats;
 pub use machine::MachineInfo;
@@ -292,14 +294,15 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
     run.memory = cluster.memory();
     run.internals = squadron_internals(&endpoints).await;
     if opts.failover {
-        run.failover = Some(squadron_failover(opts, &mut cluster, &data, &endpoints).await?);
+        run.failover =
+            Some(squadron_failover(opts.failover_clients, &mut cluster, &data, &endpoints).await?);
     }
     Ok(run)
 }
 
 /// Kill -9 of the leader under a lease-cycle load: the time to the first successful write.
 async fn squadron_failover(
-    opts: &CompareOptions,
+    clients: usize,
     cluster: &mut SquadronCluster,
     data: &squadron_load::SquadronData,
     endpoints: &squadron_load::Endpoints,
@@ -307,7 +310,6 @@ async fn squadron_failover(
     let leader = cluster
         .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))
         .await?;
-    let clients = opts.failover_clients;
     let probe = Arc::new(FailoverProbe::default());
     let control = LoadControl::new(
         Duration::ZERO,

@@ -26,6 +26,9 @@ struct SquadronNode {
     id: u64,
     rest: String,
     process: NodeProcess,
+    /// Its directory and config: what a restart runs it from again.
+    base: std::path::PathBuf,
+    config: std::path::PathBuf,
 }
 
 /// Why a look at a cluster found no agreed leader.
@@ -94,6 +97,7 @@ fn init_pki(
 /// A running Squadron cluster; dropping it kills every node.
 #[derive(Debug)]
 pub(crate) struct SquadronCluster {
+    bin: std::path::PathBuf,
     nodes: Vec<SquadronNode>,
     /// The CA and admin token `squadron init` made for this cluster.
     credentials: Credentials,
@@ -138,25 +142,19 @@ impl SquadronCluster {
         }
         let (credentials, worker_credentials) = init_pki(bin, dir, &configs)?;
         let mut cluster = SquadronCluster {
+            bin: bin.to_path_buf(),
             nodes: Vec::new(),
             credentials,
             worker_credentials,
         };
         for (id, rest, base, path) in &configs {
-            let mut command = Command::new(bin);
-            command
-                .args(["server", "--config"])
-                .arg(path)
-                .env("RUST_LOG", "warn");
-            let process = NodeProcess::spawn(
-                format!("squadron node {id}"),
-                command,
-                base.join("node.log"),
-            )?;
+            let process = spawn_node(bin, *id, base, path)?;
             cluster.nodes.push(SquadronNode {
                 id: *id,
                 rest: rest.clone(),
                 process,
+                base: base.clone(),
+                config: path.clone(),
             });
         }
         cluster
@@ -247,6 +245,16 @@ impl SquadronCluster {
         }
     }
 
+    /// Starts a killed node again from its own data directory and config.
+    pub(crate) fn restart(&mut self, id: u64) -> Result<(), BenchError> {
+        let bin = self.bin.clone();
+        if let Some(n) = self.nodes.iter_mut().find(|n| n.id == id) {
+            n.process.kill();
+            n.process = spawn_node(&bin, id, &n.base, &n.config)?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn memory(&self) -> Vec<NodeMemory> {
         self.nodes
             .iter()
@@ -271,4 +279,23 @@ impl SquadronCluster {
                 .join("\n"),
         }
     }
+}
+
+/// The nodes' log filter (`RUST_LOG` syntax); `warn` when unset. With `--keep-work-dir`,
+/// `SQUADRON_BENCH_NODE_LOG=info` keeps each election's steps in the nodes' logs.
+pub const NODE_LOG_ENV: &str = "SQUADRON_BENCH_NODE_LOG";
+
+/// `squadron server --config PATH`, its output appended to `node.log` beside the config.
+fn spawn_node(bin: &Path, id: u64, base: &Path, config: &Path) -> Result<NodeProcess, BenchError> {
+    let filter = std::env::var(NODE_LOG_ENV).unwrap_or_else(|_| "warn".into());
+    let mut command = Command::new(bin);
+    command
+        .args(["server", "--config"])
+        .arg(config)
+        .env("RUST_LOG", filter);
+    NodeProcess::spawn(
+        format!("squadron node {id}"),
+        command,
+        base.join("node.log"),
+    )
 }

@@ -2,11 +2,13 @@
 //! RPCs, the gRPC client side (`GrpcNetworkFactory`) and server side (`RaftGrpcService`).
 
 pub mod config;
+pub mod leader_contact;
 pub mod network;
 pub mod service;
 pub mod wire;
 
 pub use config::RaftTimeouts;
+pub use leader_contact::LeaderContact;
 pub use network::GrpcNetworkFactory;
 pub use service::RaftGrpcService;
 

@@ -7,12 +7,19 @@ use squadron_proto::v1::raft_service_server::RaftService;
 use squadron_proto::v1::RaftPayload;
 use tonic::{Request, Response, Status};
 
-use crate::{wire, RaftNode};
+use std::sync::Arc;
+
+use openraft::raft::{AppendEntriesResponse, InstallSnapshotRequest};
+use squadron_store::TypeConfig;
+
+use crate::{wire, LeaderContact, RaftNode};
 
 /// Serves `RaftService` for one node.
 #[derive(Clone)]
 pub struct RaftGrpcService {
     raft: RaftNode,
+    /// Touched by every append-entries and snapshot from a current leader.
+    contact: Arc<LeaderContact>,
 }
 
 impl std::fmt::Debug for RaftGrpcService {
@@ -22,8 +29,8 @@ impl std::fmt::Debug for RaftGrpcService {
 }
 
 impl RaftGrpcService {
-    pub fn new(raft: RaftNode) -> Self {
-        Self { raft }
+    pub fn new(raft: RaftNode, contact: Arc<LeaderContact>) -> Self {
+        Self { raft, contact }
     }
 }
 
@@ -43,7 +50,11 @@ impl RaftService for RaftGrpcService {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode(request)?;
-        reply(&self.raft.append_entries(rpc).await)
+        let answer = self.raft.append_entries(rpc).await;
+        if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.contact.touch();
+        }
+        reply(&answer)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
@@ -55,7 +66,13 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc = decode(request)?;
-        reply(&self.raft.install_snapshot(rpc).await)
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(request)?;
+        let sender = rpc.vote;
+        let answer = self.raft.install_snapshot(rpc).await;
+        // A reply carrying a higher vote than the sender's: the sender is no leader now.
+        if matches!(&answer, Ok(r) if r.vote <= sender) {
+            self.contact.touch();
+        }
+        reply(&answer)
     }
 }

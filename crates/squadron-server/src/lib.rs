@@ -7,6 +7,7 @@ pub mod bootstrap_admin;
 pub mod clock;
 pub mod config;
 pub mod dashboard;
+pub mod election_driver;
 pub mod error;
 pub mod grpc;
 #[cfg(feature = "jepsen-faults")]
@@ -17,7 +18,6 @@ pub mod metrics;
 pub mod node;
 pub mod openapi;
 pub mod peer;
-pub mod quorum_watch;
 pub mod raft_view;
 pub mod read_index_rounds;
 pub mod rest;
@@ -153,7 +153,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
         initialise_cluster(&config, &raft).await?;
         tasks.push(bootstrap_admin::spawn(node.clone(), shutdown_rx.clone()));
     }
-    tasks.push(quorum_watch::spawn(node.clone(), shutdown_rx.clone()));
+    tasks.push(election_driver::spawn(node.clone(), shutdown_rx.clone()));
     tasks.push(leader_loops::spawn(node.clone(), shutdown_rx));
     tracing::info!(node = config.node_id, %rest_addr, %grpc_addr, %peer_addr, "control node started");
     Ok(RunningNode {
@@ -262,9 +262,12 @@ fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
 /// The peer listener's services: Raft and the node-to-node protocol. `lib.rs` wraps it so
 /// only node certificates reach it.
 fn peer_router(node: &Arc<ControlNode>) -> axum::Router {
-    let raft_service = RaftServiceServer::new(RaftGrpcService::new(node.raft.clone()))
-        .max_decoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX)
-        .max_encoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX);
+    let raft_service = RaftServiceServer::new(RaftGrpcService::new(
+        node.raft.clone(),
+        node.leader_contact.clone(),
+    ))
+    .max_decoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX)
+    .max_encoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX);
     tonic::service::Routes::new(raft_service)
         .into_axum_router()
         .merge(peer::router(node.clone()))

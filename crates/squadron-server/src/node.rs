@@ -60,6 +60,8 @@ pub struct ControlNode {
     pub tls: Arc<crate::tls::NodeTls>,
     /// The time this node stamps proposals with and reads deadlines against.
     pub clock: Arc<ClusterClock>,
+    /// When a leader last reached this node (the election driver's input).
+    pub leader_contact: Arc<squadron_raft::LeaderContact>,
 }
 
 impl std::fmt::Debug for ControlNode {
@@ -124,6 +126,7 @@ impl ControlNode {
             append_stats,
             tls,
             clock,
+            leader_contact: Arc::default(),
         }))
     }
 

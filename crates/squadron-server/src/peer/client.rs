@@ -10,8 +10,8 @@ use squadron_core::Response;
 use squadron_store::NodeAddr;
 
 use super::wire::{
-    ForwardAnswer, MembershipChange, MembershipReply, ReadIndexReply, MEMBERSHIP_PATH, PING_PATH,
-    PROPOSE_BATCH_PATH, PROPOSE_PATH, READ_INDEX_PATH,
+    ForwardAnswer, MembershipChange, MembershipReply, PingReply, ReadIndexReply, MEMBERSHIP_PATH,
+    PING_PATH, PROPOSE_BATCH_PATH, PROPOSE_PATH, READ_INDEX_PATH,
 };
 use crate::error::ErrorBody;
 
@@ -105,10 +105,10 @@ impl PeerClient {
         json::<ReadIndexReply>(&self.send(get).await?).map(|r| r.index)
     }
 
-    /// Whether `peer` answers its peer listener within `timeout`.
-    pub async fn ping(&self, peer: &NodeAddr, timeout: Duration) -> bool {
+    /// `peer`'s answer on its peer listener within `timeout`, or `None`.
+    pub async fn ping(&self, peer: &NodeAddr, timeout: Duration) -> Option<PingReply> {
         let get = self.http.get(url(peer, PING_PATH)).timeout(timeout);
-        self.send(get).await.is_ok()
+        json(&self.send(get).await.ok()?).ok()
     }
 
     /// A membership change, run by the leader.

@@ -10,9 +10,9 @@ use axum::{Json, Router};
 use squadron_core::Response;
 
 use super::wire::{
-    ForwardAnswer, MembershipChange, MembershipReply, ProposeBatch, ProposeRequest, ReadIndexReply,
-    MEMBERSHIP_PATH, PING_PATH, PROPOSE_BATCH_PATH, PROPOSE_BATCH_WRITES_MAX, PROPOSE_PATH,
-    READ_INDEX_PATH,
+    ForwardAnswer, MembershipChange, MembershipReply, PingReply, ProposeBatch, ProposeRequest,
+    ReadIndexReply, MEMBERSHIP_PATH, PING_PATH, PROPOSE_BATCH_PATH, PROPOSE_BATCH_WRITES_MAX,
+    PROPOSE_PATH, READ_INDEX_PATH,
 };
 use crate::error::ApiError;
 use crate::node::ControlNode;
@@ -30,7 +30,7 @@ pub fn router(node: PeerState) -> Router {
         .route(PROPOSE_BATCH_PATH, post(propose_batch))
         .route(READ_INDEX_PATH, get(read_index))
         .route(MEMBERSHIP_PATH, post(change_membership))
-        .route(PING_PATH, get(|| async {}))
+        .route(PING_PATH, get(ping))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(node)
 }
@@ -85,6 +85,12 @@ async fn propose_batch(
 }
 
 /// A follower asks for the index a linearizable read must wait for.
+async fn ping(State(node): State<PeerState>) -> Json<PingReply> {
+    Json(PingReply {
+        last_log_index: node.raft.metrics().borrow().last_log_index,
+    })
+}
+
 async fn read_index(State(node): State<PeerState>) -> Result<Json<ReadIndexReply>, ApiError> {
     let index = node.read_index().await?;
     // The follower waits until it has applied `index`, and learns the commit point from the

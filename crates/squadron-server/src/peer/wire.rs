@@ -17,7 +17,8 @@ pub const PROPOSE_BATCH_PATH: &str = "/internal/v1/propose-batch";
 pub const READ_INDEX_PATH: &str = "/internal/v1/read-index";
 /// `POST` a [`MembershipChange`]; answered with a [`MembershipReply`].
 pub const MEMBERSHIP_PATH: &str = "/internal/v1/membership";
-/// `GET`; answered `200` by any node that is up and reachable (`quorum_watch`).
+/// `GET`; answered with a [`PingReply`] by any node that is up and reachable (the election
+/// driver's pings).
 pub const PING_PATH: &str = "/internal/v1/ping";
 
 /// Most writes one forwarded batch may carry.
@@ -66,6 +67,12 @@ pub enum ForwardAnswer {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReadIndexReply {
     pub index: Option<u64>,
+}
+
+/// A node's answer to a ping: how far its log reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PingReply {
+    pub last_log_index: Option<u64>,
 }
 
 /// A membership change a node relays to the leader.

@@ -29,6 +29,28 @@ pub enum BenchCmd {
     /// Sandbox start latency per runtime: submit → READY and submit → RUNNING (p50/p99)
     /// over tasks run one after the other against --endpoint.
     SandboxStart(SandboxStartArgs),
+    /// kill -9 of the leader under load, again and again on its own cluster: kill → first
+    /// successful write and kill → new leader, p50/p99/max.
+    Failover(FailoverArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FailoverArgs {
+    /// Nodes in the cluster (3..=7).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Kills, each after the previous victim rejoined (1..=1000).
+    #[arg(long, default_value_t = 20)]
+    pub trials: usize,
+    /// Closed-loop lease-cycle clients around each kill (1..=256).
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// The squadron binary that runs the nodes (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub squadron: Option<std::path::PathBuf>,
+    /// Keep the nodes' directories (configs, data, logs) and print where.
+    #[arg(long)]
+    pub keep_work_dir: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -106,6 +128,7 @@ pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
             emit(ctx.out, &report, lease_bench::render)
         }
         Some(BenchCmd::Compare(args)) => compare(ctx.out, args).await,
+        Some(BenchCmd::Failover(args)) => failover(ctx.out, args).await,
         Some(BenchCmd::SandboxStart(args)) => {
             let opts = crate::start_bench::StartBenchOptions {
                 runtimes: args.runtimes,
@@ -146,4 +169,26 @@ async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; both clusters were stopped"),
     };
     emit(out, &report, squadron_bench::render_table)
+}
+
+/// `squadron bench failover`: the cluster is stopped when the trials end or on Ctrl-C.
+async fn failover(out: OutputFormat, args: FailoverArgs) -> anyhow::Result<()> {
+    let squadron_bin = match args.squadron {
+        Some(p) => p,
+        None => std::env::current_exe().context("locating this squadron binary")?,
+    };
+    let opts = squadron_bench::FailoverOptions {
+        squadron_bin,
+        nodes: args.nodes,
+        trials: args.trials,
+        clients: args.clients,
+        progress: out != OutputFormat::Json,
+        keep_work_dir: args.keep_work_dir,
+    };
+    opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let report = tokio::select! {
+        r = squadron_bench::failover(&opts) => r?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the cluster was stopped"),
+    };
+    emit(out, &report, squadron_bench::render_failover)
 }
