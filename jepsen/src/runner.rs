@@ -235,13 +235,16 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     // at once; clients still finishing their last operations do not delay it.
     let mut harness_anomalies = Vec::new();
     let recovered = recover(&ctx.as_worker, cfg.recovery_bound).await;
-    let recovery_from_heal_ms = recovered.map(|_| recorder.now_ms() - last_heal_ms);
-    if recovered.is_none() {
+    let recovery_from_heal_ms = recovered
+        .as_ref()
+        .ok()
+        .map(|_| recorder.now_ms() - last_heal_ms);
+    if let Err(last) = &recovered {
         harness_anomalies.push(Anomaly::new(
             AnomalyKind::UnavailableAfterHeal,
             None,
             format!(
-                "no write succeeded within {} ms of the last heal",
+                "no write succeeded within {} ms of the last heal (the last probe: {last})",
                 cfg.recovery_bound.as_millis()
             ),
             Vec::new(),
@@ -349,23 +352,22 @@ async fn heal(nemesis: &mut Nemesis, cluster: &mut Cluster, recorder: &Recorder)
 
 /// Writes (a worker heartbeat, keyed, so retrying it is safe) until one succeeds. Returns the
 /// milliseconds it took, or `None` past the bound.
-async fn recover(as_worker: &SquadronClient, bound: Duration) -> Option<u64> {
+/// The time from the heal to the first successful probe write, or the last probe's error.
+async fn recover(as_worker: &SquadronClient, bound: Duration) -> Result<u64, String> {
     let started = Instant::now();
     // No waiting for every node to agree on a leader first: a write is the test, and a node
     // that is slow to agree must not eat the bound.
-    let worker = WorkerId::new(WORKER).ok()?;
+    let worker = WorkerId::new(WORKER).map_err(|e| e.to_string())?;
+    let mut last = String::from("no probe was sent");
     while started.elapsed() < bound {
         let key = new_idempotency_key();
-        if as_worker
-            .worker_heartbeat(&worker, Some(&key))
-            .await
-            .is_ok()
-        {
-            return Some(started.elapsed().as_millis() as u64);
+        match as_worker.worker_heartbeat(&worker, Some(&key)).await {
+            Ok(_) => return Ok(started.elapsed().as_millis() as u64),
+            Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    None
+    Err(last)
 }
 
 async fn final_reads(
