@@ -360,6 +360,48 @@ fn a_node_that_missed_many_entries_catches_up_by_snapshot() {
     );
 }
 
+/// An idle cluster's replicated clock stays within a tick of real time (the leader proposes a
+/// sweep when it is `CLOCK_TICK_MS` old), so a node that starts its cluster clock from it —
+/// a follower restarted while nothing was written — starts near the cluster's time, not at
+/// the last write's.
+#[test]
+fn an_idle_cluster_keeps_its_replicated_clock_within_a_tick() {
+    let mut cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    setup_project(&cluster.url(leader), "idle", 1, 1);
+    // No writes from here on but the leader's own.
+    std::thread::sleep(Duration::from_millis(
+        squadron_server::clock::CLOCK_TICK_MS + 2_000,
+    ));
+    let wall = squadron_server::clock::wall_ms();
+    for id in 1..=3 {
+        let clock = cluster.status(id).unwrap()["clock_ms"].as_u64().unwrap();
+        let behind = wall.saturating_sub(clock);
+        assert!(
+            behind <= squadron_server::clock::CLOCK_TICK_MS + 1_000,
+            "node {id}'s replicated clock is {behind} ms behind real time"
+        );
+    }
+    let follower = (1..=3).find(|id| *id != leader).unwrap();
+    cluster.kill(follower);
+    cluster.start_node(follower);
+    cluster.wait_for_equal_digests(Duration::from_secs(30));
+    let (_, text) = http_text(&format!("{}/metrics", cluster.url(follower))).expect("metrics");
+    let offset: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("squadron_clock_offset_seconds ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no clock offset in /metrics:\n{text}"));
+    assert!(
+        offset.abs() <= (squadron_server::clock::CLOCK_TICK_MS / 1000 + 1) as f64,
+        "the restarted follower's cluster clock is {offset} s off its wall clock"
+    );
+}
+
 /// Every route the OpenAPI document lists is served (none answers with the router's
 /// fallback), and a route it does not list is not: the document and the router come from the
 /// same table and this keeps them in step.

@@ -17,13 +17,17 @@
 //! takes it: it cannot stamp below it anyway.
 //!
 //! A node that has not yet seen a replicated time (a cluster that has applied no command)
-//! reads its wall clock. After a restart the clock resumes from the replicated time: a whole
-//! cluster that was down for an hour gives every lease, heartbeat and token the rest of its life
-//! (as etcd does with its leases) and converges on wall time at the slew rate;
-//! `squadron_clock_offset_seconds` on `/metrics` shows the distance.
+//! reads its wall clock. Otherwise its clock starts from the replicated time plus the
+//! monotonic time since this node applied it (`ReplicatedClock::floor_ms`), and the leader
+//! proposes a sweep at least every `CLOCK_TICK_MS` so that time is never old: an idle
+//! follower that restarts starts within a tick of the cluster's time, not at the last write's.
+//! A whole cluster that was down for an hour resumes from the replicated time: every lease,
+//! heartbeat and token keeps the rest of its life (as etcd does with its leases), and the
+//! clock converges on wall time at the slew rate; `squadron_clock_offset_seconds` on
+//! `/metrics` shows the distance.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use squadron_store::StateReader;
 
@@ -35,6 +39,9 @@ pub const SLEW_PER_MILLE_MAX: u64 = 100;
 pub const OFFSET_WARN_MS_MIN: u64 = 5_000;
 /// And repeats the warning at most this often.
 pub const OFFSET_WARN_INTERVAL_MS: u64 = 60_000;
+/// The leader proposes a sweep when the replicated clock is this old, busy or not, so the
+/// replicated time a node starts its clock from is never older.
+pub const CLOCK_TICK_MS: u64 = 10_000;
 
 /// Milliseconds since the Unix epoch by this machine's wall clock; 0 for a clock set before it.
 /// Only the cluster clock and displays of local time read it.
@@ -87,7 +94,6 @@ impl SlewedClock {
 
 /// One node's cluster clock (see the module's comment).
 pub struct ClusterClock {
-    origin: Instant,
     state: StateReader,
     slewed: Mutex<ClockState>,
 }
@@ -111,7 +117,6 @@ impl std::fmt::Debug for ClusterClock {
 impl ClusterClock {
     pub fn new(state: StateReader) -> ClusterClock {
         ClusterClock {
-            origin: Instant::now(),
             state,
             slewed: Mutex::new(ClockState::default()),
         }
@@ -132,18 +137,19 @@ impl ClusterClock {
     fn reading(&self) -> (u64, u64) {
         let replicated = self.state.clock_ms();
         let wall = wall_ms();
+        let mono = squadron_store::monotonic_us();
         #[cfg(feature = "jepsen-faults")]
         if crate::jepsen_fault::wall_clock_stamps() {
             return (wall, wall);
         }
-        let mono = u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX);
         let mut guard = self.slewed.lock().unwrap_or_else(PoisonError::into_inner);
         let now = match (&mut guard.clock, replicated) {
             // No command applied yet: the first stamp of a new cluster is the wall clock.
             (None, 0) => return (wall, wall),
             (None, _) => {
-                guard.clock = Some(SlewedClock::start(mono, replicated));
-                replicated
+                let floor = self.state.clock_floor_ms().max(replicated);
+                guard.clock = Some(SlewedClock::start(mono, floor));
+                floor
             }
             (Some(clock), _) => clock.read(mono, wall, replicated),
         };

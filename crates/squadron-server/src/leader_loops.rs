@@ -30,7 +30,7 @@ pub fn spawn(
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = sweep.tick() => {
-                    if node.is_leader() && { let now = node.clock.now_ms(); node.state.with_state(|s| s.sweep_due(now)) } {
+                    if node.is_leader() && sweep_due(&node) {
                         if let Err(e) = node.propose_here(Subject::System, Command::Sweep, None).await {
                             tracing::debug!(error = ?e, "sweep not proposed");
                         }
@@ -69,4 +69,13 @@ fn plan_commands(plan: Plan) -> Vec<Command> {
         }));
     }
     out
+}
+
+/// Whether the leader proposes a sweep now: something is due, or the replicated clock is a
+/// tick old (`clock::CLOCK_TICK_MS`: a node starting its clock never starts further back).
+fn sweep_due(node: &ControlNode) -> bool {
+    let now = node.clock.now_ms();
+    let replicated = node.state.clock_ms();
+    now.saturating_sub(replicated) >= crate::clock::CLOCK_TICK_MS
+        || node.state.with_state(|s| s.sweep_due(now))
 }

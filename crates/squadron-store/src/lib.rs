@@ -16,6 +16,7 @@
 pub mod codec;
 mod legacy_addr;
 pub mod log_store;
+pub mod replicated_clock;
 pub mod snapshot_file;
 pub mod state_machine;
 pub mod type_config;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 pub use log_store::{AppendStats, LogStore};
+pub use replicated_clock::{monotonic_us, ReplicatedClock};
 pub use snapshot_file::EnvelopeError;
 pub use state_machine::{
     non_command_response, SnapshotBuilder, StateMachineData, StateMachineStore, StateReader,

@@ -20,6 +20,7 @@ use squadron_core::ids::Digest;
 use squadron_core::snapshot::{decode_snapshot, encode_snapshot, state_digest};
 use squadron_core::{Rejection, Response, State};
 
+use crate::replicated_clock::ReplicatedClock;
 use crate::snapshot_file::{
     check_meta, decode_envelope, encode_envelope, EnvelopeError, SnapshotDir,
 };
@@ -64,7 +65,7 @@ fn poisoned() -> StorageIOError<NodeId> {
 #[derive(Clone)]
 pub struct StateReader {
     data: Arc<RwLock<StateMachineData>>,
-    clock_ms: Arc<AtomicU64>,
+    clock: Arc<ReplicatedClock>,
 }
 
 impl fmt::Debug for StateReader {
@@ -83,7 +84,13 @@ impl StateReader {
     /// The replicated clock (`State::clock_ms`) as of the last apply, without the lock: the
     /// cluster clock reads it on every proposal, which must not wait behind a long apply.
     pub fn clock_ms(&self) -> u64 {
-        self.clock_ms.load(Ordering::Acquire)
+        self.clock.clock_ms()
+    }
+
+    /// The replicated clock plus the monotonic time since this node applied it: a floor of the
+    /// cluster's time now (see `ReplicatedClock::floor_ms`).
+    pub fn clock_floor_ms(&self) -> u64 {
+        self.clock.floor_ms()
     }
 
     /// Runs `f` on the current state under the read lock. Keep `f` short: apply waits for it.
@@ -157,7 +164,7 @@ impl SnapshotSlot {
 pub struct StateMachineStore {
     data: Arc<RwLock<StateMachineData>>,
     /// `data.state.clock_ms()`, published after each apply and install for lock-free readers.
-    clock_ms: Arc<AtomicU64>,
+    clock: Arc<ReplicatedClock>,
     snapshots: Arc<SnapshotSlot>,
 }
 
@@ -198,7 +205,7 @@ impl StateMachineStore {
             }
         };
         Ok(Self {
-            clock_ms: Arc::new(AtomicU64::new(data.state.clock_ms())),
+            clock: Arc::new(ReplicatedClock::new(data.state.clock_ms())),
             data: Arc::new(RwLock::new(data)),
             snapshots: Arc::new(SnapshotSlot {
                 dir,
@@ -212,7 +219,7 @@ impl StateMachineStore {
     pub fn reader(&self) -> StateReader {
         StateReader {
             data: self.data.clone(),
-            clock_ms: self.clock_ms.clone(),
+            clock: self.clock.clone(),
         }
     }
 }
@@ -315,8 +322,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             };
             responses.push(response);
         }
-        self.clock_ms
-            .store(guard.state.clock_ms(), Ordering::Release);
+        self.clock.publish(guard.state.clock_ms());
         Ok(responses)
     }
 
@@ -349,8 +355,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             last_membership: meta.last_membership.clone(),
             state,
         };
-        self.clock_ms
-            .store(guard.state.clock_ms(), Ordering::Release);
+        self.clock.publish(guard.state.clock_ms());
         drop(guard);
         tracing::info!(%meta, "snapshot installed");
         Ok(())
