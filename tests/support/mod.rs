@@ -1003,8 +1003,14 @@ pub fn http_text(url: &str) -> Result<(u16, String), String> {
 }
 
 /// The process behind `log` wrote its log as JSON lines (`--log-format auto` for servers and
-/// workers): no line in the text format, and one object whose message is `message`.
+/// workers): no line in the text format, and one object whose message is `message` — waited
+/// for up to 10 s, since a process may log an event a moment after the API shows it (a worker
+/// logs "worker registered" once the call that registered it returned).
 pub fn assert_json_log(log: &Path, message: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !json_log_says(log, message) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let text = std::fs::read_to_string(log).expect("log");
     let mut found = false;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -1028,6 +1034,15 @@ pub fn assert_json_log(log: &Path, message: &str) {
         "no JSON line saying {message:?} in {}:\n{text}",
         log.display()
     );
+}
+
+/// Whether `log` holds a JSON line whose message is `message` yet.
+fn json_log_says(log: &Path, message: &str) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|text| {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["fields"]["message"] == message)
+    })
 }
 
 /// `squadron credential put ID --from-file -` as the cluster's admin, the value on stdin.
