@@ -12,6 +12,9 @@ pub enum ClusterCmd {
     /// Every node's own view (stale reads of every --endpoint and of every member), with the
     /// leader and term the cluster agrees on.
     Status,
+    /// Exit 0 once the node at --endpoint (the first that answers) knows a leader
+    /// (`GET /readyz`, public): a health check for containers and scripts.
+    Ready,
     /// Add a node as a learner.
     Add {
         #[arg(long)]
@@ -42,6 +45,11 @@ pub async fn run(ctx: &Ctx, cmd: ClusterCmd) -> anyhow::Result<()> {
     let c = &ctx.client;
     match cmd {
         ClusterCmd::Status => cluster_status(ctx).await,
+        ClusterCmd::Ready => {
+            let text = c.ready().await?;
+            println!("{}", text.trim());
+            Ok(())
+        }
         ClusterCmd::Add {
             id,
             rest,
