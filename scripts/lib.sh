@@ -143,3 +143,17 @@ ensure_rust() {
     exit 1
   fi
 }
+
+# kubernetes-validate (PyPI; it carries the Kubernetes JSON schemas, so it validates offline)
+# for tests/deploy_files.rs, in a venv of its own under the tools directory, once per machine.
+SQUADRON_KUBERNETES_VALIDATE_VERSION=1.37.0
+ensure_kubernetes_validate() {
+  local venv="$SQUADRON_TOOLS_DIR/k8s-venv"
+  if "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$SQUADRON_KUBERNETES_VALIDATE_VERSION"; then
+    return
+  fi
+  log "installing kubernetes-validate $SQUADRON_KUBERNETES_VALIDATE_VERSION into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "kubernetes-validate==$SQUADRON_KUBERNETES_VALIDATE_VERSION"
+}
+
