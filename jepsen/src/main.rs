@@ -94,6 +94,10 @@ struct RunArgs {
     /// 86400 makes day-sized jumps).
     #[arg(long, default_value_t = squadron_jepsen::nemesis::CLOCK_SKEW_S_MAX)]
     clock_skew_secs_max: i64,
+    /// Faults by name, comma-separated, injected in this order round and round instead of
+    /// drawn from --nemesis's set (e.g. partition-one-way-from-leader,packet-loss).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -191,6 +195,7 @@ fn main() -> anyhow::Result<ExitCode> {
                     ReadMode::Stale => Consistency::Stale,
                 },
                 clock_skew_secs_max: a.clock_skew_secs_max,
+                faults: a.faults,
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             // On Ctrl-C or SIGTERM the run's future is dropped, and with it the cluster: its

@@ -25,6 +25,8 @@ pub const CLOCK_SKEW_S_MIN: i64 = 5;
 /// How long a clock fault waits before reading the replicated clock (libfaketime re-reads
 /// its offset every second, the leader sweeps every second).
 pub const CLOCK_SETTLE_MS: u64 = 2_500;
+/// The share of packets the packet-loss fault drops on every link.
+pub const PACKET_LOSS_PROBABILITY: f64 = 0.2;
 /// How long a heal keeps trying to re-add a removed voter.
 pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
 /// How long a heal of `partition-past-snapshot` waits for the leader to purge its log past
@@ -93,6 +95,8 @@ pub struct Nemesis {
     damage: Damage,
     /// The largest clock offset to apply, in seconds.
     clock_skew_s_max: i64,
+    /// Faults named by `--faults`: injected in this order, round and round, instead of drawn.
+    order: Option<std::iter::Cycle<std::vec::IntoIter<Fault>>>,
 }
 
 impl Nemesis {
@@ -110,27 +114,34 @@ impl Nemesis {
             Fault::MajoritiesRing,
             Fault::Bridge,
             Fault::IsolatePastSnapshot,
+            Fault::OneWayFromLeader,
+            Fault::OneWayToLeader,
+            Fault::PacketLoss,
         ];
         let kills = vec![Fault::KillOne, Fault::KillLeader, Fault::KillMajority];
         let pauses = vec![Fault::PauseOne, Fault::PauseLeader];
-        let clocks = vec![Fault::ClockSkew, Fault::ClockSkewLeader];
+        let memberships = vec![Fault::RemoveVoter, Fault::RemoveLeader];
+        let clocks = vec![
+            Fault::ClockSkew,
+            Fault::ClockSkewLeader,
+            Fault::ClockSkewFollowerKillLeader,
+            Fault::ClockSkewLeaderIsolated,
+        ];
         let mut faults: Vec<Fault> = match kind {
             NemesisKind::None => Vec::new(),
             NemesisKind::Partition => partitions,
             NemesisKind::Kill => kills,
             NemesisKind::Pause => pauses,
-            NemesisKind::Membership => vec![Fault::RemoveVoter],
+            NemesisKind::Membership => memberships,
             NemesisKind::Clock => clocks,
             NemesisKind::PartitionKill => [partitions, kills].concat(),
-            NemesisKind::Mix => {
-                [partitions, kills, pauses, vec![Fault::RemoveVoter], clocks].concat()
-            }
+            NemesisKind::Mix => [partitions, kills, pauses, memberships, clocks].concat(),
         };
         if !cluster.faketime {
             if kind == NemesisKind::Clock {
                 return Err(NemesisError::NeedsFaketime);
             }
-            faults.retain(|f| !matches!(f, Fault::ClockSkew | Fault::ClockSkewLeader));
+            faults.retain(|f| !f.is_clock());
         }
         if cluster.net.is_none() {
             let note = cluster.net_note.clone().unwrap_or_default();
@@ -145,7 +156,27 @@ impl Nemesis {
             rng,
             damage: Damage::default(),
             clock_skew_s_max: clock_skew_s_max.clamp(CLOCK_SKEW_S_MIN, CLOCK_SKEW_S_LIMIT),
+            order: None,
         })
+    }
+
+    /// Injects exactly `faults`, in this order, round and round (`--faults`); each must be one
+    /// this cluster can inject.
+    pub fn in_order(mut self, faults: Vec<Fault>, cluster: &Cluster) -> Result<Self, NemesisError> {
+        for f in &faults {
+            if f.is_partition() && cluster.net.is_none() {
+                return Err(NemesisError::Fault {
+                    fault: f.name(),
+                    message: "needs network namespaces".into(),
+                });
+            }
+            if f.is_clock() && !cluster.faketime {
+                return Err(NemesisError::NeedsFaketime);
+            }
+        }
+        self.faults = faults.clone();
+        self.order = (!faults.is_empty()).then(|| faults.into_iter().cycle());
+        Ok(self)
     }
 
     pub fn is_idle(&self) -> bool {
@@ -157,7 +188,11 @@ impl Nemesis {
         &mut self,
         cluster: &mut Cluster,
     ) -> Result<(&'static str, Value), NemesisError> {
-        let Some(&fault) = self.faults.choose(&mut self.rng) else {
+        let next = match &mut self.order {
+            Some(order) => order.next(),
+            None => self.faults.choose(&mut self.rng).copied(),
+        };
+        let Some(fault) = next else {
             return Ok(("none", Value::Null));
         };
         let mut ids = cluster.ids();
@@ -225,39 +260,82 @@ impl Nemesis {
                 self.damage.paused.insert(v);
                 json!({"nodes": [v]})
             }
+            Fault::OneWayFromLeader | Fault::OneWayToLeader => {
+                let follower = ids
+                    .iter()
+                    .copied()
+                    .find(|i| Some(*i) != leader)
+                    .unwrap_or(ids[0]);
+                let (deaf, unheard) = if fault == Fault::OneWayFromLeader {
+                    (follower, leader_or_any)
+                } else {
+                    (leader_or_any, follower)
+                };
+                let grudge = BTreeMap::from([(deaf, BTreeSet::from([unheard]))]);
+                let mut d = self.cut(cluster, fault, &grudge)?;
+                d["deaf"] = json!(deaf);
+                d["unheard"] = json!(unheard);
+                d
+            }
+            Fault::PacketLoss => {
+                let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
+                    fault: fault.name(),
+                    message: "no network namespaces".into(),
+                })?;
+                self.damage.partitioned = true;
+                net.lose(PACKET_LOSS_PROBABILITY)
+                    .map_err(|e| NemesisError::Fault {
+                        fault: fault.name(),
+                        message: e.to_string(),
+                    })?;
+                json!({"probability": PACKET_LOSS_PROBABILITY})
+            }
             Fault::ClockSkew | Fault::ClockSkewLeader => {
                 let v = if fault == Fault::ClockSkewLeader {
                     leader_or_any
                 } else {
                     ids[0]
                 };
-                let secs: i64 = self.rng.gen_range(CLOCK_SKEW_S_MIN..=self.clock_skew_s_max);
-                let offset = if self.rng.gen_bool(0.5) {
-                    format!("+{secs}s")
-                } else {
-                    format!("-{secs}s")
-                };
-                cluster.set_clock_offset(v, &offset)?;
-                self.damage.skewed.insert(v);
-                // Once libfaketime re-reads the offset and the leader stamps a command (its
-                // sweep runs every second), a skewed leader that stamped its wall clock would
-                // move the replicated clock by the whole skew (`clock_check` judges it).
-                tokio::time::sleep(Duration::from_millis(CLOCK_SETTLE_MS)).await;
-                let ahead = replicated_clock_ahead_ms(cluster).await;
-                json!({"nodes": [v], "offset": offset, "replicated_clock_ahead_ms": ahead})
+                self.skew(cluster, v).await?
             }
-            Fault::RemoveVoter if !self.damage.removed.is_empty() => {
-                // One removal at a time: the last one is not re-added yet.
-                json!({"skipped": "a removed voter awaits re-adding"})
-            }
-            Fault::RemoveVoter => {
-                // A follower: removing the leader is legal but makes this fault a leader
-                // change as well, which the kill and partition faults already cover.
-                let v = ids
+            Fault::ClockSkewFollowerKillLeader => {
+                let follower = ids
                     .iter()
                     .copied()
                     .find(|i| Some(*i) != leader)
                     .unwrap_or(ids[0]);
+                let mut d = self.skew(cluster, follower).await?;
+                cluster.kill(leader_or_any)?;
+                self.damage.killed.insert(leader_or_any);
+                d["killed"] = json!([leader_or_any]);
+                d
+            }
+            Fault::ClockSkewLeaderIsolated => {
+                let mut d = self.skew(cluster, leader_or_any).await?;
+                let rest: Vec<u64> = ids
+                    .iter()
+                    .copied()
+                    .filter(|i| *i != leader_or_any)
+                    .collect();
+                let cut = self.cut(cluster, fault, &halves_grudge(&[leader_or_any], &rest))?;
+                d["grudge"] = cut["grudge"].clone();
+                d
+            }
+            Fault::RemoveVoter | Fault::RemoveLeader if !self.damage.removed.is_empty() => {
+                // One removal at a time: the last one is not re-added yet.
+                json!({"skipped": "a removed voter awaits re-adding"})
+            }
+            Fault::RemoveVoter | Fault::RemoveLeader => {
+                // The leader steps down once the change that removes it commits: a leader
+                // change on top of the membership change.
+                let v = if fault == Fault::RemoveLeader {
+                    leader_or_any
+                } else {
+                    ids.iter()
+                        .copied()
+                        .find(|i| Some(*i) != leader)
+                        .unwrap_or(ids[0])
+                };
                 let client = self.admin(cluster).await;
                 client
                     .remove_member(v)
@@ -271,6 +349,24 @@ impl Nemesis {
             }
         };
         Ok((fault.name(), detail))
+    }
+
+    /// Moves `v`'s wall clock by a random offset; records what the replicated clock did.
+    async fn skew(&mut self, cluster: &Cluster, v: u64) -> Result<Value, NemesisError> {
+        let secs: i64 = self.rng.gen_range(CLOCK_SKEW_S_MIN..=self.clock_skew_s_max);
+        let offset = if self.rng.gen_bool(0.5) {
+            format!("+{secs}s")
+        } else {
+            format!("-{secs}s")
+        };
+        cluster.set_clock_offset(v, &offset)?;
+        self.damage.skewed.insert(v);
+        // Once libfaketime re-reads the offset and the leader stamps a command (its sweep
+        // runs every second), a skewed leader that stamped its wall clock would move the
+        // replicated clock by the whole skew (`clock_check` judges it).
+        tokio::time::sleep(Duration::from_millis(CLOCK_SETTLE_MS)).await;
+        let ahead = replicated_clock_ahead_ms(cluster).await;
+        Ok(json!({"nodes": [v], "offset": offset, "replicated_clock_ahead_ms": ahead}))
     }
 
     /// A client for membership changes: the leader first, and never a removed node (it knows

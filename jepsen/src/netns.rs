@@ -179,6 +179,37 @@ impl NamespaceNet {
         Ok(())
     }
 
+    /// Every node drops `probability` of what each other node sends it (iptables'
+    /// `statistic` match: this kernel has no `netem` for delay or loss); `heal` removes it.
+    pub fn lose(&self, probability: f64) -> Result<(), NetError> {
+        let p = format!("{probability:.3}");
+        for (node, ns) in &self.nodes {
+            for peer in self.nodes.keys().filter(|p| *p != node) {
+                let src = self.address(*peer);
+                run(&[
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "iptables",
+                    "-A",
+                    "INPUT",
+                    "-s",
+                    &src,
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    &p,
+                    "-j",
+                    "DROP",
+                ])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Removes every DROP rule.
     pub fn heal(&self) -> Result<(), NetError> {
         for ns in self.nodes.values() {

@@ -21,6 +21,7 @@ use crate::client_expiry::ExpiryClient;
 use crate::client_lease::LeaseClient;
 use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
 use crate::driver::Driver;
+use crate::fault::Fault;
 use crate::history::HistoryError;
 use crate::nemesis::{Nemesis, NemesisError, NemesisKind, CLOCK_SKEW_S_LIMIT, CLOCK_SKEW_S_MIN};
 use crate::recorder::Recorder;
@@ -68,6 +69,9 @@ pub struct RunConfig {
     pub reads: Consistency,
     /// The largest wall-clock offset the clock nemesis applies, in seconds.
     pub clock_skew_secs_max: i64,
+    /// Faults by name (`packet-loss`, …), injected in this order instead of drawn from the
+    /// nemesis's set; empty: drawn.
+    pub faults: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +131,13 @@ impl RunConfig {
                 ),
             });
         }
+        if let Some(bad) = self.faults.iter().find(|f| Fault::by_name(f).is_none()) {
+            let known: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
+            return Err(RunError::Invalid {
+                field: "faults",
+                reason: format!("unknown fault {bad:?}; one of {}", known.join(", ")),
+            });
+        }
         if !self.bin.is_file() {
             return Err(RunError::NoBinary(self.bin.clone()));
         }
@@ -142,8 +153,14 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         path: cfg.out.clone(),
         source,
     })?;
+    let faults: Vec<Fault> = cfg
+        .faults
+        .iter()
+        .filter_map(|f| Fault::by_name(f))
+        .collect();
     let faketime = match cfg.nemesis {
         NemesisKind::Clock | NemesisKind::Mix => faketime_lib(),
+        _ if faults.iter().any(|f| f.is_clock()) => faketime_lib(),
         _ => None,
     };
     let mut cluster = Cluster::prepare(
@@ -157,12 +174,17 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         eprintln!("squadron-jepsen: {note}");
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let mut nemesis = Nemesis::new(
+    let nemesis = Nemesis::new(
         cfg.nemesis,
         &cluster,
         StdRng::seed_from_u64(cfg.seed ^ 0x5eed),
         cfg.clock_skew_secs_max,
     )?;
+    let mut nemesis = if faults.is_empty() {
+        nemesis
+    } else {
+        nemesis.in_order(faults, &cluster)?
+    };
     cluster.start_all().await?;
     let endpoints = cluster.endpoints();
     let admin = cluster.client(
