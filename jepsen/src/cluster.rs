@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use squadron_client::{ClusterStatus, Consistency, Credentials, SquadronClient};
 
+use crate::lazyfs::LazyMount;
 use crate::netns::{NamespaceNet, NetError, NODE_GRPC_PORT, NODE_PEER_PORT, NODE_REST_PORT};
 use crate::node::{NodeError, NodeProcess, NodeSpec};
 use crate::node_final::NodeFinal;
@@ -62,6 +63,10 @@ pub enum ClusterError {
     UnknownNode(u64),
     #[error("`squadron init`: {0}")]
     Init(String),
+    #[error(transparent)]
+    LazyFs(#[from] crate::lazyfs::LazyFsError),
+    #[error("node {0} has no lazy filesystem: a crash needs the run's --lazyfs")]
+    NoLazyFs(u64),
 }
 
 /// Runs `squadron init` over the nodes' configs: the CA, node certificates and an admin token
@@ -139,6 +144,9 @@ fn free_port() -> Result<u16, ClusterError> {
 pub struct Cluster {
     pub bin: PathBuf,
     pub nodes: BTreeMap<u64, NodeProcess>,
+    /// Each node's lazy filesystem over its data directory, when mounted; declared after
+    /// `nodes` so nothing uses a mount when it goes.
+    lazy: BTreeMap<u64, LazyMount>,
     /// Declared after `nodes` so the processes die before their namespaces go.
     pub net: Option<NamespaceNet>,
     /// Why namespaces are not used, when they are not.
@@ -231,6 +239,7 @@ impl Cluster {
         Ok(Self {
             bin: bin.into(),
             nodes,
+            lazy: BTreeMap::new(),
             net,
             net_note,
             credentials,
@@ -286,7 +295,45 @@ impl Cluster {
         self.nodes.get_mut(&id).ok_or(ClusterError::UnknownNode(id))
     }
 
+    /// Puts every node's data directory on a lazy filesystem (`lazyfs`): what `squadron
+    /// init` wrote moves to the disk underneath, as if synced long ago.
+    pub fn mount_lazyfs(&mut self) -> Result<(), ClusterError> {
+        for (id, node) in &self.nodes {
+            let data = node.dir.join("data");
+            let disk = node.dir.join("disk");
+            if data.exists() {
+                std::fs::rename(&data, &disk).map_err(|source| NodeError::Write {
+                    id: *id,
+                    path: disk.clone(),
+                    source,
+                })?;
+            }
+            self.lazy.insert(*id, LazyMount::mount(&disk, &data)?);
+        }
+        Ok(())
+    }
+
+    pub fn has_lazyfs(&self) -> bool {
+        !self.lazy.is_empty()
+    }
+
+    /// Kills node `id`, then drops every write its filesystem had not synced: a power cut.
+    /// Returns the (files, bytes) lost.
+    pub fn crash(&mut self, id: u64) -> Result<(u64, u64), ClusterError> {
+        self.kill(id)?;
+        let lazy = self.lazy.get(&id).ok_or(ClusterError::NoLazyFs(id))?;
+        Ok(lazy.crash())
+    }
+
+    /// What each node's lazy filesystem did (empty without `--lazyfs`).
+    pub fn lazyfs_stats(&self) -> BTreeMap<u64, crate::lazyfs::Stats> {
+        self.lazy.iter().map(|(id, l)| (*id, l.stats())).collect()
+    }
+
     pub fn start(&mut self, id: u64) -> Result<(), ClusterError> {
+        if let Some(lazy) = self.lazy.get(&id) {
+            lazy.restart();
+        }
         let bin = self.bin.clone();
         self.node_mut(id)?.start(&bin)?;
         Ok(())

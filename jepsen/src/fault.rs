@@ -31,11 +31,16 @@ pub enum Fault {
     ClockSkewFollowerKillLeader,
     /// Skew the leader's clock and isolate it.
     ClockSkewLeaderIsolated,
+    /// Kill one node and drop every write its filesystem had not synced (lazyfs).
+    CrashOne,
+    CrashLeader,
+    /// Every node at once: a power cut of the whole cluster.
+    CrashAll,
 }
 
 impl Fault {
     /// Every fault, in declaration order.
-    pub const ALL: [Fault; 20] = [
+    pub const ALL: [Fault; 23] = [
         Fault::IsolateOne,
         Fault::IsolateLeader,
         Fault::Halves,
@@ -56,6 +61,9 @@ impl Fault {
         Fault::ClockSkewLeader,
         Fault::ClockSkewFollowerKillLeader,
         Fault::ClockSkewLeaderIsolated,
+        Fault::CrashOne,
+        Fault::CrashLeader,
+        Fault::CrashAll,
     ];
 
     /// The fault a name (`partition-one`, `packet-loss`, …) stands for.
@@ -85,7 +93,15 @@ impl Fault {
             Fault::ClockSkewLeader => "clock-skew-leader",
             Fault::ClockSkewFollowerKillLeader => "clock-skew-follower-kill-leader",
             Fault::ClockSkewLeaderIsolated => "clock-skew-leader-isolated",
+            Fault::CrashOne => "crash-one",
+            Fault::CrashLeader => "crash-leader",
+            Fault::CrashAll => "crash-all",
         }
+    }
+
+    /// Whether the fault drops unsynced writes (needs lazyfs under the nodes).
+    pub fn is_crash(self) -> bool {
+        matches!(self, Fault::CrashOne | Fault::CrashLeader | Fault::CrashAll)
     }
 
     /// Whether the fault moves a node's clock (libfaketime).

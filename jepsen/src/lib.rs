@@ -15,6 +15,7 @@ pub mod event;
 pub mod fault;
 pub mod history;
 pub mod invariants;
+pub mod lazyfs;
 pub mod model;
 pub mod model_capsule;
 pub mod model_cas;

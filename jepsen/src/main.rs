@@ -98,6 +98,10 @@ struct RunArgs {
     /// drawn from --nemesis's set (e.g. partition-one-way-from-leader,packet-loss).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
+    /// Mount the lazy filesystem under every node's data directory, so that `--nemesis mix`
+    /// includes crashes that drop unsynced writes (`--nemesis crash` mounts it by itself).
+    #[arg(long)]
+    lazyfs: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -196,6 +200,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 },
                 clock_skew_secs_max: a.clock_skew_secs_max,
                 faults: a.faults,
+                lazyfs: a.lazyfs,
             };
             let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             // On Ctrl-C or SIGTERM the run's future is dropped, and with it the cluster: its

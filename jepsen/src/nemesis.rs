@@ -52,6 +52,9 @@ pub enum NemesisKind {
     /// Skew one node's wall clock (the leader's or another's) by up to ±2 minutes with
     /// libfaketime; reset on heal.
     Clock,
+    /// Power cuts (lazyfs under every node): kill -9 of one node, the leader, or every node,
+    /// dropping what their filesystems had not synced; restart on heal.
+    Crash,
     /// Partitions and kills (the CI smoke mix).
     PartitionKill,
     /// Every fault above.
@@ -64,6 +67,8 @@ pub enum NemesisError {
     NeedsNamespaces(NemesisKind, String),
     #[error("the clock nemesis needs libfaketime (apt-get install libfaketime)")]
     NeedsFaketime,
+    #[error("crash faults need the lazy filesystem under the nodes (run with --lazyfs)")]
+    NeedsLazyFs,
     #[error(transparent)]
     Cluster(#[from] ClusterError),
     #[error("{fault}: {message}")]
@@ -127,6 +132,7 @@ impl Nemesis {
             Fault::ClockSkewFollowerKillLeader,
             Fault::ClockSkewLeaderIsolated,
         ];
+        let crashes = vec![Fault::CrashOne, Fault::CrashLeader, Fault::CrashAll];
         let mut faults: Vec<Fault> = match kind {
             NemesisKind::None => Vec::new(),
             NemesisKind::Partition => partitions,
@@ -134,14 +140,21 @@ impl Nemesis {
             NemesisKind::Pause => pauses,
             NemesisKind::Membership => memberships,
             NemesisKind::Clock => clocks,
+            NemesisKind::Crash => crashes,
             NemesisKind::PartitionKill => [partitions, kills].concat(),
-            NemesisKind::Mix => [partitions, kills, pauses, memberships, clocks].concat(),
+            NemesisKind::Mix => [partitions, kills, pauses, memberships, clocks, crashes].concat(),
         };
         if !cluster.faketime {
             if kind == NemesisKind::Clock {
                 return Err(NemesisError::NeedsFaketime);
             }
             faults.retain(|f| !f.is_clock());
+        }
+        if !cluster.has_lazyfs() {
+            if kind == NemesisKind::Crash {
+                return Err(NemesisError::NeedsLazyFs);
+            }
+            faults.retain(|f| !f.is_crash());
         }
         if cluster.net.is_none() {
             let note = cluster.net_note.clone().unwrap_or_default();
@@ -172,6 +185,9 @@ impl Nemesis {
             }
             if f.is_clock() && !cluster.faketime {
                 return Err(NemesisError::NeedsFaketime);
+            }
+            if f.is_crash() && !cluster.has_lazyfs() {
+                return Err(NemesisError::NeedsLazyFs);
             }
         }
         self.faults = faults.clone();
@@ -249,6 +265,20 @@ impl Nemesis {
                     self.damage.killed.insert(*v);
                 }
                 json!({"nodes": victims})
+            }
+            Fault::CrashOne | Fault::CrashLeader | Fault::CrashAll => {
+                let victims: Vec<u64> = match fault {
+                    Fault::CrashOne => vec![ids[0]],
+                    Fault::CrashLeader => vec![leader_or_any],
+                    _ => ids.clone(),
+                };
+                let mut lost = serde_json::Map::new();
+                for v in &victims {
+                    let (files, bytes) = cluster.crash(*v)?;
+                    self.damage.killed.insert(*v);
+                    lost.insert(v.to_string(), json!({"files": files, "bytes": bytes}));
+                }
+                json!({"nodes": victims, "lost_unsynced": lost})
             }
             Fault::PauseOne | Fault::PauseLeader => {
                 let v = if fault == Fault::PauseLeader {

@@ -72,6 +72,9 @@ pub struct RunConfig {
     /// Faults by name (`packet-loss`, …), injected in this order instead of drawn from the
     /// nemesis's set; empty: drawn.
     pub faults: Vec<String>,
+    /// Puts every node's data directory on the lazy filesystem (crash faults drop what was
+    /// not fsynced); on by itself for `--nemesis crash` and listed crash faults.
+    pub lazyfs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +175,9 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     )?;
     if let Some(note) = &cluster.net_note {
         eprintln!("squadron-jepsen: {note}");
+    }
+    if cfg.lazyfs || cfg.nemesis == NemesisKind::Crash || faults.iter().any(|f| f.is_crash()) {
+        cluster.mount_lazyfs()?;
     }
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let nemesis = Nemesis::new(
@@ -330,6 +336,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
             json!(recovery_from_heal_ms),
         ),
         ("heals", json!(heals)),
+        ("lazyfs", json!(cluster.lazyfs_stats())),
     ];
     for (k, v) in facts {
         results.run.insert(k.to_string(), v);

@@ -45,13 +45,7 @@ fn every_new_fault_once_and_the_run_is_valid() {
     );
     assert_eq!(results["valid"], json!(true), "results:\n{text}");
     assert!(status.success(), "exit {status}");
-    let history = std::fs::read_to_string(out.path().join("history.jsonl")).expect("history");
-    for fault in FAULTS {
-        assert!(
-            history.contains(&format!("\"fault\":\"{fault}\"")),
-            "{fault} was not injected:\n{text}"
-        );
-    }
+    support::assert_injected(out.path(), &FAULTS, &text);
 }
 
 #[test]

@@ -6,6 +6,9 @@
 //!   own, possibly stale, state (issue 6).
 //! - `wall-clock-stamps`: the cluster clock is the node's wall clock, as stamps were before
 //!   the clock slewed (issue 17): a skewed leader moves the replicated clock by its skew.
+//! - `skip-wal-sync` (in `squadron-store`, which this feature switches on): appends are
+//!   acknowledged without an fsync of the WAL (synced once a second); the lazy
+//!   filesystem's crashes must catch it.
 
 use std::sync::OnceLock;
 

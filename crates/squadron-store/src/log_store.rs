@@ -138,8 +138,41 @@ impl Flusher {
     }
 }
 
+/// How often a node with the deliberate fault `skip-wal-sync` syncs its WAL.
+#[cfg(feature = "jepsen-faults")]
+const FAULTY_WAL_SYNC_INTERVAL_MS: u64 = 1_000;
+
+/// Whether this group of appends syncs the WAL before it is reported flushed: always, except
+/// in a node built for the chaos suite with the deliberate fault `skip-wal-sync`, which syncs
+/// at most once a second and acknowledges the appends between unsynced (so the cluster's
+/// first entries survive and a crash loses recent acknowledged writes, not the whole
+/// cluster). The lazy filesystem's crashes must catch it.
+fn sync_wal(last_sync: &mut std::time::Instant) -> bool {
+    #[cfg(feature = "jepsen-faults")]
+    {
+        static SKIP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let skip = *SKIP.get_or_init(|| {
+            let on = std::env::var("SQUADRON_JEPSEN_FAULT").is_ok_and(|v| v == "skip-wal-sync");
+            if on {
+                tracing::warn!(
+                    "DELIBERATE FAULT ACTIVE (SQUADRON_JEPSEN_FAULT=skip-wal-sync): appends \
+                     are acknowledged without syncing the WAL (synced once a second)"
+                );
+            }
+            on
+        });
+        let due = std::time::Duration::from_millis(FAULTY_WAL_SYNC_INTERVAL_MS);
+        if skip && last_sync.elapsed() < due {
+            return false;
+        }
+    }
+    *last_sync = std::time::Instant::now();
+    true
+}
+
 fn flush_loop(db: &DB, stats: &AppendStats, rx: &std::sync::mpsc::Receiver<FlushJob>) {
     use std::sync::atomic::Ordering;
+    let mut last_sync = std::time::Instant::now();
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         while jobs.len() < FLUSH_GROUP_APPENDS_MAX {
@@ -158,7 +191,7 @@ fn flush_loop(db: &DB, stats: &AppendStats, rx: &std::sync::mpsc::Receiver<Flush
         let synced = if entries > 0 {
             stats.appends.fetch_add(1, Ordering::Relaxed);
             stats.entries.fetch_add(entries, Ordering::Relaxed);
-            db.flush_wal(true)
+            db.flush_wal(sync_wal(&mut last_sync))
         } else {
             Ok(())
         };

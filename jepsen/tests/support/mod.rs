@@ -45,3 +45,15 @@ pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, S
     let results = serde_json::from_str(&text).expect("results.json parses");
     (status, results, text)
 }
+
+/// Every fault in `faults` appears in the run's history under `out`.
+#[allow(dead_code)]
+pub fn assert_injected(out: &Path, faults: &[&str], text: &str) {
+    let history = std::fs::read_to_string(out.join("history.jsonl")).expect("history");
+    for f in faults {
+        assert!(
+            history.contains(&format!("\"fault\":\"{f}\"")),
+            "{f} was not injected:\n{text}"
+        );
+    }
+}
