@@ -287,10 +287,12 @@ fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
         error.contains("disk quota exceeded") && error.contains(&(32u64 << 20).to_string()),
         "{t:#}"
     );
-    // The driver retires the volume right after it reported the end.
+    // The driver retires the volume right after it reported the end. Only this worker's
+    // mount counts: the other runtime's scenarios run at the same time with their own task 1.
+    let mountpoint = format!("{}/tasks/{id} ", env.worker_dir.display());
     let mounted = || {
         std::fs::read_to_string("/proc/self/mountinfo")
-            .is_ok_and(|m| m.lines().any(|l| l.contains(&format!("/tasks/{id} "))))
+            .is_ok_and(|m| m.lines().any(|l| l.contains(&mountpoint)))
     };
     assert!(
         wait_until(Duration::from_secs(20), || !mounted()).is_ok(),
