@@ -119,19 +119,14 @@ impl Nemesis {
             Fault::MajoritiesRing,
             Fault::Bridge,
             Fault::IsolatePastSnapshot,
-            Fault::OneWayFromLeader,
-            Fault::OneWayToLeader,
-            Fault::PacketLoss,
         ];
         let kills = vec![Fault::KillOne, Fault::KillLeader, Fault::KillMajority];
         let pauses = vec![Fault::PauseOne, Fault::PauseLeader];
-        let memberships = vec![Fault::RemoveVoter, Fault::RemoveLeader];
-        let clocks = vec![
-            Fault::ClockSkew,
-            Fault::ClockSkewLeader,
-            Fault::ClockSkewFollowerKillLeader,
-            Fault::ClockSkewLeaderIsolated,
-        ];
+        // The faults of issue 17 (one-way partitions, packet loss, removing the leader, the
+        // composed clock faults) are injected by name (`--faults`): adding them to these sets
+        // would change every seeded run's draws, which the tests pin.
+        let memberships = vec![Fault::RemoveVoter];
+        let clocks = vec![Fault::ClockSkew, Fault::ClockSkewLeader];
         let crashes = vec![Fault::CrashOne, Fault::CrashLeader, Fault::CrashAll];
         let mut faults: Vec<Fault> = match kind {
             NemesisKind::None => Vec::new(),
