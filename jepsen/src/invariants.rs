@@ -367,27 +367,35 @@ impl InvariantChecker {
                 Vec::new(),
             ));
         }
-        let mut by_index: BTreeMap<u64, BTreeMap<&str, Vec<u64>>> = BTreeMap::new();
-        for n in &answered {
-            if let (Some(a), Some(d)) = (n.applied, n.digest.as_deref()) {
-                by_index
-                    .entry(a)
-                    .or_default()
-                    .entry(d)
-                    .or_default()
-                    .push(n.id);
-            }
-        }
-        for (index, digests) in by_index {
-            if digests.len() > 1 {
-                out.push(Anomaly::new(
-                    AnomalyKind::DigestDivergence,
-                    None,
-                    format!("at applied index {index} the nodes disagree: {digests:?}"),
-                    Vec::new(),
-                ));
-            }
-        }
+        out.extend(digest_divergence(nodes, "at the end"));
         out
     }
+}
+
+/// INV-12 over any set of samples (the end of a run, or polls during it): samples at the same
+/// applied index must carry the same digest. Each divergent index is named once.
+pub fn digest_divergence(samples: &[NodeFinal], when: &str) -> Vec<Anomaly> {
+    let mut by_index: BTreeMap<u64, BTreeMap<&str, BTreeSet<u64>>> = BTreeMap::new();
+    for n in samples {
+        if let (Some(a), Some(d)) = (n.applied, n.digest.as_deref()) {
+            by_index
+                .entry(a)
+                .or_default()
+                .entry(d)
+                .or_default()
+                .insert(n.id);
+        }
+    }
+    by_index
+        .into_iter()
+        .filter(|(_, digests)| digests.len() > 1)
+        .map(|(index, digests)| {
+            Anomaly::new(
+                AnomalyKind::DigestDivergence,
+                None,
+                format!("{when}, at applied index {index} the nodes disagree: {digests:?}"),
+                Vec::new(),
+            )
+        })
+        .collect()
 }

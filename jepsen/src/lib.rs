@@ -10,6 +10,7 @@ pub mod client_expiry;
 pub mod client_lease;
 pub mod clock_check;
 pub mod cluster;
+pub mod digest_sampler;
 pub mod driver;
 pub mod event;
 pub mod fault;

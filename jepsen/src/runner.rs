@@ -20,9 +20,11 @@ use crate::client_cas::CasClient;
 use crate::client_expiry::ExpiryClient;
 use crate::client_lease::LeaseClient;
 use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
+use crate::digest_sampler::DigestSampler;
 use crate::driver::Driver;
 use crate::fault::Fault;
 use crate::history::HistoryError;
+use crate::invariants::digest_divergence;
 use crate::nemesis::{Nemesis, NemesisError, NemesisKind, CLOCK_SKEW_S_LIMIT, CLOCK_SKEW_S_MIN};
 use crate::recorder::Recorder;
 use crate::recovery::RecoveryCheck;
@@ -232,6 +234,11 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         clients.push(spawn_client(cfg.workload, ctx.clone(), client, driver));
     }
 
+    let sampler = DigestSampler::start(
+        admin.clone(),
+        cluster.ids().into_iter().zip(cluster.endpoints()).collect(),
+    );
+
     // The nemesis: quiet, fault, heal, until the time limit.
     let mut last_heal_ms = recorder.now_ms();
     while !nemesis.is_idle() {
@@ -281,6 +288,13 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     for c in clients {
         let _ = c.await;
     }
+    let samples = sampler.finish();
+    harness_anomalies.extend(digest_divergence(&samples, "mid-run"));
+    let sampled_indexes = samples
+        .iter()
+        .filter_map(|s| s.applied)
+        .collect::<std::collections::BTreeSet<u64>>()
+        .len();
 
     // The quiet phase: a final read of every key, then the replicas' digests.
     final_reads(cfg.workload, &ctx, &admin, &recorder).await;
@@ -337,6 +351,8 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         ),
         ("heals", json!(heals)),
         ("lazyfs", json!(cluster.lazyfs_stats())),
+        ("digest_samples", json!(samples.len())),
+        ("digest_sampled_indexes", json!(sampled_indexes)),
     ];
     for (k, v) in facts {
         results.run.insert(k.to_string(), v);
