@@ -470,14 +470,7 @@ impl Cluster {
             let mut views = Vec::new();
             for id in self.ids() {
                 views.push(match self.status(id).await {
-                    Ok(s) => NodeFinal {
-                        id,
-                        applied: s.applied,
-                        digest: Some(s.digest),
-                        snapshot: s.snapshot,
-                        purged: s.purged,
-                        error: None,
-                    },
+                    Ok(s) => NodeFinal::answered(id, s),
                     Err(e) => NodeFinal {
                         id,
                         applied: None,

@@ -41,14 +41,7 @@ impl DigestSampler {
                     };
                     let mut all = sink.lock().unwrap_or_else(|p| p.into_inner());
                     if all.len() < DIGEST_SAMPLES_MAX {
-                        all.push(NodeFinal {
-                            id: *id,
-                            applied: s.applied,
-                            digest: Some(s.digest),
-                            snapshot: s.snapshot,
-                            purged: s.purged,
-                            error: None,
-                        });
+                        all.push(NodeFinal::answered(*id, s));
                     }
                 }
             }

@@ -19,3 +19,17 @@ pub struct NodeFinal {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
+
+impl NodeFinal {
+    /// What node `id` answered to a status request.
+    pub fn answered(id: u64, s: squadron_client::ClusterStatus) -> Self {
+        Self {
+            id,
+            applied: s.applied,
+            digest: Some(s.digest),
+            snapshot: s.snapshot,
+            purged: s.purged,
+            error: None,
+        }
+    }
+}

@@ -189,11 +189,17 @@ impl State {
         Ok(buf)
     }
 
-    fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<(), c_int> {
+    /// Between a crash and the restart, a change is refused (and counted), not kept.
+    fn refuse_if_fenced(&mut self) -> Result<(), c_int> {
         if self.fenced {
             self.stats.fenced_writes += 1;
             return Err(libc::EIO);
         }
+        Ok(())
+    }
+
+    fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<(), c_int> {
+        self.refuse_if_fenced()?;
         let node = self.inodes.get_mut(ino).ok_or(libc::ENOENT)?;
         node.pending.write(offset, data);
         self.dirty_bytes += data.len();
@@ -204,10 +210,7 @@ impl State {
     }
 
     fn resize(&mut self, ino: u64, size: u64) -> Result<(), c_int> {
-        if self.fenced {
-            self.stats.fenced_writes += 1;
-            return Err(libc::EIO);
-        }
+        self.refuse_if_fenced()?;
         let node = self.inodes.get_mut(ino).ok_or(libc::ENOENT)?;
         node.pending.resize(size);
         Ok(())
@@ -239,18 +242,9 @@ impl State {
     }
 
     fn write_back_largest(&mut self) -> Result<(), c_int> {
-        let mut largest: Option<(usize, PathBuf)> = None;
-        for node in self.inodes.iter_mut() {
-            let b = node.pending.bytes();
-            if b > largest.as_ref().map_or(0, |l| l.0) {
-                largest = Some((b, node.path.clone()));
-            }
-        }
-        let Some((_, path)) = largest else {
+        let Some(ino) = self.inodes.most_dirty() else {
             return Ok(());
         };
-        let m = std::fs::symlink_metadata(&path).map_err(|e| errno(&e))?;
-        let ino = self.inodes.intern(disk_id(&m), &path);
         let bytes = self.flush_to_disk(ino)?;
         self.stats.written_back_bytes += bytes;
         Ok(())

@@ -53,6 +53,15 @@ impl Inodes {
         self.by_ino.values_mut()
     }
 
+    /// The inode holding the most unsynced bytes, if any holds some.
+    pub fn most_dirty(&self) -> Option<u64> {
+        self.by_ino
+            .iter()
+            .filter(|(_, n)| !n.pending.is_empty())
+            .max_by_key(|(_, n)| n.pending.bytes())
+            .map(|(ino, _)| *ino)
+    }
+
     /// The inode of the file at `path` with the disk identity `disk`, made if new.
     pub fn intern(&mut self, disk: (u64, u64), path: &Path) -> u64 {
         if let Some(&ino) = self.by_disk.get(&disk) {
