@@ -651,7 +651,7 @@ async fn worker_control_probes(
         ),
         (
             "WorkerControl/HeldLeases",
-            c.held_leases(w1).await.map(|_| ()),
+            c.held_leases(w1.clone()).await.map(|_| ()),
             is_w1,
         ),
         (
@@ -668,6 +668,24 @@ async fn worker_control_probes(
         (
             "WorkerControl/GetAgentSession",
             c.get_agent_session(task).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/GrantAgentCredentialLease",
+            c.grant_agent_credential_lease(Addressed::new(
+                profile,
+                squadron_api::GrantAgentCredentialLease {
+                    worker: w1.clone(),
+                    fence: token,
+                },
+            ))
+            .await
+            .map(|_| ()),
+            is_w1,
+        ),
+        (
+            "WorkerControl/GetProfileCredentials",
+            c.get_profile_credentials(profile).await.map(|_| ()),
             any_worker,
         ),
     ]

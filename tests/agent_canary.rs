@@ -64,13 +64,6 @@ PY
 while :; do sleep 0.2; done
 "#;
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
-
 fn api_code(e: &ClientError) -> (u16, String) {
     match e {
         ClientError::Api { status, body, .. } => (*status, body.code.as_str().to_owned()),

@@ -39,53 +39,6 @@ fn session_dir(worker: &WorkerProc, task: u64) -> PathBuf {
         .join(format!("task-{task}-a1"))
 }
 
-/// Every file below `dir`, read whole, holds no `needle`; directories named `skip` are not
-/// entered.
-fn assert_no_bytes_below(dir: &Path, needle: &[u8], what: &str, skip: &str) {
-    let mut stack = vec![dir.to_path_buf()];
-    let mut files = 0;
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&path) else {
-                continue;
-            };
-            if meta.is_dir() && e.file_name() != skip {
-                stack.push(path);
-            } else if meta.is_file() {
-                let bytes = std::fs::read(&path).unwrap_or_default();
-                assert!(
-                    !bytes.windows(needle.len()).any(|w| w == needle),
-                    "{what}: {} holds the secret",
-                    path.display()
-                );
-                files += 1;
-            }
-        }
-    }
-    assert!(files > 0, "{what}: nothing scanned under {}", dir.display());
-}
-
-/// No process's command line holds the value.
-fn assert_no_cmdline_holds(needle: &[u8]) -> usize {
-    let mut seen = 0;
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
-            seen += 1;
-            assert!(
-                !cmdline.windows(needle.len()).any(|w| w == needle),
-                "/proc/{}/cmdline holds the secret: {}",
-                e.file_name().to_string_lossy(),
-                String::from_utf8_lossy(&cmdline)
-            );
-        }
-    }
-    seen
-}
-
 fn leases(url: &str, task: u64) -> Vec<Value> {
     let v = http_get(&format!("{url}/api/v1/tasks/{task}/credential-leases")).expect("leases");
     v.as_array().cloned().unwrap_or_default()

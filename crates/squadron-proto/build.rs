@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn worker_control() -> tonic_build::manual::Service {
     const API: &str = "squadron_api";
     const CORE: &str = "squadron_core";
-    let rows: [(&str, String, String); 18] = [
+    let rows: [(&str, String, String); 20] = [
         (
             "AcquireLease",
             addressed("ids::ProfileId", "leases::AcquireLease"),
@@ -124,6 +124,16 @@ fn worker_control() -> tonic_build::manual::Service {
             "GetAgentSession",
             format!("{CORE}::ids::TaskId"),
             format!("Option<{CORE}::agent_session::AgentSession>"),
+        ),
+        (
+            "GrantAgentCredentialLease",
+            addressed("ids::ProfileId", "GrantAgentCredentialLease"),
+            format!("{API}::CredentialLeaseGrant"),
+        ),
+        (
+            "GetProfileCredentials",
+            format!("{CORE}::ids::ProfileId"),
+            format!("Vec<{CORE}::manifest::CredentialRef>"),
         ),
     ];
     rows.into_iter()

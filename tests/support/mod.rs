@@ -1073,3 +1073,58 @@ pub fn put_credential(url: &str, id: &str, value: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every file below `dir`, read whole, holds no `needle`; directories named `skip` are not
+/// entered. Something must have been scanned.
+pub fn assert_no_bytes_below(dir: &Path, needle: &[u8], what: &str, skip: &str) {
+    let mut stack = vec![dir.to_path_buf()];
+    let mut files = 0;
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() && e.file_name() != skip {
+                stack.push(path);
+            } else if meta.is_file() {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "{what}: {} holds the secret",
+                    path.display()
+                );
+                files += 1;
+            }
+        }
+    }
+    assert!(files > 0, "{what}: nothing scanned under {}", dir.display());
+}
+
+/// No process's command line holds `needle`; returns how many were read.
+pub fn assert_no_cmdline_holds(needle: &[u8]) -> usize {
+    let mut seen = 0;
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
+            seen += 1;
+            assert!(
+                !cmdline.windows(needle.len()).any(|w| w == needle),
+                "/proc/{}/cmdline holds the secret: {}",
+                e.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmdline)
+            );
+        }
+    }
+    seen
+}
+
+/// A multi-threaded tokio runtime for a test's client calls.
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}

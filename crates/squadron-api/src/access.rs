@@ -186,6 +186,14 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
     ("/squadron.v1.WorkerControl/HeldLeases", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/MintAgentToken", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/GetAgentSession", WORKER_CONTROL),
+    (
+        "/squadron.v1.WorkerControl/GrantAgentCredentialLease",
+        WORKER_CONTROL,
+    ),
+    (
+        "/squadron.v1.WorkerControl/GetProfileCredentials",
+        WORKER_CONTROL,
+    ),
 ];
 
 /// The worker's calls that REST serves too (`worker_control`): a worker's certificate only.

@@ -5,7 +5,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::access::Subject;
 use squadron_core::credential::LeasedCredential;
-use squadron_core::ids::{CredentialId, CredentialLeaseId, TaskId, WorkerId};
+use squadron_core::ids::{
+    CredentialId, CredentialLeaseId, Generation, LeaseId, ProfileId, TaskId, WorkerId,
+};
+use squadron_core::lease::FencingToken;
+use squadron_core::manifest::CredentialRef;
+use squadron_core::profile_credentials::AgentCredentialLease;
 
 /// `POST /api/v1/credentials`.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -74,6 +79,64 @@ pub struct CredentialLeaseView {
     pub granted_at_ms: u64,
     pub revoked_at_ms: Option<u64>,
     pub revoked_reason: Option<String>,
+}
+
+/// `PUT /api/v1/profiles/:id/credentials`: the credentials the profile's providers are given
+/// from its next generation on (an empty list: none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetProfileCredentials {
+    pub credential_refs: Vec<CredentialRef>,
+}
+
+/// `POST /api/v1/profiles/:id/credential-lease`: the worker holding the profile's active
+/// runtime lease asks for the generation it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantAgentCredentialLease {
+    pub worker: WorkerId,
+    pub fence: FencingToken,
+}
+
+/// `GET /api/v1/profiles/:id/credentials`: what the profile is given, and its leases (never
+/// a value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProfileCredentialsView {
+    pub profile: ProfileId,
+    pub credential_refs: Vec<CredentialRef>,
+    /// Oldest first; ended ones until they are pruned.
+    pub leases: Vec<AgentCredentialLeaseView>,
+}
+
+/// One generation's credential lease as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentCredentialLeaseView {
+    pub id: CredentialLeaseId,
+    /// The runtime lease it lived under.
+    pub lease: LeaseId,
+    pub generation: Generation,
+    pub session: String,
+    pub worker: WorkerId,
+    pub credentials: Vec<LeasedCredential>,
+    pub granted_at_ms: u64,
+    pub revoked_at_ms: Option<u64>,
+    pub revoked_reason: Option<String>,
+}
+
+impl From<&AgentCredentialLease> for AgentCredentialLeaseView {
+    fn from(l: &AgentCredentialLease) -> Self {
+        AgentCredentialLeaseView {
+            id: l.id,
+            lease: l.lease,
+            generation: l.generation,
+            session: l.session(),
+            worker: l.worker.clone(),
+            credentials: l.credentials.clone(),
+            granted_at_ms: l.granted_at_ms,
+            revoked_at_ms: l.revoked.as_ref().map(|r| r.at_ms),
+            revoked_reason: l.revoked.as_ref().map(|r| r.reason.clone()),
+        }
+    }
 }
 
 // Values stay out of debug output (and so out of logs and panics).

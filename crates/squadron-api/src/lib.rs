@@ -28,8 +28,9 @@ pub use cluster::{
     AddLearner, ClusterStatus, MemberView, MembershipChanged, PromoteVoter, TlsReloaded,
 };
 pub use credentials::{
-    CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease, LeasedValue,
-    PutCredential, RotateCredential,
+    AgentCredentialLeaseView, CredentialLeaseGrant, CredentialLeaseView, CredentialView,
+    GrantAgentCredentialLease, GrantCredentialLease, LeasedValue, ProfileCredentialsView,
+    PutCredential, RotateCredential, SetProfileCredentials,
 };
 pub use enrollment::{
     EnrollAgent, EnrollWorker, Enrolled, MintAgentToken, MintBootstrap, MintedAgentToken,

@@ -372,6 +372,20 @@ fn worker_cluster_and_access_bodies_schemas_agree_with_the_decoder() {
         worker: worker(),
         attempt: 1,
     });
+    checked += agree(&SetProfileCredentials {
+        credential_refs: vec![squadron_core::manifest::CredentialRef {
+            id: CredentialId::new("cred-anthropic").expect("credential id"),
+            mount: "anthropic_api_key".into(),
+        }],
+    });
+    checked += agree(&GrantAgentCredentialLease {
+        worker: worker(),
+        fence: FencingToken {
+            profile: ProfileId::new(3).expect("profile"),
+            lease: LeaseId::new(5).expect("lease"),
+            generation: Generation::new(2),
+        },
+    });
     checked += agree(&MintBootstrap {
         worker: Some(worker()),
         ttl: Some("10m".into()),

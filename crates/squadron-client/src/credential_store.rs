@@ -1,12 +1,13 @@
 //! The credential store (admin): put, list, rotate, revoke; a worker's lease grant; a task's
-//! leases as listed.
+//! leases as listed; the credentials of agent profiles and their generations' leases.
 
 use reqwest::Method;
 use squadron_api::{
-    CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease, PutCredential,
-    RotateCredential,
+    CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantAgentCredentialLease,
+    GrantCredentialLease, ProfileCredentialsView, PutCredential, RotateCredential,
+    SetProfileCredentials,
 };
-use squadron_core::ids::{CredentialId, IdempotencyKey, TaskId};
+use squadron_core::ids::{CredentialId, IdempotencyKey, ProfileId, TaskId};
 use squadron_core::Outcome;
 
 use crate::{ClientError, Consistency, SquadronClient};
@@ -65,5 +66,37 @@ impl SquadronClient {
     ) -> Result<Vec<CredentialLeaseView>, ClientError> {
         self.get(&format!("/api/v1/tasks/{task}/credential-leases"), c)
             .await
+    }
+
+    /// Names the credentials the profile's providers are given (admin); an empty list clears.
+    pub async fn set_profile_credentials(
+        &self,
+        profile: ProfileId,
+        req: &SetProfileCredentials,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Outcome, ClientError> {
+        let path = format!("/api/v1/profiles/{profile}/credentials");
+        self.write(Method::PUT, &path, Some(req), key).await
+    }
+
+    pub async fn profile_credentials(
+        &self,
+        profile: ProfileId,
+        c: Consistency,
+    ) -> Result<ProfileCredentialsView, ClientError> {
+        self.get(&format!("/api/v1/profiles/{profile}/credentials"), c)
+            .await
+    }
+
+    /// The worker holding the profile's active lease takes its generation's credentials
+    /// (worker certificate). Unkeyed: a second grant under the same lease answers the same
+    /// credential lease.
+    pub async fn grant_agent_credential_lease(
+        &self,
+        profile: ProfileId,
+        req: &GrantAgentCredentialLease,
+    ) -> Result<CredentialLeaseGrant, ClientError> {
+        let path = format!("/api/v1/profiles/{profile}/credential-lease");
+        self.write(Method::POST, &path, Some(req), None).await
     }
 }

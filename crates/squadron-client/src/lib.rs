@@ -49,9 +49,10 @@ pub use grpc_leader::GrpcLeader;
 pub use http::{SquadronClient, IDEMPOTENCY_HEADER};
 pub use outcome::OutcomeExt;
 pub use squadron_api::{
-    CreateToken, CreatedToken, CredentialLeaseGrant, CredentialLeaseView, CredentialView,
-    EnrollWorker, Enrolled, GrantCredentialLease, LeasedValue, MintBootstrap, MintedBootstrap,
-    PutCredential, RenewCertificate, RotateCredential, TokenView,
+    AgentCredentialLeaseView, CreateToken, CreatedToken, CredentialLeaseGrant, CredentialLeaseView,
+    CredentialView, EnrollWorker, Enrolled, GrantAgentCredentialLease, GrantCredentialLease,
+    LeasedValue, MintBootstrap, MintedBootstrap, ProfileCredentialsView, PutCredential,
+    RenewCertificate, RotateCredential, SetProfileCredentials, TokenView,
 };
 pub use squadron_pki::WORKER_CERT_NAME;
 pub use types::*;

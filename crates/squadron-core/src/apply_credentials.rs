@@ -3,13 +3,10 @@
 use crate::access::Subject;
 use crate::command::{GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential};
 use crate::credential::{
-    session_name, Credential, CredentialLease, LeaseRevocation, LeasedCredential,
+    session_name, still_kept, Credential, CredentialLease, LeaseRevocation, LeasedCredential,
 };
 use crate::ids::{CredentialId, TaskId};
-use crate::limits::{
-    CREDENTIALS_MAX, CREDENTIAL_DESCRIPTION_BYTES_MAX, CREDENTIAL_LEASES_MAX,
-    CREDENTIAL_LEASE_RETENTION_MS,
-};
+use crate::limits::{CREDENTIALS_MAX, CREDENTIAL_DESCRIPTION_BYTES_MAX, CREDENTIAL_LEASES_MAX};
 use crate::manifest::{CredentialRef, TaskSpec};
 use crate::rejection::{Entity, Rejection};
 use crate::response::{GrantedCredential, Outcome};
@@ -111,9 +108,11 @@ impl State {
         for task in &holding {
             self.end_credential_lease(now, *task, &format!("credential {} revoked", c.id));
         }
+        let agents = self.end_agent_leases_holding(now, &c.id);
+        let tasks = u32::try_from(holding.len()).unwrap_or(u32::MAX);
         Ok(Outcome::CredentialRevoked {
             id: c.id,
-            leases_revoked: u32::try_from(holding.len()).unwrap_or(u32::MAX),
+            leases_revoked: tasks.saturating_add(agents),
         })
     }
 
@@ -151,7 +150,7 @@ impl State {
                 format!("task {} names no credentials", c.task),
             ));
         }
-        let granted = self.granted_values(refs)?;
+        let granted = self.granted_values("startup_profile.credential_refs", refs)?;
         let lease = match self.credentials.active_by_task.get(&c.task).copied() {
             // A rotation in between hands out the current value: the lease says which.
             Some(id) => {
@@ -172,11 +171,16 @@ impl State {
         })
     }
 
-    fn granted_values(&self, refs: &[CredentialRef]) -> Result<Vec<GrantedCredential>, Rejection> {
+    /// The values `refs` name, each of a live credential; errors name `{field}[i].id`.
+    pub(crate) fn granted_values(
+        &self,
+        field: &str,
+        refs: &[CredentialRef],
+    ) -> Result<Vec<GrantedCredential>, Rejection> {
         refs.iter()
             .enumerate()
             .map(|(i, r)| {
-                let field = format!("startup_profile.credential_refs[{i}].id");
+                let field = format!("{field}[{i}].id");
                 let credential = self.live_credential(&field, &r.id)?;
                 Ok(GrantedCredential {
                     id: r.id.clone(),
@@ -237,12 +241,9 @@ impl State {
 
     /// Drops revoked leases past their retention.
     pub(crate) fn prune_credential_leases(&mut self, now: u64) {
-        self.credentials.leases.retain(|_, lease| {
-            lease
-                .revoked
-                .as_ref()
-                .is_none_or(|r| r.at_ms.saturating_add(CREDENTIAL_LEASE_RETENTION_MS) > now)
-        });
+        self.credentials
+            .leases
+            .retain(|_, lease| still_kept(lease.revoked.as_ref(), now));
     }
 
     /// Whether the manifest's references name live credentials: the edge asks before it
@@ -255,7 +256,11 @@ impl State {
         Ok(())
     }
 
-    fn live_credential(&self, field: &str, id: &CredentialId) -> Result<&Credential, Rejection> {
+    pub(crate) fn live_credential(
+        &self,
+        field: &str,
+        id: &CredentialId,
+    ) -> Result<&Credential, Rejection> {
         match self.credentials.credentials.get(id) {
             None => Err(Rejection::not_found(Entity::Credential, id)),
             Some(c) if c.is_revoked() => Err(Rejection::CredentialRevoked {
@@ -268,7 +273,7 @@ impl State {
 }
 
 /// What a lease records of the values it hands out: ids, mounts, versions.
-fn leased(granted: &[GrantedCredential]) -> Vec<LeasedCredential> {
+pub(crate) fn leased(granted: &[GrantedCredential]) -> Vec<LeasedCredential> {
     granted
         .iter()
         .map(|g| LeasedCredential {

@@ -294,6 +294,7 @@ impl State {
             LeaseState::Active,
             "only an active lease is fenced"
         );
+        let why = format!("runtime lease {lease_id} fenced ({reason:?})");
         lease.state = LeaseState::Fenced { at_ms: now, reason };
         self.lease_expiry.remove(&(lease.expires_at_ms, lease_id));
         let (profile_id, generation) = (lease.profile, lease.generation);
@@ -305,6 +306,7 @@ impl State {
             profile.live_lease = None;
         }
         profile.fenced_unreaped.insert(lease_id);
+        self.end_agent_credential_lease(now, lease_id, &why);
         self.publish_roster(now, profile_id, RosterStatus::Fenced { generation });
     }
 
@@ -321,6 +323,7 @@ impl State {
         }
         lease.state = terminal;
         let profile_id = lease.profile;
+        self.end_agent_credential_lease(now, lease_id, &format!("runtime lease {lease_id} ended"));
         let profile = self
             .profiles
             .get_mut(&profile_id)

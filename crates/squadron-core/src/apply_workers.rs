@@ -237,6 +237,7 @@ impl State {
         self.prune_access(now);
         self.prune_agent_tokens();
         self.prune_credential_leases(now);
+        self.prune_agent_credential_leases(now);
         Ok(Outcome::Swept(report))
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::access::Subject;
 use crate::ids::{CredentialId, CredentialLeaseId, TaskId, WorkerId};
-use crate::limits::CREDENTIAL_SEALED_BYTES_MAX;
+use crate::limits::{CREDENTIAL_LEASE_RETENTION_MS, CREDENTIAL_SEALED_BYTES_MAX};
 use crate::rejection::Rejection;
 
 /// Length of the AEAD nonce a sealed value carries (ChaCha20-Poly1305, random per value).
@@ -108,6 +108,12 @@ pub struct LeasedCredential {
 pub struct LeaseRevocation {
     pub at_ms: u64,
     pub reason: String,
+}
+
+/// Whether a lease ended at `revoked` (or not at all) is still kept at `now`: ended leases
+/// stay listed for [`CREDENTIAL_LEASE_RETENTION_MS`].
+pub(crate) fn still_kept(revoked: Option<&LeaseRevocation>, now: u64) -> bool {
+    revoked.is_none_or(|r| r.at_ms.saturating_add(CREDENTIAL_LEASE_RETENTION_MS) > now)
 }
 
 /// The credentials of one task attempt, granted to the worker running it.

@@ -73,6 +73,7 @@ impl State {
         self.check_tasks()?;
         self.check_access()?;
         self.check_credentials()?;
+        self.check_profile_credentials()?;
         if let Some(w) = self
             .worker_policies
             .keys()
@@ -128,6 +129,59 @@ impl State {
                 return Err(format!(
                     "credentials: lease {id} outlived attempt {} of task {task}",
                     lease.attempt
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// INV-13 for agent profiles: each profile names a valid list; each runtime lease has at
+    /// most one active credential lease, and only while it is active itself.
+    fn check_profile_credentials(&self) -> Result<(), String> {
+        use crate::limits::CREDENTIAL_LEASES_MAX;
+        let c = &self.profile_credentials;
+        if self.credentials.leases.len() + c.leases.len() > CREDENTIAL_LEASES_MAX {
+            return Err("credentials: a record bound is exceeded".into());
+        }
+        for (profile, refs) in &c.refs {
+            if !self.profiles.contains_key(profile)
+                || refs.is_empty()
+                || crate::manifest::check_credential_refs("credential_refs", refs).is_err()
+            {
+                return Err(format!(
+                    "credentials: profile {profile}'s list is malformed"
+                ));
+            }
+        }
+        for (id, lease) in &c.leases {
+            if lease.id != *id
+                || *id >= self.credentials.next_lease_id
+                || self.credentials.leases.contains_key(id)
+            {
+                return Err(format!(
+                    "credentials: agent lease {id} stored under another id"
+                ));
+            }
+        }
+        let active = c.leases.values().filter(|l| l.is_active()).count();
+        if active != c.active_by_lease.len() {
+            return Err("credentials: active agent leases and their index disagree".into());
+        }
+        for (runtime, id) in &c.active_by_lease {
+            let held = c
+                .leases
+                .get(id)
+                .filter(|l| l.is_active() && l.lease == *runtime)
+                .ok_or_else(|| format!("credentials: lease {runtime} indexes a dead lease {id}"))?;
+            let alive = self.leases.get(runtime).is_some_and(|l| {
+                l.state == crate::lease::LeaseState::Active
+                    && l.profile == held.profile
+                    && l.generation == held.generation
+                    && l.holder.worker == held.worker
+            });
+            if !alive {
+                return Err(format!(
+                    "credentials: agent lease {id} outlived runtime lease {runtime}"
                 ));
             }
         }

@@ -1,6 +1,7 @@
 //! Decoders for what earlier versions wrote: log encoding 1 (commands without subjects),
 //! snapshot version 1 (the state before the trust boundary), version 2 (before
-//! credentials) and versions 3 to 5 (before worker policies, agent sessions, task leases). Old entries are applied as
+//! credentials) and versions 3 to 6 (before worker policies, agent sessions, task leases,
+//! credentials of agent profiles). Old entries are applied as
 //! `Subject::Legacy`, exactly as they were applied then, so a data directory written by an
 //! earlier build replays to the state it had. Nothing here is ever encoded.
 
@@ -20,6 +21,7 @@ use crate::ids::{
 use crate::lease::RuntimeLease;
 use crate::mailbox::Mailbox;
 use crate::profile::AgentProfile;
+use crate::profile_credentials::ProfileCredentials;
 use crate::project::Project;
 use crate::state::{ProjectKey, State};
 use crate::task::Task;
@@ -182,6 +184,20 @@ impl From<StateV1> for State {
             worker_policies: BTreeMap::new(),
             agent_sessions: BTreeMap::new(),
             task_leases: BTreeMap::new(),
+            profile_credentials: ProfileCredentials::default(),
+        }
+    }
+}
+
+/// Snapshot version 6: version 5, then the task leases; no credentials of agent profiles.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV6(StateV5, BTreeMap<TaskId, LeaseId>);
+
+impl From<StateV6> for State {
+    fn from(StateV6(v5, task_leases): StateV6) -> Self {
+        State {
+            task_leases,
+            ..v5.into()
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::access::{CertSerial, Identity, TokenId};
 
 use crate::credential::SealedSecret;
 use crate::ids::{CredentialId, CredentialLeaseId, Digest, Generation, LeaseId, ProfileId, TaskId};
+use crate::manifest::CredentialRef;
 use crate::rejection::Rejection;
 use crate::task::TaskState;
 
@@ -188,6 +189,11 @@ pub enum Outcome {
     AgentCheckedIn {
         state: TaskState,
         registered_at_ms: u64,
+    },
+    /// The profile's providers are given these credentials from the next generation on.
+    ProfileCredentialsSet {
+        profile: ProfileId,
+        credential_refs: Vec<CredentialRef>,
     },
 }
 

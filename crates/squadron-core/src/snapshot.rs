@@ -9,9 +9,11 @@ use crate::state::State;
 pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SQDSNAP\0";
 /// Version of the snapshot layout. Version 2 appended the trust boundary's state (tokens,
 /// certificates, audit) and task lineage, version 3 the credentials, version 4 the workers'
-/// policies, version 5 the agent sessions, version 6 the project tasks' leases; earlier
-/// versions still decode, with what they lack empty.
-pub const SNAPSHOT_VERSION: u32 = 6;
+/// policies, version 5 the agent sessions, version 6 the project tasks' leases, version 7 the
+/// credentials of agent profiles; earlier versions still decode, with what they lack empty.
+pub const SNAPSHOT_VERSION: u32 = 7;
+/// The layout before the credentials of agent profiles.
+pub const SNAPSHOT_VERSION_V6: u32 = 6;
 /// The layout before project tasks' leases.
 pub const SNAPSHOT_VERSION_V5: u32 = 5;
 /// The layout before agent sessions.
@@ -73,6 +75,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
     let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
     let (state, used): (State, usize) = match version {
         SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
+        SNAPSHOT_VERSION_V6 => bincode::serde::decode_from_slice(body, config())
+            .map(|(v6, used): (crate::legacy::StateV6, usize)| (v6.into(), used)),
         SNAPSHOT_VERSION_V5 => bincode::serde::decode_from_slice(body, config())
             .map(|(v5, used): (crate::legacy::StateV5, usize)| (v5.into(), used)),
         SNAPSHOT_VERSION_V4 => bincode::serde::decode_from_slice(body, config())

@@ -22,6 +22,7 @@ use crate::lease::RuntimeLease;
 use crate::limits::COMMANDS_PER_BATCH_MAX;
 use crate::mailbox::Mailbox;
 use crate::profile::AgentProfile;
+use crate::profile_credentials::ProfileCredentials;
 use crate::project::Project;
 use crate::rejection::{Entity, Rejection};
 use crate::response::{Outcome, Response};
@@ -73,6 +74,9 @@ pub struct State {
     // From here on: snapshot version 6.
     /// The lease each running attempt of a `placement: project` task runs under.
     pub(crate) task_leases: BTreeMap<TaskId, LeaseId>,
+    // From here on: snapshot version 7.
+    /// The credentials of agent profiles and the leases that hand them out.
+    pub(crate) profile_credentials: ProfileCredentials,
 }
 
 impl Default for State {
@@ -105,6 +109,7 @@ impl State {
             worker_policies: BTreeMap::new(),
             agent_sessions: BTreeMap::new(),
             task_leases: BTreeMap::new(),
+            profile_credentials: ProfileCredentials::default(),
         }
     }
 
@@ -230,6 +235,8 @@ impl State {
             C::RequestAgentOperation(c) => self.request_agent_operation(s, c),
             C::AgentCheckIn(c) => self.agent_check_in(now, s, c),
             C::AssignProjectTasks(c) => self.assign_project_tasks(now, c),
+            C::SetProfileCredentials(c) => self.set_profile_credentials(now, s, c),
+            C::GrantAgentCredentialLease(c) => self.grant_agent_credential_lease(now, s, c),
         };
         result.into()
     }

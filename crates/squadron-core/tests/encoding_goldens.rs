@@ -79,6 +79,8 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("request_agent_operation", r#"{"request_agent_operation":{"profile":5,"operation":"takeover","worker":"w1"}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464270501027731"),
     ("agent_check_in", r#"{"agent_check_in":{"task":7,"attempt":1,"usage":{"cpu_usec":1500,"memory_bytes":4096,"disk_bytes":100},"exit_code":3}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646428070101fb05dcfb1000640106"),
     ("assign_project_tasks", r#"{"assign_project_tasks":{"assignments":[{"task":7,"worker":"w1"}]}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464290107027731"),
+    ("set_profile_credentials", r#"{"set_profile_credentials":{"profile":3,"credential_refs":[{"id":"cred_a","mount":"anthropic_api_key"}]}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642a030106637265645f6111616e7468726f7069635f6170695f6b6579"),
+    ("grant_agent_credential_lease", r#"{"grant_agent_credential_lease":{"fence":{"profile":3,"lease":5,"generation":2},"worker":"w1"}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642b030502027731"),
 
 ];
 
@@ -354,6 +356,8 @@ const VARIANTS: &[&str] = &[
     "request_agent_operation",
     "agent_check_in",
     "assign_project_tasks",
+    "set_profile_credentials",
+    "grant_agent_credential_lease",
 ];
 
 fn new_command(json: &str) -> Command {

@@ -4,7 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::credential::SealedSecret;
-use crate::ids::{CredentialId, TaskId, WorkerId};
+use crate::ids::{CredentialId, ProfileId, TaskId, WorkerId};
+use crate::lease::FencingToken;
+use crate::manifest::CredentialRef;
 
 /// An admin stores a new credential (or a new value under a revoked one's id).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -35,4 +37,20 @@ pub struct GrantCredentialLease {
     pub task: TaskId,
     pub worker: WorkerId,
     pub attempt: u32,
+}
+
+/// An admin names the credentials a profile's providers are given; an empty list gives none.
+/// Generations running already keep what their leases handed them; the next one gets these.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SetProfileCredentials {
+    pub profile: ProfileId,
+    pub credential_refs: Vec<CredentialRef>,
+}
+
+/// The worker holding a profile's active runtime lease (`fence`) asks for the credentials the
+/// profile names, for that generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct GrantAgentCredentialLease {
+    pub fence: FencingToken,
+    pub worker: WorkerId,
 }

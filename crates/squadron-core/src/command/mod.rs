@@ -28,7 +28,10 @@ pub use access::{
 };
 pub use agents::{AgentCheckIn, AgentOperation, RequestAgentOperation};
 pub use batch::{Batch, BatchedCommand};
-pub use credentials::{GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential};
+pub use credentials::{
+    GrantAgentCredentialLease, GrantCredentialLease, PutCredential, RevokeCredential,
+    RotateCredential, SetProfileCredentials,
+};
 pub use leases::{
     AcquireLease, CommitCapsule, CrashTakeover, FenceLease, GracefulTakeover, NextHolder,
     RecordReapEvidence, ReleaseLease, RenewLease, RenewLeases,
@@ -133,6 +136,10 @@ pub enum Command {
     /// Proposed by the leader: assigns `placement: project` tasks, each with a lease of its
     /// profile (`apply_project_tasks`).
     AssignProjectTasks(AssignTasks),
+
+    // --- credentials of agent profiles (INV-13) -------------------------------------------
+    SetProfileCredentials(SetProfileCredentials),
+    GrantAgentCredentialLease(GrantAgentCredentialLease),
 }
 
 impl Command {
@@ -181,6 +188,8 @@ impl Command {
             Command::RequestAgentOperation(_) => "request_agent_operation",
             Command::AgentCheckIn(_) => "agent_check_in",
             Command::AssignProjectTasks(_) => "assign_project_tasks",
+            Command::SetProfileCredentials(_) => "set_profile_credentials",
+            Command::GrantAgentCredentialLease(_) => "grant_agent_credential_lease",
         }
     }
 
@@ -253,6 +262,11 @@ impl Command {
                 c.worker
             ),
             C::AgentCheckIn(c) => format!("task {} attempt {}", c.task, c.attempt),
+            C::SetProfileCredentials(c) => format!("profile {}", c.profile),
+            C::GrantAgentCredentialLease(c) => format!(
+                "profile {} generation {}",
+                c.fence.profile, c.fence.generation
+            ),
         }
     }
 }

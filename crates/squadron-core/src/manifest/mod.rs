@@ -31,6 +31,7 @@ pub use spec::{
     RepositorySpec, RetryPolicy, RetrySpec, SandboxSpec, SessionSpec, StartupProfileSpec, TaskSpec,
     PROBES,
 };
+pub use validate::check_credential_refs;
 
 /// The only manifest `version` this core reads.
 pub const MANIFEST_VERSION: &str = "1";

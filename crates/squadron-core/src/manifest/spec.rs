@@ -115,6 +115,7 @@ pub struct SessionSpec {
 /// A reference to a credential, resolved into a session-scoped lease at run time; the secret
 /// itself never enters the task record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CredentialRef {
     pub id: CredentialId,
     pub mount: String,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::checks::*;
 use super::keywords::{Keyword, TaskPriority};
 use super::spec::{
-    AgentSpec, LifecycleSpec, RepositorySpec, RetrySpec, SandboxSpec, SessionSpec,
+    AgentSpec, CredentialRef, LifecycleSpec, RepositorySpec, RetrySpec, SandboxSpec, SessionSpec,
     StartupProfileSpec, TaskSpec,
 };
 use super::PRIORITY_LABEL;
@@ -145,31 +145,31 @@ impl SandboxSpec {
     }
 }
 
+/// A list of credential references (a manifest's, or an agent profile's): at most
+/// [`CREDENTIAL_REFS_MAX`], each mount a name, no mount twice. `field` names the list.
+pub fn check_credential_refs(field: &str, refs: &[CredentialRef]) -> Result<(), ValidationError> {
+    check_count(field, refs.len(), CREDENTIAL_REFS_MAX)?;
+    for (i, cref) in refs.iter().enumerate() {
+        let at = format!("{field}[{i}].mount");
+        check_name(&at, &cref.mount)?;
+        if let Some(first) = refs[..i].iter().position(|other| other.mount == cref.mount) {
+            return Err(ValidationError::new(
+                at,
+                format!(
+                    "{:?} is already used by {field}[{first}]; mounts must be unique",
+                    cref.mount
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl StartupProfileSpec {
     fn check(&self) -> Result<(), ValidationError> {
         check_name("id", &self.id)?;
         self.session.check().map_err(|e| e.within("session"))?;
-        check_count(
-            "credential_refs",
-            self.credential_refs.len(),
-            CREDENTIAL_REFS_MAX,
-        )?;
-        for (i, cref) in self.credential_refs.iter().enumerate() {
-            let field = format!("credential_refs[{i}].mount");
-            check_name(&field, &cref.mount)?;
-            if let Some(first) = self.credential_refs[..i]
-                .iter()
-                .position(|other| other.mount == cref.mount)
-            {
-                return Err(ValidationError::new(
-                    field,
-                    format!(
-                        "{:?} is already used by credential_refs[{first}]; mounts must be unique",
-                        cref.mount
-                    ),
-                ));
-            }
-        }
+        check_credential_refs("credential_refs", &self.credential_refs)?;
         let probes = &self.readiness.probes;
         check_count("readiness.probes", probes.len(), READINESS_PROBES_MAX)?;
         for (i, probe) in probes.iter().enumerate() {

@@ -11,6 +11,7 @@ mod invariants_01_06;
 mod invariants_07_09;
 mod invariants_10_14;
 mod mailboxes_and_scheduling;
+mod profile_credentials;
 mod project_tasks;
 mod worker_policy;
 

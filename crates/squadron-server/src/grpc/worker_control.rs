@@ -8,13 +8,15 @@ use std::sync::Arc;
 use squadron_api::leases::{AckMessages, AcquireLease, LeaseFence, Takeover};
 use squadron_api::{
     Addressed, AttachSandbox, Consistency, CredentialLeaseGrant, CurrentWriter, Enrolled,
-    GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
+    GrantAgentCredentialLease, GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef,
+    RenewCertificate,
 };
 use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::ids::{LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{FencingToken, RuntimeLease};
 use squadron_core::mailbox::Mailbox;
+use squadron_core::manifest::CredentialRef;
 use squadron_core::profile::AgentProfile;
 use squadron_core::project::Project;
 use squadron_core::roster::RosterSnapshot;
@@ -123,6 +125,31 @@ impl WorkerControl for WorkerControlGrpc {
             .await
             .map(Response::new)
             .map_err(Status::from)
+    }
+
+    async fn grant_agent_credential_lease(
+        &self,
+        request: Request<Addressed<ProfileId, GrantAgentCredentialLease>>,
+    ) -> Result<Response<CredentialLeaseGrant>, Status> {
+        require_leader(&self.node)?;
+        let caller = caller_of(&request)?;
+        let key = key_of(&request)?;
+        let a = request.into_inner();
+        credentials::grant_agent_lease(&self.node, &caller, key, a.id, a.body)
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
+    }
+
+    async fn get_profile_credentials(
+        &self,
+        request: Request<ProfileId>,
+    ) -> Result<Response<Vec<CredentialRef>>, Status> {
+        self.read(request, |s, profile| {
+            projects::profile_of(s, profile)?;
+            Ok(s.profile_credentials().refs_of(profile).to_vec())
+        })
+        .await
     }
 
     async fn mint_agent_token(

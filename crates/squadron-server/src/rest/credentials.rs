@@ -1,20 +1,21 @@
-//! Credentials (INV-13): an admin puts, lists, rotates and revokes; the worker running a
-//! task takes its lease. The value is sealed here, under the cluster data key, before the
+//! Credentials (INV-13): an admin puts, lists, rotates and revokes, and names those an agent
+//! profile is given; the worker running a task, or a profile's generation, takes its lease. The value is sealed here, under the cluster data key, before the
 //! command is proposed — only ciphertext reaches the log — and opened here again for the one
 //! worker the core granted it to.
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put as put_route};
 use axum::Json;
 use squadron_api::{
-    Access, CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantCredentialLease,
-    LeasedValue, PutCredential, RotateCredential, Scope,
+    Access, AgentCredentialLeaseView, CredentialLeaseGrant, CredentialLeaseView, CredentialView,
+    GrantAgentCredentialLease, GrantCredentialLease, LeasedValue, ProfileCredentialsView,
+    PutCredential, RotateCredential, Scope, SetProfileCredentials,
 };
 use squadron_core::command as cmd;
 use squadron_core::credential::SealedSecret;
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::{CredentialId, IdempotencyKey, TaskId};
+use squadron_core::ids::{CredentialId, IdempotencyKey, ProfileId, TaskId};
 use squadron_core::response::GrantedCredential;
 use squadron_core::{Command, Outcome};
 use squadron_pki::DataKey;
@@ -80,6 +81,33 @@ pub fn routes(book: RouteBook) -> RouteBook {
         json::<Vec<CredentialLeaseView>>(),
         Access::viewer(Scope::Task),
         get(leases),
+    )
+    .add(
+        "PUT",
+        "/api/v1/profiles/:id/credentials",
+        "Name the credentials the profile's providers are given, from its next generation on",
+        body::<SetProfileCredentials>(),
+        json::<Outcome>(),
+        Access::admin(),
+        put_route(set_profile_credentials),
+    )
+    .add(
+        "GET",
+        "/api/v1/profiles/:id/credentials",
+        "The credentials a profile is given and its generations' leases (never a value)",
+        query::<ConsistencyQuery>(),
+        json::<ProfileCredentialsView>(),
+        Access::viewer(Scope::Profile).and_workers(),
+        get(profile_credentials),
+    )
+    .add(
+        "POST",
+        "/api/v1/profiles/:id/credential-lease",
+        "The worker holding the profile's active lease takes the values for that generation",
+        body::<GrantAgentCredentialLease>(),
+        json::<CredentialLeaseGrant>(),
+        Access::worker_only(Scope::Body),
+        post(grant_agent),
     )
 }
 
@@ -182,12 +210,48 @@ pub(crate) async fn grant_lease(
     task: TaskId,
     b: GrantCredentialLease,
 ) -> Result<CredentialLeaseGrant, ApiError> {
-    let key = data_key(node)?;
+    data_key(node)?;
     let command = Command::GrantCredentialLease(cmd::GrantCredentialLease {
         task,
         worker: b.worker,
         attempt: b.attempt,
     });
+    open_grant(node, caller, idempotency, command).await
+}
+
+/// Records the profile generation's lease, then opens its values (REST and gRPC
+/// `WorkerControl`). The path's profile must be the one the fence names.
+pub(crate) async fn grant_agent_lease(
+    node: &AppState,
+    caller: &Caller,
+    idempotency: Option<IdempotencyKey>,
+    profile: ProfileId,
+    b: GrantAgentCredentialLease,
+) -> Result<CredentialLeaseGrant, ApiError> {
+    if b.fence.profile != profile {
+        return Err(ApiError::invalid(
+            "fence.profile",
+            format!(
+                "names profile {}, the request is for {profile}",
+                b.fence.profile
+            ),
+        ));
+    }
+    let command = Command::GrantAgentCredentialLease(cmd::GrantAgentCredentialLease {
+        fence: b.fence,
+        worker: b.worker,
+    });
+    open_grant(node, caller, idempotency, command).await
+}
+
+/// Proposes a grant and opens the values it answers with the cluster's data key.
+async fn open_grant(
+    node: &AppState,
+    caller: &Caller,
+    idempotency: Option<IdempotencyKey>,
+    command: Command,
+) -> Result<CredentialLeaseGrant, ApiError> {
+    let key = data_key(node)?;
     let outcome = super::write_keyed(node, caller.subject()?, idempotency, command).await?;
     let Outcome::CredentialLeaseGranted {
         lease,
@@ -251,4 +315,54 @@ async fn leases(
         Ok(Json(views.collect()))
     })
     .await
+}
+
+async fn set_profile_credentials(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<SetProfileCredentials>,
+) -> Result<Json<Outcome>, ApiError> {
+    let profile: ProfileId = parse_id("profile_id", &id)?;
+    let command = Command::SetProfileCredentials(cmd::SetProfileCredentials {
+        profile,
+        credential_refs: b.credential_refs,
+    });
+    write(&node, &caller, &headers, command).await
+}
+
+async fn profile_credentials(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<ProfileCredentialsView>, ApiError> {
+    let profile: ProfileId = parse_id("profile_id", &id)?;
+    read(&node, q.consistency, |s| {
+        super::projects::profile_of(s, profile)?;
+        let given = s.profile_credentials();
+        Ok(Json(ProfileCredentialsView {
+            profile,
+            credential_refs: given.refs_of(profile).to_vec(),
+            leases: given
+                .leases_of(profile)
+                .map(AgentCredentialLeaseView::from)
+                .collect(),
+        }))
+    })
+    .await
+}
+
+async fn grant_agent(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<GrantAgentCredentialLease>,
+) -> Result<Json<CredentialLeaseGrant>, ApiError> {
+    let profile: ProfileId = parse_id("profile_id", &id)?;
+    let key = super::idempotency_key(&headers)?;
+    grant_agent_lease(&node, &caller, key, profile, b)
+        .await
+        .map(Json)
 }

@@ -51,6 +51,7 @@ use squadron_isolation::{
     SandboxProcess, Termination, TerminationOutcome,
 };
 
+use crate::agent::credentials::{self, AgentCredentials};
 use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
 use crate::error::WorkerError;
@@ -96,6 +97,9 @@ pub(crate) struct AgentLaunch {
     /// The directory holding the Git broker's socket, shown read-only at `/mnt/broker`.
     /// It must hold nothing else a provider may not read.
     pub(crate) broker_dir: Option<PathBuf>,
+    /// The generation's filled credential tmpfs, shown read-only where it says
+    /// (`agent::credentials`); its `{MOUNT}_FILE` variables are already in `env`.
+    pub(crate) credentials: Option<AgentCredentials>,
 }
 
 /// A started (or adopted) attempt: the handle the worker keeps for (profile, generation).
@@ -283,6 +287,7 @@ impl AgentAttempt {
         let reaper = Reaper::new(self.runtime.config().reap_wait);
         let evidence = reaper.reap(&self.leaf).map_err(isolation)?;
         if !evidence.populated {
+            credentials::redact_and_wipe(&self.paths, self.generation)?;
             BoundaryNetwork::tear_down(
                 &self.runtime.config().network,
                 &network_record(&self.paths, self.generation),
@@ -421,6 +426,9 @@ fn boundary(
     command = network.apply(command);
     if let Some(broker) = &launch.broker_dir {
         command = command.bind_ro(broker, BROKER_MOUNT);
+    }
+    if let Some(credentials) = &launch.credentials {
+        command = command.bind_ro(&credentials.host, credentials.sandbox.clone());
     }
     command.argv().map_err(isolation)
 }

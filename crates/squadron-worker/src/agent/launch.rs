@@ -21,6 +21,7 @@ use squadron_core::Outcome;
 
 use crate::agent::attempt::{AgentAttempt, AgentLaunch, AGENT_RUN_MOUNT, BROKER_MOUNT};
 use crate::agent::config::{ProviderLauncher, PROVIDER_SCRIPT_BYTES_MAX};
+use crate::agent::credentials;
 use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::registry::AgentEntry;
@@ -29,6 +30,7 @@ use crate::agent::supervisor::{
     blocking, check_prompt, grant_token, unexpected, AgentSupervisor, AGENTS_MAX,
     BROKER_SOCKET_NAME,
 };
+use crate::runtime::sandbox_user::SandboxUser;
 
 /// The watchdog every provider runs under: it forwards SIGTERM and kills the provider once
 /// the worker's deadline for the lease has passed (self-fencing). Exit status is the
@@ -231,7 +233,18 @@ impl AgentSupervisor {
             .control
             .roster(&g.profile.tenant, &g.profile.project)
             .await?;
-        let launch = self.agent_launch(&g, deadline, &roster)?;
+        let mut launch = self.agent_launch(&g, deadline, &roster)?;
+        let paths = g.sandbox.profile_paths(&g.profile.key);
+        let owner = self
+            .inner
+            .runtime
+            .config()
+            .sandbox_user
+            .map_or((0, 0), SandboxUser::pair);
+        if let Some(credentials) = self.take_credentials(&paths, g.token, owner).await? {
+            launch.env.extend(credentials.env.clone());
+            launch.credentials = Some(credentials);
+        }
         let broker_server = self.serve_broker(&g.sandbox, g.profile)?;
         let (rt, sb, key, generation) = (
             self.inner.runtime.clone(),
@@ -239,8 +252,16 @@ impl AgentSupervisor {
             g.profile.key.clone(),
             g.token.generation,
         );
-        let attempt =
-            blocking(move || AgentAttempt::start(&rt, &sb, &key, generation, &launch)).await?;
+        let attempt = blocking(move || {
+            AgentAttempt::start(&rt, &sb, &key, generation, &launch).inspect_err(|_| {
+                // Nothing of the generation runs: its files go now, not at a reap that may
+                // never find a start to reap.
+                if let Err(e) = credentials::redact_and_wipe(&paths, generation) {
+                    tracing::error!(profile = %key, %generation, error = %e, "cannot wipe the credentials of a failed start");
+                }
+            })
+        })
+        .await?;
         let (profile, token) = (g.profile, g.token);
         let state = AgentState {
             profile: profile.id,
@@ -309,6 +330,7 @@ impl AgentSupervisor {
             network: NetworkMode::Outbound,
             limits: self.inner.limits.limits(None, None),
             broker_dir: Some(self.broker_dir(g.profile.id)),
+            credentials: None,
         })
     }
 }

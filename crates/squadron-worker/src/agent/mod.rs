@@ -6,6 +6,7 @@ pub(crate) mod adoption;
 pub(crate) mod api;
 pub(crate) mod attempt;
 pub(crate) mod config;
+pub(crate) mod credentials;
 pub(crate) mod error;
 pub(crate) mod evidence;
 pub(crate) mod exits;

@@ -11,14 +11,16 @@ use squadron_api::leases::{
 };
 use squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX;
 use squadron_api::{
-    Addressed, AttachSandbox, CredentialLeaseGrant, CurrentWriter, Enrolled, GrantCredentialLease,
-    MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
+    Addressed, AttachSandbox, CredentialLeaseGrant, CurrentWriter, Enrolled,
+    GrantAgentCredentialLease, GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef,
+    RenewCertificate,
 };
 use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::ids::{LeaseId, ProfileId, ProjectId, TaskId, TenantId};
 use squadron_core::lease::{FencingToken, RuntimeLease};
 use squadron_core::mailbox::Mailbox;
+use squadron_core::manifest::CredentialRef;
 use squadron_core::profile::AgentProfile;
 use squadron_core::project::Project;
 use squadron_core::roster::RosterSnapshot;
@@ -161,6 +163,29 @@ impl ControlLink {
 
     pub(crate) async fn get_profile(&self, id: ProfileId) -> Result<AgentProfile, CallError> {
         call!(self, get_profile, id, None)
+    }
+
+    /// The credentials the profile's providers are given.
+    pub(crate) async fn profile_credentials(
+        &self,
+        id: ProfileId,
+    ) -> Result<Vec<CredentialRef>, CallError> {
+        call!(self, get_profile_credentials, id, None)
+    }
+
+    /// Keyed by the runtime lease: a resend is answered with the same credential lease.
+    pub(crate) async fn grant_agent_credential_lease(
+        &self,
+        id: ProfileId,
+        req: &GrantAgentCredentialLease,
+    ) -> Result<CredentialLeaseGrant, CallError> {
+        let key = call_key(format_args!("credentials-p{id}-l{}", req.fence.lease));
+        call!(
+            self,
+            grant_agent_credential_lease,
+            Addressed::new(id, req.clone()),
+            key
+        )
     }
 
     pub(crate) async fn get_lease(&self, id: LeaseId) -> Result<RuntimeLease, CallError> {

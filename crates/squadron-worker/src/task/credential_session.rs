@@ -55,11 +55,21 @@ impl CredentialSession {
             return None;
         }
         let session = session_name(task, attempt);
-        Some(CredentialSession {
-            host: data_dir.join(CREDENTIALS_DIR).join(&session),
+        Some(CredentialSession::at(
+            data_dir.join(CREDENTIALS_DIR).join(&session),
+            &session,
+            refs,
+        ))
+    }
+
+    /// A session whose tmpfs is `host` on the worker, shown at
+    /// `/run/squadron/credentials/{session}` inside.
+    pub(crate) fn at(host: PathBuf, session: &str, refs: Vec<CredentialRef>) -> Self {
+        CredentialSession {
+            host,
             sandbox: format!("{SANDBOX_CREDENTIALS_ROOT}/{session}"),
             refs,
-        })
+        }
     }
 
     pub(crate) fn host_dir(&self) -> &Path {
@@ -149,7 +159,7 @@ fn credentials_error(e: squadron_isolation::IsolationError) -> WorkerError {
 }
 
 /// `anthropic_api_key` → `ANTHROPIC_API_KEY_FILE`.
-fn file_variable(mount: &str) -> String {
+pub(crate) fn file_variable(mount: &str) -> String {
     let name: String = mount
         .chars()
         .map(|c| {
@@ -187,7 +197,7 @@ impl std::fmt::Debug for Redactor {
 }
 
 impl Redactor {
-    fn add(&mut self, value: &[u8], id: &str) {
+    pub(crate) fn add(&mut self, value: &[u8], id: &str) {
         if value.is_empty() {
             return;
         }
@@ -247,9 +257,22 @@ impl Redactor {
             .map(PathBuf::from)
             .collect();
         collect_files(&outbox, Path::new(ARTIFACTS), &mut files);
+        self.rewrite_all(&outbox, &files)
+    }
+
+    /// Rewrites the files `rels` below `root` in place, never following a link out of it.
+    /// Returns how many changed, and the ones it could not look at.
+    pub(crate) fn rewrite_files(&self, root: &Path, rels: &[PathBuf]) -> (usize, Vec<String>) {
+        let Ok(root) = Beneath::open(root) else {
+            return (0, Vec::new());
+        };
+        self.rewrite_all(&root, rels)
+    }
+
+    fn rewrite_all(&self, root: &Beneath, rels: &[PathBuf]) -> (usize, Vec<String>) {
         let (mut changed, mut skipped) = (0, Vec::new());
-        for rel in files {
-            match self.rewrite(&outbox, &rel) {
+        for rel in rels {
+            match self.rewrite(root, rel) {
                 Ok(true) => changed += 1,
                 Ok(false) => {}
                 Err(why) => skipped.push(format!("{}: {why}", rel.display())),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use squadron_client::{CredentialView, PutCredential, RotateCredential};
+use squadron_core::credential::LeasedCredential;
 use squadron_core::ids::{CredentialId, TaskId};
 use zeroize::Zeroizing;
 
@@ -72,16 +73,11 @@ pub async fn run(ctx: &Ctx, cmd: CredentialCmd) -> anyhow::Result<()> {
             emit(ctx.out, &list, |list| {
                 let mut t = Table::new(&["lease", "attempt", "worker", "credentials", "ended"]);
                 for l in list {
-                    let creds: Vec<String> = l
-                        .credentials
-                        .iter()
-                        .map(|c| format!("{}@v{}→{}", c.id, c.version, c.mount))
-                        .collect();
                     t.row(vec![
                         l.id.to_string(),
                         l.attempt.to_string(),
                         l.worker.to_string(),
-                        creds.join(","),
+                        held(&l.credentials),
                         l.revoked_reason.clone().unwrap_or_else(|| "active".into()),
                     ]);
                 }
@@ -89,6 +85,15 @@ pub async fn run(ctx: &Ctx, cmd: CredentialCmd) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// What a lease handed out, as a table cell: `id@vN→mount`, comma-separated.
+pub(super) fn held(credentials: &[LeasedCredential]) -> String {
+    credentials
+        .iter()
+        .map(|c| format!("{}@v{}→{}", c.id, c.version, c.mount))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn read_value(path: &std::path::Path) -> anyhow::Result<Zeroizing<String>> {

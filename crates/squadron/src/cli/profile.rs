@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Subcommand;
 use squadron_client::{
-    CreateProfile, LaunchAgent, SandboxRepository, SetCapabilities, SquadronClient, StopAgent,
-    TakeoverAgent, TakeoverKind,
+    CreateProfile, LaunchAgent, ProfileCredentialsView, SandboxRepository, SetCapabilities,
+    SetProfileCredentials, SquadronClient, StopAgent, TakeoverAgent, TakeoverKind,
 };
-use squadron_core::ids::{McpServerId, ProfileId, ProfileKey, SkillId, WorkerId};
+use squadron_core::ids::{CredentialId, McpServerId, ProfileId, ProfileKey, SkillId, WorkerId};
+use squadron_core::manifest::CredentialRef;
 use squadron_core::profile::AgentProfile;
 use squadron_core::provider::Provider;
 
@@ -69,6 +70,17 @@ pub enum ProfileCmd {
         #[arg(long)]
         server: McpServerId,
     },
+    /// Name the credentials the profile's providers are given as files (admin), from its next
+    /// generation on; no `--ref` gives none.
+    CredentialsSet {
+        id: ProfileId,
+        /// A credential and the mount it appears under: `ID=MOUNT`
+        /// (`cred_anthropic=anthropic_api_key`), repeatable.
+        #[arg(long = "ref", value_name = "ID=MOUNT")]
+        refs: Vec<String>,
+    },
+    /// The credentials a profile is given, and its generations' leases (never a value).
+    Credentials { id: ProfileId },
     /// Launch the profile's provider in its project's sandbox under a new lease.
     Launch {
         id: ProfileId,
@@ -166,6 +178,19 @@ pub async fn run(ctx: &Ctx, cmd: ProfileCmd) -> anyhow::Result<()> {
         ProfileCmd::McpCheck { id, server } => {
             emit_generic(ctx.out, &c.check_mcp(id, &server, ctx.consistency).await?)
         }
+        ProfileCmd::CredentialsSet { id, refs } => {
+            let req = SetProfileCredentials {
+                credential_refs: refs
+                    .iter()
+                    .map(|r| parse_credential_ref(r))
+                    .collect::<anyhow::Result<_>>()?,
+            };
+            ctx.outcome(&c.set_profile_credentials(id, &req, ctx.key()).await?)
+        }
+        ProfileCmd::Credentials { id } => {
+            let view = c.profile_credentials(id, ctx.consistency).await?;
+            emit(ctx.out, &view, profile_credentials_table)
+        }
         agent => agent_command(ctx, agent).await,
     }
 }
@@ -232,6 +257,42 @@ fn agent_client(ctx: &Ctx) -> SquadronClient {
         AGENT_CALL_TIMEOUT,
         squadron_client::CONNECT_TIMEOUT_DEFAULT,
     )
+}
+
+/// `ID=MOUNT`, as `--ref` takes it; the node checks both names.
+fn parse_credential_ref(spec: &str) -> anyhow::Result<CredentialRef> {
+    let Some((id, mount)) = spec.split_once('=') else {
+        anyhow::bail!("--ref {spec:?}: must be ID=MOUNT, e.g. cred_anthropic=anthropic_api_key");
+    };
+    let id = CredentialId::new(id).map_err(|e| anyhow::anyhow!("--ref {spec:?}: {e}"))?;
+    Ok(CredentialRef {
+        id,
+        mount: mount.to_owned(),
+    })
+}
+
+fn profile_credentials_table(view: &ProfileCredentialsView) -> String {
+    let given: Vec<String> = view
+        .credential_refs
+        .iter()
+        .map(|r| format!("{}→{}", r.id, r.mount))
+        .collect();
+    let mut t = Table::new(&["lease", "generation", "worker", "credentials", "ended"]);
+    for l in &view.leases {
+        t.row(vec![
+            l.id.to_string(),
+            l.generation.to_string(),
+            l.worker.to_string(),
+            super::credential_store::held(&l.credentials),
+            l.revoked_reason.clone().unwrap_or_else(|| "active".into()),
+        ]);
+    }
+    let given = if given.is_empty() {
+        "none".to_owned()
+    } else {
+        given.join(", ")
+    };
+    format!("given: {given}\n{}", t.render())
 }
 
 fn profiles_table(list: &[AgentProfile]) -> String {

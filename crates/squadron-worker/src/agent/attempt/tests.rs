@@ -134,6 +134,7 @@ fn launch(script: &str) -> AgentLaunch {
         network: NetworkMode::Outbound,
         limits: SandboxLimits::default(),
         broker_dir: None,
+        credentials: None,
     }
 }
 

@@ -1,0 +1,177 @@
+//! Credentials of agent profiles (INV-13): which ones a profile is given, and the lease that
+//! hands them to the generation running under an active runtime lease.
+
+use crate::access::Subject;
+use crate::command::{GrantAgentCredentialLease, SetProfileCredentials};
+use crate::credential::{still_kept, LeaseRevocation};
+use crate::ids::{CredentialId, CredentialLeaseId, LeaseId};
+use crate::limits::CREDENTIAL_LEASES_MAX;
+use crate::manifest::check_credential_refs;
+use crate::profile_credentials::{agent_session_name, AgentCredentialLease};
+use crate::rejection::Rejection;
+use crate::response::Outcome;
+use crate::state::State;
+
+impl State {
+    /// An admin names the credentials (each live) a profile's next generations are given.
+    pub(crate) fn set_profile_credentials(
+        &mut self,
+        now: u64,
+        subject: &Subject,
+        c: SetProfileCredentials,
+    ) -> Result<Outcome, Rejection> {
+        self.require_admin(now, subject)?;
+        self.profile_ref(c.profile)?;
+        check_credential_refs("credential_refs", &c.credential_refs)?;
+        for (i, r) in c.credential_refs.iter().enumerate() {
+            self.live_credential(&format!("credential_refs[{i}].id"), &r.id)?;
+        }
+        if c.credential_refs.is_empty() {
+            self.profile_credentials.refs.remove(&c.profile);
+        } else {
+            self.profile_credentials
+                .refs
+                .insert(c.profile, c.credential_refs.clone());
+        }
+        Ok(Outcome::ProfileCredentialsSet {
+            profile: c.profile,
+            credential_refs: c.credential_refs,
+        })
+    }
+
+    /// The worker holding the profile's active runtime lease gets the values the profile
+    /// names. A second grant under the same runtime lease hands out the same lease again (a
+    /// lost answer), with the values current now.
+    pub(crate) fn grant_agent_credential_lease(
+        &mut self,
+        now: u64,
+        subject: &Subject,
+        c: GrantAgentCredentialLease,
+    ) -> Result<Outcome, Rejection> {
+        if subject.worker() != Some(&c.worker) {
+            return Err(Rejection::denied(format!(
+                "only worker {} may take the credentials of a generation it runs, not \
+                 {subject}",
+                c.worker
+            )));
+        }
+        let lease = self.check_fence(&c.fence, now, true)?;
+        if lease.holder.worker != c.worker {
+            return Err(Rejection::denied(format!(
+                "lease {} is held by worker {}, not {}",
+                lease.id, lease.holder.worker, c.worker
+            )));
+        }
+        let refs = self.profile_credentials.refs_of(c.fence.profile).to_vec();
+        if refs.is_empty() {
+            return Err(Rejection::invalid(
+                "credential_refs",
+                format!("profile {} names no credentials", c.fence.profile),
+            ));
+        }
+        let granted = self.granted_values("credential_refs", &refs)?;
+        let leased = crate::apply_credentials::leased(&granted);
+        let id = match self.profile_credentials.active_by_lease.get(&c.fence.lease) {
+            Some(id) => {
+                let held = self
+                    .profile_credentials
+                    .leases
+                    .get_mut(id)
+                    .expect("active leases exist");
+                held.credentials = leased;
+                *id
+            }
+            None => self.record_agent_credential_lease(now, &c, leased)?,
+        };
+        Ok(Outcome::CredentialLeaseGranted {
+            lease: id,
+            session: agent_session_name(c.fence.profile, c.fence.generation),
+            credentials: granted,
+        })
+    }
+
+    fn record_agent_credential_lease(
+        &mut self,
+        now: u64,
+        c: &GrantAgentCredentialLease,
+        credentials: Vec<crate::credential::LeasedCredential>,
+    ) -> Result<CredentialLeaseId, Rejection> {
+        let held = self.credentials.leases.len() + self.profile_credentials.lease_count();
+        if held >= CREDENTIAL_LEASES_MAX {
+            return Err(Rejection::QueueFull {
+                max: CREDENTIAL_LEASES_MAX,
+            });
+        }
+        let id = self.credentials.next_lease_id;
+        self.credentials.next_lease_id = id.next();
+        self.profile_credentials.leases.insert(
+            id,
+            AgentCredentialLease {
+                id,
+                profile: c.fence.profile,
+                lease: c.fence.lease,
+                generation: c.fence.generation,
+                worker: c.worker.clone(),
+                credentials,
+                granted_at_ms: now,
+                revoked: None,
+            },
+        );
+        self.profile_credentials
+            .active_by_lease
+            .insert(c.fence.lease, id);
+        Ok(id)
+    }
+
+    /// Ends the credential lease of a runtime lease, if it has one: whenever that runtime
+    /// lease stops being active.
+    pub(crate) fn end_agent_credential_lease(&mut self, now: u64, lease: LeaseId, reason: &str) {
+        let Some(id) = self.profile_credentials.active_by_lease.remove(&lease) else {
+            return;
+        };
+        let held = self
+            .profile_credentials
+            .leases
+            .get_mut(&id)
+            .expect("active leases exist");
+        held.revoked = Some(LeaseRevocation {
+            at_ms: now,
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Ends every active agent lease that holds `credential`; returns how many.
+    pub(crate) fn end_agent_leases_holding(&mut self, now: u64, credential: &CredentialId) -> u32 {
+        let holding: Vec<LeaseId> = self
+            .profile_credentials
+            .active_by_lease
+            .iter()
+            .filter(|(_, id)| {
+                self.profile_credentials.leases[*id]
+                    .credentials
+                    .iter()
+                    .any(|held| held.id == *credential)
+            })
+            .map(|(lease, _)| *lease)
+            .collect();
+        for lease in &holding {
+            self.end_agent_credential_lease(
+                now,
+                *lease,
+                &format!("credential {credential} revoked"),
+            );
+        }
+        u32::try_from(holding.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Drops ended agent leases past their retention.
+    pub(crate) fn prune_agent_credential_leases(&mut self, now: u64) {
+        self.profile_credentials
+            .leases
+            .retain(|_, lease| still_kept(lease.revoked.as_ref(), now));
+    }
+
+    pub fn profile_credentials(&self) -> &crate::profile_credentials::ProfileCredentials {
+        &self.profile_credentials
+    }
+}
