@@ -77,7 +77,7 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
     let repo = git_repo(&dir);
     let script = dir.join("provider.sh");
     std::fs::write(&script, PROVIDER).expect("provider script");
-    let worker = WorkerProc::start_with(
+    let mut worker = WorkerProc::start_with(
         &dir,
         &unique_worker_id("agent-cred"),
         cluster.urls(),
@@ -231,6 +231,55 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         !session_of(&sandbox, 2).exists(),
         "g2's files outlived its reap"
     );
+
+    // kill -9 of the worker while generation 3 holds the value: the provider fences itself,
+    // the lease's expiry ends the credentials, and the restarted worker's crash takeover
+    // reaps generation 3 — files gone, log redacted — before generation 4 gets its own.
+    let third = rt
+        .block_on(client.agent_launch(profile, &LaunchAgent::default()))
+        .expect("launch g3");
+    assert_eq!(third.generation.get(), 3);
+    wait_log(&sandbox, 3, "key: ");
+    worker.kill();
+    let events = PathBuf::from(&third.cgroup).join("cgroup.events");
+    wait_until(Duration::from_secs(LEASE_TTL_MS / 1000 + 10), || {
+        std::fs::read_to_string(&events).is_ok_and(|e| e.contains("populated 0"))
+    })
+    .expect("the provider stopped itself after its deadline");
+    wait_until(Duration::from_secs(20), || {
+        lease_of(&view(&url, profile), 3)["revoked_at_ms"].is_u64()
+    })
+    .expect("the expiry ends generation 3's credentials");
+    worker.spawn();
+    let fourth = rt
+        .block_on(client.agent_takeover(
+            profile,
+            &TakeoverAgent {
+                kind: TakeoverKind::Crash,
+                provider: None,
+                wait_for_expiry_ms: Some(LEASE_TTL_MS * 4),
+                prompt: None,
+            },
+        ))
+        .expect("crash takeover");
+    assert_eq!(fourth.generation.get(), 4);
+    wait_log(&sandbox, 4, "key: ");
+    assert!(
+        !session_of(&sandbox, 3).exists(),
+        "g3's files outlived the restart's reap"
+    );
+    let g3 = log_of(&sandbox, 3);
+    assert!(
+        g3.contains("key: [REDACTED:cred_agent]") && !g3.contains(&secret),
+        "{g3}"
+    );
+    rt.block_on(client.agent_stop(profile, &StopAgent { grace_ms: None }))
+        .expect("stop g4");
+    assert!(
+        !session_of(&sandbox, 4).exists(),
+        "g4's files outlived its reap"
+    );
+
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     assert!(
         !mounts.contains(".credentials"),
@@ -262,5 +311,5 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         p["live_lease"].is_null(),
         "the refused launch holds a lease: {p:#}"
     );
-    assert!(!session_of(&sandbox, 3).exists());
+    assert!(!session_of(&sandbox, 5).exists());
 }

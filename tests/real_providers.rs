@@ -307,3 +307,132 @@ fn codex_completes_a_task(runtime: &str) {
     assert!(summary["input_tokens"].as_u64() > Some(0), "{summary:#}");
     assert!(summary["session_id"].is_string(), "{summary:#}");
 }
+
+/// An agent profile's provider is the real CLI too: launched headless with the operator's
+/// prompt, its key from the credential the profile is given (a file, moved into the CLI's
+/// environment), it works in the profile's worktree, finishes, and its lease is released.
+#[test]
+fn claude_code_runs_as_an_agent_profile_s_provider() {
+    const KEY: &str = "sk-ant-profile-0123456789abcdef";
+    let net = TestNet::new("claude-profile");
+    let server = ModelServer::start(
+        net.listen(MODEL_PORT),
+        vec![
+            Step::Tool {
+                name: "Bash",
+                input: json!({"command": "echo profile was here > notes.txt && cat notes.txt",
+                              "description": "leave a note"}),
+            },
+            Step::Text("Left a note."),
+        ],
+    );
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    put_credential(&url, "key-test", KEY);
+    let worker = WorkerProc::start_with_env(
+        cluster.dir.path(),
+        &unique_worker_id("w-claude-profile"),
+        cluster.urls(),
+        "process",
+        vec!["--env-allow".into(), "ANTHROPIC_BASE_URL".into()],
+        vec![("ANTHROPIC_BASE_URL".into(), server.url.clone())],
+    );
+    let repo = git_repo(cluster.dir.path());
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "scribes", "max_profiles": 1, "max_active": 1}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/scribes/profiles"),
+        json!({"key": "scribe", "providers": ["claude"]}),
+    )
+    .expect("profile");
+    let id = r.body["profile_created"]["profile"].as_u64().expect("id");
+    let r = http_send(
+        "PUT",
+        &format!("{url}/api/v1/profiles/{id}/credentials"),
+        Some(json!({"credential_refs": [{"id": "key-test", "mount": "anthropic_api_key"}]})),
+        None,
+    )
+    .expect("credentials");
+    assert!(r.ok(), "{r:?}");
+
+    let rt = rt();
+    let client = client_with_timeouts(
+        cluster.urls(),
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+    );
+    let profile = squadron_core::ids::ProfileId::new(id).expect("id");
+    let first_launch = squadron_client::LaunchAgent {
+        worker: Some(squadron_core::ids::WorkerId::new(worker.id.clone()).expect("worker id")),
+        repository: Some(squadron_client::SandboxRepository {
+            url: repo.display().to_string(),
+            branch: Some("main".into()),
+        }),
+        ..squadron_client::LaunchAgent::default()
+    };
+    // A headless CLI has nobody to ask: without a prompt (or a capsule) nothing starts.
+    let err = rt
+        .block_on(client.agent_launch(profile, &first_launch))
+        .expect_err("no prompt");
+    assert!(err.to_string().contains("prompt"), "{err}");
+    let launched = rt
+        .block_on(client.agent_launch(
+            profile,
+            &squadron_client::LaunchAgent {
+                prompt: Some("Leave a note in notes.txt.".into()),
+                ..first_launch
+            },
+        ))
+        .expect("launch");
+    assert_eq!(launched.generation.get(), 1);
+
+    // It runs to its end; the exit releases the lease.
+    let mut p = Value::Null;
+    let done = wait_until(TASK_TIMEOUT, || {
+        p = http_get(&format!("{url}/api/v1/profiles/{id}")).unwrap_or_default();
+        p["live_lease"].is_null()
+    });
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/scribes");
+    let log = |stream: &str| {
+        std::fs::read_to_string(sandbox.join(format!("state/scribe/logs/g1.{stream}.log")))
+            .unwrap_or_default()
+    };
+    assert!(
+        done.is_ok(),
+        "the provider never finished: {p:#}\nstdout:\n{}\nstderr:\n{}",
+        log("stdout"),
+        log("stderr")
+    );
+    let turns = server.main_loop();
+    assert!(turns.len() >= 2, "{} turns: {turns:#?}", turns.len());
+    assert_eq!(turns[0].header("x-api-key"), Some(KEY));
+    assert!(
+        saw(&turns, "Leave a note in notes.txt."),
+        "the prompt never reached the model"
+    );
+    assert!(
+        saw(&turns, "profile was here"),
+        "the command's output never reached the model"
+    );
+    let cwd = model_server::working_directory(&turns[0].all_text());
+    assert_eq!(cwd, "/workspace", "working directory");
+    let note = std::fs::read_to_string(sandbox.join("worktrees/scribe/notes.txt")).expect("note");
+    assert_eq!(note, "profile was here\n");
+    assert!(
+        log("stdout").contains("\"type\":\"result\""),
+        "{}",
+        log("stdout")
+    );
+    assert!(!log("stdout").contains(KEY) && !log("stderr").contains(KEY));
+    let view = http_get(&format!("{url}/api/v1/profiles/{id}/credentials")).expect("view");
+    assert!(view["leases"][0]["revoked_at_ms"].is_u64(), "{view:#}");
+    assert!(!sandbox.join("run/scribe/g1.credentials").exists());
+}

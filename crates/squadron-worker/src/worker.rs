@@ -184,7 +184,11 @@ async fn prepare_data_dir(config: &WorkerConfig) -> Result<(), WorkerError> {
 /// The agent supervisor, when agents are configured and this host can run the process
 /// runtime; otherwise the reason is logged and the worker runs tasks only.
 fn agent_supervisor(config: &WorkerConfig, control: &ControlLink) -> Option<AgentSupervisor> {
-    let agents = config.agents.clone()?;
+    let mut agents = config.agents.clone()?;
+    // Checked when the worker started (the task drivers use the same list).
+    if let Ok(allowed) = EnvAllowlist::new(config.env_allowlist.iter().cloned()) {
+        agents.inherited_env = allowed.resolve();
+    }
     let made = ProcessRuntimeConfig::for_worker(config)
         .and_then(AgentRuntime::new)
         .and_then(|runtime| {

@@ -26,9 +26,10 @@ pub(crate) const PROVIDER_SCRIPT_BYTES_MAX: u64 = 1 << 20;
 /// How one provider is started inside the boundary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderLauncher {
-    /// A program visible inside the boundary (the host's system directories are), with its
-    /// arguments.
-    Command(Vec<String>),
+    /// The provider's pinned CLI, headless (`task::launcher::cli_script`): its structured
+    /// stream on stdout, the prompt on stdin, its API key moved from the credential file the
+    /// profile is given (`anthropic_api_key`, `openai_api_key`) into its environment.
+    Cli,
     /// A shell script on the worker's host, copied into the generation's launch files and
     /// run with `/bin/sh` (tests and demos run "codex" and "claude" this way).
     Script(PathBuf),
@@ -44,10 +45,13 @@ pub struct AgentConfig {
     pub skills: BTreeSet<SkillId>,
     /// MCP servers this host can reach; likewise.
     pub mcp_servers: BTreeSet<McpServerId>,
+    /// The worker's allowlisted variables (`--env-allow`, e.g. a model's base URL), given to
+    /// every provider under the fixed ones; never a secret (those are credentials).
+    pub inherited_env: BTreeMap<String, String>,
 }
 
 impl Default for AgentConfig {
-    /// Codex and Claude by their command names; no script provider; no skills or MCP
+    /// Codex and Claude as their headless CLIs; no script provider; no skills or MCP
     /// servers.
     fn default() -> Self {
         AgentConfig {
@@ -55,17 +59,12 @@ impl Default for AgentConfig {
             stop_grace_ms: AGENT_STOP_GRACE_MS_DEFAULT,
             self_fence_margin_ms: SELF_FENCE_MARGIN_MS_DEFAULT,
             providers: BTreeMap::from([
-                (
-                    Provider::Codex,
-                    ProviderLauncher::Command(vec!["codex".into()]),
-                ),
-                (
-                    Provider::Claude,
-                    ProviderLauncher::Command(vec!["claude".into()]),
-                ),
+                (Provider::Codex, ProviderLauncher::Cli),
+                (Provider::Claude, ProviderLauncher::Cli),
             ]),
             skills: BTreeSet::new(),
             mcp_servers: BTreeSet::new(),
+            inherited_env: BTreeMap::new(),
         }
     }
 }
@@ -105,8 +104,8 @@ impl AgentConfig {
         }
         for (provider, launcher) in &self.providers {
             match launcher {
-                ProviderLauncher::Command(argv) if argv.is_empty() => {
-                    return bad("providers", format!("{provider}: empty command"))
+                ProviderLauncher::Cli if *provider == Provider::Script => {
+                    return bad("providers", "script has no CLI; give it a script".into())
                 }
                 ProviderLauncher::Script(path) if !path.is_file() => {
                     return bad(

@@ -31,6 +31,7 @@ use crate::agent::supervisor::{
     BROKER_SOCKET_NAME,
 };
 use crate::runtime::sandbox_user::SandboxUser;
+use crate::task::launcher::{cli_script, provider_env};
 
 /// The watchdog every provider runs under: it forwards SIGTERM and kills the provider once
 /// the worker's deadline for the lease has passed (self-fencing). Exit status is the
@@ -90,6 +91,9 @@ impl AgentSupervisor {
         // Everything that can fail is read before the grant, so a granted lease is either
         // started or released.
         let capsule = self.latest_capsule(id).await?;
+        if let Some(ProviderLauncher::Cli) = self.inner.config.providers.get(&provider) {
+            headless_prompt(provider, id, req.prompt.as_ref(), capsule.as_ref())?;
+        }
         let next = profile.generation.successor();
         let holder = self.holder(&sandbox, &profile, provider, next);
         let sent_at = squadron_client::now_ms();
@@ -303,8 +307,14 @@ impl AgentSupervisor {
             "/bin/sh".to_owned(),
             format!("{AGENT_RUN_MOUNT}/watchdog.sh"),
         ];
-        match self.inner.config.providers.get(&g.provider) {
-            Some(ProviderLauncher::Command(command)) => argv.extend(command.iter().cloned()),
+        let launcher = self.inner.config.providers.get(&g.provider);
+        match launcher {
+            Some(ProviderLauncher::Cli) => {
+                let script = cli_script(g.provider)?;
+                run_files.insert("provider.sh".to_owned(), script.into_bytes());
+                argv.push("/bin/sh".to_owned());
+                argv.push(format!("{AGENT_RUN_MOUNT}/provider.sh"));
+            }
             Some(ProviderLauncher::Script(path)) => {
                 let script = read_bounded(path, PROVIDER_SCRIPT_BYTES_MAX)?;
                 run_files.insert("provider.sh".to_owned(), script);
@@ -318,13 +328,31 @@ impl AgentSupervisor {
                 )))
             }
         }
-        let stdin = g.prompt.clone().map(|p| {
+        let prompt = match launcher {
+            Some(ProviderLauncher::Cli) => Some(headless_prompt(
+                g.provider,
+                g.profile.id,
+                g.prompt.as_ref(),
+                g.capsule.as_ref(),
+            )?),
+            _ => g.prompt.clone(),
+        };
+        let stdin = prompt.map(|p| {
             run_files.insert("prompt".to_owned(), p.into_bytes());
             "prompt".to_owned()
         });
+        let mut env = self.inner.config.inherited_env.clone();
+        if matches!(launcher, Some(ProviderLauncher::Cli)) {
+            env.extend(
+                provider_env(g.provider)
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string())),
+            );
+        }
+        env.extend(agent_env(g));
         Ok(AgentLaunch {
             argv,
-            env: agent_env(g),
+            env,
             run_files,
             stdin,
             network: NetworkMode::Outbound,
@@ -333,6 +361,59 @@ impl AgentSupervisor {
             credentials: None,
         })
     }
+}
+
+/// What a headless CLI is told first: the capsule it continues from, rendered as text (the
+/// same for every provider, so a swap carries it), then the operator's prompt — or, after a
+/// takeover without one, to go on with the pending work. A first launch needs a prompt: a
+/// headless CLI has nobody to ask.
+fn headless_prompt(
+    provider: Provider,
+    profile: ProfileId,
+    prompt: Option<&String>,
+    capsule: Option<&ContinuityCapsule>,
+) -> Result<String, AgentError> {
+    let Some(capsule) = capsule else {
+        return prompt.cloned().ok_or_else(|| {
+            AgentError::invalid(
+                "prompt",
+                format!(
+                    "{provider} runs headless and needs a prompt (--prompt-file) when profile \
+                     {profile} has no capsule to continue from"
+                ),
+            )
+        });
+    };
+    let then = prompt.map_or("Continue the pending work above.", String::as_str);
+    Ok(format!("{}\n\n{then}", render_capsule(capsule)))
+}
+
+/// A capsule as a provider reads it.
+pub(crate) fn render_capsule(c: &ContinuityCapsule) -> String {
+    let list = |items: &[String]| -> String {
+        if items.is_empty() {
+            "- (none)\n".to_owned()
+        } else {
+            items.iter().map(|i| format!("- {i}\n")).collect()
+        }
+    };
+    let p = &c.payload;
+    format!(
+        "You continue the work of agent profile {profile}: generation {generation} left this \
+         continuity capsule (sequence {sequence}, digest {digest}).\n\
+         Task state: {state}\nDecisions:\n{decisions}Pending work:\n{pending}\
+         Repository revision: {revision}\nMailbox cursor: {cursor}\nContext: {context}",
+        profile = c.profile,
+        generation = c.generation,
+        sequence = c.sequence,
+        digest = c.digest.to_hex(),
+        state = p.task_state,
+        decisions = list(&p.decisions),
+        pending = list(&p.pending_work),
+        revision = p.repository_revision,
+        cursor = p.mailbox_cursor,
+        context = p.context_ref,
+    )
 }
 
 /// A launch needs the profile idle here (`here`: the generation it runs here, if any) and
@@ -429,4 +510,69 @@ fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, AgentError> {
     }
     fs::read(path)
         .map_err(|e| AgentError::precondition(format!("provider script {}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use squadron_core::capsule::CapsulePayload;
+    use squadron_core::ids::{Digest, LeaseId};
+
+    use super::*;
+
+    fn capsule() -> ContinuityCapsule {
+        ContinuityCapsule {
+            profile: ProfileId::new(3).unwrap(),
+            lease: LeaseId::new(5).unwrap(),
+            generation: Generation::new(2),
+            sequence: 4,
+            previous: None,
+            schema_version: 1,
+            payload: CapsulePayload {
+                task_state: "half of the parser is written".into(),
+                decisions: vec!["keep the old API".into()],
+                pending_work: vec!["write the tests".into(), "update the docs".into()],
+                repository_revision: "abc123".into(),
+                mailbox_cursor: 7,
+                context_ref: "codex-session:s-1".into(),
+            },
+            digest: Digest::from_bytes([9; 32]),
+            committed_at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_headless_cli_needs_a_prompt_or_a_capsule() {
+        let id = ProfileId::new(3).unwrap();
+        let err = headless_prompt(Provider::Claude, id, None, None).unwrap_err();
+        assert!(err.to_string().contains("prompt"), "{err}");
+        let prompt = "Fix the build.".to_owned();
+        assert_eq!(
+            headless_prompt(Provider::Claude, id, Some(&prompt), None).unwrap(),
+            prompt
+        );
+    }
+
+    #[test]
+    fn the_capsule_comes_first_then_the_prompt_or_the_pending_work() {
+        let id = ProfileId::new(3).unwrap();
+        let c = capsule();
+        let text = headless_prompt(Provider::Claude, id, None, Some(&c)).unwrap();
+        for part in [
+            "generation 2",
+            "sequence 4",
+            "Task state: half of the parser is written",
+            "- keep the old API\n",
+            "- write the tests\n- update the docs\n",
+            "Repository revision: abc123",
+            "Mailbox cursor: 7",
+            "Context: codex-session:s-1",
+            &c.digest.to_hex(),
+        ] {
+            assert!(text.contains(part), "{part:?} missing from:\n{text}");
+        }
+        assert!(text.ends_with("Continue the pending work above."), "{text}");
+        let prompt = "Now the docs.".to_owned();
+        let text = headless_prompt(Provider::Codex, id, Some(&prompt), Some(&c)).unwrap();
+        assert!(text.starts_with("You continue") && text.ends_with("\n\nNow the docs."));
+    }
 }

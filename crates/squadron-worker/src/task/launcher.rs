@@ -258,7 +258,7 @@ if [ -n "${OPENAI_BASE_URL:-}" ]; then mkdir -p "$HOME/.codex" && printf '%s\n' 
 /// credential file into the variables the CLI reads it from (neither CLI reads a key from a
 /// file), and for Codex, which has no base-URL variable, `OPENAI_BASE_URL` made a model
 /// provider in its own configuration (`$HOME` is the sandbox's private `/tmp`).
-fn provider_prelude(provider: Provider) -> String {
+pub(crate) fn provider_prelude(provider: Provider) -> String {
     let move_key = |file: &str, vars: &[&str]| {
         let assign: String = vars
             .iter()
@@ -282,9 +282,18 @@ fn provider_prelude(provider: Provider) -> String {
 /// The provider's command line (no prompt: that comes on stdin). `run` is where `run/` is
 /// mounted.
 pub(crate) fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
+    match agent.provider {
+        Provider::Script => vec!["/bin/sh".into(), format!("{run}/{SCRIPT_FILE_NAME}")],
+        cli => cli_argv(cli, agent),
+    }
+}
+
+/// A headless CLI's command line: a task's with its manifest's model, turns and tools; an
+/// agent profile's with none of them (`AgentSpec`'s optional fields unset).
+pub(crate) fn cli_argv(provider: Provider, agent: &AgentSpec) -> Vec<String> {
     let mut argv: Vec<String> = Vec::new();
     let mut push = |args: &[&str]| argv.extend(args.iter().map(|a| a.to_string()));
-    match agent.provider {
+    match provider {
         Provider::Claude => {
             push(&[
                 "claude",
@@ -317,9 +326,38 @@ pub(crate) fn provider_argv(agent: &AgentSpec, run: &str) -> Vec<String> {
                 "-",
             ]);
         }
-        Provider::Script => push(&["/bin/sh", &format!("{run}/{SCRIPT_FILE_NAME}")]),
+        Provider::Script => {}
     }
     argv
+}
+
+/// A shell script that starts `provider`'s CLI headless as an agent profile's provider: the
+/// key moved from its credential file and Codex's model provider from `OPENAI_BASE_URL` (as
+/// `launch.sh` does for a task), then the CLI itself, so signals reach it.
+pub(crate) fn cli_script(provider: Provider) -> Result<String, WorkerError> {
+    let bare = AgentSpec {
+        prompt: String::new(),
+        model: None,
+        max_turns: None,
+        allowed_tools: None,
+        provider,
+        script: None,
+    };
+    let argv = cli_argv(provider, &bare);
+    if argv.is_empty() {
+        return Err(WorkerError::Invalid {
+            field: "provider".into(),
+            message: format!("{provider} has no CLI"),
+        });
+    }
+    let command = shlex::try_join(argv.iter().map(String::as_str)).map_err(quote_error)?;
+    Ok(format!(
+        "#!/bin/sh\n\
+         # Written by the Squadron worker: provider {provider}, headless.\n\
+         {prelude}\
+         exec {command}\n",
+        prelude = provider_prelude(provider),
+    ))
 }
 
 /// Sandbox paths `launch.sh` wires together.
@@ -433,6 +471,31 @@ mod tests {
         assert_eq!(RUN_MOUNT, format!("{SANDBOX_MOUNT_PREFIX}/run"));
         assert_eq!(INBOX_MOUNT, format!("{SANDBOX_MOUNT_PREFIX}/inbox"));
         assert_eq!(OUTBOX_MOUNT, format!("{SANDBOX_MOUNT_PREFIX}/outbox"));
+    }
+
+    #[test]
+    fn an_agent_profile_s_cli_script_moves_the_key_and_execs_the_headless_cli() {
+        let claude = cli_script(Provider::Claude).unwrap();
+        assert!(claude.contains("ANTHROPIC_API_KEY=$(cat \"${ANTHROPIC_API_KEY_FILE}\")"));
+        assert_eq!(
+            last_line(&claude),
+            "exec claude --print --output-format stream-json --verbose --permission-mode \
+             bypassPermissions"
+        );
+        let codex = cli_script(Provider::Codex).unwrap();
+        assert!(codex.contains("model_provider = \"squadron\""), "{codex}");
+        assert_eq!(
+            last_line(&codex),
+            "exec codex exec --json --sandbox danger-full-access --skip-git-repo-check -"
+        );
+        for text in [&claude, &codex] {
+            let syntax = Command::new("sh")
+                .args(["-n", "-c", text])
+                .status()
+                .unwrap();
+            assert!(syntax.success(), "{text}");
+        }
+        assert!(cli_script(Provider::Script).is_err());
     }
 
     #[test]
