@@ -436,3 +436,203 @@ fn claude_code_runs_as_an_agent_profile_s_provider() {
     assert!(view["leases"][0]["revoked_at_ms"].is_u64(), "{view:#}");
     assert!(!sandbox.join("run/scribe/g1.credentials").exists());
 }
+
+/// Issue 16's handover with the real CLIs: Codex works as an agent profile's provider (one
+/// command, then it waits on its model); a graceful takeover stops it, builds the capsule
+/// from Codex's own stream — its session, the command it ran, the pending work, the branch's
+/// revision —, commits it, and starts Claude Code with that capsule as its first turn.
+#[test]
+fn a_graceful_takeover_carries_codex_s_capsule_into_claude_s_first_turn() {
+    const OPENAI_KEY: &str = "sk-openai-handover-0123456789abcdef";
+    const ANTHROPIC_KEY: &str = "sk-ant-handover-0123456789abcdef";
+    const PROMPT: &str = "Write the release notes in NOTES.md.";
+    let net = TestNet::new("handover");
+    let codex_model = ModelServer::start(
+        net.listen(MODEL_PORT),
+        vec![
+            Step::Tool {
+                name: "exec_command",
+                input: json!({"cmd": "echo started > started.txt"}),
+            },
+            Step::Hold,
+        ],
+    );
+    let claude_model = ModelServer::start(
+        net.listen(MODEL_PORT + 1),
+        vec![Step::Text("Continuing from the capsule.")],
+    );
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    put_credential(&url, "key-openai", OPENAI_KEY);
+    put_credential(&url, "key-anthropic", ANTHROPIC_KEY);
+    let worker = WorkerProc::start_with_env(
+        cluster.dir.path(),
+        &unique_worker_id("w-handover"),
+        cluster.urls(),
+        "process",
+        [
+            "--env-allow",
+            "OPENAI_BASE_URL",
+            "--env-allow",
+            "ANTHROPIC_BASE_URL",
+            "--agent-stop-grace-ms",
+            "3000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        vec![
+            ("OPENAI_BASE_URL".into(), format!("{}/v1", codex_model.url)),
+            ("ANTHROPIC_BASE_URL".into(), claude_model.url.clone()),
+        ],
+    );
+    let repo = git_repo(cluster.dir.path());
+    for (path, body) in [
+        (
+            "projects".to_owned(),
+            json!({"tenant": "acme", "project": "handover", "max_profiles": 1, "max_active": 1}),
+        ),
+        (
+            "projects/acme/handover/profiles".to_owned(),
+            json!({"key": "writer", "providers": ["codex", "claude"]}),
+        ),
+    ] {
+        let r = post(&format!("{url}/api/v1/{path}"), body).expect(&path);
+        assert!(r.ok(), "{r:?}");
+    }
+    let id = 1;
+    let r = http_send(
+        "PUT",
+        &format!("{url}/api/v1/profiles/{id}/credentials"),
+        Some(json!({"credential_refs": [
+            {"id": "key-openai", "mount": "openai_api_key"},
+            {"id": "key-anthropic", "mount": "anthropic_api_key"},
+        ]})),
+        None,
+    )
+    .expect("credentials");
+    assert!(r.ok(), "{r:?}");
+
+    let rt = rt();
+    let client = client_with_timeouts(
+        cluster.urls(),
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+    );
+    let profile = squadron_core::ids::ProfileId::new(id).expect("id");
+    let launched = rt
+        .block_on(client.agent_launch(
+            profile,
+            &squadron_client::LaunchAgent {
+                worker: Some(
+                    squadron_core::ids::WorkerId::new(worker.id.clone()).expect("worker id"),
+                ),
+                repository: Some(squadron_client::SandboxRepository {
+                    url: repo.display().to_string(),
+                    branch: Some("main".into()),
+                }),
+                prompt: Some(PROMPT.into()),
+                ..squadron_client::LaunchAgent::default()
+            },
+        ))
+        .expect("launch codex");
+    assert_eq!(launched.provider, squadron_core::provider::Provider::Codex);
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/handover");
+    let log = |generation: u64, stream: &str| {
+        std::fs::read_to_string(
+            sandbox.join(format!("state/writer/logs/g{generation}.{stream}.log")),
+        )
+        .unwrap_or_default()
+    };
+    // Codex ran its command and now waits on its model.
+    let held = wait_until(TASK_TIMEOUT, || {
+        codex_model
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/responses"))
+            .count()
+            >= 2
+    });
+    assert!(
+        held.is_ok(),
+        "codex never came back to its model:\n{}\n{}",
+        log(1, "stdout"),
+        log(1, "stderr")
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.join("worktrees/writer/started.txt")).ok(),
+        Some("started\n".to_owned())
+    );
+
+    let next = rt
+        .block_on(client.agent_takeover(
+            profile,
+            &squadron_client::TakeoverAgent {
+                kind: squadron_client::TakeoverKind::Graceful,
+                provider: None,
+                wait_for_expiry_ms: None,
+                prompt: None,
+            },
+        ))
+        .expect("graceful takeover");
+    assert_eq!(next.provider, squadron_core::provider::Provider::Claude);
+    assert_eq!(next.generation.get(), 2);
+
+    // The committed capsule is Codex's own account.
+    let capsules = rt
+        .block_on(client.list_capsules(profile, squadron_client::Consistency::Linearizable))
+        .expect("capsules");
+    let capsule = capsules.last().expect("a capsule was committed");
+    let p = &capsule.payload;
+    assert!(
+        p.task_state.contains("generation 1 (codex, session"),
+        "{p:?}"
+    );
+    assert!(
+        p.task_state
+            .contains("1 tool calls (last: command_execution)"),
+        "{p:?}"
+    );
+    assert_eq!(p.pending_work, [PROMPT], "{p:?}");
+    assert!(p.context_ref.starts_with("codex-session:"), "{p:?}");
+    assert_eq!(p.repository_revision.len(), 40, "{p:?}");
+
+    // Claude's first turn carried it, then finished; its exit released the lease.
+    let turns = wait_until(TASK_TIMEOUT, || !claude_model.main_loop().is_empty());
+    assert!(
+        turns.is_ok(),
+        "claude never asked its model:\n{}",
+        log(2, "stderr")
+    );
+    let first = &claude_model.main_loop()[0];
+    assert_eq!(first.header("x-api-key"), Some(ANTHROPIC_KEY));
+    let text = first.all_text();
+    for part in [
+        "generation 1 left this continuity capsule",
+        "Pending work:\n- Write the release notes in NOTES.md.",
+        &p.context_ref,
+        "Continue the pending work above.",
+    ] {
+        assert!(
+            text.contains(part),
+            "{part:?} not in Claude's first turn:\n{text}"
+        );
+    }
+    let released = wait_until(TASK_TIMEOUT, || {
+        http_get(&format!("{url}/api/v1/profiles/{id}")).is_ok_and(|p| p["live_lease"].is_null())
+    });
+    assert!(
+        released.is_ok(),
+        "claude never finished:\n{}",
+        log(2, "stderr")
+    );
+    for generation in [1, 2] {
+        for stream in ["stdout", "stderr"] {
+            let text = log(generation, stream);
+            assert!(!text.contains(OPENAI_KEY) && !text.contains(ANTHROPIC_KEY));
+        }
+    }
+}

@@ -36,9 +36,18 @@ const REQUEST_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// working directory the CLI told the model in its system prompt.
 #[derive(Debug, Clone)]
 pub enum Step {
-    Tool { name: &'static str, input: Value },
+    Tool {
+        name: &'static str,
+        input: Value,
+    },
     Text(&'static str),
+    /// No answer for [`HOLD_FOR`]: the CLI waits on the model (and so keeps running) until it
+    /// is stopped.
+    Hold,
 }
+
+/// How long a [`Step::Hold`] keeps its request waiting.
+pub const HOLD_FOR: Duration = Duration::from_secs(600);
 
 /// One request as the CLI sent it.
 #[derive(Debug, Clone)]
@@ -177,6 +186,9 @@ async fn answer(
         .expect("recorded")
         .push(recorded.clone());
     if method == Method::POST && recorded.path.ends_with("/responses") {
+        if matches!(responses::step_of(&shared.script, &recorded), Step::Hold) {
+            tokio::time::sleep(HOLD_FOR).await;
+        }
         return responses::answer(&shared.script, &recorded);
     }
     if method != Method::POST || !recorded.path.ends_with("/v1/messages") {
@@ -196,6 +208,9 @@ async fn answer(
     } else {
         Step::Text("ok")
     };
+    if matches!(step, Step::Hold) {
+        tokio::time::sleep(HOLD_FOR).await;
+    }
     let cwd = working_directory(&recorded.all_text());
     let message = message_of(&recorded.body, &step, &cwd);
     if recorded.body["stream"] == true {
@@ -269,6 +284,7 @@ fn message_of(request: &Value, step: &Step, cwd: &str) -> Value {
             "tool_use",
         ),
         Step::Text(text) => (json!([{"type": "text", "text": text}]), "end_turn"),
+        Step::Hold => (json!([{"type": "text", "text": "held"}]), "end_turn"),
     };
     json!({
         "id": format!("msg_{n:04}"),

@@ -16,16 +16,7 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let turn = input
-        .iter()
-        .filter(|i| {
-            i["type"] == "function_call" || (i["type"] == "message" && i["role"] == "assistant")
-        })
-        .count();
-    let step = script
-        .get(turn)
-        .cloned()
-        .unwrap_or(Step::Text("The script is over."));
+    let step = step_of(script, request);
     // Codex tells the model its environment in the input's messages.
     let cwd = working_directory(&contents_text(&input));
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -38,6 +29,10 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
         Step::Text(text) => json!({
             "type": "message", "id": format!("msg_{n:04}"), "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": text, "annotations": []}],
+        }),
+        Step::Hold => json!({
+            "type": "message", "id": format!("msg_{n:04}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": "held", "annotations": []}],
         }),
     };
     let id = format!("resp_{n:04}");
@@ -75,4 +70,24 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
         json!({"type": "response.completed", "response": response("completed", json!([item]))}),
     ));
     event_stream(&events)
+}
+
+/// The step a Responses request is at: the model turns already in its input.
+pub(crate) fn step_of(script: &[Step], request: &Recorded) -> Step {
+    let turn = request.body["input"]
+        .as_array()
+        .map(|input| {
+            input
+                .iter()
+                .filter(|i| {
+                    i["type"] == "function_call"
+                        || (i["type"] == "message" && i["role"] == "assistant")
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    script
+        .get(turn)
+        .cloned()
+        .unwrap_or(Step::Text("The script is over."))
 }

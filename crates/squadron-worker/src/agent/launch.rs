@@ -26,6 +26,7 @@ use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::registry::AgentEntry;
 use crate::agent::state::{AgentState, AttemptStatus};
+use crate::agent::stream_capsule::{pending_of, PENDING_FILE_NAME};
 use crate::agent::supervisor::{
     blocking, check_prompt, grant_token, unexpected, AgentSupervisor, AGENTS_MAX,
     BROKER_SOCKET_NAME,
@@ -337,6 +338,12 @@ impl AgentSupervisor {
             )?),
             _ => g.prompt.clone(),
         };
+        let inherited = g
+            .capsule
+            .as_ref()
+            .map_or(&[][..], |c| c.payload.pending_work.as_slice());
+        let pending = pending_of(g.prompt.as_deref(), inherited);
+        run_files.insert(PENDING_FILE_NAME.to_owned(), to_json(&pending)?);
         let stdin = prompt.map(|p| {
             run_files.insert("prompt".to_owned(), p.into_bytes());
             "prompt".to_owned()

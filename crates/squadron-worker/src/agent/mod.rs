@@ -20,5 +20,6 @@ pub(crate) mod renewal;
 pub(crate) mod runtime;
 pub(crate) mod state;
 pub(crate) mod stop;
+pub(crate) mod stream_capsule;
 pub(crate) mod supervisor;
 pub(crate) mod takeover;

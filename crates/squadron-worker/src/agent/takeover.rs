@@ -23,7 +23,8 @@ use crate::agent::error::AgentError;
 use crate::agent::launch::GrantedAttempt;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::state::{AgentState, ReapProof};
-use crate::agent::supervisor::{check_prompt, grant_token, unexpected, AgentSupervisor};
+use crate::agent::stream_capsule::capsule_from_stream;
+use crate::agent::supervisor::{blocking, check_prompt, grant_token, unexpected, AgentSupervisor};
 use crate::control_link::CallError;
 
 /// Longest a crash takeover waits for the old lease to expire.
@@ -102,7 +103,19 @@ impl AgentSupervisor {
             .stop_with_grace(id, &old.attempt, old.token.lease, grace, true)
             .await
             .map_err(|e| e.context("stopping the old provider"))?;
-        let payload = read_capsule_file(&old.sandbox, &profile, old.token.generation);
+        let cursor = self
+            .registry()
+            .state(id)
+            .map_or(0, |s| s.mailbox_delivered_through);
+        let (sb, p, generation, provider_was) = (
+            old.sandbox.clone(),
+            profile.clone(),
+            old.token.generation,
+            old.provider,
+        );
+        let payload =
+            blocking(move || Ok(handover_payload(&sb, &p, generation, provider_was, cursor)))
+                .await?;
         let next = old.token.generation.successor();
         let holder = self.holder(&old.sandbox, &profile, provider, next);
         let sent_at = squadron_client::now_ms();
@@ -365,37 +378,71 @@ fn capsule_draft(profile: &AgentProfile, payload: CapsulePayload) -> CapsuleDraf
     }
 }
 
-/// The capsule the stopped provider left at `/state/capsule.json`, or a note that it left
-/// none. The file is the provider's: it is read without following a symlink, bounded, and
-/// parsed strictly.
-fn read_capsule_file(
+/// What the stopped generation hands over: the capsule it wrote at `/state/capsule.json`,
+/// else the one its own structured stream gives (`stream_capsule`), else a note of why there
+/// is none.
+fn handover_payload(
     sandbox: &ProjectSandbox,
     profile: &AgentProfile,
     generation: Generation,
+    provider: Provider,
+    mailbox_cursor: u64,
 ) -> CapsulePayload {
+    let why = match read_capsule_file(sandbox, profile) {
+        Ok(payload) => return payload,
+        Err(why) => why,
+    };
+    let paths = sandbox.profile_paths(&profile.key);
+    let revision = branch_tip(&sandbox.git_dir(), &paths.branch);
+    if let Some(mut payload) =
+        capsule_from_stream(&paths, generation, provider, revision, mailbox_cursor)
+    {
+        if payload.context_ref.is_empty() {
+            payload.context_ref = profile.context_ref.clone().unwrap_or_default();
+        }
+        return payload;
+    }
+    CapsulePayload {
+        task_state: format!("generation {generation} stopped for a takeover; {why}"),
+        context_ref: profile.context_ref.clone().unwrap_or_default(),
+        ..CapsulePayload::default()
+    }
+}
+
+/// The capsule the stopped provider left at `/state/capsule.json`, or why there is none. The
+/// file is the provider's: it is read without following a symlink, bounded, and parsed
+/// strictly.
+fn read_capsule_file(
+    sandbox: &ProjectSandbox,
+    profile: &AgentProfile,
+) -> Result<CapsulePayload, String> {
     let path = sandbox
         .profile_paths(&profile.key)
         .state
         .join("capsule.json");
-    let fallback = |why: String| CapsulePayload {
-        task_state: format!("generation {generation} stopped for a takeover; {why}"),
-        context_ref: profile.context_ref.clone().unwrap_or_default(),
-        ..CapsulePayload::default()
-    };
-    let meta = match fs::symlink_metadata(&path) {
-        Ok(m) => m,
-        Err(_) => return fallback("it wrote no /state/capsule.json".into()),
+    let Ok(meta) = fs::symlink_metadata(&path) else {
+        return Err("it wrote no /state/capsule.json".into());
     };
     if !meta.is_file() || meta.len() > CAPSULE_FILE_BYTES_MAX {
-        return fallback(format!(
+        return Err(format!(
             "/state/capsule.json was not a regular file of at most {CAPSULE_FILE_BYTES_MAX} bytes"
         ));
     }
     match fs::read(&path).map(|b| serde_json::from_slice::<CapsulePayload>(&b)) {
-        Ok(Ok(payload)) => payload,
-        Ok(Err(e)) => fallback(format!(
+        Ok(Ok(payload)) => Ok(payload),
+        Ok(Err(e)) => Err(format!(
             "/state/capsule.json was not a capsule payload: {e}"
         )),
-        Err(e) => fallback(format!("/state/capsule.json could not be read: {e}")),
+        Err(e) => Err(format!("/state/capsule.json could not be read: {e}")),
     }
+}
+
+/// The commit the profile's branch points at in the sandbox's repository, if it has one.
+fn branch_tip(git_dir: &std::path::Path, branch: &str) -> Option<String> {
+    let repo = git2::Repository::open_bare(git_dir).ok()?;
+    let tip = repo
+        .find_reference(&format!("refs/heads/{branch}"))
+        .and_then(|r| r.peel_to_commit())
+        .ok()?;
+    Some(tip.id().to_string())
 }

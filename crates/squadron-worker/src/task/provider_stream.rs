@@ -21,6 +21,8 @@ pub(crate) const PROVIDER_STREAM_BYTES_MAX: u64 = 64 * 1024 * 1024;
 pub(crate) const PROVIDER_LINE_BYTES_MAX: usize = 1024 * 1024;
 /// Most distinct tool names counted; further names count under `other`.
 pub(crate) const PROVIDER_TOOL_NAMES_MAX: usize = 64;
+/// Most bytes kept of the provider's last message.
+pub(crate) const PROVIDER_TEXT_BYTES_MAX: usize = 4 * 1024;
 
 /// The run as the provider's stream tells it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -38,12 +40,22 @@ pub(crate) struct ProviderSummary {
     pub(crate) turns: u64,
     /// How the CLI said the run ended (`success`, `error_max_turns`, …), where it says.
     pub(crate) result: Option<String>,
+    /// The provider's last message to the user, at most [`PROVIDER_TEXT_BYTES_MAX`] bytes.
+    pub(crate) last_text: Option<String>,
     /// Lines read and lines that were not JSON.
     pub(crate) lines: u64,
     pub(crate) unparsed_lines: u64,
 }
 
 impl ProviderSummary {
+    fn said(&mut self, text: &str) {
+        let mut end = text.len().min(PROVIDER_TEXT_BYTES_MAX);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.last_text = Some(text[..end].to_string());
+    }
+
     fn tool(&mut self, name: &str) {
         self.tool_calls += 1;
         let key = if self.tools.len() < PROVIDER_TOOL_NAMES_MAX || self.tools.contains_key(name) {
@@ -129,6 +141,10 @@ fn claude_event(s: &mut ProviderSummary, e: &Value) {
             for block in e["message"]["content"].as_array().into_iter().flatten() {
                 if block["type"] == "tool_use" {
                     s.tool(block["name"].as_str().unwrap_or("unnamed"));
+                } else if let Some(said) =
+                    block["text"].as_str().filter(|_| block["type"] == "text")
+                {
+                    s.said(said);
                 }
             }
         }
@@ -160,6 +176,11 @@ fn codex_event(s: &mut ProviderSummary, e: &Value) {
                 "command_execution" | "file_change" | "mcp_tool_call" | "web_search"
             ) {
                 s.tool(kind);
+            } else if let Some(said) = e["item"]["text"]
+                .as_str()
+                .filter(|_| kind == "agent_message")
+            {
+                s.said(said);
             }
         }
         Some("turn.completed") => {
@@ -210,6 +231,7 @@ not json at all
         assert_eq!((s.input_tokens, s.output_tokens, s.turns), (600, 120, 4));
         assert_eq!(s.cost_usd, Some(0.0048));
         assert_eq!(s.result.as_deref(), Some("success"));
+        assert_eq!(s.last_text.as_deref(), Some("Done."));
         assert_eq!((s.lines, s.unparsed_lines), (7, 1));
     }
 
@@ -222,6 +244,7 @@ not json at all
         assert_eq!((s.input_tokens, s.output_tokens, s.turns), (200, 40, 1));
         assert_eq!(s.cost_usd, None);
         assert_eq!(s.result.as_deref(), Some("success"));
+        assert_eq!(s.last_text.as_deref(), Some("Done."));
     }
 
     #[test]
