@@ -42,8 +42,46 @@ pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, S
     let path = out.join("results.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{} missing ({e}); exit {status}", path.display()));
-    let results = serde_json::from_str(&text).expect("results.json parses");
+    let results: serde_json::Value = serde_json::from_str(&text).expect("results.json parses");
+    let mut text = text;
+    if results["valid"] != serde_json::json!(true) {
+        // The run directory goes with the test: what the nodes said goes with the failure.
+        text.push_str(&node_log_tails(out));
+    }
     (status, results, text)
+}
+
+/// Lines kept of each node's log in a failed run's message.
+const NODE_LOG_TAIL_LINES: usize = 80;
+
+/// The last lines of every `node.log` below `out`.
+fn node_log_tails(out: &Path) -> String {
+    let mut logs = Vec::new();
+    let mut stack = vec![out.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "node.log") {
+                logs.push(path);
+            }
+        }
+    }
+    logs.sort();
+    let mut text = String::new();
+    for log in logs {
+        let body = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = body.lines().collect();
+        let from = lines.len().saturating_sub(NODE_LOG_TAIL_LINES);
+        text.push_str(&format!(
+            "\n--- {} (last {} lines)\n",
+            log.display(),
+            lines.len() - from
+        ));
+        text.push_str(&lines[from..].join("\n"));
+    }
+    text
 }
 
 /// Every fault in `faults` appears in the run's history under `out`.
