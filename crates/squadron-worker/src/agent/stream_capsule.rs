@@ -14,7 +14,7 @@ use squadron_core::provider::Provider;
 use squadron_isolation::beneath::Beneath;
 
 use crate::agent::project_sandbox::ProfilePaths;
-use crate::task::provider_stream::summarize;
+use crate::task::provider_stream::{cut_at, summarize};
 
 /// The run file that records the pending work a generation was started with.
 pub(crate) const PENDING_FILE_NAME: &str = "pending.json";
@@ -76,7 +76,7 @@ pub(crate) fn capsule_from_stream(
 /// else what the capsule it continues from left pending.
 pub(crate) fn pending_of(prompt: Option<&str>, inherited: &[String]) -> Vec<String> {
     match prompt {
-        Some(p) => vec![cut(p)],
+        Some(p) => vec![cut_at(p, PENDING_ITEM_BYTES_MAX).to_owned()],
         None => inherited.to_vec(),
     }
 }
@@ -90,14 +90,6 @@ fn read_pending(run_dir: &Path) -> Vec<String> {
         return Vec::new();
     }
     serde_json::from_slice(&bytes).unwrap_or_default()
-}
-
-fn cut(text: &str) -> String {
-    let mut end = text.len().min(PENDING_ITEM_BYTES_MAX);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
 }
 
 #[cfg(test)]

@@ -49,11 +49,7 @@ pub(crate) struct ProviderSummary {
 
 impl ProviderSummary {
     fn said(&mut self, text: &str) {
-        let mut end = text.len().min(PROVIDER_TEXT_BYTES_MAX);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.last_text = Some(text[..end].to_string());
+        self.last_text = Some(cut_at(text, PROVIDER_TEXT_BYTES_MAX).to_string());
     }
 
     fn tool(&mut self, name: &str) {
@@ -66,6 +62,15 @@ impl ProviderSummary {
         *self.tools.entry(key).or_insert(0) += 1;
         self.last_tool = Some(name.to_string());
     }
+}
+
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary.
+pub(crate) fn cut_at(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Summarizes the stream of `provider`; `None` for a provider without a structured stream.
