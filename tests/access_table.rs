@@ -476,7 +476,9 @@ async fn worker_control_probes(
     any_worker: bool,
     is_w1: bool,
 ) -> Vec<(&'static str, Result<(), tonic::Status>, bool)> {
-    use squadron_api::leases::{AckMessages, AcquireLease, CrashTakeover, LeaseFence, Takeover};
+    use squadron_api::leases::{
+        AckMessages, AcquireLease, CommitCapsule, CrashTakeover, LeaseFence, Takeover,
+    };
     use squadron_api::{
         Addressed, AttachSandbox, GrantCredentialLease, ProjectRef, RenewCertificate,
     };
@@ -554,6 +556,26 @@ async fn worker_control_probes(
             .await
             .map(|_| ()),
             is_w1,
+        ),
+        (
+            "WorkerControl/CommitCapsule",
+            c.commit_capsule(Addressed::new(
+                profile,
+                CommitCapsule {
+                    lease,
+                    generation: stale,
+                    capsule: squadron_core::capsule::CapsuleDraft {
+                        sequence: 1,
+                        previous: None,
+                        schema_version: 1,
+                        payload: Default::default(),
+                        expected_digest: None,
+                    },
+                },
+            ))
+            .await
+            .map(|_| ()),
+            any_worker,
         ),
         (
             "WorkerControl/AckMessages",

@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn worker_control() -> tonic_build::manual::Service {
     const API: &str = "squadron_api";
     const CORE: &str = "squadron_core";
-    let rows: [(&str, String, String); 20] = [
+    let rows: [(&str, String, String); 21] = [
         (
             "AcquireLease",
             addressed("ids::ProfileId", "leases::AcquireLease"),
@@ -48,6 +48,11 @@ fn worker_control() -> tonic_build::manual::Service {
         (
             "Takeover",
             addressed("ids::ProfileId", "leases::Takeover"),
+            outcome(),
+        ),
+        (
+            "CommitCapsule",
+            addressed("ids::ProfileId", "leases::CommitCapsule"),
             outcome(),
         ),
         (

@@ -42,7 +42,8 @@ pub enum Step {
     },
     Text(&'static str),
     /// No answer for [`HOLD_FOR`]: the CLI waits on the model (and so keeps running) until it
-    /// is stopped.
+    /// is stopped. Only the first request at this turn waits; a later one (a resumed
+    /// conversation) is answered with the next step.
     Hold,
 }
 
@@ -91,7 +92,13 @@ impl Recorded {
             .unwrap_or_default()
     }
 
-    fn is_main_loop(&self) -> bool {
+    /// The whole request body as JSON text (either API: a resumed conversation's history is
+    /// in `messages` or `input`).
+    pub fn raw(&self) -> String {
+        self.body.to_string()
+    }
+
+    pub fn is_main_loop(&self) -> bool {
         self.body["tools"].as_array().is_some_and(|t| !t.is_empty())
     }
 }
@@ -102,6 +109,31 @@ mod responses;
 struct Shared {
     script: Arc<Vec<Step>>,
     recorded: Arc<Mutex<Vec<Recorded>>>,
+    /// The turns whose [`Step::Hold`] has held once already.
+    held: Arc<Mutex<std::collections::BTreeSet<usize>>>,
+}
+
+impl Shared {
+    /// The step that answers a request at `turn` (the model turns already in it), after the
+    /// wait of a hold: a hold waits once; a later request at the same turn (the next
+    /// generation resuming the conversation) gets the step after it.
+    async fn step(&self, turn: usize) -> Step {
+        let step = |t: usize| {
+            self.script
+                .get(t)
+                .cloned()
+                .unwrap_or(Step::Text("The script is over."))
+        };
+        if !matches!(step(turn), Step::Hold) {
+            return step(turn);
+        }
+        let first = self.held.lock().expect("held").insert(turn);
+        if first {
+            tokio::time::sleep(HOLD_FOR).await;
+            return Step::Hold;
+        }
+        step(turn + 1)
+    }
 }
 
 /// A running model server; stopped on drop.
@@ -120,6 +152,7 @@ impl ModelServer {
         let shared = Shared {
             script: Arc::new(script),
             recorded: recorded.clone(),
+            held: Arc::default(),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -186,10 +219,8 @@ async fn answer(
         .expect("recorded")
         .push(recorded.clone());
     if method == Method::POST && recorded.path.ends_with("/responses") {
-        if matches!(responses::step_of(&shared.script, &recorded), Step::Hold) {
-            tokio::time::sleep(HOLD_FOR).await;
-        }
-        return responses::answer(&shared.script, &recorded);
+        let step = shared.step(responses::turn_of(&recorded)).await;
+        return responses::answer(&step, &recorded);
     }
     if method != Method::POST || !recorded.path.ends_with("/v1/messages") {
         // Anything else the CLI may ask (token counts, a probe): an empty success.
@@ -200,17 +231,10 @@ async fn answer(
             .as_array()
             .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
             .unwrap_or(0);
-        shared
-            .script
-            .get(turn)
-            .cloned()
-            .unwrap_or(Step::Text("The script is over."))
+        shared.step(turn).await
     } else {
         Step::Text("ok")
     };
-    if matches!(step, Step::Hold) {
-        tokio::time::sleep(HOLD_FOR).await;
-    }
     let cwd = working_directory(&recorded.all_text());
     let message = message_of(&recorded.body, &step, &cwd);
     if recorded.body["stream"] == true {

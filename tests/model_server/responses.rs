@@ -11,17 +11,16 @@ use serde_json::{json, Value};
 
 use super::{contents_text, event_stream, with_cwd, working_directory, Recorded, Step};
 
-pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
+pub(super) fn answer(step: &Step, request: &Recorded) -> Response {
     let input = request.body["input"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let step = step_of(script, request);
     // Codex tells the model its environment in the input's messages.
     let cwd = working_directory(&contents_text(&input));
     static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     let n = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let item = match &step {
+    let item = match step {
         Step::Tool { name, input } => json!({
             "type": "function_call", "id": format!("fc_{n:04}"), "call_id": format!("call_{n:04}"),
             "name": name, "arguments": with_cwd(input, &cwd).to_string(), "status": "completed",
@@ -54,7 +53,7 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
             json!({"type": "response.output_item.added", "output_index": 0, "item": item}),
         ),
     ];
-    if let Step::Text(text) = &step {
+    if let Step::Text(text) = step {
         events.push((
             "response.output_text.delta",
             json!({"type": "response.output_text.delta", "item_id": item["id"], "output_index": 0,
@@ -72,9 +71,9 @@ pub(super) fn answer(script: &[Step], request: &Recorded) -> Response {
     event_stream(&events)
 }
 
-/// The step a Responses request is at: the model turns already in its input.
-pub(crate) fn step_of(script: &[Step], request: &Recorded) -> Step {
-    let turn = request.body["input"]
+/// The turn a Responses request is at: the model turns already in its input.
+pub(crate) fn turn_of(request: &Recorded) -> usize {
+    request.body["input"]
         .as_array()
         .map(|input| {
             input
@@ -85,9 +84,5 @@ pub(crate) fn step_of(script: &[Step], request: &Recorded) -> Step {
                 })
                 .count()
         })
-        .unwrap_or(0);
-    script
-        .get(turn)
-        .cloned()
-        .unwrap_or(Step::Text("The script is over."))
+        .unwrap_or(0)
 }

@@ -830,7 +830,7 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     // Domains first: their virtiofs daemons hold the task volumes.
     remove_domains_under(&tasks);
     remove_kvm_files_of(data_dir);
-    unmount_task_volumes(&tasks);
+    unmount_beneath(&tasks);
     if let Ok(out) = Command::new("docker")
         .args(["ps", "-a", "--filter", "label=squadron.managed=true"])
         .args(["--format", "{{.ID}} {{.Label \"squadron.task-dir\"}}"])
@@ -863,6 +863,7 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
         }
         remove_empty_dirs(&dir);
     }
+    unmount_beneath(data_dir);
     // With the subtree gone no process is in the worker's namespaces: the sweep takes all.
     let network = squadron_isolation::NetworkConfig::new(id);
     let _ = squadron_isolation::SandboxNetwork::sweep(&network);
@@ -876,9 +877,10 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     );
 }
 
-/// Detaches the disk-quota volumes still mounted beneath `tasks` (a preserved failure keeps
-/// its volume; a killed worker leaves its running tasks'), so no loop device outlives a test.
-fn unmount_task_volumes(tasks: &Path) {
+/// Detaches whatever is still mounted beneath `dir`: the disk-quota volumes of `tasks/` (a
+/// preserved failure keeps its volume; a killed worker leaves its running tasks') and the
+/// agent generations' credential tmpfs a killed worker left, so no mount outlives a test.
+fn unmount_beneath(dir: &Path) {
     let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return;
     };
@@ -886,7 +888,7 @@ fn unmount_task_volumes(tasks: &Path) {
         let Some(point) = line.split(' ').nth(4) else {
             continue;
         };
-        if Path::new(point).starts_with(tasks) {
+        if Path::new(point).starts_with(dir) {
             let _ = Command::new("umount").args(["-l", point]).output();
         }
     }

@@ -165,6 +165,7 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
     ("/squadron.v1.WorkerControl/AcquireLease", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/ReleaseLease", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/Takeover", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/CommitCapsule", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/AckMessages", WORKER_CONTROL),
     ("/squadron.v1.WorkerControl/AttachSandbox", WORKER_CONTROL),
     (

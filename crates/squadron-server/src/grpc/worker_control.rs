@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use squadron_api::leases::{AckMessages, AcquireLease, LeaseFence, Takeover};
+use squadron_api::leases::{AckMessages, AcquireLease, CommitCapsule, LeaseFence, Takeover};
 use squadron_api::{
     Addressed, AttachSandbox, Consistency, CredentialLeaseGrant, CurrentWriter, Enrolled,
     GrantAgentCredentialLease, GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef,
@@ -93,6 +93,16 @@ impl WorkerControl for WorkerControlGrpc {
     ) -> Result<Response<Outcome>, Status> {
         self.write(request, |a| Ok(leases::takeover_command(a.id, a.body)))
             .await
+    }
+
+    async fn commit_capsule(
+        &self,
+        request: Request<Addressed<ProfileId, CommitCapsule>>,
+    ) -> Result<Response<Outcome>, Status> {
+        self.write(request, |a| {
+            Ok(leases::commit_capsule_command(a.id, a.body))
+        })
+        .await
     }
 
     async fn ack_messages(

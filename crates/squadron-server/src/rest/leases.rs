@@ -391,17 +391,14 @@ async fn commit_capsule(
     JsonBody(b): JsonBody<CommitCapsule>,
 ) -> Result<Json<Outcome>, ApiError> {
     let profile = profile_id(&id)?;
-    let fence = token(profile, b.lease, b.generation);
-    write(
-        &node,
-        &caller,
-        &headers,
-        Command::CommitCapsule(cmd::CommitCapsule {
-            fence,
-            capsule: b.capsule,
-        }),
-    )
-    .await
+    write(&node, &caller, &headers, commit_capsule_command(profile, b)).await
+}
+
+pub(crate) fn commit_capsule_command(profile: ProfileId, b: CommitCapsule) -> Command {
+    Command::CommitCapsule(cmd::CommitCapsule {
+        fence: token(profile, b.lease, b.generation),
+        capsule: b.capsule,
+    })
 }
 
 async fn capsules(

@@ -23,6 +23,7 @@ use crate::agent::attempt::{AgentAttempt, AgentLaunch, AGENT_RUN_MOUNT, BROKER_M
 use crate::agent::config::{ProviderLauncher, PROVIDER_SCRIPT_BYTES_MAX};
 use crate::agent::credentials;
 use crate::agent::error::AgentError;
+use crate::agent::native_session::NativeSession;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::registry::AgentEntry;
 use crate::agent::state::{AgentState, AttemptStatus};
@@ -230,7 +231,8 @@ impl AgentSupervisor {
         Err(e.context("starting the provider"))
     }
 
-    async fn start(&self, g: GrantedAttempt<'_>) -> Result<AgentState, AgentError> {
+    async fn start(&self, mut g: GrantedAttempt<'_>) -> Result<AgentState, AgentError> {
+        g.capsule = self.catch_up_capsule(&g).await?;
         let config = &self.inner.config;
         let deadline = g.sent_at + config.lease_ttl_ms - config.self_fence_margin_ms;
         let roster = self
@@ -304,40 +306,14 @@ impl AgentSupervisor {
         roster: &RosterSnapshot,
     ) -> Result<AgentLaunch, AgentError> {
         let mut run_files = run_files(g, deadline, roster)?;
-        let mut argv = vec![
+        let (script, prompt, provider_env) = self.provider_command(g)?;
+        run_files.insert("provider.sh".to_owned(), script);
+        let argv = vec![
             "/bin/sh".to_owned(),
             format!("{AGENT_RUN_MOUNT}/watchdog.sh"),
+            "/bin/sh".to_owned(),
+            format!("{AGENT_RUN_MOUNT}/provider.sh"),
         ];
-        let launcher = self.inner.config.providers.get(&g.provider);
-        match launcher {
-            Some(ProviderLauncher::Cli) => {
-                let script = cli_script(g.provider)?;
-                run_files.insert("provider.sh".to_owned(), script.into_bytes());
-                argv.push("/bin/sh".to_owned());
-                argv.push(format!("{AGENT_RUN_MOUNT}/provider.sh"));
-            }
-            Some(ProviderLauncher::Script(path)) => {
-                let script = read_bounded(path, PROVIDER_SCRIPT_BYTES_MAX)?;
-                run_files.insert("provider.sh".to_owned(), script);
-                argv.push("/bin/sh".to_owned());
-                argv.push(format!("{AGENT_RUN_MOUNT}/provider.sh"));
-            }
-            None => {
-                return Err(AgentError::precondition(format!(
-                    "worker {} has no launcher for provider {}",
-                    self.inner.worker, g.provider
-                )))
-            }
-        }
-        let prompt = match launcher {
-            Some(ProviderLauncher::Cli) => Some(headless_prompt(
-                g.provider,
-                g.profile.id,
-                g.prompt.as_ref(),
-                g.capsule.as_ref(),
-            )?),
-            _ => g.prompt.clone(),
-        };
         let inherited = g
             .capsule
             .as_ref()
@@ -349,13 +325,7 @@ impl AgentSupervisor {
             "prompt".to_owned()
         });
         let mut env = self.inner.config.inherited_env.clone();
-        if matches!(launcher, Some(ProviderLauncher::Cli)) {
-            env.extend(
-                provider_env(g.provider)
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string())),
-            );
-        }
+        env.extend(provider_env);
         env.extend(agent_env(g));
         Ok(AgentLaunch {
             argv,
@@ -367,6 +337,49 @@ impl AgentSupervisor {
             broker_dir: Some(self.broker_dir(g.profile.id)),
             credentials: None,
         })
+    }
+}
+
+/// What the provider runs as: its script, its first turn on stdin, and the variables it
+/// needs. A headless CLI resumes its own session when the capsule names one of the same
+/// CLI's (`NativeSession`).
+type ProviderCommand = (Vec<u8>, Option<String>, Vec<(String, String)>);
+
+impl AgentSupervisor {
+    fn provider_command(&self, g: &GrantedAttempt<'_>) -> Result<ProviderCommand, AgentError> {
+        match self.inner.config.providers.get(&g.provider) {
+            Some(ProviderLauncher::Cli) => {
+                let state = g.sandbox.profile_paths(&g.profile.key).state;
+                let resume = g.capsule.as_ref().and_then(|c| {
+                    NativeSession::to_resume(g.provider, &c.payload.context_ref, &state)
+                });
+                let script = cli_script(g.provider, |argv| {
+                    if let Some(session) = &resume {
+                        session.insert_into(argv);
+                    }
+                })?;
+                let prompt = headless_prompt(
+                    g.provider,
+                    g.profile.id,
+                    g.prompt.as_ref(),
+                    g.capsule.as_ref(),
+                )?;
+                let env = provider_env(g.provider)
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                Ok((script.into_bytes(), Some(prompt), env))
+            }
+            Some(ProviderLauncher::Script(path)) => Ok((
+                read_bounded(path, PROVIDER_SCRIPT_BYTES_MAX)?,
+                g.prompt.clone(),
+                Vec::new(),
+            )),
+            None => Err(AgentError::precondition(format!(
+                "worker {} has no launcher for provider {}",
+                self.inner.worker, g.provider
+            ))),
+        }
     }
 }
 

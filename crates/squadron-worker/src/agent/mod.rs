@@ -5,6 +5,7 @@
 pub(crate) mod adoption;
 pub(crate) mod api;
 pub(crate) mod attempt;
+pub(crate) mod catch_up;
 pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod error;
@@ -14,6 +15,7 @@ pub(crate) mod fence;
 pub(crate) mod launch;
 pub(crate) mod lease_end;
 pub(crate) mod mailbox;
+pub(crate) mod native_session;
 pub(crate) mod project_sandbox;
 pub(crate) mod registry;
 pub(crate) mod renewal;

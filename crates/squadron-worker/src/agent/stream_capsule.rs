@@ -23,12 +23,22 @@ pub(crate) const PENDING_ITEM_BYTES_MAX: usize = 4 * 1024;
 /// Largest pending-work file read back.
 const PENDING_FILE_BYTES_MAX: u64 = 64 * 1024;
 
+/// How a generation whose stream is read came to an end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Stopped by a graceful takeover.
+    Takeover,
+    /// Gone without a handover: it exited, was stopped, or crashed.
+    Unhanded,
+}
+
 /// What the stopped generation carries over; `None` when its stream says nothing (a
 /// provider without a structured stream, or one that wrote no line).
 pub(crate) fn capsule_from_stream(
     paths: &ProfilePaths,
     generation: Generation,
     provider: Provider,
+    ending: Ending,
     revision: Option<String>,
     mailbox_cursor: u64,
 ) -> Option<CapsulePayload> {
@@ -51,9 +61,13 @@ pub(crate) fn capsule_from_stream(
         .as_deref()
         .map(|t| format!(" (last: {t})"))
         .unwrap_or_default();
+    let how = match ending {
+        Ending::Takeover => "stopped for a takeover",
+        Ending::Unhanded => "ended without a handover",
+    };
     let task_state = format!(
-        "generation {generation} ({provider}{session}) stopped for a takeover after {} turns \
-         and {} tool calls{last_tool}",
+        "generation {generation} ({provider}{session}) {how} after {} turns and {} tool \
+         calls{last_tool}",
         summary.turns, summary.tool_calls
     );
     Some(CapsulePayload {

@@ -23,7 +23,7 @@ use crate::agent::error::AgentError;
 use crate::agent::launch::GrantedAttempt;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::state::{AgentState, ReapProof};
-use crate::agent::stream_capsule::capsule_from_stream;
+use crate::agent::stream_capsule::{capsule_from_stream, Ending};
 use crate::agent::supervisor::{blocking, check_prompt, grant_token, unexpected, AgentSupervisor};
 use crate::control_link::CallError;
 
@@ -394,9 +394,15 @@ fn handover_payload(
     };
     let paths = sandbox.profile_paths(&profile.key);
     let revision = branch_tip(&sandbox.git_dir(), &paths.branch);
-    if let Some(mut payload) =
-        capsule_from_stream(&paths, generation, provider, revision, mailbox_cursor)
-    {
+    let ending = Ending::Takeover;
+    if let Some(mut payload) = capsule_from_stream(
+        &paths,
+        generation,
+        provider,
+        ending,
+        revision,
+        mailbox_cursor,
+    ) {
         if payload.context_ref.is_empty() {
             payload.context_ref = profile.context_ref.clone().unwrap_or_default();
         }
@@ -438,7 +444,7 @@ fn read_capsule_file(
 }
 
 /// The commit the profile's branch points at in the sandbox's repository, if it has one.
-fn branch_tip(git_dir: &std::path::Path, branch: &str) -> Option<String> {
+pub(super) fn branch_tip(git_dir: &std::path::Path, branch: &str) -> Option<String> {
     let repo = git2::Repository::open_bare(git_dir).ok()?;
     let tip = repo
         .find_reference(&format!("refs/heads/{branch}"))

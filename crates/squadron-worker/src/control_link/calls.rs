@@ -7,7 +7,7 @@
 //! a new key, decided afresh (an acquire's compare-and-swap is re-read, INV-11).
 
 use squadron_api::leases::{
-    AckMessages, AcquireLease, CrashTakeover, GracefulTakeover, LeaseFence, Takeover,
+    AckMessages, AcquireLease, CommitCapsule, CrashTakeover, GracefulTakeover, LeaseFence, Takeover,
 };
 use squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX;
 use squadron_api::{
@@ -107,6 +107,23 @@ impl ControlLink {
         let key = call_key(format_args!("crash-p{profile}-g{}", req.generation));
         let body = Takeover::Crash(req.clone());
         call!(self, takeover, Addressed::new(profile, body), key)
+    }
+
+    pub(crate) async fn commit_capsule(
+        &self,
+        profile: ProfileId,
+        req: &CommitCapsule,
+    ) -> Result<Outcome, CallError> {
+        let key = call_key(format_args!(
+            "capsule-p{profile}-g{}-s{}",
+            req.generation, req.capsule.sequence
+        ));
+        call!(
+            self,
+            commit_capsule,
+            Addressed::new(profile, req.clone()),
+            key
+        )
     }
 
     pub(crate) async fn ack_messages(

@@ -333,8 +333,12 @@ pub(crate) fn cli_argv(provider: Provider, agent: &AgentSpec) -> Vec<String> {
 
 /// A shell script that starts `provider`'s CLI headless as an agent profile's provider: the
 /// key moved from its credential file and Codex's model provider from `OPENAI_BASE_URL` (as
-/// `launch.sh` does for a task), then the CLI itself, so signals reach it.
-pub(crate) fn cli_script(provider: Provider) -> Result<String, WorkerError> {
+/// `launch.sh` does for a task), then the CLI itself, so signals reach it. `edit` adds to the
+/// command line (the words that resume the CLI's own session).
+pub(crate) fn cli_script(
+    provider: Provider,
+    edit: impl FnOnce(&mut Vec<String>),
+) -> Result<String, WorkerError> {
     let bare = AgentSpec {
         prompt: String::new(),
         model: None,
@@ -343,13 +347,14 @@ pub(crate) fn cli_script(provider: Provider) -> Result<String, WorkerError> {
         provider,
         script: None,
     };
-    let argv = cli_argv(provider, &bare);
+    let mut argv = cli_argv(provider, &bare);
     if argv.is_empty() {
         return Err(WorkerError::Invalid {
             field: "provider".into(),
             message: format!("{provider} has no CLI"),
         });
     }
+    edit(&mut argv);
     let command = shlex::try_join(argv.iter().map(String::as_str)).map_err(quote_error)?;
     Ok(format!(
         "#!/bin/sh\n\
@@ -475,14 +480,14 @@ mod tests {
 
     #[test]
     fn an_agent_profile_s_cli_script_moves_the_key_and_execs_the_headless_cli() {
-        let claude = cli_script(Provider::Claude).unwrap();
+        let claude = cli_script(Provider::Claude, |_| {}).unwrap();
         assert!(claude.contains("ANTHROPIC_API_KEY=$(cat \"${ANTHROPIC_API_KEY_FILE}\")"));
         assert_eq!(
             last_line(&claude),
             "exec claude --print --output-format stream-json --verbose --permission-mode \
              bypassPermissions"
         );
-        let codex = cli_script(Provider::Codex).unwrap();
+        let codex = cli_script(Provider::Codex, |_| {}).unwrap();
         assert!(codex.contains("model_provider = \"squadron\""), "{codex}");
         assert_eq!(
             last_line(&codex),
@@ -495,7 +500,7 @@ mod tests {
                 .unwrap();
             assert!(syntax.success(), "{text}");
         }
-        assert!(cli_script(Provider::Script).is_err());
+        assert!(cli_script(Provider::Script, |_| {}).is_err());
     }
 
     #[test]
@@ -614,12 +619,25 @@ mod tests {
         spec.agent.model = Some("scripted-model".into());
         spec.agent.max_turns = Some(3);
         spec.agent.allowed_tools = Some(vec!["Read".into(), "Write".into()]);
-        for (provider, parsed) in [
-            (Provider::Claude, "Input must be provided"),
-            (Provider::Codex, "No prompt provided"),
+        // An agent profile's next generation of the same CLI adds the words that resume its
+        // session (agent/native_session.rs): a session that does not exist gets past the parser
+        // to the CLI's own "not found".
+        let session = "0199a213-81c0-7800-8aa1-bbab2a035a53";
+        for (provider, resume, parsed) in [
+            (Provider::Claude, false, "Input must be provided"),
+            (Provider::Codex, false, "No prompt provided"),
+            (Provider::Claude, true, "No conversation found"),
+            (Provider::Codex, true, "No prompt provided"),
         ] {
             spec.agent.provider = provider;
-            let argv = provider_argv(&spec.agent, "/mnt/run");
+            let mut argv = provider_argv(&spec.agent, "/mnt/run");
+            if resume {
+                crate::agent::native_session::NativeSession {
+                    provider,
+                    id: session.into(),
+                }
+                .insert_into(&mut argv);
+            }
             let command: Vec<&str> = unprivileged
                 .iter()
                 .copied()

@@ -1,0 +1,537 @@
+//! Agent profiles with the real CLIs (issue 16): the pinned Claude Code and Codex as a
+//! profile's providers against scripted model servers, offline — launched headless with the
+//! operator's prompt and the profile's credentials, carried across a graceful takeover by a
+//! capsule Squadron builds from the CLI's own stream, and resumed in their own session by the
+//! next generation of the same CLI, after a takeover or after a crash (kill -9 of the worker)
+//! that left no handover at all. A real node, a real worker with bubblewrap and cgroups; the
+//! model servers listen in a network namespace the test made.
+
+mod model_server;
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use model_server::{ModelServer, Recorded, Step, TestNet, MODEL_PORT};
+use serde_json::{json, Value};
+use squadron_client::{LaunchAgent, SandboxRepository, TakeoverAgent, TakeoverKind};
+use squadron_core::ids::{ProfileId, WorkerId};
+use squadron_core::provider::Provider;
+use support::*;
+
+const TURN_TIMEOUT: Duration = Duration::from_secs(180);
+/// The worker's agent lease TTL in the crash test: expiry, and so the crash takeover, comes
+/// soon.
+const LEASE_TTL_MS: u64 = 3_000;
+
+/// A provider's model: the CLI, its scripted server, and the key it must present.
+struct Model {
+    provider: Provider,
+    script: Vec<Step>,
+    key: &'static str,
+}
+
+/// A one-node cluster, a process worker whose sandboxes reach the models' servers, and one
+/// agent profile (key `writer` of project `acme/{name}`) with a credential for each model.
+struct Rig {
+    servers: Vec<ModelServer>,
+    url: String,
+    id: u64,
+    profile: ProfileId,
+    sandbox: PathBuf,
+    repo: PathBuf,
+    client: squadron_client::SquadronClient,
+    rt: tokio::runtime::Runtime,
+    worker: WorkerProc,
+    _cluster: Cluster,
+    _net: TestNet,
+}
+
+impl Rig {
+    fn start(name: &str, models: Vec<Model>, worker_args: &[&str]) -> Rig {
+        let net = TestNet::new(name);
+        let cluster = Cluster::start(1);
+        let url = cluster.url(1);
+        let (mut servers, mut args, mut env, mut refs, mut providers) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for (i, m) in models.into_iter().enumerate() {
+            let server = ModelServer::start(net.listen(MODEL_PORT + i as u16), m.script);
+            let (var, base, mount) = match m.provider {
+                Provider::Codex => (
+                    "OPENAI_BASE_URL",
+                    format!("{}/v1", server.url),
+                    "openai_api_key",
+                ),
+                _ => (
+                    "ANTHROPIC_BASE_URL",
+                    server.url.clone(),
+                    "anthropic_api_key",
+                ),
+            };
+            let credential = format!("key-{}", m.provider);
+            put_credential(&url, &credential, m.key);
+            refs.push(json!({"id": credential, "mount": mount}));
+            args.extend(["--env-allow".to_owned(), var.to_owned()]);
+            env.push((var.to_owned(), base));
+            providers.push(m.provider.to_string());
+            servers.push(server);
+        }
+        args.extend(worker_args.iter().map(|a| a.to_string()));
+        let worker = WorkerProc::start_with_env(
+            cluster.dir.path(),
+            &unique_worker_id(&format!("w-{name}")),
+            cluster.urls(),
+            "process",
+            args,
+            env,
+        );
+        let repo = git_repo(cluster.dir.path());
+        for (path, body) in [
+            (
+                "projects".to_owned(),
+                json!({"tenant": "acme", "project": name, "max_profiles": 1, "max_active": 1}),
+            ),
+            (
+                format!("projects/acme/{name}/profiles"),
+                json!({"key": "writer", "providers": providers}),
+            ),
+        ] {
+            let r = post(&format!("{url}/api/v1/{path}"), body).expect(&path);
+            assert!(r.ok(), "{r:?}");
+        }
+        let id = 1;
+        let r = http_send(
+            "PUT",
+            &format!("{url}/api/v1/profiles/{id}/credentials"),
+            Some(json!({ "credential_refs": refs })),
+            None,
+        )
+        .expect("credentials");
+        assert!(r.ok(), "{r:?}");
+        let sandbox = worker
+            .data_dir
+            .canonicalize()
+            .expect("data dir")
+            .join(format!("projects/acme/{name}"));
+        Rig {
+            servers,
+            url,
+            id,
+            profile: ProfileId::new(id).expect("id"),
+            sandbox,
+            repo,
+            client: client_with_timeouts(
+                cluster.urls(),
+                Duration::from_secs(120),
+                Duration::from_secs(2),
+            ),
+            rt: rt(),
+            worker,
+            _cluster: cluster,
+            _net: net,
+        }
+    }
+
+    /// The first launch: on this worker, in a sandbox of the test's repository.
+    fn first_launch(&self, prompt: Option<&str>) -> LaunchAgent {
+        LaunchAgent {
+            worker: Some(WorkerId::new(self.worker.id.clone()).expect("worker id")),
+            repository: Some(SandboxRepository {
+                url: self.repo.display().to_string(),
+                branch: Some("main".into()),
+            }),
+            prompt: prompt.map(String::from),
+            ..LaunchAgent::default()
+        }
+    }
+
+    fn launch(&self, launch: &LaunchAgent) -> squadron_client::AgentView {
+        self.rt
+            .block_on(self.client.agent_launch(self.profile, launch))
+            .expect("launch")
+    }
+
+    fn takeover(&self, kind: TakeoverKind, provider: Option<Provider>) -> u64 {
+        let next = self
+            .rt
+            .block_on(self.client.agent_takeover(
+                self.profile,
+                &TakeoverAgent {
+                    kind,
+                    provider,
+                    wait_for_expiry_ms: Some(LEASE_TTL_MS * 10),
+                    prompt: None,
+                },
+            ))
+            .expect("takeover");
+        next.generation.get()
+    }
+
+    fn log(&self, generation: u64, stream: &str) -> String {
+        std::fs::read_to_string(
+            self.sandbox
+                .join(format!("state/writer/logs/g{generation}.{stream}.log")),
+        )
+        .unwrap_or_default()
+    }
+
+    /// Waits until `server` has answered `n` requests of the CLI's loop.
+    fn wait_for_turns(&self, server: usize, n: usize, generation: u64) -> Vec<Recorded> {
+        let turns = || loop_requests(&self.servers[server]);
+        let seen = wait_until(TURN_TIMEOUT, || turns().len() >= n);
+        assert!(
+            seen.is_ok(),
+            "generation {generation} never reached turn {n}:\n{}\n{}",
+            self.log(generation, "stdout"),
+            self.log(generation, "stderr")
+        );
+        turns()
+    }
+
+    fn profile_view(&self) -> Value {
+        http_get(&format!("{}/api/v1/profiles/{}", self.url, self.id)).unwrap_or_default()
+    }
+
+    /// Waits until the profile holds no lease (its provider exited and was released).
+    fn wait_released(&self, generation: u64) {
+        let released = wait_until(TURN_TIMEOUT, || self.profile_view()["live_lease"].is_null());
+        assert!(
+            released.is_ok(),
+            "generation {generation} never finished:\n{}",
+            self.log(generation, "stderr")
+        );
+    }
+
+    fn capsules(&self) -> Vec<squadron_core::capsule::ContinuityCapsule> {
+        self.rt
+            .block_on(
+                self.client
+                    .list_capsules(self.profile, squadron_client::Consistency::Linearizable),
+            )
+            .expect("capsules")
+    }
+
+    fn assert_no_key_in_logs(&self, generations: u64, keys: &[&str]) {
+        for generation in 1..=generations {
+            for stream in ["stdout", "stderr"] {
+                let text = self.log(generation, stream);
+                for key in keys {
+                    assert!(
+                        !text.contains(key),
+                        "g{generation}.{stream}.log holds a key"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The requests of a CLI's agent loop, either API.
+fn loop_requests(server: &ModelServer) -> Vec<Recorded> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_main_loop() || r.path.ends_with("/responses"))
+        .collect()
+}
+
+/// Whether any request holds `text` anywhere (a tool's output is nested in its result).
+fn saw(turns: &[Recorded], text: &str) -> bool {
+    turns.iter().any(|t| t.raw().contains(text))
+}
+
+/// An agent profile's provider is the real CLI: launched headless with the operator's
+/// prompt, its key from the credential the profile is given (a file, moved into the CLI's
+/// environment), it works in the profile's worktree, finishes, and its lease is released.
+#[test]
+fn claude_code_runs_as_an_agent_profile_s_provider() {
+    const KEY: &str = "sk-ant-profile-0123456789abcdef";
+    let rig = Rig::start(
+        "scribes",
+        vec![Model {
+            provider: Provider::Claude,
+            script: vec![
+                Step::Tool {
+                    name: "Bash",
+                    input: json!({"command": "echo profile was here > notes.txt && cat notes.txt",
+                                  "description": "leave a note"}),
+                },
+                Step::Text("Left a note."),
+            ],
+            key: KEY,
+        }],
+        &[],
+    );
+    // A headless CLI has nobody to ask: without a prompt (or a capsule) nothing starts.
+    let err = rig
+        .rt
+        .block_on(
+            rig.client
+                .agent_launch(rig.profile, &rig.first_launch(None)),
+        )
+        .expect_err("no prompt");
+    assert!(err.to_string().contains("prompt"), "{err}");
+    let launched = rig.launch(&rig.first_launch(Some("Leave a note in notes.txt.")));
+    assert_eq!(launched.generation.get(), 1);
+
+    // It runs to its end; the exit releases the lease.
+    rig.wait_released(1);
+    let turns = rig.servers[0].main_loop();
+    assert!(turns.len() >= 2, "{} turns: {turns:#?}", turns.len());
+    assert_eq!(turns[0].header("x-api-key"), Some(KEY));
+    assert!(
+        saw(&turns, "Leave a note in notes.txt."),
+        "the prompt never reached the model"
+    );
+    assert!(
+        saw(&turns, "profile was here"),
+        "the command's output never reached the model"
+    );
+    let cwd = model_server::working_directory(&turns[0].all_text());
+    assert_eq!(cwd, "/workspace", "working directory");
+    let note =
+        std::fs::read_to_string(rig.sandbox.join("worktrees/writer/notes.txt")).expect("note");
+    assert_eq!(note, "profile was here\n");
+    assert!(
+        rig.log(1, "stdout").contains("\"type\":\"result\""),
+        "{}",
+        rig.log(1, "stdout")
+    );
+    rig.assert_no_key_in_logs(1, &[KEY]);
+    let view = http_get(&format!(
+        "{}/api/v1/profiles/{}/credentials",
+        rig.url, rig.id
+    ))
+    .expect("view");
+    assert!(view["leases"][0]["revoked_at_ms"].is_u64(), "{view:#}");
+    assert!(!rig.sandbox.join("run/writer/g1.credentials").exists());
+}
+
+/// Issue 16's handover with the real CLIs: Codex works as an agent profile's provider (one
+/// command, then it waits on its model); a graceful takeover stops it, builds the capsule
+/// from Codex's own stream — its session, the command it ran, the pending work, the branch's
+/// revision —, commits it, and starts Claude Code with that capsule as its first turn.
+#[test]
+fn a_graceful_takeover_carries_codex_s_capsule_into_claude_s_first_turn() {
+    const OPENAI_KEY: &str = "sk-openai-handover-0123456789abcdef";
+    const ANTHROPIC_KEY: &str = "sk-ant-handover-0123456789abcdef";
+    const PROMPT: &str = "Write the release notes in NOTES.md.";
+    let rig = Rig::start(
+        "handover",
+        vec![
+            Model {
+                provider: Provider::Codex,
+                script: vec![
+                    Step::Tool {
+                        name: "exec_command",
+                        input: json!({"cmd": "echo started > started.txt"}),
+                    },
+                    Step::Hold,
+                ],
+                key: OPENAI_KEY,
+            },
+            Model {
+                provider: Provider::Claude,
+                script: vec![Step::Text("Continuing from the capsule.")],
+                key: ANTHROPIC_KEY,
+            },
+        ],
+        &["--agent-stop-grace-ms", "3000"],
+    );
+    let launched = rig.launch(&rig.first_launch(Some(PROMPT)));
+    assert_eq!(launched.provider, Provider::Codex);
+    // Codex ran its command and now waits on its model.
+    rig.wait_for_turns(0, 2, 1);
+    assert_eq!(
+        std::fs::read_to_string(rig.sandbox.join("worktrees/writer/started.txt")).ok(),
+        Some("started\n".to_owned())
+    );
+
+    assert_eq!(rig.takeover(TakeoverKind::Graceful, None), 2);
+
+    // The committed capsule is Codex's own account.
+    let capsules = rig.capsules();
+    let capsule = capsules.last().expect("a capsule was committed");
+    let p = &capsule.payload;
+    assert!(
+        p.task_state.contains("generation 1 (codex, session")
+            && p.task_state.contains("stopped for a takeover"),
+        "{p:?}"
+    );
+    assert!(
+        p.task_state
+            .contains("1 tool calls (last: command_execution)"),
+        "{p:?}"
+    );
+    assert_eq!(p.pending_work, [PROMPT], "{p:?}");
+    assert!(p.context_ref.starts_with("codex-session:"), "{p:?}");
+    assert_eq!(p.repository_revision.len(), 40, "{p:?}");
+
+    // Claude's first turn carried it — a swap starts a new conversation, never the other
+    // CLI's —, then finished; its exit released the lease.
+    let turns = rig.wait_for_turns(1, 1, 2);
+    let first = &turns[0];
+    assert_eq!(first.header("x-api-key"), Some(ANTHROPIC_KEY));
+    let text = first.all_text();
+    for part in [
+        "generation 1 left this continuity capsule",
+        "Pending work:\n- Write the release notes in NOTES.md.",
+        &p.context_ref,
+        "Continue the pending work above.",
+    ] {
+        assert!(
+            text.contains(part),
+            "{part:?} not in Claude's first turn:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("echo started"),
+        "Claude was given Codex's conversation"
+    );
+    rig.wait_released(2);
+    rig.assert_no_key_in_logs(2, &[OPENAI_KEY, ANTHROPIC_KEY]);
+}
+
+/// The same CLI resumes its own session: a graceful takeover from Codex to Codex starts
+/// `codex exec resume {session}`, so generation 2's first request to the model holds
+/// generation 1's whole conversation — the prompt, the command and its output — and not
+/// only the capsule.
+#[test]
+fn a_takeover_by_the_same_cli_resumes_codex_s_own_session() {
+    const KEY: &str = "sk-openai-resume-0123456789abcdef";
+    const PROMPT: &str = "Count the files in the repository.";
+    let rig = Rig::start(
+        "resume-codex",
+        vec![Model {
+            provider: Provider::Codex,
+            script: vec![
+                Step::Tool {
+                    name: "exec_command",
+                    input: json!({"cmd": "echo first generation > g1.txt && cat g1.txt"}),
+                },
+                Step::Hold,
+                Step::Text("Resumed and done."),
+            ],
+            key: KEY,
+        }],
+        &["--agent-stop-grace-ms", "3000"],
+    );
+    rig.launch(&rig.first_launch(Some(PROMPT)));
+    rig.wait_for_turns(0, 2, 1);
+    assert_eq!(
+        rig.takeover(TakeoverKind::Graceful, Some(Provider::Codex)),
+        2
+    );
+    let capsule = rig.capsules().pop().expect("a capsule");
+    let session = capsule
+        .payload
+        .context_ref
+        .strip_prefix("codex-session:")
+        .expect("codex's session in the capsule")
+        .to_owned();
+    let script =
+        std::fs::read_to_string(rig.sandbox.join("run/writer/g2/provider.sh")).expect("script");
+    assert!(
+        script.contains(&format!("resume {session} -")),
+        "generation 2 does not resume the session:\n{script}"
+    );
+    let turns = rig.wait_for_turns(0, 3, 2);
+    let resumed = turns.last().expect("generation 2's request").raw();
+    for part in [
+        PROMPT,
+        "first generation",
+        "generation 1 left this continuity capsule",
+    ] {
+        assert!(
+            resumed.contains(part),
+            "{part:?} not in generation 2's request:\n{resumed}"
+        );
+    }
+    rig.wait_released(2);
+    assert!(
+        rig.log(2, "stdout").contains(&session),
+        "generation 2 ran another session:\n{}",
+        rig.log(2, "stdout")
+    );
+    rig.assert_no_key_in_logs(2, &[KEY]);
+}
+
+/// A crash leaves no handover: kill -9 of the worker while Claude Code waits on its model.
+/// The provider fences itself at its deadline, the lease expires, and the restarted worker's
+/// crash takeover starts generation 2 — which first commits generation 1's account from its
+/// stream (its session, its tool call, the prompt as pending work) under its own fence, then
+/// resumes Claude's own session with `--resume`: the model sees generation 1's conversation.
+#[test]
+fn after_a_crash_the_next_generation_commits_the_account_and_resumes_claude_s_session() {
+    const KEY: &str = "sk-ant-crash-0123456789abcdef";
+    const PROMPT: &str = "Write the changelog.";
+    let mut rig = Rig::start(
+        "resume-claude",
+        vec![Model {
+            provider: Provider::Claude,
+            script: vec![
+                Step::Tool {
+                    name: "Bash",
+                    input: json!({"command": "echo before the crash > crash.txt && cat crash.txt",
+                                  "description": "work"}),
+                },
+                Step::Hold,
+                Step::Text("Resumed after the crash."),
+            ],
+            key: KEY,
+        }],
+        &["--agent-lease-ttl-ms", &LEASE_TTL_MS.to_string()],
+    );
+    let first = rig.launch(&rig.first_launch(Some(PROMPT)));
+    rig.wait_for_turns(0, 2, 1);
+    assert!(rig.capsules().is_empty(), "nothing was handed over yet");
+
+    rig.worker.kill();
+    let events = PathBuf::from(&first.cgroup).join("cgroup.events");
+    wait_until(Duration::from_secs(LEASE_TTL_MS / 1000 + 20), || {
+        std::fs::read_to_string(&events).is_ok_and(|e| e.contains("populated 0"))
+    })
+    .expect("the provider stopped itself after its deadline");
+    rig.worker.spawn();
+    assert_eq!(rig.takeover(TakeoverKind::Crash, Some(Provider::Claude)), 2);
+
+    // Generation 2 committed generation 1's account, under its own lease.
+    let capsules = rig.capsules();
+    assert_eq!(capsules.len(), 1, "{capsules:#?}");
+    let c = &capsules[0];
+    assert_eq!(
+        c.generation.get(),
+        2,
+        "committed under generation 2's fence"
+    );
+    let p = &c.payload;
+    assert!(
+        p.task_state.contains("generation 1 (claude, session")
+            && p.task_state.contains("ended without a handover")
+            && p.task_state.contains("(last: Bash)"),
+        "{p:?}"
+    );
+    assert_eq!(p.pending_work, [PROMPT], "{p:?}");
+    assert_eq!(p.repository_revision.len(), 40, "{p:?}");
+    let session = p
+        .context_ref
+        .strip_prefix("claude-session:")
+        .expect("claude's session in the capsule")
+        .to_owned();
+
+    // It resumed Claude's own session: the model saw generation 1's conversation.
+    let turns = rig.wait_for_turns(0, 3, 2);
+    let resumed = turns.last().expect("generation 2's request").raw();
+    for part in [PROMPT, "before the crash", "ended without a handover"] {
+        assert!(
+            resumed.contains(part),
+            "{part:?} not in generation 2's request:\n{resumed}"
+        );
+    }
+    let script =
+        std::fs::read_to_string(rig.sandbox.join("run/writer/g2/provider.sh")).expect("script");
+    assert!(script.contains(&format!("--resume {session}")), "{script}");
+    rig.wait_released(2);
+    assert!(rig.log(2, "stdout").contains("Resumed after the crash."));
+    rig.assert_no_key_in_logs(2, &[KEY]);
+}
