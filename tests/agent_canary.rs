@@ -143,7 +143,7 @@ fn agent_world(nodes: u64, worker_prefix: &str, extra: &[&str]) -> (Cluster, Pat
 
 #[test]
 fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeovers() {
-    let (cluster, repo, worker) = agent_world(
+    let (mut cluster, repo, worker) = agent_world(
         3,
         "canary",
         &[
@@ -162,7 +162,7 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         .canonicalize()
         .expect("data dir")
         .join("projects/acme/canary");
-    let canary = Canary { worker, sandbox };
+    let mut canary = Canary { worker, sandbox };
 
     // One project, 8 profiles preferring codex, falling back to claude.
     let r = post(
@@ -647,6 +647,45 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
     assert!(w["roster_deltas_delivered"].as_u64() > Some(0), "{ev:#}");
     assert_eq!(w["cgroup_leaves_left"], json!([]), "{ev:#}");
     assert_eq!(w["credential_files_left"], json!([]), "{ev:#}");
+
+    // The counters outlive the processes that counted them: kill -9 of the worker and of
+    // every node, a restart, and the evidence reports the same figures (issue 20).
+    canary.worker.kill();
+    for id in 1..=3 {
+        cluster.kill(id);
+    }
+    for id in 1..=3 {
+        cluster.start_node(id);
+    }
+    cluster.wait_for_leader(Duration::from_secs(30));
+    canary.worker.spawn();
+    let again = cli(&url)
+        .args(["--endpoint", &url, "--output", "json", "evidence"])
+        .args(["--tenant", "acme", "--project", "canary"])
+        .output()
+        .expect("squadron evidence");
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let after: Value = serde_json::from_slice(&again.stdout).expect("evidence json");
+    for figure in [
+        "/unauthorized_mcp_denied",
+        "/worker/peak_concurrent_processes",
+        "/worker/mailbox_messages_delivered",
+        "/worker/roster_deltas_delivered",
+        "/worker/self_fenced",
+        "/worker/broker/commits_accepted",
+        "/worker/broker/refused_stale_generation",
+        "/worker/broker/accepted_from_non_current",
+    ] {
+        assert_eq!(
+            after.pointer(figure),
+            ev.pointer(figure),
+            "{figure} changed across the restarts: {after:#}"
+        );
+    }
 
     // The audit names the operator who asked for each relayed operation, beside the worker
     // that then acted: a launch, both takeovers and the stop of agent-0.

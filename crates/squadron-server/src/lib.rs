@@ -58,6 +58,8 @@ pub enum ServerError {
     Tls(#[from] squadron_pki::PkiError),
     #[error("the peer client: {0}")]
     PeerClient(String),
+    #[error("evidence counters: {0}")]
+    Counters(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -119,12 +121,14 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
     let (grpc_listener, grpc_addr) = bind(config.grpc_listen).await?;
     let (peer_listener, peer_addr) = bind(config.peer_listen).await?;
     let raft = storage.raft.clone();
+    let denials = mcp_denials::load(&config.data_dir).map_err(ServerError::Counters)?;
     let node = ControlNode::new(
         config.clone(),
         storage.raft,
         storage.reader,
         storage.append_stats,
         tls.clone(),
+        mcp_denials::McpDenials::restored(denials),
     )
     .map_err(|e| ServerError::PeerClient(e.to_string()))?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -148,6 +152,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
             shutdown_rx.clone(),
         ),
         reload_on_hangup(tls.clone(), shutdown_rx.clone()),
+        mcp_denials::spawn_saver(node.clone(), config.data_dir.clone(), shutdown_rx.clone()),
     ];
     if storage.is_new {
         initialise_cluster(&config, &raft).await?;

@@ -80,6 +80,7 @@ impl ControlNode {
         state: StateReader,
         append_stats: Arc<squadron_store::AppendStats>,
         tls: Arc<crate::tls::NodeTls>,
+        mcp_denials: crate::mcp_denials::McpDenials,
     ) -> Result<Arc<Self>, PeerError> {
         let timeout = Duration::from_millis(config.server.request_timeout_ms);
         // The one client of every call to another node.
@@ -122,7 +123,10 @@ impl ControlNode {
             follower_reads,
             raft,
             state,
-            counters: Counters::default(),
+            counters: Counters {
+                mcp_denials,
+                ..Counters::default()
+            },
             append_stats,
             tls,
             clock,

@@ -4,9 +4,10 @@
 use std::fs;
 use std::path::Path;
 
-use squadron_client::{BrokerEvidence, WorkerEvidence};
+use squadron_client::WorkerEvidence;
 use squadron_core::ids::{ProjectId, TenantId};
 
+use crate::agent::evidence_ledger::broker_evidence;
 use crate::agent::runtime::{leaf_populated, PROJECT_LEAVES_SCANNED_MAX};
 use crate::agent::supervisor::AgentSupervisor;
 
@@ -35,16 +36,7 @@ impl AgentSupervisor {
             mailbox_messages_delivered: counters.messages_delivered,
             roster_deltas_delivered: counters.roster_deltas_delivered,
             self_fenced: counters.self_fenced,
-            broker: BrokerEvidence {
-                commits_accepted: stats.accepted,
-                accepted_from_non_current: stats.accepted_from_non_current,
-                refused_stale_generation: stats.refused_stale,
-                refused_other: stats.refused_head_moved
-                    + stats.refused_invalid
-                    + stats.refused_conflict
-                    + stats.refused_forbidden
-                    + stats.refused_other,
-            },
+            broker: broker_evidence(&self.inner.broker_base, &stats),
             cgroup_leaves_left: list_dir_names(&cgroup_dir),
             credential_files_left: credential_files(&root.join("run")),
         }

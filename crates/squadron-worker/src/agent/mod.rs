@@ -10,6 +10,7 @@ pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod error;
 pub(crate) mod evidence;
+pub(crate) mod evidence_ledger;
 pub(crate) mod exits;
 pub(crate) mod fence;
 pub(crate) mod launch;

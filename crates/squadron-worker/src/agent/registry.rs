@@ -316,6 +316,19 @@ impl Registry {
         self.projects.get(project).copied().unwrap_or_default()
     }
 
+    /// A registry that goes on from the counters an earlier life of the worker saved.
+    pub(crate) fn with_counters(saved: Vec<(ProjectKey, ProjectCounters)>) -> Registry {
+        Registry {
+            projects: saved.into_iter().collect(),
+            ..Registry::default()
+        }
+    }
+
+    /// Every project's counters, for the ledger.
+    pub(crate) fn all_counters(&self) -> Vec<(ProjectKey, ProjectCounters)> {
+        self.projects.iter().map(|(k, c)| (k.clone(), *c)).collect()
+    }
+
     pub(crate) fn sandbox(&self, project: &ProjectKey) -> Option<Arc<ProjectSandbox>> {
         self.sandboxes.get(project).cloned()
     }

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use squadron_client::types::AttachSandbox;
-use squadron_client::SandboxRepository;
+use squadron_client::{BrokerEvidence, SandboxRepository};
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{Generation, ProfileId, WorkerId};
@@ -53,6 +53,7 @@ use squadron_isolation::{BrokerServer, GitBroker};
 
 use crate::agent::config::AgentConfig;
 use crate::agent::error::AgentError;
+use crate::agent::evidence_ledger::{broker_evidence, EvidenceLedger};
 use crate::agent::fence::ControlFence;
 use crate::agent::project_sandbox::{ProjectSandbox, SandboxRecord};
 use crate::agent::registry::Registry;
@@ -92,6 +93,10 @@ pub(crate) struct Inner {
     /// and two interleaved on one profile would decide on stale reads.
     pub(super) ops: tokio::sync::Mutex<()>,
     registry: Mutex<Registry>,
+    /// What the broker counted in the worker's earlier lives (`evidence_ledger.rs`).
+    pub(super) broker_base: BrokerEvidence,
+    /// The counters as last saved, so the tick writes only what changed.
+    saved: Mutex<EvidenceLedger>,
 }
 
 impl AgentSupervisor {
@@ -108,6 +113,7 @@ impl AgentSupervisor {
         let fence = Arc::new(ControlFence::new(control.clone()));
         let broker = GitBroker::open(&data_dir.join("agent-broker"), fence)
             .map_err(|e| WorkerError::runtime("git broker", e.to_string()))?;
+        let ledger = EvidenceLedger::load(&data_dir)?;
         Ok(AgentSupervisor {
             inner: Arc::new(Inner {
                 worker,
@@ -118,7 +124,9 @@ impl AgentSupervisor {
                 control,
                 broker,
                 ops: tokio::sync::Mutex::new(()),
-                registry: Mutex::new(Registry::default()),
+                registry: Mutex::new(Registry::with_counters(ledger.project_counters())),
+                broker_base: ledger.broker.clone(),
+                saved: Mutex::new(ledger),
             }),
         })
     }
@@ -160,9 +168,31 @@ impl AgentSupervisor {
                 me.deliver_mailboxes().await;
                 me.retry_pending_evidence().await;
                 me.retry_pending_releases().await;
+                me.save_evidence();
             }
         });
         vec![renewals, ticks]
+    }
+
+    /// Saves the evidence counters when they changed since the last save; a failed save is
+    /// tried again at the next tick.
+    pub(crate) fn save_evidence(&self) {
+        let now = EvidenceLedger::of(
+            self.registry().all_counters().into_iter(),
+            broker_evidence(&self.inner.broker_base, &self.inner.broker.stats()),
+        );
+        let mut saved = self
+            .inner
+            .saved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *saved == now {
+            return;
+        }
+        match now.save(&self.inner.data_dir) {
+            Ok(()) => *saved = now,
+            Err(e) => tracing::warn!(error = %e, "cannot save the evidence counters"),
+        }
     }
 
     /// The profile's attempt as this worker sees it.
