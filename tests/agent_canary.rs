@@ -556,6 +556,13 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         Some(64),
         "{ev:#}"
     );
+    // Each of the 3 nodes and the worker reported the digest of the one binary they all run.
+    let digests = ev["build_digests"].as_array().expect("build digests");
+    assert_eq!(digests.len(), 4, "{ev:#}");
+    assert!(
+        digests.iter().all(|d| d["sha256"] == ev["binary_sha256"]),
+        "{ev:#}"
+    );
     let verify = |path: &std::path::Path| {
         cli(&url)
             .args(["evidence", "verify"])

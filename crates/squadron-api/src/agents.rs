@@ -170,6 +170,16 @@ pub struct WorkerEvidence {
     pub cgroup_leaves_left: Vec<String>,
     /// Credential files left in the project's launch directories.
     pub credential_files_left: Vec<String>,
+    /// SHA-256 of the worker's running binary (empty when it could not be read).
+    pub binary_sha256: String,
+}
+
+/// The SHA-256 of one member's running binary, as it reported it (empty: no report).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BuildDigest {
+    /// `node {id}` or `worker {id}`.
+    pub member: String,
+    pub sha256: String,
 }
 
 /// `GET /api/v1/projects/{tenant}/{project}/evidence` (and `squadron evidence`).
@@ -200,4 +210,8 @@ pub struct ProjectEvidence {
     pub worker: Option<WorkerEvidence>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_error: Option<String>,
+    /// Each member's running binary: the answering node's own here; `squadron evidence` asks
+    /// every member and adds the sandbox worker's.
+    #[serde(default)]
+    pub build_digests: Vec<BuildDigest>,
 }

@@ -11,6 +11,7 @@
 //! `pki_dir` (files on disk).
 
 pub mod admission;
+pub mod build_digest;
 pub mod cluster_ca;
 pub mod data_key;
 pub mod error;
@@ -27,6 +28,7 @@ pub mod tls_identity;
 pub mod tls_listener;
 
 pub use admission::{is_from_node, NodesOnly};
+pub use build_digest::own_binary_sha256;
 pub use cluster_ca::{CertUse, ClusterCa, SubjectName};
 pub use data_key::{DataKey, DATA_KEY_FILE_NAME};
 pub use error::PkiError;

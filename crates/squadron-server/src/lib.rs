@@ -131,6 +131,9 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
         mcp_denials::McpDenials::restored(denials),
     )
     .map_err(|e| ServerError::PeerClient(e.to_string()))?;
+    // The release evidence names this binary's digest: hashed now, off the runtime, so the
+    // first evidence request does not wait for it.
+    tokio::task::spawn_blocking(squadron_pki::own_binary_sha256);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut tasks = vec![
         serve(

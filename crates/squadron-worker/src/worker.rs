@@ -70,6 +70,8 @@ pub async fn start(
     runtimes: RuntimeSet,
 ) -> Result<RunningWorker, WorkerError> {
     config.validate()?;
+    // The release evidence names this binary's digest: hashed now, off the runtime.
+    tokio::task::spawn_blocking(squadron_pki::own_binary_sha256);
     let mut config = config;
     config.runtimes = runtimes.kinds().collect();
     if config.runtimes.is_empty() {

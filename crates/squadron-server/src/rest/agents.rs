@@ -17,7 +17,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Json;
-use squadron_api::agents::{ProjectEvidence, WorkerEvidence};
+use squadron_api::agents::{BuildDigest, ProjectEvidence, WorkerEvidence};
 use squadron_core::command::{AgentOperation, RequestAgentOperation};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
@@ -365,11 +365,22 @@ async fn evidence(
                 sandbox_worker,
                 worker: None,
                 worker_error: None,
+                build_digests: Vec::new(),
             },
             address,
         ))
     })
     .await?;
+    // Hashed once per process, started at the node's start (`lib.rs`); never on the runtime.
+    let sha256 = tokio::task::spawn_blocking(squadron_pki::own_binary_sha256)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    ev.build_digests.push(BuildDigest {
+        member: format!("node {}", node.id),
+        sha256,
+    });
     if let Some((worker, address)) = address {
         let got = async {
             let relay = WorkerRelay::new(&node, &worker, &address).map_err(|e| e.body.message)?;

@@ -152,5 +152,14 @@ async fn evidence(
         TenantId::new(tenant).map_err(|e| Failure(AgentError::invalid("tenant", e.to_string())))?;
     let project = ProjectId::new(project)
         .map_err(|e| Failure(AgentError::invalid("project", e.to_string())))?;
-    Ok(Json(s.evidence(&tenant, &project)).into_response())
+    // It hashes the binary (once) and scans the host: off the runtime.
+    let ev = tokio::task::spawn_blocking(move || s.evidence(&tenant, &project))
+        .await
+        .map_err(|e| {
+            Failure(AgentError::new(
+                squadron_core::error_code::ErrorCode::Internal,
+                e.to_string(),
+            ))
+        })?;
+    Ok(Json(ev).into_response())
 }

@@ -39,6 +39,7 @@ impl AgentSupervisor {
             broker: broker_evidence(&self.inner.broker_base, &stats),
             cgroup_leaves_left: list_dir_names(&cgroup_dir),
             credential_files_left: credential_files(&root.join("run")),
+            binary_sha256: squadron_pki::own_binary_sha256().unwrap_or_default(),
         }
     }
 

@@ -116,12 +116,7 @@ pub fn read_bounded(path: &Path) -> anyhow::Result<String> {
 }
 
 fn own_binary_sha256() -> anyhow::Result<String> {
-    use sha2::Digest;
-    let path = std::env::current_exe().context("the running binary")?;
-    let mut file = std::fs::File::open(&path).with_context(|| format!("{}", path.display()))?;
-    let mut hasher = sha2::Sha256::new();
-    std::io::copy(&mut file, &mut hasher).with_context(|| format!("{}", path.display()))?;
-    Ok(hex::encode(hasher.finalize()))
+    squadron_pki::own_binary_sha256().map_err(|e| anyhow::anyhow!("the running binary: {e}"))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use squadron_api::agents::BuildDigest;
 use squadron_client::Consistency;
 use squadron_core::ids::{ProjectId, TenantId};
 use squadron_pki::SigningKey;
@@ -64,19 +65,35 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
     let status = c.cluster_status(Consistency::Stale).await?;
     let mut denied = 0;
     let mut asked = 0;
+    let mut digests = Vec::new();
     for m in &status.members {
         let node = c.with_endpoints(vec![format!("https://{}", m.rest)]);
         match node.project_evidence(&args.tenant, project).await {
             Ok(e) => {
                 denied += e.unauthorized_mcp_denied;
                 asked += 1;
+                digests.extend(e.build_digests);
             }
-            Err(e) => eprintln!("member {} ({}) not counted: {e}", m.id, m.rest),
+            Err(e) => {
+                eprintln!("member {} ({}) not counted: {e}", m.id, m.rest);
+                digests.push(BuildDigest {
+                    member: format!("node {}", m.id),
+                    sha256: String::new(),
+                });
+            }
         }
     }
     if asked > 0 {
         ev.unauthorized_mcp_denied = denied;
     }
+    // Every member's running binary, and the sandbox worker's: one build is a claim.
+    if let Some(w) = &ev.worker {
+        digests.push(BuildDigest {
+            member: format!("worker {}", w.worker),
+            sha256: w.binary_sha256.clone(),
+        });
+    }
+    ev.build_digests = digests;
     let report = Report::new(ev)?;
     if let (Some(key), Some(out)) = (&args.sign, &args.bundle) {
         // A key others can read is refused, as every key and token file is.

@@ -35,6 +35,7 @@ pub fn verdicts(e: &ProjectEvidence) -> Vec<Verdict> {
             format!("profiles = {}", e.profiles),
         ),
         four_process_peak(e),
+        one_build(e),
     ];
     out.extend(worker_claims(e));
     out.push(verdict(
@@ -128,6 +129,49 @@ fn worker_claims(e: &ProjectEvidence) -> Vec<Verdict> {
     ]
 }
 
+/// "Immutable build/deploy digest equality": every node and the sandbox's worker reported the
+/// same SHA-256 of its running binary. A member that reported none fails the claim.
+fn one_build(e: &ProjectEvidence) -> Verdict {
+    let d = &e.build_digests;
+    let nodes = d.iter().filter(|b| b.member.starts_with("node ")).count();
+    let workers = d.iter().filter(|b| b.member.starts_with("worker ")).count();
+    let missing: Vec<&str> = d
+        .iter()
+        .filter(|b| b.sha256.is_empty())
+        .map(|b| b.member.as_str())
+        .collect();
+    let mut distinct: Vec<&str> = d
+        .iter()
+        .filter(|b| !b.sha256.is_empty())
+        .map(|b| b.sha256.as_str())
+        .collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let figure = if !missing.is_empty() {
+        format!("no digest from {}", missing.join(", "))
+    } else if distinct.len() > 1 {
+        let each: Vec<String> = d
+            .iter()
+            .map(|b| format!("{} {}", b.member, short(&b.sha256)))
+            .collect();
+        format!("{} builds: {}", distinct.len(), each.join(", "))
+    } else {
+        format!(
+            "{nodes} nodes and {workers} workers run {}",
+            distinct.first().map_or("nothing", |s| short(s))
+        )
+    };
+    verdict(
+        "one build",
+        nodes >= 1 && workers >= 1 && missing.is_empty() && distinct.len() == 1,
+        figure,
+    )
+}
+
+fn short(sha256: &str) -> &str {
+    sha256.get(..12).unwrap_or(sha256)
+}
+
 fn roster_delivery(e: &ProjectEvidence, w: &WorkerEvidence) -> Verdict {
     verdict(
         "full roster delivery",
@@ -142,7 +186,7 @@ fn roster_delivery(e: &ProjectEvidence, w: &WorkerEvidence) -> Verdict {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use squadron_api::agents::BrokerEvidence;
+    use squadron_api::agents::{BrokerEvidence, BuildDigest};
 
     pub(crate) fn passing() -> ProjectEvidence {
         ProjectEvidence {
@@ -171,6 +215,12 @@ pub(crate) mod tests {
                 ..WorkerEvidence::default()
             }),
             worker_error: None,
+            build_digests: ["node 1", "node 2", "worker w1"]
+                .map(|member| BuildDigest {
+                    member: member.into(),
+                    sha256: "ab".repeat(32),
+                })
+                .to_vec(),
         }
     }
 
@@ -185,7 +235,7 @@ pub(crate) mod tests {
     #[test]
     fn the_canary_figures_pass_every_claim() {
         let v = verdicts(&passing());
-        assert_eq!(v.len(), 9);
+        assert_eq!(v.len(), 10);
         assert!(v.iter().all(|v| v.pass), "{v:#?}");
     }
 
@@ -209,6 +259,18 @@ pub(crate) mod tests {
         let mut e = passing();
         e.unauthorized_mcp_denied = 0;
         assert_eq!(failed(&e), ["unauthorized MCP 403"]);
+        let mut e = passing();
+        e.build_digests[1].sha256 = "cd".repeat(32);
+        assert_eq!(failed(&e), ["one build"]);
+        let v = verdicts(&e);
+        let build = v.iter().find(|v| v.claim == "one build").unwrap();
+        assert!(build.figure.contains("2 builds") && build.figure.contains("node 2 cdcd"));
+        let mut e = passing();
+        e.build_digests[0].sha256.clear();
+        assert_eq!(failed(&e), ["one build"]);
+        let mut e = passing();
+        e.build_digests.pop();
+        assert_eq!(failed(&e), ["one build"], "no worker reported");
         // Without the worker's half, every claim only it proves fails, saying why.
         let mut e = passing();
         e.worker = None;
