@@ -124,8 +124,9 @@ impl Shared {
                 .cloned()
                 .unwrap_or(Step::Text("The script is over."))
         };
-        if !matches!(step(turn), Step::Hold) {
-            return step(turn);
+        let here = step(turn);
+        if !matches!(here, Step::Hold) {
+            return here;
         }
         let first = self.held.lock().expect("held").insert(turn);
         if first {

@@ -140,19 +140,19 @@ fn save(data_dir: &Path, saved: &SavedDenials) -> std::io::Result<()> {
 
 /// Saves the node's counts whenever they changed, until shutdown, and once more then.
 pub fn spawn_saver(
-    denials: std::sync::Arc<crate::node::ControlNode>,
+    node: std::sync::Arc<crate::node::ControlNode>,
     data_dir: PathBuf,
     mut shutdown: watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut last = denials.counters.mcp_denials.saved();
+        let mut last = node.counters.mcp_denials.saved();
         let mut ticks = tokio::time::interval(Duration::from_millis(MCP_DENIALS_SAVE_MS));
         loop {
             let stopping = tokio::select! {
                 _ = shutdown.changed() => true,
                 _ = ticks.tick() => false,
             };
-            let now = denials.counters.mcp_denials.saved();
+            let now = node.counters.mcp_denials.saved();
             if now != last {
                 let (dir, saved) = (data_dir.clone(), now.clone());
                 match tokio::task::spawn_blocking(move || save(&dir, &saved)).await {

@@ -9,8 +9,6 @@
 //! directory keeps the capsule it started from (`capsule.json`), and the newest capsule is
 //! still that one (or there is none at all).
 
-use std::fs;
-use std::io::Read as _;
 use std::path::Path;
 
 use squadron_api::leases::CommitCapsule;
@@ -23,13 +21,13 @@ use squadron_core::Outcome;
 use crate::agent::error::AgentError;
 use crate::agent::launch::GrantedAttempt;
 use crate::agent::project_sandbox::ProfilePaths;
-use crate::agent::stream_capsule::{capsule_from_stream, Ending};
+use crate::agent::stream_capsule::{capsule_from_stream, read_run_file, Ending};
 use crate::agent::supervisor::{blocking, unexpected, AgentSupervisor};
 use crate::agent::takeover::branch_tip;
 
-/// Largest `capsule.json` run file read back (the worker wrote it; a capsule is bounded far
-/// below this by the core's limits).
-const STARTED_FROM_BYTES_MAX: u64 = 1024 * 1024;
+/// Largest `capsule.json` or `identity.json` run file read back (the worker wrote them; a
+/// capsule is bounded far below this by the core's limits).
+const RUN_FILE_BYTES_MAX: u64 = 1024 * 1024;
 
 impl AgentSupervisor {
     /// The capsule the granted generation starts from: the previous generation's account
@@ -73,20 +71,17 @@ impl AgentSupervisor {
         let Outcome::CapsuleCommitted { sequence, digest } = outcome else {
             return Err(unexpected("commit capsule", &outcome));
         };
-        let committed = self.latest_capsule(g.profile.id).await?;
-        match committed {
-            Some(c) if c.sequence == sequence && c.digest == digest && c.verify() => {
-                tracing::info!(profile = %g.profile.id, %previous, sequence, "committed the account of a generation that left without a handover");
-                Ok(Some(c))
-            }
-            _ => Err(AgentError::new(
+        let Some(committed) = self.read_back(g.profile.id, (sequence, digest)).await? else {
+            return Err(AgentError::new(
                 ErrorCode::Internal,
                 format!(
-                    "capsule {sequence} of profile {} does not verify after commit",
+                    "capsule {sequence} of profile {} is missing after commit",
                     g.profile.id
                 ),
-            )),
-        }
+            ));
+        };
+        tracing::info!(profile = %g.profile.id, %previous, sequence, "committed the account of a generation that left without a handover");
+        Ok(Some(committed))
     }
 }
 
@@ -99,11 +94,12 @@ fn unhanded_account(
     newest: u64,
     mailbox_cursor: u64,
 ) -> Option<squadron_core::capsule::CapsulePayload> {
-    let started_from = started_from(&paths.generation_run_dir(previous))?;
+    let run_dir = paths.generation_run_dir(previous);
+    let started_from = started_from(&run_dir)?;
     if newest > started_from {
         return None;
     }
-    let provider = provider_of(&paths.generation_run_dir(previous))?;
+    let provider = provider_of(&run_dir)?;
     let revision = branch_tip(git_dir, &paths.branch);
     capsule_from_stream(
         paths,
@@ -121,7 +117,7 @@ fn started_from(run_dir: &Path) -> Option<u64> {
     if !run_dir.is_dir() {
         return None;
     }
-    match read_bounded(&run_dir.join("capsule.json")) {
+    match read_run_file(&run_dir.join("capsule.json"), RUN_FILE_BYTES_MAX) {
         None => Some(0),
         Some(bytes) => serde_json::from_slice::<ContinuityCapsule>(&bytes)
             .ok()
@@ -131,15 +127,7 @@ fn started_from(run_dir: &Path) -> Option<u64> {
 
 /// The provider a generation ran, from its `identity.json` run file.
 fn provider_of(run_dir: &Path) -> Option<squadron_core::provider::Provider> {
-    let bytes = read_bounded(&run_dir.join("identity.json"))?;
+    let bytes = read_run_file(&run_dir.join("identity.json"), RUN_FILE_BYTES_MAX)?;
     let identity: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     serde_json::from_value(identity.get("provider")?.clone()).ok()
-}
-
-fn read_bounded(path: &Path) -> Option<Vec<u8>> {
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(STARTED_FROM_BYTES_MAX).read_to_end(&mut bytes))
-        .ok()?;
-    Some(bytes)
 }

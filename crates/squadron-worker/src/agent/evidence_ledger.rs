@@ -35,10 +35,8 @@ pub(crate) const EVIDENCE_PROJECTS_MAX: usize = 100_000;
 pub(crate) struct SavedProject {
     pub(crate) tenant: TenantId,
     pub(crate) project: ProjectId,
-    pub(crate) peak_processes: u32,
-    pub(crate) messages_delivered: u64,
-    pub(crate) roster_deltas_delivered: u64,
-    pub(crate) self_fenced: u64,
+    #[serde(flatten)]
+    pub(crate) counters: ProjectCounters,
 }
 
 /// Everything saved: every project's counters and the broker's, as evidence shows them.
@@ -89,17 +87,7 @@ impl EvidenceLedger {
         self.projects
             .iter()
             .take(EVIDENCE_PROJECTS_MAX)
-            .map(|p| {
-                (
-                    (p.tenant.clone(), p.project.clone()),
-                    ProjectCounters {
-                        peak_processes: p.peak_processes,
-                        messages_delivered: p.messages_delivered,
-                        roster_deltas_delivered: p.roster_deltas_delivered,
-                        self_fenced: p.self_fenced,
-                    },
-                )
-            })
+            .map(|p| ((p.tenant.clone(), p.project.clone()), p.counters))
             .collect()
     }
 
@@ -111,13 +99,10 @@ impl EvidenceLedger {
         EvidenceLedger {
             projects: projects
                 .take(EVIDENCE_PROJECTS_MAX)
-                .map(|((tenant, project), c)| SavedProject {
+                .map(|((tenant, project), counters)| SavedProject {
                     tenant,
                     project,
-                    peak_processes: c.peak_processes,
-                    messages_delivered: c.messages_delivered,
-                    roster_deltas_delivered: c.roster_deltas_delivered,
-                    self_fenced: c.self_fenced,
+                    counters,
                 })
                 .collect(),
             broker,
@@ -185,6 +170,8 @@ mod tests {
             broker_evidence(&base, &live),
         );
         ledger.save(dir.path()).unwrap();
+        let text = fs::read_to_string(EvidenceLedger::path(dir.path())).unwrap();
+        assert!(text.contains("\"peak_processes\": 4"), "flat per project: {text}");
         let back = EvidenceLedger::load(dir.path()).unwrap();
         assert_eq!(back, ledger);
         assert_eq!(back.project_counters()[0].0, key("acme", "web"));

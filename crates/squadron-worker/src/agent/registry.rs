@@ -59,8 +59,8 @@ impl AgentEntry {
     }
 }
 
-/// Counters of one project, for the evidence.
-#[derive(Debug, Default, Clone, Copy)]
+/// Counters of one project, for the evidence (saved as they are by `evidence_ledger.rs`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ProjectCounters {
     pub(crate) peak_processes: u32,
     pub(crate) messages_delivered: u64,

@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use squadron_core::capsule::CapsulePayload;
 use squadron_core::ids::Generation;
@@ -96,14 +96,19 @@ pub(crate) fn pending_of(prompt: Option<&str>, inherited: &[String]) -> Vec<Stri
 }
 
 fn read_pending(run_dir: &Path) -> Vec<String> {
-    let path: PathBuf = run_dir.join(PENDING_FILE_NAME);
+    read_run_file(&run_dir.join(PENDING_FILE_NAME), PENDING_FILE_BYTES_MAX)
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
+}
+
+/// At most `bytes_max` bytes of a generation's run file (written by the worker), or `None`
+/// when it cannot be read.
+pub(crate) fn read_run_file(path: &Path, bytes_max: u64) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
-    let read =
-        fs::File::open(&path).and_then(|f| f.take(PENDING_FILE_BYTES_MAX).read_to_end(&mut bytes));
-    if read.is_err() {
-        return Vec::new();
-    }
-    serde_json::from_slice(&bytes).unwrap_or_default()
+    fs::File::open(path)
+        .and_then(|f| f.take(bytes_max).read_to_end(&mut bytes))
+        .ok()?;
+    Some(bytes)
 }
 
 #[cfg(test)]

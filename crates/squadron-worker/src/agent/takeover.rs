@@ -280,19 +280,28 @@ impl AgentSupervisor {
     async fn committed_capsule(
         &self,
         token: FencingToken,
+        committed: (u64, Digest),
+    ) -> Result<Option<ContinuityCapsule>, AgentError> {
+        let read = self.read_back(token.profile, committed).await;
+        if read.is_err() {
+            self.release_or_queue(token).await;
+        }
+        read
+    }
+
+    /// The newest capsule of profile `id`, which must be the one just committed (`sequence`,
+    /// `digest`) and verify.
+    pub(super) async fn read_back(
+        &self,
+        id: ProfileId,
         (sequence, digest): (u64, Digest),
     ) -> Result<Option<ContinuityCapsule>, AgentError> {
-        let id = token.profile;
-        let capsule = match self.latest_capsule(id).await {
-            Ok(c) => c,
-            Err(e) => {
-                self.release_or_queue(token).await;
-                return Err(e.context("reading the committed capsule"));
-            }
-        };
+        let capsule = self
+            .latest_capsule(id)
+            .await
+            .map_err(|e| e.context("reading the committed capsule"))?;
         if let Some(c) = &capsule {
             if c.sequence != sequence || c.digest != digest || !c.verify() {
-                self.release_or_queue(token).await;
                 return Err(AgentError::new(
                     ErrorCode::Internal,
                     format!("capsule {sequence} of profile {id} does not verify after commit"),
