@@ -171,7 +171,10 @@ mod tests {
         );
         ledger.save(dir.path()).unwrap();
         let text = fs::read_to_string(EvidenceLedger::path(dir.path())).unwrap();
-        assert!(text.contains("\"peak_processes\": 4"), "flat per project: {text}");
+        assert!(
+            text.contains("\"peak_processes\": 4"),
+            "flat per project: {text}"
+        );
         let back = EvidenceLedger::load(dir.path()).unwrap();
         assert_eq!(back, ledger);
         assert_eq!(back.project_counters()[0].0, key("acme", "web"));
