@@ -399,7 +399,7 @@ fn grpc_methods_answer_as_their_rules_say(cluster: &Cluster, fx: &Fixtures) {
             // A lease the profile does not hold: the fenced calls are refused by the state,
             // not the rule, and change nothing.
             let answers: Vec<(&str, Result<(), tonic::Status>, bool)> = vec![
-                ("WorkerService/Register", w.register(pb::RegisterWorkerRequest { worker: worker.clone(), address: "127.0.0.1:1".into(), runtimes: vec!["process".into()], capacity: 8, labels: Default::default(), heartbeat_interval_ms: 600_000 }).await.map(|_| ()), is_w1),
+                ("WorkerService/Register", w.register(pb::RegisterWorkerRequest { worker: worker.clone(), address: "127.0.0.1:1".into(), runtimes: vec!["process".into()], capacity: 8, labels: Default::default(), heartbeat_interval_ms: 600_000, policy: None }).await.map(|_| ()), is_w1),
                 ("WorkerService/Heartbeat", w.heartbeat(pb::WorkerHeartbeatRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
                 ("WorkerService/SetWorkerPolicy", w.set_worker_policy(pb::SetWorkerPolicyRequest { worker: worker.clone(), policy: Some((&squadron_core::worker_policy::WorkerPolicy::default()).into()) }).await.map(|_| ()), is_w1),
                 ("WorkerService/WatchAssignments", w.watch_assignments(pb::WatchAssignmentsRequest { worker: worker.clone() }).await.map(|_| ()), is_w1),
@@ -483,7 +483,9 @@ async fn worker_control_probes(
         Addressed, AttachSandbox, GrantCredentialLease, ProjectRef, RenewCertificate,
     };
     use squadron_core::command::NextHolder;
-    use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
+    use squadron_core::ids::{
+        CredentialLeaseId, Generation, LeaseId, McpServerId, ProfileId, TaskId, WorkerId,
+    };
     use squadron_core::lease::{FencingToken, LeaseHolder};
     use squadron_proto::v1::worker_control_client::WorkerControlClient;
 
@@ -710,6 +712,32 @@ async fn worker_control_probes(
             c.get_profile_credentials(profile).await.map(|_| ()),
             any_worker,
         ),
+        (
+            // Not granted: refused by the state ("mcp_server:use"), not the rule.
+            "WorkerControl/CheckMcpUse",
+            c.check_mcp_use(Addressed::new(
+                profile,
+                squadron_api::McpUse {
+                    server: McpServerId::new("mcp-probe").expect("server"),
+                },
+            ))
+            .await
+            .map(|_| ()),
+            any_worker,
+        ),
+        (
+            "WorkerControl/McpGrants",
+            c.mcp_grants(profile).await.map(|_| ()),
+            any_worker,
+        ),
+        (
+            // No such lease: refused by the state (not found), not the rule.
+            "WorkerControl/GetCredentialLease",
+            c.get_credential_lease(CredentialLeaseId::new(999).expect("id"))
+                .await
+                .map(|_| ()),
+            any_worker,
+        ),
     ]
 }
 
@@ -776,6 +804,7 @@ fn a_worker_speaks_only_for_itself_over_grpc() {
             capacity: 1,
             labels: Default::default(),
             heartbeat_interval_ms: 1_000,
+            policy: None,
         };
         let answers = [
             ("Register", other.register(register).await.map(|_| ())),

@@ -151,8 +151,9 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
             "3000",
             "--skills",
             "review",
-            "--mcp-servers",
-            "github",
+            // Offered, never reached: the canary's MCP checks go to the control plane.
+            "--mcp-server",
+            "github=http://127.0.0.1:9/mcp",
         ],
     );
     let urls = cluster.urls();

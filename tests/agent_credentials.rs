@@ -70,29 +70,9 @@ fn squadron(url: &str, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_them() {
-    let cluster = Cluster::start(1);
-    cluster.wait_for_leader(Duration::from_secs(30));
+    let (cluster, repo, mut worker) =
+        script_agent_world("agent-cred", PROVIDER, LEASE_TTL_MS, 2_000);
     let url = cluster.url(1);
-    let dir = cluster.dir.path().to_path_buf();
-    let repo = git_repo(&dir);
-    let script = dir.join("provider.sh");
-    std::fs::write(&script, PROVIDER).expect("provider script");
-    let mut worker = WorkerProc::start_with(
-        &dir,
-        &unique_worker_id("agent-cred"),
-        cluster.urls(),
-        "process",
-        vec![
-            "--provider-script".into(),
-            format!("codex={}", script.display()),
-            "--provider-script".into(),
-            format!("claude={}", script.display()),
-            "--agent-lease-ttl-ms".into(),
-            LEASE_TTL_MS.to_string(),
-            "--agent-stop-grace-ms".into(),
-            "2000".into(),
-        ],
-    );
     let secret = format!("sk-agent-test-{}", std::process::id() * 7919);
     put_credential(&url, "cred_agent", &secret);
     let r = post(
@@ -295,6 +275,41 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
     let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
     assert!(!log.contains(&secret), "the worker's log holds the secret");
 
+    // Injected at egress: agent generations have no proxy, so the launch is refused naming
+    // the credential — never a file — and holds no slot.
+    let out = squadron(
+        &url,
+        &[
+            "credential",
+            "egress-set",
+            "cred_agent",
+            "--upstream",
+            "https://api.example.com",
+            "--header",
+            "x-api-key",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = rt
+        .block_on(client.agent_launch(profile, &LaunchAgent::default()))
+        .expect_err("a credential injected at egress refuses the launch");
+    assert!(
+        err.to_string().contains("cred_agent is injected at egress"),
+        "{err}"
+    );
+    let p = http_get(&format!("{url}/api/v1/profiles/{id}")).expect("profile");
+    assert!(
+        p["live_lease"].is_null(),
+        "the refused launch holds a lease: {p:#}"
+    );
+    assert!(!session_of(&sandbox, 5).exists());
+    let out = squadron(&url, &["credential", "egress-clear", "cred_agent"]);
+    assert!(out.status.success());
+
     // Revoked: the next launch is refused naming it, and holds no slot.
     let out = squadron(&url, &["credential", "revoke", "cred_agent"]);
     assert!(
@@ -311,5 +326,5 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         p["live_lease"].is_null(),
         "the refused launch holds a lease: {p:#}"
     );
-    assert!(!session_of(&sandbox, 5).exists());
+    assert!(!session_of(&sandbox, 6).exists());
 }

@@ -3,18 +3,23 @@
 //! operator's prompt and the profile's credentials, carried across a graceful takeover by a
 //! capsule Squadron builds from the CLI's own stream, and resumed in their own session by the
 //! next generation of the same CLI, after a takeover or after a crash (kill -9 of the worker)
-//! that left no handover at all. A real node, a real worker with bubblewrap and cgroups; the
+//! that left no handover at all; reaching an MCP server only through the worker's gateway and
+//! only with the profile's grant. A real node, a real worker with bubblewrap and cgroups; the
 //! model servers listen in a network namespace the test made.
 
+mod mcp_server;
 mod model_server;
 mod support;
 
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use mcp_server::McpServer;
 
 use model_server::{ModelServer, Recorded, Step, TestNet, MODEL_PORT};
 use serde_json::{json, Value};
-use squadron_client::{LaunchAgent, SandboxRepository, TakeoverAgent, TakeoverKind};
+use squadron_client::{LaunchAgent, SandboxRepository, StopAgent, TakeoverAgent, TakeoverKind};
 use squadron_core::ids::{ProfileId, WorkerId};
 use squadron_core::provider::Provider;
 use support::*;
@@ -534,4 +539,219 @@ fn after_a_crash_the_next_generation_commits_the_account_and_resumes_claude_s_se
     rig.wait_released(2);
     assert!(rig.log(2, "stdout").contains("Resumed after the crash."));
     rig.assert_no_key_in_logs(2, &[KEY]);
+}
+
+/// One MCP message to a gateway socket, as the bridge sends it: the status and the whole
+/// answer (head and body).
+fn gateway_post(
+    socket: &Path,
+    server: &str,
+    token: Option<&str>,
+    message: &Value,
+) -> (u16, String) {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).expect("gateway socket");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let body = message.to_string();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    // One write: a gateway that refuses on the head alone closes before reading the rest,
+    // and a second write would then meet a closed pipe.
+    let request = format!(
+        "POST /mcp/{server} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+/// Issue 16 item 7: the real Claude Code is configured with the MCP servers its profile is
+/// granted (and no other), calls one through the worker's gateway — a stdio bridge in the
+/// sandbox, the profile's socket, the grant checked, the upstream on host loopback the
+/// sandbox cannot reach — and gets its answer. At the same socket a message without the
+/// generation's token is refused 401, one for a server without the grant 403
+/// `insufficient_scope` and counted for `squadron evidence`, and a revoked grant is refused at
+/// the next message. The upstream never sees the token; the socket closes with the
+/// generation.
+#[test]
+fn claude_code_reaches_a_granted_mcp_server_only_through_the_gateway() {
+    const KEY: &str = "sk-ant-mcp-0123456789abcdef";
+    let mcp = McpServer::start();
+    let offered = [format!("notes={}", mcp.url), format!("secrets={}", mcp.url)];
+    let rig = Rig::start(
+        "toolsmiths",
+        vec![Model {
+            provider: Provider::Claude,
+            script: vec![
+                Step::Tool {
+                    name: "mcp__notes__add_note",
+                    input: json!({"text": "from claude"}),
+                },
+                Step::Hold,
+            ],
+            key: KEY,
+        }],
+        &["--mcp-server", &offered[0], "--mcp-server", &offered[1]],
+    );
+    let grants = format!("{}/api/v1/profiles/{}/mcp/notes", rig.url, rig.id);
+    let r = http_send("PUT", &grants, None, None).expect("grant");
+    assert!(r.ok(), "{r:?}");
+    rig.launch(&rig.first_launch(Some("Add a note saying: from claude.")));
+    let turns = rig.wait_for_turns(0, 2, 1);
+
+    // Configured with the granted server only; the call went through and its answer came back.
+    let tools: Vec<&str> = turns[0].body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(tools.contains(&"mcp__notes__add_note"), "{tools:?}");
+    assert!(!tools.iter().any(|t| t.contains("secrets")), "{tools:?}");
+    assert_eq!(mcp.notes(), [json!({"text": "from claude"})]);
+    assert!(
+        saw(&turns, "noted: from claude"),
+        "the tool's answer never reached the model:\n{}",
+        rig.log(1, "stderr")
+    );
+    let token = std::fs::read_to_string(rig.sandbox.join("run/writer/g1/mcp-token"))
+        .expect("the generation's token");
+    let token = token.trim();
+    assert!(token.starts_with("sqd_mcp_"), "not a gateway token");
+    for got in mcp.received() {
+        assert_eq!(got.header("authorization"), None, "{got:?}");
+        assert!(
+            !format!("{got:?}").contains(token),
+            "the upstream saw the token"
+        );
+    }
+    // The session the server gave at `initialize` is relayed both ways.
+    let received = mcp.received();
+    let initialize = received
+        .iter()
+        .position(|r| r.method() == "initialize")
+        .expect("initialize");
+    assert!(
+        received[initialize + 1..]
+            .iter()
+            .all(|r| r.header("mcp-session-id") == Some(mcp_server::SESSION)),
+        "the session id was not relayed: {received:?}"
+    );
+
+    // The same socket, from outside: what a provider without the token or the grant gets.
+    let evidence_url = format!("{}/api/v1/projects/acme/toolsmiths/evidence", rig.url);
+    let denied = || {
+        http_get(&evidence_url).expect("evidence")["unauthorized_mcp_denied"]
+            .as_u64()
+            .expect("count")
+    };
+    let before = denied();
+    let socket = rig
+        .worker
+        .data_dir
+        .join(format!("agent-sockets/p{}/mcp.sock", rig.id));
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    let received = mcp.received().len();
+    let (status, answer) = gateway_post(&socket, "notes", None, &ping);
+    assert_eq!(status, 401, "{answer}");
+    assert!(
+        answer.to_lowercase().contains("www-authenticate: bearer"),
+        "{answer}"
+    );
+    let forged = format!("sqd_mcp_{}_{}", "0".repeat(16), "0".repeat(64));
+    let (status, answer) = gateway_post(&socket, "notes", Some(&forged), &ping);
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("invalid_token"), "{answer}");
+    let (status, answer) = gateway_post(&socket, "secrets", Some(token), &ping);
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("insufficient_scope"), "{answer}");
+    assert!(answer.contains("mcp_server:use:secrets"), "{answer}");
+    assert_eq!(
+        mcp.received().len(),
+        received,
+        "a refused message reached the server"
+    );
+    let (status, answer) = gateway_post(&socket, "notes", Some(token), &ping);
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.contains("\"id\":7"), "{answer}");
+    // Revoked: the next message is refused; the grant is asked at every message.
+    let r = http_send("DELETE", &grants, None, None).expect("revoke");
+    assert!(r.ok(), "{r:?}");
+    let (status, answer) = gateway_post(&socket, "notes", Some(token), &ping);
+    assert_eq!(status, 403, "{answer}");
+    assert_eq!(denied(), before + 2, "each 403 is counted once");
+
+    // The socket goes with the generation.
+    rig.rt
+        .block_on(
+            rig.client
+                .agent_stop(rig.profile, &StopAgent { grace_ms: None }),
+        )
+        .expect("stop");
+    let closed = wait_until(Duration::from_secs(30), || !socket.exists());
+    assert!(closed.is_ok(), "the gateway socket outlived its generation");
+    rig.assert_no_key_in_logs(1, &[KEY, token]);
+}
+
+/// Codex's half of issue 16 item 7: the real Codex is given the servers its profile is granted
+/// (`-c mcp_servers.…`, the bridge to the gateway) and no other; its MCP client reaches the
+/// granted server through the gateway (initialize, the session, the tool list), and the
+/// model is told of that server's tools only. (Codex 0.171 defers MCP tools behind a search
+/// step of its own, so the call itself is Claude Code's test above.)
+#[test]
+fn codex_reaches_only_its_granted_mcp_server_through_the_gateway() {
+    let mcp = McpServer::start();
+    let offered = [format!("notes={}", mcp.url), format!("secrets={}", mcp.url)];
+    let rig = Rig::start(
+        "codexmcp",
+        vec![Model {
+            provider: Provider::Codex,
+            script: vec![Step::Text("Done.")],
+            key: "sk-openai-mcp-0123456789abcdef",
+        }],
+        &["--mcp-server", &offered[0], "--mcp-server", &offered[1]],
+    );
+    let grants = format!("{}/api/v1/profiles/{}/mcp/notes", rig.url, rig.id);
+    let r = http_send("PUT", &grants, None, None).expect("grant");
+    assert!(r.ok(), "{r:?}");
+    rig.launch(&rig.first_launch(Some("Say done.")));
+    rig.wait_released(1);
+    let methods: Vec<String> = mcp
+        .received()
+        .iter()
+        .map(|r| r.method().to_string())
+        .collect();
+    assert!(
+        methods.starts_with(&["initialize".into()]) && methods.contains(&"tools/list".into()),
+        "{methods:?}\n{}",
+        rig.log(1, "stderr")
+    );
+    let received = mcp.received();
+    assert!(
+        received[1..]
+            .iter()
+            .all(|r| r.header("mcp-session-id") == Some(mcp_server::SESSION)
+                && r.header("authorization").is_none()),
+        "{received:?}"
+    );
+    let turns = rig.wait_for_turns(0, 1, 1);
+    assert!(
+        saw(&turns, "mcp__notes"),
+        "the model was not told of the granted server"
+    );
+    assert!(
+        !saw(&turns, "mcp__secrets"),
+        "the model was told of a server not granted"
+    );
 }

@@ -57,14 +57,22 @@ fn add_a_learner_promote_it_then_remove_a_voter_and_the_leader_under_load() {
     )
     .unwrap();
     assert!(r.ok(), "promote (through a follower): {r:?}");
-    let status = cluster.status(new_id).unwrap();
-    let me = status["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["id"] == json!(new_id))
-        .cloned();
-    assert_eq!(me.unwrap()["voter"], json!(true));
+    // The new node learns of its promotion when it applies the change; its own (local) view
+    // may lag the leader's answer by a moment.
+    let sees_itself_a_voter = || {
+        cluster.status(new_id).is_ok_and(|status| {
+            status["members"].as_array().is_some_and(|members| {
+                members
+                    .iter()
+                    .any(|m| m["id"] == json!(new_id) && m["voter"] == json!(true))
+            })
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), sees_itself_a_voter).is_ok(),
+        "node {new_id} never saw itself a voter: {:?}",
+        cluster.status(new_id)
+    );
 
     // Remove a follower voter, then the leader itself.
     let leader = cluster.wait_for_leader(Duration::from_secs(10));

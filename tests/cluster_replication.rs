@@ -681,6 +681,7 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
                 capacity: 1,
                 labels: Default::default(),
                 heartbeat_interval_ms: 600_000,
+                policy: None,
             })
             .await
             .expect("register on the leader");

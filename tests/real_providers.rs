@@ -3,7 +3,8 @@
 //! runtime against a scripted model server, offline. A real node, a real worker with
 //! bubblewrap and cgroups; the model server listens in a network namespace the test made,
 //! which the sandbox reaches through its `outbound` egress; the API key is a credential the
-//! test put, delivered as a credential lease.
+//! test put, delivered as a credential lease — as a file, or injected at egress by the
+//! worker's proxy on the way to a TLS model server (issue 14 item 8).
 
 mod model_server;
 mod support;
@@ -15,6 +16,17 @@ use serde_json::{json, Value};
 use support::*;
 
 const TASK_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// How the key reaches the provider.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// A credential file in the sandbox; the worker hands the model server's URL over in
+    /// the provider's base-URL variable.
+    File,
+    /// Injected at egress: the credential is bound to the model server (over TLS), whose
+    /// header is `(name, value prefix)`; the sandbox holds only a placeholder.
+    Egress(&'static str, &'static str),
+}
 
 /// One provider's run: what it is told to use, and what it did.
 struct ProviderRun {
@@ -28,31 +40,64 @@ struct ProviderRun {
 }
 
 impl ProviderRun {
-    /// A one-node cluster, the key as credential `key-test` (mount `mount`), a process worker
-    /// that hands `base_var` (the model server's URL) to sandboxes, and a task of `provider`
-    /// run to its end.
-    fn start(
+    /// A one-node cluster, the key as credential `key-test` (mount `mount`), a worker that
+    /// hands `base_var` (the model server's URL) to sandboxes — or, injected at egress, binds
+    /// the credential to the model server over TLS —, and a task of `provider` run to its end.
+    fn start_with(
         runtime: &str,
         provider: &str,
         (mount, key, base_var): (&str, &str, &str),
         script: Vec<Step>,
+        delivery: Delivery,
     ) -> Self {
         let net = TestNet::new(provider);
-        let server = ModelServer::start(net.listen(MODEL_PORT), script);
         let cluster = Cluster::start(1);
+        let ca = squadron_pki::ClusterCa::generate("model-server")
+            .expect("CA")
+            .0;
+        let server = match delivery {
+            Delivery::File => ModelServer::start(net.listen(MODEL_PORT), script),
+            Delivery::Egress(..) => ModelServer::start_tls(net.listen(MODEL_PORT), script, &ca),
+        };
         let url = cluster.url(1);
         put_credential(&url, "key-test", key);
         let base = match base_var {
             "OPENAI_BASE_URL" => format!("{}/v1", server.url),
             _ => server.url.clone(),
         };
+        let (args, env) = match delivery {
+            Delivery::File => (
+                vec!["--env-allow".into(), base_var.into()],
+                vec![(base_var.into(), base)],
+            ),
+            Delivery::Egress(header, prefix) => {
+                let ca_file = cluster.dir.path().join("model-ca.pem");
+                std::fs::write(&ca_file, ca.cert_pem()).expect("CA file");
+                let bound = cli(&url)
+                    .args(["--endpoint", &url, "credential", "egress-set", "key-test"])
+                    .args(["--upstream", &base, "--header", header])
+                    .args(["--value-prefix", prefix])
+                    .output()
+                    .expect("squadron credential egress-set");
+                assert!(bound.status.success(), "{bound:?}");
+                (
+                    vec!["--egress-ca".into(), ca_file.display().to_string()],
+                    Vec::new(),
+                )
+            }
+        };
         let worker = WorkerProc::start_with_env(
             cluster.dir.path(),
-            &unique_worker_id(&format!("w-{provider}-{runtime}")),
+            // Both deliveries' tests run at once in this process: their workers' ids (and so
+            // their cgroup roots) must differ.
+            &unique_worker_id(&match delivery {
+                Delivery::File => format!("w-{provider}-{runtime}"),
+                Delivery::Egress(..) => format!("w-{provider}-{runtime}-egress"),
+            }),
             cluster.urls(),
             runtime,
-            vec!["--env-allow".into(), base_var.into()],
-            vec![(base_var.into(), base)],
+            args,
+            env,
         );
         let repo = git_repo(cluster.dir.path());
         let r = submit_yaml(&url, &manifest(&repo, runtime, provider, mount));
@@ -114,6 +159,19 @@ impl ProviderRun {
         text
     }
 
+    /// Injected at egress, the worker served the proxy and closed it at the end, and the key
+    /// reached no file of the worker's.
+    fn check_delivery(&self, delivery: Delivery) {
+        let events = self.output("events");
+        let egress = events.contains("egress_closed");
+        assert_eq!(egress, delivery != Delivery::File, "{events}");
+        let log = std::fs::read_to_string(&self._worker.log).unwrap_or_default();
+        assert_eq!(
+            log.contains("egress request relayed"),
+            delivery != Delivery::File
+        );
+    }
+
     /// The edit to src/lib.txt is the patch, the new file is in the untracked list, and the
     /// key is in no output of the task.
     fn check_outputs(&self, new_file: &str, key: &str) {
@@ -171,12 +229,28 @@ fn codex_completes_a_task_in_docker() {
     codex_completes_a_task("docker");
 }
 
+/// Issue 14 item 8 with the real CLIs: the key never enters the sandbox; the worker's proxy
+/// puts it in the request on its way to the model server, over TLS.
+#[test]
+fn claude_code_completes_a_task_with_its_key_injected_at_egress() {
+    claude_code_completes_a_task_with("process", Delivery::Egress("x-api-key", ""));
+}
+
+#[test]
+fn codex_completes_a_task_with_its_key_injected_at_egress() {
+    codex_completes_a_task_with("process", Delivery::Egress("authorization", "Bearer "));
+}
+
+fn claude_code_completes_a_task(runtime: &str) {
+    claude_code_completes_a_task_with(runtime, Delivery::File);
+}
+
 /// Claude Code reads the task, edits a file, writes one, runs a command and answers; the patch
 /// has the edit, the model server saw what the CLI sent (the model, the tools, the key from
 /// the credential lease, the tool results), and the key is in none of the task's output.
-fn claude_code_completes_a_task(runtime: &str) {
+fn claude_code_completes_a_task_with(runtime: &str, delivery: Delivery) {
     const KEY: &str = "sk-ant-scripted-0123456789abcdef";
-    let run = ProviderRun::start(
+    let run = ProviderRun::start_with(
         runtime,
         "claude",
         ("anthropic_api_key", KEY, "ANTHROPIC_BASE_URL"),
@@ -205,8 +279,10 @@ fn claude_code_completes_a_task(runtime: &str) {
             },
             Step::Text("Wrote hello.txt."),
         ],
+        delivery,
     );
     run.check_outputs("hello.txt", KEY);
+    run.check_delivery(delivery);
     let turns = run.server.main_loop();
     assert!(turns.len() >= 6, "{} turns: {turns:#?}", turns.len());
     let first = &turns[0];
@@ -251,8 +327,12 @@ fn claude_code_completes_a_task(runtime: &str) {
 /// `OPENAI_BASE_URL` became its model provider, the key reached it as a bearer token, and
 /// the command output came back to the model.
 fn codex_completes_a_task(runtime: &str) {
+    codex_completes_a_task_with(runtime, Delivery::File);
+}
+
+fn codex_completes_a_task_with(runtime: &str, delivery: Delivery) {
     const KEY: &str = "sk-openai-scripted-0123456789abcdef";
-    let run = ProviderRun::start(
+    let run = ProviderRun::start_with(
         runtime,
         "codex",
         ("openai_api_key", KEY, "OPENAI_BASE_URL"),
@@ -267,8 +347,10 @@ fn codex_completes_a_task(runtime: &str) {
             },
             Step::Text("Changed src/lib.txt and added hello-codex.txt."),
         ],
+        delivery,
     );
     run.check_outputs("hello-codex.txt", KEY);
+    run.check_delivery(delivery);
     let turns: Vec<Recorded> = run
         .server
         .requests()

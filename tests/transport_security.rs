@@ -74,6 +74,7 @@ fn plaintext_reaches_no_listener_and_peers_admit_only_nodes() {
             capacity: 1,
             labels: Default::default(),
             heartbeat_interval_ms: 600_000,
+            policy: None,
         };
         let refused = WorkerServiceClient::new(plain).register(register()).await;
         let status = refused.expect_err("plaintext gRPC is not served");

@@ -12,6 +12,8 @@ use support::*;
 const TASK_TIMEOUT: Duration = Duration::from_secs(120);
 /// Guests under software emulation start in seconds each, and four share two cores.
 const VM_TASK_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a submitted task may wait for a free slot behind the other scenarios' tasks.
+const QUEUE_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The tests of this file one at a time: each runs its own cluster and workers, and a test's
 /// guests and containers slowing another's past its timeouts proves nothing.
@@ -37,12 +39,28 @@ fn manifest(repo: &std::path::Path, runtime: &str, script: &str, lifecycle: &str
     )
 }
 
+/// Submits and waits until the task is placed, so that a scenario's own timeouts count from
+/// placement: the scenarios run in parallel on workers of few slots, and under software
+/// emulation on 2 cores a VM's slot frees only every few minutes (CI saw 200 s in the queue).
 fn submit(url: &str, yaml: &str) -> u64 {
     let r = submit_yaml(url, yaml);
     assert!(r.ok(), "submission refused: {r:?}");
-    r.body["task_submitted"]["task"]
+    let id = r.body["task_submitted"]["task"]
         .as_u64()
-        .unwrap_or_else(|| panic!("no task id in {:#}", r.body))
+        .unwrap_or_else(|| panic!("no task id in {:#}", r.body));
+    let mut last = Value::Null;
+    let placed = wait_until(QUEUE_TIMEOUT, || {
+        match http_get(&format!("{url}/api/v1/tasks/{id}")) {
+            Ok(t) => {
+                let left = t["state"] != "PENDING";
+                last = t;
+                left
+            }
+            Err(_) => false,
+        }
+    });
+    assert!(placed.is_ok(), "task {id} was never placed: {last:#}");
+    id
 }
 
 fn logs(url: &str, id: u64, query: &str) -> String {
@@ -491,13 +509,15 @@ fn outbox_links_are_not_followed(env: &Env) {
          ln -sf {victim} /mnt/outbox/progress/events.jsonl\n\
          rm -rf /mnt/outbox/artifacts && ln -s / /mnt/outbox/artifacts\n\
          echo planted\n\
-         sleep 5\n",
+         sleep 20\n",
         victim = victim.display()
     );
     let id = submit(
         env.any(0),
         &manifest(&env.repo, env.runtime, &script, "  timeout: 60s\n"),
     );
+    // The links stay while the task sleeps; the reads below must come before its end (the
+    // collector puts real directories back), with room for a loaded machine.
     let planted = wait_until(env.timeout(), || {
         http_text(&format!(
             "{}/api/v1/tasks/{id}/logs?stream=stdout",
@@ -1052,7 +1072,18 @@ fn tasks_end_to_end_in_kvm_guests() {
         &unique_worker_id("w-kvm"),
         cluster.urls(),
         "kvm",
-        vec!["--vm-domain-type".into(), "qemu".into()],
+        // As many guests at once as there are cores (CI has 2): four under software
+        // emulation starved the cluster's own heartbeats into elections. And heartbeats 5 s
+        // apart (lost after 15 s): at 1 s, a loaded CI machine's gap of 3 s had the worker
+        // declared lost and its tasks requeued while their guests still ran.
+        vec![
+            "--vm-domain-type".into(),
+            "qemu".into(),
+            "--capacity".into(),
+            "2".into(),
+            "--heartbeat-interval-ms".into(),
+            "5000".into(),
+        ],
     );
     let env = Env {
         urls: cluster.urls(),

@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn worker_control() -> tonic_build::manual::Service {
     const API: &str = "squadron_api";
     const CORE: &str = "squadron_core";
-    let rows: [(&str, String, String); 21] = [
+    let rows: [(&str, String, String); 24] = [
         (
             "AcquireLease",
             addressed("ids::ProfileId", "leases::AcquireLease"),
@@ -139,6 +139,21 @@ fn worker_control() -> tonic_build::manual::Service {
             "GetProfileCredentials",
             format!("{CORE}::ids::ProfileId"),
             format!("Vec<{CORE}::manifest::CredentialRef>"),
+        ),
+        (
+            "CheckMcpUse",
+            addressed("ids::ProfileId", "McpUse"),
+            format!("{API}::McpDecision"),
+        ),
+        (
+            "GetCredentialLease",
+            format!("{CORE}::ids::CredentialLeaseId"),
+            format!("{API}::CredentialLeaseView"),
+        ),
+        (
+            "McpGrants",
+            format!("{CORE}::ids::ProfileId"),
+            format!("Vec<{CORE}::ids::McpServerId>"),
         ),
     ];
     rows.into_iter()

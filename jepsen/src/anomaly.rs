@@ -16,6 +16,9 @@ pub enum AnomalyKind {
     Inv5OverCapacity,
     /// INV-7: two capsules at one sequence, or a capsule that does not extend its predecessor.
     Inv7Fork,
+    /// INV-11: a keyed write sent again got another answer than its first, or its key was
+    /// refused as reused by the very same request.
+    Inv11ReplayDiffers,
     /// An acknowledged write missing from the final state.
     LostWrite,
     /// INV-12: nodes that applied the same index report different state digests.

@@ -11,6 +11,8 @@ use crate::model_capsule::CapsuleChain;
 use crate::model_cas::CasRegister;
 use crate::model_expiry::ExpiringLease;
 use crate::model_lease::LeaseRegister;
+use crate::model_project::{ProjectCapacity, PROJECT_KEY};
+use crate::model_task::TaskLifecycle;
 use crate::node_final::NodeFinal;
 use crate::operation::{Completion, Operation};
 use crate::results::{KeyVerdict, OutcomeCounts, Results, Validity};
@@ -73,14 +75,32 @@ impl Checker {
                 "{key} has no successful final read: its acknowledged writes cannot be checked"
             ));
         }
+        // The capacity workload's profiles share one project's slots: all of them together,
+        // as one object, judge the admission and the `held` counts (`model_project.rs`).
+        let project_ops: Vec<&Operation> = ops
+            .iter()
+            .filter(|o| {
+                o.key
+                    .as_deref()
+                    .is_some_and(|k| key_family(k) == "capacity")
+            })
+            .collect();
+        if !project_ops.is_empty() {
+            keys.insert(PROJECT_KEY, project_ops);
+        }
+        let project = ProjectCapacity {
+            max_active: u64::from(self.invariants.max_active),
+        };
         for (key, key_ops) in keys {
             let verdict = match key_family(key) {
+                _ if key == PROJECT_KEY => self.check_key(&project, key, &key_ops, &mut anomalies),
                 "lease" | "capacity" => {
                     self.check_key(&LeaseRegister, key, &key_ops, &mut anomalies)
                 }
-                "cas" => self.check_key(&CasRegister, key, &key_ops, &mut anomalies),
+                "cas" | "keyed" => self.check_key(&CasRegister, key, &key_ops, &mut anomalies),
                 "expiry" => self.check_key(&ExpiringLease, key, &key_ops, &mut anomalies),
                 "capsule" => self.check_key(&CapsuleChain, key, &key_ops, &mut anomalies),
+                "tasks" => self.check_key(&TaskLifecycle, key, &key_ops, &mut anomalies),
                 _ => continue,
             };
             if verdict.verdict == "unknown" {
@@ -196,7 +216,7 @@ fn keys_without_final_read<'a>(keys: &BTreeMap<&'a str, Vec<&Operation>>) -> Vec
         .filter(|(key, _)| {
             matches!(
                 key_family(key),
-                "lease" | "capacity" | "cas" | "expiry" | "capsule"
+                "lease" | "capacity" | "cas" | "keyed" | "expiry" | "capsule" | "tasks"
             )
         })
         .filter(|(_, ops)| {

@@ -1,4 +1,6 @@
-//! The CAS-register client: reads and compare-and-sets a profile's capability manifest.
+//! The CAS-register client: reads and compare-and-sets a profile's capability manifest; in
+//! the `keyed` workload every write carries an idempotency key and is retried and replayed
+//! (`client_keyed.rs`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,9 +12,11 @@ use squadron_client::{Consistency, SetCapabilities, SquadronClient};
 use squadron_core::ids::{ProfileId, SkillId};
 use squadron_core::Outcome;
 
+use crate::client_keyed::{self, KeyedWrite, Replay, REPLAYS_PENDING_MAX};
 use crate::driver::Driver;
 use crate::event::EventType;
 use crate::outcome::{read_failure, write_failure};
+use crate::workload::Workload;
 use crate::workload_context::WorkloadContext;
 
 /// Values written are `1..=CAS_VALUE_MAX`.
@@ -27,17 +31,24 @@ pub struct CasClient {
     /// How reads are made: linearizable, or stale to show the checker catching stale reads.
     pub reads: Consistency,
     seen: HashMap<ProfileId, u64>,
+    /// Writes carry idempotency keys and are retried on other nodes (`keyed` workload).
+    keyed: bool,
+    /// Answered keyed writes waiting to be replayed.
+    replays: Vec<Replay>,
 }
 
 impl CasClient {
     pub fn new(ctx: Arc<WorkloadContext>, client: SquadronClient, driver: Driver) -> Self {
         let reads = ctx.reads;
+        let keyed = ctx.workload == Workload::Keyed;
         Self {
             ctx,
             client,
             reads,
             driver,
             seen: HashMap::new(),
+            keyed,
+            replays: Vec::new(),
         }
     }
 
@@ -50,7 +61,11 @@ impl CasClient {
             let Some(&profile) = self.ctx.profiles.choose(&mut self.driver.rng) else {
                 return;
             };
-            if self.driver.rng.gen_bool(0.5) {
+            let due = self.replays.iter().position(Replay::is_due);
+            if let Some(i) = due.filter(|_| self.driver.rng.gen_bool(0.3)) {
+                let replay = self.replays.swap_remove(i);
+                self.replay(replay).await;
+            } else if self.driver.rng.gen_bool(0.5) {
                 self.read(profile, Value::Null).await;
             } else {
                 self.cas(profile).await;
@@ -99,6 +114,9 @@ impl CasClient {
             required_skills: vec![skill],
             mcp_servers: Vec::new(),
         };
+        if self.keyed {
+            return self.keyed_cas(profile, req, expected, value).await;
+        }
         let client = self.client.clone();
         let (_, out) = self
             .driver
@@ -120,6 +138,10 @@ impl CasClient {
                 },
             )
             .await;
+        self.saw(profile, &out);
+    }
+
+    fn saw(&mut self, profile: ProfileId, out: &Value) {
         if let Some(v) = out
             .get("version")
             .or_else(|| out.get("current"))
@@ -127,5 +149,76 @@ impl CasClient {
         {
             self.seen.insert(profile, v);
         }
+    }
+
+    /// The CAS under an idempotency key, sent node after node until one answers; an answer
+    /// the node's idempotency record keeps may be replayed later.
+    async fn keyed_cas(
+        &mut self,
+        profile: ProfileId,
+        req: SetCapabilities,
+        expected: u64,
+        value: u64,
+    ) {
+        let key = self.ctx.workload.key(profile);
+        let write = KeyedWrite {
+            profile,
+            request: req,
+            key: squadron_client::new_idempotency_key(),
+        };
+        let nodes = self.client.endpoints().to_vec();
+        if nodes.is_empty() {
+            return;
+        }
+        let first = self.driver.rng.gen_range(0..nodes.len());
+        let client = self.client.clone();
+        let input = json!({"expected": expected, "value": value,
+                           "idempotency_key": write.key.as_str()});
+        let (kind, out) = self
+            .driver
+            .op(
+                "cas",
+                &key,
+                input,
+                client_keyed::send(&client, &nodes, first, &write),
+            )
+            .await;
+        self.saw(profile, &out);
+        if client_keyed::is_recorded(kind, &out) {
+            if self.replays.len() >= REPLAYS_PENDING_MAX {
+                self.replays.remove(0);
+            }
+            self.replays.push(Replay {
+                write,
+                answer: client_keyed::answer_of(&out),
+                answered_at: tokio::time::Instant::now(),
+            });
+        }
+    }
+
+    /// Sends an answered write again, same request and key, starting at a random node: the
+    /// answer must be the first one (checked by `invariants::inv11_replays`). The register
+    /// must not change (the model ignores replays, so a second effect is non-linearizable).
+    async fn replay(&mut self, replay: Replay) {
+        let key = self.ctx.workload.key(replay.write.profile);
+        let nodes = self.client.endpoints().to_vec();
+        if nodes.is_empty() {
+            return;
+        }
+        let first = self.driver.rng.gen_range(0..nodes.len());
+        let client = self.client.clone();
+        let input = json!({"idempotency_key": replay.write.key.as_str(), "answer": replay.answer});
+        self.driver
+            .op("replay", &key, input, async {
+                match client_keyed::send(&client, &nodes, first, &replay.write).await {
+                    Ok(out) => Ok(json!({"answer": client_keyed::answer_of(&out)})),
+                    Err((EventType::Fail, out)) if out["error"] != "unreachable" => {
+                        Ok(json!({"answer": client_keyed::answer_of(&out)}))
+                    }
+                    // No node answered: nothing to compare.
+                    Err((_, out)) => Err((EventType::Fail, out)),
+                }
+            })
+            .await;
     }
 }

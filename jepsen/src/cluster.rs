@@ -339,6 +339,14 @@ impl Cluster {
         Ok(())
     }
 
+    /// Kills node `id` and replaces its disk by an empty one (`NodeProcess::wipe`); returns
+    /// what was removed.
+    pub fn kill_and_wipe(&mut self, id: u64) -> Result<Vec<String>, ClusterError> {
+        let node = self.node_mut(id)?;
+        node.kill();
+        Ok(node.wipe()?)
+    }
+
     pub fn kill(&mut self, id: u64) -> Result<(), ClusterError> {
         self.node_mut(id)?.kill();
         Ok(())

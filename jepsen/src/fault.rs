@@ -36,11 +36,15 @@ pub enum Fault {
     CrashLeader,
     /// Every node at once: a power cut of the whole cluster.
     CrashAll,
+    /// A follower replaced by a node with an empty disk: removed from the membership, killed,
+    /// its data (not its certificates) deleted and its config made a joiner's; on heal it is
+    /// started, added as a learner (it catches up by snapshot) and promoted.
+    ReplaceWiped,
 }
 
 impl Fault {
     /// Every fault, in declaration order.
-    pub const ALL: [Fault; 23] = [
+    pub const ALL: [Fault; 24] = [
         Fault::IsolateOne,
         Fault::IsolateLeader,
         Fault::Halves,
@@ -64,6 +68,7 @@ impl Fault {
         Fault::CrashOne,
         Fault::CrashLeader,
         Fault::CrashAll,
+        Fault::ReplaceWiped,
     ];
 
     /// The fault a name (`partition-one`, `packet-loss`, …) stands for.
@@ -96,6 +101,7 @@ impl Fault {
             Fault::CrashOne => "crash-one",
             Fault::CrashLeader => "crash-leader",
             Fault::CrashAll => "crash-all",
+            Fault::ReplaceWiped => "replace-wiped",
         }
     }
 

@@ -55,6 +55,7 @@ impl InvariantChecker {
         out.extend(self.inv5_capacity(ops));
         out.extend(self.inv7_chain(ops));
         out.extend(self.lost_writes(ops));
+        out.extend(self.inv11_replays(ops));
         if let Some(nodes) = nodes {
             out.extend(self.replica_digests(nodes));
         }
@@ -286,6 +287,44 @@ impl InvariantChecker {
         out
     }
 
+    /// INV-11: a keyed write sent again (`replay`) gets its first answer back, and no keyed
+    /// write is refused as a reused key (each key is only ever sent with its own request).
+    pub fn inv11_replays(&self, ops: &[Operation]) -> Vec<Anomaly> {
+        let mut out = Vec::new();
+        for op in ops {
+            let Some(key) = op.key.as_deref().filter(|k| key_family(k) == "keyed") else {
+                continue;
+            };
+            if op.output["error"] == "idempotency_key_reused" {
+                out.push(Anomaly::new(
+                    AnomalyKind::Inv11ReplayDiffers,
+                    Some(key),
+                    format!(
+                        "a resend of the same request was refused as a reused key: {}",
+                        op.output
+                    ),
+                    vec![op.invoke_index],
+                ));
+            }
+            if op.f != "replay" || !op.is_ok() {
+                continue;
+            }
+            let (first, again) = (&op.input["answer"], &op.output["answer"]);
+            if first != again {
+                out.push(Anomaly::new(
+                    AnomalyKind::Inv11ReplayDiffers,
+                    Some(key),
+                    format!(
+                        "write {} answered {first} the first time and {again} when sent again",
+                        op.input["idempotency_key"]
+                    ),
+                    vec![op.invoke_index],
+                ));
+            }
+        }
+        out
+    }
+
     /// Every acknowledged write is visible to the final read of its key: the final generation,
     /// version or sequence is at least the highest acknowledged one.
     pub fn lost_writes(&self, ops: &[Operation]) -> Vec<Anomaly> {
@@ -296,7 +335,7 @@ impl InvariantChecker {
             };
             let field = match (key_family(key), op.f.as_str()) {
                 ("lease" | "capacity" | "expiry", "acquire") => "generation",
-                ("cas", "cas") => "version",
+                ("cas" | "keyed", "cas") => "version",
                 ("capsule", "append") => "sequence",
                 _ => continue,
             };
@@ -317,7 +356,7 @@ impl InvariantChecker {
             };
             let field = match key_family(key) {
                 "lease" | "capacity" | "expiry" => "generation",
-                "cas" => "version",
+                "cas" | "keyed" => "version",
                 "capsule" => "sequence",
                 _ => continue,
             };

@@ -9,7 +9,8 @@
 //! The core checks an acquisition in this order: generation, live lease, project capacity
 //! (`apply_leases.rs`), so each refusal pins down part of the state. Capacity is a property of
 //! the whole project, so `capacity_full` says only that the generation matched and no lease
-//! was live; the capacity itself is judged by the INV-5 checker.
+//! was live; the capacity itself is judged by the INV-5 checker and, for the `capacity`
+//! workload, by the project-wide model (`model_project.rs`).
 
 use serde_json::Value;
 

@@ -346,7 +346,9 @@ impl Nemesis {
                 d["grudge"] = cut["grudge"].clone();
                 d
             }
-            Fault::RemoveVoter | Fault::RemoveLeader if !self.damage.removed.is_empty() => {
+            Fault::RemoveVoter | Fault::RemoveLeader | Fault::ReplaceWiped
+                if !self.damage.removed.is_empty() =>
+            {
                 // One removal at a time: the last one is not re-added yet.
                 json!({"skipped": "a removed voter awaits re-adding"})
             }
@@ -361,19 +363,56 @@ impl Nemesis {
                         .find(|i| Some(*i) != leader)
                         .unwrap_or(ids[0])
                 };
-                let client = self.admin(cluster).await;
-                client
-                    .remove_member(v)
-                    .await
-                    .map_err(|e| NemesisError::Fault {
-                        fault: fault.name(),
-                        message: format!("removing node {v}: {e}"),
-                    })?;
-                self.damage.removed.insert(v);
+                self.remove_member(cluster, fault, v).await?;
                 json!({"nodes": [v]})
+            }
+            Fault::ReplaceWiped => {
+                let v = ids
+                    .iter()
+                    .copied()
+                    .find(|i| Some(*i) != leader)
+                    .unwrap_or(ids[0]);
+                self.replace_wiped(cluster, v).await?
             }
         };
         Ok((fault.name(), detail))
+    }
+
+    /// Removes `v` from the membership, then kills it and empties its disk. Removal comes first,
+    /// as an operator must: a voter that comes back without the votes and log it promised
+    /// could elect a second leader in a term it already voted in.
+    async fn replace_wiped(
+        &mut self,
+        cluster: &mut Cluster,
+        v: u64,
+    ) -> Result<Value, NemesisError> {
+        self.remove_member(cluster, Fault::ReplaceWiped, v).await?;
+        let fault = Fault::ReplaceWiped.name();
+        self.damage.killed.insert(v);
+        let wiped = cluster.kill_and_wipe(v).map_err(|e| NemesisError::Fault {
+            fault,
+            message: format!("wiping node {v}: {e}"),
+        })?;
+        Ok(json!({"nodes": [v], "wiped": wiped}))
+    }
+
+    /// Removes `v` from the voters through the cluster API; the heal re-adds it.
+    async fn remove_member(
+        &mut self,
+        cluster: &Cluster,
+        fault: Fault,
+        v: u64,
+    ) -> Result<(), NemesisError> {
+        self.admin(cluster)
+            .await
+            .remove_member(v)
+            .await
+            .map_err(|e| NemesisError::Fault {
+                fault: fault.name(),
+                message: format!("removing node {v}: {e}"),
+            })?;
+        self.damage.removed.insert(v);
+        Ok(())
     }
 
     /// Moves `v`'s wall clock by a random offset; records what the replicated clock did.
@@ -437,65 +476,75 @@ impl Nemesis {
     }
 
     /// Undoes every fault: heals the network, resumes paused nodes, restarts killed ones and
-    /// re-adds removed voters. Returns what it did.
+    /// re-adds removed voters. Every step is tried even when an earlier one failed, and what
+    /// failed stays recorded as damage, so the next heal tries it again (a heal that stopped at
+    /// its first error left killed nodes down and partitions up for the rest of the run).
+    /// Returns what it did, or every step that failed.
     pub async fn heal(&mut self, cluster: &mut Cluster) -> Result<Value, NemesisError> {
         let mut done = serde_json::Map::new();
+        let mut failed: Vec<String> = Vec::new();
         if let Some((x, applied)) = self.damage.lagging.take() {
             let client = self.admin(cluster).await;
             let seen = wait_for_purge_past(cluster, &client, x, applied).await;
             done.insert("purged_past".into(), seen);
         }
         if self.damage.partitioned {
-            if let Some(net) = &cluster.net {
-                net.heal().map_err(|e| NemesisError::Fault {
-                    fault: "heal",
-                    message: e.to_string(),
-                })?;
+            match cluster.net.as_ref().map(|net| net.heal()).transpose() {
+                Ok(_) => {
+                    self.damage.partitioned = false;
+                    done.insert("network".into(), json!("healed"));
+                }
+                Err(e) => failed.push(format!("network: {e}")),
             }
-            self.damage.partitioned = false;
-            done.insert("network".into(), json!("healed"));
         }
-        let skewed: Vec<u64> = std::mem::take(&mut self.damage.skewed)
-            .into_iter()
-            .collect();
-        if !skewed.is_empty() {
+        if !self.damage.skewed.is_empty() {
             done.insert(
                 "clock_ahead_ms".into(),
                 json!(replicated_clock_ahead_ms(cluster).await),
             );
         }
-        for v in &skewed {
-            cluster.set_clock_offset(*v, "+0")?;
+        let reset = undo(&mut self.damage.skewed, &mut failed, "clock reset", |v| {
+            cluster.set_clock_offset(v, "+0")
+        });
+        let resumed = undo(&mut self.damage.paused, &mut failed, "resume", |v| {
+            cluster.resume(v)
+        });
+        let restarted = undo(&mut self.damage.killed, &mut failed, "restart", |v| {
+            cluster.start(v)
+        });
+        for (key, ids) in [
+            ("clock_reset", reset),
+            ("resumed", resumed),
+            ("restarted", restarted),
+        ] {
+            if !ids.is_empty() {
+                done.insert(key.into(), json!(ids));
+            }
         }
-        if !skewed.is_empty() {
-            done.insert("clock_reset".into(), json!(skewed));
+        let readded = self.readd_removed(cluster, &mut failed).await;
+        if !readded.is_empty() {
+            done.insert("readded".into(), json!(readded));
         }
-        let paused: Vec<u64> = std::mem::take(&mut self.damage.paused)
-            .into_iter()
-            .collect();
-        for v in &paused {
-            cluster.resume(*v)?;
+        if failed.is_empty() {
+            Ok(Value::Object(done))
+        } else {
+            Err(NemesisError::Fault {
+                fault: "heal",
+                message: failed.join("; "),
+            })
         }
-        let killed: Vec<u64> = std::mem::take(&mut self.damage.killed)
-            .into_iter()
-            .collect();
-        for v in &killed {
-            cluster.start(*v)?;
-        }
-        if !paused.is_empty() {
-            done.insert("resumed".into(), json!(paused));
-        }
-        if !killed.is_empty() {
-            done.insert("restarted".into(), json!(killed));
-        }
+    }
+
+    /// Re-adds every removed voter it can (learner, then voter, retried while the cluster is
+    /// between leaders); those it cannot stay removed, their errors in `failed`.
+    async fn readd_removed(&mut self, cluster: &Cluster, failed: &mut Vec<String>) -> Vec<u64> {
         let removed: Vec<u64> = self.damage.removed.iter().copied().collect();
         let mut readded = Vec::new();
         for v in removed {
-            let spec = cluster
-                .nodes
-                .get(&v)
-                .map(|n| n.spec.clone())
-                .ok_or(ClusterError::UnknownNode(v))?;
+            let Some(spec) = cluster.nodes.get(&v).map(|n| n.spec.clone()) else {
+                failed.push(ClusterError::UnknownNode(v).to_string());
+                continue;
+            };
             let add = AddLearner {
                 id: v,
                 rest: spec.rest.clone(),
@@ -506,7 +555,7 @@ impl Nemesis {
             let deadline = Instant::now() + Duration::from_millis(MEMBERSHIP_RETRY_MS_MAX);
             let mut last = String::new();
             let mut learner = false;
-            loop {
+            let added = loop {
                 // Asked afresh each time: the leader may have moved.
                 let client = self.admin(cluster).await;
                 if !learner {
@@ -517,25 +566,23 @@ impl Nemesis {
                 }
                 if learner {
                     match client.promote_voter(v).await {
-                        Ok(_) => break,
+                        Ok(_) => break true,
                         Err(e) => last = format!("promoting {v}: {e}"),
                     }
                 }
                 if Instant::now() > deadline {
-                    return Err(NemesisError::Fault {
-                        fault: "heal",
-                        message: last,
-                    });
+                    break false;
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
+            };
+            if added {
+                self.damage.removed.remove(&v);
+                readded.push(v);
+            } else {
+                failed.push(last);
             }
-            self.damage.removed.remove(&v);
-            readded.push(v);
         }
-        if !readded.is_empty() {
-            done.insert("readded".into(), json!(readded));
-        }
-        Ok(Value::Object(done))
+        readded
     }
 
     /// True while a removed voter still waits to be re-added.
@@ -552,6 +599,27 @@ impl Nemesis {
         let half = mean_ms / 2;
         half + self.rng.gen_range(0..=mean_ms.max(1))
     }
+}
+
+/// Undoes one kind of damage on every node it names: those undone leave the set and are
+/// returned; those that failed stay in it, their errors in `failed`.
+fn undo(
+    damaged: &mut BTreeSet<u64>,
+    failed: &mut Vec<String>,
+    what: &str,
+    mut step: impl FnMut(u64) -> Result<(), ClusterError>,
+) -> Vec<u64> {
+    let mut undone = Vec::new();
+    for v in damaged.clone() {
+        match step(v) {
+            Ok(()) => {
+                damaged.remove(&v);
+                undone.push(v);
+            }
+            Err(e) => failed.push(format!("{what} of node {v}: {e}")),
+        }
+    }
+    undone
 }
 
 /// Waits (bounded) until a node other than `lagging` has purged its log past `applied`;
@@ -662,5 +730,27 @@ mod tests {
         assert_eq!(g[&1], BTreeSet::from([3, 4, 5]));
         assert_eq!(g[&4], BTreeSet::from([1, 2]));
         assert_eq!(g.len(), 5);
+    }
+
+    /// A heal that cannot undo one node's damage undoes the others' and keeps that one for
+    /// the next heal, instead of forgetting it (or stopping before the rest).
+    #[test]
+    fn a_failed_undo_keeps_its_damage_for_the_next_heal() {
+        let mut killed = BTreeSet::from([1, 2, 3]);
+        let mut failed = Vec::new();
+        let undone = undo(&mut killed, &mut failed, "restart", |v| {
+            if v == 2 {
+                Err(ClusterError::UnknownNode(2))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(undone, [1, 3]);
+        assert_eq!(killed, BTreeSet::from([2]));
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].starts_with("restart of node 2"), "{failed:?}");
+        let undone = undo(&mut killed, &mut failed, "restart", |_| Ok(()));
+        assert_eq!(undone, [2]);
+        assert!(killed.is_empty());
     }
 }

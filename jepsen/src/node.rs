@@ -12,6 +12,50 @@ pub const CHAOS_SNAPSHOT_AFTER_ENTRIES: u64 = 64;
 /// …and keeps this many behind it, so a node that falls further behind catches up by snapshot.
 pub const CHAOS_LOGS_KEPT_AFTER_SNAPSHOT: u64 = 16;
 
+/// The certificates' folder in a node's data directory: what a wipe keeps.
+const PKI_DIR_NAME: &str = "pki";
+
+fn write_error(id: u64, path: &Path, source: std::io::Error) -> NodeError {
+    NodeError::Write {
+        id,
+        path: path.into(),
+        source,
+    }
+}
+
+/// Writes a node's config. `initial` are the voters of the new cluster (empty for a node that
+/// joins later).
+fn write_config(path: &Path, spec: &NodeSpec, initial: &[NodeSpec]) -> Result<(), NodeError> {
+    let members: String = initial
+        .iter()
+        .map(|m| {
+            format!(
+                "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\npeer = \"{}\"\n\n",
+                m.id, m.rest, m.grpc, m.peer
+            )
+        })
+        .collect();
+    // Short election timeouts make failover (and thus the recovery bound) quick; the sweep
+    // runs often so expiries are prompt. Snapshots every few dozen entries with few logs
+    // kept make building, installing and purging, and catching up by snapshot, happen in
+    // every run.
+    let text = format!(
+        "node_id = {id}\ncluster_name = \"jepsen\"\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\n\
+         peer_listen = \"{peer}\"\n\
+         data_dir = \"data\"\n\n{members}[raft]\nheartbeat_interval_ms = 100\n\
+         election_timeout_min_ms = 500\nelection_timeout_max_ms = 1000\n\
+         snapshot_after_entries = {snapshot}\nmax_in_snapshot_log_to_keep = {kept}\n\n\
+         [server]\nrequest_timeout_ms = 4000\n",
+        id = spec.id,
+        rest = spec.rest,
+        grpc = spec.grpc,
+        peer = spec.peer,
+        snapshot = CHAOS_SNAPSHOT_AFTER_ENTRIES,
+        kept = CHAOS_LOGS_KEPT_AFTER_SNAPSHOT,
+    );
+    std::fs::write(path, text).map_err(|e| write_error(spec.id, path, e))
+}
+
 /// How one node is reached and where it keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSpec {
@@ -66,41 +110,9 @@ impl NodeProcess {
     /// node that joins later).
     pub fn prepare(base: &Path, spec: NodeSpec, initial: &[NodeSpec]) -> Result<Self, NodeError> {
         let dir = base.join(format!("n{}", spec.id));
-        let write_err = |path: &Path, source| NodeError::Write {
-            id: spec.id,
-            path: path.into(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(|e| write_err(&dir, e))?;
-        let members: String = initial
-            .iter()
-            .map(|m| {
-                format!(
-                    "[[initial_members]]\nid = {}\nrest = \"{}\"\ngrpc = \"{}\"\npeer = \"{}\"\n\n",
-                    m.id, m.rest, m.grpc, m.peer
-                )
-            })
-            .collect();
-        // Short election timeouts make failover (and thus the recovery bound) quick; the sweep
-        // runs often so expiries are prompt. Snapshots every few dozen entries with few logs
-        // kept make building, installing and purging, and catching up by snapshot, happen in
-        // every run.
-        let text = format!(
-            "node_id = {id}\ncluster_name = \"jepsen\"\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\n\
-             peer_listen = \"{peer}\"\n\
-             data_dir = \"data\"\n\n{members}[raft]\nheartbeat_interval_ms = 100\n\
-             election_timeout_min_ms = 500\nelection_timeout_max_ms = 1000\n\
-             snapshot_after_entries = {snapshot}\nmax_in_snapshot_log_to_keep = {kept}\n\n\
-             [server]\nrequest_timeout_ms = 4000\n",
-            id = spec.id,
-            rest = spec.rest,
-            grpc = spec.grpc,
-            peer = spec.peer,
-            snapshot = CHAOS_SNAPSHOT_AFTER_ENTRIES,
-            kept = CHAOS_LOGS_KEPT_AFTER_SNAPSHOT,
-        );
+        std::fs::create_dir_all(&dir).map_err(|e| write_error(spec.id, &dir, e))?;
         let config = dir.join("node.toml");
-        std::fs::write(&config, text).map_err(|e| write_err(&config, e))?;
+        write_config(&config, &spec, initial)?;
         Ok(Self {
             log: dir.join("node.log"),
             dir,
@@ -111,6 +123,38 @@ impl NodeProcess {
             child: None,
             paused: false,
         })
+    }
+
+    /// A stopped node's disk replaced by an empty one: everything in its data directory but
+    /// its certificates (`pki/`, what `squadron init` gives a new node) is removed, and its
+    /// config names no initial members, as the operator's guide starts a node that joins.
+    /// Returns the entries removed.
+    pub fn wipe(&mut self) -> Result<Vec<String>, NodeError> {
+        assert!(
+            self.child.is_none(),
+            "node {} is wiped while it runs",
+            self.spec.id
+        );
+        let data = self.dir.join("data");
+        let entries = std::fs::read_dir(&data).map_err(|e| write_error(self.spec.id, &data, e))?;
+        let mut removed = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| write_error(self.spec.id, &data, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == PKI_DIR_NAME {
+                continue;
+            }
+            let path = entry.path();
+            let gone = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            gone.map_err(|e| write_error(self.spec.id, &path, e))?;
+            removed.push(name);
+        }
+        write_config(&self.config, &self.spec, &[])?;
+        Ok(removed)
     }
 
     pub fn url(&self) -> String {

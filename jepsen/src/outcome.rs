@@ -37,6 +37,14 @@ fn rejection_value(r: &Rejection) -> Value {
         Rejection::EvidenceRefused { reason } => {
             json!({"error": "evidence_refused", "message": reason})
         }
+        Rejection::StaleTaskState { current, .. } => {
+            json!({"error": "stale_task_state", "current": current.as_str()})
+        }
+        Rejection::IllegalTransition { reason, .. } => {
+            json!({"error": "illegal_transition", "message": reason})
+        }
+        Rejection::NotTaskOwner { reason } => json!({"error": "not_task_owner", "message": reason}),
+        Rejection::IdempotencyKeyReused => json!({"error": "idempotency_key_reused"}),
         other => json!({"error": "rejected", "message": other.to_string()}),
     }
 }

@@ -19,6 +19,7 @@ use crate::client_capsule::CapsuleClient;
 use crate::client_cas::CasClient;
 use crate::client_expiry::ExpiryClient;
 use crate::client_lease::LeaseClient;
+use crate::client_task::TaskClient;
 use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
 use crate::digest_sampler::DigestSampler;
 use crate::driver::Driver;
@@ -38,6 +39,10 @@ use crate::workload_context::WorkloadContext;
 pub const CLIENT_REQUEST_TIMEOUT_MS: u64 = 6_000;
 /// How long connecting to one node may take before the next is tried.
 pub const CLIENT_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// Tries of one heal before the run goes on with what is left broken (recorded).
+const HEAL_ATTEMPTS_MAX: u32 = 5;
+/// Pause between those tries.
+const HEAL_RETRY_MS: u64 = 1_000;
 /// Process ids of the quiet phase's final reads start here (clients use small ids).
 pub const FINAL_PROCESS_BASE: u64 = 1_000_000;
 /// Attempts of one final read.
@@ -379,20 +384,38 @@ fn spawn_client(
         Workload::Lease | Workload::Capacity => {
             tokio::spawn(LeaseClient::new(ctx, client, driver).run())
         }
-        Workload::Cas => tokio::spawn(CasClient::new(ctx, client, driver).run()),
+        Workload::Cas | Workload::Keyed => tokio::spawn(CasClient::new(ctx, client, driver).run()),
         Workload::Capsule => tokio::spawn(CapsuleClient::new(ctx, client, driver).run()),
+        Workload::Tasks => tokio::spawn(TaskClient::new(ctx, client, driver).run()),
         Workload::Expiry => tokio::spawn(ExpiryClient::new(ctx, client, driver).run()),
     }
 }
 
+/// Heals, trying again (a heal keeps what it could not undo) until nothing is left to undo
+/// or [`HEAL_ATTEMPTS_MAX`] tries failed; the history gets one `heal` stop with what was done
+/// and every error on the way.
 async fn heal(nemesis: &mut Nemesis, cluster: &mut Cluster, recorder: &Recorder) {
-    match nemesis.heal(cluster).await {
-        Ok(detail) => recorder.nemesis("stop", "heal", detail),
-        Err(e) => {
-            eprintln!("squadron-jepsen: heal: {e}");
-            recorder.nemesis("stop", "heal", json!({"error": e.to_string()}));
+    let mut errors = Vec::new();
+    for attempt in 1..=HEAL_ATTEMPTS_MAX {
+        match nemesis.heal(cluster).await {
+            Ok(mut detail) => {
+                if !errors.is_empty() {
+                    detail["errors"] = json!(errors);
+                }
+                recorder.nemesis("stop", "heal", detail);
+                return;
+            }
+            Err(e) => {
+                eprintln!("squadron-jepsen: heal (attempt {attempt}): {e}");
+                errors.push(e.to_string());
+            }
         }
+        if !nemesis.has_damage() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(HEAL_RETRY_MS)).await;
     }
+    recorder.nemesis("stop", "heal", json!({ "errors": errors }));
 }
 
 /// Writes (a worker heartbeat, keyed, so retrying it is safe) until one succeeds. Returns the
@@ -422,6 +445,9 @@ async fn final_reads(
     recorder: &Recorder,
 ) {
     let far = Instant::now() + Duration::from_secs(3600);
+    if workload == Workload::Tasks {
+        return final_task_reads(ctx, admin, recorder, far).await;
+    }
     for (i, profile) in ctx.profiles.iter().enumerate() {
         let driver = Driver::new(
             FINAL_PROCESS_BASE + i as u64,
@@ -443,7 +469,7 @@ async fn final_reads(
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
-            Workload::Cas => {
+            Workload::Cas | Workload::Keyed => {
                 let mut c = CasClient::new(ctx.clone(), admin.clone(), driver);
                 c.reads = Consistency::Linearizable;
                 while attempts < FINAL_READ_ATTEMPTS_MAX
@@ -461,6 +487,8 @@ async fn final_reads(
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
+            // Its final reads are of tasks, above; it has no profiles.
+            Workload::Tasks => {}
             Workload::Capsule => {
                 let mut c = CapsuleClient::new(ctx.clone(), admin.clone(), driver);
                 c.reads = Consistency::Linearizable;
@@ -477,6 +505,33 @@ async fn final_reads(
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
+        }
+    }
+}
+
+/// The `tasks` workload's final reads: every task submitted, linearizably.
+async fn final_task_reads(
+    ctx: &Arc<WorkloadContext>,
+    admin: &SquadronClient,
+    recorder: &Recorder,
+    far: Instant,
+) {
+    let tasks = ctx.all_tasks();
+    for (i, task) in tasks.iter().enumerate() {
+        let driver = Driver::new(
+            FINAL_PROCESS_BASE + i as u64,
+            tasks.len() as u64,
+            recorder.clone(),
+            Duration::ZERO,
+            far,
+            StdRng::seed_from_u64(i as u64),
+        );
+        let mut c = TaskClient::new(ctx.clone(), admin.clone(), driver);
+        c.reads = Consistency::Linearizable;
+        let mut attempts = 0;
+        while attempts < FINAL_READ_ATTEMPTS_MAX && c.read(*task, final_input()).await.is_none() {
+            attempts += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 }

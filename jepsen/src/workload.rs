@@ -6,6 +6,10 @@
 //!   is under constant pressure (INV-5).
 //! - `cas`: a CAS register per profile on the capability manifest (`SetCapabilities` with
 //!   `expected_version`; the value is the one required skill `v{n}`).
+//! - `keyed`: the CAS register with every write under an idempotency key, retried on the next
+//!   node after an unknown outcome and replayed later (INV-11, `client_keyed.rs`).
+//! - `tasks`: dedicated tasks moved through their lifecycle by the harness's worker's reports
+//!   (`client_task.rs`, `model_task.rs`).
 //! - `capsule`: capsule appends on 2 profiles, each naming the head it extends (INV-7).
 
 use std::collections::BTreeMap;
@@ -48,6 +52,12 @@ pub enum Workload {
     /// 2 s leases on 8 profiles, released, renewed or left to expire, then reaped: lease
     /// expiry is decided by the leader's stamps (run it under the clock nemesis).
     Expiry,
+    /// Dedicated tasks, assigned to the harness's worker, moved through their lifecycle by
+    /// its reports: only legal transitions are recorded, each from the state it names.
+    Tasks,
+    /// The CAS register's writes under idempotency keys, retried on other nodes after an
+    /// unknown outcome and replayed later: one effect and the same answer each time (INV-11).
+    Keyed,
 }
 
 impl Workload {
@@ -58,14 +68,17 @@ impl Workload {
             Workload::Cas => "cas",
             Workload::Capsule => "capsule",
             Workload::Expiry => "expiry",
+            Workload::Keyed => "keyed",
+            Workload::Tasks => "tasks",
         }
     }
 
     pub fn profiles(self) -> usize {
         match self {
-            Workload::Lease | Workload::Cas => 4,
+            Workload::Lease | Workload::Cas | Workload::Keyed => 4,
             Workload::Capacity | Workload::Expiry => 8,
             Workload::Capsule => 2,
+            Workload::Tasks => 0,
         }
     }
 
@@ -138,6 +151,7 @@ pub async fn setup(
         capacity: 8,
         labels: BTreeMap::new(),
         heartbeat_interval_ms: Some(600_000),
+        policy: None,
     };
     keyed("register worker", |k| {
         let (c, r) = (as_worker.clone(), register.clone());
@@ -198,6 +212,7 @@ pub async fn setup(
         holdings: Mutex::new(Holdings::default()),
         reads: Consistency::Linearizable,
         as_worker: as_worker.clone(),
+        tasks: Mutex::new(Default::default()),
     };
     let mut writers = BTreeMap::new();
     if workload == Workload::Capsule {

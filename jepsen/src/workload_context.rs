@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use squadron_client::Consistency;
-use squadron_core::ids::{Generation, LeaseId, ProfileId, ProjectId, TenantId, WorkerId};
+use squadron_core::ids::{Generation, LeaseId, ProfileId, ProjectId, TaskId, TenantId, WorkerId};
 use squadron_core::lease::LeaseHolder;
 
 use crate::workload::Workload;
@@ -17,6 +17,13 @@ use crate::workload::Workload;
 pub struct Holdings {
     pub held: HashMap<ProfileId, Generation>,
     pub in_flight: HashMap<ProfileId, usize>,
+}
+
+/// The `tasks` workload's tasks: every one submitted, and those not seen ended yet.
+#[derive(Debug, Default)]
+pub struct TaskPool {
+    pub all: Vec<TaskId>,
+    pub live: Vec<TaskId>,
 }
 
 /// What the clients of one run share.
@@ -35,9 +42,36 @@ pub struct WorkloadContext {
     /// A client presenting the worker's certificate: registration, heartbeats and reap
     /// evidence are the worker's own, and an operator's token is refused for them.
     pub as_worker: SquadronClient,
+    /// The tasks submitted (`tasks` workload).
+    pub tasks: Mutex<TaskPool>,
 }
 
 impl WorkloadContext {
+    pub fn live_tasks(&self) -> Vec<TaskId> {
+        self.tasks
+            .lock()
+            .map(|p| p.live.clone())
+            .unwrap_or_default()
+    }
+
+    pub fn all_tasks(&self) -> Vec<TaskId> {
+        self.tasks.lock().map(|p| p.all.clone()).unwrap_or_default()
+    }
+
+    pub fn add_task(&self, task: TaskId) {
+        if let Ok(mut p) = self.tasks.lock() {
+            p.all.push(task);
+            p.live.push(task);
+        }
+    }
+
+    /// A client saw the task end: nobody moves it any more.
+    pub fn end_task(&self, task: TaskId) {
+        if let Ok(mut p) = self.tasks.lock() {
+            p.live.retain(|t| *t != task);
+        }
+    }
+
     pub fn holder(&self, process: u64) -> LeaseHolder {
         LeaseHolder {
             worker: self.worker.clone(),

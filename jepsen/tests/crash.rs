@@ -54,6 +54,10 @@ fn run(
     let status = cmd.status().expect("run squadron-jepsen");
     let text = std::fs::read_to_string(out.path().join("results.json")).expect("results.json");
     let results: Value = serde_json::from_str(&text).expect("parses");
+    if fault_env.is_none() {
+        // The real node must be valid; a failure keeps its history and data.
+        support::assert_valid(out.path(), &results, &text);
+    }
     let names: Vec<&str> = faults.split(',').collect();
     support::assert_injected(out.path(), &names, &text);
     (status.code(), results, text)
@@ -66,15 +70,6 @@ fn lost_bytes(results: &Value) -> u64 {
         .values()
         .map(|s| s["lost_bytes"].as_u64().unwrap_or(0))
         .sum()
-}
-
-fn anomaly_kinds(results: &Value) -> Vec<String> {
-    results["anomalies"]
-        .as_array()
-        .expect("anomalies")
-        .iter()
-        .filter_map(|a| a["kind"].as_str().map(str::to_string))
-        .collect()
 }
 
 #[test]
@@ -107,7 +102,7 @@ fn assert_caught(code: Option<i32>, results: &Value, text: &str) {
         "the faulty node went unnoticed (built with --features squadron/jepsen-faults?):\n{text}"
     );
     assert_eq!(code, Some(1));
-    let kinds = anomaly_kinds(results);
+    let kinds = support::anomaly_kinds(results);
     let named = [
         "lost-write",
         "non-linearizable",

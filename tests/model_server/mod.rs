@@ -147,6 +147,40 @@ pub struct ModelServer {
 impl ModelServer {
     /// Serves `script` on `listener` (already bound, in whichever namespace).
     pub fn start(listener: std::net::TcpListener, script: Vec<Step>) -> Self {
+        Self::serve(listener, script, None)
+    }
+
+    /// Serves `script` over TLS, with a certificate for the listener's address from `ca`
+    /// (what an upstream behind egress injection looks like: https only).
+    pub fn start_tls(
+        listener: std::net::TcpListener,
+        script: Vec<Step>,
+        ca: &squadron_pki::ClusterCa,
+    ) -> Self {
+        use squadron_pki::{
+            server_config, CertUse, ClientAuth, ClusterTrust, ReloadableCert, SpiffeId, SubjectName,
+        };
+        let addr = listener.local_addr().expect("local addr");
+        let trust = ClusterTrust::from_ca_pem(ca.cert_pem()).expect("trust");
+        let leaf = ca
+            .issue(
+                &SpiffeId::Node(1),
+                &[SubjectName::Ip(addr.ip())],
+                Duration::from_secs(3600),
+                CertUse::ServerAndClient,
+            )
+            .expect("model server certificate");
+        let cert = ReloadableCert::new(&trust, &leaf).expect("certificate");
+        let config = server_config(&trust, &cert, ClientAuth::Optional).expect("TLS config");
+        Self::serve(listener, script, Some(config))
+    }
+
+    /// The server itself, plain or (with `tls`) over TLS.
+    fn serve(
+        listener: std::net::TcpListener,
+        script: Vec<Step>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Self {
         let addr = listener.local_addr().expect("local addr");
         listener.set_nonblocking(true).expect("nonblocking");
         let recorded = Arc::new(Mutex::new(Vec::new()));
@@ -160,16 +194,22 @@ impl ModelServer {
             .enable_all()
             .build()
             .expect("runtime");
+        let scheme = if tls.is_some() { "https" } else { "http" };
         runtime.spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
             let app = axum::Router::new()
                 .fallback(answer)
                 .layer(axum::extract::DefaultBodyLimit::max(REQUEST_BYTES_MAX))
                 .with_state(shared);
-            axum::serve(listener, app).await.expect("serve");
+            match tls {
+                Some(config) => {
+                    squadron_pki::serve_tls(listener, config, app, std::future::pending()).await
+                }
+                None => axum::serve(listener, app).await.expect("serve"),
+            }
         });
         ModelServer {
-            url: format!("http://{addr}"),
+            url: format!("{scheme}://{addr}"),
             recorded,
             runtime: Some(runtime),
         }

@@ -715,12 +715,17 @@ impl WorkerProc {
             .args(["worker", "--id", &self.id, "--data-dir"])
             .arg(&self.data_dir)
             .args(["--listen", &self.listen, "--runtimes", &self.runtimes])
-            .args([
-                "--heartbeat-interval-ms",
-                "1000",
-                "--backoff-override-ms",
-                "50",
-            ])
+            // A test that gives its own heartbeat interval states it itself.
+            .args(
+                (!self
+                    .extra_args
+                    .iter()
+                    .any(|a| a == "--heartbeat-interval-ms"))
+                .then_some(["--heartbeat-interval-ms", "1000"])
+                .into_iter()
+                .flatten(),
+            )
+            .args(["--backoff-override-ms", "50"])
             .args(["--control", &self.control.join(",")])
             .arg("--cert-dir")
             .arg(self.data_dir.parent().expect("worker base").join("pki"))
@@ -907,6 +912,45 @@ fn remove_empty_dirs(dir: &Path) {
 }
 
 /// A worker id unique to this test process, so leftovers of another run never match.
+/// A one-node cluster, a git repository to clone, and a process worker that runs `provider` as
+/// both "codex" and "claude" (`script_provider_args`).
+pub fn script_agent_world(
+    worker_prefix: &str,
+    provider: &str,
+    lease_ttl_ms: u64,
+    stop_grace_ms: u64,
+) -> (Cluster, PathBuf, WorkerProc) {
+    let cluster = Cluster::start(1);
+    cluster.wait_for_leader(Duration::from_secs(30));
+    let dir = cluster.dir.path().to_path_buf();
+    let repo = git_repo(&dir);
+    let script = dir.join("provider.sh");
+    std::fs::write(&script, provider).expect("provider script");
+    let worker = WorkerProc::start_with(
+        &dir,
+        &unique_worker_id(worker_prefix),
+        cluster.urls(),
+        "process",
+        script_provider_args(&script, lease_ttl_ms, stop_grace_ms),
+    );
+    (cluster, repo, worker)
+}
+
+/// Worker flags that run `script` as both "codex" and "claude", with the agents' lease TTL and
+/// stop grace.
+pub fn script_provider_args(script: &Path, lease_ttl_ms: u64, stop_grace_ms: u64) -> Vec<String> {
+    vec![
+        "--provider-script".into(),
+        format!("codex={}", script.display()),
+        "--provider-script".into(),
+        format!("claude={}", script.display()),
+        "--agent-lease-ttl-ms".into(),
+        lease_ttl_ms.to_string(),
+        "--agent-stop-grace-ms".into(),
+        stop_grace_ms.to_string(),
+    ]
+}
+
 pub fn unique_worker_id(prefix: &str) -> String {
     format!("{prefix}-{}", std::process::id())
 }

@@ -68,9 +68,10 @@ fn disk(paths: &[PathBuf]) -> u64 {
     paths.iter().map(|p| tree_bytes(p, &mut budget)).sum()
 }
 
-/// Bytes of the regular files under `root`, never following a symlink. Written here: a
-/// bounded, no-follow walk is these few lines, and no walking crate is in the build.
-fn tree_bytes(root: &Path, budget: &mut usize) -> u64 {
+/// Bytes of the regular files under `root`, never following a symlink, visiting at most
+/// `budget` entries (spent as it goes). Written here: a bounded, no-follow walk is these few
+/// lines, and no walking crate is in the build.
+pub fn tree_bytes(root: &Path, budget: &mut usize) -> u64 {
     let mut total = 0u64;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -195,6 +195,12 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
         "/squadron.v1.WorkerControl/GetProfileCredentials",
         WORKER_CONTROL,
     ),
+    ("/squadron.v1.WorkerControl/CheckMcpUse", WORKER_CONTROL),
+    ("/squadron.v1.WorkerControl/McpGrants", WORKER_CONTROL),
+    (
+        "/squadron.v1.WorkerControl/GetCredentialLease",
+        WORKER_CONTROL,
+    ),
 ];
 
 /// The worker's calls that REST serves too (`worker_control`): a worker's certificate only.

@@ -4,7 +4,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::access::Subject;
-use squadron_core::credential::LeasedCredential;
+use squadron_core::credential::{CredentialLease, LeasedCredential};
+use squadron_core::credential_egress::EgressBinding;
 use squadron_core::ids::{
     CredentialId, CredentialLeaseId, Generation, LeaseId, ProfileId, TaskId, WorkerId,
 };
@@ -30,6 +31,31 @@ pub struct RotateCredential {
     pub value: String,
 }
 
+/// `PUT /api/v1/credentials/:id/egress`: the credential is injected at egress from the next
+/// lease on — sent only to `upstream`, in `header`, by the worker's proxy — and never enters a
+/// sandbox again. `DELETE` on the same path unbinds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutCredentialEgress {
+    /// `https://host[:port][/base path]`.
+    pub upstream: String,
+    /// The request header that carries the value, lower case (`x-api-key`, `authorization`).
+    pub header: String,
+    /// Text in front of the value in that header (`Bearer `).
+    #[serde(default)]
+    pub value_prefix: String,
+}
+
+impl From<PutCredentialEgress> for EgressBinding {
+    fn from(b: PutCredentialEgress) -> Self {
+        EgressBinding {
+            upstream: b.upstream,
+            header: b.header,
+            value_prefix: b.value_prefix,
+        }
+    }
+}
+
 /// `GET /api/v1/credentials`: a credential as listed (never its value, sealed or not).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CredentialView {
@@ -40,6 +66,9 @@ pub struct CredentialView {
     pub created_by: Subject,
     pub updated_at_ms: u64,
     pub revoked_at_ms: Option<u64>,
+    /// Where the value is injected, when it never enters a sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressBinding>,
 }
 
 /// `POST /api/v1/tasks/:id/credential-lease`: the worker running the task's attempt asks.
@@ -57,6 +86,10 @@ pub struct LeasedValue {
     pub mount: String,
     pub version: u32,
     pub value: String,
+    /// Set when the value must stay out of the sandbox: the worker's proxy injects it into
+    /// requests to this upstream only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressBinding>,
 }
 
 /// The answer to a grant: where the files go (`/run/squadron/credentials/{session}`) and
@@ -123,6 +156,21 @@ pub struct AgentCredentialLeaseView {
     pub revoked_reason: Option<String>,
 }
 
+impl From<&CredentialLease> for CredentialLeaseView {
+    fn from(l: &CredentialLease) -> Self {
+        CredentialLeaseView {
+            id: l.id,
+            task: l.task,
+            attempt: l.attempt,
+            worker: l.worker.clone(),
+            credentials: l.credentials.clone(),
+            granted_at_ms: l.granted_at_ms,
+            revoked_at_ms: l.revoked.as_ref().map(|r| r.at_ms),
+            revoked_reason: l.revoked.as_ref().map(|r| r.reason.clone()),
+        }
+    }
+}
+
 impl From<&AgentCredentialLease> for AgentCredentialLeaseView {
     fn from(l: &AgentCredentialLease) -> Self {
         AgentCredentialLeaseView {
@@ -164,6 +212,7 @@ impl std::fmt::Debug for LeasedValue {
             .field("mount", &self.mount)
             .field("version", &self.version)
             .field("value", &"[REDACTED]")
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -197,6 +246,7 @@ mod tests {
                 mount: "key".into(),
                 version: 1,
                 value: "sk-secret-1".into(),
+                egress: None,
             }],
         };
         for shown in [format!("{put:?}"), format!("{grant:?}")] {

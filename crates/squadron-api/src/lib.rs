@@ -30,7 +30,7 @@ pub use cluster::{
 pub use credentials::{
     AgentCredentialLeaseView, CredentialLeaseGrant, CredentialLeaseView, CredentialView,
     GrantAgentCredentialLease, GrantCredentialLease, LeasedValue, ProfileCredentialsView,
-    PutCredential, RotateCredential, SetProfileCredentials,
+    PutCredential, PutCredentialEgress, RotateCredential, SetProfileCredentials,
 };
 pub use enrollment::{
     EnrollAgent, EnrollWorker, Enrolled, MintAgentToken, MintBootstrap, MintedAgentToken,
@@ -38,7 +38,8 @@ pub use enrollment::{
 };
 pub use error_body::ErrorBody;
 pub use projects::{
-    AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, SetCapabilities,
+    AttachSandbox, CreateProfile, CreateProject, McpDecision, McpUse, ProjectSummary,
+    SetCapabilities,
 };
 pub use queries::{
     AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, TaskListQuery,

@@ -59,6 +59,14 @@ pub struct SetCapabilities {
     pub mcp_servers: Vec<McpServerId>,
 }
 
+/// A worker's MCP gateway asks whether the profile may use `server` now (INV-14); a refusal
+/// is counted for `squadron evidence` as the REST check's is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpUse {
+    pub server: McpServerId,
+}
+
 /// The answer of `GET /api/v1/profiles/{id}/mcp/{server}` when the use is allowed (a refusal
 /// is a `permission_denied` error).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::WorkerId;
 use squadron_core::manifest::RuntimeKind;
+use squadron_core::worker_policy::WorkerPolicy;
 
 /// Heartbeat interval of a registration that names none.
 pub const HEARTBEAT_INTERVAL_MS_DEFAULT: u64 = 30_000;
@@ -23,6 +24,10 @@ pub struct RegisterWorker {
     /// [`HEARTBEAT_INTERVAL_MS_DEFAULT`] when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_interval_ms: Option<u64>,
+    /// What the worker agrees to run, set with the registration in one entry. Absent: the
+    /// policy already stated, if any, stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<WorkerPolicy>,
 }
 
 /// `POST /api/v1/workers/{id}/decommission`.

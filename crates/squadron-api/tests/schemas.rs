@@ -331,6 +331,10 @@ fn worker_cluster_and_access_bodies_schemas_agree_with_the_decoder() {
         capacity: 4,
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
         heartbeat_interval_ms: Some(2_000),
+        policy: Some(WorkerPolicy {
+            repository_sources: BTreeSet::from([RepositorySource::Ssh]),
+            ..WorkerPolicy::default()
+        }),
     });
     checked += agree(&Decommission {
         operator: "alice".into(),

@@ -39,7 +39,7 @@ pub use options::{
     CompareOptions, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT, FAILOVER_CLIENTS_DEFAULT,
     NODES_MAX,
 };
-pub use process::NodeMemory;
+pub use process::{rss_kib, NodeMemory};
 pub use report::{
     ComparePoint, CompareReport, FailoverComparison, FailoverResult, MemoryComparison, Ratios,
     SquadronInternals,

@@ -103,7 +103,7 @@ impl Drop for NodeProcess {
 }
 
 /// `VmRSS` of a process in KiB, if it runs.
-pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
+pub fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     parse_vm_rss(&status)
 }

@@ -102,6 +102,7 @@ pub(crate) async fn setup(
                     capacity: 1,
                     labels: Default::default(),
                     heartbeat_interval_ms: Some(WORKER_HEARTBEAT_INTERVAL_MS),
+                    policy: None,
                 },
                 None,
             )

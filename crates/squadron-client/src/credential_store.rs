@@ -4,8 +4,8 @@
 use reqwest::Method;
 use squadron_api::{
     CredentialLeaseGrant, CredentialLeaseView, CredentialView, GrantAgentCredentialLease,
-    GrantCredentialLease, ProfileCredentialsView, PutCredential, RotateCredential,
-    SetProfileCredentials,
+    GrantCredentialLease, ProfileCredentialsView, PutCredential, PutCredentialEgress,
+    RotateCredential, SetProfileCredentials,
 };
 use squadron_core::ids::{CredentialId, IdempotencyKey, ProfileId, TaskId};
 use squadron_core::Outcome;
@@ -46,6 +46,27 @@ impl SquadronClient {
     ) -> Result<Outcome, ClientError> {
         self.send_empty(Method::DELETE, &format!("/api/v1/credentials/{id}"), key)
             .await
+    }
+
+    /// Injects the credential at egress, to `req.upstream` only (admin).
+    pub async fn set_credential_egress(
+        &self,
+        id: &CredentialId,
+        req: &PutCredentialEgress,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Outcome, ClientError> {
+        let path = format!("/api/v1/credentials/{id}/egress");
+        self.write(Method::PUT, &path, Some(req), key).await
+    }
+
+    /// Stops injecting the credential at egress (admin): it is a file in the sandbox again.
+    pub async fn clear_credential_egress(
+        &self,
+        id: &CredentialId,
+        key: Option<&IdempotencyKey>,
+    ) -> Result<Outcome, ClientError> {
+        let path = format!("/api/v1/credentials/{id}/egress");
+        self.send_empty(Method::DELETE, &path, key).await
     }
 
     /// The worker running `task`'s attempt takes its credentials (worker certificate). Unkeyed:

@@ -52,7 +52,7 @@ pub use squadron_api::{
     AgentCredentialLeaseView, CreateToken, CreatedToken, CredentialLeaseGrant, CredentialLeaseView,
     CredentialView, EnrollWorker, Enrolled, GrantAgentCredentialLease, GrantCredentialLease,
     LeasedValue, MintBootstrap, MintedBootstrap, ProfileCredentialsView, PutCredential,
-    RenewCertificate, RotateCredential, SetProfileCredentials, TokenView,
+    PutCredentialEgress, RenewCertificate, RotateCredential, SetProfileCredentials, TokenView,
 };
 pub use squadron_pki::WORKER_CERT_NAME;
 pub use types::*;

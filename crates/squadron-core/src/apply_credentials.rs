@@ -1,13 +1,16 @@
 //! The credential store and its session leases (INV-13).
 
 use crate::access::Subject;
-use crate::command::{GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential};
+use crate::command::{
+    GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential, SetCredentialEgress,
+};
 use crate::credential::{
     session_name, still_kept, Credential, CredentialLease, LeaseRevocation, LeasedCredential,
 };
+use crate::credential_egress::EgressBinding;
 use crate::ids::{CredentialId, TaskId};
 use crate::limits::{CREDENTIALS_MAX, CREDENTIAL_DESCRIPTION_BYTES_MAX, CREDENTIAL_LEASES_MAX};
-use crate::manifest::{CredentialRef, TaskSpec};
+use crate::manifest::{CredentialRef, NetworkMode, RuntimeKind, TaskSpec};
 use crate::rejection::{Entity, Rejection};
 use crate::response::{GrantedCredential, Outcome};
 use crate::state::State;
@@ -93,6 +96,7 @@ impl State {
         credential.sealed = None;
         credential.revoked_at_ms = Some(now);
         credential.updated_at_ms = now;
+        self.credential_egress.remove(&c.id);
         let holding: Vec<TaskId> = self
             .credentials
             .active_by_task
@@ -246,12 +250,44 @@ impl State {
             .retain(|_, lease| still_kept(lease.revoked.as_ref(), now));
     }
 
-    /// Whether the manifest's references name live credentials: the edge asks before it
-    /// proposes a submission, so a typo fails at once instead of at the start. (Not a rule of
-    /// `apply`: a log written before credentials existed must replay as it was applied.)
+    /// An admin binds a live credential to its upstream, or unbinds it. Leases granted before
+    /// keep what they were handed; the next grant follows the binding.
+    pub(crate) fn set_credential_egress(
+        &mut self,
+        now: u64,
+        subject: &Subject,
+        c: SetCredentialEgress,
+    ) -> Result<Outcome, Rejection> {
+        self.require_admin(now, subject)?;
+        self.live_credential("id", &c.id)?;
+        let bound = c.egress.is_some();
+        match c.egress {
+            Some(binding) => {
+                binding.check("egress")?;
+                self.credential_egress.insert(c.id.clone(), binding);
+            }
+            None => {
+                self.credential_egress.remove(&c.id);
+            }
+        }
+        Ok(Outcome::CredentialEgressSet { id: c.id, bound })
+    }
+
+    /// Where a credential may be sent, when it is injected at egress.
+    pub fn credential_egress(&self, id: &CredentialId) -> Option<&EgressBinding> {
+        self.credential_egress.get(id)
+    }
+
+    /// Whether the manifest's references name live credentials, and whether the sandbox can
+    /// take those injected at egress: the edge asks before it proposes a submission, so a
+    /// typo fails at once instead of at the start. (Not a rule of `apply`: a log written
+    /// before credentials existed must replay as it was applied; the worker checks again.)
     pub fn check_credential_refs(&self, spec: &TaskSpec) -> Result<(), Rejection> {
         for (i, r) in credential_refs(spec).iter().enumerate() {
             self.live_credential(&format!("startup_profile.credential_refs[{i}].id"), &r.id)?;
+            if self.credential_egress.contains_key(&r.id) {
+                check_egress_sandbox(spec, &r.id)?;
+            }
         }
         Ok(())
     }
@@ -295,6 +331,32 @@ fn check_description(text: &str) -> Result<(), Rejection> {
         return Err(Rejection::invalid(
             "description",
             format!("must be at most {CREDENTIAL_DESCRIPTION_BYTES_MAX} bytes of printable text"),
+        ));
+    }
+    Ok(())
+}
+
+/// A credential injected at egress needs a sandbox whose network namespace the worker makes
+/// before its provider starts, for the proxy's listener on its loopback: the process
+/// runtime's `isolated`, `outbound` and `gateway` networks, for now (`full` is the host's).
+pub fn check_egress_sandbox(spec: &TaskSpec, id: &CredentialId) -> Result<(), Rejection> {
+    let sandbox = &spec.sandbox;
+    if sandbox.runtime != RuntimeKind::Process {
+        return Err(Rejection::invalid(
+            "vm.runtime",
+            format!(
+                "credential {id} is injected at egress, which only the process runtime serves \
+                 so far"
+            ),
+        ));
+    }
+    if sandbox.network_mode == NetworkMode::Full {
+        return Err(Rejection::invalid(
+            "vm.network_mode",
+            format!(
+                "credential {id} is injected at egress, which needs a network of the sandbox's \
+                 own: isolated, outbound or gateway"
+            ),
         ));
     }
     Ok(())

@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::access::{Identity, Subject};
-use crate::command::{DecommissionWorker, RegisterWorker, SetWorkerPolicy, WorkerHeartbeat};
+use crate::command::{
+    DecommissionWorker, RegisterWorker, RegisterWorkerWithPolicy, SetWorkerPolicy, WorkerHeartbeat,
+};
 use crate::ids::WorkerId;
 use crate::lease::check_descriptor;
 use crate::limits::{
@@ -120,6 +122,23 @@ impl State {
             },
         );
         Ok(Outcome::WorkerRegistered)
+    }
+
+    /// Registers and sets the policy together; a refused registration sets nothing.
+    pub(crate) fn register_worker_with_policy(
+        &mut self,
+        now: u64,
+        subject: &Subject,
+        command: RegisterWorkerWithPolicy,
+    ) -> Result<Outcome, Rejection> {
+        let RegisterWorkerWithPolicy {
+            registration,
+            policy,
+        } = command;
+        let worker = registration.worker.clone();
+        let outcome = self.register_worker(now, subject, registration)?;
+        self.worker_policies.insert(worker, policy);
+        Ok(outcome)
     }
 
     pub(crate) fn worker_heartbeat(

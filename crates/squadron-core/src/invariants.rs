@@ -74,6 +74,7 @@ impl State {
         self.check_access()?;
         self.check_credentials()?;
         self.check_profile_credentials()?;
+        self.check_credential_egress()?;
         if let Some(w) = self
             .worker_policies
             .keys()
@@ -84,6 +85,21 @@ impl State {
         self.check_agent_sessions()?;
         self.check_task_leases()?;
         self.idempotency.check()
+    }
+
+    /// Egress bindings belong to live credentials and are well formed.
+    fn check_credential_egress(&self) -> Result<(), String> {
+        for (id, binding) in &self.credential_egress {
+            let live = self
+                .credentials
+                .credentials
+                .get(id)
+                .is_some_and(|c| !c.is_revoked());
+            if !live || binding.check("egress").is_err() {
+                return Err(format!("credentials: egress binding of {id} is malformed"));
+            }
+        }
+        Ok(())
     }
 
     /// INV-13's bookkeeping: live credentials hold a well-formed sealed value and revoked ones

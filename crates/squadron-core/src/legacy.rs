@@ -1,7 +1,7 @@
 //! Decoders for what earlier versions wrote: log encoding 1 (commands without subjects),
 //! snapshot version 1 (the state before the trust boundary), version 2 (before
-//! credentials) and versions 3 to 6 (before worker policies, agent sessions, task leases,
-//! credentials of agent profiles). Old entries are applied as
+//! credentials) and versions 3 to 7 (before worker policies, agent sessions, task leases,
+//! credentials of agent profiles, egress bindings). Old entries are applied as
 //! `Subject::Legacy`, exactly as they were applied then, so a data directory written by an
 //! earlier build replays to the state it had. Nothing here is ever encoded.
 
@@ -185,6 +185,20 @@ impl From<StateV1> for State {
             agent_sessions: BTreeMap::new(),
             task_leases: BTreeMap::new(),
             profile_credentials: ProfileCredentials::default(),
+            credential_egress: BTreeMap::new(),
+        }
+    }
+}
+
+/// Snapshot version 7: version 6, then the credentials of agent profiles; no egress bindings.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV7(StateV6, ProfileCredentials);
+
+impl From<StateV7> for State {
+    fn from(StateV7(v6, profile_credentials): StateV7) -> Self {
+        State {
+            profile_credentials,
+            ..v6.into()
         }
     }
 }

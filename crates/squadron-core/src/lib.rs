@@ -29,6 +29,7 @@ pub mod capsule;
 pub mod codec;
 pub mod command;
 pub mod credential;
+pub mod credential_egress;
 pub mod error_code;
 pub mod idempotency;
 pub mod ids;

@@ -250,6 +250,12 @@ pub const CREDENTIAL_VALUE_BYTES_MAX: usize = 64 * 1024;
 pub const CREDENTIAL_SEALED_BYTES_MAX: usize = CREDENTIAL_VALUE_BYTES_MAX + 64;
 /// Length of a credential's description.
 pub const CREDENTIAL_DESCRIPTION_BYTES_MAX: usize = 256;
+/// Length of an egress binding's upstream URL.
+pub const EGRESS_UPSTREAM_BYTES_MAX: usize = 512;
+/// Length of the header name an egress binding puts its value in.
+pub const EGRESS_HEADER_BYTES_MAX: usize = 64;
+/// Length of the text an egress binding puts in front of its value (`Bearer `).
+pub const EGRESS_VALUE_PREFIX_BYTES_MAX: usize = 32;
 /// Credential leases the state holds, revoked ones included until pruned.
 pub const CREDENTIAL_LEASES_MAX: usize = 100_000;
 /// How long a revoked credential lease stays listed before the sweep prunes it.

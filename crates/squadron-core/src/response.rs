@@ -195,6 +195,11 @@ pub enum Outcome {
         profile: ProfileId,
         credential_refs: Vec<CredentialRef>,
     },
+    /// The credential is injected at egress (`bound`) or given as a file again.
+    CredentialEgressSet {
+        id: CredentialId,
+        bound: bool,
+    },
 }
 
 /// One value of a granted lease, still sealed.

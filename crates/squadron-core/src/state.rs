@@ -13,10 +13,11 @@ use crate::agent_session::AgentSession;
 use crate::codec::command_fingerprint;
 use crate::command::{Batch, Command, CommandEnvelope};
 use crate::credential::CredentialState;
+use crate::credential_egress::EgressBinding;
 use crate::idempotency::{IdempotencyLedger, IdempotencyLookup};
 use crate::ids::{
-    IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
-    WorkerId,
+    CredentialId, IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId,
+    TenantId, WorkerId,
 };
 use crate::lease::RuntimeLease;
 use crate::limits::COMMANDS_PER_BATCH_MAX;
@@ -77,6 +78,9 @@ pub struct State {
     // From here on: snapshot version 7.
     /// The credentials of agent profiles and the leases that hand them out.
     pub(crate) profile_credentials: ProfileCredentials,
+    // From here on: snapshot version 8.
+    /// The credentials injected at egress, and where each may be sent.
+    pub(crate) credential_egress: BTreeMap<CredentialId, EgressBinding>,
 }
 
 impl Default for State {
@@ -110,6 +114,7 @@ impl State {
             agent_sessions: BTreeMap::new(),
             task_leases: BTreeMap::new(),
             profile_credentials: ProfileCredentials::default(),
+            credential_egress: BTreeMap::new(),
         }
     }
 
@@ -237,6 +242,8 @@ impl State {
             C::AssignProjectTasks(c) => self.assign_project_tasks(now, c),
             C::SetProfileCredentials(c) => self.set_profile_credentials(now, s, c),
             C::GrantAgentCredentialLease(c) => self.grant_agent_credential_lease(now, s, c),
+            C::SetCredentialEgress(c) => self.set_credential_egress(now, s, c),
+            C::RegisterWorkerWithPolicy(c) => self.register_worker_with_policy(now, s, c),
         };
         result.into()
     }
@@ -289,6 +296,14 @@ impl State {
     /// INV-14: true only when the relation tuple for this exact profile subject exists.
     pub fn mcp_use_allowed(&self, profile: ProfileId, server: &McpServerId) -> bool {
         self.mcp_use.contains(&(profile, server.clone()))
+    }
+
+    /// The MCP servers this profile's subject may use (INV-14), in order.
+    pub fn mcp_grants(&self, profile: ProfileId) -> impl Iterator<Item = &McpServerId> {
+        self.mcp_use
+            .iter()
+            .filter(move |(p, _)| *p == profile)
+            .map(|(_, server)| server)
     }
 
     /// The registered agent of an active task, if it has one.

@@ -25,6 +25,7 @@ pub mod disk_quota;
 pub mod egress_filter;
 pub mod error;
 pub mod git_broker;
+pub mod namespace_listener;
 pub mod process_entry;
 pub mod reaper;
 pub mod sandbox_network;

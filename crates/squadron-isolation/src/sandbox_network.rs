@@ -173,6 +173,39 @@ impl SandboxNetwork {
         )))
     }
 
+    /// A namespace with loopback only — `isolated` — made before the sandbox starts, so the
+    /// worker can listen inside it (egress injection's proxy). No pair, no rules: `destroy`
+    /// and the sweep skip what it never had.
+    pub fn create_loopback(
+        config: &NetworkConfig,
+        seed: &str,
+    ) -> Result<SandboxNetwork, IsolationError> {
+        let first = fnv1a32(seed.as_bytes()) % NETWORK_SLOTS;
+        for n in 0..NETWORK_SLOT_ATTEMPTS_MAX {
+            let net = SandboxNetwork {
+                config: config.clone(),
+                slot: (first + n) % NETWORK_SLOTS,
+                gateway_port: None,
+            };
+            let name = net.netns_name();
+            // Taken, or claimed by a concurrent attempt of this worker's.
+            if net.netns_path().exists() || run(&config.ip, &["netns", "add", &name], None).is_err()
+            {
+                continue;
+            }
+            return match run(&config.ip, &["-n", &name, "link", "set", "lo", "up"], None) {
+                Ok(_) => Ok(net),
+                Err(e) => {
+                    let _ = net.destroy();
+                    Err(e)
+                }
+            };
+        }
+        Err(IsolationError::Unavailable(format!(
+            "no free sandbox network slot after {NETWORK_SLOT_ATTEMPTS_MAX} tries"
+        )))
+    }
+
     /// The network a namespace name (from `netns_name`) stands for, for teardown after a
     /// restart; `None` if the name is not one of this worker's.
     pub fn from_name(config: &NetworkConfig, name: &str) -> Option<SandboxNetwork> {

@@ -26,6 +26,11 @@ pub enum TokenKind {
     Operator,
     /// A one-time bootstrap token for enrollment (`sqd_boot_…`).
     Bootstrap,
+    /// One agent generation's key to its worker's MCP gateway (`sqd_mcp_…`).
+    Mcp,
+    /// One task attempt's placeholder for the credentials its worker injects at egress
+    /// (`sqd_egress_…`): the proxy swaps it for the value.
+    Egress,
 }
 
 impl TokenKind {
@@ -33,6 +38,8 @@ impl TokenKind {
         match self {
             TokenKind::Operator => "op",
             TokenKind::Bootstrap => "boot",
+            TokenKind::Mcp => "mcp",
+            TokenKind::Egress => "egress",
         }
     }
 }

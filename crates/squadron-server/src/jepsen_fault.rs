@@ -9,6 +9,8 @@
 //! - `skip-wal-sync` (in `squadron-store`, which this feature switches on): appends are
 //!   acknowledged without an fsync of the WAL (synced once a second); the lazy
 //!   filesystem's crashes must catch it.
+//! - `forget-idempotency-keys`: REST requests' `Idempotency-Key` is dropped, so a write resent
+//!   after an unknown outcome may apply twice (INV-11); the `keyed` workload must catch it.
 
 use std::sync::OnceLock;
 
@@ -46,4 +48,15 @@ fn active(fault: &str, what: &str) -> bool {
         );
     }
     on
+}
+
+/// Whether this node drops the `Idempotency-Key` of every request it is sent.
+pub fn forget_idempotency_keys() -> bool {
+    static ACTIVE: OnceLock<bool> = OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        active(
+            "forget-idempotency-keys",
+            "requests' idempotency keys are ignored",
+        )
+    })
 }

@@ -21,6 +21,7 @@ pub mod peer;
 pub mod raft_view;
 pub mod read_index_rounds;
 pub mod rest;
+pub mod resumed_term;
 pub mod tls;
 pub mod write_path;
 
@@ -127,6 +128,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
         storage.raft,
         storage.reader,
         storage.append_stats,
+        storage.resumed,
         tls.clone(),
         mcp_denials::McpDenials::restored(denials),
     )
@@ -180,6 +182,8 @@ struct OpenedRaft {
     append_stats: Arc<squadron_store::AppendStats>,
     /// The data directory had no Raft state yet.
     is_new: bool,
+    /// The term and log the node opened with (`resumed_term.rs`).
+    resumed: resumed_term::ResumedTerm,
 }
 
 async fn open_raft(config: &NodeConfig, tls: &tls::NodeTls) -> Result<OpenedRaft, ServerError> {
@@ -189,9 +193,12 @@ async fn open_raft(config: &NodeConfig, tls: &tls::NodeTls) -> Result<OpenedRaft
         path: raft_dir.clone(),
         source,
     })?;
-    let (log_store, state_machine) = squadron_store::open(&raft_dir)
+    let (mut log_store, state_machine) = squadron_store::open(&raft_dir)
         .await
         .map_err(|e| ServerError::Store(e.to_string()))?;
+    let resumed = resumed_term::ResumedTerm::read(&mut log_store)
+        .await
+        .map_err(ServerError::Store)?;
     let reader = state_machine.reader();
     let append_stats = log_store.append_stats();
     let raft_config = config
@@ -212,6 +219,7 @@ async fn open_raft(config: &NodeConfig, tls: &tls::NodeTls) -> Result<OpenedRaft
         reader,
         append_stats,
         is_new,
+        resumed,
     })
 }
 

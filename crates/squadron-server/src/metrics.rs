@@ -190,6 +190,12 @@ fn writes(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "squadron_proposal_commands",
         "Writes those entries carried; divided by the entries, the batch size",
         batches.commands.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "squadron_proposal_entries_abandoned",
+        "Entries this node stopped waiting for at the write timeout (their writes' outcome unknown)",
+        batches.abandoned.load(Ordering::Relaxed),
     )
 }
 

@@ -20,6 +20,7 @@ use crate::peer::wire::{MembershipChange, MembershipReply};
 use crate::peer::{PeerClient, PeerError};
 use crate::raft_view;
 use crate::read_index_rounds::ReadIndexRounds;
+use crate::resumed_term::ResumedTerm;
 use crate::write_path::{MembershipError, WriteError, WritePath};
 
 /// The header carrying a client's idempotency key (defined once, in `squadron-api`).
@@ -37,10 +38,12 @@ pub struct Counters {
     pub mcp_denials: crate::mcp_denials::McpDenials,
 }
 
-/// Rounds of leadership confirmation one linearizable read may take.
-pub const READ_INDEX_ATTEMPTS_MAX: u32 = 3;
-/// Pause before the second round; the third waits twice as long.
+/// Rounds of leadership confirmation one linearizable read may take (all within the
+/// request's timeout).
+pub const READ_INDEX_ATTEMPTS_MAX: u32 = 8;
+/// Pause before the second round; each next one waits twice as long, up to the max.
 pub const READ_INDEX_RETRY_MS: u64 = 50;
+pub const READ_INDEX_RETRY_MS_MAX: u64 = 800;
 
 pub struct ControlNode {
     pub id: NodeId,
@@ -79,6 +82,7 @@ impl ControlNode {
         raft: RaftNode,
         state: StateReader,
         append_stats: Arc<squadron_store::AppendStats>,
+        resumed: ResumedTerm,
         tls: Arc<crate::tls::NodeTls>,
         mcp_denials: crate::mcp_denials::McpDenials,
     ) -> Result<Arc<Self>, PeerError> {
@@ -93,7 +97,7 @@ impl ControlNode {
             ReadIndexRounds::new(Arc::new(move || {
                 let raft = raft.clone();
                 Box::pin(async move {
-                    leader_read_index(&raft, id, timeout)
+                    leader_read_index(&raft, id, resumed, timeout)
                         .await
                         .map_err(|e| e.body.message)
                 })
@@ -228,22 +232,31 @@ impl ControlNode {
 async fn leader_read_index(
     raft: &RaftNode,
     id: NodeId,
+    resumed: ResumedTerm,
     timeout: Duration,
 ) -> Result<Option<u64>, ApiError> {
-    // Confirming leadership needs a quorum of heartbeat answers; on a loaded machine one
-    // round can miss its deadline while the leader is still the leader, so a failed round
-    // is tried again (bounded) before the caller is told to retry.
+    // Confirming leadership needs a quorum of heartbeat answers; on a loaded machine rounds
+    // can miss their deadline for a second or more while the leader is still the leader
+    // (CI's 2 cores under VMs saw reads fail after three rounds in 150 ms), so failed rounds
+    // are tried again, backing off, within the request's timeout before the caller is told
+    // to retry.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(READ_INDEX_RETRY_MS);
     let mut last = String::new();
+    // Taken before the round: a read confirmed in a later term has that term's own first
+    // entry, past every acknowledged write.
+    let term = raft.metrics().borrow().current_term;
     for attempt in 0..READ_INDEX_ATTEMPTS_MAX {
         if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(
-                READ_INDEX_RETRY_MS * u64::from(attempt),
-            ))
-            .await;
+            if tokio::time::Instant::now() + pause >= deadline {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(READ_INDEX_RETRY_MS_MAX));
         }
-        match tokio::time::timeout(timeout, raft.get_read_log_id()).await {
+        match tokio::time::timeout_at(deadline, raft.get_read_log_id()).await {
             Err(_) => return Err(ApiError::unavailable("timed out confirming leadership")),
-            Ok(Ok(read)) => return Ok(read.0.map(|l| l.index)),
+            Ok(Ok(read)) => return Ok(resumed.raise(term, read.0.map(|l| l.index))),
             Ok(Err(e)) => {
                 last = e.to_string();
                 if raft.metrics().borrow().current_leader != Some(id) {
@@ -266,8 +279,9 @@ async fn remote_read_index(raft: &RaftNode, peer: &PeerClient) -> Result<Option<
         PeerError::Unreachable(e) | PeerError::NoAnswer(e) => {
             format!("read index from leader: {e}")
         }
-        PeerError::Refused { status, .. } => {
-            format!("the leader refused a read index ({status})")
+        PeerError::Refused { status, body, text } => {
+            let why = body.map_or(text, |b| b.message);
+            format!("the leader refused a read index ({status}): {why}")
         }
         PeerError::BrokeOff(e) | PeerError::Unreadable(e) => format!("read index reply: {e}"),
     })

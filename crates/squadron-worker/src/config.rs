@@ -158,6 +158,8 @@ pub struct WorkerConfig {
     /// (`api.anthropic.com`), subdomains (`*.github.com`) or IPv4 networks. Empty: the
     /// mode is not offered.
     pub gateway_allow: Vec<String>,
+    /// Extra trust anchors (PEM) for egress injection's upstreams, beside the system bundle.
+    pub egress_ca: Option<PathBuf>,
     /// What this worker agrees to run; sent to the control plane after registering and
     /// checked again before a task is staged. Secure by default (`WorkerPolicy::default`).
     pub policy: squadron_core::worker_policy::WorkerPolicy,
@@ -225,6 +227,7 @@ impl WorkerConfig {
             egress_deny: Vec::new(),
             allow_full_network: false,
             gateway_allow: Vec::new(),
+            egress_ca: None,
             vm: VmConfig::default(),
             policy: squadron_core::worker_policy::WorkerPolicy::default(),
             disk_quota: true,
@@ -232,8 +235,9 @@ impl WorkerConfig {
     }
 
     /// The deny list of `outbound` sandboxes: `egress_deny` and every IPv4 address the
-    /// control endpoints resolve to (looked up now; an endpoint that does not resolve adds
-    /// nothing).
+    /// control endpoints and the MCP upstreams (`--mcp-server`, reached only through the
+    /// worker's gateway, with the grant) resolve to — looked up now; one that does not resolve
+    /// adds nothing.
     pub(crate) fn egress_deny_networks(&self) -> Result<Vec<ipnet::Ipv4Net>, crate::WorkerError> {
         let mut deny = Vec::new();
         for cidr in &self.egress_deny {
@@ -243,15 +247,19 @@ impl WorkerConfig {
             })?;
             deny.push(net.trunc());
         }
-        for endpoint in &self.control {
-            let authority = crate::support::authority(endpoint);
-            let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(authority) else {
-                continue;
-            };
-            for addr in addrs {
-                if let std::net::IpAddr::V4(v4) = addr.ip() {
-                    deny.push(ipnet::Ipv4Net::from(v4));
-                }
+        let control = self.control.iter().filter_map(|endpoint| {
+            std::net::ToSocketAddrs::to_socket_addrs(crate::support::authority(endpoint))
+                .ok()
+                .map(Iterator::collect::<Vec<_>>)
+        });
+        let upstreams = self
+            .agents
+            .iter()
+            .flat_map(|a| a.mcp_servers.values())
+            .filter_map(|url| url.socket_addrs(|| None).ok());
+        for addr in control.chain(upstreams).flatten() {
+            if let std::net::IpAddr::V4(v4) = addr.ip() {
+                deny.push(ipnet::Ipv4Net::from(v4));
             }
         }
         deny.sort();
@@ -405,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn the_egress_deny_list_parses_and_adds_the_control_endpoints() {
+    fn the_egress_deny_list_parses_and_adds_the_control_endpoints_and_mcp_upstreams() {
         let id = WorkerId::new("w").unwrap();
         let listen = "127.0.0.1:0".parse().unwrap();
         let mut c = WorkerConfig::new(
@@ -422,6 +430,19 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(deny, ["192.0.2.7/32", "203.0.113.0/24"]);
+        // An MCP upstream is reached only through the gateway: closed to sandboxes too.
+        let (id, url) = crate::parse_mcp_server("notes=http://198.51.100.4:9000/mcp").unwrap();
+        c.agents = Some(crate::AgentConfig::default());
+        if let Some(a) = c.agents.as_mut() {
+            a.mcp_servers.insert(id, url);
+        }
+        let deny: Vec<String> = c
+            .egress_deny_networks()
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(deny, ["192.0.2.7/32", "198.51.100.4/32", "203.0.113.0/24"]);
         c.egress_deny = vec!["10.0.0.0/33".into()];
         assert!(c
             .validate()

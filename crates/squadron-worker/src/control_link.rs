@@ -62,8 +62,8 @@ impl ControlLink {
         Ok(Self { config, grpc })
     }
 
-    /// Registers, then states the policy: the scheduler places tasks here only as it allows
-    /// (a registration without one would be held to nothing).
+    /// Registers with the policy in the same entry: the scheduler places tasks here only as
+    /// it allows, from the first moment the worker is alive.
     pub(crate) async fn register(&self) -> Result<(), WorkerError> {
         let req = pb::RegisterWorkerRequest {
             worker: self.config.id.to_string(),
@@ -77,6 +77,7 @@ impl ControlLink {
             capacity: self.config.capacity,
             labels: Default::default(),
             heartbeat_interval_ms: self.config.heartbeat_interval_ms,
+            policy: Some((&self.config.policy).into()),
         };
         // A fresh key per registration: registering again after being declared lost is a
         // new registration, not a resend of the first.
@@ -87,18 +88,8 @@ impl ControlLink {
             async move { client.register(request).await }
         })
         .await
-        .map_err(|e| e.into_error("registration"))?;
-        let req = pb::SetWorkerPolicyRequest {
-            worker: self.config.id.to_string(),
-            policy: Some((&self.config.policy).into()),
-        };
-        self.call_leader(CONTROL_ATTEMPTS_MAX, |mut client| {
-            let request = tonic::Request::new(req.clone());
-            async move { client.set_worker_policy(request).await }
-        })
-        .await
         .map(|_| ())
-        .map_err(|e| e.into_error("the worker policy"))
+        .map_err(|e| e.into_error("registration"))
     }
 
     /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.

@@ -35,7 +35,9 @@ pub(crate) mod agent;
 mod cert_renewal;
 pub(crate) mod config;
 pub(crate) mod control_link;
+pub(crate) mod egress;
 pub(crate) mod error;
+pub(crate) mod http1_server;
 pub(crate) mod output_server;
 pub(crate) mod retry;
 pub(crate) mod runtime;
@@ -50,6 +52,7 @@ pub use agent::config::{
     AGENT_STOP_GRACE_MS_MAX, SELF_FENCE_MARGIN_MS_DEFAULT,
 };
 pub use agent::fence::ControlFence;
+pub use agent::mcp_gateway::{parse_mcp_server, MCP_ANSWER_BYTES_MAX, MCP_MESSAGE_BYTES_MAX};
 pub use config::{
     host_of_url, SandboxDefaults, VmConfig, WorkerConfig, CAPACITY_DEFAULT, CAPACITY_MAX,
     DOCKER_IMAGE_DEFAULT, HEARTBEAT_INTERVAL_MS_DEFAULT, HEARTBEAT_INTERVAL_MS_MIN,

@@ -268,6 +268,7 @@ async fn set_up(
         capacity: 1,
         labels: Default::default(),
         heartbeat_interval_ms: Some(HEARTBEAT_INTERVAL_MS),
+        policy: None,
     };
     as_worker
         .register_worker(&register, None)

@@ -80,6 +80,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Project(cmd) => cli::project::run(&ctx, cmd).await,
         Command::Profile(cmd) => cli::profile::run(&ctx, cmd).await,
         Command::Evidence(args) => cli::evidence::run(&ctx, args).await,
+        Command::Soak(args) => cli::soak::run(&ctx, *args).await,
         Command::Lease(cmd) => cli::lease::run(&ctx, cmd).await,
         Command::Capsule(cmd) => cli::capsule::run(&ctx, cmd).await,
         Command::Mailbox(cmd) => cli::mailbox::run(&ctx, cmd).await,

@@ -307,6 +307,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.egress_deny = args.egress_deny;
     config.allow_full_network = args.allow_full_network;
     config.gateway_allow = args.gateway_allow;
+    config.egress_ca = args.egress_ca;
     config.disk_quota = !args.no_disk_quota;
     config.sandbox_defaults = squadron_worker::SandboxDefaults {
         cpus: args.sandbox_cpus,
@@ -327,9 +328,13 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
             self_fence_margin_ms: squadron_worker::SELF_FENCE_MARGIN_MS_DEFAULT
                 .min(args.agent_lease_ttl_ms / 4),
             skills: args.skills.into_iter().collect(),
-            mcp_servers: args.mcp_servers.into_iter().collect(),
             ..Default::default()
         };
+        for spec in &args.mcp_servers {
+            let (id, url) = squadron_worker::parse_mcp_server(spec)
+                .map_err(|e| anyhow::anyhow!("--mcp-server: {e}"))?;
+            agents.mcp_servers.insert(id, url);
+        }
         for spec in &args.provider_scripts {
             let (provider, launcher) = squadron_worker::AgentConfig::parse_provider_script(spec)
                 .map_err(|e| anyhow::anyhow!("--provider-script: {e}"))?;

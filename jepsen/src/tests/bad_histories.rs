@@ -221,14 +221,74 @@ fn five_holders_at_once_fail() {
     }
     let r = check(&b.build());
     assert_eq!(r.valid, Validity::Invalid);
+    // The project-wide model finds no order either: a fifth grant while four are live.
+    let mut found = kinds(&r);
+    found.sort();
     assert_eq!(
-        kinds(&r),
-        vec![AnomalyKind::Inv5OverCapacity],
+        found,
+        vec![AnomalyKind::NonLinearizable, AnomalyKind::Inv5OverCapacity],
         "{}",
         r.summary()
     );
-    assert_eq!(r.anomalies[0].ops.len(), 5);
-    assert_eq!(r.anomalies[0].key.as_deref(), Some("capacity"));
+    let inv5 = r
+        .anomalies
+        .iter()
+        .find(|a| a.kind == AnomalyKind::Inv5OverCapacity)
+        .expect("INV-5");
+    assert_eq!(inv5.ops.len(), 5);
+    assert_eq!(inv5.key.as_deref(), Some("capacity"));
+    let project = r
+        .anomalies
+        .iter()
+        .find(|a| a.kind == AnomalyKind::NonLinearizable)
+        .expect("non-linearizable");
+    assert_eq!(
+        project.key.as_deref(),
+        Some("capacity/*"),
+        "{}",
+        r.summary()
+    );
+}
+
+/// Four leases of a project of four slots are live; `capacity_full` refusals are checked
+/// against them by the project-wide model.
+fn four_live_then_refused(held: u64, live: u64) -> History {
+    let mut b = Builder::new();
+    for p in 1..=live {
+        b.acquire(p as f64, 10.0 + p as f64, p, &format!("capacity/{p}"), 0, 1);
+    }
+    b.invoke(20.0, 9, "acquire", "capacity/8", json!({"expected": 0}));
+    b.fail(
+        21.0,
+        9,
+        "acquire",
+        "capacity/8",
+        json!({"error": "capacity_full", "held": held, "max": 4}),
+    );
+    for p in 1..=live {
+        b.final_lease(30.0, 10 + p, &format!("capacity/{p}"), 1, true);
+    }
+    b.final_lease(30.0, 20, "capacity/8", 0, false);
+    b.build()
+}
+
+#[test]
+fn a_capacity_refusal_that_miscounts_the_live_leases_fails() {
+    // Only two leases are live, yet the project is reported full; then four are live but the
+    // refusal reports three.
+    for (held, live) in [(4, 2), (3, 4), (2, 2)] {
+        let r = check(&four_live_then_refused(held, live));
+        assert_eq!(r.valid, Validity::Invalid, "held {held} live {live}");
+        let a = &r.anomalies[0];
+        assert_eq!(
+            (a.kind, a.key.as_deref()),
+            (AnomalyKind::NonLinearizable, Some("capacity/*")),
+            "{}",
+            r.summary()
+        );
+    }
+    let r = check(&four_live_then_refused(4, 4));
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
 }
 
 #[test]
@@ -429,6 +489,8 @@ fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
             );
     }
     b.acquire(45_000.0, 45_010.0, 1, "lease/1", 0, 1);
+    // Reads came back a second after the heal: measured beside the writes.
+    b.read_lease(2_000.0, 2_010.0, 2, "lease/1", 0, false);
     b.nemesis(60_000.0, "start", "kill-one")
         .nemesis(61_000.0, "stop", "heal");
     let h = b.build();
@@ -440,6 +502,7 @@ fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
         "the last heal is the harness probe's to judge"
     );
     assert_eq!(heals[0].first_write_ms, Some(44_010.0));
+    assert_eq!(heals[0].first_read_ms, Some(1_010.0));
     assert_eq!(anomalies.len(), 1);
     assert_eq!(anomalies[0].kind, AnomalyKind::UnavailableAfterHeal);
     // Within the bound: no anomaly.
@@ -581,4 +644,82 @@ fn a_replicated_clock_just_past_the_slew_fails() {
         )
         .build();
     assert!(kinds(&check(&h)).contains(&AnomalyKind::ClockJump));
+}
+
+#[test]
+fn a_keyed_write_that_answers_otherwise_when_sent_again_fails_inv11() {
+    // Applied once (version 1); the replay of the same key was applied again and refused.
+    let again = json!({"error": "version_conflict", "current": 1});
+    let h = Builder::new()
+        .keyed_cas(0.0, 1, "keyed/1", "sq-k1", 1, 2)
+        .replay(3.0, 1, "keyed/1", "sq-k1", json!({"version": 1}), again)
+        .invoke(
+            5.0,
+            2,
+            "cas",
+            "keyed/1",
+            json!({"expected": 1, "value": 8, "idempotency_key": "sq-k2"}),
+        )
+        .fail(
+            6.0,
+            2,
+            "cas",
+            "keyed/1",
+            json!({"error": "idempotency_key_reused"}),
+        )
+        .invoke(7.0, 2, "read", "keyed/1", json!({"final": true}))
+        .ok(8.0, 2, "read", "keyed/1", json!({"version": 1, "value": 7}))
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Invalid);
+    let inv11 = kinds(&r)
+        .into_iter()
+        .filter(|k| *k == AnomalyKind::Inv11ReplayDiffers)
+        .count();
+    assert_eq!(inv11, 2, "{}", r.summary());
+}
+
+/// A task whose report STAGING → PROVISIONING was recorded.
+fn provisioned() -> Builder {
+    let mut b = Builder::new();
+    let done = json!({"state": "PROVISIONING"});
+    b.transition(0.0, 1, "STAGING", "PROVISIONING", done);
+    b
+}
+
+#[test]
+fn a_task_moved_from_a_state_it_was_not_in_or_against_the_lifecycle_fails() {
+    // Recorded from STAGING twice: the second report named a state the task had left.
+    let mut b = provisioned();
+    b.transition(2.0, 2, "STAGING", "FAILED", json!({"state": "FAILED"}));
+    let r = check(&b.build());
+    assert_eq!(r.valid, Validity::Invalid, "{}", r.summary());
+    assert_eq!(kinds(&r), vec![AnomalyKind::NonLinearizable]);
+
+    // Recorded a step the lifecycle does not have (STAGING straight to RUNNING).
+    let mut b = Builder::new();
+    b.transition(0.0, 1, "STAGING", "RUNNING", json!({"state": "RUNNING"}));
+    assert_eq!(check(&b.build()).valid, Validity::Invalid);
+
+    // A read that goes back to PENDING after the task was assigned.
+    let mut b = provisioned();
+    b.invoke(2.0, 2, "read", "tasks/1", Value::Null).ok(
+        2.5,
+        2,
+        "read",
+        "tasks/1",
+        json!({"state": "PENDING"}),
+    );
+    assert_eq!(check(&b.build()).valid, Validity::Invalid);
+
+    // A refusal for want of an owner after a report was recorded.
+    let mut b = provisioned();
+    b.transition(
+        2.0,
+        2,
+        "PROVISIONING",
+        "READY",
+        json!({"error": "not_task_owner"}),
+    );
+    assert_eq!(check(&b.build()).valid, Validity::Invalid);
 }

@@ -76,6 +76,74 @@ impl Builder {
         self
     }
 
+    /// A complete keyed CAS on `key` (the `keyed` workload), sent `attempts` times.
+    pub fn keyed_cas(
+        &mut self,
+        t0: f64,
+        p: u64,
+        key: &str,
+        idem: &str,
+        version: u64,
+        attempts: u64,
+    ) -> &mut Self {
+        let input = json!({"expected": version - 1, "value": 7, "idempotency_key": idem});
+        self.invoke(t0, p, "cas", key, input).ok(
+            t0 + 1.0,
+            p,
+            "cas",
+            key,
+            json!({"version": version, "attempts": attempts}),
+        )
+    }
+
+    /// A complete replay of the keyed write `idem`, first answered `first`, now `again`.
+    pub fn replay(
+        &mut self,
+        t0: f64,
+        p: u64,
+        key: &str,
+        idem: &str,
+        first: Value,
+        again: Value,
+    ) -> &mut Self {
+        let input = json!({"idempotency_key": idem, "answer": first});
+        self.invoke(t0, p, "replay", key, input).ok(
+            t0 + 1.0,
+            p,
+            "replay",
+            key,
+            json!({"answer": again}),
+        )
+    }
+
+    /// A complete task report `from` → `to` on `tasks/1`, answered `out` (a refusal when it
+    /// names an error).
+    pub fn transition(&mut self, t: f64, p: u64, from: &str, to: &str, out: Value) -> &mut Self {
+        self.invoke(
+            t,
+            p,
+            "transition",
+            "tasks/1",
+            json!({"from": from, "to": to}),
+        );
+        if out.get("error").is_some() {
+            self.fail(t + 0.5, p, "transition", "tasks/1", out)
+        } else {
+            self.ok(t + 0.5, p, "transition", "tasks/1", out)
+        }
+    }
+
+    /// A complete read of `tasks/1` answering `state`.
+    pub fn read_task(&mut self, t: f64, p: u64, state: &str, input: Value) -> &mut Self {
+        self.invoke(t, p, "read", "tasks/1", input).ok(
+            t + 0.5,
+            p,
+            "read",
+            "tasks/1",
+            json!({"state": state}),
+        )
+    }
+
     /// A complete acquire.
     pub fn acquire(
         &mut self,

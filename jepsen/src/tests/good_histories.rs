@@ -260,3 +260,64 @@ fn a_key_without_a_final_read_is_unknown_not_valid() {
         .build();
     assert_eq!(check(&failed).valid, Validity::Unknown);
 }
+
+#[test]
+fn a_keyed_write_whose_replay_repeats_its_answer_passes() {
+    let answer = json!({"version": 1});
+    let h = Builder::new()
+        .keyed_cas(0.0, 1, "keyed/1", "sq-k1", 1, 3)
+        .replay(3.0, 1, "keyed/1", "sq-k1", answer.clone(), answer)
+        .invoke(7.0, 2, "read", "keyed/1", json!({"final": true}))
+        .ok(8.0, 2, "read", "keyed/1", json!({"version": 1, "value": 7}))
+        .build();
+    let r = Checker::default().check(&h, None, Vec::new());
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
+}
+
+#[test]
+fn a_task_assigned_unseen_then_moved_through_its_lifecycle_passes() {
+    let mut b = Builder::new();
+    // Unassigned at first, then the scheduler's move (no operation of its own) is made lazily.
+    b.read_task(0.0, 1, "PENDING", Value::Null)
+        .transition(
+            1.0,
+            1,
+            "STAGING",
+            "PROVISIONING",
+            json!({"error": "not_task_owner"}),
+        )
+        .transition(
+            2.0,
+            1,
+            "STAGING",
+            "PROVISIONING",
+            json!({"state": "PROVISIONING"}),
+        )
+        .transition(
+            3.0,
+            1,
+            "STAGING",
+            "FAILED",
+            json!({"error": "stale_task_state", "current": "PROVISIONING"}),
+        )
+        .transition(
+            4.0,
+            1,
+            "PROVISIONING",
+            "COMPLETED",
+            json!({"error": "illegal_transition"}),
+        );
+    let mut at = 5.0;
+    for (from, to) in [
+        ("PROVISIONING", "READY"),
+        ("READY", "RUNNING"),
+        ("RUNNING", "COMPLETING"),
+        ("COMPLETING", "COMPLETED"),
+    ] {
+        b.transition(at, 1, from, to, json!({"state": to}));
+        at += 1.0;
+    }
+    b.read_task(at, 1, "COMPLETED", json!({"final": true}));
+    let r = check(&b.build());
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
+}

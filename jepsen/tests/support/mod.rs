@@ -30,6 +30,17 @@ pub fn node_binary() -> PathBuf {
 // Not every test binary that includes this module calls it.
 #[allow(dead_code)]
 pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, String) {
+    run_suite_with_env(out, args, &[])
+}
+
+/// `run_suite` with these variables in the harness's (and so the nodes') environment, and no
+/// deliberate fault but one named there.
+#[allow(dead_code)]
+pub fn run_suite_with_env(
+    out: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (ExitStatus, serde_json::Value, String) {
     let status = Command::new(env!("CARGO_BIN_EXE_squadron-jepsen"))
         .arg("run")
         .args(args)
@@ -37,6 +48,8 @@ pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, S
         .arg(node_binary())
         .arg("--out")
         .arg(out)
+        .env_remove("SQUADRON_JEPSEN_FAULT")
+        .envs(env.iter().copied())
         .status()
         .expect("run squadron-jepsen");
     let path = out.join("results.json");
@@ -49,6 +62,74 @@ pub fn run_suite(out: &Path, args: &[&str]) -> (ExitStatus, serde_json::Value, S
         text.push_str(&node_log_tails(out));
     }
     (status, results, text)
+}
+
+/// Where a run that was not as expected is copied, history and all, for a look afterwards.
+const KEPT_RUNS_DIR: &str = "/tmp/squadron-jepsen-kept";
+
+/// A run of the real node must be valid; when it is not, the run is kept (`keep_run`) before
+/// the test fails with its results.
+#[allow(dead_code)]
+pub fn assert_valid(out: &Path, results: &serde_json::Value, text: &str) {
+    if results["valid"] != serde_json::json!(true) {
+        panic!("the run is not valid:\n{text}{}", keep_run(out));
+    }
+}
+
+/// Copies the run directory out of the test's temporary one (which goes with the test);
+/// says where, or why not.
+#[allow(dead_code)]
+pub fn keep_run(out: &Path) -> String {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().trim_start_matches('.').to_string())
+        .unwrap_or_else(|| "run".into());
+    let kept = Path::new(KEPT_RUNS_DIR).join(name);
+    let copied = std::fs::create_dir_all(KEPT_RUNS_DIR).and_then(|_| {
+        Command::new("cp")
+            .arg("-a")
+            .arg(out)
+            .arg(&kept)
+            .status()
+            .map(|s| s.success())
+    });
+    match copied {
+        Ok(true) => format!("\n--- the run is kept in {}\n", kept.display()),
+        other => format!("\n--- the run could not be kept: {other:?}\n"),
+    }
+}
+
+/// A short 3-node run of `workload` under `nemesis`: faults about 4 s long, 2 s apart.
+#[allow(dead_code)]
+pub fn run_short(
+    out: &Path,
+    workload: &str,
+    nemesis: &str,
+    secs: u32,
+    rate: u32,
+) -> (ExitStatus, serde_json::Value, String) {
+    let (secs, rate) = (secs.to_string(), rate.to_string());
+    run_suite(
+        out,
+        &[
+            "--nodes",
+            "3",
+            "--workload",
+            workload,
+            "--nemesis",
+            nemesis,
+            "--time-limit",
+            &secs,
+            "--rate",
+            &rate,
+            "--seed",
+            "7",
+            "--fault-secs",
+            "4",
+            "--quiet-secs",
+            "2",
+        ],
+    )
 }
 
 /// Lines kept of each node's log in a failed run's message.
@@ -94,4 +175,15 @@ pub fn assert_injected(out: &Path, faults: &[&str], text: &str) {
             "{f} was not injected:\n{text}"
         );
     }
+}
+
+/// The kinds of the anomalies a run's `results.json` lists.
+#[allow(dead_code)]
+pub fn anomaly_kinds(results: &serde_json::Value) -> Vec<String> {
+    results["anomalies"]
+        .as_array()
+        .expect("anomalies")
+        .iter()
+        .filter_map(|a| a["kind"].as_str().map(str::to_string))
+        .collect()
 }

@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::credential::SealedSecret;
+use crate::credential_egress::EgressBinding;
 use crate::ids::{CredentialId, ProfileId, TaskId, WorkerId};
 use crate::lease::FencingToken;
 use crate::manifest::CredentialRef;
@@ -45,6 +46,14 @@ pub struct GrantCredentialLease {
 pub struct SetProfileCredentials {
     pub profile: ProfileId,
     pub credential_refs: Vec<CredentialRef>,
+}
+
+/// An admin binds a live credential to the one upstream it may be sent to (it is injected at
+/// egress from then on and never enters a sandbox), or, with `None`, unbinds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SetCredentialEgress {
+    pub id: CredentialId,
+    pub egress: Option<EgressBinding>,
 }
 
 /// The worker holding a profile's active runtime lease (`fence`) asks for the credentials the

@@ -30,7 +30,7 @@ pub use agents::{AgentCheckIn, AgentOperation, RequestAgentOperation};
 pub use batch::{Batch, BatchedCommand};
 pub use credentials::{
     GrantAgentCredentialLease, GrantCredentialLease, PutCredential, RevokeCredential,
-    RotateCredential, SetProfileCredentials,
+    RotateCredential, SetCredentialEgress, SetProfileCredentials,
 };
 pub use leases::{
     AcquireLease, CommitCapsule, CrashTakeover, FenceLease, GracefulTakeover, NextHolder,
@@ -45,7 +45,9 @@ pub use tasks::{
     AssignTasks, Assignment, CancelTask, ReportProgress, ReportTransition, SubmitTask,
     TransitionDetail,
 };
-pub use workers::{DecommissionWorker, RegisterWorker, SetWorkerPolicy, WorkerHeartbeat};
+pub use workers::{
+    DecommissionWorker, RegisterWorker, RegisterWorkerWithPolicy, SetWorkerPolicy, WorkerHeartbeat,
+};
 
 /// A command as the log stores it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +142,12 @@ pub enum Command {
     // --- credentials of agent profiles (INV-13) -------------------------------------------
     SetProfileCredentials(SetProfileCredentials),
     GrantAgentCredentialLease(GrantAgentCredentialLease),
+
+    // --- egress injection (INV-13) ----------------------------------------------------------
+    SetCredentialEgress(SetCredentialEgress),
+
+    // --- workers, continued ------------------------------------------------------------------
+    RegisterWorkerWithPolicy(RegisterWorkerWithPolicy),
 }
 
 impl Command {
@@ -190,6 +198,8 @@ impl Command {
             Command::AssignProjectTasks(_) => "assign_project_tasks",
             Command::SetProfileCredentials(_) => "set_profile_credentials",
             Command::GrantAgentCredentialLease(_) => "grant_agent_credential_lease",
+            Command::SetCredentialEgress(_) => "set_credential_egress",
+            Command::RegisterWorkerWithPolicy(_) => "register_worker_with_policy",
         }
     }
 
@@ -267,6 +277,8 @@ impl Command {
                 "profile {} generation {}",
                 c.fence.profile, c.fence.generation
             ),
+            C::SetCredentialEgress(c) => format!("credential {}", c.id),
+            C::RegisterWorkerWithPolicy(c) => format!("worker {}", c.registration.worker),
         }
     }
 }

@@ -25,6 +25,15 @@ pub struct WorkerHeartbeat {
     pub worker: WorkerId,
 }
 
+/// A registration and the policy the worker states, in one entry: a worker is never alive
+/// without its policy, so nothing its policy refuses is placed on it in between (and a worker
+/// restarted with another policy is never held to its old one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RegisterWorkerWithPolicy {
+    pub registration: RegisterWorker,
+    pub policy: WorkerPolicy,
+}
+
 /// A worker states what it agrees to run (sent after registering, and again whenever it
 /// restarts with another policy).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

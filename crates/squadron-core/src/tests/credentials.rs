@@ -335,19 +335,20 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     assert_eq!(decode_snapshot(&bytes).unwrap(), fx.state);
 
     // A version-2 snapshot is this layout without the trailing credential state, worker
-    // policies, agent sessions, task leases and profile credentials; empty, they encode as
-    // three empty maps, the first lease id and six more empty maps, one byte each. Version 3
-    // keeps the credentials, version 4 the policies, version 5 the agent sessions, version 6
-    // the task leases.
+    // policies, agent sessions, task leases, profile credentials and egress bindings; empty,
+    // they encode as three empty maps, the first lease id and seven more empty maps, one byte
+    // each. Version 3 keeps the credentials, version 4 the policies, version 5 the agent
+    // sessions, version 6 the task leases, version 7 the profile credentials.
     let empty = Fx::new().state;
     let v6 = encode_snapshot(&empty);
     let header = SNAPSHOT_MAGIC.len() + 4;
     for (version, cut) in [
-        (SNAPSHOT_VERSION_V2, 10),
-        (SNAPSHOT_VERSION_V3, 6),
-        (crate::snapshot::SNAPSHOT_VERSION_V4, 5),
-        (crate::snapshot::SNAPSHOT_VERSION_V5, 4),
-        (crate::snapshot::SNAPSHOT_VERSION_V6, 3),
+        (SNAPSHOT_VERSION_V2, 11),
+        (SNAPSHOT_VERSION_V3, 7),
+        (crate::snapshot::SNAPSHOT_VERSION_V4, 6),
+        (crate::snapshot::SNAPSHOT_VERSION_V5, 5),
+        (crate::snapshot::SNAPSHOT_VERSION_V6, 4),
+        (crate::snapshot::SNAPSHOT_VERSION_V7, 1),
     ] {
         let mut old = SNAPSHOT_MAGIC.to_vec();
         old.extend_from_slice(&version.to_be_bytes());
@@ -358,7 +359,7 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     let bytes = encode_snapshot(&with_credentials);
     let mut v3 = SNAPSHOT_MAGIC.to_vec();
     v3.extend_from_slice(&SNAPSHOT_VERSION_V3.to_be_bytes());
-    v3.extend_from_slice(&bytes[header..bytes.len() - 6]);
+    v3.extend_from_slice(&bytes[header..bytes.len() - 7]);
     assert_eq!(decode_snapshot(&v3).unwrap(), with_credentials);
 }
 

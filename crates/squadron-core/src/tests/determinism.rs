@@ -141,12 +141,12 @@ fn inv_12_corrupt_snapshots_are_refused() {
         decode_snapshot(b"nope").unwrap_err(),
         SnapshotError::BadMagic
     );
-    // A version this build does not know (the current one is 7; 1 to 6 still decode).
-    let mut v8 = bytes.clone();
-    v8[11] = 8;
+    // A version this build does not know (the current one is 8; 1 to 7 still decode).
+    let mut v9 = bytes.clone();
+    v9[11] = 9;
     assert!(matches!(
-        decode_snapshot(&v8),
-        Err(SnapshotError::UnsupportedVersion { found: 8, .. })
+        decode_snapshot(&v9),
+        Err(SnapshotError::UnsupportedVersion { found: 9, .. })
     ));
     assert!(matches!(
         decode_snapshot(&bytes[..bytes.len() - 3]),

@@ -5,6 +5,7 @@ mod access;
 mod agents;
 mod bad_input;
 mod batching;
+mod credential_egress;
 mod credentials;
 mod determinism;
 mod invariants_01_06;

@@ -11,7 +11,7 @@ use squadron_core::ids::{Digest, Generation, McpServerId, ProfileId, TaskId, Wor
 use squadron_core::lease::LeaseHolder;
 use squadron_core::provider::Provider;
 use squadron_core::task::TaskState;
-use squadron_core::{Command, Outcome, Rejection};
+use squadron_core::{Command, Outcome};
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::agent_service_server::AgentService;
 use tonic::{Request, Response, Status};
@@ -263,22 +263,14 @@ impl AgentService for AgentGrpc {
         self.node
             .read_barrier(crate::node::Consistency::Linearizable)
             .await?;
-        let subject = self.node.state.with_state(|s| {
-            let p = s
-                .profile(profile)
-                .ok_or_else(|| ApiError::not_found(format!("profile {profile} not found")))?;
-            if s.mcp_use_allowed(profile, &server) {
-                Ok(p.subject.clone())
-            } else {
-                self.node.counters.mcp_denials.record(&p.tenant, &p.project);
-                Err(ApiError::from(Rejection::PermissionDenied {
-                    reason: format!("{} has no mcp_server:use relation to {server}", p.subject),
-                }))
-            }
-        })?;
+        let denials = &self.node.counters.mcp_denials;
+        let decision = self
+            .node
+            .state
+            .with_state(|s| crate::rest::projects::mcp_decision(denials, s, profile, server))?;
         Ok(Response::new(pb::CheckMcpUseReply {
-            subject,
-            allowed: true,
+            subject: decision.subject,
+            allowed: decision.allowed,
         }))
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::command::{
-    RecordReapEvidence, RegisterWorker, RenewLeases, ReportProgress, ReportTransition,
-    SetWorkerPolicy, TransitionDetail, WorkerHeartbeat,
+    RecordReapEvidence, RegisterWorker, RegisterWorkerWithPolicy, RenewLeases, ReportProgress,
+    ReportTransition, SetWorkerPolicy, TransitionDetail, WorkerHeartbeat,
 };
 use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{EvidenceSource, FencingToken, ReapEvidence};
@@ -67,14 +67,21 @@ impl WorkerService for WorkerGrpc {
             .iter()
             .map(|s| RuntimeKind::parse("runtimes", s).map_err(invalid))
             .collect::<Result<Vec<_>, _>>()?;
-        let command = Command::RegisterWorker(RegisterWorker {
+        let registration = RegisterWorker {
             worker: worker_id(&r.worker)?,
             address: r.address,
             runtimes,
             capacity: r.capacity,
             labels: r.labels.into_iter().collect(),
             heartbeat_interval_ms: r.heartbeat_interval_ms,
-        });
+        };
+        let command = match r.policy {
+            Some(policy) => Command::RegisterWorkerWithPolicy(RegisterWorkerWithPolicy {
+                registration,
+                policy: WorkerPolicy::try_from(policy).map_err(|e| invalid(e.into()))?,
+            }),
+            None => Command::RegisterWorker(registration),
+        };
         propose(&self.node, &caller, key, command).await?;
         Ok(Response::new(pb::RegisterWorkerReply {}))
     }

@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use squadron_api::leases::{AckMessages, AcquireLease, CommitCapsule, LeaseFence, Takeover};
 use squadron_api::{
-    Addressed, AttachSandbox, Consistency, CredentialLeaseGrant, CurrentWriter, Enrolled,
-    GrantAgentCredentialLease, GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef,
-    RenewCertificate,
+    Addressed, AttachSandbox, Consistency, CredentialLeaseGrant, CredentialLeaseView,
+    CurrentWriter, Enrolled, GrantAgentCredentialLease, GrantCredentialLease, McpDecision, McpUse,
+    MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
 };
 use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
-use squadron_core::ids::{LeaseId, ProfileId, TaskId, WorkerId};
+use squadron_core::ids::{CredentialLeaseId, LeaseId, McpServerId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{FencingToken, RuntimeLease};
 use squadron_core::mailbox::Mailbox;
 use squadron_core::manifest::CredentialRef;
@@ -158,6 +158,51 @@ impl WorkerControl for WorkerControlGrpc {
         self.read(request, |s, profile| {
             projects::profile_of(s, profile)?;
             Ok(s.profile_credentials().refs_of(profile).to_vec())
+        })
+        .await
+    }
+
+    async fn check_mcp_use(
+        &self,
+        request: Request<Addressed<ProfileId, McpUse>>,
+    ) -> Result<Response<McpDecision>, Status> {
+        let node = self.node.clone();
+        self.read(request, move |s, a| {
+            projects::mcp_decision(&node.counters.mcp_denials, s, a.id, a.body.server)
+        })
+        .await
+    }
+
+    /// A credential lease the caller holds: the egress proxy asks before every request.
+    async fn get_credential_lease(
+        &self,
+        request: Request<CredentialLeaseId>,
+    ) -> Result<Response<CredentialLeaseView>, Status> {
+        let caller = caller_of(&request)?;
+        let lease = *request.get_ref();
+        let view = self
+            .read(request, move |s, id| {
+                s.credentials()
+                    .lease(id)
+                    .map(CredentialLeaseView::from)
+                    .ok_or_else(|| ApiError::not_found(format!("credential lease {id} not found")))
+            })
+            .await?;
+        itself(
+            &caller,
+            &view.get_ref().worker,
+            &format!("read credential lease {lease}"),
+        )?;
+        Ok(view)
+    }
+
+    async fn mcp_grants(
+        &self,
+        request: Request<ProfileId>,
+    ) -> Result<Response<Vec<McpServerId>>, Status> {
+        self.read(request, |s, profile| {
+            projects::profile_of(s, profile)?;
+            Ok(s.mcp_grants(profile).cloned().collect())
         })
         .await
     }

@@ -132,16 +132,16 @@ impl PeerClient {
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Vec<u8>, PeerError> {
         let reply = request.send().await.map_err(|e| {
             if e.is_connect() {
-                PeerError::Unreachable(e.to_string())
+                PeerError::Unreachable(with_causes(&e))
             } else {
-                PeerError::NoAnswer(e.to_string())
+                PeerError::NoAnswer(with_causes(&e))
             }
         })?;
         let status = reply.status();
         let bytes = reply
             .bytes()
             .await
-            .map_err(|e| PeerError::BrokeOff(e.to_string()))?;
+            .map_err(|e| PeerError::BrokeOff(with_causes(&e)))?;
         if status.is_success() {
             return Ok(bytes.to_vec());
         }
@@ -151,6 +151,22 @@ impl PeerClient {
             text: String::from_utf8_lossy(&bytes).into_owned(),
         })
     }
+}
+
+/// reqwest's own message ("error sending request for url …") names no cause; an operator
+/// reading why a forward failed needs it (timed out, connection reset, refused stream).
+fn with_causes(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn url(peer: &NodeAddr, path: &str) -> String {

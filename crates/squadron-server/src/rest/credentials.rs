@@ -10,7 +10,7 @@ use axum::Json;
 use squadron_api::{
     Access, AgentCredentialLeaseView, CredentialLeaseGrant, CredentialLeaseView, CredentialView,
     GrantAgentCredentialLease, GrantCredentialLease, LeasedValue, ProfileCredentialsView,
-    PutCredential, RotateCredential, Scope, SetProfileCredentials,
+    PutCredential, PutCredentialEgress, RotateCredential, Scope, SetProfileCredentials,
 };
 use squadron_core::command as cmd;
 use squadron_core::credential::SealedSecret;
@@ -26,6 +26,7 @@ use super::{
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
+use crate::node::Consistency;
 
 pub fn routes(book: RouteBook) -> RouteBook {
     book.add(
@@ -63,6 +64,24 @@ pub fn routes(book: RouteBook) -> RouteBook {
         json::<Outcome>(),
         Access::admin(),
         delete(revoke),
+    )
+    .add(
+        "PUT",
+        "/api/v1/credentials/:id/egress",
+        "Inject a credential at egress: from the next lease on, the worker's proxy sends it to this upstream only, and it never enters a sandbox",
+        body::<PutCredentialEgress>(),
+        json::<Outcome>(),
+        Access::admin(),
+        put_route(set_egress),
+    )
+    .add(
+        "DELETE",
+        "/api/v1/credentials/:id/egress",
+        "Stop injecting a credential at egress: from the next lease on, it is a file in the sandbox again",
+        Input::NONE,
+        json::<Outcome>(),
+        Access::admin(),
+        delete(clear_egress),
     )
     .add(
         "POST",
@@ -170,6 +189,32 @@ async fn revoke(
     write(&node, &caller, &headers, command).await
 }
 
+async fn set_egress(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<PutCredentialEgress>,
+) -> Result<Json<Outcome>, ApiError> {
+    let id: CredentialId = parse_id("credential_id", &id)?;
+    let command = Command::SetCredentialEgress(cmd::SetCredentialEgress {
+        id,
+        egress: Some(b.into()),
+    });
+    write(&node, &caller, &headers, command).await
+}
+
+async fn clear_egress(
+    State(node): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Outcome>, ApiError> {
+    let id: CredentialId = parse_id("credential_id", &id)?;
+    let command = Command::SetCredentialEgress(cmd::SetCredentialEgress { id, egress: None });
+    write(&node, &caller, &headers, command).await
+}
+
 async fn list(
     State(node): State<AppState>,
     QueryParams(q): QueryParams<ConsistencyQuery>,
@@ -183,6 +228,7 @@ async fn list(
             created_by: c.created_by.clone(),
             updated_at_ms: c.updated_at_ms,
             revoked_at_ms: c.revoked_at_ms,
+            egress: s.credential_egress(&c.id).cloned(),
         });
         Ok(Json(views.collect()))
     })
@@ -263,10 +309,18 @@ async fn open_grant(
             "unexpected outcome {outcome:?}"
         )));
     };
-    let credentials = credentials
+    let mut credentials: Vec<LeasedValue> = credentials
         .iter()
         .map(|g| open(key, g))
         .collect::<Result<_, _>>()?;
+    // Read through the barrier: the grant is applied here, and so is every binding before it.
+    read(node, Consistency::Linearizable, |s| {
+        for value in &mut credentials {
+            value.egress = s.credential_egress(&value.id).cloned();
+        }
+        Ok(())
+    })
+    .await?;
     Ok(CredentialLeaseGrant {
         lease,
         session,
@@ -286,6 +340,7 @@ fn open(key: &DataKey, granted: &GrantedCredential) -> Result<LeasedValue, ApiEr
         mount: granted.mount.clone(),
         version: granted.version,
         value,
+        egress: None,
     })
 }
 
@@ -302,16 +357,7 @@ async fn leases(
         let views = s
             .credentials()
             .leases_of(task)
-            .map(|l| CredentialLeaseView {
-                id: l.id,
-                task: l.task,
-                attempt: l.attempt,
-                worker: l.worker.clone(),
-                credentials: l.credentials.clone(),
-                granted_at_ms: l.granted_at_ms,
-                revoked_at_ms: l.revoked.as_ref().map(|r| r.at_ms),
-                revoked_reason: l.revoked.as_ref().map(|r| r.reason.clone()),
-            });
+            .map(CredentialLeaseView::from);
         Ok(Json(views.collect()))
     })
     .await

@@ -306,6 +306,10 @@ async fn readyz(State(node): State<AppState>) -> impl IntoResponse {
 
 /// The idempotency key a client sent, if any.
 pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    #[cfg(feature = "jepsen-faults")]
+    if crate::jepsen_fault::forget_idempotency_keys() {
+        return Ok(None);
+    }
     match headers.get(IDEMPOTENCY_HEADER) {
         None => Ok(None),
         Some(v) => {

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
+use crate::mcp_denials::McpDenials;
 use squadron_api::{
     Access, AttachSandbox, CreateProfile, CreateProject, McpDecision, ProjectSummary, Scope,
     SetCapabilities,
@@ -392,24 +393,37 @@ async fn check_mcp(
     QueryParams(q): QueryParams<ConsistencyQuery>,
 ) -> Result<Json<McpDecision>, ApiError> {
     let (profile, server) = mcp_params(&id, &server)?;
+    let denials = &node.counters.mcp_denials;
     read(&node, q.consistency, |s| {
-        let p = s
-            .profile(profile)
-            .ok_or_else(|| ApiError::not_found(format!("profile {profile} not found")))?;
-        if !s.mcp_use_allowed(profile, &server) {
-            node.counters.mcp_denials.record(&p.tenant, &p.project);
-            return Err(squadron_core::Rejection::PermissionDenied {
-                reason: format!("{} has no mcp_server:use relation to {server}", p.subject),
-            }
-            .into());
-        }
-        Ok(Json(McpDecision {
-            subject: p.subject.clone(),
-            server,
-            allowed: true,
-        }))
+        mcp_decision(denials, s, profile, server).map(Json)
     })
     .await
+}
+
+/// INV-14's decision on one use of an MCP server, for REST, the agent service and the
+/// workers' MCP gateways alike: allowed only with the profile's own relation tuple; a refusal
+/// is counted for `squadron evidence`.
+pub(crate) fn mcp_decision(
+    denials: &McpDenials,
+    s: &squadron_core::State,
+    profile: ProfileId,
+    server: McpServerId,
+) -> Result<McpDecision, ApiError> {
+    let p = s
+        .profile(profile)
+        .ok_or_else(|| ApiError::not_found(format!("profile {profile} not found")))?;
+    if !s.mcp_use_allowed(profile, &server) {
+        denials.record(&p.tenant, &p.project);
+        return Err(squadron_core::Rejection::PermissionDenied {
+            reason: format!("{} has no mcp_server:use relation to {server}", p.subject),
+        }
+        .into());
+    }
+    Ok(McpDecision {
+        subject: p.subject.clone(),
+        server,
+        allowed: true,
+    })
 }
 
 pub(crate) fn profile_of(

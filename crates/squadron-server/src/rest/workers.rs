@@ -91,22 +91,28 @@ async fn register(
     headers: HeaderMap,
     JsonBody(b): JsonBody<RegisterWorker>,
 ) -> Result<Json<Outcome>, ApiError> {
-    write(
-        &node,
-        &caller,
-        &headers,
-        Command::RegisterWorker(cmd::RegisterWorker {
-            worker: b.worker,
-            address: b.address,
-            runtimes: b.runtimes,
-            capacity: b.capacity,
-            labels: b.labels,
-            heartbeat_interval_ms: b
-                .heartbeat_interval_ms
-                .unwrap_or(HEARTBEAT_INTERVAL_MS_DEFAULT),
+    write(&node, &caller, &headers, registration_command(b)).await
+}
+
+/// A registration naming a policy sets both in one entry.
+fn registration_command(b: RegisterWorker) -> Command {
+    let registration = cmd::RegisterWorker {
+        worker: b.worker,
+        address: b.address,
+        runtimes: b.runtimes,
+        capacity: b.capacity,
+        labels: b.labels,
+        heartbeat_interval_ms: b
+            .heartbeat_interval_ms
+            .unwrap_or(HEARTBEAT_INTERVAL_MS_DEFAULT),
+    };
+    match b.policy {
+        Some(policy) => Command::RegisterWorkerWithPolicy(cmd::RegisterWorkerWithPolicy {
+            registration,
+            policy,
         }),
-    )
-    .await
+        None => Command::RegisterWorker(registration),
+    }
 }
 
 async fn list(

@@ -85,7 +85,7 @@ impl WritePath {
     ) -> WritePath {
         WritePath {
             id,
-            batcher: ProposalBatcher::start(raft.clone(), clock),
+            batcher: ProposalBatcher::start(raft.clone(), clock, timeout),
             forwarder: ForwardBatcher::start(peer.clone(), body_bytes_max),
             raft,
             timeout,

@@ -7,12 +7,22 @@
 //! idle node therefore proposes each write alone, at once, and a loaded one in batches whose
 //! size follows the load.
 //!
+//! An entry's wait is bounded by the write timeout: openraft 0.9 answers a proposal when its
+//! entry is applied here or its index is truncated by a conflict, but not when a snapshot from
+//! a newer leader replaces the log it was in (a leader cut off, deposed, then caught up by
+//! snapshot). Such a proposal is never answered, and unbounded it would hold its slot for
+//! good: a node with both slots held could never commit again once it led — writes timed
+//! out on it, and forwards to it, until it restarted (the chaos suite's post-heal stall).
+//! Past the bound the batch's writes are answered "timed out, outcome unknown" and the slot
+//! is free.
+//!
 //! Each command of a batch is applied exactly as a single entry would be (its own idempotency
 //! key, the batch's leader-stamped time), so batching changes no answer. A write that meets a
 //! follower comes back as `WriteError::NotLeader`; forwarding it is the write path's decision.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use squadron_core::access::Subject;
@@ -45,6 +55,8 @@ pub struct BatchStats {
     pub entries: AtomicU64,
     /// Writes carried by them.
     pub commands: AtomicU64,
+    /// Entries given up at the commit bound (their writes' outcome unknown).
+    pub abandoned: AtomicU64,
 }
 
 struct Pending {
@@ -63,10 +75,15 @@ pub struct ProposalBatcher {
 
 impl ProposalBatcher {
     /// Starts the batching task on the current runtime.
-    pub fn start(raft: RaftNode, clock: Arc<ClusterClock>) -> ProposalBatcher {
+    /// `commit_wait` bounds how long one entry may wait to be committed and applied.
+    pub fn start(
+        raft: RaftNode,
+        clock: Arc<ClusterClock>,
+        commit_wait: Duration,
+    ) -> ProposalBatcher {
         let (tx, rx) = mpsc::channel(PROPOSAL_QUEUE_MAX);
         let stats = Arc::new(BatchStats::default());
-        tokio::spawn(run(raft, clock, rx, stats.clone()));
+        tokio::spawn(run(raft, clock, commit_wait, rx, stats.clone()));
         ProposalBatcher { tx, stats }
     }
 
@@ -102,6 +119,7 @@ impl ProposalBatcher {
 async fn run(
     raft: RaftNode,
     clock: Arc<ClusterClock>,
+    commit_wait: Duration,
     rx: mpsc::Receiver<Pending>,
     stats: Arc<BatchStats>,
 ) {
@@ -118,7 +136,23 @@ async fn run(
         move |batch| {
             let (raft, stats) = (raft.clone(), stats.clone());
             let at_ms = clock.now_ms();
-            async move { commit(&raft, at_ms, batch, &stats).await }
+            async move {
+                let writes = batch.len();
+                // Dropped at the bound, the batch's reply senders answer its writes with
+                // "the batcher stopped", by then past their own identical timeout anyway.
+                if tokio::time::timeout(commit_wait, commit(&raft, at_ms, batch, &stats))
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        writes,
+                        wait_ms = commit_wait.as_millis() as u64,
+                        "an entry was neither committed nor refused in time; its writes' \
+                         outcome is unknown"
+                    );
+                    stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         },
     )
     .await;

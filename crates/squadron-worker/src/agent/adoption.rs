@@ -6,6 +6,7 @@ use squadron_core::lease::{LeaseState, RuntimeLease};
 
 use crate::agent::attempt::AgentAttempt;
 use crate::agent::error::AgentError;
+use crate::agent::mcp_access::McpAccess;
 use crate::agent::registry::AgentEntry;
 use crate::agent::state::{AgentState, AttemptStatus};
 use crate::agent::supervisor::{blocking, AgentSupervisor};
@@ -45,8 +46,16 @@ impl AgentSupervisor {
             return Ok(false);
         };
         let running = matches!(attempt.status()?, RunStatus::Running);
-        let broker_server = if running {
-            Some(self.serve_broker(&sandbox, &profile)?)
+        // A fenced lease's process runs without authority: no socket is served for it.
+        let sockets = if running && lease.state == LeaseState::Active {
+            // The gateway admits the token the generation was started with; without one
+            // (started before the gateway existed) a fresh token nobody holds keeps it shut.
+            let run_dir = sandbox
+                .profile_paths(&profile.key)
+                .generation_run_dir(lease.generation);
+            let token = McpAccess::adopted_token(&run_dir)
+                .unwrap_or_else(|| McpAccess::new(Vec::new()).token);
+            Some(self.serve_sockets(&sandbox, &profile, &token)?)
         } else {
             None
         };
@@ -73,7 +82,7 @@ impl AgentSupervisor {
             state,
             attempt,
             sandbox: sandbox.clone(),
-            broker_server,
+            sockets,
             // The old deadline file stands; the next renewal moves it.
             deadline_ms: lease.expires_at_ms,
             pending_evidence: None,

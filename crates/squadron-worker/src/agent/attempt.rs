@@ -160,6 +160,7 @@ impl AgentAttempt {
             },
             &leaf_path.display().to_string(),
             &network_record(&paths, generation),
+            false,
         )?;
         let boundary = boundary(runtime, sandbox, &paths, generation, launch, &network)?;
         let sandbox_launch = SandboxLaunch {

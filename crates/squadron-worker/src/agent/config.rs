@@ -43,8 +43,10 @@ pub struct AgentConfig {
     pub providers: BTreeMap<Provider, ProviderLauncher>,
     /// Skills this host offers; a profile requiring another one is not launched here.
     pub skills: BTreeSet<SkillId>,
-    /// MCP servers this host can reach; likewise.
-    pub mcp_servers: BTreeSet<McpServerId>,
+    /// MCP servers this host offers, each with its streamable-HTTP endpoint, which
+    /// providers reach only through the worker's gateway (`mcp_gateway.rs`); a profile
+    /// requiring another one is not launched here either.
+    pub mcp_servers: BTreeMap<McpServerId, reqwest::Url>,
     /// The worker's allowlisted variables (`--env-allow`, e.g. a model's base URL), given to
     /// every provider under the fixed ones; never a secret (those are credentials).
     pub inherited_env: BTreeMap<String, String>,
@@ -63,7 +65,7 @@ impl Default for AgentConfig {
                 (Provider::Claude, ProviderLauncher::Cli),
             ]),
             skills: BTreeSet::new(),
-            mcp_servers: BTreeSet::new(),
+            mcp_servers: BTreeMap::new(),
             inherited_env: BTreeMap::new(),
         }
     }

@@ -69,6 +69,18 @@ impl AgentSupervisor {
             .grant_agent_credential_lease(token.profile, &req)
             .await
             .map_err(|e| AgentError::from(e).context("taking the profile's credentials"))?;
+        // Never a file for a value an admin keeps out of sandboxes; agent generations have
+        // no egress proxy yet, so the launch fails naming the credential.
+        if let Some(injected) = grant.credentials.iter().find(|c| c.egress.is_some()) {
+            return Err(AgentError::invalid(
+                "credential_refs",
+                format!(
+                    "credential {} is injected at egress, which agent profiles do not support \
+                     yet; name a credential without an egress binding",
+                    injected.id
+                ),
+            ));
+        }
         let session_name = agent_session_name(token.profile, token.generation);
         let session = CredentialSession::at(
             credentials_dir(paths, token.generation),

@@ -11,7 +11,7 @@ use squadron_client::types::AcquireLease;
 use squadron_client::LaunchAgent;
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::{Generation, ProfileId};
+use squadron_core::ids::{Generation, McpServerId, ProfileId};
 use squadron_core::lease::FencingToken;
 use squadron_core::manifest::NetworkMode;
 use squadron_core::profile::AgentProfile;
@@ -23,6 +23,7 @@ use crate::agent::attempt::{AgentAttempt, AgentLaunch, AGENT_RUN_MOUNT, BROKER_M
 use crate::agent::config::{ProviderLauncher, PROVIDER_SCRIPT_BYTES_MAX};
 use crate::agent::credentials;
 use crate::agent::error::AgentError;
+use crate::agent::mcp_access::McpAccess;
 use crate::agent::native_session::NativeSession;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::registry::AgentEntry;
@@ -177,7 +178,7 @@ impl AgentSupervisor {
         let missing_mcp: Vec<_> = caps
             .mcp_servers
             .iter()
-            .filter(|s| !self.inner.config.mcp_servers.contains(*s))
+            .filter(|s| !self.inner.config.mcp_servers.contains_key(*s))
             .map(ToString::to_string)
             .collect();
         if missing_skills.is_empty() && missing_mcp.is_empty() {
@@ -240,7 +241,8 @@ impl AgentSupervisor {
             .control
             .roster(&g.profile.tenant, &g.profile.project)
             .await?;
-        let mut launch = self.agent_launch(&g, deadline, &roster)?;
+        let mcp = McpAccess::new(self.mcp_servers_for(g.profile.id).await?);
+        let mut launch = self.agent_launch(&g, deadline, &roster, &mcp)?;
         let paths = g.sandbox.profile_paths(&g.profile.key);
         let owner = self
             .inner
@@ -252,7 +254,7 @@ impl AgentSupervisor {
             launch.env.extend(credentials.env.clone());
             launch.credentials = Some(credentials);
         }
-        let broker_server = self.serve_broker(&g.sandbox, g.profile)?;
+        let sockets = self.serve_sockets(&g.sandbox, g.profile, &mcp.token)?;
         let (rt, sb, key, generation) = (
             self.inner.runtime.clone(),
             g.sandbox.clone(),
@@ -289,7 +291,7 @@ impl AgentSupervisor {
             state: state.clone(),
             attempt,
             sandbox: g.sandbox,
-            broker_server: Some(broker_server),
+            sockets: Some(sockets),
             deadline_ms: deadline,
             pending_evidence: None,
         });
@@ -304,9 +306,11 @@ impl AgentSupervisor {
         g: &GrantedAttempt<'_>,
         deadline: u64,
         roster: &RosterSnapshot,
+        mcp: &McpAccess,
     ) -> Result<AgentLaunch, AgentError> {
         let mut run_files = run_files(g, deadline, roster)?;
-        let (script, prompt, provider_env) = self.provider_command(g)?;
+        run_files.extend(mcp.run_files());
+        let (script, prompt, provider_env) = self.provider_command(g, mcp)?;
         run_files.insert("provider.sh".to_owned(), script);
         let argv = vec![
             "/bin/sh".to_owned(),
@@ -326,6 +330,7 @@ impl AgentSupervisor {
         });
         let mut env = self.inner.config.inherited_env.clone();
         env.extend(provider_env);
+        env.extend(mcp.env());
         env.extend(agent_env(g));
         Ok(AgentLaunch {
             argv,
@@ -346,7 +351,27 @@ impl AgentSupervisor {
 type ProviderCommand = (Vec<u8>, Option<String>, Vec<(String, String)>);
 
 impl AgentSupervisor {
-    fn provider_command(&self, g: &GrantedAttempt<'_>) -> Result<ProviderCommand, AgentError> {
+    /// The MCP servers the profile is granted that this worker offers: what its providers'
+    /// configuration lists. The gateway still asks at every message, so a grant revoked
+    /// meanwhile is refused.
+    async fn mcp_servers_for(&self, id: ProfileId) -> Result<Vec<McpServerId>, AgentError> {
+        let granted = self
+            .inner
+            .control
+            .mcp_grants(id)
+            .await
+            .map_err(|e| AgentError::from(e).context("reading the profile's MCP grants"))?;
+        Ok(granted
+            .into_iter()
+            .filter(|s| self.inner.mcp.offers(s))
+            .collect())
+    }
+
+    fn provider_command(
+        &self,
+        g: &GrantedAttempt<'_>,
+        mcp: &McpAccess,
+    ) -> Result<ProviderCommand, AgentError> {
         match self.inner.config.providers.get(&g.provider) {
             Some(ProviderLauncher::Cli) => {
                 let state = g.sandbox.profile_paths(&g.profile.key).state;
@@ -354,6 +379,7 @@ impl AgentSupervisor {
                     NativeSession::to_resume(g.provider, &c.payload.context_ref, &state)
                 });
                 let script = cli_script(g.provider, |argv| {
+                    mcp.insert_into(g.provider, argv);
                     if let Some(session) = &resume {
                         session.insert_into(argv);
                     }

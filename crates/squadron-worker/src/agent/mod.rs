@@ -16,6 +16,8 @@ pub(crate) mod fence;
 pub(crate) mod launch;
 pub(crate) mod lease_end;
 pub(crate) mod mailbox;
+pub(crate) mod mcp_access;
+pub(crate) mod mcp_gateway;
 pub(crate) mod native_session;
 pub(crate) mod project_sandbox;
 pub(crate) mod registry;

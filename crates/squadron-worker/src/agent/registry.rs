@@ -11,11 +11,11 @@ use std::sync::Arc;
 use squadron_core::ids::{Generation, LeaseId, ProfileId, ProjectId, TenantId};
 use squadron_core::lease::FencingToken;
 use squadron_core::provider::Provider;
-use squadron_isolation::BrokerServer;
 
 use crate::agent::attempt::AgentAttempt;
 use crate::agent::project_sandbox::ProjectSandbox;
 use crate::agent::state::{AgentState, AttemptStatus, ReapProof};
+use crate::agent::supervisor::AgentSockets;
 
 /// A project, as the registry keys it.
 pub(crate) type ProjectKey = (TenantId, ProjectId);
@@ -34,8 +34,9 @@ pub(crate) struct AgentEntry {
     pub(crate) state: AgentState,
     pub(crate) attempt: AgentAttempt,
     pub(crate) sandbox: Arc<ProjectSandbox>,
-    /// Dropped (socket closed) when the attempt stops.
-    pub(crate) broker_server: Option<BrokerServer>,
+    /// The Git broker's and the MCP gateway's sockets; dropped (closed) when the attempt
+    /// stops.
+    pub(crate) sockets: Option<AgentSockets>,
     /// Local clock: the provider must be gone by then unless a renewal moves it.
     pub(crate) deadline_ms: u64,
     /// Proof of this attempt's reap not yet accepted by the control plane.
@@ -203,7 +204,7 @@ impl Registry {
             .get_mut(&token.profile)
             .filter(|e| e.state.is_running() && e.state.lease == token.lease)?;
         entry.state.status = AttemptStatus::SelfFenced;
-        entry.broker_server = None;
+        entry.sockets = None;
         let attempt = entry.attempt.clone();
         let project = entry.project();
         self.projects.entry(project).or_default().self_fenced += 1;
@@ -212,7 +213,7 @@ impl Registry {
 
     /// The provider of `token` ended with `code` (`None`: no exit recorded). `None` when the
     /// attempt moved on meanwhile (another operation took it); else whether it crashed (a
-    /// death by signal, or no exit code), which closes its broker socket.
+    /// death by signal, or no exit code), which closes its sockets.
     pub(crate) fn provider_ended(
         &mut self,
         token: FencingToken,
@@ -232,17 +233,17 @@ impl Registry {
             entry.state.exit_code = code;
         }
         if crashed {
-            entry.broker_server = None;
+            entry.sockets = None;
         }
         Some(crashed)
     }
 
-    /// Closes the broker socket of `lease`'s attempt; `false` when the profile has moved on
+    /// Closes the sockets of `lease`'s attempt; `false` when the profile has moved on
     /// to a newer generation, which keeps its socket.
     pub(crate) fn close_broker(&mut self, id: ProfileId, lease: LeaseId) -> bool {
         match self.agents.get_mut(&id) {
             Some(entry) if entry.state.lease == lease => {
-                entry.broker_server = None;
+                entry.sockets = None;
                 true
             }
             _ => false,
@@ -253,7 +254,7 @@ impl Registry {
     pub(crate) fn reaped(&mut self, id: ProfileId) {
         if let Some(entry) = self.agents.get_mut(&id) {
             entry.pending_evidence = None;
-            entry.broker_server = None;
+            entry.sockets = None;
         }
     }
 

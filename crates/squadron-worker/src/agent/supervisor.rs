@@ -50,11 +50,13 @@ use squadron_core::provider::Provider;
 use squadron_core::response::LeaseGrant;
 use squadron_core::Outcome;
 use squadron_isolation::{BrokerServer, GitBroker};
+use squadron_pki::SecretToken;
 
 use crate::agent::config::AgentConfig;
 use crate::agent::error::AgentError;
 use crate::agent::evidence_ledger::{broker_evidence, EvidenceLedger};
 use crate::agent::fence::ControlFence;
+use crate::agent::mcp_gateway::{McpGateway, McpSocket, MCP_SOCKET_NAME};
 use crate::agent::project_sandbox::{ProjectSandbox, SandboxRecord};
 use crate::agent::registry::Registry;
 use crate::agent::runtime::AgentRuntime;
@@ -71,6 +73,13 @@ pub(crate) const PROMPT_BYTES_MAX: usize = 1 << 20;
 pub(crate) const AGENTS_MAX: usize = 1_024;
 /// The broker socket's name in `/mnt/broker`.
 pub(crate) const BROKER_SOCKET_NAME: &str = "git.sock";
+
+/// A running generation's sockets; both close when this is dropped (the attempt stops).
+#[derive(Debug)]
+pub(crate) struct AgentSockets {
+    _broker: BrokerServer,
+    _mcp: McpSocket,
+}
 
 /// Cheap to clone; clones share the supervisor.
 #[derive(Debug, Clone)]
@@ -89,6 +98,7 @@ pub(crate) struct Inner {
     /// Everything this supervisor asks of the control plane: gRPC to the leader.
     pub(super) control: ControlLink,
     pub(super) broker: GitBroker,
+    pub(super) mcp: McpGateway,
     /// Operator operations run one at a time: each reads the profile, decides and commits,
     /// and two interleaved on one profile would decide on stale reads.
     pub(super) ops: tokio::sync::Mutex<()>,
@@ -114,6 +124,7 @@ impl AgentSupervisor {
         let broker = GitBroker::open(&data_dir.join("agent-broker"), fence)
             .map_err(|e| WorkerError::runtime("git broker", e.to_string()))?;
         let ledger = EvidenceLedger::load(&data_dir)?;
+        let mcp = McpGateway::new(config.mcp_servers.clone(), control.clone())?;
         Ok(AgentSupervisor {
             inner: Arc::new(Inner {
                 worker,
@@ -123,6 +134,7 @@ impl AgentSupervisor {
                 runtime,
                 control,
                 broker,
+                mcp,
                 ops: tokio::sync::Mutex::new(()),
                 registry: Mutex::new(Registry::with_counters(ledger.project_counters())),
                 broker_base: ledger.broker.clone(),
@@ -375,11 +387,14 @@ impl AgentSupervisor {
     }
 
     /// Registers the profile's worktree with the Git broker and serves its socket.
-    pub(super) fn serve_broker(
+    /// The generation's sockets: the Git broker and the MCP gateway, both in the profile's
+    /// socket directory (`/mnt/broker`), the gateway admitting only `mcp_token`.
+    pub(super) fn serve_sockets(
         &self,
         sandbox: &ProjectSandbox,
         profile: &AgentProfile,
-    ) -> Result<BrokerServer, AgentError> {
+        mcp_token: &SecretToken,
+    ) -> Result<AgentSockets, AgentError> {
         let dir = self.broker_dir(profile.id);
         fs::create_dir_all(&dir)
             .map_err(|e| AgentError::from(WorkerError::io("creating", &dir, e)))?;
@@ -389,19 +404,27 @@ impl AgentSupervisor {
             .register_profile(profile.id.get(), &worktree)
             .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
         let socket = dir.join(BROKER_SOCKET_NAME);
-        let server = self
+        let broker = self
             .inner
             .broker
             .serve_profile(&socket, profile.id.get())
             .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
-        // The socket is 0660: the provider, running as the sandbox user, connects through
+        // The sockets are 0660: the provider, running as the sandbox user, connects through
         // its group.
-        if let Some(user) = self.inner.runtime.config().sandbox_user {
-            std::os::unix::fs::lchown(&socket, None, Some(user.gid)).map_err(|e| {
+        let group = self.inner.runtime.config().sandbox_user.map(|u| u.gid);
+        if let Some(gid) = group {
+            std::os::unix::fs::lchown(&socket, None, Some(gid)).map_err(|e| {
                 AgentError::from(WorkerError::io("share the broker socket", &socket, e))
             })?;
         }
-        Ok(server)
+        let mcp = self
+            .inner
+            .mcp
+            .serve(&dir.join(MCP_SOCKET_NAME), profile.id, mcp_token, group)?;
+        Ok(AgentSockets {
+            _broker: broker,
+            _mcp: mcp,
+        })
     }
 
     /// `{data_dir}/agent-sockets/p{id}`: apart from the sandbox, shown at `/mnt/broker`.

@@ -17,7 +17,7 @@ use squadron_core::lease::{FencingToken, LeaseState, RuntimeLease};
 use squadron_core::limits::CAPSULE_SCHEMA_VERSION_CURRENT;
 use squadron_core::profile::AgentProfile;
 use squadron_core::provider::Provider;
-use squadron_core::Outcome;
+use squadron_core::{Outcome, Rejection};
 
 use crate::agent::error::AgentError;
 use crate::agent::launch::GrantedAttempt;
@@ -201,12 +201,13 @@ impl AgentSupervisor {
             },
             reap_evidence: proof.as_ref().map(ReapProof::takeover_evidence),
         };
-        let outcome = self
-            .inner
-            .control
-            .takeover_crash(id, &command)
-            .await
-            .map_err(|e| self.crash_refused(e, &old))?;
+        let outcome = match self.inner.control.takeover_crash(id, &command).await {
+            Ok(outcome) => outcome,
+            Err(e) if self.reaped_meanwhile(&e, id).await => {
+                return self.launch_instead(id, req).await
+            }
+            Err(e) => return Err(self.crash_refused(e, &old)),
+        };
         let takeover = Takeover {
             profile: &profile,
             sandbox,
@@ -313,6 +314,22 @@ impl AgentSupervisor {
 
     /// The control plane's refusal of a crash takeover, with what to do when the old
     /// generation ran on another worker (only it can prove its cgroup empty).
+    /// Whether a crash takeover's evidence was refused because the old generation was proved
+    /// gone meanwhile — by this worker's own adoption of it after a restart, whose evidence
+    /// is retried by the tick — so that nothing is left to take over and the next generation
+    /// is a plain launch, as when the takeover starts after that evidence.
+    async fn reaped_meanwhile(&self, e: &CallError, id: ProfileId) -> bool {
+        let CallError::Refused(body) = e else {
+            return false;
+        };
+        if !matches!(body.rejection, Some(Rejection::EvidenceRefused { .. })) {
+            return false;
+        }
+        self.profile(id)
+            .await
+            .is_ok_and(|p| p.live_lease.is_none() && p.fenced_unreaped.is_empty())
+    }
+
     fn crash_refused(&self, e: CallError, old: &RuntimeLease) -> AgentError {
         let e = AgentError::from(e).context("crash takeover");
         if old.holder.worker == self.inner.worker {

@@ -11,13 +11,15 @@ use squadron_api::leases::{
 };
 use squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX;
 use squadron_api::{
-    Addressed, AttachSandbox, CredentialLeaseGrant, CurrentWriter, Enrolled,
-    GrantAgentCredentialLease, GrantCredentialLease, MintAgentToken, MintedAgentToken, ProjectRef,
-    RenewCertificate,
+    Addressed, AttachSandbox, CredentialLeaseGrant, CredentialLeaseView, CurrentWriter, Enrolled,
+    GrantAgentCredentialLease, GrantCredentialLease, McpDecision, McpUse, MintAgentToken,
+    MintedAgentToken, ProjectRef, RenewCertificate,
 };
 use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
-use squadron_core::ids::{LeaseId, ProfileId, ProjectId, TaskId, TenantId};
+use squadron_core::ids::{
+    CredentialLeaseId, LeaseId, McpServerId, ProfileId, ProjectId, TaskId, TenantId,
+};
 use squadron_core::lease::{FencingToken, RuntimeLease};
 use squadron_core::mailbox::Mailbox;
 use squadron_core::manifest::CredentialRef;
@@ -203,6 +205,32 @@ impl ControlLink {
             Addressed::new(id, req.clone()),
             key
         )
+    }
+
+    /// INV-14 for one MCP message of the profile's provider: `Ok` when allowed; a refusal is
+    /// a `permission_denied` error, counted by the node for `squadron evidence`.
+    pub(crate) async fn check_mcp_use(
+        &self,
+        id: ProfileId,
+        server: &McpServerId,
+    ) -> Result<McpDecision, CallError> {
+        let body = McpUse {
+            server: server.clone(),
+        };
+        call!(self, check_mcp_use, Addressed::new(id, body), None)
+    }
+
+    /// The MCP servers the profile is granted (its providers' configuration lists these).
+    /// One of this worker's credential leases, as the state has it now.
+    pub(crate) async fn get_credential_lease(
+        &self,
+        id: CredentialLeaseId,
+    ) -> Result<CredentialLeaseView, CallError> {
+        call!(self, get_credential_lease, id, None)
+    }
+
+    pub(crate) async fn mcp_grants(&self, id: ProfileId) -> Result<Vec<McpServerId>, CallError> {
+        call!(self, mcp_grants, id, None)
     }
 
     pub(crate) async fn get_lease(&self, id: LeaseId) -> Result<RuntimeLease, CallError> {

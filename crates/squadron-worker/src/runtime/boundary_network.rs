@@ -67,17 +67,25 @@ impl BoundaryNetwork {
     }
 
     /// Sets up the network of one attempt; an `outbound` namespace's name is written to
-    /// `record` (a file the sandbox cannot reach) once it exists.
+    /// `record` (a file the sandbox cannot reach) once it exists. `listen_inside`: the
+    /// worker will listen in the namespace (egress injection), so an `isolated` one is made
+    /// ahead too, with loopback only, rather than by bubblewrap at the start.
     pub(crate) fn prepare(
         config: &NetworkConfig,
         mode: NetworkMode,
         permits: NetworkPermits,
         seed: &str,
         record: &Path,
+        listen_inside: bool,
     ) -> Result<BoundaryNetwork, WorkerError> {
         Self::check_mode(mode, permits)?;
         let started = std::time::Instant::now();
         let (net, text) = match mode {
+            NetworkMode::Isolated if listen_inside => {
+                let net = SandboxNetwork::create_loopback(config, seed).map_err(network)?;
+                let text = net.netns_name();
+                (net, text)
+            }
             NetworkMode::Isolated => return Ok(BoundaryNetwork::Loopback),
             NetworkMode::Full => return Ok(BoundaryNetwork::Host),
             NetworkMode::Outbound => {

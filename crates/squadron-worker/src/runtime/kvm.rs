@@ -52,7 +52,9 @@ use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::{NetworkMode, RuntimeKind};
 use tokio::io::AsyncWriteExt;
 
-use self::domain_xml::{channel_socket, path_text, AttemptMark, DomainSpec, DomainType, Share};
+use self::domain_xml::{
+    channel_socket, path_text, AttemptMark, DomainSpec, DomainType, Share, PRESERVE_FLAG,
+};
 use self::hypervisor::{Found, Hypervisor, Lifecycle};
 use crate::error::WorkerError;
 use crate::runtime::agent_libraries::{self, AGENT_LIBRARY_DIR};
@@ -79,6 +81,9 @@ const CONTROL_WRITE_MS_MAX: u64 = 2_000;
 const POLL_MS: u64 = 100;
 /// How long `destroy` waits for libvirt to forget the domain.
 const REAP_WAIT_MS_MAX: u64 = 30_000;
+/// How long `destroy` lets a guest whose agent exited power itself off, so that its
+/// console holds the init's last lines (the exit code file is written before them).
+const GUEST_POWEROFF_WAIT_MS_MAX: u64 = 5_000;
 /// How long the probe's boot of the image may take under hardware virtualisation (a guest
 /// that boots at all says it is ready within a few seconds).
 const KVM_PROBE_BOOT_MS_MAX: u64 = 15_000;
@@ -433,6 +438,41 @@ impl KvmRuntime {
         Ok(dir.agent())
     }
 
+    /// Waits, up to `GUEST_POWEROFF_WAIT_MS_MAX`, for a running guest whose agent exited
+    /// and that is not kept for break-glass to end; true when it did.
+    async fn let_guest_power_off(&self, found: &Found, name: &str) -> Result<bool, WorkerError> {
+        let ending = found.lifecycle == Lifecycle::Running
+            && !found.xml.contains(PRESERVE_FLAG)
+            && Self::exit_code(&Self::agent_dir_of(found, name)?)?.is_some();
+        if !ending {
+            return Ok(false);
+        }
+        let wait = Duration::from_millis(GUEST_POWEROFF_WAIT_MS_MAX);
+        self.wait_while_running(name, wait, || Ok(false)).await
+    }
+
+    /// Polls until the domain no longer runs or `done` says so, up to `wait`; true when
+    /// either came first.
+    async fn wait_while_running(
+        &self,
+        name: &str,
+        wait: Duration,
+        done: impl Fn() -> Result<bool, WorkerError>,
+    ) -> Result<bool, WorkerError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline {
+            if done()? {
+                return Ok(true);
+            }
+            match self.lookup(name).await? {
+                Some(f) if f.lifecycle == Lifecycle::Running => {}
+                _ => return Ok(true),
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        }
+        Ok(false)
+    }
+
     async fn ask_to_stop(&self, found: &Found, name: &str) {
         let Some(socket) = channel_socket(&found.xml, CONTROL_PORT_NAME) else {
             tracing::warn!(
@@ -567,16 +607,9 @@ impl Runtime for KvmRuntime {
             return Ok(());
         }
         let _held = self.ask_to_stop(&found, name).await;
-        let deadline = tokio::time::Instant::now() + grace;
-        while tokio::time::Instant::now() < deadline {
-            if Self::exit_code(&agent_dir)?.is_some() {
-                return Ok(());
-            }
-            match self.lookup(name).await? {
-                Some(f) if f.lifecycle == Lifecycle::Running => {}
-                _ => return Ok(()),
-            }
-            tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+        let exited = || Ok(Self::exit_code(&agent_dir)?.is_some());
+        if self.wait_while_running(name, grace, exited).await? {
+            return Ok(());
         }
         tracing::info!(
             domain = name,
@@ -595,6 +628,9 @@ impl Runtime for KvmRuntime {
             None => steps.push("already undefined".to_string()),
             Some(found) => {
                 steps.push(format!("was {:?}", found.lifecycle).to_lowercase());
+                if self.let_guest_power_off(&found, name).await? {
+                    steps.push("the guest powered itself off".to_string());
+                }
                 // The guest's console outlives the domain in the task directory (the worker's
                 // side of it, not the outbox), for whoever reads why a boot failed.
                 if let Some(mark) = &found.mark {

@@ -49,6 +49,9 @@ pub(crate) struct LaunchSpec {
     pub(crate) global_dir: Option<std::path::PathBuf>,
     /// The session's credential tmpfs, bound read-only at its sandbox path (INV-13).
     pub(crate) credentials: Option<CredentialSession>,
+    /// The credentials injected at egress, whose proxy the runtime serves on the sandbox's
+    /// loopback; set once the lease is taken, just before the start.
+    pub(crate) egress: Option<std::sync::Arc<crate::egress::EgressSession>>,
     /// The manifest preserves a failed sandbox: a runtime whose sandbox would end with its
     /// provider (a VM powers off) keeps it up after the exit instead, for break-glass.
     #[cfg_attr(not(feature = "libvirt"), allow(dead_code))]

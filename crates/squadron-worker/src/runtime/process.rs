@@ -455,11 +455,15 @@ impl Runtime for ProcessRuntime {
             self.config.permits(),
             &handle.id,
             &files.network,
+            spec.egress.is_some(),
         )?;
         let proxy = match &network {
             BoundaryNetwork::Gateway(net) => Some(self.serve_gateway(&leaf, net, &spec.dir).await?),
             _ => None,
         };
+        if let Some(egress) = &spec.egress {
+            serve_egress(egress, &network)?;
+        }
         let boundary = self.boundary(spec, &network, proxy)?;
         let launch = SandboxLaunch {
             leaf,
@@ -607,4 +611,25 @@ fn isolation(e: IsolationError) -> WorkerError {
 
 fn joined(e: tokio::task::JoinError) -> WorkerError {
     WorkerError::runtime(PROCESS_RUNTIME, format!("blocking task failed: {e}"))
+}
+
+/// Serves egress injection's proxy on the loopback of the sandbox's own namespace, before the
+/// provider can ask for it.
+fn serve_egress(
+    egress: &std::sync::Arc<crate::egress::EgressSession>,
+    network: &BoundaryNetwork,
+) -> Result<(), WorkerError> {
+    let (BoundaryNetwork::Own(net) | BoundaryNetwork::Gateway(net)) = network else {
+        return Err(WorkerError::Invalid {
+            field: "network_mode".to_owned(),
+            message: "credentials injected at egress need a network of the sandbox's own \
+                      (isolated, outbound or gateway)"
+                .to_owned(),
+        });
+    };
+    let address = crate::egress::EgressSession::address();
+    let listener =
+        squadron_isolation::namespace_listener::bind_in_namespace(&net.netns_path(), address)
+            .map_err(isolation)?;
+    egress.serve(listener)
 }

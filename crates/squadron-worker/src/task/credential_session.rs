@@ -117,9 +117,13 @@ impl CredentialSession {
                     ),
                 });
             }
+            redactor.add(value.value.as_bytes(), value.id.as_str());
+            // Injected at egress: the value stays in the worker's memory, never in a file.
+            if value.egress.is_some() {
+                continue;
+            }
             let path = self.host.join(&value.mount);
             write_private(&path, value.value.as_bytes(), owner)?;
-            redactor.add(value.value.as_bytes(), value.id.as_str());
         }
         std::os::unix::fs::chown(&self.host, Some(owner.0), Some(owner.1))
             .map_err(|e| WorkerError::io("chown", &self.host, e))?;

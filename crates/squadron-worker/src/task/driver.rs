@@ -134,6 +134,8 @@ pub(crate) struct TaskDriver {
     cancel: watch::Receiver<Option<String>>,
     /// The attempt's credential values, while it runs (for redaction at its end).
     redactor: Option<Arc<Redactor>>,
+    /// The attempt's credentials injected at egress, while its proxy serves.
+    egress: Option<Arc<crate::egress::EgressSession>>,
 }
 
 /// How a step ended.
@@ -161,6 +163,7 @@ impl TaskDriver {
             dir,
             cancel,
             redactor: None,
+            egress: None,
         }
     }
 
@@ -456,6 +459,7 @@ impl TaskDriver {
             full_control: self.spec.sandbox.full_control,
             global_dir: self.ctx.config.global_dir.clone(),
             credentials,
+            egress: None,
             keep_after_exit: self.spec.lifecycle.failure_action == FailureAction::Preserve,
         })
     }
@@ -549,20 +553,20 @@ impl TaskDriver {
         // started a second time. A sandbox agent starts it once RUNNING is committed, so
         // the credentials are in place before that report.
         if runtime.runs_agent() {
-            let spec = self.launch_spec().await?;
+            let mut spec = self.launch_spec().await?;
             self.reopen_relay(&runtime, &spec, &handle).await?;
             if self
                 .load_checkpoint()
                 .and_then(|c| c.started_at_ms)
                 .is_none()
             {
-                if let Err(why) = self.take_credentials(runtime.as_ref(), &spec).await {
+                if let Err(why) = self.take_credentials(runtime.as_ref(), &mut spec).await {
                     return Ok(self.fail(TaskState::Ready, None, why).await);
                 }
             }
         } else if runtime.status(&handle).await? == RunStatus::Created {
-            let spec = self.launch_spec().await?;
-            if let Err(why) = self.take_credentials(runtime.as_ref(), &spec).await {
+            let mut spec = self.launch_spec().await?;
+            if let Err(why) = self.take_credentials(runtime.as_ref(), &mut spec).await {
                 return Ok(self.fail(TaskState::Ready, None, why).await);
             }
             runtime.start(&handle, &spec).await?;

@@ -15,7 +15,7 @@
 //!   nobody to grant a permission, so the CLI's own prompts are off (the CLI refuses this as
 //!   root; sandboxed code never runs as root); an empty `allowed_tools` list adds no flag.
 //!   `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` and `DISABLE_AUTOUPDATER=1` keep it from
-//!   calling anything but the model. Its API key comes from the credential file
+//!   calling anything but the model; `ENABLE_TOOL_SEARCH=false` gives it its MCP tools whole. Its API key comes from the credential file
 //!   `ANTHROPIC_API_KEY_FILE` (a `credential_refs` mount `anthropic_api_key`): the CLI takes
 //!   the key only from its environment, so `launch.sh` moves it there, into the provider's
 //!   environment alone (never a command line, never a file the worker writes).
@@ -201,6 +201,9 @@ pub(crate) fn provider_env(provider: Provider) -> &'static [(&'static str, &'sta
         Provider::Claude => &[
             ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
             ("DISABLE_AUTOUPDATER", "1"),
+            // The MCP servers a sandbox gets are the few its grant names (agent/mcp_access.rs):
+            // their tools go to the model whole, as the grant says, not behind a search step.
+            ("ENABLE_TOOL_SEARCH", "false"),
         ],
         Provider::Codex | Provider::Script => &[],
     }
@@ -212,9 +215,11 @@ pub(crate) fn provider_env(provider: Provider) -> &'static [(&'static str, &'sta
 fn readiness_prelude(probes: &[ProbeSpec]) -> Result<String, WorkerError> {
     let mut text = String::new();
     for probe in probes {
+        // A file, or the proxy's base URL when the credential is injected at egress.
         let credential = |file: &str, mount: &str| {
+            let base = format!("{}_BASE_URL", mount.to_ascii_uppercase());
             (
-                format!("[ -s \"${{{file}:-}}\" ]"),
+                format!("[ -s \"${{{file}:-}}\" ] || [ -n \"${{{base}:-}}\" ]"),
                 format!("no {mount} credential in the sandbox (startup_profile.credential_refs)"),
             )
         };
@@ -623,14 +628,30 @@ mod tests {
         // session (agent/native_session.rs): a session that does not exist gets past the parser
         // to the CLI's own "not found".
         let session = "0199a213-81c0-7800-8aa1-bbab2a035a53";
-        for (provider, resume, parsed) in [
-            (Provider::Claude, false, "Input must be provided"),
-            (Provider::Codex, false, "No prompt provided"),
-            (Provider::Claude, true, "No conversation found"),
-            (Provider::Codex, true, "No prompt provided"),
+        // A generation granted MCP servers gets its CLI's MCP words (agent/mcp_access.rs);
+        // Claude Code reads the configuration file, here a copy in the test's home.
+        let mcp = crate::agent::mcp_access::McpAccess::new(vec!["notes".parse().unwrap()]);
+        let config = home.path().join("mcp.json");
+        let (_, text) = mcp.run_files().into_iter().nth(1).unwrap();
+        std::fs::write(&config, text).unwrap();
+        for (provider, resume, with_mcp, parsed) in [
+            (Provider::Claude, false, false, "Input must be provided"),
+            (Provider::Codex, false, false, "No prompt provided"),
+            (Provider::Claude, true, false, "No conversation found"),
+            (Provider::Codex, true, false, "No prompt provided"),
+            (Provider::Claude, false, true, "Input must be provided"),
+            (Provider::Codex, true, true, "No prompt provided"),
         ] {
             spec.agent.provider = provider;
             let mut argv = provider_argv(&spec.agent, "/mnt/run");
+            if with_mcp {
+                mcp.insert_into(provider, &mut argv);
+                for word in &mut argv {
+                    if word == "/mnt/run/mcp.json" {
+                        *word = config.display().to_string();
+                    }
+                }
+            }
             if resume {
                 crate::agent::native_session::NativeSession {
                     provider,

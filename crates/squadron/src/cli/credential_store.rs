@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use squadron_client::{CredentialView, PutCredential, RotateCredential};
+use squadron_client::{CredentialView, PutCredential, PutCredentialEgress, RotateCredential};
 use squadron_core::credential::LeasedCredential;
 use squadron_core::ids::{CredentialId, TaskId};
 use zeroize::Zeroizing;
@@ -38,6 +38,24 @@ pub enum CredentialCmd {
     Revoke { id: CredentialId },
     /// A task's credential leases (versions, holder, when they ended).
     Leases { task: TaskId },
+    /// Inject a credential at egress: it never enters a sandbox; the worker's proxy adds it
+    /// to requests bound for UPSTREAM only. The sandbox gets `{MOUNT}_BASE_URL` and a
+    /// placeholder in `{MOUNT}` (for `anthropic_api_key` and `openai_api_key` also the
+    /// provider's own base URL variable).
+    EgressSet {
+        id: CredentialId,
+        /// `https://host[:port][/base path]`.
+        #[arg(long)]
+        upstream: String,
+        /// The request header that carries the value (`x-api-key`, `authorization`).
+        #[arg(long)]
+        header: String,
+        /// Text in front of the value in that header (`"Bearer "`).
+        #[arg(long, default_value = "")]
+        value_prefix: String,
+    },
+    /// Stop injecting a credential at egress: leases from now on write it as a file again.
+    EgressClear { id: CredentialId },
 }
 
 pub async fn run(ctx: &Ctx, cmd: CredentialCmd) -> anyhow::Result<()> {
@@ -68,6 +86,22 @@ pub async fn run(ctx: &Ctx, cmd: CredentialCmd) -> anyhow::Result<()> {
             ctx.outcome(&c.rotate_credential(&id, &req, ctx.key()).await?)
         }
         CredentialCmd::Revoke { id } => ctx.outcome(&c.revoke_credential(&id, ctx.key()).await?),
+        CredentialCmd::EgressSet {
+            id,
+            upstream,
+            header,
+            value_prefix,
+        } => {
+            let req = PutCredentialEgress {
+                upstream,
+                header,
+                value_prefix,
+            };
+            ctx.outcome(&c.set_credential_egress(&id, &req, ctx.key()).await?)
+        }
+        CredentialCmd::EgressClear { id } => {
+            ctx.outcome(&c.clear_credential_egress(&id, ctx.key()).await?)
+        }
         CredentialCmd::Leases { task } => {
             let list = c.credential_leases(task, ctx.consistency).await?;
             emit(ctx.out, &list, |list| {
@@ -111,7 +145,14 @@ fn read_value(path: &std::path::Path) -> anyhow::Result<Zeroizing<String>> {
 }
 
 fn credentials_table(list: &[CredentialView]) -> String {
-    let mut t = Table::new(&["id", "version", "description", "updated", "revoked"]);
+    let mut t = Table::new(&[
+        "id",
+        "version",
+        "description",
+        "updated",
+        "revoked",
+        "egress",
+    ]);
     for v in list {
         t.row(vec![
             v.id.to_string(),
@@ -119,6 +160,7 @@ fn credentials_table(list: &[CredentialView]) -> String {
             v.description.clone(),
             v.updated_at_ms.to_string(),
             v.revoked_at_ms.map_or("-".into(), |m| m.to_string()),
+            v.egress.as_ref().map_or("-".into(), |e| e.upstream.clone()),
         ]);
     }
     t.render()

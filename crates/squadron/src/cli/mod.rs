@@ -19,6 +19,7 @@ pub mod mailbox;
 pub mod profile;
 pub mod project;
 pub mod serve;
+pub mod soak;
 pub mod task;
 pub mod token;
 pub mod worker;
@@ -169,6 +170,10 @@ pub enum Command {
     Evidence(evidence::EvidenceArgs),
     /// Closed-loop lease benchmark: acquire → renew → release cycles.
     Bench(bench::BenchTop),
+    /// The release gate's soak: the canary in a loop, sampling after each cycle what it must
+    /// give back (leases, slots, cgroup leaves, credential files, processes) and the memory
+    /// and open files of every Squadron process on this host; ends with a verdict.
+    Soak(Box<soak::SoakArgs>),
     /// The process inside a sandbox: enrolls, registers, heartbeats, runs the provider
     /// launcher once the task is RUNNING (the worker starts it; not for use by hand).
     Agent(agent::AgentArgs),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use squadron_client::{Decommission, RegisterWorker};
-use squadron_core::ids::{McpServerId, SkillId, WorkerId};
+use squadron_core::ids::{SkillId, WorkerId};
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::worker::Worker;
 
@@ -127,6 +127,10 @@ pub struct WorkerRunArgs {
     /// worker offers the mode.
     #[arg(long, value_name = "DESTINATION", value_delimiter = ',')]
     pub gateway_allow: Vec<String>,
+    /// Extra trust anchors (PEM) for the upstreams of credentials injected at egress, beside
+    /// the system's bundle: an internal API gateway's CA.
+    #[arg(long, value_name = "FILE")]
+    pub egress_ca: Option<std::path::PathBuf>,
     /// Let manifests clone a local path or `file://` URL on this host (off: another task's
     /// inbox or a project's checkout is a local path too).
     #[arg(long)]
@@ -157,9 +161,11 @@ pub struct WorkerRunArgs {
     /// Skills this host offers to agent profiles' capability manifests.
     #[arg(long, value_delimiter = ',')]
     pub skills: Vec<SkillId>,
-    /// MCP servers this host offers to agent profiles' capability manifests.
-    #[arg(long, value_delimiter = ',')]
-    pub mcp_servers: Vec<McpServerId>,
+    /// An MCP server this host offers to agent profiles: `NAME=URL`, its streamable-HTTP
+    /// endpoint. Providers reach it only through the worker's MCP gateway, with the
+    /// profile's `mcp_server:use` grant; repeat for several.
+    #[arg(long = "mcp-server", value_name = "NAME=URL")]
+    pub mcp_servers: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -222,6 +228,7 @@ async fn manage(ctx: &Ctx, cmd: WorkerCmd) -> anyhow::Result<()> {
                 capacity,
                 labels: labels.into_iter().collect(),
                 heartbeat_interval_ms,
+                policy: None,
             };
             ctx.outcome(&c.register_worker(&req, ctx.key()).await?)
         }

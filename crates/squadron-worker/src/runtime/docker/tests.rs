@@ -87,6 +87,7 @@ impl Case {
             full_control: false,
             global_dir: None,
             credentials: None,
+            egress: None,
             keep_after_exit: false,
         }
     }

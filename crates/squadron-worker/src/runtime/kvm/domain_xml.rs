@@ -57,6 +57,9 @@ pub(crate) struct AttemptMark {
 }
 
 /// Everything the domain is made of.
+/// The kernel argument that keeps a guest up after its agent exits (`vm-init` reads it).
+pub(crate) const PRESERVE_FLAG: &str = "squadron.preserve";
+
 #[derive(Debug, Clone)]
 pub(crate) struct DomainSpec {
     pub(crate) name: String,
@@ -93,7 +96,8 @@ impl DomainSpec {
             mounts.join(",")
         );
         if self.keep_after_exit {
-            line.push_str(" squadron.preserve");
+            line.push(' ');
+            line.push_str(PRESERVE_FLAG);
         }
         if let Some(ms) = self.test_boot_delay_ms {
             line.push_str(&format!(" squadron.test_boot_delay={}", ms.div_ceil(1000)));

@@ -160,6 +160,7 @@ fn only_isolated_networks_and_no_full_control_are_accepted() {
         full_control: false,
         global_dir: None,
         credentials: None,
+        egress: None,
         keep_after_exit: false,
     };
     assert!(check_launch(&launch)

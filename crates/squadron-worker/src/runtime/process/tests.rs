@@ -121,6 +121,7 @@ fn launch_spec(data: &Path, task: u64, script: &str) -> LaunchSpec {
         full_control: false,
         global_dir: Some(global),
         credentials: None,
+        egress: None,
         keep_after_exit: false,
     }
 }

@@ -5,15 +5,20 @@ use std::sync::Arc;
 
 use super::TaskDriver;
 use crate::runtime::{LaunchSpec, Runtime};
-use crate::task::credential_session::CredentialSession;
+use squadron_core::manifest::{Keyword as _, NetworkMode, RuntimeKind};
+
+use crate::egress::EgressSession;
+use crate::task::credential_session::{file_variable, CredentialSession};
 
 impl TaskDriver {
     /// Takes the lease the manifest's credentials need and writes the files for the sandbox
-    /// user; the refusal (a revoked or unknown credential, a lost lease) fails the task.
+    /// user — or, for those injected at egress, hands the runtime their proxy and the
+    /// sandbox their base URLs; the refusal (a revoked or unknown credential, a lost lease,
+    /// a sandbox that cannot take an injected one) fails the task.
     pub(super) async fn take_credentials(
         &mut self,
         runtime: &dyn Runtime,
-        spec: &LaunchSpec,
+        spec: &mut LaunchSpec,
     ) -> Result<(), String> {
         let Some(session) = &spec.credentials else {
             return Ok(());
@@ -28,10 +33,37 @@ impl TaskDriver {
             .grant_credential_lease(self.task, &req)
             .await
             .map_err(|e| format!("credentials: {e}"))?;
+        let egress = EgressSession::of(
+            self.task,
+            &grant,
+            self.ctx.control.clone(),
+            self.ctx.config.egress_ca.as_deref(),
+        )
+        .map_err(|e| format!("credentials: {e}"))?;
+        if let Some(egress) = &egress {
+            let injected = grant.credentials.iter().find(|c| c.egress.is_some());
+            let id = injected.map(|c| c.id.to_string()).unwrap_or_default();
+            let fits = runtime.kind() == RuntimeKind::Process && spec.network != NetworkMode::Full;
+            if !fits {
+                return Err(format!(
+                    "credentials: credential {id} is injected at egress, which needs the process \
+                     runtime with network_mode isolated, outbound or gateway (this attempt: {} \
+                     runtime, {} network)",
+                    runtime.kind().as_str(),
+                    spec.network.as_str()
+                ));
+            }
+            for mount in egress.mounts() {
+                spec.env.remove(&file_variable(mount));
+            }
+            spec.env.extend(egress.env());
+        }
         let owner = runtime.sandbox_owner(spec).map_err(|e| e.to_string())?;
         let redactor = session
             .fill(&grant, owner)
             .map_err(|e| format!("credentials: {e}"))?;
+        spec.egress = egress.clone();
+        self.egress = egress;
         let ids: Vec<String> = grant.credentials.iter().map(|c| c.id.to_string()).collect();
         self.event(serde_json::json!({"event": "credentials_leased", "lease": grant.lease.get(), "credentials": ids, "session": grant.session}));
         let redactor = Arc::new(redactor);
@@ -42,6 +74,10 @@ impl TaskDriver {
 
     /// The attempt is over here: redact what it wrote, then drop the values and the files.
     pub(super) fn end_credentials(&mut self) {
+        if let Some(egress) = self.egress.take() {
+            egress.close();
+            self.event(serde_json::json!({"event": "egress_closed"}));
+        }
         let Some(session) = CredentialSession::of(
             &self.ctx.config.data_dir,
             self.task,

@@ -136,6 +136,7 @@ mod tests {
             full_control: false,
             global_dir: None,
             credentials: None,
+            egress: None,
             keep_after_exit: false,
         }
     }

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use squadron_api::agents::ProjectEvidence;
 use squadron_pki::SigningKey;
 
-use super::verdicts::{verdicts, Verdict};
+use super::verdicts::{all_verdicts, Verdict};
+use crate::cli::soak::report::SoakReport;
 
 /// What a bundle says it is.
 pub const BUNDLE_FORMAT: &str = "squadron-evidence/1";
@@ -23,16 +24,20 @@ pub struct Report {
     #[serde(flatten)]
     pub evidence: ProjectEvidence,
     pub verdicts: Vec<Verdict>,
+    /// The soak report given with `--soak-report`, whole: its claim is decided from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak: Option<SoakReport>,
     /// SHA-256 of the `squadron` binary that gathered the evidence.
     pub binary_sha256: String,
     pub created_at_ms: u64,
 }
 
 impl Report {
-    pub fn new(evidence: ProjectEvidence) -> anyhow::Result<Report> {
+    pub fn new(evidence: ProjectEvidence, soak: Option<SoakReport>) -> anyhow::Result<Report> {
         Ok(Report {
-            verdicts: verdicts(&evidence),
+            verdicts: all_verdicts(&evidence, soak.as_ref()),
             evidence,
+            soak,
             binary_sha256: own_binary_sha256()?,
             created_at_ms: squadron_client::now_ms(),
         })
@@ -95,7 +100,7 @@ pub fn verify(bundle: &Bundle, public_key: &str) -> anyhow::Result<Report> {
     )
     .context("signature.value")?;
     let report: Report = serde_json::from_str(&bundle.report).context("report")?;
-    if verdicts(&report.evidence) != report.verdicts {
+    if all_verdicts(&report.evidence, report.soak.as_ref()) != report.verdicts {
         bail!("verdicts: they do not follow from the report's figures");
     }
     Ok(report)
@@ -126,8 +131,9 @@ mod tests {
     fn report() -> Report {
         let evidence = super::super::verdicts::tests::passing();
         Report {
-            verdicts: verdicts(&evidence),
+            verdicts: all_verdicts(&evidence, None),
             evidence,
+            soak: None,
             binary_sha256: "ab".repeat(32),
             created_at_ms: 1,
         }

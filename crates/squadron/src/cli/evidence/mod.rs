@@ -16,6 +16,7 @@ use squadron_pki::SigningKey;
 
 use super::Ctx;
 use super::OutputFormat;
+use crate::cli::soak::report::{SoakReport, REPORT_FORMAT};
 use crate::output::emit_generic;
 use bundle::{Bundle, Report};
 
@@ -35,6 +36,10 @@ pub struct EvidenceArgs {
     /// Where the signed bundle goes.
     #[arg(long, value_name = "FILE", requires = "sign")]
     pub bundle: Option<PathBuf>,
+    /// A `squadron soak --report` file to embed: the claim "leak-free 24-hour soak" is
+    /// decided from its samples.
+    #[arg(long, value_name = "FILE")]
+    pub soak_report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -94,7 +99,12 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
         });
     }
     ev.build_digests = digests;
-    let report = Report::new(ev)?;
+    let soak = args
+        .soak_report
+        .as_deref()
+        .map(read_soak_report)
+        .transpose()?;
+    let report = Report::new(ev, soak)?;
     if let (Some(key), Some(out)) = (&args.sign, &args.bundle) {
         // A key others can read is refused, as every key and token file is.
         let pem = zeroize::Zeroizing::new(squadron_pki::pki_dir::read_secret_file(key)?);
@@ -113,6 +123,27 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
         );
     }
     emit_generic(ctx.out, &report)
+}
+
+/// A soak report whose stated verdict follows from its figures.
+fn read_soak_report(path: &std::path::Path) -> anyhow::Result<SoakReport> {
+    let text = bundle::read_bounded(path)?;
+    let report: SoakReport = serde_json::from_str(&text)
+        .with_context(|| format!("--soak-report {} is not a soak report", path.display()))?;
+    if report.format != REPORT_FORMAT {
+        bail!(
+            "--soak-report {}: format {:?}, expected {REPORT_FORMAT}",
+            path.display(),
+            report.format
+        );
+    }
+    if report.decided() != report.verdict {
+        bail!(
+            "--soak-report {}: its verdict does not follow from its samples",
+            path.display()
+        );
+    }
+    Ok(report)
 }
 
 /// `keygen` and `verify`.

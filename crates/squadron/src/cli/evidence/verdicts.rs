@@ -6,6 +6,8 @@
 use serde::{Deserialize, Serialize};
 use squadron_api::agents::{ProjectEvidence, WorkerEvidence};
 
+use crate::cli::soak::report::SoakReport;
+
 /// The ADR's profile count and process cap.
 pub const PROFILES_REQUIRED: u32 = 8;
 pub const PROCESS_PEAK_REQUIRED: u32 = 4;
@@ -24,6 +26,35 @@ fn verdict(claim: &str, pass: bool, figure: String) -> Verdict {
         pass,
         figure,
     }
+}
+
+/// The soak the ADR's gate asks for.
+pub const SOAK_HOURS_REQUIRED: u64 = 24;
+
+/// Every claim of the gate, with the soak's when a soak report is embedded.
+pub fn all_verdicts(e: &ProjectEvidence, soak: Option<&SoakReport>) -> Vec<Verdict> {
+    let mut out = verdicts(e);
+    out.extend(soak.map(soak_verdict));
+    out
+}
+
+/// The soak's claim, decided again from the report's samples (a verdict edited into the
+/// report does not count).
+pub fn soak_verdict(r: &SoakReport) -> Verdict {
+    let v = r.decided();
+    let hours = r.duration_ms as f64 / 3_600_000.0;
+    verdict(
+        "leak-free 24-hour soak",
+        v.leak_free && r.duration_ms >= SOAK_HOURS_REQUIRED * 3_600_000,
+        format!(
+            "duration = {hours:.2} h, cycles = {}, leaks = {}, growth = {}, failed cycles = {}, incomplete samples = {}",
+            r.cycles.len(),
+            v.leaks.len(),
+            v.growth.len(),
+            v.cycles_failed.len(),
+            v.samples_incomplete.len()
+        ),
+    )
 }
 
 /// Every claim of the gate, in the ADR's order.
@@ -279,5 +310,66 @@ pub(crate) mod tests {
         let sandbox = v.iter().find(|v| v.claim == "one sandbox").unwrap();
         assert!(!sandbox.pass && sandbox.figure.contains("did not answer"));
         assert_eq!(failed(&e).len(), 5, "{v:#?}");
+    }
+
+    fn soak(hours: u64, leaked: bool) -> SoakReport {
+        use crate::cli::soak::report::REPORT_FORMAT;
+        use crate::cli::soak::sample::{Count, Sample};
+        use crate::cli::soak::verdict::{judge, Bounds};
+        let mut after = Sample {
+            cycle: 1,
+            ..Sample::default()
+        };
+        if leaked {
+            after
+                .counts
+                .insert("cgroup_leaves".into(), Count::of(["g9".to_string()]));
+        }
+        let samples = vec![Sample::default(), after];
+        let bounds = Bounds {
+            rss_growth_bytes_max: 1 << 26,
+            fd_growth_max: 16,
+        };
+        SoakReport {
+            format: REPORT_FORMAT.into(),
+            tenant: "acme".into(),
+            project: "soak".into(),
+            started_at_ms: 0,
+            duration_ms: hours * 3_600_000,
+            bounds,
+            cycles: vec![],
+            verdict: judge(&samples, vec![], &bounds),
+            samples,
+        }
+    }
+
+    #[test]
+    fn the_soak_claim_needs_a_full_day_without_leaks_decided_from_the_samples() {
+        let claim = |r: &SoakReport| soak_verdict(r);
+        assert!(claim(&soak(24, false)).pass);
+        let short = claim(&soak(1, false));
+        assert!(
+            !short.pass && short.figure.contains("duration = 1.00 h"),
+            "{short:?}"
+        );
+        let leaky = claim(&soak(25, true));
+        assert!(
+            !leaky.pass && leaky.figure.contains("leaks = 1"),
+            "{leaky:?}"
+        );
+        // A verdict edited to pass changes nothing: the claim is decided from the samples.
+        let mut edited = soak(25, true);
+        edited.verdict.leak_free = true;
+        edited.verdict.leaks.clear();
+        assert!(!claim(&edited).pass);
+        assert_eq!(
+            all_verdicts(&passing(), None).len(),
+            verdicts(&passing()).len()
+        );
+        let with = all_verdicts(&passing(), Some(&soak(24, false)));
+        assert_eq!(
+            with.last().map(|v| v.claim.as_str()),
+            Some("leak-free 24-hour soak")
+        );
     }
 }

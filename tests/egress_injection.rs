@@ -1,0 +1,261 @@
+//! Issue 14 item 8 end to end: a credential an admin binds to an upstream never enters the
+//! sandbox. A real node, a real worker (bubblewrap, cgroups, an `isolated` namespace of
+//! loopback only), and a TLS stand-in for the upstream in a namespace of the test's own: the
+//! upstream gets the key, while no process of the sandbox has it in its environment, command
+//! line or memory, and no file in the sandbox holds it.
+
+mod egress_upstream;
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use egress_upstream::Upstream;
+use support::*;
+
+const TASK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the provider does: calls the API through its base URL with its placeholder, and once
+/// with a forged one; waits while the test looks at its processes and revokes the
+/// credential; calls again.
+const SCRIPT: &str = r#"echo "file=${ANTHROPIC_API_KEY_FILE:-none}"
+python3 - <<'PY'
+import os, urllib.request, urllib.error
+base, key = os.environ["ANTHROPIC_BASE_URL"], os.environ["ANTHROPIC_API_KEY"]
+def post(k):
+    r = urllib.request.Request(base + "/v1/messages?beta=true", data=b'{"model":"m"}', method="POST",
+        headers={"x-api-key": k, "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(r, timeout=30) as a: return a.status, a.read().decode().replace("\n", " ")
+    except urllib.error.HTTPError as e: return e.code, e.read().decode()
+print("good", *post(key), flush=True)
+print("forged", *post("sqd_egress_forged_0123456789abcdef"), flush=True)
+import time; time.sleep(20)
+print("after", *post(key), flush=True)
+PY
+"#;
+
+fn manifest(repo: &Path, vm: &str) -> String {
+    let indented: String = SCRIPT.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: egress\nrepository:\n  url: {repo}\n  \
+         branch: main\nagent:\n  prompt: call the API\n  provider: script\n  script: |\n{indented}\
+         vm:\n{vm}startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+         session: {{ launcher: script, workdir: /workspace, cols: 80, rows: 24 }}\n  \
+         credential_refs:\n    - {{ id: cred_up, mount: anthropic_api_key }}\n  \
+         readiness: {{ probes: [] }}\n  \
+         observation: {{ retention_class: short, redaction_profile: secrets-v1 }}\n",
+        repo = repo.display()
+    )
+}
+
+fn bind(url: &str, upstream: &str) {
+    let out = cli(url)
+        .args(["--endpoint", url, "credential", "egress-set", "cred_up"])
+        .args(["--upstream", upstream, "--header", "x-api-key"])
+        .output()
+        .expect("squadron credential egress-set");
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// Host pids whose environment holds `needle`.
+fn pids_with_env(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if memchr_find(&env, needle.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn memchr_find(haystack: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(haystack, needle).is_some()
+}
+
+/// Largest mapping read when scanning a process's memory: heaps and stacks are far smaller,
+/// and a runtime's reserved-but-untouched regions are not worth gigabytes of reads.
+const MAPPING_BYTES_MAX: u64 = 256 << 20;
+/// Bytes read at a time from `/proc/{pid}/mem`.
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// Whether any readable mapping of `pid`'s memory holds `needle`, read in chunks that overlap
+/// by the needle's length.
+fn memory_holds(pid: u32, needle: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+        return false;
+    };
+    let mut buf = vec![0u8; READ_CHUNK_BYTES + needle.len()];
+    for line in maps.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if !perms.starts_with('r') || line.ends_with("[vvar]") {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let end = b.min(a + MAPPING_BYTES_MAX);
+        let mut at = a;
+        while at < end {
+            let want = ((end - at) as usize).min(buf.len());
+            match mem.read_at(&mut buf[..want], at) {
+                Ok(n) if n > 0 => {
+                    if memchr_find(&buf[..n], needle) {
+                        return true;
+                    }
+                    at += READ_CHUNK_BYTES as u64;
+                }
+                _ => break,
+            }
+        }
+    }
+    false
+}
+
+#[test]
+fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = git_repo(dir.path());
+    let upstream = Upstream::start(dir.path());
+    let worker = WorkerProc::start_with(
+        dir.path(),
+        &unique_worker_id("egress"),
+        vec![url.clone()],
+        "process",
+        vec!["--egress-ca".into(), upstream.ca.display().to_string()],
+    );
+    let secret = format!("sk-egress-test-{}", std::process::id() * 7919);
+    put_credential(&url, "cred_up", &secret);
+
+    // The upstream is the admin's: a binding that is not https is refused, naming the field.
+    let plain = cli(&url)
+        .args(["--endpoint", &url, "credential", "egress-set", "cred_up"])
+        .args(["--upstream", "http://example.com", "--header", "x-api-key"])
+        .output()
+        .expect("cli");
+    assert!(!plain.status.success());
+    assert!(
+        String::from_utf8_lossy(&plain.stderr).contains("egress.upstream"),
+        "{plain:?}"
+    );
+    bind(&url, &upstream.url());
+    let listed = http_get(&format!("{url}/api/v1/credentials")).expect("list");
+    assert_eq!(listed[0]["egress"]["upstream"], upstream.url(), "{listed}");
+
+    // A sandbox that cannot take it is refused at submission, naming the field; nothing stored.
+    let before = http_get(&format!("{url}/api/v1/tasks")).expect("tasks");
+    for (vm, field) in [
+        ("  runtime: docker\n", "vm.runtime"),
+        ("  network_mode: full\n", "vm.network_mode"),
+    ] {
+        let refused = submit_yaml(&url, &manifest(&repo, vm));
+        assert_eq!(refused.status, 400, "{refused:?}");
+        assert_eq!(refused.body["field"], field, "{refused:?}");
+    }
+    assert_eq!(
+        http_get(&format!("{url}/api/v1/tasks")).expect("tasks"),
+        before
+    );
+
+    // `isolated`: no network but its own loopback, where the worker's proxy listens (the
+    // real CLIs run it under `outbound`, in tests/real_providers.rs).
+    let reply = submit_yaml(
+        &url,
+        &manifest(&repo, "  runtime: process\n  network_mode: isolated\n"),
+    );
+    assert!(reply.ok(), "{reply:?}");
+    let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
+    wait_task_state(&url, task, &["RUNNING"], TASK_TIMEOUT);
+    let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
+    wait_until(TASK_TIMEOUT, || {
+        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("forged"))
+    })
+    .expect("the provider called the API");
+
+    // While it runs: its processes hold the placeholder, never the value.
+    let sandboxed = pids_with_env("sqd_egress_");
+    assert!(!sandboxed.is_empty(), "no process holds the placeholder");
+    for pid in &sandboxed {
+        assert!(
+            !memory_holds(*pid, secret.as_bytes()),
+            "process {pid} of the sandbox holds the value in its memory"
+        );
+    }
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let path = entry.path().join("cmdline");
+        let cmdline = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            !memchr_find(&cmdline, secret.as_bytes()),
+            "{} holds the value",
+            path.display()
+        );
+        let env = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        assert!(
+            !memchr_find(&env, secret.as_bytes()),
+            "{} holds the value in its environment",
+            entry.path().display()
+        );
+    }
+    // Revoking the credential ends the lease: the proxy refuses from then on.
+    let revoke = cli(&url)
+        .args(["--endpoint", &url, "credential", "revoke", "cred_up"])
+        .output()
+        .expect("squadron credential revoke");
+    assert!(revoke.status.success(), "{revoke:?}");
+
+    let t = wait_task_state(&url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    assert_eq!(t["state"], "COMPLETED", "{t:#}");
+    let (_, stdout) = http_text(&stdout_url).expect("stdout");
+    assert!(stdout.contains("file=none"), "no file for it: {stdout}");
+    assert!(
+        stdout.contains("good 200 data: one  data: two"),
+        "the answer streamed back: {stdout}"
+    );
+    assert!(stdout.contains("forged 401"), "{stdout}");
+    assert!(
+        stdout.contains("after 403") && stdout.contains("ended: credential cred_up revoked"),
+        "the revoked lease is refused: {stdout}"
+    );
+
+    // The upstream got the value, once, in its header, on the bound path; never the
+    // placeholder. The forged request and the one after the revocation never left the worker.
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let got = &requests[0];
+    assert_eq!(got["path"], "/api/v1/messages?beta=true", "{got}");
+    assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
+    assert_eq!(got["body"], "{\"model\":\"m\"}", "{got}");
+    assert!(!got.to_string().contains("sqd_egress_"), "{got}");
+
+    let events = http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events"))
+        .expect("events")
+        .1;
+    assert!(events.contains("egress_closed"), "{events}");
+    assert_no_bytes_below(&worker.data_dir, secret.as_bytes(), "worker data", "inbox");
+    let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+    assert!(!log.contains(&secret), "the worker's log holds the value");
+    assert!(
+        log.contains("egress request relayed"),
+        "the relay is logged"
+    );
+    assert_no_bytes_below(
+        cluster.dir.path(),
+        secret.as_bytes(),
+        "node data and logs",
+        "",
+    );
+}
