@@ -112,6 +112,76 @@ fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
     );
 }
 
+/// A worker's registration at `url`, with its certificate (a new cluster has no operator
+/// token until its first leader made one).
+fn register(url: &str, worker: &str) -> Reply {
+    worker_post(
+        worker,
+        &format!("{url}/api/v1/workers"),
+        json!({
+            "worker": worker, "address": "127.0.0.1:1", "runtimes": ["process"], "capacity": 1,
+            "heartbeat_interval_ms": 600000
+        }),
+    )
+    .expect("register")
+}
+
+/// A node that knows no leader — the first of three to start, which cannot win an election
+/// alone — holds a write for `server.leader_wait_ms` and then refuses it with 503, having
+/// applied nothing; a write that arrives before a second node starts waits for the election
+/// that node makes possible, and is applied.
+#[test]
+fn a_write_without_a_leader_waits_for_an_election() {
+    const LEADER_WAIT_MS: u64 = 8_000;
+    let mut cluster = Cluster::configure(
+        3,
+        ClusterOptions {
+            leader_wait_ms: LEADER_WAIT_MS,
+            ..ClusterOptions::default()
+        },
+    );
+    cluster.start_node(1);
+    let url = cluster.url(1);
+
+    let started = std::time::Instant::now();
+    let refused = register(&url, "w-refused");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert_eq!(refused.body["code"], json!("unavailable"), "{refused:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(LEADER_WAIT_MS),
+        "refused after {:?}, before the wait was over",
+        started.elapsed()
+    );
+
+    let writer = {
+        let url = url.clone();
+        std::thread::spawn(move || register(&url, "w-elected"))
+    };
+    // The write is on its way (loopback) before the second node starts.
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.start_node(2);
+    let r = writer.join().expect("writer");
+    assert!(r.ok(), "{r:?}");
+
+    // Both writes waited (the node's own start-up writes, the admin's token among them, are
+    // counted too), and only the second was applied. Operator tokens work once the first
+    // leader made the admin's.
+    wait_until(Duration::from_secs(20), || {
+        http_get(&format!("{url}/api/v1/workers")).is_ok()
+    })
+    .expect("the admin token is in force");
+    let waited = metric(&url, "squadron_writes_leader_waited_total");
+    assert!(waited >= 2, "{waited} writes waited");
+    let workers = http_get(&format!("{url}/api/v1/workers")).expect("workers");
+    let names: Vec<&str> = workers
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|w| w["id"].as_str())
+        .collect();
+    assert_eq!(names, ["w-elected"], "{workers}");
+}
+
 /// A write at a follower is forwarded to the leader exactly once, and what arrives on the
 /// node-to-node route runs where it arrives: a follower that receives a forwarded write
 /// refuses it rather than forwarding it again, and nothing is applied.

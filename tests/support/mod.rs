@@ -98,6 +98,8 @@ pub struct ClusterOptions {
     pub log_filter: &'static str,
     /// `server.agent_cert_ttl_ms`: the life of an agent's certificate.
     pub agent_cert_ttl_ms: u64,
+    /// `server.leader_wait_ms`.
+    pub leader_wait_ms: u64,
 }
 
 impl Default for ClusterOptions {
@@ -108,6 +110,7 @@ impl Default for ClusterOptions {
             sweep_interval_ms: 500,
             log_filter: "info",
             agent_cert_ttl_ms: 24 * 3_600_000,
+            leader_wait_ms: 2_000,
         }
     }
 }
@@ -125,6 +128,16 @@ impl Cluster {
     }
 
     pub fn start_with(n: u64, options: ClusterOptions) -> Self {
+        let mut cluster = Self::configure(n, options);
+        for id in 1..=n {
+            cluster.start_node(id);
+        }
+        cluster.wait_for_leader(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Writes `n` nodes' configurations and certificates, and starts none of them.
+    pub fn configure(n: u64, options: ClusterOptions) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let specs: Vec<NodeSpec> = (1..=n).map(NodeSpec::loopback).collect();
         let mut cluster = Cluster {
@@ -138,10 +151,6 @@ impl Cluster {
         }
         let configs: Vec<PathBuf> = cluster.nodes.values().map(|n| n.config.clone()).collect();
         cluster.init_pki(&configs, &cluster.admin_token_file());
-        for id in 1..=n {
-            cluster.start_node(id);
-        }
-        cluster.wait_for_leader(Duration::from_secs(30));
         cluster
     }
 
@@ -162,7 +171,8 @@ impl Cluster {
             "node_id = {id}\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\n\
              data_dir = \"data\"\n\n\
              {members}[raft]\nsnapshot_after_entries = {snap}\nmax_in_snapshot_log_to_keep = {keep}\n\n\
-             [server]\nsweep_interval_ms = {sweep}\nagent_cert_ttl_ms = {agent_ttl}\n",
+             [server]\nsweep_interval_ms = {sweep}\nagent_cert_ttl_ms = {agent_ttl}\n\
+             leader_wait_ms = {leader_wait}\n",
             id = spec.id,
             rest = spec.rest,
             grpc = spec.grpc,
@@ -171,6 +181,7 @@ impl Cluster {
             keep = o.keep_entries_after_snapshot,
             sweep = o.sweep_interval_ms,
             agent_ttl = o.agent_cert_ttl_ms,
+            leader_wait = o.leader_wait_ms,
         );
         let config = base.join("node.toml");
         std::fs::write(&config, text).expect("config");

@@ -66,6 +66,10 @@ pub struct ServerSettings {
     pub schedule_interval_ms: u64,
     /// How long a request waits for a leader, a forward or a read index.
     pub request_timeout_ms: u64,
+    /// How long a write or a follower's read that arrives while this node knows no leader (an
+    /// election under way) waits for the election's outcome before it is refused with 503
+    /// "no leader is known" (Consul's `rpc_hold_timeout`). 0 refuses at once.
+    pub leader_wait_ms: u64,
     /// Host names (besides IP literals, `localhost` and the node's own listen, advertised
     /// and member addresses) that REST requests may name in `Host`: the names a load
     /// balancer or DNS gives the node. Anything else is refused, which defeats DNS
@@ -81,6 +85,11 @@ pub struct ServerSettings {
 /// one certificate life).
 pub const AGENT_CERT_TTL_MS_MIN: u64 = squadron_pki::cluster_ca::ENROLLED_CERT_VALIDITY_MS_MIN;
 pub const AGENT_CERT_TTL_MS_MAX: u64 = 24 * 3_600 * 1_000;
+/// `server.leader_wait_ms` by default: an election takes one to two election timeouts (0.4–0.8
+/// s by default), and a node leaderless for longer is most likely cut off from a quorum.
+pub const LEADER_WAIT_MS_DEFAULT: u64 = 2_000;
+/// The longest `server.leader_wait_ms`: a client should hear back within a minute.
+pub const LEADER_WAIT_MS_MAX: u64 = 60_000;
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -89,6 +98,7 @@ impl Default for ServerSettings {
             sweep_interval_ms: 1_000,
             schedule_interval_ms: 500,
             request_timeout_ms: 5_000,
+            leader_wait_ms: LEADER_WAIT_MS_DEFAULT,
             allowed_hosts: Vec::new(),
             agent_cert_ttl_ms: AGENT_CERT_TTL_MS_MAX,
         }
@@ -189,6 +199,15 @@ impl NodeConfig {
             if !(10..=600_000).contains(&v) {
                 return Err(invalid(field, format!("must be 10..=600000 ms, got {v}")));
             }
+        }
+        if self.server.leader_wait_ms > LEADER_WAIT_MS_MAX {
+            return Err(invalid(
+                "server.leader_wait_ms",
+                format!(
+                    "must be 0..={LEADER_WAIT_MS_MAX} ms, got {}",
+                    self.server.leader_wait_ms
+                ),
+            ));
         }
         if !(AGENT_CERT_TTL_MS_MIN..=AGENT_CERT_TTL_MS_MAX).contains(&self.server.agent_cert_ttl_ms)
         {
@@ -295,5 +314,19 @@ mod tests {
         let mut c = config();
         c.server.agent_cert_ttl_ms = AGENT_CERT_TTL_MS_MIN;
         assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn a_leader_wait_out_of_bounds_is_refused_naming_the_field() {
+        assert_eq!(config().server.leader_wait_ms, LEADER_WAIT_MS_DEFAULT);
+        for ok in [0, LEADER_WAIT_MS_MAX] {
+            let mut c = config();
+            c.server.leader_wait_ms = ok;
+            assert!(c.validate().is_ok(), "{ok}");
+        }
+        let mut c = config();
+        c.server.leader_wait_ms = LEADER_WAIT_MS_MAX + 1;
+        let e = c.validate().expect_err("out of bounds").to_string();
+        assert!(e.contains("server.leader_wait_ms"), "{e}");
     }
 }

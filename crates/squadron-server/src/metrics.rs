@@ -175,6 +175,12 @@ fn writes(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
     )?;
     counter(
         e,
+        "squadron_writes_leader_waited",
+        "Writes that arrived while this node knew no leader and waited for an election",
+        stats.leader_waits.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
         "squadron_forward_requests",
         "Requests that carried this node's forwarded writes to the leader (a batch is one)",
         node.writes.forwarder().requests(),

@@ -87,6 +87,7 @@ impl ControlNode {
         mcp_denials: crate::mcp_denials::McpDenials,
     ) -> Result<Arc<Self>, PeerError> {
         let timeout = Duration::from_millis(config.server.request_timeout_ms);
+        let leader_wait = Duration::from_millis(config.server.leader_wait_ms);
         // The one client of every call to another node.
         let tls_config = tls
             .peer_client()
@@ -107,7 +108,7 @@ impl ControlNode {
             let (raft, peer) = (raft.clone(), peer.clone());
             ReadIndexRounds::new(Arc::new(move || {
                 let (raft, peer) = (raft.clone(), peer.clone());
-                Box::pin(async move { remote_read_index(&raft, &peer).await })
+                Box::pin(async move { remote_read_index(&raft, &peer, leader_wait).await })
             }))
         };
         let clock = Arc::new(ClusterClock::new(state.clone()));
@@ -116,7 +117,10 @@ impl ControlNode {
             raft.clone(),
             clock.clone(),
             peer,
-            timeout,
+            crate::write_path::WriteTimeouts {
+                proposal: timeout,
+                leader_wait,
+            },
             config.server.body_bytes_max,
         );
         Ok(Arc::new(Self {
@@ -270,9 +274,14 @@ async fn leader_read_index(
     )))
 }
 
-/// On a follower: one read-index request to the leader.
-async fn remote_read_index(raft: &RaftNode, peer: &PeerClient) -> Result<Option<u64>, String> {
-    let Some((_, leader)) = raft_view::leader(raft) else {
+/// On a follower: one read-index request to the leader, once an election under way, if any,
+/// has one (waiting up to `leader_wait`).
+async fn remote_read_index(
+    raft: &RaftNode,
+    peer: &PeerClient,
+    leader_wait: Duration,
+) -> Result<Option<u64>, String> {
+    let Some((_, leader)) = raft_view::await_leader(raft, leader_wait).await else {
         return Err("no leader is known; retry shortly".into());
     };
     peer.read_index(&leader).await.map_err(|e| match e {

@@ -2,6 +2,7 @@
 //! from openraft's metrics. Both the write path and the read path need the leader's addresses.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use squadron_raft::RaftNode;
 use squadron_store::{NodeAddr, NodeId};
@@ -16,6 +17,24 @@ pub fn leader(raft: &RaftNode) -> Option<(NodeId, NodeAddr)> {
         .get_node(&leader)
         .cloned()?;
     Some((leader, node))
+}
+
+/// The leader as this node knows it; when it knows none (an election is under way), waits for
+/// one, up to `within` (`server.leader_wait_ms`). Nothing is proposed while it waits, so a
+/// request that still finds no leader can be refused as never applied.
+pub async fn await_leader(raft: &RaftNode, within: Duration) -> Option<(NodeId, NodeAddr)> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut changes = raft.metrics();
+    loop {
+        if let Some(found) = leader(raft) {
+            return Some(found);
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => continue,
+            // Timed out, or Raft shut down.
+            _ => return None,
+        }
+    }
 }
 
 /// This node's own id.

@@ -48,6 +48,15 @@ pub struct WriteStats {
     pub proposals_rejected: AtomicU64,
     /// Writes this node forwarded to the leader.
     pub forwards: AtomicU64,
+    /// Writes that arrived while this node knew no leader, and so waited for an election.
+    pub leader_waits: AtomicU64,
+}
+
+/// How long a write may wait: for its entry to commit, and for a leader when none is known.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteTimeouts {
+    pub proposal: Duration,
+    pub leader_wait: Duration,
 }
 
 pub struct WritePath {
@@ -55,6 +64,8 @@ pub struct WritePath {
     raft: RaftNode,
     /// How long a proposal may wait for its entry to commit.
     timeout: Duration,
+    /// How long a write that finds no leader waits for an election (`server.leader_wait_ms`).
+    leader_wait: Duration,
     peer: PeerClient,
     /// Writes proposed on this node share Raft entries (`Command::Batch`).
     batcher: ProposalBatcher,
@@ -80,15 +91,20 @@ impl WritePath {
         raft: RaftNode,
         clock: Arc<ClusterClock>,
         peer: PeerClient,
-        timeout: Duration,
+        timeouts: WriteTimeouts,
         body_bytes_max: usize,
     ) -> WritePath {
+        let WriteTimeouts {
+            proposal: timeout,
+            leader_wait,
+        } = timeouts;
         WritePath {
             id,
             batcher: ProposalBatcher::start(raft.clone(), clock, timeout),
             forwarder: ForwardBatcher::start(peer.clone(), body_bytes_max),
             raft,
             timeout,
+            leader_wait,
             peer,
             stats: WriteStats::default(),
         }
@@ -138,7 +154,8 @@ impl WritePath {
 
     /// Proposes a command through the leader and answers with what applying it answered. On
     /// a follower the command is forwarded to the leader once; the caller sees the result,
-    /// never "not leader".
+    /// never "not leader". During an election it waits for the outcome (up to
+    /// `server.leader_wait_ms`) rather than refusing at once.
     pub async fn write(
         &self,
         subject: Subject,
@@ -147,12 +164,14 @@ impl WritePath {
     ) -> Result<Response, WriteError> {
         // A follower that knows the leader sends the write there at once rather than
         // learning it from a refused proposal.
-        if !raft_view::is_leader(&self.raft, self.id) {
-            if let Some((_, leader)) = raft_view::leader(&self.raft) {
+        match self.leader().await {
+            None => return Err(WriteError::NoLeader),
+            Some((id, leader)) if id != self.id => {
                 return self
                     .forward(leader, subject, command, idempotency_key)
-                    .await;
+                    .await
             }
+            Some(_) => {}
         }
         match self
             .propose_here(subject.clone(), command.clone(), idempotency_key.clone())
@@ -164,9 +183,26 @@ impl WritePath {
                 self.forward(leader, subject, command, idempotency_key)
                     .await
             }
-            Err(WriteError::NotLeader { leader: None }) => Err(WriteError::NoLeader),
+            // This node lost its leadership as it proposed. The proposal was refused before
+            // anything was appended, so the write can go once to the election's winner.
+            Err(WriteError::NotLeader { leader: None }) => match self.leader().await {
+                Some((id, leader)) if id != self.id => {
+                    self.forward(leader, subject, command, idempotency_key)
+                        .await
+                }
+                _ => Err(WriteError::NoLeader),
+            },
             answer => answer,
         }
+    }
+
+    /// The leader as this node knows it, waiting for an election's outcome when it knows none.
+    async fn leader(&self) -> Option<(NodeId, NodeAddr)> {
+        if let Some(known) = raft_view::leader(&self.raft) {
+            return Some(known);
+        }
+        self.stats.leader_waits.fetch_add(1, Ordering::Relaxed);
+        raft_view::await_leader(&self.raft, self.leader_wait).await
     }
 
     async fn forward(
