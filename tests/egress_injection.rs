@@ -1,8 +1,9 @@
 //! Issue 14 item 8 end to end: a credential an admin binds to an upstream never enters the
-//! sandbox. A real node, a real worker (bubblewrap, cgroups, an `isolated` namespace of
-//! loopback only), and a TLS stand-in for the upstream in a namespace of the test's own: the
-//! upstream gets the key, while no process of the sandbox has it in its environment, command
-//! line or memory, and no file in the sandbox holds it.
+//! sandbox. A real node, real workers (bubblewrap, cgroups, an `isolated` namespace of
+//! loopback only; and dockerd, an `outbound` container), and a TLS stand-in for the upstream
+//! in a namespace of the test's own: the upstream gets the key, while no process of the
+//! sandbox has it in its environment, command line or memory, and no file in the sandbox
+//! holds it.
 
 mod egress_upstream;
 mod support;
@@ -35,8 +36,21 @@ print("after", *post(key), flush=True)
 PY
 "#;
 
+/// The same calls from a container of the agent image, which has busybox's `wget`: the
+/// answer, or wget's line naming the status it refused.
+const WGET_SCRIPT: &str = r#"echo "file=${ANTHROPIC_API_KEY_FILE:-none}"
+call() { wget -q -O - --header "x-api-key: $1" --header "content-type: application/json" --post-data '{"model":"m"}' "$ANTHROPIC_BASE_URL/v1/messages?beta=true" 2>&1 | tr '\n' ' '; }
+echo "good $(call "$ANTHROPIC_API_KEY")"
+echo "forged $(call sqd_egress_forged_0123456789abcdef)"
+sleep 8
+"#;
+
 fn manifest(repo: &Path, vm: &str) -> String {
-    let indented: String = SCRIPT.lines().map(|l| format!("    {l}\n")).collect();
+    manifest_with(repo, vm, SCRIPT)
+}
+
+fn manifest_with(repo: &Path, vm: &str, script: &str) -> String {
+    let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: egress\nrepository:\n  url: {repo}\n  \
          branch: main\nagent:\n  prompt: call the API\n  provider: script\n  script: |\n{indented}\
@@ -159,7 +173,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
     // A sandbox that cannot take it is refused at submission, naming the field; nothing stored.
     let before = http_get(&format!("{url}/api/v1/tasks")).expect("tasks");
     for (vm, field) in [
-        ("  runtime: docker\n", "vm.runtime"),
+        ("  runtime: kvm\n  network_mode: isolated\n", "vm.runtime"),
         ("  network_mode: full\n", "vm.network_mode"),
     ] {
         let refused = submit_yaml(&url, &manifest(&repo, vm));
@@ -170,6 +184,28 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
         http_get(&format!("{url}/api/v1/tasks")).expect("tasks"),
         before
     );
+
+    // Docker: the proxy listens in the container's own namespace, on its loopback, before the
+    // sandbox agent starts the provider.
+    let docker_id = unique_worker_id("egress-docker");
+    let docker = WorkerProc::start_with(
+        dir.path(),
+        &docker_id,
+        vec![url.clone()],
+        "docker",
+        vec!["--egress-ca".into(), upstream.ca.display().to_string()],
+    );
+    run_in_docker(&url, &repo, &docker_id, &secret);
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["headers"]["x-api-key"], secret, "{requests:?}");
+    assert_eq!(requests[0]["path"], "/api/v1/messages?beta=true");
+    let log = std::fs::read_to_string(&docker.log).unwrap_or_default();
+    assert!(
+        !log.contains(&secret),
+        "the Docker worker's log holds the value"
+    );
+    assert_no_bytes_below(&docker.data_dir, secret.as_bytes(), "worker data", "inbox");
 
     // `isolated`: no network but its own loopback, where the worker's proxy listens (the
     // real CLIs run it under `outbound`, in tests/real_providers.rs).
@@ -234,8 +270,8 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
     // The upstream got the value, once, in its header, on the bound path; never the
     // placeholder. The forged request and the one after the revocation never left the worker.
     let requests = upstream.requests();
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    let got = &requests[0];
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    let got = &requests[1];
     assert_eq!(got["path"], "/api/v1/messages?beta=true", "{got}");
     assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
     assert_eq!(got["body"], "{\"model\":\"m\"}", "{got}");
@@ -258,4 +294,71 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
         "node data and logs",
         "",
     );
+}
+
+/// A task in an `outbound` container: it calls through the proxy, the forged placeholder is
+/// refused, and neither the container's configuration nor its output holds the value.
+fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
+    let vm = "  runtime: docker\n  network_mode: outbound\n";
+    let reply = submit_yaml(url, &manifest_with(repo, vm, WGET_SCRIPT));
+    assert!(reply.ok(), "{reply:?}");
+    let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
+    let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
+    wait_until(TASK_TIMEOUT, || {
+        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("forged"))
+    })
+    .unwrap_or_else(|_| {
+        panic!(
+            "no call: {:?}",
+            http_get(&format!("{url}/api/v1/tasks/{task}"))
+        )
+    });
+    // While it runs: the container's configuration has the placeholder's file, not the value.
+    let ps = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-q",
+            "--filter",
+            &format!("label=squadron.worker={worker}"),
+        ])
+        .output()
+        .expect("docker ps");
+    let ids = String::from_utf8_lossy(&ps.stdout).into_owned();
+    assert_eq!(ids.split_whitespace().count(), 1, "{ids:?}");
+    let inspect = std::process::Command::new("docker")
+        .arg("inspect")
+        .args(ids.split_whitespace())
+        .output()
+        .expect("docker inspect");
+    let inspect = String::from_utf8_lossy(&inspect.stdout);
+    assert!(inspect.contains("/mnt/run"), "{inspect}");
+    assert!(!inspect.contains(secret), "docker inspect holds the value");
+    let sandboxed = pids_with_env("sqd_egress_");
+    assert!(
+        !sandboxed.is_empty(),
+        "no process of the container holds the placeholder"
+    );
+    for pid in &sandboxed {
+        assert!(
+            !memory_holds(*pid, secret.as_bytes()),
+            "process {pid} of the container holds the value in its memory"
+        );
+    }
+
+    let t = wait_task_state(url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    let (_, stdout) = http_text(&stdout_url).expect("stdout");
+    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{stdout}");
+    assert!(stdout.contains("file=none"), "no file for it: {stdout}");
+    assert!(
+        stdout.contains("good data: one  data: two"),
+        "the answer streamed back: {stdout}"
+    );
+    assert!(
+        stdout.contains("forged") && stdout.contains("401"),
+        "a forged placeholder is refused: {stdout}"
+    );
+    let (_, events) =
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
+    assert!(events.contains("egress_closed"), "{events}");
+    assert!(!events.contains(secret), "{events}");
 }

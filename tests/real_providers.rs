@@ -241,6 +241,17 @@ fn codex_completes_a_task_with_its_key_injected_at_egress() {
     codex_completes_a_task_with("process", Delivery::Egress("authorization", "Bearer "));
 }
 
+/// The same in a container: the proxy listens on the container's own loopback.
+#[test]
+fn claude_code_completes_a_task_in_docker_with_its_key_injected_at_egress() {
+    claude_code_completes_a_task_with("docker", Delivery::Egress("x-api-key", ""));
+}
+
+#[test]
+fn codex_completes_a_task_in_docker_with_its_key_injected_at_egress() {
+    codex_completes_a_task_with("docker", Delivery::Egress("authorization", "Bearer "));
+}
+
 fn claude_code_completes_a_task(runtime: &str) {
     claude_code_completes_a_task_with(runtime, Delivery::File);
 }

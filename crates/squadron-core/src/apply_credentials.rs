@@ -10,7 +10,7 @@ use crate::credential::{
 use crate::credential_egress::EgressBinding;
 use crate::ids::{CredentialId, TaskId};
 use crate::limits::{CREDENTIALS_MAX, CREDENTIAL_DESCRIPTION_BYTES_MAX, CREDENTIAL_LEASES_MAX};
-use crate::manifest::{CredentialRef, NetworkMode, RuntimeKind, TaskSpec};
+use crate::manifest::{CredentialRef, Keyword as _, NetworkMode, RuntimeKind, TaskSpec};
 use crate::rejection::{Entity, Rejection};
 use crate::response::{GrantedCredential, Outcome};
 use crate::state::State;
@@ -336,17 +336,19 @@ fn check_description(text: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// A credential injected at egress needs a sandbox whose network namespace the worker makes
-/// before its provider starts, for the proxy's listener on its loopback: the process
-/// runtime's `isolated`, `outbound` and `gateway` networks, for now (`full` is the host's).
+/// A credential injected at egress needs a sandbox with a network namespace of its own that
+/// the worker can reach into before its provider starts, for the proxy's listener on its
+/// loopback: the process and Docker runtimes' `isolated`, `outbound` and `gateway` networks
+/// (`full` is the host's; a KVM guest is another kernel).
 pub fn check_egress_sandbox(spec: &TaskSpec, id: &CredentialId) -> Result<(), Rejection> {
     let sandbox = &spec.sandbox;
-    if sandbox.runtime != RuntimeKind::Process {
+    if !matches!(sandbox.runtime, RuntimeKind::Process | RuntimeKind::Docker) {
         return Err(Rejection::invalid(
             "vm.runtime",
             format!(
-                "credential {id} is injected at egress, which only the process runtime serves \
-                 so far"
+                "credential {id} is injected at egress, which the process and Docker runtimes \
+                 serve, not {}",
+                sandbox.runtime.as_str()
             ),
         ));
     }

@@ -114,14 +114,22 @@ fn inv_13_a_sandbox_that_cannot_take_an_injected_credential_is_refused_naming_th
     assert_eq!(fx.state.check_credential_refs(&outbound), Ok(()));
     fx.ok(set("cred_a", Some(binding())));
     assert_eq!(fx.state.check_credential_refs(&outbound), Ok(()));
-    for mode in ["gateway", "isolated"] {
-        let own = spec(&format!("{REFS}sandbox:\n  network_mode: {mode}\n"));
-        assert_eq!(fx.state.check_credential_refs(&own), Ok(()), "{mode}");
+    for runtime in ["process", "docker"] {
+        for mode in ["gateway", "isolated", "outbound"] {
+            let own = spec(&format!(
+                "{REFS}sandbox:\n  runtime: {runtime}\n  network_mode: {mode}\n"
+            ));
+            let checked = fx.state.check_credential_refs(&own);
+            assert_eq!(checked, Ok(()), "{runtime} {mode}");
+        }
     }
     for (sandbox, field) in [
-        ("sandbox:\n  runtime: docker\n", "vm.runtime"),
         ("sandbox:\n  runtime: kvm\n", "vm.runtime"),
         ("sandbox:\n  network_mode: full\n", "vm.network_mode"),
+        (
+            "sandbox:\n  runtime: docker\n  network_mode: full\n",
+            "vm.network_mode",
+        ),
     ] {
         let refused = fx
             .state
@@ -131,6 +139,6 @@ fn inv_13_a_sandbox_that_cannot_take_an_injected_credential_is_refused_naming_th
     }
     // Unbound again, the same manifests are fine: the file goes into any sandbox.
     fx.ok(set("cred_a", None));
-    let docker = spec(&format!("{REFS}sandbox:\n  runtime: docker\n"));
-    assert_eq!(fx.state.check_credential_refs(&docker), Ok(()));
+    let kvm = spec(&format!("{REFS}sandbox:\n  runtime: kvm\n"));
+    assert_eq!(fx.state.check_credential_refs(&kvm), Ok(()));
 }

@@ -24,6 +24,7 @@ use zeroize::Zeroizing;
 
 use crate::control_link::ControlLink;
 use crate::error::WorkerError;
+use crate::task::credential_session::file_variable;
 
 /// The proxy's port on the sandbox's loopback.
 pub(crate) const EGRESS_PORT: u16 = 4180;
@@ -128,13 +129,16 @@ impl EgressSession {
     }
 
     /// The mounts injected here (no `{MOUNT}_FILE` for them).
-    pub(crate) fn mounts(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn mounts(&self) -> impl Iterator<Item = &str> + Clone {
         self.routes.keys().map(String::as_str)
     }
 
-    /// What the sandbox's environment gets: base URLs and the placeholder, nothing secret.
-    pub(crate) fn env(&self) -> BTreeMap<String, String> {
-        sandbox_env(self.mounts(), &self.placeholder.expose())
+    /// `egress.env`, which `launch.sh` sources before the provider starts: base URLs and the
+    /// placeholder, nothing secret, exported, and each injected mount's `{MOUNT}_FILE` unset (no file is
+    /// made for it). A file rather than the sandbox's environment because a sandbox agent's
+    /// container or guest exists before the lease is taken.
+    pub(crate) fn env_script(&self) -> Result<String, WorkerError> {
+        env_script(self.mounts(), &self.placeholder.expose())
     }
 
     /// Serves the proxy on `listener` (a socket in the sandbox's namespace) until closed.
@@ -194,6 +198,29 @@ fn sandbox_env<'a>(
     env
 }
 
+/// `egress.env`'s text for `mounts` (see [`EgressSession::env_script`]).
+fn env_script<'a>(
+    mounts: impl Iterator<Item = &'a str> + Clone,
+    placeholder: &str,
+) -> Result<String, WorkerError> {
+    let mut text = String::from(
+        "# Written by the Squadron worker: credentials injected at egress. The values stay \
+         with the worker;\n# these are its proxy's addresses and a placeholder it accepts for \
+         this attempt only.\n",
+    );
+    for mount in mounts.clone() {
+        text.push_str(&format!("unset {}\n", file_variable(mount)));
+    }
+    for (name, value) in sandbox_env(mounts, placeholder) {
+        let value = shlex::try_quote(&value).map_err(|e| WorkerError::Invalid {
+            field: "credential_refs.mount".to_owned(),
+            message: format!("{name}: {e}"),
+        })?;
+        text.push_str(&format!("export {name}={value}\n"));
+    }
+    Ok(text)
+}
+
 /// The client that reaches upstreams: TLS only, the system's anchors and `extra_ca`, no
 /// redirects (a redirect would carry the value elsewhere).
 fn upstream_client(extra_ca: Option<&Path>) -> Result<reqwest::Client, WorkerError> {
@@ -247,5 +274,28 @@ mod tests {
         assert_eq!(env["OPENAI_API_KEY"], placeholder);
         assert_eq!(env.len(), 9, "{:?}", env.keys());
         assert!(placeholder.starts_with("sqd_egress_"));
+    }
+
+    /// `egress.env` as `sh` reads it: the `_FILE` variable gone, every variable exported.
+    #[test]
+    fn the_egress_env_file_exports_the_variables_and_drops_the_file_variable() {
+        let placeholder = SecretToken::generate(TokenKind::Egress).expose();
+        let text = env_script(["anthropic_api_key"].into_iter(), &placeholder).unwrap();
+        assert!(text.contains("unset ANTHROPIC_API_KEY_FILE\n"), "{text}");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &format!("{text}\nenv")])
+            .env("ANTHROPIC_API_KEY_FILE", "/nowhere")
+            .output()
+            .unwrap();
+        let env = String::from_utf8(out.stdout).unwrap();
+        assert!(!env.contains("ANTHROPIC_API_KEY_FILE"), "{env}");
+        assert!(
+            env.contains(&format!("ANTHROPIC_API_KEY={placeholder}\n")),
+            "{env}"
+        );
+        assert!(
+            env.contains("ANTHROPIC_BASE_URL=http://127.0.0.1:4180/anthropic_api_key\n"),
+            "{env}"
+        );
     }
 }

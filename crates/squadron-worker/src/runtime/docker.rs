@@ -537,6 +537,38 @@ impl Runtime for DockerRuntime {
         self.config.agent_binary.is_some()
     }
 
+    /// Only with the agent: it starts the provider once RUNNING, after the proxy listens;
+    /// a container that runs its provider from the start could ask before that.
+    fn serves_egress(&self) -> bool {
+        self.runs_agent()
+    }
+
+    /// Binds the proxy's listener in the running container's own network namespace (its
+    /// init's), so the provider reaches it on the container's loopback.
+    async fn serve_egress(
+        &self,
+        handle: &SandboxHandle,
+        egress: &Arc<crate::egress::EgressSession>,
+    ) -> Result<(), WorkerError> {
+        let id = docker_id(handle)?;
+        let found = self.inspect(id).await?;
+        let pid = found
+            .and_then(|c| c.state)
+            .and_then(|s| s.pid)
+            .filter(|pid| *pid > 0)
+            .ok_or_else(|| {
+                WorkerError::runtime(
+                    RUNTIME_NAME,
+                    format!("container {id} is not running: no network to serve egress in"),
+                )
+            })?;
+        let netns = PathBuf::from(format!("/proc/{pid}/ns/net"));
+        let address = crate::egress::EgressSession::address();
+        let listener = squadron_isolation::namespace_listener::bind_in_namespace(&netns, address)
+            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, e.to_string()))?;
+        egress.serve(listener)
+    }
+
     fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
         if spec.full_control {
             return Ok((0, 0));

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use squadron_core::ids::TaskId;
-use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use squadron_core::manifest::{Keyword as _, NetworkMode, RuntimeKind};
 
 use crate::error::WorkerError;
 use crate::task::credential_session::CredentialSession;
@@ -179,6 +179,27 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     /// directly.
     fn runs_agent(&self) -> bool {
         false
+    }
+
+    /// Whether credentials injected at egress can reach this runtime's sandboxes: the worker's
+    /// proxy needs a socket in the sandbox's own network namespace, made before the provider
+    /// starts.
+    fn serves_egress(&self) -> bool {
+        false
+    }
+
+    /// Serves egress injection's proxy on the loopback of a started sandbox whose agent has
+    /// not started the provider yet. (The process runtime serves it as it starts the
+    /// provider, in `start`.)
+    async fn serve_egress(
+        &self,
+        _handle: &SandboxHandle,
+        _egress: &std::sync::Arc<crate::egress::EgressSession>,
+    ) -> Result<(), WorkerError> {
+        Err(WorkerError::runtime(
+            self.kind().as_str(),
+            "this runtime does not serve credentials injected at egress".to_owned(),
+        ))
     }
 
     /// Whether the agent reaches its relay over a channel the runtime provides (a VM's

@@ -366,6 +366,10 @@ impl Runtime for ProcessRuntime {
         RuntimeKind::Process
     }
 
+    fn serves_egress(&self) -> bool {
+        true
+    }
+
     fn sandbox_owner(&self, _spec: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
         Ok(self.config.sandbox_user.map_or((0, 0), SandboxUser::pair))
     }

@@ -563,6 +563,12 @@ impl TaskDriver {
                 if let Err(why) = self.take_credentials(runtime.as_ref(), &mut spec).await {
                     return Ok(self.fail(TaskState::Ready, None, why).await);
                 }
+                if let Some(egress) = &spec.egress {
+                    if let Err(e) = runtime.serve_egress(&handle, egress).await {
+                        let why = format!("credentials: serving egress injection: {e}");
+                        return Ok(self.fail(TaskState::Ready, None, why).await);
+                    }
+                }
             }
         } else if runtime.status(&handle).await? == RunStatus::Created {
             let mut spec = self.launch_spec().await?;

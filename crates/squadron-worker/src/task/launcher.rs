@@ -47,6 +47,12 @@ pub(crate) const SANDBOX_MOUNT_PREFIX: &str = "/mnt";
 pub(crate) const LAUNCH_SCRIPT_NAME: &str = "launch.sh";
 pub(crate) const PROMPT_FILE_NAME: &str = "prompt.txt";
 pub(crate) const SCRIPT_FILE_NAME: &str = "script.sh";
+/// What the sandbox's environment gets for credentials injected at egress (base URLs, the
+/// placeholder), written when the lease is taken — after a sandbox agent's container or
+/// guest was made — and read by `launch.sh` before anything else. The lease's holder writes
+/// and removes it (`task/driver/credentials.rs`), never `launch.sh`'s writer: a sandbox
+/// agent's `launch.sh` is written again while the provider starts.
+pub(crate) const EGRESS_ENV_FILE_NAME: &str = "egress.env";
 /// The sandbox's fixed environment, whatever the worker's own.
 pub(crate) const SANDBOX_PATH: &str =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -153,6 +159,7 @@ pub(crate) fn prepare_launch_with_mounts(
         &provider_argv,
         &LaunchPaths {
             prompt: format!("{run}/{PROMPT_FILE_NAME}"),
+            egress_env: format!("{run}/{EGRESS_ENV_FILE_NAME}"),
             stdout: format!("{outbox}/progress/stdout.log"),
             stderr: format!("{outbox}/progress/stderr.log"),
             workdir,
@@ -373,6 +380,7 @@ pub(crate) fn cli_script(
 /// Sandbox paths `launch.sh` wires together.
 struct LaunchPaths<'a> {
     prompt: String,
+    egress_env: String,
     stdout: String,
     stderr: String,
     workdir: &'a str,
@@ -399,10 +407,12 @@ fn launch_script(
          # Output is appended to the task's progress logs; exec hands signals to the provider.\n\
          exec <{prompt} >>{stdout} 2>>{stderr}\n\
          cd {workdir} || exit {LAUNCH_WORKDIR_EXIT_CODE}\n\
+         if [ -r {egress_env} ]; then . {egress_env} || exit 1; fi\n\
          {key}\
          exec {command}\n",
         task = dir.task(),
         prompt = quote(&paths.prompt)?,
+        egress_env = quote(&paths.egress_env)?,
         stdout = quote(&paths.stdout)?,
         stderr = quote(&paths.stderr)?,
         workdir = quote(paths.workdir)?,
@@ -961,6 +971,36 @@ mod tests {
             }
             assert!(!launch_text(&dir).contains(KEY));
         }
+    }
+
+    /// `egress.env`, written when an egress-injected credential is leased, is read before the
+    /// probes and the provider: its variables reach the provider and its `{MOUNT}_FILE` is
+    /// gone. Writing `launch.sh` again leaves it be.
+    #[test]
+    fn launch_sh_reads_the_egress_environment_before_the_probes_and_the_provider() {
+        let (_tmp, dir) = task_dir(17);
+        host_layout(&dir);
+        let egress_env = dir.run().join(EGRESS_ENV_FILE_NAME);
+        let mut spec = spec_for("/srv/repo");
+        spec.agent.script =
+            Some("echo \"file=${ANTHROPIC_API_KEY_FILE:-none} url=$ANTHROPIC_BASE_URL\"\n".into());
+        let mut plan = host_plan(&dir, &spec, "/inbox");
+        assert!(
+            !egress_env.exists(),
+            "an earlier attempt's file outlived launch.sh's writing"
+        );
+        plan.env
+            .insert("ANTHROPIC_API_KEY_FILE".into(), "/nowhere".into());
+        write(
+            &egress_env,
+            "unset ANTHROPIC_API_KEY_FILE\nexport ANTHROPIC_BASE_URL='http://127.0.0.1:4180/a'\n",
+        );
+        assert_eq!(run_on_host(&dir, &plan, None), 0);
+        let out = std::fs::read_to_string(dir.stdout_log()).unwrap();
+        assert_eq!(out, "file=none url=http://127.0.0.1:4180/a\n");
+        // A file the shell cannot read through fails the launch rather than running without.
+        write(&egress_env, "exit_not_a_command() {\n");
+        assert_ne!(run_on_host(&dir, &plan, None), 0);
     }
 
     /// The readiness probes run before the provider: the first that fails stops `launch.sh`

@@ -5,10 +5,13 @@ use std::sync::Arc;
 
 use super::TaskDriver;
 use crate::runtime::{LaunchSpec, Runtime};
-use squadron_core::manifest::{Keyword as _, NetworkMode, RuntimeKind};
+use squadron_core::manifest::{Keyword as _, NetworkMode};
 
 use crate::egress::EgressSession;
-use crate::task::credential_session::{file_variable, CredentialSession};
+use crate::error::WorkerError;
+use crate::support::{remove_path, write_atomic};
+use crate::task::credential_session::CredentialSession;
+use crate::task::launcher::EGRESS_ENV_FILE_NAME;
 
 impl TaskDriver {
     /// Takes the lease the manifest's credentials need and writes the files for the sandbox
@@ -40,24 +43,21 @@ impl TaskDriver {
             self.ctx.config.egress_ca.as_deref(),
         )
         .map_err(|e| format!("credentials: {e}"))?;
-        if let Some(egress) = &egress {
+        if egress.is_some() {
             let injected = grant.credentials.iter().find(|c| c.egress.is_some());
             let id = injected.map(|c| c.id.to_string()).unwrap_or_default();
-            let fits = runtime.kind() == RuntimeKind::Process && spec.network != NetworkMode::Full;
-            if !fits {
+            if !runtime.serves_egress() || spec.network == NetworkMode::Full {
                 return Err(format!(
                     "credentials: credential {id} is injected at egress, which needs the process \
-                     runtime with network_mode isolated, outbound or gateway (this attempt: {} \
-                     runtime, {} network)",
+                     or Docker runtime with network_mode isolated, outbound or gateway (this \
+                     attempt: {} runtime, {} network)",
                     runtime.kind().as_str(),
                     spec.network.as_str()
                 ));
             }
-            for mount in egress.mounts() {
-                spec.env.remove(&file_variable(mount));
-            }
-            spec.env.extend(egress.env());
         }
+        self.write_egress_env(egress.as_deref())
+            .map_err(|e| format!("credentials: {e}"))?;
         let owner = runtime.sandbox_owner(spec).map_err(|e| e.to_string())?;
         let redactor = session
             .fill(&grant, owner)
@@ -72,10 +72,23 @@ impl TaskDriver {
         Ok(())
     }
 
+    /// `run/egress.env` for this attempt's injected credentials, or none: an earlier
+    /// attempt's placeholder would be refused.
+    fn write_egress_env(&self, egress: Option<&EgressSession>) -> Result<(), WorkerError> {
+        let path = self.dir.run().join(EGRESS_ENV_FILE_NAME);
+        match egress {
+            Some(egress) => write_atomic(&path, egress.env_script()?.as_bytes()),
+            None => remove_path(&path),
+        }
+    }
+
     /// The attempt is over here: redact what it wrote, then drop the values and the files.
     pub(super) fn end_credentials(&mut self) {
         if let Some(egress) = self.egress.take() {
             egress.close();
+            if let Err(e) = self.write_egress_env(None) {
+                tracing::warn!(task = %self.task, error = %e, "cannot remove egress.env");
+            }
             self.event(serde_json::json!({"event": "egress_closed"}));
         }
         let Some(session) = CredentialSession::of(
