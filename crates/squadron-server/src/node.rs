@@ -281,7 +281,8 @@ async fn remote_read_index(
     peer: &PeerClient,
     leader_wait: Duration,
 ) -> Result<Option<u64>, String> {
-    let Some((_, leader)) = raft_view::await_leader(raft, leader_wait).await else {
+    raft_view::await_leader(raft, leader_wait).await;
+    let Some((_, leader)) = raft_view::leader(raft) else {
         return Err("no leader is known; retry shortly".into());
     };
     peer.read_index(&leader).await.map_err(|e| match e {

@@ -19,15 +19,21 @@ pub fn leader(raft: &RaftNode) -> Option<(NodeId, NodeAddr)> {
     Some((leader, node))
 }
 
-/// The leader as this node knows it; when it knows none (an election is under way), waits for
-/// one, up to `within` (`server.leader_wait_ms`). Nothing is proposed while it waits, so a
-/// request that still finds no leader can be refused as never applied.
-pub async fn await_leader(raft: &RaftNode, within: Duration) -> Option<(NodeId, NodeAddr)> {
+/// The leader this node knows of, by id: openraft names one exactly while this node's vote is
+/// committed, so `None` means an election is under way (or never ended).
+pub fn leader_id(raft: &RaftNode) -> Option<NodeId> {
+    raft.metrics().borrow().current_leader
+}
+
+/// Waits until this node knows a leader (an election under way has its outcome), up to
+/// `within` (`server.leader_wait_ms`); answers its id. Nothing is proposed while it waits, so
+/// a request that still finds no leader can be refused as never applied.
+pub async fn await_leader(raft: &RaftNode, within: Duration) -> Option<NodeId> {
     let deadline = tokio::time::Instant::now() + within;
     let mut changes = raft.metrics();
     loop {
-        if let Some(found) = leader(raft) {
-            return Some(found);
+        if let Some(id) = leader_id(raft) {
+            return Some(id);
         }
         match tokio::time::timeout_at(deadline, changes.changed()).await {
             Ok(Ok(())) => continue,

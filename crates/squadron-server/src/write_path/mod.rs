@@ -52,6 +52,12 @@ pub struct WriteStats {
     pub leader_waits: AtomicU64,
 }
 
+/// Where a write goes.
+enum LeaderAt {
+    Here,
+    There(NodeAddr),
+}
+
 /// How long a write may wait: for its entry to commit, and for a leader when none is known.
 #[derive(Debug, Clone, Copy)]
 pub struct WriteTimeouts {
@@ -166,12 +172,12 @@ impl WritePath {
         // learning it from a refused proposal.
         match self.leader().await {
             None => return Err(WriteError::NoLeader),
-            Some((id, leader)) if id != self.id => {
+            Some(LeaderAt::There(leader)) => {
                 return self
                     .forward(leader, subject, command, idempotency_key)
                     .await
             }
-            Some(_) => {}
+            Some(LeaderAt::Here) => {}
         }
         match self
             .propose_here(subject.clone(), command.clone(), idempotency_key.clone())
@@ -186,7 +192,7 @@ impl WritePath {
             // This node lost its leadership as it proposed. The proposal was refused before
             // anything was appended, so the write can go once to the election's winner.
             Err(WriteError::NotLeader { leader: None }) => match self.leader().await {
-                Some((id, leader)) if id != self.id => {
+                Some(LeaderAt::There(leader)) => {
                     self.forward(leader, subject, command, idempotency_key)
                         .await
                 }
@@ -196,13 +202,19 @@ impl WritePath {
         }
     }
 
-    /// The leader as this node knows it, waiting for an election's outcome when it knows none.
-    async fn leader(&self) -> Option<(NodeId, NodeAddr)> {
-        if let Some(known) = raft_view::leader(&self.raft) {
-            return Some(known);
+    /// Where the leader is, waiting for an election's outcome when this node knows none.
+    /// `None`: no leader within the wait, or one whose addresses this node does not have.
+    async fn leader(&self) -> Option<LeaderAt> {
+        if raft_view::leader_id(&self.raft).is_none() {
+            self.stats.leader_waits.fetch_add(1, Ordering::Relaxed);
+            raft_view::await_leader(&self.raft, self.leader_wait).await?;
         }
-        self.stats.leader_waits.fetch_add(1, Ordering::Relaxed);
-        raft_view::await_leader(&self.raft, self.leader_wait).await
+        // This node first: a leader that is leaving the membership still leads (and
+        // proposes) until that change commits, though its addresses are gone from it.
+        if raft_view::is_leader(&self.raft, self.id) {
+            return Some(LeaderAt::Here);
+        }
+        raft_view::leader(&self.raft).map(|(_, addr)| LeaderAt::There(addr))
     }
 
     async fn forward(
