@@ -1,7 +1,7 @@
 //! A worker killed with SIGKILL while its task runs, then restarted: it re-adopts the running
 //! sandbox (cgroup leaf or container) by its path or labels, starts nothing twice, and
 //! finishes the task. A worker silent long enough to be declared lost registers again when its
-//! heartbeat is refused.
+//! heartbeat is refused; one silent only through a leader change keeps its grace.
 
 mod support;
 
@@ -147,15 +147,7 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
         "no STAGING → FAILED line for task {task_id}: {transitions:#?}"
     );
     assert_json_log(&cluster.nodes[&1].log, "control node started");
-    let pid = worker.child.as_ref().expect("running").id().to_string();
-    let signal = |name: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([&format!("-{name}"), &pid])
-            .status()
-            .expect("kill")
-            .success();
-        assert!(ok, "kill -{name} {pid}");
-    };
+    let signal = |name: &str| signal(&worker, name);
     signal("STOP");
     let lost = wait_until(Duration::from_secs(30), || {
         http_get(&worker_url).is_ok_and(|w| w["status"] == "lost")
@@ -174,6 +166,68 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
         "did not register again: {:?}\n{}",
         http_get(&worker_url),
         tail(&worker.log)
+    );
+}
+
+fn signal(worker: &WorkerProc, name: &str) {
+    let pid = worker.child.as_ref().expect("running").id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{name} {pid}");
+}
+
+/// A worker's heartbeats go to the leader, so it cannot be heard while an election runs and it
+/// finds the new leader. Here it is stopped (SIGSTOP) 4 s before the leader is killed and
+/// resumed 1.5 s after the new leader is seen (7.5 s at least): silent past its 6 s TTL from
+/// its last heartbeat, but not from the new term's start. The new leader gives it that grace
+/// (`LeaderSweep`): it is never lost and never registers again. Without the grace the new
+/// leader's first sweep, within a second of its election, declares it lost.
+#[test]
+fn a_worker_silent_through_a_leader_change_is_not_lost_within_its_grace() {
+    let mut cluster = Cluster::start(3);
+    let id = unique_worker_id("w-grace");
+    let worker = WorkerProc::start_with(
+        cluster.dir.path(),
+        &id,
+        cluster.urls(),
+        "process",
+        vec!["--heartbeat-interval-ms".into(), "2000".into()],
+    );
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let survivor = cluster.url(if leader == 1 { 2 } else { 1 });
+    let worker_url = format!("{survivor}/api/v1/workers/{id}");
+    let registered =
+        |w: &serde_json::Value| w["registered_at_ms"].as_u64().expect("registered_at_ms");
+    let first = http_get(&worker_url).expect("worker");
+    assert_eq!(first["ttl_ms"], 6000, "{first:#}");
+    signal(&worker, "STOP");
+    let stopped = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.kill(leader);
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(30));
+    assert_ne!(new_leader, leader);
+    let resume_at = (stopped + Duration::from_millis(7_500))
+        .max(std::time::Instant::now() + Duration::from_millis(1_500));
+    std::thread::sleep(resume_at.saturating_duration_since(std::time::Instant::now()));
+    let before_resume = http_get(&worker_url).expect("worker");
+    signal(&worker, "CONT");
+    // Past the new term's grace: a worker not heard by then would be lost.
+    std::thread::sleep(Duration::from_secs(8));
+    let after = http_get(&worker_url).expect("worker");
+    for (when, w) in [("before SIGCONT", &before_resume), ("after", &after)] {
+        assert_eq!(
+            (&w["status"], registered(w)),
+            (&serde_json::json!("alive"), registered(&first)),
+            "{when}: the worker was lost across the leader change: {w:#}\n{}",
+            tail(&worker.log)
+        );
+    }
+    assert!(
+        after["last_heartbeat_ms"].as_u64() > first["last_heartbeat_ms"].as_u64(),
+        "no heartbeat reached the new leader: {after:#}"
     );
 }
 

@@ -218,27 +218,32 @@ impl State {
         })
     }
 
-    /// True when a sweep at `now_ms` would change something; lets the leader skip idle sweeps
-    /// instead of writing an entry every interval.
-    pub fn sweep_due(&self, now_ms: u64) -> bool {
+    /// True when a sweep at `now_ms` by a leader whose term started at `term_started_ms` would
+    /// change something; lets the leader skip idle sweeps instead of writing an entry every
+    /// interval.
+    pub fn sweep_due(&self, now_ms: u64, term_started_ms: u64) -> bool {
         let now = now_ms.max(self.clock_ms);
         self.lease_expiry.first().is_some_and(|(at, _)| *at <= now)
-            || self
-                .workers
-                .values()
-                .any(|w| w.status == WorkerStatus::Alive && w.is_silent(now))
+            || self.silent_workers(now, term_started_ms).next().is_some()
             || self
                 .idempotency
                 .oldest_at()
                 .is_some_and(|at| at.saturating_add(crate::limits::IDEMPOTENCY_RETENTION_MS) <= now)
     }
 
-    pub(crate) fn sweep(&mut self, now: u64) -> Result<Outcome, Rejection> {
+    /// Alive workers silent past their TTL, counted from no earlier than `term_started_ms`.
+    fn silent_workers(&self, now: u64, term_started_ms: u64) -> impl Iterator<Item = &Worker> {
+        self.workers.values().filter(move |w| {
+            w.status == WorkerStatus::Alive && w.is_silent_since(now, term_started_ms)
+        })
+    }
+
+    /// `term_started_ms` is the proposing leader's term start (`LeaderSweep`), 0 for the older
+    /// `Sweep` that gave no grace.
+    pub(crate) fn sweep(&mut self, now: u64, term_started_ms: u64) -> Result<Outcome, Rejection> {
         let leases_fenced = self.fence_expired(now);
         let silent: Vec<WorkerId> = self
-            .workers
-            .values()
-            .filter(|w| w.status == WorkerStatus::Alive && w.is_silent(now))
+            .silent_workers(now, term_started_ms)
             .map(|w| w.id.clone())
             .collect();
         let mut report = SweepReport {

@@ -223,7 +223,8 @@ impl State {
             C::RegisterWorker(c) => self.register_worker(now, s, c),
             C::WorkerHeartbeat(c) => self.worker_heartbeat(now, s, c),
             C::DecommissionWorker(c) => self.decommission_worker(now, s, c),
-            C::Sweep => self.sweep(now),
+            C::Sweep => self.sweep(now, 0),
+            C::LeaderSweep(c) => self.sweep(now, c.term_started_ms),
             // `apply` unpacks batches; one reaching here was nested.
             C::Batch(_) => Err(Rejection::invalid("command", "a batch cannot hold a batch")),
             C::CreateOperatorToken(c) => self.create_operator_token(now, s, c),

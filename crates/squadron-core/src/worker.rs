@@ -45,6 +45,16 @@ impl Worker {
         now_ms >= self.last_heartbeat_ms.saturating_add(self.ttl_ms)
     }
 
+    /// True once the worker has been silent past its TTL counted from the later of its last
+    /// heartbeat and `heard_from_ms` (a leader's term start: it could not be heard before).
+    pub fn is_silent_since(&self, now_ms: u64, heard_from_ms: u64) -> bool {
+        now_ms
+            >= self
+                .last_heartbeat_ms
+                .max(heard_from_ms)
+                .saturating_add(self.ttl_ms)
+    }
+
     /// Alive and its heartbeat fresh as of `now_ms`.
     pub fn is_live(&self, now_ms: u64) -> bool {
         self.status == WorkerStatus::Alive && !self.is_silent(now_ms)

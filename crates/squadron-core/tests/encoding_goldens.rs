@@ -81,6 +81,9 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("assign_project_tasks", r#"{"assign_project_tasks":{"assignments":[{"task":7,"worker":"w1"}]}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464290107027731"),
     ("set_profile_credentials", r#"{"set_profile_credentials":{"profile":3,"credential_refs":[{"id":"cred_a","mount":"anthropic_api_key"}]}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642a030106637265645f6111616e7468726f7069635f6170695f6b6579"),
     ("grant_agent_credential_lease", r#"{"grant_agent_credential_lease":{"fence":{"profile":3,"lease":5,"generation":2},"worker":"w1"}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642b030502027731"),
+    ("set_credential_egress", r#"{"set_credential_egress":{"id":"cred_a","egress":null}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642c06637265645f6100"),
+    ("register_worker_with_policy", r#"{"register_worker_with_policy":{"registration":{"worker":"w1","address":"127.0.0.1:9000","runtimes":["process"],"capacity":2,"labels":{},"heartbeat_interval_ms":1000},"policy":{"network_modes":["isolated","outbound"],"full_control":false,"repository_sources":["https","ssh","local"],"cpus_max":4,"memory_bytes_max":null,"disk_bytes_max":null}}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642d0277310e3132372e302e302e313a3930303001000200fb03e8020001000300020401040000"),
+    ("leader_sweep", r#"{"leader_sweep":{"term_started_ms":1700000000050}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642efd0000018bcfe56832"),
 
 ];
 
@@ -358,7 +361,65 @@ const VARIANTS: &[&str] = &[
     "assign_project_tasks",
     "set_profile_credentials",
     "grant_agent_credential_lease",
+    "set_credential_egress",
+    "register_worker_with_policy",
+    "leader_sweep",
 ];
+
+/// The declaration index of each variant: an exhaustive match, so a variant added to `Command`
+/// does not compile here until it has a golden (and its place in `VARIANTS`).
+fn variant_index(command: &Command) -> usize {
+    use Command as C;
+    match command {
+        C::CreateProject(_) => 0,
+        C::AttachSandbox(_) => 1,
+        C::DetachSandbox(_) => 2,
+        C::CreateProfile(_) => 3,
+        C::SetCapabilityManifest(_) => 4,
+        C::GrantMcpUse(_) => 5,
+        C::RevokeMcpUse(_) => 6,
+        C::AcquireLease(_) => 7,
+        C::RenewLease(_) => 8,
+        C::RenewLeases(_) => 9,
+        C::ReleaseLease(_) => 10,
+        C::FenceLease(_) => 11,
+        C::RecordReapEvidence(_) => 12,
+        C::GracefulTakeover(_) => 13,
+        C::CrashTakeover(_) => 14,
+        C::CommitCapsule(_) => 15,
+        C::PostMessage(_) => 16,
+        C::AckMessages(_) => 17,
+        C::SubmitTask(_) => 18,
+        C::AssignTasks(_) => 19,
+        C::ReportTransition(_) => 20,
+        C::ReportProgress(_) => 21,
+        C::CancelTask(_) => 22,
+        C::RegisterWorker(_) => 23,
+        C::WorkerHeartbeat(_) => 24,
+        C::DecommissionWorker(_) => 25,
+        C::Sweep => 26,
+        C::Batch(_) => 27,
+        C::CreateOperatorToken(_) => 28,
+        C::RevokeOperatorToken(_) => 29,
+        C::MintBootstrapToken(_) => 30,
+        C::Enroll(_) => 31,
+        C::RecordCertificate(_) => 32,
+        C::RevokeIdentity(_) => 33,
+        C::PutCredential(_) => 34,
+        C::RotateCredential(_) => 35,
+        C::RevokeCredential(_) => 36,
+        C::GrantCredentialLease(_) => 37,
+        C::SetWorkerPolicy(_) => 38,
+        C::RequestAgentOperation(_) => 39,
+        C::AgentCheckIn(_) => 40,
+        C::AssignProjectTasks(_) => 41,
+        C::SetProfileCredentials(_) => 42,
+        C::GrantAgentCredentialLease(_) => 43,
+        C::SetCredentialEgress(_) => 44,
+        C::RegisterWorkerWithPolicy(_) => 45,
+        C::LeaderSweep(_) => 46,
+    }
+}
 
 fn new_command(json: &str) -> Command {
     serde_json::from_str(json).unwrap_or_else(|e| panic!("new golden does not decode: {e}"))
@@ -420,6 +481,10 @@ fn the_goldens_cover_every_command_variant() {
             .map(|(_, json, _)| new_command(json).name()),
     );
     assert_eq!(names, VARIANTS);
+    let mut commands: Vec<Command> = GOLDENS.iter().map(command).collect();
+    commands.extend(NEW_GOLDENS.iter().map(|(_, json, _)| new_command(json)));
+    let indexes: Vec<usize> = commands.iter().map(variant_index).collect();
+    assert_eq!(indexes, (0..VARIANTS.len()).collect::<Vec<_>>());
     let mut labelled: Vec<&str> = GOLDENS.iter().map(|g| g.name).collect();
     labelled.extend(NEW_GOLDENS.iter().map(|(name, _, _)| *name));
     assert_eq!(labelled, VARIANTS);

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::access::Subject;
-use squadron_core::command::AssignTasks;
+use squadron_core::command::{AssignTasks, LeaderSweep};
 use squadron_core::limits::ASSIGNMENTS_PER_BATCH_MAX;
 use squadron_core::scheduler::{schedule, Plan};
 use squadron_core::Command;
 use tokio::sync::watch;
 
 use crate::node::ControlNode;
+use crate::raft_view;
 
 pub fn spawn(
     node: Arc<ControlNode>,
@@ -26,12 +27,18 @@ pub fn spawn(
         ));
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         place.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut term_start = TermStart::default();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = sweep.tick() => {
-                    if node.is_leader() && sweep_due(&node) {
-                        if let Err(e) = node.propose_here(Subject::System, Command::Sweep, None).await {
+                    let Some(term) = raft_view::led_term(&node.raft, node.id) else {
+                        continue;
+                    };
+                    let term_started_ms = term_start.observe(term, node.clock.now_ms());
+                    if sweep_due(&node, term_started_ms) {
+                        let command = Command::LeaderSweep(LeaderSweep { term_started_ms });
+                        if let Err(e) = node.propose_here(Subject::System, command, None).await {
                             tracing::debug!(error = ?e, "sweep not proposed");
                         }
                     }
@@ -73,9 +80,48 @@ fn plan_commands(plan: Plan) -> Vec<Command> {
 
 /// Whether the leader proposes a sweep now: something is due, or the replicated clock is a
 /// tick old (`clock::CLOCK_TICK_MS`: a node starting its clock never starts further back).
-fn sweep_due(node: &ControlNode) -> bool {
+fn sweep_due(node: &ControlNode, term_started_ms: u64) -> bool {
     let now = node.clock.now_ms();
     let replicated = node.state.clock_ms();
     now.saturating_sub(replicated) >= crate::clock::CLOCK_TICK_MS
-        || node.state.with_state(|s| s.sweep_due(now))
+        || node.state.with_state(|s| s.sweep_due(now, term_started_ms))
+}
+
+/// When this process first saw itself lead its current term, on the cluster clock. Seen at a
+/// sweep tick, so up to one interval late: the grace it gives workers errs long, never short.
+/// A restarted leader that openraft resumes in the same term starts afresh, as it should: its
+/// workers could not reach it while it was down.
+#[derive(Debug, Default)]
+struct TermStart {
+    seen: Option<(u64, u64)>,
+}
+
+impl TermStart {
+    fn observe(&mut self, term: u64, now_ms: u64) -> u64 {
+        match self.seen {
+            Some((t, since_ms)) if t == term => since_ms,
+            _ => {
+                self.seen = Some((term, now_ms));
+                now_ms
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TermStart;
+
+    #[test]
+    fn a_term_starts_when_first_seen_and_a_new_term_starts_again() {
+        let mut start = TermStart::default();
+        assert_eq!(start.observe(3, 1_000), 1_000);
+        assert_eq!(start.observe(3, 5_000), 1_000);
+        assert_eq!(
+            start.observe(4, 9_000),
+            9_000,
+            "a later term is a new start"
+        );
+        assert_eq!(start.observe(4, 12_000), 9_000);
+    }
 }

@@ -52,6 +52,13 @@ pub fn is_leader(raft: &RaftNode, id: NodeId) -> bool {
     raft.metrics().borrow().current_leader == Some(id)
 }
 
+/// The term this node leads, if it leads.
+pub fn led_term(raft: &RaftNode, id: NodeId) -> Option<u64> {
+    let metrics = raft.metrics();
+    let metrics = metrics.borrow();
+    (metrics.current_leader == Some(id)).then_some(metrics.current_term)
+}
+
 /// Members of the current configuration: addresses, and whether each is a voter.
 pub fn members(raft: &RaftNode) -> BTreeMap<NodeId, (NodeAddr, bool)> {
     let metrics = raft.metrics().borrow().clone();

@@ -13,6 +13,7 @@ mod batch;
 mod credentials;
 mod leases;
 mod mailboxes;
+mod maintenance;
 mod projects;
 mod tasks;
 mod workers;
@@ -37,6 +38,7 @@ pub use leases::{
     RecordReapEvidence, ReleaseLease, RenewLease, RenewLeases,
 };
 pub use mailboxes::{AckMessages, PostMessage};
+pub use maintenance::LeaderSweep;
 pub use projects::{
     AttachSandbox, CreateProfile, CreateProject, DetachSandbox, GrantMcpUse, RevokeMcpUse,
     SetCapabilityManifest,
@@ -148,6 +150,11 @@ pub enum Command {
 
     // --- workers, continued ------------------------------------------------------------------
     RegisterWorkerWithPolicy(RegisterWorkerWithPolicy),
+
+    // --- maintenance, continued ----------------------------------------------------------
+    /// What a leader proposes in place of `Sweep` (which older logs still hold): the same sweep,
+    /// with workers given a grace after a leader change.
+    LeaderSweep(LeaderSweep),
 }
 
 impl Command {
@@ -200,6 +207,7 @@ impl Command {
             Command::GrantAgentCredentialLease(_) => "grant_agent_credential_lease",
             Command::SetCredentialEgress(_) => "set_credential_egress",
             Command::RegisterWorkerWithPolicy(_) => "register_worker_with_policy",
+            Command::LeaderSweep(_) => "leader_sweep",
         }
     }
 
@@ -215,6 +223,7 @@ impl Command {
                 | Command::AssignTasks(_)
                 | Command::AssignProjectTasks(_)
                 | Command::Sweep
+                | Command::LeaderSweep(_)
                 | Command::Batch(_)
         )
     }
@@ -247,7 +256,11 @@ impl Command {
                 } => format!("project {tenant}/{project}"),
                 crate::manifest::Placement::Dedicated => format!("task {:?}", c.spec.name),
             },
-            C::AssignTasks(_) | C::AssignProjectTasks(_) | C::Sweep | C::Batch(_) => String::new(),
+            C::AssignTasks(_)
+            | C::AssignProjectTasks(_)
+            | C::Sweep
+            | C::LeaderSweep(_)
+            | C::Batch(_) => String::new(),
             C::ReportTransition(c) => format!("task {}", c.task),
             C::ReportProgress(c) => format!("task {}", c.task),
             C::CancelTask(c) => format!("task {}", c.task),

@@ -242,16 +242,16 @@ fn project_placed_tasks_go_to_the_sandbox_worker_only() {
 fn sweep_is_due_only_when_it_would_change_something() {
     let mut fx = Fx::new();
     let p = fx.profile("a");
-    assert!(!fx.state.sweep_due(fx.now));
+    assert!(!fx.state.sweep_due(fx.now, 0));
     let g = fx.acquire(p);
-    assert!(!fx.state.sweep_due(fx.now + TTL - 1));
-    assert!(fx.state.sweep_due(g.expires_at_ms));
+    assert!(!fx.state.sweep_due(fx.now + TTL - 1, 0));
+    assert!(fx.state.sweep_due(g.expires_at_ms, 0));
     fx.advance(TTL);
     fx.register_worker(worker());
     fx.ok(Command::Sweep);
-    assert!(!fx.state.sweep_due(fx.now));
+    assert!(!fx.state.sweep_due(fx.now, 0));
     assert!(
-        fx.state.sweep_due(fx.now + WORKER_TTL),
+        fx.state.sweep_due(fx.now + WORKER_TTL, 0),
         "a silent worker is due"
     );
 }

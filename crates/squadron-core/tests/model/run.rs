@@ -230,7 +230,7 @@ impl Run {
             .values()
             .any(|l| l.state == MLeaseState::Active && now >= l.expires_at);
         assert_eq!(
-            self.core.sweep_due(env.at_ms),
+            self.core.sweep_due(env.at_ms, 0),
             expired_active,
             "INV-5/INV-9: sweep_due judges expiry by command time, {ctx}"
         );
