@@ -19,6 +19,7 @@ pub mod projects;
 pub mod queries;
 pub mod tasks;
 pub mod tokens;
+pub mod trace_id;
 pub mod worker_control;
 pub mod workers;
 
@@ -46,6 +47,7 @@ pub use queries::{
 };
 pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
+pub use trace_id::{TraceId, TRACEPARENT_HEADER};
 pub use worker_control::{Addressed, CurrentWriter, ProjectRef};
 pub use workers::{Decommission, RegisterWorker};
 

@@ -23,6 +23,7 @@ pub mod read_index_rounds;
 pub mod rest;
 pub mod resumed_term;
 pub mod tls;
+pub mod trace;
 pub mod write_path;
 
 use std::collections::BTreeMap;
@@ -273,6 +274,7 @@ fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
             node.clone(),
             authz::grpc_guard,
         ))
+        .layer(axum::middleware::from_fn(trace::layer))
 }
 
 /// The peer listener's services: Raft and the node-to-node protocol. `lib.rs` wraps it so

@@ -11,6 +11,7 @@ mod calls;
 
 use backon::Retryable;
 use squadron_api::error_body::{ERROR_BODY_METADATA, ERROR_CODE_METADATA};
+use squadron_api::{TraceId, TRACEPARENT_HEADER};
 use squadron_client::ErrorBody;
 use squadron_client::{ClientError, GrpcLeader, SquadronClient};
 use squadron_core::command::TransitionDetail;
@@ -139,10 +140,12 @@ impl ControlLink {
         self.grpc.reset().await;
     }
 
-    /// Reports a transition to the leader over gRPC, resending under the same key until it
-    /// is answered (a follower's refusal names the leader; the next attempt goes there).
+    /// Reports a transition to the leader over gRPC, resending under the same key (and trace
+    /// id) until it is answered (a follower's refusal names the leader; the next attempt goes
+    /// there).
     pub(crate) async fn transition(
         &self,
+        trace: TraceId,
         task: TaskId,
         attempt: u32,
         from: TaskState,
@@ -167,6 +170,7 @@ impl ControlLink {
             .call_leader(REPORT_ATTEMPTS_MAX, |mut client| {
                 let mut request = tonic::Request::new(req.clone());
                 keyed(&mut request, &key);
+                traced(&mut request, trace);
                 async move { client.report_transition(request).await }
             })
             .await;
@@ -393,6 +397,14 @@ const CONTROL_ATTEMPTS_MAX: u32 = 3;
 const CALL_ATTEMPTS_MAX: u32 = 5;
 
 /// The idempotency key of a call, in the metadata the server reads it from.
+/// Sends the call's trace id as W3C `traceparent` metadata: the leader names it in the log line
+/// of the command the call proposed, as the worker does in its own.
+fn traced<T>(request: &mut tonic::Request<T>, trace: TraceId) {
+    if let Ok(value) = tonic::metadata::MetadataValue::try_from(trace.traceparent()) {
+        request.metadata_mut().insert(TRACEPARENT_HEADER, value);
+    }
+}
+
 fn keyed<T>(request: &mut tonic::Request<T>, key: &str) {
     // The REST header's name; gRPC metadata keys are lowercase.
     let name = squadron_client::IDEMPOTENCY_HEADER.to_ascii_lowercase();

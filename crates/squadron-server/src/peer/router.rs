@@ -40,7 +40,8 @@ async fn run_forwarded(
     node: &ControlNode,
     request: ProposeRequest,
 ) -> Result<Response, WriteError> {
-    node.propose_here(request.subject, request.command, request.idempotency_key)
+    let proposal = node.propose_here(request.subject, request.command, request.idempotency_key);
+    crate::trace::within(request.trace_id, proposal)
         .await
         .map_err(|e| match e {
             WriteError::NotLeader { .. } => WriteError::LeadershipMoved,

@@ -31,6 +31,9 @@ pub struct ProposeRequest {
     pub subject: Subject,
     pub command: Command,
     pub idempotency_key: Option<IdempotencyKey>,
+    /// The write's trace id, named in the leader's log line of its apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<squadron_api::TraceId>,
 }
 
 /// Writes forwarded together; each is proposed as if it had come alone.
@@ -113,6 +116,7 @@ mod tests {
                 subject: Subject::System,
                 command: Command::Sweep,
                 idempotency_key: (i > 0).then(|| IdempotencyKey::new(format!("k{i}")).unwrap()),
+                trace_id: (i == 2).then(squadron_api::TraceId::random),
             })
             .collect();
         let encoded: Vec<Vec<u8>> = requests

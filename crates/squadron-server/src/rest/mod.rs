@@ -291,6 +291,7 @@ pub fn router(node: AppState) -> Router {
             browser_guard::guard,
         ))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(crate::trace::layer))
         .with_state(node)
 }
 

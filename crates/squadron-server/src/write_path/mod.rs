@@ -229,6 +229,7 @@ impl WritePath {
             subject,
             command,
             idempotency_key,
+            trace_id: crate::trace::current(),
         };
         self.forwarder.forward(leader, request).await
     }

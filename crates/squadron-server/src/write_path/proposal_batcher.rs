@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
+use squadron_api::TraceId;
 use squadron_core::access::Subject;
 use squadron_core::codec::command_encoded_len;
 use squadron_core::command::Batch;
@@ -64,7 +65,32 @@ struct Pending {
     key: Option<IdempotencyKey>,
     command: Command,
     bytes: usize,
+    traced: Traced,
     reply: oneshot::Sender<Result<Response, WriteError>>,
+}
+
+/// What the "command applied" line names of a write: its request's trace id and its command.
+#[derive(Debug, Clone, Copy)]
+struct Traced {
+    trace: Option<TraceId>,
+    command: &'static str,
+}
+
+impl Traced {
+    fn of(command: &Command) -> Self {
+        Self {
+            trace: crate::trace::current(),
+            command: command.name(),
+        }
+    }
+
+    /// Logged once its entry is applied here; at debug, as a line per write would cost a
+    /// busy leader more than its fsyncs.
+    fn applied(&self, index: u64, response: &Response) {
+        let trace_id = self.trace.map(|t| t.to_string()).unwrap_or_default();
+        let (command, rejected) = (self.command, !response.is_ok());
+        tracing::debug!(trace_id, index, command, rejected, "command applied");
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +127,7 @@ impl ProposalBatcher {
         let (reply, answer) = oneshot::channel();
         let bytes = command_encoded_len(&command);
         let pending = Pending {
+            traced: Traced::of(&command),
             subject,
             key,
             command,
@@ -174,17 +201,20 @@ async fn commit(raft: &RaftNode, at_ms: u64, mut batch: Vec<Pending>, stats: &Ba
             command: p.command,
         };
         let answer = raft.client_write(envelope).await;
-        if answer.is_ok() {
+        if let Ok(r) = &answer {
             count(1);
+            p.traced.applied(r.log_id.index, &r.data);
         }
         let _ = p.reply.send(answer.map(|r| r.data).map_err(failure));
         return;
     }
     let mut replies = Vec::with_capacity(batch.len());
+    let mut traced = Vec::with_capacity(batch.len());
     let commands = batch
         .into_iter()
         .map(|p| {
             replies.push(p.reply);
+            traced.push(p.traced);
             BatchedCommand {
                 idempotency_key: p.key,
                 subject: p.subject,
@@ -202,7 +232,8 @@ async fn commit(raft: &RaftNode, at_ms: u64, mut batch: Vec<Pending>, stats: &Ba
         Ok(r) => match r.data {
             Response::Ok(Outcome::Batch { responses }) if responses.len() == replies.len() => {
                 count(replies.len());
-                for (reply, response) in replies.into_iter().zip(responses) {
+                for ((reply, response), traced) in replies.into_iter().zip(responses).zip(traced) {
+                    traced.applied(r.log_id.index, &response);
                     let _ = reply.send(Ok(response));
                 }
             }

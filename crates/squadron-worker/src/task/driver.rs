@@ -330,15 +330,18 @@ impl TaskDriver {
         to: TaskState,
         detail: TransitionDetail,
     ) -> Result<Step, WorkerError> {
+        // One trace id for the report and its resends; the leader's "command applied" line
+        // names it too.
+        let trace = squadron_api::TraceId::random();
         let answer = self
             .ctx
             .control
-            .transition(self.task, self.attempt, from, to, detail)
+            .transition(trace, self.task, self.attempt, from, to, detail)
             .await?;
         match answer {
             ReportAnswer::Recorded(state) => {
                 // The seed's transition log line: task_id, from, to.
-                tracing::info!(task_id = %self.task, attempt = self.attempt, from = %from, to = %state, "task transition");
+                tracing::info!(task_id = %self.task, attempt = self.attempt, from = %from, to = %state, trace_id = %trace, "task transition");
                 self.event(serde_json::json!({"event": "transition", "from": from, "to": state}));
                 self.checkpoint(|c| c.state = state);
                 Ok(if state.is_terminal() {
@@ -355,7 +358,7 @@ impl TaskDriver {
                 let ours = task.attempt == self.attempt
                     && task.worker.as_ref() == Some(&self.ctx.config.id);
                 if !ours || task.state.is_terminal() {
-                    tracing::info!(task = %self.task, state = %task.state, "the attempt is no longer ours or has ended");
+                    tracing::info!(task = %self.task, state = %task.state, trace_id = %trace, "the attempt is no longer ours or has ended");
                     return Ok(Step::Done);
                 }
                 if task.state == from {
