@@ -36,6 +36,25 @@ print("after", *post(key), flush=True)
 PY
 "#;
 
+/// Calls the API, prints the file credential's value (for redaction to find), then calls again
+/// after the test has killed and restarted the worker.
+const RESTART_SCRIPT: &str = r#"python3 - <<'PY'
+import os, urllib.request, urllib.error, time
+base, key = os.environ["ANTHROPIC_BASE_URL"], os.environ["ANTHROPIC_API_KEY"]
+def post(k):
+    r = urllib.request.Request(base + "/v1/messages", data=b'{"model":"m"}', method="POST",
+        headers={"x-api-key": k, "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(r, timeout=30) as a: return a.status, a.read().decode().replace("\n", " ")
+    except urllib.error.HTTPError as e: return e.code, e.read().decode()
+    except OSError as e: return "unreachable", str(e)
+print("file", open(os.environ["GH_TOKEN_FILE"]).read(), flush=True)
+print("before", *post(key), flush=True)
+time.sleep(15)
+print("after", *post(key), flush=True)
+PY
+"#;
+
 /// The same calls from a container of the agent image, which has busybox's `wget`: the
 /// answer, or wget's line naming the status it refused.
 const WGET_SCRIPT: &str = r#"echo "file=${ANTHROPIC_API_KEY_FILE:-none}"
@@ -50,13 +69,22 @@ fn manifest(repo: &Path, vm: &str) -> String {
 }
 
 fn manifest_with(repo: &Path, vm: &str, script: &str) -> String {
+    manifest_with_refs(
+        repo,
+        vm,
+        script,
+        "    - { id: cred_up, mount: anthropic_api_key }\n",
+    )
+}
+
+fn manifest_with_refs(repo: &Path, vm: &str, script: &str, refs: &str) -> String {
     let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: egress\nrepository:\n  url: {repo}\n  \
          branch: main\nagent:\n  prompt: call the API\n  provider: script\n  script: |\n{indented}\
          vm:\n{vm}startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
          session: {{ launcher: script, workdir: /workspace, cols: 80, rows: 24 }}\n  \
-         credential_refs:\n    - {{ id: cred_up, mount: anthropic_api_key }}\n  \
+         credential_refs:\n{refs}  \
          readiness: {{ probes: [] }}\n  \
          observation: {{ retention_class: short, redaction_profile: secrets-v1 }}\n",
         repo = repo.display()
@@ -361,4 +389,85 @@ fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
         http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
     assert!(events.contains("egress_closed"), "{events}");
     assert!(!events.contains(secret), "{events}");
+}
+
+/// A worker killed with SIGKILL while an attempt with an injected credential runs, then
+/// restarted: it adopts the sandbox, takes the credential lease again and serves the proxy
+/// again in the sandbox's namespace, accepting the placeholder the provider already holds; and
+/// what the provider printed of a file credential is still redacted at the end, though the
+/// values went with the killed worker.
+#[test]
+fn a_restarted_worker_serves_an_adopted_attempts_egress_again_and_still_redacts() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = git_repo(dir.path());
+    let upstream = Upstream::start(dir.path());
+    let mut worker = WorkerProc::start_with(
+        dir.path(),
+        &unique_worker_id("egress-restart"),
+        vec![url.clone()],
+        "process",
+        vec!["--egress-ca".into(), upstream.ca.display().to_string()],
+    );
+    let secret = format!("sk-egress-restart-{}", std::process::id() * 7919);
+    let file_secret = format!("ghp-file-restart-{}", std::process::id() * 104_729);
+    put_credential(&url, "cred_up", &secret);
+    put_credential(&url, "cred_file", &file_secret);
+    bind(&url, &upstream.url());
+    let refs = "    - { id: cred_up, mount: anthropic_api_key }\n    - { id: cred_file, mount: gh_token }\n";
+    let vm = "  runtime: process\n  network_mode: isolated\n";
+    let reply = submit_yaml(&url, &manifest_with_refs(&repo, vm, RESTART_SCRIPT, refs));
+    assert!(reply.ok(), "{reply:?}");
+    let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
+    let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
+    wait_until(TASK_TIMEOUT, || {
+        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("before"))
+    })
+    .unwrap_or_else(|_| {
+        panic!(
+            "no first call: {:?}\n{}",
+            http_text(&stdout_url),
+            tail(&worker.log)
+        )
+    });
+    worker.kill();
+    worker.spawn();
+    let t = wait_task_state(&url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    let (_, stdout) = http_text(&stdout_url).expect("stdout");
+    assert_eq!(
+        t["state"],
+        "COMPLETED",
+        "{t:#}\n{stdout}\n{}",
+        tail(&worker.log)
+    );
+    assert_eq!(t["attempt"], 1, "the same attempt: {t:#}");
+    assert!(stdout.contains("before 200"), "{stdout}");
+    assert!(
+        stdout.contains("after 200 data: one  data: two"),
+        "the proxy serves again after the restart: {stdout}"
+    );
+    assert!(
+        stdout.contains("file [REDACTED:cred_file]") && !stdout.contains(&file_secret),
+        "the file credential is redacted after the restart: {stdout}"
+    );
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for got in &requests {
+        assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
+    }
+    let (_, events) =
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
+    assert!(
+        events.contains("\"credentials_resumed\"") && events.contains("\"egress\":true"),
+        "{events}"
+    );
+    assert!(events.contains("egress_closed"), "{events}");
+    assert_no_bytes_below(&worker.data_dir, secret.as_bytes(), "worker data", "inbox");
+    assert_no_bytes_below(
+        &worker.data_dir,
+        file_secret.as_bytes(),
+        "worker data",
+        "inbox",
+    );
 }

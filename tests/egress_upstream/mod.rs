@@ -11,6 +11,8 @@ use squadron_pki::{CertUse, ClusterCa, SpiffeId, SubjectName};
 
 /// The upstream's port in its namespace.
 pub const UPSTREAM_PORT: u16 = 8443;
+/// Upstreams one test process runs, at most (each a /30 of its /24).
+const UPSTREAMS_PER_PROCESS_MAX: u8 = 64;
 
 const SERVER: &str = r#"
 import json, ssl, sys, http.server
@@ -61,14 +63,21 @@ fn quiet(args: &[&str]) -> std::io::Result<std::process::ExitStatus> {
 }
 
 impl Upstream {
-    /// The namespace `sqe-{pid}`, reached from the host over a veth pair addressed
-    /// 100.101.K.0/30 (shared address space, never a private range).
+    /// The namespace `sqe-{pid}-{n}` (the process's `n`th upstream: tests of one file run at
+    /// once), reached from the host over a veth pair addressed 100.101.K.4n/30 (shared
+    /// address space, never a private range).
     pub fn start(dir: &Path) -> Upstream {
+        static STARTED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+        let n =
+            STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % UPSTREAMS_PER_PROCESS_MAX;
         let pid = std::process::id();
         let k = (pid % 250) as u8;
-        let netns = format!("sqe-{pid}");
-        let host_if = format!("sqe{:04x}", pid % 0x10000);
-        let (host, address) = (Ipv4Addr::new(100, 101, k, 1), Ipv4Addr::new(100, 101, k, 2));
+        let netns = format!("sqe-{pid}-{n}");
+        let host_if = format!("sqe{:04x}{n:02x}", pid % 0x10000);
+        let (host, address) = (
+            Ipv4Addr::new(100, 101, k, 4 * n + 1),
+            Ipv4Addr::new(100, 101, k, 4 * n + 2),
+        );
         // A run killed before its drop left these.
         let _ = quiet(&["netns", "del", &netns]);
         let _ = quiet(&["link", "del", &host_if]);

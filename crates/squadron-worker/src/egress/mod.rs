@@ -5,7 +5,9 @@
 //! it creates inside the sandbox's network namespace — checks the placeholder, puts the value
 //! in the binding's header and forwards the request to the bound upstream over TLS
 //! (`proxy.rs`). The value lives only in this process's memory, for the attempt: the session
-//! closes when the attempt ends, and a restarted worker does not serve it again.
+//! closes when the attempt ends. A restarted worker that adopts a running attempt takes the
+//! lease again and serves the proxy again, accepting the placeholder the provider already
+//! holds (read back from `egress.env`, which the sandbox can read but not write).
 
 mod proxy;
 
@@ -82,12 +84,36 @@ impl std::fmt::Debug for EgressSession {
 }
 
 impl EgressSession {
-    /// The session for the granted values bound to an upstream; `None` when there are none.
+    /// The session for the granted values bound to an upstream, with a new placeholder;
+    /// `None` when there are none.
     pub(crate) fn of(
         task: TaskId,
         grant: &CredentialLeaseGrant,
         control: ControlLink,
         extra_ca: Option<&Path>,
+    ) -> Result<Option<Arc<EgressSession>>, WorkerError> {
+        Self::with_placeholder(task, grant, control, extra_ca, None)
+    }
+
+    /// The session of an adopted attempt: the placeholder is the one `egress_env` (the
+    /// attempt's `egress.env`, written by the worker's last life) gave the provider.
+    pub(crate) fn resumed(
+        task: TaskId,
+        grant: &CredentialLeaseGrant,
+        control: ControlLink,
+        extra_ca: Option<&Path>,
+        egress_env: &str,
+    ) -> Result<Option<Arc<EgressSession>>, WorkerError> {
+        let placeholder = placeholder_in(egress_env)?;
+        Self::with_placeholder(task, grant, control, extra_ca, Some(placeholder))
+    }
+
+    fn with_placeholder(
+        task: TaskId,
+        grant: &CredentialLeaseGrant,
+        control: ControlLink,
+        extra_ca: Option<&Path>,
+        placeholder: Option<SecretToken>,
     ) -> Result<Option<Arc<EgressSession>>, WorkerError> {
         let mut routes = BTreeMap::new();
         for v in &grant.credentials {
@@ -110,7 +136,10 @@ impl EgressSession {
         if routes.is_empty() {
             return Ok(None);
         }
-        let placeholder = SecretToken::generate(TokenKind::Egress);
+        let placeholder = match placeholder {
+            Some(kept) => kept,
+            None => SecretToken::generate(TokenKind::Egress),
+        };
         Ok(Some(Arc::new(EgressSession {
             task,
             lease: grant.lease,
@@ -198,6 +227,19 @@ fn sandbox_env<'a>(
     env
 }
 
+/// The placeholder an `egress.env` exports (every injected mount's variable holds the same).
+fn placeholder_in(egress_env: &str) -> Result<SecretToken, WorkerError> {
+    egress_env
+        .lines()
+        .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
+        .filter_map(|(_, value)| shlex::split(value)?.into_iter().next())
+        .find_map(|value| SecretToken::parse(TokenKind::Egress, &value).ok())
+        .ok_or_else(|| WorkerError::Invalid {
+            field: "egress.env".to_owned(),
+            message: "exports no placeholder".to_owned(),
+        })
+}
+
 /// `egress.env`'s text for `mounts` (see [`EgressSession::env_script`]).
 fn env_script<'a>(
     mounts: impl Iterator<Item = &'a str> + Clone,
@@ -249,6 +291,20 @@ fn upstream_client(extra_ca: Option<&Path>) -> Result<reqwest::Client, WorkerErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_placeholder_is_read_back_from_the_env_file_it_wrote() {
+        let placeholder = SecretToken::generate(TokenKind::Egress);
+        let text = env_script(
+            ["anthropic_api_key", "gh_token"].into_iter(),
+            &placeholder.expose(),
+        )
+        .expect("script");
+        let back = placeholder_in(&text).expect("a placeholder");
+        assert!(placeholder.hash().matches(&back));
+        let none = placeholder_in("# nothing\nexport A=b\n").expect_err("none");
+        assert!(none.to_string().contains("egress.env"), "{none}");
+    }
 
     #[test]
     fn the_sandbox_gets_base_urls_and_a_placeholder() {

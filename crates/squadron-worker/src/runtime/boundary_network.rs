@@ -120,11 +120,22 @@ impl BoundaryNetwork {
         let Some(text) = read_record(record)? else {
             return Ok(None);
         };
-        let mut words = text.split_whitespace();
-        let name = words.next().unwrap_or_default();
-        if words.next() != Some(GATEWAY_RECORD_WORD) {
+        if text.split_whitespace().nth(1) != Some(GATEWAY_RECORD_WORD) {
             return Ok(None);
         }
+        Self::recorded(config, record)
+    }
+
+    /// The attempt's own network that `record` names, whatever its mode: where a restarted
+    /// worker serves egress injection's proxy again.
+    pub(crate) fn recorded(
+        config: &NetworkConfig,
+        record: &Path,
+    ) -> Result<Option<SandboxNetwork>, WorkerError> {
+        let Some(text) = read_record(record)? else {
+            return Ok(None);
+        };
+        let name = text.split_whitespace().next().unwrap_or_default();
         Ok(SandboxNetwork::from_name(config, name))
     }
 

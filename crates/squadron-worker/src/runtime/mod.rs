@@ -188,9 +188,10 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
         false
     }
 
-    /// Serves egress injection's proxy on the loopback of a started sandbox whose agent has
-    /// not started the provider yet. (The process runtime serves it as it starts the
-    /// provider, in `start`.)
+    /// Serves egress injection's proxy on the loopback of a started sandbox: one whose agent
+    /// has not started the provider yet, or one adopted after a restart, whose proxy went with
+    /// the worker's last life. (The process runtime serves it as it starts the provider, in
+    /// `start`, and here only for an adopted sandbox.)
     async fn serve_egress(
         &self,
         _handle: &SandboxHandle,

@@ -366,6 +366,26 @@ impl Runtime for ProcessRuntime {
         RuntimeKind::Process
     }
 
+    /// For an adopted sandbox: its own namespace is the one its network record names.
+    async fn serve_egress(
+        &self,
+        handle: &SandboxHandle,
+        egress: &std::sync::Arc<crate::egress::EgressSession>,
+    ) -> Result<(), WorkerError> {
+        let leaf = self.leaf(handle)?;
+        let files = self.files(&leaf).ok_or_else(|| {
+            WorkerError::runtime(PROCESS_RUNTIME, format!("{} is not adopted", handle.id))
+        })?;
+        let net =
+            BoundaryNetwork::recorded(&self.config.network, &files.network)?.ok_or_else(|| {
+                WorkerError::Invalid {
+                    field: "network_mode".to_owned(),
+                    message: format!("{} has no network of its own to serve egress in", handle.id),
+                }
+            })?;
+        serve_egress(egress, &BoundaryNetwork::Own(net))
+    }
+
     fn serves_egress(&self) -> bool {
         true
     }

@@ -106,7 +106,7 @@ impl CredentialSession {
         owner: (u32, u32),
     ) -> Result<Redactor, WorkerError> {
         self.prepare()?;
-        let mut redactor = Redactor::default();
+        let redactor = Redactor::of_grant(grant);
         for value in &grant.credentials {
             if !self.refs.iter().any(|r| r.mount == value.mount) {
                 return Err(WorkerError::Invalid {
@@ -117,7 +117,6 @@ impl CredentialSession {
                     ),
                 });
             }
-            redactor.add(value.value.as_bytes(), value.id.as_str());
             // Injected at egress: the value stays in the worker's memory, never in a file.
             if value.egress.is_some() {
                 continue;
@@ -201,6 +200,15 @@ impl std::fmt::Debug for Redactor {
 }
 
 impl Redactor {
+    /// Every value of a lease grant, each standing in as its credential's id.
+    pub(crate) fn of_grant(grant: &CredentialLeaseGrant) -> Self {
+        let mut redactor = Redactor::default();
+        for value in &grant.credentials {
+            redactor.add(value.value.as_bytes(), value.id.as_str());
+        }
+        redactor
+    }
+
     pub(crate) fn add(&mut self, value: &[u8], id: &str) {
         if value.is_empty() {
             return;

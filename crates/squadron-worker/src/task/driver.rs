@@ -615,6 +615,7 @@ impl TaskDriver {
             self.reopen_relay(&runtime, &self.launch_spec().await?, &handle)
                 .await?;
         }
+        self.resume_credentials(runtime.as_ref(), &handle).await;
         let started = self
             .load_checkpoint()
             .and_then(|c| c.started_at_ms)

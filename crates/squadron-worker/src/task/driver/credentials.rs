@@ -4,13 +4,13 @@
 use std::sync::Arc;
 
 use super::TaskDriver;
-use crate::runtime::{LaunchSpec, Runtime};
+use crate::runtime::{LaunchSpec, Runtime, SandboxHandle};
 use squadron_core::manifest::{Keyword as _, NetworkMode};
 
 use crate::egress::EgressSession;
 use crate::error::WorkerError;
 use crate::support::{remove_path, write_atomic};
-use crate::task::credential_session::CredentialSession;
+use crate::task::credential_session::{CredentialSession, Redactor};
 use crate::task::launcher::EGRESS_ENV_FILE_NAME;
 
 impl TaskDriver {
@@ -70,6 +70,83 @@ impl TaskDriver {
         self.ctx.redactions.insert(self.task, redactor.clone());
         self.redactor = Some(redactor);
         Ok(())
+    }
+
+    /// An attempt adopted after a restart whose provider started in the worker's last life:
+    /// the values went with that life (its credential tmpfs swept at start), so the lease is
+    /// taken again for what the attempt's end needs — the redaction — and a proxy of
+    /// credentials injected at egress is served again in the sandbox, accepting the
+    /// placeholder the provider holds. Failing that, the attempt runs on (its provider meets
+    /// a refused connection, as if the upstream were down) and the event says why.
+    pub(super) async fn resume_credentials(
+        &mut self,
+        runtime: &dyn Runtime,
+        handle: &SandboxHandle,
+    ) {
+        let has_credentials = CredentialSession::of(
+            &self.ctx.config.data_dir,
+            self.task,
+            self.attempt,
+            &self.spec,
+        )
+        .is_some();
+        if self.redactor.is_some() || !has_credentials {
+            return;
+        }
+        match self.take_credentials_again(runtime, handle).await {
+            Ok(egress) => {
+                self.event(serde_json::json!({"event": "credentials_resumed", "egress": egress}));
+            }
+            Err(why) => {
+                tracing::warn!(task = %self.task, error = %why, "credentials not resumed after a restart");
+                self.event(serde_json::json!({"event": "credentials_not_resumed", "reason": why}));
+            }
+        }
+    }
+
+    /// The lease again, the redaction, and the proxy if `egress.env` says the last life
+    /// served one; `Ok(true)` when it serves the proxy again.
+    async fn take_credentials_again(
+        &mut self,
+        runtime: &dyn Runtime,
+        handle: &SandboxHandle,
+    ) -> Result<bool, String> {
+        let req = squadron_client::GrantCredentialLease {
+            worker: self.ctx.config.id.clone(),
+            attempt: self.attempt,
+        };
+        let grant = self
+            .ctx
+            .control
+            .grant_credential_lease(self.task, &req)
+            .await
+            .map_err(|e| format!("credentials: {e}"))?;
+        let redactor = Arc::new(Redactor::of_grant(&grant));
+        self.ctx.redactions.insert(self.task, redactor.clone());
+        self.redactor = Some(redactor);
+        let path = self.dir.run().join(EGRESS_ENV_FILE_NAME);
+        let egress_env = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(format!("credentials: {}: {e}", path.display())),
+        };
+        let egress = EgressSession::resumed(
+            self.task,
+            &grant,
+            self.ctx.control.clone(),
+            self.ctx.config.egress_ca.as_deref(),
+            &egress_env,
+        )
+        .map_err(|e| format!("credentials: {e}"))?;
+        let Some(egress) = egress else {
+            return Ok(false);
+        };
+        runtime
+            .serve_egress(handle, &egress)
+            .await
+            .map_err(|e| format!("credentials: serving egress injection again: {e}"))?;
+        self.egress = Some(egress);
+        Ok(true)
     }
 
     /// `run/egress.env` for this attempt's injected credentials, or none: an earlier
