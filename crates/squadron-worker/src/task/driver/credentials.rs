@@ -26,16 +26,7 @@ impl TaskDriver {
         let Some(session) = &spec.credentials else {
             return Ok(());
         };
-        let req = squadron_client::GrantCredentialLease {
-            worker: self.ctx.config.id.clone(),
-            attempt: self.attempt,
-        };
-        let grant = self
-            .ctx
-            .control
-            .grant_credential_lease(self.task, &req)
-            .await
-            .map_err(|e| format!("credentials: {e}"))?;
+        let grant = self.grant_lease().await?;
         let egress = EgressSession::of(
             self.task,
             &grant,
@@ -111,16 +102,7 @@ impl TaskDriver {
         runtime: &dyn Runtime,
         handle: &SandboxHandle,
     ) -> Result<bool, String> {
-        let req = squadron_client::GrantCredentialLease {
-            worker: self.ctx.config.id.clone(),
-            attempt: self.attempt,
-        };
-        let grant = self
-            .ctx
-            .control
-            .grant_credential_lease(self.task, &req)
-            .await
-            .map_err(|e| format!("credentials: {e}"))?;
+        let grant = self.grant_lease().await?;
         let redactor = Arc::new(Redactor::of_grant(&grant));
         self.ctx.redactions.insert(self.task, redactor.clone());
         self.redactor = Some(redactor);
@@ -147,6 +129,19 @@ impl TaskDriver {
             .map_err(|e| format!("credentials: serving egress injection again: {e}"))?;
         self.egress = Some(egress);
         Ok(true)
+    }
+
+    /// This attempt's credential lease, as the control plane grants it to this worker.
+    async fn grant_lease(&self) -> Result<squadron_client::CredentialLeaseGrant, String> {
+        let req = squadron_client::GrantCredentialLease {
+            worker: self.ctx.config.id.clone(),
+            attempt: self.attempt,
+        };
+        self.ctx
+            .control
+            .grant_credential_lease(self.task, &req)
+            .await
+            .map_err(|e| format!("credentials: {e}"))
     }
 
     /// `run/egress.env` for this attempt's injected credentials, or none: an earlier
