@@ -3,7 +3,8 @@
 //! the replaced generation's commit refused, a task completed) is leak-free; then a cgroup
 //! leaf and a lease leaked after a soak's first cycle are named in its report as leaks, with a
 //! non-zero exit. `SQUADRON_SOAK_S` sets the clean soak's length (60 s; the proof run of
-//! `docs/operations.md` gives 3600) and `SQUADRON_SOAK_REPORT` keeps its report.
+//! `docs/operations.md` gives 3600), `SQUADRON_SOAK_INTERVAL` its pause between cycles (0 s;
+//! the proof run's 60s) and `SQUADRON_SOAK_REPORT` keeps its report.
 
 mod support;
 
@@ -161,6 +162,9 @@ fn clean_soak(url: &str, worker: &str, repo: &Path, dir: &Path) {
         .ok()
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(CLEAN_SOAK_S_DEFAULT);
+    // The proof run samples once a minute (`SQUADRON_SOAK_INTERVAL=60s`); CI's minute runs
+    // cycles back to back.
+    let interval = std::env::var("SQUADRON_SOAK_INTERVAL").unwrap_or_else(|_| "0s".into());
     let report = dir.join("clean-soak.json");
     let out = cli(url)
         .args([
@@ -182,7 +186,7 @@ fn clean_soak(url: &str, worker: &str, repo: &Path, dir: &Path) {
         ])
         .args([
             "--interval",
-            "0s",
+            &interval,
             "--expiry-wait-ms",
             "20000",
             "--measure-dir",
