@@ -13,7 +13,8 @@ SQUADRON_TEST_FEATURES="squadron/jepsen-faults squadron/libvirt"
 # its bindings, git for the tests' repositories.
 SQUADRON_BUILD_PACKAGES=(build-essential pkg-config git libclang1-14 libclang-common-14-dev)
 
-log() { printf '[squadron] %s\n' "$*" >&2; }
+# Each line says how long the script has run ($SECONDS), so long steps show their time.
+log() { printf '[squadron %4ss] %s\n' "$SECONDS" "$*" >&2; }
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

@@ -69,8 +69,19 @@ struct SystemRun {
     failover: Option<FailoverResult>,
 }
 
+/// What a comparison is doing, said to a watcher (the CLI's progress line) as it goes.
+pub type Steps<'a> = &'a (dyn Fn(&str) + Sync);
+
 /// Runs the comparison the options describe.
 pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError> {
+    compare_with(opts, &|_| {}).await
+}
+
+/// [`compare`], saying each step (a cluster starting, a point measured) to `steps`.
+pub async fn compare_with(
+    opts: &CompareOptions,
+    steps: Steps<'_>,
+) -> Result<CompareReport, BenchError> {
     opts.validate()?;
     let wants = |s: System| opts.systems.contains(&s);
     check_binaries(opts)?;
@@ -82,12 +93,12 @@ pub async fn compare(opts: &CompareOptions) -> Result<CompareReport, BenchError>
         .map_err(|e| BenchError::io("create a directory in", &parent, e))?;
 
     let squadron = if wants(System::Squadron) {
-        Some(run_squadron(opts, dir.path()).await?)
+        Some(run_squadron(opts, dir.path(), steps).await?)
     } else {
         None
     };
     let etcd = if wants(System::Etcd) {
-        Some(run_etcd(opts, dir.path()).await?)
+        Some(run_etcd(opts, dir.path(), steps).await?)
     } else {
         None
     };
@@ -249,7 +260,12 @@ fn version_line(bin: &Path) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchError> {
+async fn run_squadron(
+    opts: &CompareOptions,
+    dir: &Path,
+    steps: Steps<'_>,
+) -> Result<SystemRun, BenchError> {
+    steps(&format!("squadron: starting {} nodes", opts.nodes));
     let mut cluster = SquadronCluster::start(&opts.squadron_bin, dir, opts.nodes).await?;
     let endpoints = cluster.endpoints();
     let setup_client = squadron_load::client_for(&endpoints, 0);
@@ -259,6 +275,7 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
     let seed = opts.seed;
     for &workload in &opts.workloads {
         for &clients in &opts.clients {
+            steps(&format!("squadron: {workload} × {clients} clients"));
             let control = LoadControl::new(opts.warmup, opts.duration);
             let stats = match workload {
                 Workload::LeaseCycle => {
@@ -294,6 +311,7 @@ async fn run_squadron(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, Be
     run.memory = cluster.memory();
     run.internals = squadron_internals(&endpoints).await;
     if opts.failover {
+        steps("squadron: failover (kill -9 of the leader)");
         run.failover =
             Some(squadron_failover(opts.failover_clients, &mut cluster, &data, &endpoints).await?);
     }
@@ -343,7 +361,12 @@ async fn squadron_failover(
     })
 }
 
-async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchError> {
+async fn run_etcd(
+    opts: &CompareOptions,
+    dir: &Path,
+    steps: Steps<'_>,
+) -> Result<SystemRun, BenchError> {
+    steps(&format!("etcd: starting {} nodes", opts.nodes));
     let mut cluster = EtcdCluster::start(&opts.etcd_bin, dir, opts.nodes).await?;
     let endpoints = cluster.endpoints();
     let setup_client = etcd_load::client_for(&endpoints, 0);
@@ -352,6 +375,7 @@ async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchE
     let seed = opts.seed;
     for &workload in &opts.workloads {
         for &clients in &opts.clients {
+            steps(&format!("etcd: {workload} × {clients} clients"));
             let control = LoadControl::new(opts.warmup, opts.duration);
             let stats = match workload {
                 Workload::LeaseCycle => {
@@ -386,6 +410,7 @@ async fn run_etcd(opts: &CompareOptions, dir: &Path) -> Result<SystemRun, BenchE
     }
     run.memory = cluster.memory();
     if opts.failover {
+        steps("etcd: failover (kill -9 of the leader)");
         run.failover = Some(etcd_failover(opts, &mut cluster, &data, &endpoints).await?);
     }
     Ok(run)

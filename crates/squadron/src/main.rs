@@ -7,6 +7,7 @@ mod follow;
 mod lease_bench;
 mod node;
 mod output;
+mod progress;
 mod start_bench;
 mod status;
 

@@ -4,6 +4,7 @@
 //! task — submitted, entered READY, entered RUNNING — so no client clock or poll interval is
 //! in them.
 
+use crate::progress::Progress;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -46,6 +47,7 @@ pub struct StartBenchReport {
 pub async fn run(
     client: &SquadronClient,
     opts: &StartBenchOptions,
+    progress: &Progress,
 ) -> anyhow::Result<StartBenchReport> {
     anyhow::ensure!(
         (1..=START_BENCH_TASKS_MAX).contains(&opts.tasks),
@@ -54,7 +56,7 @@ pub async fn run(
     );
     let mut runtimes = Vec::new();
     for runtime in &opts.runtimes {
-        runtimes.push(one_runtime(client, opts, runtime).await?);
+        runtimes.push(one_runtime(client, opts, runtime, progress).await?);
     }
     Ok(StartBenchReport { runtimes })
 }
@@ -63,10 +65,16 @@ async fn one_runtime(
     client: &SquadronClient,
     opts: &StartBenchOptions,
     runtime: &str,
+    progress: &Progress,
 ) -> anyhow::Result<RuntimeStarts> {
     let (mut ready, mut running) = (LatencyHistogram::new(), LatencyHistogram::new());
     let mut failed = 0;
     for i in 0..opts.tasks {
+        progress.say(format!(
+            "sandbox starts: {runtime} task {}/{}",
+            i + 1,
+            opts.tasks
+        ));
         let manifest = manifest(opts, runtime, i);
         let outcome = client
             .submit_task_yaml(&manifest, None)

@@ -10,6 +10,7 @@ use squadron_core::ids::{ProjectId, TenantId};
 use super::{Ctx, OutputFormat};
 use crate::lease_bench;
 use crate::output::emit;
+use crate::progress::Progress;
 
 /// `squadron bench [flags]` runs the lease benchmark against --endpoint; `squadron bench
 /// compare …` starts its own Squadron and etcd clusters and compares them.
@@ -124,7 +125,13 @@ pub struct BenchArgs {
 pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
     match top.cmd {
         None => {
-            let report = lease_bench::run(&ctx.client, &top.args).await?;
+            let a = &top.args;
+            let progress = Progress::start(
+                ctx.out,
+                format!("lease cycles: {} clients for {} s", a.clients, a.duration),
+            );
+            let report = lease_bench::run(&ctx.client, a).await?;
+            progress.finish(format!("lease cycles: {} clients", a.clients));
             emit(ctx.out, &report, lease_bench::render)
         }
         Some(BenchCmd::Compare(args)) => compare(ctx.out, args).await,
@@ -136,7 +143,9 @@ pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
                 repository: args.repository,
                 branch: args.branch,
             };
-            let report = crate::start_bench::run(&ctx.client, &opts).await?;
+            let progress = Progress::start(ctx.out, "sandbox starts");
+            let report = crate::start_bench::run(&ctx.client, &opts, &progress).await?;
+            progress.finish("sandbox starts measured");
             emit(ctx.out, &report, crate::start_bench::render)
         }
     }
@@ -164,10 +173,13 @@ async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
     opts.etcd_bin = args.etcd;
     opts.seed = args.seed;
     opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let progress = Progress::start(out, "bench compare");
+    let steps = |step: &str| progress.say(format!("bench compare: {step}"));
     let report = tokio::select! {
-        r = squadron_bench::compare(&opts) => r?,
+        r = squadron_bench::compare_with(&opts, &steps) => r?,
         _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; both clusters were stopped"),
     };
+    progress.finish("bench compare: done");
     emit(out, &report, squadron_bench::render_table)
 }
 

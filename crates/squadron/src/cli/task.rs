@@ -1,5 +1,6 @@
 //! `squadron task`: submit, follow, list, inspect and cancel tasks.
 
+use crate::progress::Progress;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -149,7 +150,12 @@ async fn submit(
         .with_context(|| format!("unexpected answer to a submission: {out:?}"))?;
     eprintln!("submitted task {id}; waiting until it ends");
     warn_if_no_worker_offers(ctx, id, timeout).await;
-    let t = wait_until_terminal(ctx, id, follow, timeout).await?;
+    // Following prints the task's output instead.
+    let progress = (!follow).then(|| Progress::start(ctx.out, format!("task {id}: submitted")));
+    let t = wait_until_terminal(ctx, id, follow, progress.as_ref(), timeout).await?;
+    if let Some(p) = progress {
+        p.finish(format!("task {id}: {}", t.state));
+    }
     emit(ctx.out, &t, |t| output::key_values(&task_pairs(t)))
 }
 
@@ -191,6 +197,7 @@ async fn wait_until_terminal(
     ctx: &Ctx,
     id: TaskId,
     follow: bool,
+    progress: Option<&Progress>,
     timeout: u64,
 ) -> anyhow::Result<Task> {
     let c = &ctx.client;
@@ -201,6 +208,9 @@ async fn wait_until_terminal(
         let seen = c.get_task(id, consistency).await;
         if let (Some(f), Ok(t)) = (follower.as_mut(), &seen) {
             f.show(c, t).await;
+        }
+        if let (Some(p), Ok(t)) = (progress, &seen) {
+            p.say(format!("task {id}: {}", t.state));
         }
         let outcome = match seen {
             Ok(t) if t.state.is_terminal() => Ok(t),

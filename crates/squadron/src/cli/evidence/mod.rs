@@ -5,6 +5,7 @@
 pub mod bundle;
 pub mod verdicts;
 
+use crate::progress::Progress;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -66,12 +67,14 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
         bail!("--project is required (or one of: keygen, verify)");
     };
     let c = &ctx.client;
+    let progress = Progress::start(ctx.out, format!("evidence of {}/{project}", args.tenant));
     let mut ev = c.project_evidence(&args.tenant, project).await?;
     let status = c.cluster_status(Consistency::Stale).await?;
     let mut denied = 0;
     let mut asked = 0;
     let mut digests = Vec::new();
     for m in &status.members {
+        progress.say(format!("evidence: asking node {} ({})", m.id, m.rest));
         let node = c.with_endpoints(vec![format!("https://{}", m.rest)]);
         match node.project_evidence(&args.tenant, project).await {
             Ok(e) => {
@@ -105,6 +108,7 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
         .map(read_soak_report)
         .transpose()?;
     let report = Report::new(ev, soak)?;
+    progress.finish(format!("evidence of {}/{project}", args.tenant));
     if let (Some(key), Some(out)) = (&args.sign, &args.bundle) {
         // A key others can read is refused, as every key and token file is.
         let pem = zeroize::Zeroizing::new(squadron_pki::pki_dir::read_secret_file(key)?);
