@@ -31,6 +31,16 @@ fn ticking_manifest(repo: &std::path::Path) -> String {
     )
 }
 
+/// A task that ends at once with a patch (`+changed from the dashboard's test`).
+fn patch_manifest(repo: &std::path::Path) -> String {
+    format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: browser-patch\nrepository:\n  url: {repo}\n  \
+         branch: main\nagent:\n  prompt: patch\n  provider: script\n  script: |\n    \
+         echo 'changed from the dashboard test' >> README.md\nvm:\n  runtime: process\n",
+        repo = repo.display()
+    )
+}
+
 fn create_token(url: &str, name: &str, role: &str) -> String {
     let body = json!({"name": name, "role": role});
     let r = post(&format!("{url}/api/v1/tokens"), body).expect("create token");
@@ -77,6 +87,18 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
     let task = r.body["task_submitted"]["task"].as_u64().expect("task id");
     wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(120));
     let viewer = create_token(&url, "dashboard", "viewer");
+    // One to read a diff of, one to cancel from the page.
+    let patched = submitted(&url, &patch_manifest(&repo));
+    let done = wait_task_state(
+        &url,
+        patched,
+        &["COMPLETED", "FAILED"],
+        Duration::from_secs(120),
+    );
+    assert_eq!(done["state"], "COMPLETED", "{done:#}");
+    let doomed = submitted(&url, &ticking_manifest(&repo));
+    wait_task_state(&url, doomed, &["RUNNING"], Duration::from_secs(120));
+    let admin = pki().token_for(&url).expect("the cluster's admin token");
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
@@ -94,6 +116,8 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
         page.the_websocket_takes_the_token_as_a_subprotocol_only()
             .await;
         page.sign_out_forgets_the_token().await;
+        page.a_task_shows_its_timeline_and_diff_and_an_operator_cancels_it(patched, doomed, &admin)
+            .await;
         browser.close().await;
     });
 
@@ -384,6 +408,165 @@ impl Page<'_> {
     }
 
     /// Sign out: the form, and nothing of the token anywhere in the browser.
+    /// Clicks the element once it exists, in the page itself: the tables are redrawn every
+    /// two seconds, so a WebDriver element could go stale between finding and clicking. After
+    /// the script returns, so a confirmation it opens does not block it.
+    async fn click(&self, css: &str) {
+        let css_json = serde_json::to_string(css).expect("css");
+        self.browser
+            .wait_for(
+                css,
+                &format!(
+                    "(e => e ? (setTimeout(() => e.click(), 0), true) : null)\
+                     (document.querySelector({css_json}))"
+                ),
+            )
+            .await;
+    }
+
+    /// Answers the confirmation the last click opened.
+    async fn confirm(&self, accept: bool) {
+        let client = &self.browser.client;
+        let start = std::time::Instant::now();
+        while client.get_alert_text().await.is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no confirmation was asked"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let answered = if accept {
+            client.accept_alert().await
+        } else {
+            client.dismiss_alert().await
+        };
+        answered.expect("answer the confirmation");
+    }
+
+    /// A task's details: the timeline of the states it entered, its artifacts and the patch
+    /// as a diff; the cancel button asks first, refuses a viewer in place (the task runs on),
+    /// and an operator's cancel ends the task.
+    async fn a_task_shows_its_timeline_and_diff_and_an_operator_cancels_it(
+        &self,
+        patched: u64,
+        doomed: u64,
+        admin: &str,
+    ) {
+        let b = self.browser;
+        // The earlier steps' refused sockets are theirs: this step's console starts here.
+        b.console().await;
+        self.sign_in(self.viewer).await;
+        b.wait_for(
+            "the patched task's row",
+            &format!("document.querySelector(\"button[data-detail='{patched}']\")"),
+        )
+        .await;
+        self.click(&format!("button[data-detail='{patched}']"))
+            .await;
+        let timeline = b
+            .wait_for(
+                "the timeline",
+                "(() => { const rows = [...document.querySelectorAll('#detail .timeline tr')]\
+                 .slice(1).map(r => r.cells[0].textContent); \
+                 return rows.includes('COMPLETED') ? rows : null })()",
+            )
+            .await;
+        assert_eq!(
+            timeline,
+            json!([
+                "SUBMITTED",
+                "PENDING",
+                "STAGING",
+                "PROVISIONING",
+                "READY",
+                "RUNNING",
+                "COMPLETING",
+                "COMPLETED"
+            ]),
+            "every state entered, in order"
+        );
+        assert_eq!(
+            b.eval(
+                "return document.querySelector('button[data-cancel]')",
+                vec![]
+            )
+            .await,
+            Value::Null,
+            "no cancel for an ended task"
+        );
+        self.click(&format!("#detail button[data-diff='{patched}.patch']"))
+            .await;
+        let added = b
+            .wait_for(
+                "the diff",
+                "[...document.querySelectorAll('#diff .add')].map(s => s.textContent).join('') || null",
+            )
+            .await;
+        assert!(
+            added
+                .as_str()
+                .is_some_and(|s| s.contains("+changed from the dashboard test")),
+            "{added}"
+        );
+
+        // A viewer's cancel is refused where the task is shown; it runs on.
+        self.click(&format!("button[data-detail='{doomed}']")).await;
+        b.wait_for(
+            "the running task's cancel button",
+            &format!("document.querySelector(\"button[data-cancel='{doomed}']\")"),
+        )
+        .await;
+        self.click(&format!("button[data-cancel='{doomed}']")).await;
+        self.confirm(true).await;
+        let refused = b
+            .wait_for(
+                "the refusal",
+                "document.getElementById('detail-error').textContent || null",
+            )
+            .await;
+        assert!(refused.as_str().is_some_and(|s| !s.is_empty()), "{refused}");
+        let t = http_get(&format!("{}/api/v1/tasks/{doomed}", self.url)).expect("task");
+        assert_eq!(
+            t["state"], "RUNNING",
+            "a viewer's cancel changed nothing: {t:#}"
+        );
+
+        // Declining the confirmation sends nothing; an operator's accepted cancel ends it.
+        self.click("#signout").await;
+        self.sign_in(admin).await;
+        self.click(&format!("button[data-detail='{doomed}']")).await;
+        b.wait_for(
+            "the cancel button",
+            &format!("document.querySelector(\"button[data-cancel='{doomed}']\")"),
+        )
+        .await;
+        self.click(&format!("button[data-cancel='{doomed}']")).await;
+        self.confirm(false).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let t = http_get(&format!("{}/api/v1/tasks/{doomed}", self.url)).expect("task");
+        assert_eq!(
+            t["state"], "RUNNING",
+            "a declined cancel sent nothing: {t:#}"
+        );
+        self.click(&format!("button[data-cancel='{doomed}']")).await;
+        self.confirm(true).await;
+        let state = b
+            .wait_for(
+                "the cancelled state",
+                "(s => s === 'CANCELLED' ? s : null)(document.querySelector('#detail .state')?.textContent)",
+            )
+            .await;
+        assert_eq!(state, json!("CANCELLED"));
+        let console = b.console().await;
+        let errors: Vec<&Value> = console
+            .iter()
+            .filter(|e| e["level"] == json!("SEVERE") || e["level"] == json!("WARNING"))
+            // The viewer's refused cancel, which the page showed in place.
+            .filter(|e| !e["message"].as_str().unwrap_or("").contains("403"))
+            .collect();
+        assert!(errors.is_empty(), "the console: {errors:#?}");
+    }
+
     async fn sign_out_forgets_the_token(&self) {
         let b = self.browser;
         b.client
@@ -417,6 +600,12 @@ impl Page<'_> {
         )
         .await;
     }
+}
+
+fn submitted(url: &str, manifest: &str) -> u64 {
+    let r = submit_yaml(url, manifest);
+    assert!(r.ok(), "submission refused: {r:?}");
+    r.body["task_submitted"]["task"].as_u64().expect("task id")
 }
 
 /// The same rules for a non-browser client: 101 with the subprotocol (the answer names only
