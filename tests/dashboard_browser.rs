@@ -99,6 +99,17 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
     let doomed = submitted(&url, &ticking_manifest(&repo));
     wait_task_state(&url, doomed, &["RUNNING"], Duration::from_secs(120));
     let admin = pki().token_for(&url).expect("the cluster's admin token");
+    // A project of two profiles, one holding a lease: one of its four slots taken.
+    let profiles = setup_project(&url, "dash", 2, 4);
+    let r = http_send(
+        "POST",
+        &format!("{url}/api/v1/profiles/{}/leases", profiles[0]),
+        Some(acquire_body(0)),
+        None,
+    )
+    .expect("acquire");
+    assert!(r.ok(), "{r:?}");
+    let lease = r.body["lease_granted"]["lease"].as_u64().expect("lease id");
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
@@ -117,6 +128,8 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
             .await;
         page.sign_out_forgets_the_token().await;
         page.a_task_shows_its_timeline_and_diff_and_an_operator_cancels_it(patched, doomed, &admin)
+            .await;
+        page.a_project_shows_its_slots_and_its_profiles_leases(profiles[0], lease)
             .await;
         browser.close().await;
     });
@@ -565,6 +578,37 @@ impl Page<'_> {
             .filter(|e| !e["message"].as_str().unwrap_or("").contains("403"))
             .collect();
         assert!(errors.is_empty(), "the console: {errors:#?}");
+    }
+
+    /// A project's panel: the four-slot gauge with one slot held, and the profile holding it
+    /// with its generation and its lease's state and holder.
+    async fn a_project_shows_its_slots_and_its_profiles_leases(&self, profile: u64, lease: u64) {
+        let b = self.browser;
+        self.click("button[data-tenant='acme'][data-project='dash']")
+            .await;
+        let slots = b
+            .wait_for(
+                "the slots gauge",
+                "document.querySelector('#project .slots')?.textContent",
+            )
+            .await;
+        assert_eq!(slots, json!("slots ■□□□ 1/4"));
+        let row = b
+            .wait_for(
+                "the profile's row",
+                &format!(
+                    "[...document.querySelectorAll('#project table tr')]\
+                     .map(r => [...r.cells].map(c => c.textContent))\
+                     .find(c => c[0] === '{profile}')"
+                ),
+            )
+            .await;
+        assert_eq!(row[2], json!("1"), "generation 1: {row}");
+        let held = row[3].as_str().unwrap_or_default();
+        assert!(
+            held.starts_with(&format!("#{lease} active by w1 (test)")) && held.ends_with("s left"),
+            "{row}"
+        );
     }
 
     async fn sign_out_forgets_the_token(&self) {
