@@ -164,13 +164,18 @@ impl AgentSupervisor {
                  takeover is for a dead provider (use kind graceful, or stop it)"
             )));
         }
-        if profile.live_lease.is_none() && profile.fenced_unreaped.is_empty() {
+        let old = if profile.live_lease.is_none() && profile.fenced_unreaped.is_empty() {
             // The dead generation was already proved gone (evidence recorded, e.g. by this
-            // worker's adoption after a restart): nothing is left to take over, so the next
-            // generation is a plain launch.
-            return self.launch_instead(id, req).await;
-        }
-        let old = self.takeover_target(&profile).await?;
+            // worker's adoption after a restart): the takeover names its reaped lease and
+            // sends no evidence, so it is still recorded (and counted) as a crash takeover.
+            // A profile whose last generation ended otherwise (released) is launched.
+            match self.reaped_target(&profile).await? {
+                Some(old) => old,
+                None => return self.launch_instead(id, req).await,
+            }
+        } else {
+            self.takeover_target(&profile).await?
+        };
         let provider = self.choose_provider(&profile, req.provider, Some(old.provider))?;
         self.check_capabilities(&profile)?;
         // INV-9: expiry first. Nothing of the old generation is touched before it.
@@ -179,7 +184,7 @@ impl AgentSupervisor {
             .unwrap_or(self.inner.config.lease_ttl_ms + WAIT_FOR_EXPIRY_MARGIN_MS);
         self.wait_for_expiry(&old, wait).await?;
         let sandbox = self.sandbox_of(&profile).await?;
-        let proof = if old.holder.worker == self.inner.worker {
+        let proof = if old.holder.worker == self.inner.worker && old.state.holds_slot() {
             Some(
                 self.reap_generation(&sandbox, &profile, old.generation)
                     .await?,
@@ -203,8 +208,9 @@ impl AgentSupervisor {
         };
         let outcome = match self.inner.control.takeover_crash(id, &command).await {
             Ok(outcome) => outcome,
+            // Once more, naming the lease as reaped: at most once, as evidence is not sent then.
             Err(e) if self.reaped_meanwhile(&e, id).await => {
-                return self.launch_instead(id, req).await
+                return Box::pin(self.crash(id, req)).await
             }
             Err(e) => return Err(self.crash_refused(e, &old)),
         };
@@ -316,8 +322,8 @@ impl AgentSupervisor {
     /// generation ran on another worker (only it can prove its cgroup empty).
     /// Whether a crash takeover's evidence was refused because the old generation was proved
     /// gone meanwhile — by this worker's own adoption of it after a restart, whose evidence
-    /// is retried by the tick — so that nothing is left to take over and the next generation
-    /// is a plain launch, as when the takeover starts after that evidence.
+    /// is retried by the tick — so that the takeover is sent again without evidence, as when
+    /// it starts after that evidence.
     async fn reaped_meanwhile(&self, e: &CallError, id: ProfileId) -> bool {
         let CallError::Refused(body) = e else {
             return false;
@@ -345,6 +351,19 @@ impl AgentSupervisor {
             ),
             ..e
         }
+    }
+
+    /// The current generation's lease when it was already reaped, the last the profile had.
+    async fn reaped_target(
+        &self,
+        profile: &AgentProfile,
+    ) -> Result<Option<RuntimeLease>, AgentError> {
+        let Some(&id) = profile.past_leases.back() else {
+            return Ok(None);
+        };
+        let lease = self.inner.control.get_lease(id).await?;
+        let reaped = matches!(lease.state, LeaseState::Reaped { .. });
+        Ok((reaped && lease.generation == profile.generation).then_some(lease))
     }
 
     /// The lease a crash takeover or reap acts on: the current generation's, active or
