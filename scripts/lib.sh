@@ -74,7 +74,7 @@ ensure_provider_clis() {
   here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   # shellcheck source=../providers/versions.env
   source "$here/providers/versions.env"
-  command -v npm >/dev/null 2>&1 || ensure_packages npm
+  ensure_npm
   local cli package version
   for cli in claude codex; do
     case "$cli" in
@@ -136,6 +136,13 @@ ensure_libvirtd() {
   log "libvirtd did not answer within 30 s; its log:"
   tail -n 40 /var/log/libvirt/libvirtd.log >&2 || true
   return 1
+}
+
+# npm: the build installs the dashboard's front-end packages with it (crates/squadron-server/
+# build.rs, `npm ci` of the pinned lock file), and the provider CLIs come from it. Debian's,
+# unless an npm is on PATH already.
+ensure_npm() {
+  command -v npm >/dev/null 2>&1 || ensure_packages npm
 }
 
 ensure_rust() {

@@ -17,6 +17,18 @@ use support::browser::Browser;
 use support::*;
 
 const TASK_NAME: &str = "browser-probe";
+/// An agent's provider: says which generation it is, writes a capsule when asked to stop.
+const PROVIDER: &str = r#"#!/bin/sh
+trap 'printf "{\"task_state\":\"handed over by g%s\",\"decisions\":[],\"pending_work\":[]}" "$SQUADRON_GENERATION" > /state/capsule.json; exit 0' TERM
+echo "provider $SQUADRON_PROVIDER generation $SQUADRON_GENERATION"
+while :; do sleep 0.2; done
+"#;
+/// The `tick-N` lines in the page's terminal buffer (scrollback included), by N.
+const TERMINAL_TICKS: &str = "(() => { const buf = term.buffer.active, ticks = []; \
+     for (let i = 0; i < buf.length; i++) { \
+       const m = /^tick-(\\d+)$/.exec(buf.getLine(i).translateToString(true)); \
+       if (m) ticks.push(Number(m[1])) } \
+     return ticks })()";
 /// What the page calls its token in `sessionStorage`.
 const TOKEN_KEY: &str = "squadron.token";
 
@@ -75,11 +87,23 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
     };
     let cluster = Cluster::start_with(1, options);
     let url = cluster.url(1);
-    let worker = WorkerProc::start(
+    let provider = cluster.dir.path().join("provider.sh");
+    std::fs::write(&provider, PROVIDER).expect("provider script");
+    let worker = WorkerProc::start_with(
         cluster.dir.path(),
         &unique_worker_id("w-browser"),
         cluster.urls(),
         "process",
+        ["codex", "claude"]
+            .iter()
+            .flat_map(|p| {
+                [
+                    "--provider-script".into(),
+                    format!("{p}={}", provider.display()),
+                ]
+            })
+            .chain(["--agent-stop-grace-ms".into(), "3000".into()])
+            .collect(),
     );
     let repo = git_repo(cluster.dir.path());
     let r = submit_yaml(&url, &ticking_manifest(&repo));
@@ -110,10 +134,12 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
     .expect("acquire");
     assert!(r.ok(), "{r:?}");
     let lease = r.body["lease_granted"]["lease"].as_u64().expect("lease id");
+    let pilot = launched_agent(&url, &worker.id, &repo);
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let browser = Browser::start(&pki().ca_cert).await;
+        let node_port = url.rsplit(':').next().and_then(|p| p.parse().ok());
+        let browser = Browser::start(&pki().ca_cert, &[node_port.expect("the node's port")]).await;
         let page = Page {
             browser: &browser,
             url: &url,
@@ -131,6 +157,8 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
             .await;
         page.a_project_shows_its_slots_and_its_profiles_leases(profiles[0], lease)
             .await;
+        page.an_agent_is_taken_over_stopped_and_launched_from_the_page(pilot, &admin)
+            .await;
         browser.close().await;
     });
 
@@ -143,6 +171,77 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
             "the {what}'s log holds the viewer's token"
         );
     }
+}
+
+/// A Docker task's details show what its sandbox uses — CPU time, memory, disk — as the agent
+/// inside the container reports them, the figures the API holds.
+#[test]
+fn a_docker_tasks_details_show_what_its_sandbox_uses() {
+    for program in ["chromium", "chromedriver", "certutil"] {
+        support::browser::program(program);
+    }
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let _worker = WorkerProc::start_with(
+        cluster.dir.path(),
+        &unique_worker_id("w-usage"),
+        cluster.urls(),
+        "docker",
+        vec!["--agent-heartbeat-interval-ms".into(), "300".into()],
+    );
+    let repo = git_repo(cluster.dir.path());
+    let manifest = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: usage-probe\nrepository:\n  url: {}\n  \
+         branch: main\nagent:\n  prompt: use\n  provider: script\n  script: |\n    \
+         echo busy\n    sleep 120\nvm:\n  runtime: docker\nlifecycle:\n  timeout: 5m\n",
+        repo.display()
+    );
+    let task = submitted(&url, &manifest);
+    wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(180));
+    let viewer = create_token(&url, "usage", "viewer");
+    let node_port = url.rsplit(':').next().and_then(|p| p.parse().ok());
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let shown = runtime.block_on(async {
+        let browser = Browser::start(&pki().ca_cert, &[node_port.expect("the node's port")]).await;
+        let page = Page {
+            browser: &browser,
+            url: &url,
+            task,
+            viewer: &viewer,
+        };
+        browser
+            .client
+            .goto(&format!("{url}/"))
+            .await
+            .expect("open the page");
+        page.sign_in(&viewer).await;
+        page.click(&format!("button[data-detail='{task}']")).await;
+        let shown = browser
+            .wait_for(
+                "the sandbox's usage",
+                "(t => t.startsWith('sandbox: CPU') ? t : null)\
+                 (document.getElementById('usage').textContent)",
+            )
+            .await;
+        browser.screenshot("docker-task-usage").await;
+        browser.close().await;
+        shown
+    });
+    let shown = shown.as_str().unwrap_or_default().to_string();
+    let memory_mib: f64 = shown
+        .split("memory ")
+        .nth(1)
+        .and_then(|r| r.split(" MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no memory figure in {shown:?}"));
+    assert!(memory_mib > 0.0, "{shown}");
+    let session = http_get(&format!("{url}/api/v1/tasks/{task}/agent")).expect("agent session");
+    assert!(
+        session["usage"]["memory_bytes"].as_u64() > Some(0),
+        "{session:#}"
+    );
+    let r = http_send("DELETE", &format!("{url}/api/v1/tasks/{task}"), None, None).expect("cancel");
+    assert!(r.ok(), "{r:?}");
 }
 
 struct Page<'a> {
@@ -231,12 +330,14 @@ impl Page<'_> {
             Value::Null,
             "a refused token kept"
         );
+        // All three reads of the refresh (cluster, tasks, projects) answered before the
+        // console is read: a late refusal would land in the next step's console.
         let resources = b
-            .eval(
-                "return performance.getEntriesByType('resource')\
+            .wait_for(
+                "the refresh's three refusals",
+                "(s => s.length >= 3 ? s : null)(performance.getEntriesByType('resource')\
                  .filter(e => new URL(e.name).pathname.startsWith('/api/'))\
-                 .map(e => e.responseStatus)",
-                vec![],
+                 .map(e => e.responseStatus))",
             )
             .await;
         let statuses = resources.as_array().expect("statuses");
@@ -305,11 +406,56 @@ impl Page<'_> {
             .click()
             .await
             .expect("click output");
+        // What the terminal draws (xterm's rows), then its whole buffer: the scrollback the logs
+        // API gave and the stream that went on from where it ended, every tick once, in order.
         b.wait_for(
-            "the live output",
-            "document.getElementById('output').textContent.includes('tick-')",
+            "the live output in the terminal",
+            "document.querySelector('#terminal .xterm-rows')?.textContent.includes('tick-') || null",
         )
         .await;
+        b.wait_for(
+            "the stream",
+            "document.getElementById('output-head').textContent.endsWith(': live') || null",
+        )
+        .await;
+        let count = |v: Value| v.as_array().map_or(0, Vec::len);
+        // xterm parses what it is given a moment later: the scrollback's ticks, once drawn.
+        let at_live = count(
+            b.wait_for(
+                "the scrollback in the buffer",
+                &format!("(t => t.length ? t : null)({TERMINAL_TICKS})"),
+            )
+            .await,
+        );
+        let ticks = b
+            .wait_for(
+                "ticks streamed after the scrollback",
+                &format!(
+                    "(t => t.length > {} ? t : null)({TERMINAL_TICKS})",
+                    at_live + 5
+                ),
+            )
+            .await;
+        let ticks: Vec<u64> = serde_json::from_value(ticks).expect("tick numbers");
+        let expected: Vec<u64> = (1..=ticks.len() as u64).collect();
+        assert_eq!(
+            ticks, expected,
+            "the terminal lost or repeated output between scrollback and stream"
+        );
+        b.screenshot("task-terminal").await;
+        let reads = b
+            .eval(
+                "return performance.getEntriesByType('resource')\
+                 .map(e => new URL(e.name)).filter(u => u.pathname.endsWith('/logs'))\
+                 .map(u => u.search)",
+                vec![],
+            )
+            .await;
+        assert_eq!(
+            reads,
+            json!(["?stream=stdout&tail=2000", "?stream=stderr&tail=2000"]),
+            "the scrollback's reads"
+        );
         let head = b
             .eval(
                 "return document.getElementById('output-head').textContent",
@@ -437,6 +583,18 @@ impl Page<'_> {
             .await;
     }
 
+    /// The console since it was last read holds no error or warning but refusals (403) the
+    /// page showed in place.
+    async fn console_clean_but_403s(&self) {
+        let console = self.browser.console().await;
+        let errors: Vec<&Value> = console
+            .iter()
+            .filter(|e| e["level"] == json!("SEVERE") || e["level"] == json!("WARNING"))
+            .filter(|e| !e["message"].as_str().unwrap_or("").contains("403"))
+            .collect();
+        assert!(errors.is_empty(), "the console: {errors:#?}");
+    }
+
     /// Answers the confirmation the last click opened.
     async fn confirm(&self, accept: bool) {
         let client = &self.browser.client;
@@ -521,6 +679,7 @@ impl Page<'_> {
                 .is_some_and(|s| s.contains("+changed from the dashboard test")),
             "{added}"
         );
+        b.screenshot("task-details-and-diff").await;
 
         // A viewer's cancel is refused where the task is shown; it runs on.
         self.click(&format!("button[data-detail='{doomed}']")).await;
@@ -570,14 +729,19 @@ impl Page<'_> {
             )
             .await;
         assert_eq!(state, json!("CANCELLED"));
-        let console = b.console().await;
-        let errors: Vec<&Value> = console
-            .iter()
-            .filter(|e| e["level"] == json!("SEVERE") || e["level"] == json!("WARNING"))
-            // The viewer's refused cancel, which the page showed in place.
-            .filter(|e| !e["message"].as_str().unwrap_or("").contains("403"))
-            .collect();
-        assert!(errors.is_empty(), "the console: {errors:#?}");
+        let usage = b
+            .eval(
+                "return document.getElementById('usage').textContent",
+                vec![],
+            )
+            .await;
+        assert_eq!(
+            usage,
+            json!("sandbox usage: the process runtime runs no agent to report it"),
+            "what a process task says of its usage"
+        );
+        // The viewer's refused cancel, which the page showed in place.
+        self.console_clean_but_403s().await;
     }
 
     /// A project's panel: the four-slot gauge with one slot held, and the profile holding it
@@ -609,6 +773,104 @@ impl Page<'_> {
             held.starts_with(&format!("#{lease} active by w1 (test)")) && held.ends_with("s left"),
             "{row}"
         );
+    }
+
+    /// The agent controls of a profile, each confirmed first: a viewer's takeover is refused
+    /// under the project with nothing changed; an operator's graceful takeover starts
+    /// generation 2, a stop ends its lease, a declined launch sends nothing, and a launch
+    /// starts generation 3.
+    async fn an_agent_is_taken_over_stopped_and_launched_from_the_page(
+        &self,
+        profile: u64,
+        admin: &str,
+    ) {
+        let b = self.browser;
+        b.console().await;
+        let row = |pattern: &str| {
+            format!(
+                "(r => r && {pattern} ? r : null)([...document.querySelectorAll('#project table tr')]\
+                 .map(r => [...r.cells].map(c => c.textContent)).find(c => c[0] === '{profile}'))"
+            )
+        };
+        let button =
+            |action: &str| format!("button[data-agent='{action}'][data-profile='{profile}']");
+        let generation = || {
+            let v = http_get(&format!("{}/api/v1/profiles/{profile}", self.url)).expect("profile");
+            v["generation"].as_u64().expect("generation")
+        };
+
+        self.click("#signout").await;
+        self.sign_in(self.viewer).await;
+        self.click("button[data-tenant='acme'][data-project='crew']")
+            .await;
+        b.wait_for(
+            "generation 1 running",
+            &row("r[2] === '1' && r[3].includes('active')"),
+        )
+        .await;
+        self.click(&button("graceful")).await;
+        self.confirm(true).await;
+        let refused = b
+            .wait_for(
+                "the viewer's refusal",
+                "document.getElementById('project-error').textContent || null",
+            )
+            .await;
+        assert!(
+            refused.as_str().is_some_and(|s| s.starts_with("pilot: ")),
+            "{refused}"
+        );
+        assert_eq!(generation(), 1, "a viewer's takeover changed the profile");
+
+        self.click("#signout").await;
+        self.sign_in(admin).await;
+        self.click("button[data-tenant='acme'][data-project='crew']")
+            .await;
+        self.click(&button("graceful")).await;
+        self.confirm(true).await;
+        let taken = b
+            .wait_for(
+                "generation 2 running",
+                &row("r[2] === '2' && r[3].includes('active')"),
+            )
+            .await;
+        assert!(
+            taken[4].as_str().is_some_and(|c| c.starts_with('#')),
+            "no handed-over capsule in the chain: {taken}"
+        );
+        self.click(&button("stop")).await;
+        self.confirm(true).await;
+        b.wait_for("the lease ended", &row("r[3] === '-'")).await;
+        b.wait_for(
+            "the launch button",
+            &format!("document.querySelector(\"{}\")", button("launch")),
+        )
+        .await;
+        self.click(&button("launch")).await;
+        self.confirm(false).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(generation(), 2, "a declined launch sent something");
+        self.click(&button("launch")).await;
+        self.confirm(true).await;
+        b.wait_for(
+            "generation 3 running",
+            &row("r[2] === '3' && r[3].includes('active')"),
+        )
+        .await;
+        b.screenshot("project-agent-controls").await;
+        let error = b
+            .eval(
+                "return document.getElementById('project-error').textContent",
+                vec![],
+            )
+            .await;
+        assert_eq!(error, json!(""), "an operator's actions were refused");
+        self.click(&button("stop")).await;
+        self.confirm(true).await;
+        b.wait_for("the last lease ended", &row("r[3] === '-'"))
+            .await;
+        // The viewer's refused takeover, which the page showed in place.
+        self.console_clean_but_403s().await;
     }
 
     async fn sign_out_forgets_the_token(&self) {
@@ -644,6 +906,34 @@ impl Page<'_> {
         )
         .await;
     }
+}
+
+/// A project `crew` whose one profile, `pilot`, runs a provider (generation 1) in a sandbox on
+/// the worker; the profile's id.
+fn launched_agent(url: &str, worker: &str, repo: &std::path::Path) -> u64 {
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "crew", "max_profiles": 2, "max_active": 4}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/crew/profiles"),
+        json!({"key": "pilot", "providers": ["codex", "claude"]}),
+    )
+    .expect("profile");
+    assert!(r.ok(), "{r:?}");
+    let profile = r.body["profile_created"]["profile"]
+        .as_u64()
+        .expect("profile id");
+    let r = post(
+        &format!("{url}/api/v1/profiles/{profile}/agent/launch"),
+        json!({"worker": worker, "repository": {"url": repo.display().to_string(), "branch": "main"}}),
+    )
+    .expect("launch");
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(r.body["generation"], 1, "{r:?}");
+    profile
 }
 
 fn submitted(url: &str, manifest: &str) -> u64 {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::browser_net::BrowserNet;
 use super::{free_port, wait_until};
 
 /// How long a page may take to show what a test waits for.
@@ -39,6 +40,8 @@ pub struct Browser {
     driver_url: String,
     session: String,
     home: tempfile::TempDir,
+    /// Dropped after the driver is killed (fields drop after `Drop::drop`).
+    _net: BrowserNet,
 }
 
 impl std::fmt::Debug for Browser {
@@ -91,6 +94,8 @@ fn home_trusting(ca_pem: &Path) -> tempfile::TempDir {
 fn chromium_args(profile: &Path) -> Vec<String> {
     [
         "--headless=new",
+        // Tall enough that a screenshot shows the whole board.
+        "--window-size=1280,2400",
         "--no-sandbox",
         "--disable-gpu",
         "--disable-dev-shm-usage",
@@ -113,14 +118,21 @@ fn chromium_args(profile: &Path) -> Vec<String> {
 }
 
 impl Browser {
-    /// Starts chromedriver and a Chromium session trusting `ca_pem`.
-    pub async fn start(ca_pem: &Path) -> Browser {
+    /// Starts chromedriver and a Chromium session trusting `ca_pem`, in a network namespace
+    /// of their own (see `browser_net`) from which 127.0.0.1:`port` reaches the host's for
+    /// each of `ports`.
+    pub async fn start(ca_pem: &Path, ports: &[u16]) -> Browser {
         let chromium = program("chromium");
         let chromedriver = program("chromedriver");
         let home = home_trusting(ca_pem);
+        let net = BrowserNet::new();
+        for port in ports {
+            net.reach_host(*port);
+        }
         let port = free_port();
         let log = std::fs::File::create(home.path().join("chromedriver.log")).expect("log");
-        let driver = Command::new(chromedriver)
+        let driver = net
+            .command(&chromedriver)
             .arg(format!("--port={port}"))
             .env("HOME", home.path())
             // Its own process group, so the browsers it starts go when the test ends.
@@ -129,7 +141,7 @@ impl Browser {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("spawn chromedriver");
-        let driver_url = format!("http://127.0.0.1:{port}");
+        let driver_url = format!("http://127.0.0.1:{}", net.reach_inside(port));
         let status = format!("{driver_url}/status");
         wait_until(PAGE_WAIT, || ureq::get(&status).call().is_ok())
             .unwrap_or_else(|_| panic!("chromedriver did not answer on {status}"));
@@ -158,6 +170,7 @@ impl Browser {
             driver_url,
             session,
             home,
+            _net: net,
         }
     }
 
@@ -215,6 +228,18 @@ impl Browser {
         .expect("log reader");
         let body = answer.unwrap_or_else(|e| panic!("the browser's log: {e}"));
         body["value"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Saves what the page shows as `{name}.png` under the build's test-output directory
+    /// (`$CARGO_TARGET_TMPDIR/dashboard-screenshots`), and prints where.
+    pub async fn screenshot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("a screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "the screenshot is no PNG");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-screenshots");
+        std::fs::create_dir_all(&dir).expect("screenshot directory");
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).expect("write the screenshot");
+        println!("screenshot: {}", path.display());
     }
 
     /// chromedriver's own log, for failure messages.

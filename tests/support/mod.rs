@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+mod browser_net;
 mod tls;
 
 use std::collections::BTreeMap;

@@ -43,7 +43,8 @@ pub use projects::{
     SetCapabilities,
 };
 pub use queries::{
-    AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, TaskListQuery,
+    AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, StreamQuery,
+    TaskListQuery,
 };
 pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};

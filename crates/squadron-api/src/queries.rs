@@ -111,6 +111,27 @@ pub struct LogQuery {
     /// Keep the answer open and stream what is appended.
     #[serde(default)]
     pub follow: bool,
+    /// With `stream=all`: the byte of stdout its frames start at.
+    #[serde(default)]
+    pub stdout_offset: Option<u64>,
+    /// With `stream=all`: the byte of stderr its frames start at.
+    #[serde(default)]
+    pub stderr_offset: Option<u64>,
+}
+
+/// `GET /ws/tasks/{id}/stream`: where the live frames start in each file. A client that read
+/// the scrollback through the logs API (whose `x-squadron-next-offset` says where it ended)
+/// goes on from there instead of receiving the whole output again; without them the stream
+/// starts at the beginning of both files.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    /// The byte of stdout the first stdout frame starts at.
+    #[serde(default)]
+    pub stdout_offset: Option<u64>,
+    /// The byte of stderr the first stderr frame starts at.
+    #[serde(default)]
+    pub stderr_offset: Option<u64>,
 }
 
 /// A page size in `1..=MAX`: the decoder refuses what the schema does, so a bad `limit` is

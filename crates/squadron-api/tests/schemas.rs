@@ -430,6 +430,18 @@ fn query_schemas_agree_with_the_decoder() {
         offset: Some(0),
         tail: Some(100),
         follow: true,
+        ..LogQuery::default()
+    });
+    checked += agree(&LogQuery {
+        stream: LogStream::All,
+        follow: true,
+        stdout_offset: Some(10),
+        stderr_offset: Some(0),
+        ..LogQuery::default()
+    });
+    checked += agree(&StreamQuery {
+        stdout_offset: Some(4096),
+        stderr_offset: None,
     });
     println!("query types: {checked} bodies checked");
     assert!(checked > 80, "only {checked} bodies checked");

@@ -103,7 +103,16 @@ fn error(status: StatusCode, code: ErrorCode, field: Option<&str>, m: String) ->
 /// refused as `query`, as this server always named it.
 fn log_query(raw: &str) -> Result<LogQuery, QueryRefusal> {
     decode_query(raw).map_err(|mut r| {
-        if !["stream", "offset", "tail", "follow"].contains(&r.field.as_str()) {
+        if ![
+            "stream",
+            "offset",
+            "tail",
+            "follow",
+            "stdout_offset",
+            "stderr_offset",
+        ]
+        .contains(&r.field.as_str())
+        {
             r.field = "query".into();
         }
         r
@@ -240,7 +249,18 @@ async fn logs(
         if !q.follow {
             return invalid("stream", "stream=all is only served with follow=true");
         }
-        return ndjson_follow(state, dir);
+        if q.offset.is_some() || q.tail.is_some() {
+            let field = if q.offset.is_some() { "offset" } else { "tail" };
+            return invalid(
+                field,
+                "stream=all starts where stdout_offset and stderr_offset say",
+            );
+        }
+        let start = [q.stdout_offset.unwrap_or(0), q.stderr_offset.unwrap_or(0)];
+        return ndjson_follow(state, dir, start);
+    }
+    if let Some(field) = per_stream_offset(&q) {
+        return invalid(field, "only stream=all takes a start per file; use offset");
     }
     let name = file_of(q.stream);
     let (mut source, len) = match open_log(&dir, name, &state.redactions).await {
@@ -351,13 +371,25 @@ struct Frame<'a> {
     data: &'a str,
 }
 
-/// Interleaves stdout and stderr as NDJSON frames until the task's run has ended and both
-/// files are drained.
-fn ndjson_follow(state: ServerState, dir: TaskDir) -> Response {
+/// The per-file start a query gave that only `stream=all` takes.
+fn per_stream_offset(q: &LogQuery) -> Option<&'static str> {
+    if q.stdout_offset.is_some() {
+        Some("stdout_offset")
+    } else if q.stderr_offset.is_some() {
+        Some("stderr_offset")
+    } else {
+        None
+    }
+}
+
+/// Interleaves stdout and stderr as NDJSON frames, from `start` in each, until the task's run
+/// has ended and both files are drained. A start past a file's end waits for the file to
+/// reach it.
+fn ndjson_follow(state: ServerState, dir: TaskDir, start: [u64; 2]) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
     let task = dir.task();
     let files = [("stdout", STDOUT_LOG), ("stderr", STDERR_LOG)];
-    let stream = futures_util::stream::unfold([0u64, 0u64], move |mut offsets| {
+    let stream = futures_util::stream::unfold(start, move |mut offsets| {
         let (state, dir) = (state.clone(), dir.clone());
         async move {
             loop {
@@ -505,6 +537,70 @@ mod tests {
         assert_eq!(log_query("stream=nope").unwrap_err().field, "stream");
         assert_eq!(log_query("offset=-1").unwrap_err().field, "offset");
         assert_eq!(log_query("surprise=1").unwrap_err().field, "query");
+    }
+
+    async fn answer(state: &ServerState, query: &str) -> (StatusCode, String) {
+        use http_body_util::BodyExt;
+        let r = logs(
+            State(state.clone()),
+            UrlPath("7".into()),
+            RawQuery(Some(query.into())),
+        )
+        .await;
+        let status = r.status();
+        let body = r.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// The stream a terminal opens after reading its scrollback starts each file where that
+    /// read ended: nothing sent twice, nothing skipped; a per-file start outside stream=all,
+    /// or offset and tail inside it, is refused by name.
+    #[tokio::test]
+    async fn the_live_stream_starts_each_file_where_it_is_told() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = TaskDir::new(tmp.path(), TaskId::new(7).unwrap());
+        std::fs::create_dir_all(dir.progress()).unwrap();
+        std::fs::write(dir.stdout_log(), "one\ntwo\n").unwrap();
+        std::fs::write(dir.stderr_log(), "oops\nagain\n").unwrap();
+        let state = ServerState {
+            data_dir: tmp.path().to_path_buf(),
+            active: ActiveTasks::default(),
+            redactions: LiveRedactions::default(),
+        };
+        let (status, body) = answer(
+            &state,
+            "stream=all&follow=true&stdout_offset=4&stderr_offset=5",
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let frames: Vec<serde_json::Value> = body
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let seen: Vec<(&str, u64, &str)> = frames
+            .iter()
+            .map(|f| {
+                let text = |k: &str| f[k].as_str().unwrap();
+                (text("stream"), f["offset"].as_u64().unwrap(), text("data"))
+            })
+            .collect();
+        assert_eq!(seen, [("stdout", 4, "two\n"), ("stderr", 5, "again\n")]);
+        let (_, whole) = answer(&state, "stream=all&follow=true").await;
+        assert!(
+            whole.contains("one\\ntwo") && whole.contains("oops"),
+            "{whole}"
+        );
+        for (query, field) in [
+            ("stream=stdout&stdout_offset=4", "stdout_offset"),
+            ("stream=stderr&stderr_offset=1", "stderr_offset"),
+            ("stream=all&follow=true&offset=4", "offset"),
+            ("stream=all&follow=true&tail=4", "tail"),
+        ] {
+            let (status, body) = answer(&state, query).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["field"], field, "{query}: {body}");
+        }
     }
 
     #[tokio::test]

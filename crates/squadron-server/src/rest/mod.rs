@@ -263,6 +263,16 @@ fn plain_routes(book: RouteBook) -> RouteBook {
         Access::PUBLIC,
         get(|| async { Html(crate::dashboard::PAGE) }),
     )
+    .add(
+        "GET",
+        "/assets/:name",
+        "The dashboard's front-end files (xterm.js and its stylesheet, their licences), built \
+         into the binary",
+        Input::NONE,
+        Answer::text("text/javascript"),
+        Access::PUBLIC,
+        get(crate::dashboard::asset),
+    )
 }
 
 pub fn router(node: AppState) -> Router {

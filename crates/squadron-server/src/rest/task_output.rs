@@ -8,17 +8,17 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use futures_util::StreamExt;
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{TaskId, WorkerId};
 
-use super::{json, parse_id, query, read, Answer, AppState, Input, RouteBook};
+use super::{json, parse_id, query, read, Answer, AppState, Input, QueryParams, RouteBook};
 use crate::error::ApiError;
 use crate::node::Consistency;
-use squadron_api::{Access, Scope};
+use squadron_api::{Access, Scope, StreamQuery};
 
 /// How long a relayed non-streaming request to a worker may take.
 pub const WORKER_REQUEST_TIMEOUT_MS: u64 = 30_000;
@@ -67,8 +67,9 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "/ws/tasks/:id/stream",
         "WebSocket: live output frames of a task, then its final state. The token goes in \
          Authorization or, from a browser, as the subprotocol bearer.<token> offered beside \
-         squadron.v1 (never in the URL)",
-        Input::NONE,
+         squadron.v1 (never in the URL); ?stdout_offset=N&stderr_offset=N start each file \
+         where a logs read ended",
+        query::<StreamQuery>(),
         Answer::websocket(),
         Access::viewer(Scope::Task).and_agents(),
         get(stream),
@@ -146,6 +147,15 @@ impl WorkerRelay {
     }
 }
 
+/// The worker's headers an answer keeps: its type and file name, and where a log read ended
+/// and how long the file is (a client pages on, or streams on, from there).
+const RELAYED_HEADERS: [&str; 4] = [
+    "content-type",
+    "content-disposition",
+    "x-squadron-next-offset",
+    "x-squadron-size",
+];
+
 /// Sends GET `path` to the worker and turns its answer into ours, body streamed through.
 async fn relay(worker: &WorkerRelay, path: String, streaming: bool) -> Result<Response, ApiError> {
     let answer = worker
@@ -154,24 +164,17 @@ async fn relay(worker: &WorkerRelay, path: String, streaming: bool) -> Result<Re
         .await
         .map_err(|e| ApiError::unavailable(format!("the task's worker did not answer: {e}")))?;
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let content_type = answer
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
-    let disposition = answer
-        .headers()
-        .get(reqwest::header::CONTENT_DISPOSITION)
-        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let kept: Vec<(HeaderName, HeaderValue)> = RELAYED_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = answer.headers().get(*name)?;
+            let value = HeaderValue::from_bytes(value.as_bytes()).ok()?;
+            Some((HeaderName::from_static(name), value))
+        })
+        .collect();
     let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
     *response.status_mut() = status;
-    if let Some(ct) = content_type {
-        response.headers_mut().insert(header::CONTENT_TYPE, ct);
-    }
-    if let Some(cd) = disposition {
-        response
-            .headers_mut()
-            .insert(header::CONTENT_DISPOSITION, cd);
-    }
+    response.headers_mut().extend(kept);
     Ok(response)
 }
 
@@ -253,6 +256,7 @@ fn percent_encode_segment(s: &str) -> String {
 async fn stream(
     State(node): State<AppState>,
     Path(id): Path<String>,
+    QueryParams(from): QueryParams<StreamQuery>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
@@ -260,7 +264,7 @@ async fn stream(
     check_offered_protocols(&headers)?;
     let worker = worker_base(&node, id).await?;
     let ws = ws.protocols([STREAM_PROTOCOL]);
-    Ok(ws.on_upgrade(move |socket| relay_stream(node, id, worker, socket)))
+    Ok(ws.on_upgrade(move |socket| relay_stream(node, id, worker, from, socket)))
 }
 
 /// A client that sends its token as a subprotocol must offer [`STREAM_PROTOCOL`] too: the
@@ -286,8 +290,18 @@ fn check_offered_protocols(headers: &HeaderMap) -> Result<(), ApiError> {
 
 /// Relays the worker's NDJSON frames (`{"stream":"stdout","offset":…,"data":"…"}`) as text
 /// messages, then sends the task's final record as `{"type":"task","task":…}` and closes.
-async fn relay_stream(node: AppState, id: TaskId, worker: WorkerRelay, mut socket: WebSocket) {
-    let path = format!("/worker/v1/tasks/{id}/logs?stream=all&follow=true");
+async fn relay_stream(
+    node: AppState,
+    id: TaskId,
+    worker: WorkerRelay,
+    from: StreamQuery,
+    mut socket: WebSocket,
+) {
+    let path = format!(
+        "/worker/v1/tasks/{id}/logs?stream=all&follow=true&stdout_offset={}&stderr_offset={}",
+        from.stdout_offset.unwrap_or(0),
+        from.stderr_offset.unwrap_or(0)
+    );
     let answer = match worker.get(&path, true).send().await {
         Ok(a) if a.status().is_success() => a,
         Ok(a) => {
