@@ -21,7 +21,8 @@ const TASK_NAME: &str = "browser-probe";
 const PROVIDER: &str = r#"#!/bin/sh
 trap 'printf "{\"task_state\":\"handed over by g%s\",\"decisions\":[],\"pending_work\":[]}" "$SQUADRON_GENERATION" > /state/capsule.json; exit 0' TERM
 echo "provider $SQUADRON_PROVIDER generation $SQUADRON_GENERATION"
-while :; do sleep 0.2; done
+i=1
+while :; do echo "tick-$i"; i=$((i+1)); sleep 0.2; done
 "#;
 /// The `tick-N` lines in the page's terminal buffer (scrollback included), by N.
 const TERMINAL_TICKS: &str = "(() => { const buf = term.buffer.active, ticks = []; \
@@ -865,8 +866,51 @@ impl Page<'_> {
             )
             .await;
         assert_eq!(error, json!(""), "an operator's actions were refused");
+
+        // Its output in the terminal: the scrollback, then the live stream, every line once.
+        self.click(&format!("button[data-agent-output='{profile}']"))
+            .await;
+        b.wait_for(
+            "the agent's stream",
+            "document.getElementById('output-head').textContent === 'profile pilot: live' || null",
+        )
+        .await;
+        let at_live = b
+            .wait_for(
+                "the agent's scrollback",
+                &format!("(t => t.length ? t.length : null)({TERMINAL_TICKS})"),
+            )
+            .await;
+        let ticks = b
+            .wait_for(
+                "the agent's ticks streamed after the scrollback",
+                &format!(
+                    "(t => t.length > {} ? t : null)({TERMINAL_TICKS})",
+                    at_live.as_u64().unwrap_or(0) + 5
+                ),
+            )
+            .await;
+        let ticks: Vec<u64> = serde_json::from_value(ticks).expect("tick numbers");
+        assert_eq!(ticks, (1..=ticks.len() as u64).collect::<Vec<_>>());
+        let first = b
+            .eval(
+                "return term.buffer.active.getLine(0).translateToString(true)",
+                vec![],
+            )
+            .await;
+        assert!(
+            first
+                .as_str()
+                .is_some_and(|l| l.starts_with("provider ") && l.ends_with(" generation 3")),
+            "the terminal's first line: {first}"
+        );
         self.click(&button("stop")).await;
         self.confirm(true).await;
+        b.wait_for(
+            "the stream's end",
+            "document.getElementById('output-head').textContent === 'profile pilot: ended' || null",
+        )
+        .await;
         b.wait_for("the last lease ended", &row("r[3] === '-'"))
             .await;
         // The viewer's refused takeover, which the page showed in place.
@@ -933,6 +977,18 @@ fn launched_agent(url: &str, worker: &str, repo: &std::path::Path) -> u64 {
     .expect("launch");
     assert_eq!(r.status, 201, "{r:?}");
     assert_eq!(r.body["generation"], 1, "{r:?}");
+    // Its output through the API, as a task's: the current generation's stdout; a stream a
+    // provider does not have is refused by name.
+    let logs = format!("{url}/api/v1/profiles/{profile}/agent/logs");
+    wait_until(Duration::from_secs(20), || {
+        http_text(&format!("{logs}?stream=stdout"))
+            .is_ok_and(|(status, text)| status == 200 && text.contains("generation 1\ntick-1\n"))
+    })
+    .unwrap_or_else(|_| panic!("no provider output: {:?}", http_text(&logs)));
+    let (status, body) = http_text(&format!("{logs}?stream=events")).expect("events");
+    assert_eq!(status, 400, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("error body");
+    assert_eq!(body["field"], "stream", "{body}");
     profile
 }
 

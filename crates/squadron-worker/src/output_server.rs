@@ -24,7 +24,7 @@ use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use crate::task::credential_session::{LiveRedactions, REDACTED_FILE_BYTES_MAX};
+use crate::task::credential_session::{LiveRedactions, Redactor, REDACTED_FILE_BYTES_MAX};
 use crate::task::outbox_reader::{self, OutboxError};
 use crate::task::task_dir::{TaskDir, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
 use crate::task::task_volume::TaskVolume;
@@ -101,7 +101,7 @@ fn error(status: StatusCode, code: ErrorCode, field: Option<&str>, m: String) ->
 
 /// The logs query through the one query decoder; a parameter the query does not have is
 /// refused as `query`, as this server always named it.
-fn log_query(raw: &str) -> Result<LogQuery, QueryRefusal> {
+pub(crate) fn log_query(raw: &str) -> Result<LogQuery, QueryRefusal> {
     decode_query(raw).map_err(|mut r| {
         if ![
             "stream",
@@ -119,7 +119,7 @@ fn log_query(raw: &str) -> Result<LogQuery, QueryRefusal> {
     })
 }
 
-fn invalid(field: &str, m: impl Into<String>) -> Response {
+pub(crate) fn invalid(field: &str, m: impl Into<String>) -> Response {
     error(
         StatusCode::BAD_REQUEST,
         ErrorCode::InvalidArgument,
@@ -183,7 +183,7 @@ fn outbox_error(e: OutboxError) -> Response {
 
 /// What a read of a log sees: the file itself, or — while the task holds credentials — its
 /// redacted view (`Redactor::view`), whose offsets are the ones the rewritten file will have.
-enum LogSource {
+pub(crate) enum LogSource {
     File(Option<tokio::fs::File>),
     View(Vec<u8>),
 }
@@ -209,17 +209,28 @@ async fn open_log(
     redactions: &LiveRedactions,
 ) -> Result<(LogSource, u64), OutboxError> {
     let file = outbox_reader::open_progress(dir, name)?;
+    let redactor = redactions.get(dir.task());
+    source_of(file, redactor.as_deref(), name).await
+}
+
+/// A log file (`None` while it does not exist) and its length, as `redactor` shows it when
+/// there is one.
+pub(crate) async fn source_of(
+    file: Option<tokio::fs::File>,
+    redactor: Option<&Redactor>,
+    name: &str,
+) -> Result<(LogSource, u64), OutboxError> {
     let len = match &file {
         Some(f) => f.metadata().await.map(|m| m.len()).unwrap_or(0),
         None => 0,
     };
-    let Some(redactor) = redactions.get(dir.task()) else {
+    let Some(redactor) = redactor else {
         return Ok((LogSource::File(file), len));
     };
     if len > REDACTED_FILE_BYTES_MAX {
         return Err(OutboxError::Io(format!(
-            "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while the task holds credentials; \
-             read it once the task has ended"
+            "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while its writer holds credentials; \
+             read it once the attempt has ended"
         )));
     }
     let mut file = file;
@@ -238,10 +249,45 @@ async fn logs(
         Ok(q) => q,
         Err(r) => return invalid(&r.field, r.message),
     };
-    let dir = match task_dir(&state, &id).await {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
+    match task_dir(&state, &id).await {
+        Ok(dir) => serve_logs(TaskFiles { state, dir }, q).await,
+        Err(r) => r,
+    }
+}
+
+/// The files one log read serves, beneath a root their writer (a sandbox) can change: a task
+/// attempt's progress files, or a profile generation's logs (`agent::agent_logs`).
+pub(crate) trait LogFiles: Clone + Send + Sync + 'static {
+    /// The file of `stream` and its length (0 while it does not exist), redacted while its
+    /// writer holds credentials.
+    fn open(
+        &self,
+        stream: LogStream,
+    ) -> impl std::future::Future<Output = Result<(LogSource, u64), OutboxError>> + Send;
+    /// Whether its writer may still append.
+    fn writing(&self) -> bool;
+}
+
+/// A task attempt's progress files.
+#[derive(Clone)]
+struct TaskFiles {
+    state: ServerState,
+    dir: TaskDir,
+}
+
+impl LogFiles for TaskFiles {
+    async fn open(&self, stream: LogStream) -> Result<(LogSource, u64), OutboxError> {
+        open_log(&self.dir, file_of(stream), &self.state.redactions).await
+    }
+
+    fn writing(&self) -> bool {
+        self.state.active.contains(self.dir.task())
+    }
+}
+
+/// One log read of `files`: a range, a tail, a follow of one file, or both files
+/// interleaved as NDJSON frames (`stream=all`).
+pub(crate) async fn serve_logs<F: LogFiles>(files: F, q: LogQuery) -> Response {
     if q.offset.is_some() && q.tail.is_some() {
         return invalid("tail", "give offset or tail, not both");
     }
@@ -257,13 +303,12 @@ async fn logs(
             );
         }
         let start = [q.stdout_offset.unwrap_or(0), q.stderr_offset.unwrap_or(0)];
-        return ndjson_follow(state, dir, start);
+        return ndjson_follow(files, start);
     }
     if let Some(field) = per_stream_offset(&q) {
         return invalid(field, "only stream=all takes a start per file; use offset");
     }
-    let name = file_of(q.stream);
-    let (mut source, len) = match open_log(&dir, name, &state.redactions).await {
+    let (mut source, len) = match files.open(q.stream).await {
         Ok(opened) => opened,
         Err(e) => return outbox_error(e),
     };
@@ -273,7 +318,7 @@ async fn logs(
         (None, None) => 0,
     };
     if q.follow {
-        return raw_follow(state, dir, name, start);
+        return raw_follow(files, q.stream, start);
     }
     let end = len.min(start + LOG_READ_BYTES_MAX);
     let bytes = source.read(start, end).await;
@@ -327,19 +372,18 @@ async fn tail_start(source: &mut LogSource, len: u64, n: u64) -> u64 {
 
 /// Streams the file from `start` as it grows, until the task is no longer active and
 /// everything written was sent.
-fn raw_follow(state: ServerState, dir: TaskDir, name: &'static str, start: u64) -> Response {
+fn raw_follow<F: LogFiles>(files: F, name: LogStream, start: u64) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
-    let task = dir.task();
     let stream = futures_util::stream::unfold((start, false), move |(offset, done)| {
-        let (state, dir) = (state.clone(), dir.clone());
+        let files = files.clone();
         async move {
             if done {
                 return None;
             }
             loop {
-                let was_active = state.active.contains(task);
+                let was_active = files.writing();
                 // Opened afresh each look (the file may appear late); a link ends the follow.
-                let (mut source, len) = open_log(&dir, name, &state.redactions).await.ok()?;
+                let (mut source, len) = files.open(name).await.ok()?;
                 if len > offset {
                     let end = len.min(offset + FRAME_DATA_BYTES_MAX as u64);
                     let bytes = source.read(offset, end).await;
@@ -385,19 +429,17 @@ fn per_stream_offset(q: &LogQuery) -> Option<&'static str> {
 /// Interleaves stdout and stderr as NDJSON frames, from `start` in each, until the task's run
 /// has ended and both files are drained. A start past a file's end waits for the file to
 /// reach it.
-fn ndjson_follow(state: ServerState, dir: TaskDir, start: [u64; 2]) -> Response {
+fn ndjson_follow<F: LogFiles>(files: F, start: [u64; 2]) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
-    let task = dir.task();
-    let files = [("stdout", STDOUT_LOG), ("stderr", STDERR_LOG)];
+    let streams = [("stdout", LogStream::Stdout), ("stderr", LogStream::Stderr)];
     let stream = futures_util::stream::unfold(start, move |mut offsets| {
-        let (state, dir) = (state.clone(), dir.clone());
+        let files = files.clone();
         async move {
             loop {
-                let was_active = state.active.contains(task);
+                let was_active = files.writing();
                 let mut out = Vec::new();
-                for (i, (name, file_name)) in files.iter().enumerate() {
-                    let (mut source, len) =
-                        open_log(&dir, file_name, &state.redactions).await.ok()?;
+                for (i, (name, which)) in streams.iter().enumerate() {
+                    let (mut source, len) = files.open(*which).await.ok()?;
                     if len <= offsets[i] {
                         continue;
                     }

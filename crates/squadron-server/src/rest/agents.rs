@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::ws::{Message, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -23,12 +24,16 @@ use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
 use squadron_core::Command;
 
-use super::task_output::WorkerRelay;
-use super::{body, json, parse_id, read, write, AppState, Input, RouteBook};
+use super::task_output::{
+    check_offered_protocols, follow_all, relay_frames, relay_logs, WorkerRelay, STREAM_PROTOCOL,
+};
+use super::{
+    body, json, parse_id, query, read, write, Answer, AppState, Input, QueryParams, RouteBook,
+};
 use crate::authz::Caller;
 use crate::error::ApiError;
 use crate::node::Consistency;
-use squadron_api::{Access, Scope};
+use squadron_api::{Access, LogQuery, Scope, StreamQuery};
 
 /// A relayed agent operation may wait for a lease to expire (crash takeover) and for a
 /// provider's grace period.
@@ -49,6 +54,27 @@ pub fn routes(book: RouteBook) -> RouteBook {
         json::<squadron_api::agents::AgentView>(),
         Access::viewer(Scope::Profile).and_workers(),
         get(view),
+    )
+    .add(
+        "GET",
+        "/api/v1/profiles/:id/agent/logs",
+        "The output of the profile's current generation: \
+         ?stream=stdout|stderr|all&offset=N&tail=N&follow=true, as a task's logs",
+        query::<LogQuery>(),
+        Answer::text("text/plain"),
+        Access::viewer(Scope::Profile),
+        get(logs),
+    )
+    .add(
+        "GET",
+        "/ws/profiles/:id/agent/stream",
+        "WebSocket: live output frames of the profile's current generation, then \
+         {\"type\":\"end\"}; the token as for a task's stream; ?stdout_offset=N&stderr_offset=N \
+         start each file where a logs read ended",
+        query::<StreamQuery>(),
+        Answer::websocket(),
+        Access::viewer(Scope::Profile),
+        get(stream),
     )
     .add(
         "POST",
@@ -218,6 +244,37 @@ async fn view(State(node): State<AppState>, Path(id): Path<String>) -> Result<Re
         EVIDENCE_RELAY_TIMEOUT_MS,
     )
     .await
+}
+
+async fn logs(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let id: ProfileId = parse_id("profile_id", &id)?;
+    let (_, worker) = sandbox_worker(&node, id, None).await?;
+    relay_logs(&worker, format!("/worker/v1/agents/{id}/logs"), q).await
+}
+
+async fn stream(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(from): QueryParams<StreamQuery>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    let id: ProfileId = parse_id("profile_id", &id)?;
+    check_offered_protocols(&headers)?;
+    let (_, worker) = sandbox_worker(&node, id, None).await?;
+    let path = format!("/worker/v1/agents/{id}/logs{}", follow_all(&from));
+    let ws = ws.protocols([STREAM_PROTOCOL]);
+    Ok(ws.on_upgrade(move |mut socket| async move {
+        if relay_frames(&worker, &path, &mut socket).await {
+            let end = serde_json::json!({"type": "end"});
+            let _ = socket.send(Message::Text(end.to_string())).await;
+            let _ = socket.send(Message::Close(None)).await;
+        }
+    }))
 }
 
 async fn launch(

@@ -184,15 +184,20 @@ async fn logs(
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
     let id: TaskId = parse_id("task_id", &id)?;
-    let query = relay_query(q)?;
-    let follow = query.contains("follow=true");
     let worker = worker_base(&node, id).await?;
-    relay(
-        &worker,
-        format!("/worker/v1/tasks/{id}/logs{query}"),
-        follow,
-    )
-    .await
+    relay_logs(&worker, format!("/worker/v1/tasks/{id}/logs"), q).await
+}
+
+/// A logs read relayed to the worker's `path` with the caller's query as it came (the worker
+/// decodes it); a follow streams for as long as the worker's answer does.
+pub(crate) async fn relay_logs(
+    worker: &WorkerRelay,
+    path: String,
+    raw_query: Option<String>,
+) -> Result<Response, ApiError> {
+    let query = relay_query(raw_query)?;
+    let follow = query.contains("follow=true");
+    relay(worker, format!("{path}{query}"), follow).await
 }
 
 async fn artifacts(
@@ -269,7 +274,7 @@ async fn stream(
 
 /// A client that sends its token as a subprotocol must offer [`STREAM_PROTOCOL`] too: the
 /// answer has to select one it offered, and it may never be the one holding the secret.
-fn check_offered_protocols(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_offered_protocols(headers: &HeaderMap) -> Result<(), ApiError> {
     let offered: Vec<&str> = headers
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
         .iter()
@@ -297,12 +302,29 @@ async fn relay_stream(
     from: StreamQuery,
     mut socket: WebSocket,
 ) {
-    let path = format!(
-        "/worker/v1/tasks/{id}/logs?stream=all&follow=true&stdout_offset={}&stderr_offset={}",
+    let path = format!("/worker/v1/tasks/{id}/logs{}", follow_all(&from));
+    if !relay_frames(&worker, &path, &mut socket).await {
+        return;
+    }
+    let task = node.state.with_state(|s| s.task(id).cloned());
+    let end = serde_json::json!({"type": "task", "task": task});
+    let _ = socket.send(Message::Text(end.to_string())).await;
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+/// The worker's query for both files interleaved, followed, from where `from` says.
+pub(crate) fn follow_all(from: &StreamQuery) -> String {
+    format!(
+        "?stream=all&follow=true&stdout_offset={}&stderr_offset={}",
         from.stdout_offset.unwrap_or(0),
         from.stderr_offset.unwrap_or(0)
-    );
-    let answer = match worker.get(&path, true).send().await {
+    )
+}
+
+/// Relays the worker's NDJSON frames at `path` as text messages until its answer ends:
+/// `true` then, `false` when the worker refused (an error frame was sent) or the client left.
+pub(crate) async fn relay_frames(worker: &WorkerRelay, path: &str, socket: &mut WebSocket) -> bool {
+    let answer = match worker.get(path, true).send().await {
         Ok(a) if a.status().is_success() => a,
         Ok(a) => {
             let msg = format!(
@@ -310,13 +332,13 @@ async fn relay_stream(
                 a.status()
             );
             let _ = socket.send(Message::Text(msg)).await;
-            return;
+            return false;
         }
         Err(e) => {
             let msg =
                 serde_json::json!({"type": "error", "message": format!("worker unreachable: {e}")});
             let _ = socket.send(Message::Text(msg.to_string())).await;
-            return;
+            return false;
         }
     };
     let mut body = answer.bytes_stream();
@@ -331,7 +353,7 @@ async fn relay_stream(
                 continue;
             }
             if socket.send(Message::Text(text)).await.is_err() {
-                return;
+                return false;
             }
         }
         if pending.len() > STREAM_FRAME_BYTES_MAX {
@@ -339,10 +361,7 @@ async fn relay_stream(
             pending.clear();
         }
     }
-    let task = node.state.with_state(|s| s.task(id).cloned());
-    let end = serde_json::json!({"type": "task", "task": task});
-    let _ = socket.send(Message::Text(end.to_string())).await;
-    let _ = socket.send(Message::Close(None)).await;
+    true
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! - `POST /worker/v1/agents/{profile}/stop` ([`StopAgent`])
 //! - `POST /worker/v1/agents/{profile}/reap`
 //! - `GET  /worker/v1/agents/{profile}` and `GET /worker/v1/agents`
+//! - `GET  /worker/v1/agents/{profile}/logs` (the current generation's output, queried as a
+//!   task's logs are: `stream`, `offset`, `tail`, `follow`, `stream=all` with per-file starts)
 //! - `GET  /worker/v1/evidence/{tenant}/{project}`
 //!
 //! Bodies are parsed strictly (unknown fields refused) and errors have the control plane's
@@ -12,7 +14,7 @@
 //! supervisor's own state becomes the wire's `AgentView` here, and nowhere else.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -21,8 +23,10 @@ use serde::de::DeserializeOwned;
 use squadron_client::{ErrorBody, LaunchAgent, StopAgent, TakeoverAgent};
 use squadron_core::ids::{ProfileId, ProjectId, TenantId};
 
+use crate::agent::agent_logs::AgentLogs;
 use crate::agent::error::AgentError;
 use crate::agent::supervisor::AgentSupervisor;
+use crate::output_server::{invalid, log_query, serve_logs};
 
 /// Largest request body accepted (a prompt included).
 pub(crate) const AGENT_REQUEST_BYTES_MAX: usize = 2 << 20;
@@ -31,6 +35,7 @@ pub(crate) fn router(supervisor: AgentSupervisor) -> Router {
     Router::new()
         .route("/worker/v1/agents", get(list))
         .route("/worker/v1/agents/:profile", get(view))
+        .route("/worker/v1/agents/:profile/logs", get(logs))
         .route("/worker/v1/agents/:profile/launch", post(launch))
         .route("/worker/v1/agents/:profile/takeover", post(takeover))
         .route("/worker/v1/agents/:profile/stop", post(stop))
@@ -101,6 +106,25 @@ async fn view(
 ) -> Result<Response, Failure> {
     let agent = s.state(profile_id(&id)?)?;
     Ok(Json(agent.view(s.worker(), None)).into_response())
+}
+
+async fn logs(
+    State(s): State<AgentSupervisor>,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, Failure> {
+    let q = match log_query(raw.as_deref().unwrap_or("")) {
+        Ok(q) => q,
+        Err(r) => return Ok(invalid(&r.field, r.message)),
+    };
+    if q.stream == squadron_api::LogStream::Events {
+        return Ok(invalid(
+            "stream",
+            "a provider has no events log: stream=stdout, stderr or all",
+        ));
+    }
+    let files = AgentLogs::current(&s, profile_id(&id)?)?;
+    Ok(serve_logs(files, q).await)
 }
 
 async fn launch(

@@ -151,6 +151,17 @@ pub(crate) fn redact_and_wipe(
     Ok(())
 }
 
+/// What a live read of the generation's logs shows them through while it holds credentials
+/// (its files exist): the values those files hold now, so a rotated value is hidden as soon
+/// as it is written. `None` for a generation without credentials.
+pub(crate) fn live_redactor(paths: &ProfilePaths, generation: Generation) -> Option<Redactor> {
+    let (dir, record) = (
+        credentials_dir(paths, generation),
+        credentials_record(paths, generation),
+    );
+    (dir.exists() || record.exists()).then(|| redactor_from_files(&dir, &record))
+}
+
 /// The values the generation's files hold, each under the id its mount was granted for.
 /// Unreadable or oversized files are skipped: the wipe that follows removes them anyway.
 fn redactor_from_files(dir: &Path, record: &Path) -> Redactor {

@@ -3,6 +3,7 @@
 //! step has a file of its own.
 
 pub(crate) mod adoption;
+pub(crate) mod agent_logs;
 pub(crate) mod api;
 pub(crate) mod attempt;
 pub(crate) mod catch_up;

@@ -42,7 +42,7 @@ use squadron_client::types::AttachSandbox;
 use squadron_client::{BrokerEvidence, SandboxRepository};
 use squadron_core::capsule::ContinuityCapsule;
 use squadron_core::error_code::ErrorCode;
-use squadron_core::ids::{Generation, ProfileId, WorkerId};
+use squadron_core::ids::{Generation, ProfileId, ProjectId, TenantId, WorkerId};
 use squadron_core::lease::{FencingToken, LeaseHolder};
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::profile::AgentProfile;
@@ -343,6 +343,22 @@ impl AgentSupervisor {
             return Err(AgentError::invalid("repository.url", "must not be empty"));
         }
         Ok(repo)
+    }
+
+    /// The project's sandbox as this worker holds it open (every project with an attempt).
+    pub(crate) fn sandbox_of_project(
+        &self,
+        tenant: &TenantId,
+        project: &ProjectId,
+    ) -> Result<Arc<ProjectSandbox>, AgentError> {
+        self.registry()
+            .sandbox(&(tenant.clone(), project.clone()))
+            .ok_or_else(|| {
+                AgentError::not_found(format!(
+                    "project {tenant}/{project} has no sandbox open on worker {}",
+                    self.inner.worker
+                ))
+            })
     }
 
     /// The project's sandbox on this worker, opened from its record.
