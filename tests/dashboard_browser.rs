@@ -839,6 +839,14 @@ impl Page<'_> {
             taken[4].as_str().is_some_and(|c| c.starts_with('#')),
             "no handed-over capsule in the chain: {taken}"
         );
+        // A read pinned to the generation taken over is refused: its offsets are not the new
+        // one's.
+        let stale = http_text(&format!(
+            "{}/api/v1/profiles/{profile}/agent/logs?generation=1",
+            self.url
+        ))
+        .expect("a read pinned to generation 1");
+        assert_eq!(stale.0, 409, "{stale:?}");
         self.click(&button("stop")).await;
         self.confirm(true).await;
         b.wait_for("the lease ended", &row("r[3] === '-'")).await;
@@ -985,6 +993,15 @@ fn launched_agent(url: &str, worker: &str, repo: &std::path::Path) -> u64 {
             .is_ok_and(|(status, text)| status == 200 && text.contains("generation 1\ntick-1\n"))
     })
     .unwrap_or_else(|_| panic!("no provider output: {:?}", http_text(&logs)));
+    let read = request("GET", &format!("{logs}?stream=stdout&tail=1"))
+        .call()
+        .expect("a tail of the provider's output");
+    assert_eq!(
+        read.header("x-squadron-generation"),
+        Some("1"),
+        "the read names its generation"
+    );
+    assert!(read.header("x-squadron-next-offset").is_some());
     let (status, body) = http_text(&format!("{logs}?stream=events")).expect("events");
     assert_eq!(status, 400, "{body}");
     let body: Value = serde_json::from_str(&body).expect("error body");
@@ -1013,7 +1030,11 @@ fn websocket_answers_outside_the_browser(url: &str, task: u64, viewer: &str) {
     let chosen = answer.headers().get("sec-websocket-protocol");
     assert_eq!(chosen.and_then(|v| v.to_str().ok()), Some("squadron.v1"));
     let header = ("authorization", format!("Bearer {viewer}"));
-    handshake(&ws, &[header]).expect("Authorization opens the stream");
+    handshake(&ws, std::slice::from_ref(&header)).expect("Authorization opens the stream");
+    match handshake(&format!("{ws}?generation=1"), &[header]) {
+        Err(tungstenite::Error::Http(r)) => assert_eq!(r.status(), 400, "{r:?}"),
+        other => panic!("a task's stream took a generation: {other:?}"),
+    }
     for target in [
         format!("{ws}?token={viewer}"),
         format!("{ws}?access_token={viewer}"),

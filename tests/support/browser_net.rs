@@ -46,7 +46,9 @@ impl BrowserNet {
             .in_namespace(move || TcpListener::bind(addr))
             .unwrap_or_else(|e| panic!("bind {addr} in the browser's namespace: {e}"));
         std::thread::spawn(move || {
-            for inside in listener.incoming().flatten() {
+            // An accept that fails ends the relay rather than spin on it.
+            for inside in listener.incoming() {
+                let Ok(inside) = inside else { break };
                 if let Ok(host) = TcpStream::connect(addr) {
                     relay(inside, host);
                 }
@@ -60,7 +62,8 @@ impl BrowserNet {
         let host_port = listener.local_addr().expect("address").port();
         let path = self.path();
         std::thread::spawn(move || {
-            for host in listener.incoming().flatten() {
+            for host in listener.incoming() {
+                let Ok(host) = host else { break };
                 let path = path.clone();
                 // Each connection from a thread of its own that enters the namespace.
                 std::thread::spawn(move || {

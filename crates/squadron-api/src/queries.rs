@@ -132,6 +132,10 @@ pub struct StreamQuery {
     /// The byte of stderr the first stderr frame starts at.
     #[serde(default)]
     pub stderr_offset: Option<u64>,
+    /// An agent's stream only: the generation the offsets were read from (the logs answer's
+    /// `x-squadron-generation`); the stream is refused once another generation is current.
+    #[serde(default)]
+    pub generation: Option<u64>,
 }
 
 /// A page size in `1..=MAX`: the decoder refuses what the schema does, so a bad `limit` is

@@ -442,6 +442,7 @@ fn query_schemas_agree_with_the_decoder() {
     checked += agree(&StreamQuery {
         stdout_offset: Some(4096),
         stderr_offset: None,
+        generation: Some(3),
     });
     println!("query types: {checked} bodies checked");
     assert!(checked > 80, "only {checked} bodies checked");

@@ -153,6 +153,18 @@ async fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
     if !dir.root().is_dir() {
         return Err(not_found(format!("task {id} has no files on this worker")));
     }
+    if let Ok(files) = std::fs::read_to_string(dir.unredacted_marker()) {
+        return Err(error(
+            StatusCode::FORBIDDEN,
+            ErrorCode::PermissionDenied,
+            None,
+            format!(
+                "task {id}'s output held credentials that could not be redacted from \
+                 ({}); it is not served",
+                files.lines().collect::<Vec<_>>().join("; ")
+            ),
+        ));
+    }
     Ok(dir)
 }
 
@@ -426,46 +438,65 @@ fn per_stream_offset(q: &LogQuery) -> Option<&'static str> {
     }
 }
 
-/// Interleaves stdout and stderr as NDJSON frames, from `start` in each, until the task's run
-/// has ended and both files are drained. A start past a file's end waits for the file to
-/// reach it.
+/// Interleaves stdout and stderr as NDJSON frames, from `start` in each (a start past a
+/// file's end is taken as its end), until the writer has stopped and both files are drained.
+/// A file that cannot be read ends the stream with an `error` frame saying why.
 fn ndjson_follow<F: LogFiles>(files: F, start: [u64; 2]) -> Response {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FOLLOW_DURATION_MS_MAX);
     let streams = [("stdout", LogStream::Stdout), ("stderr", LogStream::Stderr)];
-    let stream = futures_util::stream::unfold(start, move |mut offsets| {
+    let first = Follow {
+        offsets: start,
+        clamped: [false; 2],
+        over: false,
+    };
+    let stream = futures_util::stream::unfold(first, move |mut at| {
         let files = files.clone();
         async move {
+            if at.over {
+                return None;
+            }
             loop {
                 let was_active = files.writing();
                 let mut out = Vec::new();
                 for (i, (name, which)) in streams.iter().enumerate() {
-                    let (mut source, len) = files.open(*which).await.ok()?;
-                    if len <= offsets[i] {
+                    let (mut source, len) = match files.open(*which).await {
+                        Ok(opened) => opened,
+                        Err(e) => {
+                            at.over = true;
+                            let error =
+                                serde_json::json!({"type": "error", "message": e.to_string()});
+                            out.extend_from_slice(format!("{error}\n").as_bytes());
+                            return Some((Ok::<_, std::io::Error>(out), at));
+                        }
+                    };
+                    if !at.clamped[i] {
+                        at.offsets[i] = at.offsets[i].min(len);
+                        at.clamped[i] = true;
+                    }
+                    if len <= at.offsets[i] {
                         continue;
                     }
-                    let end = len.min(offsets[i] + FRAME_DATA_BYTES_MAX as u64);
-                    let bytes = source.read(offsets[i], end).await;
-                    // Cut at a UTF-8 boundary so a character is never split across frames.
-                    let valid = match std::str::from_utf8(&bytes) {
-                        Ok(_) => bytes.len(),
-                        Err(e) if e.valid_up_to() > 0 => e.valid_up_to(),
-                        Err(_) => bytes.len(),
-                    };
+                    let end = len.min(at.offsets[i] + FRAME_DATA_BYTES_MAX as u64);
+                    let bytes = source.read(at.offsets[i], end).await;
+                    let valid = sendable(&bytes, was_active);
+                    if valid == 0 {
+                        continue;
+                    }
                     let data = String::from_utf8_lossy(&bytes[..valid]);
                     let frame = Frame {
                         kind: "output",
                         stream: name,
-                        offset: offsets[i],
+                        offset: at.offsets[i],
                         data: &data,
                     };
                     if let Ok(mut line) = serde_json::to_vec(&frame) {
                         line.push(b'\n');
                         out.extend_from_slice(&line);
                     }
-                    offsets[i] += valid as u64;
+                    at.offsets[i] += valid as u64;
                 }
                 if !out.is_empty() {
-                    return Some((Ok::<_, std::io::Error>(out), offsets));
+                    return Some((Ok::<_, std::io::Error>(out), at));
                 }
                 if !was_active || tokio::time::Instant::now() >= deadline {
                     return None;
@@ -480,6 +511,27 @@ fn ndjson_follow<F: LogFiles>(files: F, start: [u64; 2]) -> Response {
         HeaderValue::from_static("application/x-ndjson"),
     );
     r
+}
+
+/// Where a follow of both files is.
+struct Follow {
+    offsets: [u64; 2],
+    /// Whether each start was held to its file's length yet.
+    clamped: [bool; 2],
+    /// An error frame was sent: nothing follows it.
+    over: bool,
+}
+
+/// How much of `bytes` goes out now: up to the last whole character, so none is split across
+/// frames. An incomplete one at the end waits for its rest while the writer may still add it;
+/// bytes that are no UTF-8 at all go out (replaced) rather than stop the stream.
+fn sendable(bytes: &[u8], writer_may_add: bool) -> usize {
+    match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(e) if e.valid_up_to() > 0 => e.valid_up_to(),
+        Err(e) if e.error_len().is_none() && writer_may_add => 0,
+        Err(_) => bytes.len(),
+    }
 }
 
 async fn list_artifacts(
@@ -627,6 +679,18 @@ mod tests {
             })
             .collect();
         assert_eq!(seen, [("stdout", 4, "two\n"), ("stderr", 5, "again\n")]);
+        std::fs::write(
+            dir.unredacted_marker(),
+            "progress/stdout.log: larger than 64 MiB",
+        )
+        .unwrap();
+        let (status, body) = answer(&state, "stream=stdout").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert!(body.contains("could not be redacted"), "{body}");
+        std::fs::remove_file(dir.unredacted_marker()).unwrap();
+        let (_, past) = answer(&state, "stream=all&follow=true&stdout_offset=999").await;
+        assert!(!past.contains("stdout"), "a start past the end: {past}");
+        assert!(past.contains("oops"), "{past}");
         let (_, whole) = answer(&state, "stream=all&follow=true").await;
         assert!(
             whole.contains("one\\ntwo") && whole.contains("oops"),
@@ -643,6 +707,19 @@ mod tests {
             let body: serde_json::Value = serde_json::from_str(&body).unwrap();
             assert_eq!(body["field"], field, "{query}: {body}");
         }
+    }
+
+    #[test]
+    fn a_character_is_never_split_across_frames() {
+        let euro = "€".as_bytes();
+        assert_eq!(sendable(b"abc", true), 3);
+        assert_eq!(sendable(&[b"ab", &euro[..2]].concat(), true), 2);
+        // Only the start of a character yet: it waits while the writer may add the rest...
+        assert_eq!(sendable(&euro[..2], true), 0);
+        // ...and goes out (replaced) once nothing more can come.
+        assert_eq!(sendable(&euro[..2], false), 2);
+        // Bytes that are no UTF-8 never block the stream.
+        assert_eq!(sendable(&[0xff, b'a'], true), 2);
     }
 
     #[tokio::test]

@@ -149,11 +149,12 @@ impl WorkerRelay {
 
 /// The worker's headers an answer keeps: its type and file name, and where a log read ended
 /// and how long the file is (a client pages on, or streams on, from there).
-const RELAYED_HEADERS: [&str; 4] = [
+const RELAYED_HEADERS: [&str; 5] = [
     "content-type",
     "content-disposition",
     "x-squadron-next-offset",
     "x-squadron-size",
+    "x-squadron-generation",
 ];
 
 /// Sends GET `path` to the worker and turns its answer into ours, body streamed through.
@@ -266,6 +267,12 @@ async fn stream(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     let id: TaskId = parse_id("task_id", &id)?;
+    if from.generation.is_some() {
+        return Err(ApiError::invalid(
+            "generation",
+            "a task's stream has no generation (an agent's stream takes one)",
+        ));
+    }
     check_offered_protocols(&headers)?;
     let worker = worker_base(&node, id).await?;
     let ws = ws.protocols([STREAM_PROTOCOL]);
@@ -314,8 +321,12 @@ async fn relay_stream(
 
 /// The worker's query for both files interleaved, followed, from where `from` says.
 pub(crate) fn follow_all(from: &StreamQuery) -> String {
+    let pinned = from
+        .generation
+        .map(|g| format!("&generation={g}"))
+        .unwrap_or_default();
     format!(
-        "?stream=all&follow=true&stdout_offset={}&stderr_offset={}",
+        "?stream=all&follow=true&stdout_offset={}&stderr_offset={}{pinned}",
         from.stdout_offset.unwrap_or(0),
         from.stderr_offset.unwrap_or(0)
     )

@@ -6,11 +6,13 @@
 use std::path::{Path, PathBuf};
 
 use squadron_api::LogStream;
+use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{Generation, ProfileId};
 
 use crate::agent::credentials::live_redactor;
 use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::ProfilePaths;
+use crate::agent::state::AttemptStatus;
 use crate::agent::supervisor::AgentSupervisor;
 use crate::output_server::{source_of, LogFiles, LogSource};
 use crate::task::outbox_reader::OutboxError;
@@ -25,12 +27,25 @@ pub(crate) struct AgentLogs {
 }
 
 impl AgentLogs {
-    /// The logs of the profile's current (or last) generation on this worker.
+    /// The logs of the profile's current (or last) generation on this worker; when `pinned`
+    /// names a generation, only if that one is still it (a stream that goes on from a read
+    /// must not apply the read's offsets to the next generation's files).
     pub(crate) fn current(
         supervisor: &AgentSupervisor,
         profile: ProfileId,
+        pinned: Option<Generation>,
     ) -> Result<Self, AgentError> {
         let state = supervisor.state(profile)?;
+        if let Some(asked) = pinned.filter(|g| *g != state.generation) {
+            return Err(AgentError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "generation {asked} of profile {profile} is no longer its current one \
+                     (now {}): read its output afresh",
+                    state.generation
+                ),
+            ));
+        }
         let sandbox = supervisor.sandbox_of_project(&state.tenant, &state.project)?;
         Ok(AgentLogs {
             supervisor: supervisor.clone(),
@@ -52,6 +67,10 @@ impl AgentLogs {
         };
         Ok(PathBuf::from(format!("g{}.{suffix}.log", self.generation)))
     }
+
+    pub(crate) fn generation(&self) -> Generation {
+        self.generation
+    }
 }
 
 impl LogFiles for AgentLogs {
@@ -66,13 +85,17 @@ impl LogFiles for AgentLogs {
         })
         .await
         .map_err(|e| OutboxError::Io(format!("reading the provider's log: {e}")))?;
+        let redactor = redactor.map_err(OutboxError::Refused)?;
         source_of(file?, redactor.as_ref(), "the provider's log").await
     }
 
+    /// While it runs, and while a stop or takeover gives it its grace: what it writes then
+    /// (its last words, its capsule) is output too.
     fn writing(&self) -> bool {
-        self.supervisor
-            .state(self.profile)
-            .is_ok_and(|s| s.generation == self.generation && s.is_running())
+        self.supervisor.state(self.profile).is_ok_and(|s| {
+            s.generation == self.generation
+                && matches!(s.status, AttemptStatus::Running | AttemptStatus::Stopping)
+        })
     }
 }
 

@@ -6,7 +6,9 @@
 //! - `POST /worker/v1/agents/{profile}/reap`
 //! - `GET  /worker/v1/agents/{profile}` and `GET /worker/v1/agents`
 //! - `GET  /worker/v1/agents/{profile}/logs` (the current generation's output, queried as a
-//!   task's logs are: `stream`, `offset`, `tail`, `follow`, `stream=all` with per-file starts)
+//!   task's logs are: `stream`, `offset`, `tail`, `follow`, `stream=all` with per-file starts;
+//!   `generation=N` answers 409 unless N is still the current one; the answer names the
+//!   generation in `x-squadron-generation`)
 //! - `GET  /worker/v1/evidence/{tenant}/{project}`
 //!
 //! Bodies are parsed strictly (unknown fields refused) and errors have the control plane's
@@ -21,7 +23,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use squadron_client::{ErrorBody, LaunchAgent, StopAgent, TakeoverAgent};
-use squadron_core::ids::{ProfileId, ProjectId, TenantId};
+use squadron_core::ids::{Generation, ProfileId, ProjectId, TenantId};
 
 use crate::agent::agent_logs::AgentLogs;
 use crate::agent::error::AgentError;
@@ -113,7 +115,8 @@ async fn logs(
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, Failure> {
-    let q = match log_query(raw.as_deref().unwrap_or("")) {
+    let (raw, pinned) = split_generation(raw.as_deref().unwrap_or(""))?;
+    let q = match log_query(&raw) {
         Ok(q) => q,
         Err(r) => return Ok(invalid(&r.field, r.message)),
     };
@@ -123,8 +126,36 @@ async fn logs(
             "a provider has no events log: stream=stdout, stderr or all",
         ));
     }
-    let files = AgentLogs::current(&s, profile_id(&id)?)?;
-    Ok(serve_logs(files, q).await)
+    let files = AgentLogs::current(&s, profile_id(&id)?, pinned)?;
+    let generation = files.generation();
+    let mut answer = serve_logs(files, q).await;
+    answer.headers_mut().insert(
+        "x-squadron-generation",
+        axum::http::HeaderValue::from(generation.get()),
+    );
+    Ok(answer)
+}
+
+/// The logs query without its `generation=N` pair (the one parameter only an agent's logs
+/// take), and that generation.
+fn split_generation(raw: &str) -> Result<(String, Option<Generation>), Failure> {
+    let mut pinned = None;
+    let mut rest = Vec::new();
+    for pair in raw.split('&').filter(|p| !p.is_empty()) {
+        match pair.strip_prefix("generation=") {
+            Some(n) => {
+                let n = n.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    Failure(AgentError::invalid(
+                        "generation",
+                        format!("{n:?} is not a generation (a positive integer)"),
+                    ))
+                })?;
+                pinned = Some(Generation::new(n));
+            }
+            None => rest.push(pair),
+        }
+    }
+    Ok((rest.join("&"), pinned))
 }
 
 async fn launch(

@@ -145,21 +145,63 @@ pub(crate) fn redact_and_wipe(
     for why in &skipped {
         tracing::warn!(profile = %paths.key, %generation, "log not redacted: {why}");
     }
+    if !skipped.is_empty() {
+        // Written before the values go: from now on only this says the logs hold secrets.
+        write_atomic(
+            &unredacted_marker(paths, generation),
+            skipped.join("\n").as_bytes(),
+        )?;
+    }
     wipe_secret_tmpfs(&dir).map_err(|e| WorkerError::runtime("credentials", e.to_string()))?;
     crate::support::remove_path(&record)?;
     tracing::info!(profile = %paths.key, %generation, logs_redacted = changed, "credentials wiped");
     Ok(())
 }
 
-/// What a live read of the generation's logs shows them through while it holds credentials
-/// (its files exist): the values those files hold now, so a rotated value is hidden as soon
-/// as it is written. `None` for a generation without credentials.
-pub(crate) fn live_redactor(paths: &ProfilePaths, generation: Generation) -> Option<Redactor> {
+/// What a live read of the generation's logs shows them through: the values its credential
+/// files hold now, so a rotated value is hidden as soon as it is written; `None` for a
+/// generation that never held any. Fails closed: a value it cannot read, or logs the proving
+/// reap could not redact (over its size limit), and nothing is served.
+pub(crate) fn live_redactor(
+    paths: &ProfilePaths,
+    generation: Generation,
+) -> Result<Option<Redactor>, String> {
+    if unredacted_marker(paths, generation).exists() {
+        return Err(format!(
+            "generation {generation}'s logs held credentials and could not be redacted when \
+             it ended; they are not served"
+        ));
+    }
     let (dir, record) = (
         credentials_dir(paths, generation),
         credentials_record(paths, generation),
     );
-    (dir.exists() || record.exists()).then(|| redactor_from_files(&dir, &record))
+    if !dir.exists() && !record.exists() {
+        return Ok(None);
+    }
+    let refs: Vec<CredentialRef> = fs::read(&record)
+        .map_err(|e| format!("the generation's credential record: {e}"))
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))?;
+    let mut redactor = Redactor::default();
+    for r in refs {
+        let mut value = zeroize::Zeroizing::new(Vec::new());
+        fs::File::open(dir.join(&r.mount))
+            .and_then(|f| f.take(SECRET_TMPFS_BYTES_DEFAULT).read_to_end(&mut value))
+            .map_err(|e| {
+                format!(
+                    "credential {} cannot be read to hide it: {e}",
+                    r.id.as_str()
+                )
+            })?;
+        redactor.add(&value, r.id.as_str());
+    }
+    Ok(Some(redactor))
+}
+
+/// Left in the never-shown run directory when the reap could not redact a log of the
+/// generation: its logs are then never served.
+fn unredacted_marker(paths: &ProfilePaths, generation: Generation) -> PathBuf {
+    paths.run.join(format!("g{generation}.logs-unredacted"))
 }
 
 /// The values the generation's files hold, each under the id its mount was granted for.
@@ -179,4 +221,51 @@ fn redactor_from_files(dir: &Path, record: &Path) -> Redactor {
         }
     }
     redactor
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(root: &Path) -> ProfilePaths {
+        let state = root.join("state/pilot");
+        ProfilePaths {
+            key: squadron_core::ids::ProfileKey::new("pilot").unwrap(),
+            worktree: root.join("worktrees/pilot"),
+            logs: state.join("logs"),
+            state,
+            run: root.join("run/pilot"),
+            branch: "squadron/pilot".into(),
+        }
+    }
+
+    /// A live read of a generation's logs fails closed: a credential file it cannot read, or a
+    /// generation whose logs the reap could not redact, and there is no redactor to serve
+    /// through; a generation that never held credentials needs none.
+    #[test]
+    fn the_live_redactor_fails_closed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = paths(tmp.path());
+        let g = Generation::new(2);
+        std::fs::create_dir_all(&p.run).unwrap();
+        assert!(matches!(live_redactor(&p, g), Ok(None)));
+
+        std::fs::create_dir_all(credentials_dir(&p, g)).unwrap();
+        let record = r#"[{"id":"anthropic","mount":"anthropic_api_key"}]"#;
+        std::fs::write(credentials_record(&p, g), record).unwrap();
+        let unreadable = live_redactor(&p, g).map(|r| r.is_some());
+        assert!(unreadable.is_err(), "{unreadable:?}");
+
+        std::fs::write(
+            credentials_dir(&p, g).join("anthropic_api_key"),
+            "sk-live-1",
+        )
+        .unwrap();
+        let redactor = live_redactor(&p, g).unwrap().expect("a redactor");
+        let shown = redactor.redact(b"key sk-live-1 printed").expect("redacted");
+        assert_eq!(shown, b"key [REDACTED:anthropic] printed");
+
+        std::fs::write(unredacted_marker(&p, g), "g2.stdout.log: too large").unwrap();
+        assert!(live_redactor(&p, g).is_err());
+    }
 }

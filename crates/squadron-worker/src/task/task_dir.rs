@@ -55,6 +55,11 @@ impl TaskDir {
     pub(crate) fn state_json(&self) -> PathBuf {
         self.root.join("state.json")
     }
+    /// Written when the end-of-attempt redaction could not rewrite a file of the outbox (it
+    /// names them): the task's output is not served from then on.
+    pub(crate) fn unredacted_marker(&self) -> PathBuf {
+        self.root.join("outbox-unredacted")
+    }
     pub(crate) fn run(&self) -> PathBuf {
         self.root.join("run")
     }

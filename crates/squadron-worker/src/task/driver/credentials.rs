@@ -173,6 +173,13 @@ impl TaskDriver {
         };
         if let Some(redactor) = self.redactor.take() {
             let (changed, skipped) = redactor.rewrite_outbox(&self.dir);
+            if !skipped.is_empty() {
+                // Before the live view goes: from now on only this keeps the files unserved.
+                let marker = self.dir.unredacted_marker();
+                if let Err(e) = write_atomic(&marker, skipped.join("\n").as_bytes()) {
+                    tracing::error!(task = %self.task, error = %e, "cannot mark the outbox unredacted");
+                }
+            }
             // Readers see the rewritten files from here on, at the offsets the view gave.
             self.ctx.redactions.remove(self.task);
             self.event(serde_json::json!({"event": "credentials_redacted", "files": changed, "skipped": skipped}));
