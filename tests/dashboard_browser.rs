@@ -139,8 +139,7 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
 
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
-        let node_port = url.rsplit(':').next().and_then(|p| p.parse().ok());
-        let browser = Browser::start(&pki().ca_cert, &[node_port.expect("the node's port")]).await;
+        let browser = Browser::start(&pki().ca_cert, &[port_of(&url)]).await;
         let page = Page {
             browser: &browser,
             url: &url,
@@ -200,10 +199,9 @@ fn a_docker_tasks_details_show_what_its_sandbox_uses() {
     let task = submitted(&url, &manifest);
     wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(180));
     let viewer = create_token(&url, "usage", "viewer");
-    let node_port = url.rsplit(':').next().and_then(|p| p.parse().ok());
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let shown = runtime.block_on(async {
-        let browser = Browser::start(&pki().ca_cert, &[node_port.expect("the node's port")]).await;
+        let browser = Browser::start(&pki().ca_cert, &[port_of(&url)]).await;
         let page = Page {
             browser: &browser,
             url: &url,
@@ -414,35 +412,8 @@ impl Page<'_> {
             "document.querySelector('#terminal .xterm-rows')?.textContent.includes('tick-') || null",
         )
         .await;
-        b.wait_for(
-            "the stream",
-            "document.getElementById('output-head').textContent.endsWith(': live') || null",
-        )
-        .await;
-        let count = |v: Value| v.as_array().map_or(0, Vec::len);
-        // xterm parses what it is given a moment later: the scrollback's ticks, once drawn.
-        let at_live = count(
-            b.wait_for(
-                "the scrollback in the buffer",
-                &format!("(t => t.length ? t : null)({TERMINAL_TICKS})"),
-            )
-            .await,
-        );
-        let ticks = b
-            .wait_for(
-                "ticks streamed after the scrollback",
-                &format!(
-                    "(t => t.length > {} ? t : null)({TERMINAL_TICKS})",
-                    at_live + 5
-                ),
-            )
+        self.terminal_shows_every_tick_once(&format!("task {}", self.task))
             .await;
-        let ticks: Vec<u64> = serde_json::from_value(ticks).expect("tick numbers");
-        let expected: Vec<u64> = (1..=ticks.len() as u64).collect();
-        assert_eq!(
-            ticks, expected,
-            "the terminal lost or repeated output between scrollback and stream"
-        );
         b.screenshot("task-terminal").await;
         let reads = b
             .eval(
@@ -594,6 +565,41 @@ impl Page<'_> {
             .filter(|e| !e["message"].as_str().unwrap_or("").contains("403"))
             .collect();
         assert!(errors.is_empty(), "the console: {errors:#?}");
+    }
+
+    /// The terminal of `label` (`task 7`, `profile pilot`) is live, and its buffer — the
+    /// scrollback the logs API gave, then what the stream added after it opened — holds every
+    /// `tick-N` once, in order, 1…n.
+    async fn terminal_shows_every_tick_once(&self, label: &str) {
+        let b = self.browser;
+        let live = serde_json::to_string(&format!("{label}: live")).expect("label");
+        b.wait_for(
+            &format!("{label}'s stream"),
+            &format!("document.getElementById('output-head').textContent === {live} || null"),
+        )
+        .await;
+        // xterm parses what it is given a moment later: the scrollback's ticks, once drawn.
+        let at_live = b
+            .wait_for(
+                &format!("{label}'s scrollback in the buffer"),
+                &format!("(t => t.length ? t.length : null)({TERMINAL_TICKS})"),
+            )
+            .await;
+        let ticks = b
+            .wait_for(
+                &format!("{label}'s ticks streamed after the scrollback"),
+                &format!(
+                    "(t => t.length > {} ? t : null)({TERMINAL_TICKS})",
+                    at_live.as_u64().unwrap_or(0) + 5
+                ),
+            )
+            .await;
+        let ticks: Vec<u64> = serde_json::from_value(ticks).expect("tick numbers");
+        let expected: Vec<u64> = (1..=ticks.len() as u64).collect();
+        assert_eq!(
+            ticks, expected,
+            "{label}: the terminal lost or repeated output between scrollback and stream"
+        );
     }
 
     /// Answers the confirmation the last click opened.
@@ -878,28 +884,7 @@ impl Page<'_> {
         // Its output in the terminal: the scrollback, then the live stream, every line once.
         self.click(&format!("button[data-agent-output='{profile}']"))
             .await;
-        b.wait_for(
-            "the agent's stream",
-            "document.getElementById('output-head').textContent === 'profile pilot: live' || null",
-        )
-        .await;
-        let at_live = b
-            .wait_for(
-                "the agent's scrollback",
-                &format!("(t => t.length ? t.length : null)({TERMINAL_TICKS})"),
-            )
-            .await;
-        let ticks = b
-            .wait_for(
-                "the agent's ticks streamed after the scrollback",
-                &format!(
-                    "(t => t.length > {} ? t : null)({TERMINAL_TICKS})",
-                    at_live.as_u64().unwrap_or(0) + 5
-                ),
-            )
-            .await;
-        let ticks: Vec<u64> = serde_json::from_value(ticks).expect("tick numbers");
-        assert_eq!(ticks, (1..=ticks.len() as u64).collect::<Vec<_>>());
+        self.terminal_shows_every_tick_once("profile pilot").await;
         let first = b
             .eval(
                 "return term.buffer.active.getLine(0).translateToString(true)",
@@ -1007,6 +992,14 @@ fn launched_agent(url: &str, worker: &str, repo: &std::path::Path) -> u64 {
     let body: Value = serde_json::from_str(&body).expect("error body");
     assert_eq!(body["field"], "stream", "{body}");
     profile
+}
+
+/// The port of a node's `https://127.0.0.1:PORT` URL, for the browser's relay.
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {url}"))
 }
 
 fn submitted(url: &str, manifest: &str) -> u64 {

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::ws::{Message, WebSocketUpgrade};
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -25,7 +25,7 @@ use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
 use squadron_core::Command;
 
 use super::task_output::{
-    check_offered_protocols, follow_all, relay_frames, relay_logs, WorkerRelay, STREAM_PROTOCOL,
+    check_offered_protocols, follow_all, relay_logs, relay_upgrade, WorkerRelay,
 };
 use super::{
     body, json, parse_id, query, read, write, Answer, AppState, Input, QueryParams, RouteBook,
@@ -267,14 +267,12 @@ async fn stream(
     check_offered_protocols(&headers)?;
     let (_, worker) = sandbox_worker(&node, id, None).await?;
     let path = format!("/worker/v1/agents/{id}/logs{}", follow_all(&from));
-    let ws = ws.protocols([STREAM_PROTOCOL]);
-    Ok(ws.on_upgrade(move |mut socket| async move {
-        if relay_frames(&worker, &path, &mut socket).await {
-            let end = serde_json::json!({"type": "end"});
-            let _ = socket.send(Message::Text(end.to_string())).await;
-            let _ = socket.send(Message::Close(None)).await;
-        }
-    }))
+    Ok(relay_upgrade(
+        ws,
+        worker,
+        path,
+        || serde_json::json!({"type": "end"}),
+    ))
 }
 
 async fn launch(

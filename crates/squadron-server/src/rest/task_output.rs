@@ -275,8 +275,11 @@ async fn stream(
     }
     check_offered_protocols(&headers)?;
     let worker = worker_base(&node, id).await?;
-    let ws = ws.protocols([STREAM_PROTOCOL]);
-    Ok(ws.on_upgrade(move |socket| relay_stream(node, id, worker, from, socket)))
+    let path = format!("/worker/v1/tasks/{id}/logs{}", follow_all(&from));
+    Ok(relay_upgrade(ws, worker, path, move || {
+        let task = node.state.with_state(|s| s.task(id).cloned());
+        serde_json::json!({"type": "task", "task": task})
+    }))
 }
 
 /// A client that sends its token as a subprotocol must offer [`STREAM_PROTOCOL`] too: the
@@ -302,21 +305,22 @@ pub(crate) fn check_offered_protocols(headers: &HeaderMap) -> Result<(), ApiErro
 
 /// Relays the worker's NDJSON frames (`{"stream":"stdout","offset":…,"data":"…"}`) as text
 /// messages, then sends the task's final record as `{"type":"task","task":…}` and closes.
-async fn relay_stream(
-    node: AppState,
-    id: TaskId,
+/// Answers the upgrade with [`STREAM_PROTOCOL`] and relays the worker's frames at `path`;
+/// once they end, `last()` is the final message (read then, not at the upgrade) and the
+/// socket closes.
+pub(crate) fn relay_upgrade(
+    ws: WebSocketUpgrade,
     worker: WorkerRelay,
-    from: StreamQuery,
-    mut socket: WebSocket,
-) {
-    let path = format!("/worker/v1/tasks/{id}/logs{}", follow_all(&from));
-    if !relay_frames(&worker, &path, &mut socket).await {
-        return;
-    }
-    let task = node.state.with_state(|s| s.task(id).cloned());
-    let end = serde_json::json!({"type": "task", "task": task});
-    let _ = socket.send(Message::Text(end.to_string())).await;
-    let _ = socket.send(Message::Close(None)).await;
+    path: String,
+    last: impl FnOnce() -> serde_json::Value + Send + 'static,
+) -> Response {
+    ws.protocols([STREAM_PROTOCOL])
+        .on_upgrade(move |mut socket| async move {
+            if relay_frames(&worker, &path, &mut socket).await {
+                let _ = socket.send(Message::Text(last().to_string())).await;
+                let _ = socket.send(Message::Close(None)).await;
+            }
+        })
 }
 
 /// The worker's query for both files interleaved, followed, from where `from` says.
@@ -334,7 +338,7 @@ pub(crate) fn follow_all(from: &StreamQuery) -> String {
 
 /// Relays the worker's NDJSON frames at `path` as text messages until its answer ends:
 /// `true` then, `false` when the worker refused (an error frame was sent) or the client left.
-pub(crate) async fn relay_frames(worker: &WorkerRelay, path: &str, socket: &mut WebSocket) -> bool {
+async fn relay_frames(worker: &WorkerRelay, path: &str, socket: &mut WebSocket) -> bool {
     let answer = match worker.get(path, true).send().await {
         Ok(a) if a.status().is_success() => a,
         Ok(a) => {

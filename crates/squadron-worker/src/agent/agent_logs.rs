@@ -3,7 +3,7 @@
 //! can write that directory, so every open goes beneath it without following a link; while
 //! the generation holds credentials, reads show the files through its redactor.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use squadron_api::LogStream;
 use squadron_core::error_code::ErrorCode;
@@ -15,7 +15,7 @@ use crate::agent::project_sandbox::ProfilePaths;
 use crate::agent::state::AttemptStatus;
 use crate::agent::supervisor::AgentSupervisor;
 use crate::output_server::{source_of, LogFiles, LogSource};
-use crate::task::outbox_reader::OutboxError;
+use crate::task::outbox_reader::{open_beneath, OutboxError};
 
 /// One generation's log files, and whether its provider may still write them.
 #[derive(Clone)]
@@ -99,22 +99,10 @@ impl LogFiles for AgentLogs {
     }
 }
 
-/// `name` in `logs` without following a link; `None` while it does not exist.
-fn open_beneath(logs: &Path, name: &Path) -> Result<Option<tokio::fs::File>, OutboxError> {
-    let opened = squadron_isolation::beneath::Beneath::open(logs).and_then(|l| l.read(name));
-    match opened {
-        Ok(f) => Ok(Some(tokio::fs::File::from_std(f))),
-        Err(e) if e.is_missing() => Ok(None),
-        Err(e) => Err(OutboxError::Refused(format!(
-            "the provider's log {} is not served: {e}",
-            name.display()
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// The provider owns its logs directory: a link it plants in place of its log is refused,
     /// never followed to the file it names; a log not written yet is no error.

@@ -136,7 +136,8 @@ pub(crate) fn redact_and_wipe(
     if !dir.exists() && !record.exists() {
         return Ok(());
     }
-    let redactor = redactor_from_files(&dir, &record);
+    // Whatever can still be read is hidden; what cannot goes with the wipe anyway.
+    let (redactor, _unread) = redactor_from_files(&dir, &record);
     let logs = [
         PathBuf::from(format!("g{generation}.stdout.log")),
         PathBuf::from(format!("g{generation}.stderr.log")),
@@ -179,23 +180,10 @@ pub(crate) fn live_redactor(
     if !dir.exists() && !record.exists() {
         return Ok(None);
     }
-    let refs: Vec<CredentialRef> = fs::read(&record)
-        .map_err(|e| format!("the generation's credential record: {e}"))
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))?;
-    let mut redactor = Redactor::default();
-    for r in refs {
-        let mut value = zeroize::Zeroizing::new(Vec::new());
-        fs::File::open(dir.join(&r.mount))
-            .and_then(|f| f.take(SECRET_TMPFS_BYTES_DEFAULT).read_to_end(&mut value))
-            .map_err(|e| {
-                format!(
-                    "credential {} cannot be read to hide it: {e}",
-                    r.id.as_str()
-                )
-            })?;
-        redactor.add(&value, r.id.as_str());
+    match redactor_from_files(&dir, &record) {
+        (redactor, unread) if unread.is_empty() => Ok(Some(redactor)),
+        (_, unread) => Err(unread.join("; ")),
     }
-    Ok(Some(redactor))
 }
 
 /// Left in the never-shown run directory when the reap could not redact a log of the
@@ -204,23 +192,37 @@ fn unredacted_marker(paths: &ProfilePaths, generation: Generation) -> PathBuf {
     paths.run.join(format!("g{generation}.logs-unredacted"))
 }
 
-/// The values the generation's files hold, each under the id its mount was granted for.
-/// Unreadable or oversized files are skipped: the wipe that follows removes them anyway.
-fn redactor_from_files(dir: &Path, record: &Path) -> Redactor {
+/// The values the generation's files hold, each under the id its mount was granted for, and
+/// what could not be read (the record, or a value file): the reap's wipe goes on without
+/// those, a live read refuses to serve.
+fn redactor_from_files(dir: &Path, record: &Path) -> (Redactor, Vec<String>) {
     let mut redactor = Redactor::default();
-    let refs: Vec<CredentialRef> = fs::read(record)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
+    let refs: Result<Vec<CredentialRef>, String> = fs::read(record)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()));
+    let refs = match refs {
+        Ok(refs) => refs,
+        Err(e) => {
+            return (
+                redactor,
+                vec![format!("the generation's credential record: {e}")],
+            )
+        }
+    };
+    let mut unread = Vec::new();
     for r in refs {
         let mut value = zeroize::Zeroizing::new(Vec::new());
         let read = fs::File::open(dir.join(&r.mount))
             .and_then(|f| f.take(SECRET_TMPFS_BYTES_DEFAULT).read_to_end(&mut value));
-        if read.is_ok() {
-            redactor.add(&value, r.id.as_str());
+        match read {
+            Ok(_) => redactor.add(&value, r.id.as_str()),
+            Err(e) => unread.push(format!(
+                "credential {} cannot be read to hide it: {e}",
+                r.id.as_str()
+            )),
         }
     }
-    redactor
+    (redactor, unread)
 }
 
 #[cfg(test)]

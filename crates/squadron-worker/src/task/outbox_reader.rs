@@ -39,11 +39,19 @@ pub(crate) fn open_progress(
     dir: &TaskDir,
     name: &'static str,
 ) -> Result<Option<tokio::fs::File>, OutboxError> {
-    let opened = dir.outbox_beneath().and_then(|o| o.read(Path::new(name)));
-    match opened {
+    open_beneath(&dir.outbox(), Path::new(name))
+}
+
+/// A log `name` beneath `root`, a directory its sandbox can write, opened without following a
+/// link (the root included); `None` while it does not exist yet.
+pub(crate) fn open_beneath(
+    root: &Path,
+    name: &Path,
+) -> Result<Option<tokio::fs::File>, OutboxError> {
+    match Beneath::open(root).and_then(|r| r.read(name)) {
         Ok(f) => Ok(Some(tokio::fs::File::from_std(f))),
         Err(e) if e.is_missing() => Ok(None),
-        Err(e) => Err(classify(e, name)),
+        Err(e) => Err(classify(e, &name.display().to_string())),
     }
 }
 
@@ -154,7 +162,7 @@ fn classify(e: BeneathError, name: &str) -> OutboxError {
     match e {
         BeneathError::Missing(_) => OutboxError::Missing(format!("{name} does not exist")),
         BeneathError::Link(_) => OutboxError::Refused(format!(
-            "{name} passes through a symbolic link (or leads outside the outbox); not served"
+            "{name} passes through a symbolic link (or leads outside its directory); not served"
         )),
         BeneathError::NotRegular(_) => {
             OutboxError::Refused(format!("{name} is not a regular file; not served"))
