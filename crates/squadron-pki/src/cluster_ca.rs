@@ -21,8 +21,9 @@ pub const CA_VALIDITY_DAYS: u64 = 3_650;
 pub const NODE_CERT_VALIDITY_DAYS: u64 = 365;
 /// Longest validity the CA signs for an enrolled identity (workers and agents renew).
 pub const ENROLLED_CERT_VALIDITY_MS_MAX: u64 = 7 * 24 * 3_600 * 1_000;
-/// Shortest validity worth issuing.
-pub const ENROLLED_CERT_VALIDITY_MS_MIN: u64 = 60 * 1_000;
+/// Shortest validity worth issuing: renewed a third before its end, a 30 s certificate is
+/// asked for again every 20 s, already more often than any heartbeat.
+pub const ENROLLED_CERT_VALIDITY_MS_MIN: u64 = 30 * 1_000;
 /// Backdating of `not_before`, so a peer whose clock is slightly behind accepts a fresh cert.
 pub const CLOCK_SKEW_ALLOWANCE_MS: u64 = 5 * 60 * 1_000;
 /// Most host names or addresses one certificate carries.

@@ -826,9 +826,15 @@ impl TaskDriver {
     }
 
     /// A failure at `from`: terminate what runs, collect what exists, then destroy or
-    /// preserve the sandbox as the manifest says.
+    /// preserve the sandbox as the manifest says. Before RUNNING no provider was started, so
+    /// there is no work to let end gracefully: a guest stuck in its boot is powered off at
+    /// once instead of after the cancel grace.
     async fn fail(&mut self, from: TaskState, exit_code: Option<i32>, why: String) -> Step {
-        self.stop_if_running().await;
+        let grace_ms = match from {
+            TaskState::Provisioning => 0,
+            _ => self.spec.lifecycle.cancel_grace_ms,
+        };
+        self.stop_if_running(grace_ms).await;
         let (artifacts, _) = self.collect_what_exists(exit_code).await;
         self.finish_failed(from, exit_code, why, artifacts).await
     }
@@ -890,11 +896,11 @@ impl TaskDriver {
     /// CANCELLED: SIGTERM, grace, SIGKILL, collect, destroy.
     /// SIGTERM, grace, SIGKILL for the attempt's provider if it still runs; its exit code
     /// when it has one.
-    async fn stop_if_running(&self) -> Option<i32> {
+    async fn stop_if_running(&self, grace_ms: u64) -> Option<i32> {
         let runtime = self.runtime().ok()?;
         let handle = self.sandbox(&runtime).await.ok().flatten()?;
         if matches!(runtime.status(&handle).await, Ok(RunStatus::Running)) {
-            let grace = Duration::from_millis(self.spec.lifecycle.cancel_grace_ms);
+            let grace = Duration::from_millis(grace_ms);
             let _ = runtime.terminate(&handle, grace).await;
         }
         match runtime.status(&handle).await {
@@ -904,7 +910,9 @@ impl TaskDriver {
     }
 
     async fn cancel_now(&mut self, from: TaskState, reason: String) -> Step {
-        let code = self.stop_if_running().await;
+        let code = self
+            .stop_if_running(self.spec.lifecycle.cancel_grace_ms)
+            .await;
         self.ctx.active.remove(self.task);
         let (artifacts, _) = self.collect_what_exists(code).await;
         let destroy_error = self.destroy_sandbox().await;
