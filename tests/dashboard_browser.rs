@@ -719,6 +719,20 @@ impl Page<'_> {
             &format!("document.querySelector(\"button[data-cancel='{doomed}']\")"),
         )
         .await;
+        // A process task's usage, measured by its worker from the attempt's cgroup leaf.
+        let usage = b
+            .wait_for(
+                "the process task's usage",
+                "(t => t.startsWith('sandbox: CPU') ? t : null)\
+                 (document.getElementById('usage').textContent)",
+            )
+            .await;
+        assert!(
+            usage
+                .as_str()
+                .is_some_and(|t| t.ends_with("(attempt 1, measured by its worker)")),
+            "{usage}"
+        );
         self.click(&format!("button[data-cancel='{doomed}']")).await;
         self.confirm(false).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -744,8 +758,8 @@ impl Page<'_> {
             .await;
         assert_eq!(
             usage,
-            json!("sandbox usage: the process runtime runs no agent to report it"),
-            "what a process task says of its usage"
+            json!("sandbox usage: measured while an attempt runs"),
+            "what an ended task says of its usage"
         );
         // The viewer's refused cancel, which the page showed in place.
         self.console_clean_but_403s().await;
@@ -896,6 +910,18 @@ impl Page<'_> {
                 .as_str()
                 .is_some_and(|l| l.starts_with("provider ") && l.ends_with(" generation 3")),
             "the terminal's first line: {first}"
+        );
+        // What the generation's cgroup leaf uses, measured by its worker.
+        let usage = b
+            .wait_for(
+                "the generation's usage",
+                "(t => t.startsWith('generation 3 uses CPU') ? t : null)\
+                 (document.getElementById('output-usage').textContent)",
+            )
+            .await;
+        assert!(
+            usage.as_str().is_some_and(|t| t.contains(" MiB, disk ")),
+            "{usage}"
         );
         self.click(&button("stop")).await;
         self.confirm(true).await;

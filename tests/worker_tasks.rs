@@ -736,6 +736,13 @@ fn the_agent_registers_before_ready(env: &Env) {
     assert!(out.contains("token gone"), "{out}");
     // The worker's libraries were the agent's only.
     assert!(out.contains("ldpath=[]"), "{out}");
+    // The agent reports the sandbox's usage: the worker does not measure it.
+    let usage = http_get(&format!("{}/api/v1/tasks/{id}/usage", env.any(0)))
+        .expect_err("the agent reports it");
+    assert!(
+        usage.starts_with("409 ") && usage.contains(&format!("GET /api/v1/tasks/{id}/agent")),
+        "{usage}"
+    );
     if env.runtime == "kvm" {
         read_only_shares_held_in_the_guest(&out);
     }
@@ -757,6 +764,77 @@ fn the_agent_registers_before_ready(env: &Env) {
         .iter()
         .any(|r| r["command"] == "enroll" && r["target"].to_string().contains(&agent));
     assert!(enrolled, "no enrollment of {agent} in the audit");
+}
+
+/// A process task's sandbox usage, measured by its worker from the attempt's cgroup leaf and
+/// the task's files while it runs: at least the CPU time its shell says it spun (`times`),
+/// and the 3 MB it wrote to the outbox. Once it ended there is no sandbox to measure (the
+/// answer says so, with its state); a bad id, an unknown task and a
+/// Docker task (whose agent reports its own) are refused by name.
+fn process_usage_is_measured_by_the_worker(env: &Env) {
+    let script = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done\ntimes\n\
+                  head -c 3000000 /dev/zero > /mnt/outbox/filler\necho spun\nsleep 6";
+    let id = submit(env.any(0), &manifest(&env.repo, env.runtime, script, ""));
+    let url = format!("{}/api/v1/tasks/{id}/usage", env.any(1));
+    let deadline = std::time::Instant::now() + env.timeout();
+    let measured = loop {
+        let answer = http_get(&url);
+        if let Ok(u) = &answer {
+            if u["usage"]["disk_bytes"].as_u64() >= Some(3_000_000) {
+                break u.clone();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no usage with the filler written: {answer:?}\n{}",
+            explain(env.any(0), id)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(measured["task"], id, "{measured:#}");
+    assert_eq!(measured["attempt"], 1, "{measured:#}");
+    assert_eq!(measured["runtime"], "process", "{measured:#}");
+    // `times`: the shell's user and system time, then its children's ("0m1.290000s ...").
+    let out = logs(env.any(0), id, "stream=stdout");
+    let spun_usec: u64 = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|t| {
+            let (m, s) = t.strip_suffix('s')?.split_once('m')?;
+            Some(m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+        })
+        .map(|seconds| (seconds * 1e6) as u64)
+        .sum();
+    assert!(spun_usec >= 100_000, "the shell spun: {out}");
+    // The leaf's count holds the shell's own (the shell's is in clock ticks: 10 ms slack).
+    assert!(
+        measured["usage"]["cpu_usec"].as_u64().unwrap_or(0) + 20_000 >= spun_usec,
+        "the shell spun {spun_usec} µs: {measured:#}"
+    );
+    assert!(
+        measured["usage"]["memory_bytes"].as_u64() > Some(0),
+        "{measured:#}"
+    );
+    let t = wait_task_state(
+        env.any(0),
+        id,
+        &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
+        env.timeout(),
+    );
+    assert_eq!(t["state"], "COMPLETED", "{t:#}");
+    let gone = http_get(&url).expect("an ended task's answer");
+    assert_eq!(
+        (&gone["state"], &gone["usage"]),
+        (&json!("COMPLETED"), &Value::Null),
+        "its sandbox is gone: {gone:#}"
+    );
+    let bad = http_get(&format!("{}/api/v1/tasks/x/usage", env.any(0))).expect_err("bad id");
+    assert!(bad.starts_with("400 ") && bad.contains("task_id"), "{bad}");
+    let unknown =
+        http_get(&format!("{}/api/v1/tasks/999999/usage", env.any(0))).expect_err("unknown");
+    assert!(unknown.starts_with("404 "), "{unknown}");
 }
 
 /// A readiness probe that fails stops the task before its provider starts, and the task's
@@ -991,6 +1069,7 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         ),
         ("process/outbox_links", &p, outbox_links_are_not_followed),
         ("process/websocket", &p, websocket_stream),
+        ("process/usage", &p, process_usage_is_measured_by_the_worker),
         ("process/cli", &p, cli_submit_wait_json),
         (
             "process/readiness",

@@ -16,7 +16,7 @@ pub fn measure(disk_paths: &[PathBuf]) -> pb::SandboxUsage {
     pb::SandboxUsage {
         cpu_usec,
         memory_bytes,
-        disk_bytes: disk(disk_paths),
+        disk_bytes: disk_bytes(disk_paths),
     }
 }
 
@@ -63,7 +63,9 @@ fn cpu_ticks(stat: &str) -> Option<u64> {
     Some(sum)
 }
 
-fn disk(paths: &[PathBuf]) -> u64 {
+/// Bytes of the regular files under `paths`, at most [`DISK_ENTRIES_SCANNED_MAX`] entries
+/// visited in all; links are not followed.
+pub fn disk_bytes(paths: &[PathBuf]) -> u64 {
     let mut budget = DISK_ENTRIES_SCANNED_MAX;
     paths.iter().map(|p| tree_bytes(p, &mut budget)).sum()
 }
@@ -117,6 +119,6 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/b"), vec![0u8; 24]).unwrap();
         std::os::unix::fs::symlink("/usr", dir.path().join("link")).unwrap();
-        assert_eq!(disk(&[dir.path().to_path_buf()]), 1024);
+        assert_eq!(disk_bytes(&[dir.path().to_path_buf()]), 1024);
     }
 }

@@ -4,6 +4,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use squadron_core::agent_session::SandboxUsage;
 use squadron_core::ids::{
     Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
 };
@@ -116,6 +117,10 @@ pub struct AgentView {
     /// Set when the answer comes from a takeover: what became of the previous generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaced: Option<ReplacedGeneration>,
+    /// What the generation's cgroup leaf and the profile's worktree and state use, measured by
+    /// the worker as it answers; only while the generation's leaf exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<SandboxUsage>,
 }
 
 impl AgentView {

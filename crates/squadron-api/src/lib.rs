@@ -46,7 +46,7 @@ pub use queries::{
     AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, StreamQuery,
     TaskListQuery,
 };
-pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage};
+pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage, TaskUsage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
 pub use trace_id::{TraceId, TRACEPARENT_HEADER};
 pub use worker_control::{Addressed, CurrentWriter, ProjectRef};

@@ -2,8 +2,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use squadron_core::agent_session::SandboxUsage;
 use squadron_core::command::TransitionDetail;
-use squadron_core::ids::WorkerId;
+use squadron_core::ids::{TaskId, WorkerId};
+use squadron_core::manifest::RuntimeKind;
 use squadron_core::task::{Task, TaskState};
 
 /// `GET /api/v1/tasks`.
@@ -45,4 +47,23 @@ pub struct ArtifactEntry {
     /// Relative to the task's artifacts directory.
     pub name: String,
     pub size: u64,
+}
+
+/// What a task's sandbox uses now, measured by its worker (`GET /api/v1/tasks/{id}/usage`):
+/// the runtimes whose sandboxes run no agent (the process runtime) answer it from the host's
+/// accounting of the attempt's cgroup leaf; the others' agents report theirs
+/// (`GET /api/v1/tasks/{id}/agent`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskUsage {
+    pub task: TaskId,
+    pub attempt: u32,
+    pub runtime: RuntimeKind,
+    /// The attempt's state as its worker last had it confirmed.
+    pub state: TaskState,
+    /// `null` once the attempt's sandbox is gone (or before it exists): a poll that races
+    /// the end of a task reads that, not an error.
+    pub usage: Option<SandboxUsage>,
+    /// When the worker measured it (worker clock).
+    pub measured_at_ms: u64,
 }

@@ -5,7 +5,7 @@
 //!
 //! Map: `cgroup_root` (where leaves live: the v2 mount, the v1 memory/pids fallbacks, one
 //! parent per worker), `cgroup_leaf` (one leaf: create, limits, populated, freeze, kill,
-//! remove), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
+//! remove), `leaf_usage` (a leaf's CPU time and memory by the kernel's accounting), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
 //! leaf, runs the boundary and records the exit code), `sandbox_network` (an `outbound`
 //! sandbox's own network namespace: veth pair, NAT), `egress_filter` (the nftables table
 //! that limits where a sandbox interface's traffic goes), `disk_quota` (a directory's quota: a
@@ -25,6 +25,7 @@ pub mod disk_quota;
 pub mod egress_filter;
 pub mod error;
 pub mod git_broker;
+pub mod leaf_usage;
 pub mod namespace_listener;
 pub mod process_entry;
 pub mod reaper;
@@ -45,6 +46,7 @@ pub use git_broker::{
     BrokerError, BrokerServer, BrokerStats, CommitOutcome, CommitRequest, FenceCheck, FenceFuture,
     FenceVerdict, GitBroker, GitBrokerClient, HeadOutcome, HeadRequest, Refusal, RefusalCode,
 };
+pub use leaf_usage::LeafUsage;
 pub use process_entry::ProcessEntry;
 pub use reaper::{ReapEvidence, Reaper};
 pub use sandbox_network::{NetworkConfig, SandboxNetwork};

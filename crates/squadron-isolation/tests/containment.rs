@@ -9,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use squadron_isolation::{
-    BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, ProcessEntry,
-    Reaper, SandboxLaunch, SandboxProcess, Termination, TerminationOutcome,
+    BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, LeafUsage,
+    ProcessEntry, Reaper, SandboxLaunch, SandboxProcess, Termination, TerminationOutcome,
 };
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -420,6 +420,38 @@ fn a_provider_ignoring_sigterm_is_killed_after_the_grace() {
             .expect("again"),
         TerminationOutcome::NotRunning
     );
+}
+
+/// A leaf's usage is the kernel's count of what its processes did: CPU time that grows while
+/// one spins (and stays once it ended), memory while one holds some; none once it is gone.
+#[test]
+fn a_leafs_usage_counts_its_processes_cpu_and_memory() {
+    let fx = Fixture::new();
+    let leaf = fx.leaf("usage");
+    let idle = LeafUsage::of(&leaf)
+        .expect("usage")
+        .expect("the leaf exists");
+    assert_eq!(idle.cpu_usec, 0, "{idle:?}");
+    let (process, _launch) = fx.launch(
+        &leaf,
+        "end=$(($(date +%s) + 1)); while [ $(date +%s) -le $end ]; do :; done; \
+         echo spun > /out/spun; x=$(head -c 20000000 /dev/zero | tr '\\0' x); \
+         echo held > /out/held; sleep 600",
+    );
+    process.detach();
+    wait_file(&fx.path("out/held"));
+    let busy = LeafUsage::of(&leaf)
+        .expect("usage")
+        .expect("the leaf exists");
+    assert!(busy.cpu_usec >= 500_000, "a second of spinning: {busy:?}");
+    assert!(
+        busy.memory_bytes >= 20_000_000,
+        "20 MB held by the shell: {busy:?}"
+    );
+    Reaper::new(Duration::from_secs(10))
+        .reap(&leaf)
+        .expect("reap");
+    assert_eq!(LeafUsage::of(&leaf).expect("usage"), None);
 }
 
 #[test]

@@ -6,7 +6,7 @@ const TOKEN_KEY='squadron.token';
 // first, which holds no secret.
 const STREAM_PROTOCOL='squadron.v1';
 const REFRESH_MS=2000;
-let timer=null,socket=null,detailId=null,projectSel=null,term=null,watching=0;
+let timer=null,socket=null,detailId=null,projectSel=null,term=null,watching=0,watched=null;
 // The terminal keeps this many lines; opening it reads the last SCROLLBACK_LINES of each
 // file through the logs API, then the stream goes on from where that read ended.
 const TERMINAL_LINES_MAX=10000,SCROLLBACK_LINES=2000;
@@ -36,7 +36,7 @@ function signIn(message){
  for(const id of ['cluster','tasks','projects'])$(id).textContent='loading…';
  projectSel=null;$('project').innerHTML='';$('project-error').textContent='';
  detailId=null;$('detail').innerHTML='<p>choose a task’s “details”.</p>';$('usage').textContent='';$('detail-error').textContent='';$('diff').hidden=true;$('diff').textContent='';
- watching++;if(term)term.reset();$('terminal').hidden=true;$('output-head').textContent='choose a task’s or an agent’s “output”.';
+ watching++;watched=null;$('output-usage').textContent='';if(term)term.reset();$('terminal').hidden=true;$('output-head').textContent='choose a task’s or an agent’s “output”.';
  $('board').hidden=true;$('signout').hidden=true;$('signin').hidden=false;
  $('signin-error').textContent=message??'';
  $('token').value='';$('token').focus();
@@ -97,18 +97,22 @@ async function cancel(id){
 function actionFailed(e){if(e.status===401){signIn(e.message)}else{$('detail-error').textContent=e.message}}
 function showDetail(id){detailId=id;$('usage').textContent='';$('detail-error').textContent='';$('diff').hidden=true;$('diff').textContent='';$('detail').textContent='loading…';refresh()}
 const MiB=b=>(b/1048576).toFixed(1)+' MiB';
-// What the agent inside the task's sandbox last reported of it. Docker and KVM sandboxes run
-// one while the attempt lives; the process runtime runs none, so nothing is asked for it.
-const AGENT_RUNTIMES=['docker','kvm'],AGENT_STATES=['READY','RUNNING','COMPLETING'];
+// What the task's sandbox uses while an attempt lives: Docker and KVM sandboxes run an agent
+// that reports it; the process runtime runs none, and its worker measures the attempt's
+// cgroup leaf instead.
+const AGENT_RUNTIMES=['docker','kvm'],LIVE_STATES=['READY','RUNNING','COMPLETING'];
+const usageLine=u=>'CPU '+(u.cpu_usec/1e6).toFixed(2)+' s, memory '+MiB(u.memory_bytes)+', disk '+MiB(u.disk_bytes);
 // `id` as the page holds it (the button's text), which the answer's number would not equal.
 async function showUsage(id,t){
  let text;
- if(!AGENT_RUNTIMES.includes(t.spec?.sandbox?.runtime))text='sandbox usage: the '+(t.spec?.sandbox?.runtime??'task’s')+' runtime runs no agent to report it';
- else if(!AGENT_STATES.includes(t.state))text='sandbox usage: reported while an attempt runs';
+ if(!LIVE_STATES.includes(t.state))text='sandbox usage: measured while an attempt runs';
+ else if(!AGENT_RUNTIMES.includes(t.spec?.sandbox?.runtime))try{
+  const m=await load('/api/v1/tasks/'+encodeURIComponent(id)+'/usage');
+  text=m.usage?'sandbox: '+usageLine(m.usage)+' (attempt '+m.attempt+', measured by its worker)':'sandbox usage: attempt '+m.attempt+' has no sandbox now'}
+ catch(e){if(e.status===401){signIn(e.message);return}text='sandbox usage: '+e.message}
  else try{const a=await load('/api/v1/tasks/'+encodeURIComponent(id)+'/agent?consistency=stale');const u=a.usage;
   const seen=Math.max(0,Math.round((Date.now()-a.last_seen_ms)/1000));
-  text=u?'sandbox: CPU '+(u.cpu_usec/1e6).toFixed(2)+' s, memory '+MiB(u.memory_bytes)+', disk '+MiB(u.disk_bytes)+
-   ' (agent of attempt '+a.attempt+', last check-in '+seen+' s ago)':'sandbox: its agent registered and has not reported usage yet'}
+  text=u?'sandbox: '+usageLine(u)+' (agent of attempt '+a.attempt+', last check-in '+seen+' s ago)':'sandbox: its agent registered and has not reported usage yet'}
  catch(e){if(e.status===401){signIn(e.message);return}
   text=e.status===404?'sandbox usage: its agent has not registered yet':e.message}
  if(detailId===id)$('usage').textContent=text;
@@ -163,8 +167,16 @@ function refresh(){
  section('cluster','/api/v1/cluster/status?consistency=stale',cluster);
  section('tasks','/api/v1/tasks?consistency=stale&limit=50',tasks);
  section('projects','/api/v1/projects?consistency=stale',projects);
- showProject();
+ showProject();showAgentUsage();
  if(detailId!==null){const id=detailId;section('detail','/api/v1/tasks/'+encodeURIComponent(id)+'?consistency=stale',t=>{if(detailId!==id)return $('detail').innerHTML;showUsage(id,t);return detail(t)})}
+}
+// What the watched agent's generation uses (its worker measures the cgroup leaf it runs in).
+async function showAgentUsage(){
+ const t=watched;if(!t?.view)return;
+ let text;
+ try{const a=await load(t.view);text='generation '+a.generation+(a.usage?' uses '+usageLine(a.usage):': its sandbox is gone')}
+ catch(e){if(e.status===401){signIn(e.message);return}text='usage: '+e.message}
+ if(watched===t)$('output-usage').textContent=text;
 }
 function closeStream(){if(socket){const s=socket;socket=null;s.close()}}
 // One terminal for the page, made when first shown (xterm measures its box). Input is off:
@@ -184,7 +196,7 @@ function terminal(){
 function show(stream,data){if(data)term.write(stream==='stderr'?'\x1b[31m'+data+'\x1b[0m':data)}
 // What a terminal shows: a task's output, or a profile's current generation's.
 const taskOutput=id=>({key:'task:'+id,label:'task '+id,logs:'/api/v1/tasks/'+encodeURIComponent(id)+'/logs',ws:'/ws/tasks/'+encodeURIComponent(id)+'/stream'});
-const agentOutput=(id,key)=>({key:'profile:'+id,label:'profile '+key,logs:'/api/v1/profiles/'+encodeURIComponent(id)+'/agent/logs',ws:'/ws/profiles/'+encodeURIComponent(id)+'/agent/stream'});
+const agentOutput=(id,key)=>({key:'profile:'+id,label:'profile '+key,view:'/api/v1/profiles/'+encodeURIComponent(id)+'/agent',logs:'/api/v1/profiles/'+encodeURIComponent(id)+'/agent/logs',ws:'/ws/profiles/'+encodeURIComponent(id)+'/agent/stream'});
 // The last lines of each file through the logs API; where each read ended, for the stream.
 // Output whose files do not exist yet has no scrollback: its stream starts at the beginning.
 // An agent's read names its generation, so the stream goes on in the same one. A read that
@@ -204,7 +216,7 @@ async function scrollback(target,me){
  return from;
 }
 async function watch(target){
- closeStream();const me=++watching;
+ closeStream();const me=++watching;watched=target;$('output-usage').textContent='';showAgentUsage();
  const token=sessionStorage.getItem(TOKEN_KEY);
  if(!token){signIn('signed out');return}
  const head=$('output-head'),say=t=>{head.textContent=target.label+': '+t};

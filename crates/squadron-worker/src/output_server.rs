@@ -24,9 +24,11 @@ use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
+use crate::runtime::probe::RuntimeSet;
 use crate::task::credential_session::{LiveRedactions, Redactor, REDACTED_FILE_BYTES_MAX};
 use crate::task::outbox_reader::{self, OutboxError};
 use crate::task::task_dir::{TaskDir, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
+use crate::task::task_usage::{self, UsageUnavailable};
 use crate::task::task_volume::TaskVolume;
 
 /// Largest chunk one read of a log returns; a caller pages on with `offset`.
@@ -73,11 +75,18 @@ struct ServerState {
     data_dir: PathBuf,
     active: ActiveTasks,
     redactions: LiveRedactions,
+    runtimes: RuntimeSet,
 }
 
-pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks, redactions: LiveRedactions) -> Router {
+pub(crate) fn router(
+    data_dir: PathBuf,
+    active: ActiveTasks,
+    redactions: LiveRedactions,
+    runtimes: RuntimeSet,
+) -> Router {
     Router::new()
         .route("/worker/v1/tasks/:id/logs", get(logs))
+        .route("/worker/v1/tasks/:id/usage", get(usage))
         .route("/worker/v1/tasks/:id/artifacts", get(list_artifacts))
         .route("/worker/v1/tasks/:id/artifacts/*name", get(artifact))
         .route("/healthz", get(|| async { "ok" }))
@@ -85,6 +94,7 @@ pub(crate) fn router(data_dir: PathBuf, active: ActiveTasks, redactions: LiveRed
             data_dir,
             active,
             redactions,
+            runtimes,
         })
 }
 
@@ -130,6 +140,31 @@ pub(crate) fn invalid(field: &str, m: impl Into<String>) -> Response {
 
 fn not_found(m: impl Into<String>) -> Response {
     error(StatusCode::NOT_FOUND, ErrorCode::NotFound, None, m.into())
+}
+
+/// The sandbox's usage now (`task_usage`): not output, so a task whose output is withheld
+/// still answers it.
+async fn usage(State(state): State<ServerState>, UrlPath(raw): UrlPath<String>) -> Response {
+    let Some(id) = raw.parse::<u64>().ok().and_then(|n| TaskId::new(n).ok()) else {
+        return invalid("task_id", format!("{raw:?} is not a task id"));
+    };
+    let dir = TaskDir::new(&state.data_dir, id);
+    match task_usage::measure(&state.runtimes, &dir).await {
+        Ok(usage) => Json(usage).into_response(),
+        Err(e @ UsageUnavailable::NoAttempt(_)) => not_found(e.to_string()),
+        Err(e @ UsageUnavailable::AgentReports(..)) => error(
+            StatusCode::CONFLICT,
+            ErrorCode::FailedPrecondition,
+            None,
+            e.to_string(),
+        ),
+        Err(UsageUnavailable::Worker(e)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            None,
+            e.to_string(),
+        ),
+    }
 }
 
 // The error is the handler's own response, returned at once: boxing it would buy nothing.
@@ -660,6 +695,7 @@ mod tests {
             data_dir: tmp.path().to_path_buf(),
             active: ActiveTasks::default(),
             redactions: LiveRedactions::default(),
+            runtimes: RuntimeSet::default(),
         };
         let (status, body) = answer(
             &state,

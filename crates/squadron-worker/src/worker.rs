@@ -96,8 +96,12 @@ pub async fn start(
     let redactions = crate::task::credential_session::LiveRedactions::default();
     let control = ControlLink::new(config.clone(), tls.clone())?;
     let agents = agent_supervisor(&config, &control);
-    let mut app =
-        output_server::router(config.data_dir.clone(), active.clone(), redactions.clone());
+    let mut app = output_server::router(
+        config.data_dir.clone(),
+        active.clone(),
+        redactions.clone(),
+        runtimes.clone(),
+    );
     if let Some(s) = &agents {
         app = app.merge(crate::agent::api::router(s.clone()));
     }

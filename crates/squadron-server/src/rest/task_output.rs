@@ -46,6 +46,17 @@ pub fn routes(book: RouteBook) -> RouteBook {
     )
     .add(
         "GET",
+        "/api/v1/tasks/:id/usage",
+        "What the task's sandbox uses now (CPU time, memory, disk), measured by its worker: \
+         process-runtime tasks; a Docker or KVM task's agent reports its own \
+         (/api/v1/tasks/{id}/agent)",
+        Input::NONE,
+        json::<squadron_api::TaskUsage>(),
+        Access::viewer(Scope::Task),
+        get(usage),
+    )
+    .add(
+        "GET",
         "/api/v1/tasks/:id/artifacts",
         "List a task's artifacts (name, size)",
         Input::NONE,
@@ -199,6 +210,12 @@ pub(crate) async fn relay_logs(
     let query = relay_query(raw_query)?;
     let follow = query.contains("follow=true");
     relay(worker, format!("{path}{query}"), follow).await
+}
+
+async fn usage(State(node): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id: TaskId = parse_id("task_id", &id)?;
+    let worker = worker_base(&node, id).await?;
+    relay(&worker, format!("/worker/v1/tasks/{id}/usage"), false).await
 }
 
 async fn artifacts(

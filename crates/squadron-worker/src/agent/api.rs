@@ -107,7 +107,9 @@ async fn view(
     Path(id): Path<String>,
 ) -> Result<Response, Failure> {
     let agent = s.state(profile_id(&id)?)?;
-    Ok(Json(agent.view(s.worker(), None)).into_response())
+    let mut view = agent.view(s.worker(), None);
+    view.usage = s.usage_of(&agent).await;
+    Ok(Json(view).into_response())
 }
 
 async fn logs(

@@ -4,6 +4,7 @@
 
 pub(crate) mod adoption;
 pub(crate) mod agent_logs;
+pub(crate) mod agent_usage;
 pub(crate) mod api;
 pub(crate) mod attempt;
 pub(crate) mod catch_up;

@@ -94,6 +94,7 @@ impl AgentState {
             capsule_sequence: self.capsule_sequence,
             mailbox_delivered_through: self.mailbox_delivered_through,
             replaced: replaced.map(ReapProof::replaced),
+            usage: None,
         }
     }
 }

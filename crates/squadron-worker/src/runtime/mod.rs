@@ -170,6 +170,16 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
     fn break_glass(&self, handle: &SandboxHandle) -> String;
 
+    /// What a sandbox's processes use now by the host's own accounting (CPU time, memory),
+    /// for a runtime whose sandboxes run no agent to report it; `None` once the sandbox is
+    /// gone, and from runtimes whose agent reports it.
+    async fn usage(
+        &self,
+        _handle: &SandboxHandle,
+    ) -> Result<Option<squadron_isolation::LeafUsage>, WorkerError> {
+        Ok(None)
+    }
+
     /// The host (uid, gid) the provider runs as: credential files are given to it.
     fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError>;
 

@@ -29,7 +29,7 @@ use squadron_isolation::bubblewrap::{BWRAP_PROGRAM_DEFAULT, SETPRIV_PROGRAM_DEFA
 use squadron_isolation::reaper::REAP_WAIT_MS_DEFAULT;
 use squadron_isolation::{
     BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, IsolationError,
-    NetworkConfig, Reaper, SandboxLaunch, SandboxNetwork, SandboxProcess, Termination,
+    LeafUsage, NetworkConfig, Reaper, SandboxLaunch, SandboxNetwork, SandboxProcess, Termination,
     TerminationOutcome,
 };
 
@@ -600,6 +600,14 @@ impl Runtime for ProcessRuntime {
         }
         self.remember(&leaf, files)?;
         Ok(Some(self.handle_for(&leaf)))
+    }
+
+    async fn usage(&self, handle: &SandboxHandle) -> Result<Option<LeafUsage>, WorkerError> {
+        let leaf = self.leaf(handle)?;
+        tokio::task::spawn_blocking(move || LeafUsage::of(&leaf))
+            .await
+            .map_err(joined)?
+            .map_err(isolation)
     }
 
     fn break_glass(&self, handle: &SandboxHandle) -> String {

@@ -14,4 +14,5 @@ pub(crate) mod provider_stream;
 pub(crate) mod sandbox_agent;
 pub(crate) mod staging;
 pub(crate) mod task_dir;
+pub(crate) mod task_usage;
 pub(crate) mod task_volume;

@@ -1,0 +1,86 @@
+//! What a task's sandbox uses, measured by its worker: the runtime's accounting of the
+//! current attempt's sandbox (the process runtime's cgroup leaf) and the bytes of the task's
+//! inbox and outbox. Runtimes whose sandboxes run `squadron agent` leave it to the agent's
+//! heartbeat (`AgentSession::usage`), which sees inside the sandbox.
+
+use std::path::PathBuf;
+
+use squadron_api::TaskUsage;
+use squadron_core::agent_session::SandboxUsage;
+use squadron_core::manifest::RuntimeKind;
+use squadron_isolation::LeafUsage;
+
+use crate::error::WorkerError;
+use crate::runtime::probe::RuntimeSet;
+use crate::runtime::SandboxHandle;
+use crate::support::now_ms;
+use crate::task::checkpoint::TaskCheckpoint;
+use crate::task::task_dir::TaskDir;
+
+/// Why a task's usage cannot be measured here.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UsageUnavailable {
+    #[error("task {0} has no attempt on this worker")]
+    NoAttempt(u64),
+    #[error(
+        "the {0} runtime's sandboxes run an agent that reports their usage: \
+         GET /api/v1/tasks/{1}/agent"
+    )]
+    AgentReports(RuntimeKind, u64),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
+/// The task's current attempt's usage now; none once its sandbox is gone.
+pub(crate) async fn measure(
+    runtimes: &RuntimeSet,
+    dir: &TaskDir,
+) -> Result<TaskUsage, UsageUnavailable> {
+    let task = dir.task().get();
+    let c = TaskCheckpoint::load(&dir.state_json())?.ok_or(UsageUnavailable::NoAttempt(task))?;
+    let runtime = runtimes
+        .get(c.runtime)
+        .ok_or(UsageUnavailable::NoAttempt(task))?;
+    if runtime.runs_agent() {
+        return Err(UsageUnavailable::AgentReports(c.runtime, task));
+    }
+    let leaf = match &c.sandbox {
+        Some(id) => {
+            let handle = SandboxHandle {
+                runtime: c.runtime,
+                id: id.clone(),
+            };
+            runtime.usage(&handle).await?
+        }
+        None => None,
+    };
+    let usage = match leaf {
+        Some(leaf) => Some(with_disk(leaf, vec![dir.inbox(), dir.outbox()]).await?),
+        None => None,
+    };
+    Ok(TaskUsage {
+        task: dir.task(),
+        attempt: c.attempt,
+        runtime: c.runtime,
+        state: c.state,
+        usage,
+        measured_at_ms: now_ms(),
+    })
+}
+
+/// A leaf's usage with the bytes under `dirs` (a bounded walk that follows no link, off the
+/// async runtime).
+pub(crate) async fn with_disk(
+    leaf: LeafUsage,
+    dirs: Vec<PathBuf>,
+) -> Result<SandboxUsage, WorkerError> {
+    let disk_bytes =
+        tokio::task::spawn_blocking(move || squadron_agent::sandbox_usage::disk_bytes(&dirs))
+            .await
+            .map_err(|e| WorkerError::runtime("usage", format!("the disk walk failed: {e}")))?;
+    Ok(SandboxUsage {
+        cpu_usec: leaf.cpu_usec,
+        memory_bytes: leaf.memory_bytes,
+        disk_bytes,
+    })
+}
