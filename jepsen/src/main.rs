@@ -14,7 +14,9 @@ use squadron_jepsen::history::History;
 use squadron_jepsen::nemesis::NemesisKind;
 use squadron_jepsen::netns::NamespaceNet;
 use squadron_jepsen::node_final::NodeFinal;
-use squadron_jepsen::recovery::RecoveryCheck;
+use squadron_jepsen::recovery::{
+    RecoveryCheck, READ_RECOVERY_MS_DEFAULT, READ_RECOVERY_MS_MAX, READ_RECOVERY_MS_MIN,
+};
 use squadron_jepsen::report::HtmlReport;
 use squadron_jepsen::results::{Results, Validity};
 use squadron_jepsen::runner::{run, RunConfig};
@@ -41,6 +43,10 @@ enum Cmd {
         /// After a heal a write must succeed within this many seconds.
         #[arg(long, default_value_t = 30)]
         recovery_bound_secs: u64,
+        /// After a heal a read must succeed within this many milliseconds.
+        #[arg(long, default_value_t = READ_RECOVERY_MS_DEFAULT,
+              value_parser = clap::value_parser!(u64).range(READ_RECOVERY_MS_MIN..=READ_RECOVERY_MS_MAX))]
+        read_recovery_ms: u64,
     },
     /// Remove namespaces, links and iptables rules left by runs that no longer run.
     Cleanup {
@@ -86,6 +92,11 @@ struct RunArgs {
     /// After the last heal a write must succeed within this many seconds.
     #[arg(long, default_value_t = 30)]
     recovery_bound_secs: u64,
+    /// After every heal a read must succeed within this many milliseconds; no quiet gap is
+    /// shorter, so every heal is judged.
+    #[arg(long, default_value_t = READ_RECOVERY_MS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(READ_RECOVERY_MS_MIN..=READ_RECOVERY_MS_MAX))]
+    read_recovery_ms: u64,
     /// Client reads: `linearizable`, or `stale` (a deliberate client bug the checkers must
     /// catch; the quiet phase's final reads stay linearizable).
     #[arg(long, value_enum, default_value_t = ReadMode::Linearizable)]
@@ -133,7 +144,7 @@ fn exit_code(r: &Results) -> ExitCode {
     }
 }
 
-fn check(dir: &Path, recovery_bound_secs: u64) -> anyhow::Result<Results> {
+fn check(dir: &Path, recovery_bound_secs: u64, read_recovery_ms: u64) -> anyhow::Result<Results> {
     let history = History::load(&dir.join("history.jsonl"))?;
     let nodes_path = dir.join("nodes.json");
     let nodes: Option<Vec<NodeFinal>> = if nodes_path.is_file() {
@@ -148,6 +159,7 @@ fn check(dir: &Path, recovery_bound_secs: u64) -> anyhow::Result<Results> {
     };
     let (heals, late) = RecoveryCheck {
         bound_ms: recovery_bound_secs as f64 * 1000.0,
+        read_bound_ms: read_recovery_ms as f64,
     }
     .check(&history.operations()?, &history.nemesis_intervals());
     let mut results = Checker::default().check(&history, nodes.as_deref(), late);
@@ -194,6 +206,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 fault: Duration::from_secs(a.fault_secs),
                 quiet: Duration::from_secs(a.quiet_secs),
                 recovery_bound: Duration::from_secs(a.recovery_bound_secs),
+                read_recovery: Duration::from_millis(a.read_recovery_ms),
                 reads: match a.reads {
                     ReadMode::Linearizable => Consistency::Linearizable,
                     ReadMode::Stale => Consistency::Stale,
@@ -223,8 +236,9 @@ fn main() -> anyhow::Result<ExitCode> {
         Cmd::Check {
             dir,
             recovery_bound_secs,
+            read_recovery_ms,
         } => {
-            let results = check(&dir, recovery_bound_secs)?;
+            let results = check(&dir, recovery_bound_secs, read_recovery_ms)?;
             print!("{}", results.summary());
             Ok(exit_code(&results))
         }

@@ -71,6 +71,9 @@ pub struct RunConfig {
     pub quiet: Duration,
     /// After the last heal, a write must succeed within this bound.
     pub recovery_bound: Duration,
+    /// After every heal, a read must succeed within this bound; no quiet gap is shorter, so
+    /// every heal is judged.
+    pub read_recovery: Duration,
     /// The clients' read consistency. `Stale` is a deliberate client bug: the checker must
     /// then find stale reads.
     pub reads: Consistency,
@@ -247,7 +250,8 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     // The nemesis: quiet, fault, heal, until the time limit.
     let mut last_heal_ms = recorder.now_ms();
     while !nemesis.is_idle() {
-        let quiet = Duration::from_millis(nemesis.jitter_ms(cfg.quiet.as_millis() as u64));
+        let quiet = Duration::from_millis(nemesis.jitter_ms(cfg.quiet.as_millis() as u64))
+            .max(cfg.read_recovery);
         if Instant::now() + quiet >= deadline {
             break;
         }
@@ -317,6 +321,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     )?;
     let (heals, late) = RecoveryCheck {
         bound_ms: cfg.recovery_bound.as_secs_f64() * 1000.0,
+        read_bound_ms: cfg.read_recovery.as_secs_f64() * 1000.0,
     }
     .check(
         &history.operations().unwrap_or_default(),

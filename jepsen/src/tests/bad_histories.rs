@@ -494,7 +494,10 @@ fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
     b.nemesis(60_000.0, "start", "kill-one")
         .nemesis(61_000.0, "stop", "heal");
     let h = b.build();
-    let check = RecoveryCheck { bound_ms: 30_000.0 };
+    let check = RecoveryCheck {
+        bound_ms: 30_000.0,
+        read_bound_ms: 2_000.0,
+    };
     let (heals, anomalies) = check.check(&h.operations().unwrap(), &h.nemesis_intervals());
     assert_eq!(
         heals.len(),
@@ -506,9 +509,64 @@ fn writes_failing_long_after_a_heal_fail_the_recovery_bound() {
     assert_eq!(anomalies.len(), 1);
     assert_eq!(anomalies[0].kind, AnomalyKind::UnavailableAfterHeal);
     // Within the bound: no anomaly.
-    let (_, none) = RecoveryCheck { bound_ms: 50_000.0 }
-        .check(&h.operations().unwrap(), &h.nemesis_intervals());
+    let (_, none) = RecoveryCheck {
+        bound_ms: 50_000.0,
+        read_bound_ms: 2_000.0,
+    }
+    .check(&h.operations().unwrap(), &h.nemesis_intervals());
     assert!(none.is_empty());
+}
+
+/// Reads that come back 3 s after a heal break the read bound (2 s) though writes came back at
+/// once; a read bound they meet, or a workload that never reads, has nothing to say.
+#[test]
+fn reads_failing_past_the_read_bound_after_a_heal_are_named() {
+    use crate::recovery::RecoveryCheck;
+    let mut b = Builder::new();
+    b.nemesis(0.0, "start", "partition-leader")
+        .nemesis(1_000.0, "stop", "heal");
+    b.acquire(1_100.0, 1_150.0, 1, "lease/1", 0, 1);
+    for i in 0..3u64 {
+        let t = 1_000.0 + i as f64 * 1_000.0;
+        b.invoke(t, 2, "read", "lease/1", Value::Null).fail(
+            t + 10.0,
+            2,
+            "read",
+            "lease/1",
+            json!({"error": "no leader"}),
+        );
+    }
+    b.read_lease(4_000.0, 4_010.0, 2, "lease/1", 1, true);
+    b.nemesis(10_000.0, "start", "kill-one")
+        .nemesis(11_000.0, "stop", "heal");
+    let h = b.build();
+    let ops = h.operations().unwrap();
+    let check = |read_bound_ms| {
+        RecoveryCheck {
+            bound_ms: 30_000.0,
+            read_bound_ms,
+        }
+        .check(&ops, &h.nemesis_intervals())
+    };
+    let (heals, anomalies) = check(2_000.0);
+    assert_eq!(heals[0].first_read_ms, Some(3_010.0));
+    assert_eq!(anomalies.len(), 1, "{anomalies:?}");
+    assert_eq!(anomalies[0].kind, AnomalyKind::UnavailableAfterHeal);
+    assert!(
+        anomalies[0]
+            .message
+            .contains("first read succeeded after 3010 ms"),
+        "{:?}",
+        anomalies[0]
+    );
+    assert!(check(5_000.0).1.is_empty());
+    let writes_only: Vec<_> = ops.iter().filter(|o| o.f != "read").cloned().collect();
+    let (_, none) = RecoveryCheck {
+        bound_ms: 30_000.0,
+        read_bound_ms: 2_000.0,
+    }
+    .check(&writes_only, &h.nemesis_intervals());
+    assert!(none.is_empty(), "{none:?}");
 }
 
 fn read_phase(b: &mut Builder, t: f64, p: u64, key: &str, generation: u64, phase: &str) {
