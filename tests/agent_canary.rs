@@ -557,9 +557,11 @@ fn eight_profiles_share_one_sandbox_with_at_most_four_writers_and_survive_takeov
         Some(64),
         "{ev:#}"
     );
-    // Each of the 3 nodes and the worker reported the digest of the one binary they all run.
+    // Each of the 3 nodes, the worker and the binary that gathered the evidence have the
+    // digest of the one build they all are.
     let digests = ev["build_digests"].as_array().expect("build digests");
-    assert_eq!(digests.len(), 4, "{ev:#}");
+    assert_eq!(digests.len(), 5, "{ev:#}");
+    assert_eq!(digests[4]["member"], "evidence binary", "{ev:#}");
     assert!(
         digests.iter().all(|d| d["sha256"] == ev["binary_sha256"]),
         "{ev:#}"

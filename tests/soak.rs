@@ -194,6 +194,8 @@ fn clean_soak(url: &str, worker: &str, repo: &Path, dir: &Path) {
         .arg(dir)
         .arg("--report")
         .arg(&report)
+        .arg("--plot")
+        .arg(dir.join("clean-soak.svg"))
         .output()
         .expect("squadron soak");
     let progress = String::from_utf8_lossy(&out.stderr);
@@ -233,6 +235,35 @@ fn clean_soak(url: &str, worker: &str, repo: &Path, dir: &Path) {
     assert!(
         roles.contains(&"server") && roles.contains(&"worker"),
         "the node and the worker are sampled: {roles:?}"
+    );
+    // The plot: a line per long-lived process (the node, the worker) for its memory and one
+    // for its open files, and one per count the report holds; the node's has a point per
+    // sample.
+    let svg = std::fs::read_to_string(dir.join("clean-soak.svg")).expect("the plot");
+    let processes: std::collections::BTreeSet<(String, u64)> = r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .flat_map(|s| s["processes"].as_array().cloned().unwrap_or_default())
+        .filter(|p| ["server", "dev", "worker"].contains(&p["role"].as_str().unwrap_or("")))
+        .map(|p| (p["role"].to_string(), p["pid"].as_u64().unwrap_or(0)))
+        .collect();
+    let counts = last["counts"].as_object().map_or(0, |c| c.len());
+    assert!(processes.len() >= 2, "{processes:?}");
+    assert_eq!(
+        svg.matches("<polyline ").count(),
+        2 * processes.len().min(12) + counts.min(12),
+        "{svg}"
+    );
+    let first_line = svg
+        .split("<polyline points=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_default();
+    assert_eq!(
+        first_line.split(' ').count(),
+        r["samples"].as_array().map_or(0, Vec::len),
+        "{svg}"
     );
     evidence_with(url, &report, &r);
 }

@@ -94,13 +94,19 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
     if asked > 0 {
         ev.unauthorized_mcp_denied = denied;
     }
-    // Every member's running binary, and the sandbox worker's: one build is a claim.
+    // Every member's running binary, the sandbox worker's, and this one that gathers the
+    // evidence: one build is a claim. A binary that cannot hash itself reports none, and so
+    // fails the claim.
     if let Some(w) = &ev.worker {
         digests.push(BuildDigest {
             member: format!("worker {}", w.worker),
             sha256: w.binary_sha256.clone(),
         });
     }
+    digests.push(BuildDigest {
+        member: verdicts::GATHERER.into(),
+        sha256: squadron_pki::own_binary_sha256().unwrap_or_default(),
+    });
     ev.build_digests = digests;
     let soak = args
         .soak_report

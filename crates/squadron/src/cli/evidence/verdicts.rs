@@ -160,12 +160,17 @@ fn worker_claims(e: &ProjectEvidence) -> Vec<Verdict> {
     ]
 }
 
-/// "Immutable build/deploy digest equality": every node and the sandbox's worker reported the
-/// same SHA-256 of its running binary. A member that reported none fails the claim.
+/// The member name of the binary that gathered the evidence (`squadron evidence` itself).
+pub const GATHERER: &str = "evidence binary";
+
+/// "Immutable build/deploy digest equality": every node, the sandbox's worker and the binary
+/// that gathered the evidence reported the same SHA-256 of its running binary. A member that
+/// reported none fails the claim.
 fn one_build(e: &ProjectEvidence) -> Verdict {
     let d = &e.build_digests;
     let nodes = d.iter().filter(|b| b.member.starts_with("node ")).count();
     let workers = d.iter().filter(|b| b.member.starts_with("worker ")).count();
+    let gatherer = d.iter().any(|b| b.member == GATHERER);
     let missing: Vec<&str> = d
         .iter()
         .filter(|b| b.sha256.is_empty())
@@ -188,13 +193,18 @@ fn one_build(e: &ProjectEvidence) -> Verdict {
         format!("{} builds: {}", distinct.len(), each.join(", "))
     } else {
         format!(
-            "{nodes} nodes and {workers} workers run {}",
+            "{nodes} nodes, {workers} workers and the {} run {}",
+            if gatherer {
+                GATHERER
+            } else {
+                "unrecorded evidence binary"
+            },
             distinct.first().map_or("nothing", |s| short(s))
         )
     };
     verdict(
         "one build",
-        nodes >= 1 && workers >= 1 && missing.is_empty() && distinct.len() == 1,
+        nodes >= 1 && workers >= 1 && gatherer && missing.is_empty() && distinct.len() == 1,
         figure,
     )
 }
@@ -246,7 +256,7 @@ pub(crate) mod tests {
                 ..WorkerEvidence::default()
             }),
             worker_error: None,
-            build_digests: ["node 1", "node 2", "worker w1"]
+            build_digests: ["node 1", "node 2", "worker w1", GATHERER]
                 .map(|member| BuildDigest {
                     member: member.into(),
                     sha256: "ab".repeat(32),
@@ -300,8 +310,19 @@ pub(crate) mod tests {
         e.build_digests[0].sha256.clear();
         assert_eq!(failed(&e), ["one build"]);
         let mut e = passing();
-        e.build_digests.pop();
+        e.build_digests.remove(2);
         assert_eq!(failed(&e), ["one build"], "no worker reported");
+        let mut e = passing();
+        e.build_digests.pop();
+        assert_eq!(failed(&e), ["one build"], "the gatherer's own is missing");
+        let mut e = passing();
+        e.build_digests[3].sha256 = "ef".repeat(32);
+        let v = verdicts(&e);
+        let build = v.iter().find(|v| v.claim == "one build").unwrap();
+        assert!(
+            !build.pass && build.figure.contains("evidence binary efef"),
+            "another build gathered it: {build:?}"
+        );
         // Without the worker's half, every claim only it proves fails, saying why.
         let mut e = passing();
         e.worker = None;

@@ -2,11 +2,12 @@
 //! (`cycle.rs`), with a sample after every cycle of what the cycle must have given back —
 //! leases, slots, cgroup leaves, credential files, provider processes — and of the memory and
 //! open files of every Squadron process on this host (`sample.rs`). It ends with a report
-//! and a verdict (`verdict.rs`, `report.rs`) and exits non-zero unless the soak was
-//! leak-free. Crash takeovers kill a generation's processes, so the soak runs on the host of
+//! and a verdict (`verdict.rs`, `report.rs`), and a plot of its samples when asked
+//! (`plot.rs`), and exits non-zero unless the soak was leak-free. Crash takeovers kill a generation's processes, so the soak runs on the host of
 //! the worker that holds the project's sandbox (or with `--crash-takeovers false`).
 
 pub mod cycle;
+pub mod plot;
 pub mod report;
 pub mod sample;
 pub mod verdict;
@@ -90,6 +91,10 @@ pub struct SoakArgs {
     /// Where the JSON report goes (what `squadron evidence --soak-report` takes).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Where an SVG plot of the samples goes: each long-lived process's resident memory and
+    /// open files, and every count a cycle must give back, over the run's minutes.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -153,6 +158,10 @@ pub async fn run(ctx: &Ctx, args: SoakArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.report {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text).with_context(|| format!("--report {}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, plot::svg(&report))
+            .with_context(|| format!("--plot {}", path.display()))?;
     }
     match ctx.out {
         OutputFormat::Json => {
