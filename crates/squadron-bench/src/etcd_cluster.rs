@@ -9,6 +9,7 @@ use backon::{ConstantBuilder, RetryableWithContext};
 
 use crate::error::BenchError;
 use crate::etcd_client::EtcdClient;
+use crate::options::EtcdProtocol;
 use crate::process::{free_port, NodeMemory, NodeProcess};
 use crate::squadron_cluster::{LeaderWait, POLL_INTERVAL_MS, STARTUP_TIMEOUT_MS};
 
@@ -143,6 +144,7 @@ impl EtcdCluster {
                 continue;
             }
             let client = EtcdClient::new(
+                EtcdProtocol::Grpc,
                 vec![m.client_url.clone()],
                 Duration::from_millis(STATUS_TIMEOUT_MS),
                 Duration::from_millis(STATUS_TIMEOUT_MS),

@@ -25,6 +25,7 @@ use crate::etcd_client::{
     EtcdClient, EtcdError, KeyValue,
 };
 use crate::load::{FailoverProbe, OpResult, Recorder};
+use crate::options::EtcdProtocol;
 use crate::squadron_load::{
     client_seed, ADMISSION_ATTEMPTS_MAX, CAPACITY_PROFILES, CAPACITY_SLOTS, CONNECT_TIMEOUT_MS,
     LEASE_TTL_MS, REQUEST_TIMEOUT_MS, TASK_MANIFEST,
@@ -56,12 +57,20 @@ pub(crate) struct EtcdData {
     task_sequence: Arc<AtomicU64>,
 }
 
-pub(crate) fn client_for(endpoints: &[String], i: usize) -> EtcdClient {
-    let mut rotated = endpoints.to_vec();
+/// The cluster's client URLs and the protocol the load speaks to them.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdEndpoints {
+    pub(crate) urls: Vec<String>,
+    pub(crate) protocol: EtcdProtocol,
+}
+
+pub(crate) fn client_for(endpoints: &EtcdEndpoints, i: usize) -> EtcdClient {
+    let mut rotated = endpoints.urls.clone();
     if !rotated.is_empty() {
-        rotated.rotate_left(i % endpoints.len());
+        rotated.rotate_left(i % endpoints.urls.len());
     }
     EtcdClient::new(
+        endpoints.protocol,
         rotated,
         Duration::from_millis(REQUEST_TIMEOUT_MS),
         Duration::from_millis(CONNECT_TIMEOUT_MS),
@@ -108,7 +117,7 @@ fn probe_ok(probe: &Option<Arc<FailoverProbe>>, started: Instant) {
 /// Lease cycle: CAS acquire with a lease → keep-alive → CAS release.
 pub(crate) fn lease_cycle(
     data: &EtcdData,
-    endpoints: &[String],
+    endpoints: &EtcdEndpoints,
     i: usize,
     mut rec: Recorder,
     probe: Option<Arc<FailoverProbe>>,
@@ -245,7 +254,7 @@ enum Admission {
 
 /// Capacity admission under the 4-slot rule, over 8 profile keys.
 pub(crate) fn capacity(
-    endpoints: &[String],
+    endpoints: &EtcdEndpoints,
     i: usize,
     seed: u64,
     mut rec: Recorder,
@@ -385,7 +394,7 @@ async fn release(
 
 /// Linearizable range of a random profile key.
 pub(crate) fn read(
-    endpoints: &[String],
+    endpoints: &EtcdEndpoints,
     i: usize,
     seed: u64,
     mut rec: Recorder,
@@ -416,7 +425,7 @@ pub(crate) fn read(
 /// Task submission: create a new task key (the manifest as its value) if it does not exist.
 pub(crate) fn submit(
     data: &EtcdData,
-    endpoints: &[String],
+    endpoints: &EtcdEndpoints,
     i: usize,
     mut rec: Recorder,
 ) -> impl std::future::Future<Output = Recorder> + Send + 'static {

@@ -12,6 +12,7 @@
 mod error;
 mod etcd_client;
 mod etcd_cluster;
+mod etcd_grpc;
 mod etcd_load;
 mod failover;
 mod histogram;
@@ -36,8 +37,8 @@ pub use histogram::{LatencyHistogram, LatencySummary};
 pub use load::PointStats;
 pub use machine::MachineInfo;
 pub use options::{
-    CompareOptions, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT, FAILOVER_CLIENTS_DEFAULT,
-    NODES_MAX,
+    CompareOptions, EtcdProtocol, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT,
+    FAILOVER_CLIENTS_DEFAULT, NODES_MAX,
 };
 pub use process::{rss_kib, NodeMemory};
 pub use report::{
@@ -125,6 +126,7 @@ pub async fn compare_with(
         } else {
             String::new()
         },
+        etcd_protocol: opts.etcd_protocol,
         nodes: opts.nodes,
         clients: opts.clients.clone(),
         duration_s: opts.duration.as_secs_f64(),
@@ -368,7 +370,10 @@ async fn run_etcd(
 ) -> Result<SystemRun, BenchError> {
     steps(&format!("etcd: starting {} nodes", opts.nodes));
     let mut cluster = EtcdCluster::start(&opts.etcd_bin, dir, opts.nodes).await?;
-    let endpoints = cluster.endpoints();
+    let endpoints = etcd_load::EtcdEndpoints {
+        urls: cluster.endpoints(),
+        protocol: opts.etcd_protocol,
+    };
     let setup_client = etcd_load::client_for(&endpoints, 0);
     let data = etcd_load::setup(&setup_client, opts.clients_max()).await?;
     let mut run = SystemRun::default();
@@ -421,7 +426,7 @@ async fn etcd_failover(
     opts: &CompareOptions,
     cluster: &mut EtcdCluster,
     data: &etcd_load::EtcdData,
-    endpoints: &[String],
+    endpoints: &etcd_load::EtcdEndpoints,
 ) -> Result<FailoverResult, BenchError> {
     let leader = cluster
         .wait_for_leader(Duration::from_millis(LEADER_WAIT_MS))

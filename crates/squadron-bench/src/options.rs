@@ -94,6 +94,42 @@ impl fmt::Display for System {
     }
 }
 
+/// How the benchmark talks to etcd: its own gRPC API, as etcd's users do (the default), or
+/// its JSON gateway (`/v3/...`), which etcd 3.4 translates to gRPC and calls its own gRPC
+/// server with — an extra hop the earlier figures carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtcdProtocol {
+    Grpc,
+    Gateway,
+}
+
+impl EtcdProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EtcdProtocol::Grpc => "grpc",
+            EtcdProtocol::Gateway => "gateway",
+        }
+    }
+}
+
+impl fmt::Display for EtcdProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EtcdProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "grpc" => Ok(EtcdProtocol::Grpc),
+            "gateway" => Ok(EtcdProtocol::Gateway),
+            other => Err(format!("{other:?}: grpc or gateway")),
+        }
+    }
+}
+
 /// The options of `squadron bench compare`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompareOptions {
@@ -114,6 +150,8 @@ pub struct CompareOptions {
     /// The `squadron` binary that runs the nodes.
     pub squadron_bin: PathBuf,
     pub etcd_bin: PathBuf,
+    /// How the load reaches etcd.
+    pub etcd_protocol: EtcdProtocol,
     /// Where node directories go (a fresh temporary directory inside it, removed at the end);
     /// the system's temporary directory when `None`.
     pub work_dir: Option<PathBuf>,
@@ -137,6 +175,7 @@ impl CompareOptions {
             failover_clients: FAILOVER_CLIENTS_DEFAULT,
             squadron_bin,
             etcd_bin: PathBuf::from(ETCD_BIN_DEFAULT),
+            etcd_protocol: EtcdProtocol::Grpc,
             work_dir: None,
             keep_work_dir: false,
             seed: 1,

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::load::PointStats;
 use crate::machine::MachineInfo;
-use crate::options::Workload;
+use crate::options::{EtcdProtocol, Workload};
 use crate::process::NodeMemory;
 
 /// Squadron's figure divided by etcd's. Above 1 is better for ops/s, below 1 is better for
@@ -148,6 +148,8 @@ pub struct CompareReport {
     pub machine: MachineInfo,
     pub squadron_version: String,
     pub etcd_version: String,
+    /// How the load reached etcd: its gRPC API or its JSON gateway.
+    pub etcd_protocol: EtcdProtocol,
     pub nodes: usize,
     pub clients: Vec<usize>,
     pub duration_s: f64,

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table, TableComponent};
 
 use crate::load::PointStats;
+use crate::options::EtcdProtocol;
 use crate::report::{mean_rss_kib, CompareReport};
 
 fn num(v: Option<f64>, decimals: usize) -> String {
@@ -105,7 +106,14 @@ const SEPARATED_AFTER: [usize; 3] = [1, 5, 9];
 /// failover, memory and any errors met.
 pub fn render_table(report: &CompareReport) -> String {
     let mut out = points_table(report);
-    out.push_str("latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: lower)\n");
+    out.push_str(&format!(
+        "latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: \
+         lower); etcd driven through its {}\n",
+        match report.etcd_protocol {
+            EtcdProtocol::Grpc => "gRPC API",
+            EtcdProtocol::Gateway => "JSON gateway",
+        }
+    ));
     failover_lines(report, &mut out);
     memory_lines(report, &mut out);
     internals_line(report, &mut out);
@@ -246,6 +254,7 @@ mod tests {
             machine: MachineInfo::default(),
             squadron_version: "squadron 0.1.0".into(),
             etcd_version: "etcd Version: 3.4.23".into(),
+            etcd_protocol: EtcdProtocol::Grpc,
             nodes: 3,
             clients: vec![16],
             duration_s: 10.0,

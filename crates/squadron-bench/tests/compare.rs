@@ -73,6 +73,11 @@ async fn squadron_and_etcd_side_by_side() {
         assert!(nodes.iter().all(|n| n.rss_kib > 1024), "{nodes:?}");
     }
     assert!(report.machine.cpus >= 1);
+    assert_eq!(
+        report.etcd_protocol,
+        squadron_bench::EtcdProtocol::Grpc,
+        "etcd's own protocol by default"
+    );
     assert!(
         report.etcd_version.contains("3."),
         "{}",

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use squadron_bench::{compare, render_table, CompareOptions, Workload};
+use squadron_bench::{compare, render_table, CompareOptions, EtcdProtocol, System, Workload};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_workload_completes_operations_on_both_systems() {
@@ -43,4 +43,37 @@ async fn every_workload_completes_operations_on_both_systems() {
     assert!(report.failover.squadron.is_none() && report.failover.etcd.is_none());
     assert_eq!(report.memory.squadron.len(), 3, "{table}");
     assert_eq!(report.memory.etcd.len(), 3, "{table}");
+}
+
+/// The JSON gateway, which the earlier figures went through, still drives every workload
+/// (`--etcd-client gateway`); the default above is etcd's gRPC API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_json_gateway_drives_every_workload() {
+    let mut opts = CompareOptions::new(support::squadron_bin());
+    opts.etcd_bin = support::etcd_bin();
+    opts.etcd_protocol = EtcdProtocol::Gateway;
+    opts.systems = vec![System::Etcd];
+    opts.clients = vec![2];
+    opts.duration = Duration::from_millis(1_000);
+    opts.warmup = Duration::from_millis(200);
+    opts.workloads = Workload::ALL.to_vec();
+    opts.failover = false;
+
+    let report = compare(&opts).await.expect("comparison");
+    let table = render_table(&report);
+    assert_eq!(report.etcd_protocol, EtcdProtocol::Gateway);
+    assert!(
+        table.contains("etcd driven through its JSON gateway"),
+        "{table}"
+    );
+    assert_eq!(report.points.len(), Workload::ALL.len(), "{table}");
+    for p in &report.points {
+        let s = p
+            .etcd
+            .as_ref()
+            .unwrap_or_else(|| panic!("etcd missing: {table}"));
+        assert!(s.ok > 0, "{}: {s:?}\n{table}", p.workload);
+        assert_eq!(s.errors, 0, "{}: {s:?}\n{table}", p.workload);
+        assert!(p.squadron.is_none(), "{table}");
+    }
 }

@@ -1,7 +1,8 @@
 //! A stand-alone runner of the comparison, for runs without the `squadron` CLI:
 //! `squadron-bench-compare --squadron-bin PATH [--nodes 3] [--clients 1,16,64,256]
 //! [--duration S] [--warmup S] [--workloads lease-cycle,capacity,read,submit]
-//! [--systems squadron,etcd] [--no-failover] [--etcd-bin PATH] [--work-dir DIR]
+//! [--systems squadron,etcd] [--no-failover] [--etcd-bin PATH] [--etcd-client grpc|gateway]
+//! [--work-dir DIR]
 //! [--keep-work-dir] [--seed N] [--output table|json]`, or `--render REPORT.json` to print
 //! the table of a saved JSON report.
 
@@ -75,6 +76,11 @@ fn options(args: &[String]) -> Result<(CompareOptions, bool), String> {
             "--no-failover" => opts.failover = false,
             "--squadron-bin" => opts.squadron_bin = PathBuf::from(value()?),
             "--etcd-bin" => opts.etcd_bin = PathBuf::from(value()?),
+            "--etcd-client" => {
+                opts.etcd_protocol = value()?
+                    .parse()
+                    .map_err(|e| format!("--etcd-client: {e}"))?
+            }
             "--work-dir" => opts.work_dir = Some(PathBuf::from(value()?)),
             "--keep-work-dir" => opts.keep_work_dir = true,
             "--seed" => opts.seed = value()?.parse().map_err(|_| "--seed: not a number")?,

@@ -89,6 +89,10 @@ pub struct CompareArgs {
     /// The etcd binary.
     #[arg(long, value_name = "PATH", default_value = "/usr/bin/etcd")]
     pub etcd: std::path::PathBuf,
+    /// How the load reaches etcd: `grpc` (its own client protocol, as etcd's users use it) or
+    /// `gateway` (its JSON gateway, which etcd 3.4 turns into a second gRPC call).
+    #[arg(long, value_name = "grpc|gateway", default_value = "grpc")]
+    pub etcd_client: squadron_bench::EtcdProtocol,
     /// The squadron binary that runs the nodes (default: this one).
     #[arg(long, value_name = "PATH")]
     pub squadron: Option<std::path::PathBuf>,
@@ -171,6 +175,7 @@ async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
     }
     opts.failover = !args.no_failover;
     opts.etcd_bin = args.etcd;
+    opts.etcd_protocol = args.etcd_client;
     opts.seed = args.seed;
     opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let progress = Progress::start(out, "bench compare");
