@@ -55,6 +55,20 @@ fn first_after(ops: &[&Operation], healed: f64, next: f64) -> Option<f64> {
         .map(|c| c - healed)
 }
 
+/// From `healed` to the earliest success of `ops` that completed in `[healed, next)`, whenever
+/// it was invoked: a client held up by a request it sent during the fault (up to its 6 s
+/// timeout) cannot start another, yet the answer that request gets after the heal shows the
+/// cluster serving again.
+fn first_completed_after(ops: &[&Operation], healed: f64, next: f64) -> Option<f64> {
+    ops.iter()
+        .filter_map(|o| o.complete_ms)
+        .filter(|c| *c >= healed && *c < next)
+        .fold(None, |best: Option<f64>, c| {
+            Some(best.map_or(c, |b| b.min(c)))
+        })
+        .map(|c| c - healed)
+}
+
 /// Measures every heal but the last (after the last, the harness probes with its own writes,
 /// since the clients have stopped): its first write against `bound_ms`, its first read — in
 /// a workload that reads at all — against `read_bound_ms`.
@@ -102,6 +116,9 @@ impl RecoveryCheck {
             .filter(|o| o.is_ok() && WRITE_FS.contains(&o.f.as_str()))
             .collect();
         let reads: Vec<&Operation> = ops.iter().filter(|o| o.is_ok() && o.f == "read").collect();
+        // Whether the workload reads at all, failed reads included: one whose every read
+        // failed is judged, not excused.
+        let reading = ops.iter().any(|o| o.f == "read");
         let mut out = Vec::new();
         let mut anomalies = Vec::new();
         for (i, fault) in faults.iter().enumerate() {
@@ -119,8 +136,8 @@ impl RecoveryCheck {
                     self.bound_ms,
                 ));
             }
-            let first_read_ms = first_after(&reads, healed, next);
-            if !reads.is_empty() && late(first_read_ms, next - healed, self.read_bound_ms) {
+            let first_read_ms = first_completed_after(&reads, healed, next);
+            if reading && late(first_read_ms, next - healed, self.read_bound_ms) {
                 anomalies.push(unavailable(
                     "read",
                     &fault.fault,

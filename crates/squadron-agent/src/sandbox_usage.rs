@@ -1,7 +1,10 @@
 //! What the sandbox uses, for the heartbeat: CPU time and resident memory of every process
 //! the agent can see (the sandbox's own pid namespace), and the bytes of the task's files.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 
 use squadron_proto::v1 as pb;
 
@@ -70,32 +73,61 @@ pub fn disk_bytes(paths: &[PathBuf]) -> u64 {
     paths.iter().map(|p| tree_bytes(p, &mut budget)).sum()
 }
 
-/// Bytes of the regular files under `root`, never following a symlink, visiting at most
-/// `budget` entries (spent as it goes). Written here: a bounded, no-follow walk is these few
-/// lines, and no walking crate is in the build.
+/// Deepest directory nesting the disk walk descends into; each level holds one open
+/// directory, so this bounds the descriptors a walk holds too.
+pub const DISK_WALK_DEPTH_MAX: usize = 64;
+
+/// Bytes of the regular files under `root`, visiting at most `budget` entries (spent as it
+/// goes). The walk goes by directory handle: every directory is opened relative to its parent's
+/// handle with `O_NOFOLLOW` and every entry is stat'ed without following it, so a sandbox that
+/// swaps a directory it can write for a link between two steps makes the walk skip it, never
+/// leave the tree (the worker runs this as root over sandbox-writable directories). It stays
+/// on `root`'s file system. Written here: a bounded, handle-relative walk is these few lines,
+/// and no walking crate offers one.
 pub fn tree_bytes(root: &Path, budget: &mut usize) -> u64 {
+    let Ok(fd) = rustix::fs::open(root, walk_flags(), Mode::empty()) else {
+        return 0;
+    };
+    let Ok(st) = rustix::fs::fstat(&fd) else {
+        return 0;
+    };
     let mut total = 0u64;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+    walk(&fd, st.st_dev, 0, budget, &mut total);
+    total
+}
+
+fn walk_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+fn walk(fd: &OwnedFd, dev: u64, depth: usize, budget: &mut usize, total: &mut u64) {
+    let Ok(mut dir) = Dir::read_from(fd) else {
+        return;
+    };
+    while let Some(Ok(entry)) = dir.read() {
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let Ok(st) = rustix::fs::statat(fd, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
-        for entry in entries.flatten() {
-            if *budget == 0 {
-                return total;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {
+                *total = total.saturating_add(u64::try_from(st.st_size).unwrap_or(0));
             }
-            *budget -= 1;
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else if meta.is_file() {
-                total = total.saturating_add(meta.len());
+            FileType::Directory if depth < DISK_WALK_DEPTH_MAX && st.st_dev == dev => {
+                if let Ok(child) = rustix::fs::openat(fd, name, walk_flags(), Mode::empty()) {
+                    walk(&child, dev, depth + 1, budget, total);
+                }
             }
+            _ => {}
         }
     }
-    total
 }
 
 #[cfg(test)]
@@ -120,5 +152,35 @@ mod tests {
         std::fs::write(dir.path().join("sub/b"), vec![0u8; 24]).unwrap();
         std::os::unix::fs::symlink("/usr", dir.path().join("link")).unwrap();
         assert_eq!(disk_bytes(&[dir.path().to_path_buf()]), 1024);
+    }
+
+    /// A root that is itself a link is not walked; the budget stops the walk; nesting past
+    /// the depth bound is not descended into.
+    #[test]
+    fn the_walk_refuses_a_linked_root_and_keeps_its_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/usr", dir.path().join("root-link")).unwrap();
+        assert_eq!(disk_bytes(&[dir.path().join("root-link")]), 0);
+        let flat = dir.path().join("flat");
+        std::fs::create_dir(&flat).unwrap();
+        for i in 0..10 {
+            std::fs::write(flat.join(format!("f{i}")), [0u8; 10]).unwrap();
+        }
+        let mut budget = 4;
+        assert_eq!(tree_bytes(&flat, &mut budget), 40);
+        assert_eq!(budget, 0);
+        let top = dir.path().join("top");
+        let mut deep = top.join("deep");
+        for _ in 0..=DISK_WALK_DEPTH_MAX {
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("far"), [0u8; 7]).unwrap();
+        std::fs::write(top.join("deep/near"), [0u8; 5]).unwrap();
+        assert_eq!(
+            disk_bytes(&[top]),
+            5,
+            "the far file is past the depth bound"
+        );
     }
 }

@@ -59,7 +59,7 @@ impl GrpcChannels {
         client: &EtcdClient,
         key: &str,
     ) -> Result<Option<KeyValue>, EtcdError> {
-        let path = "etcdserverpb.KV/Range";
+        let path = "/etcdserverpb.KV/Range";
         let range = client
             .each_endpoint(|idx, base| async move {
                 let request = pb::RangeRequest {
@@ -81,7 +81,7 @@ impl GrpcChannels {
         key: &str,
         value: &[u8],
     ) -> Result<i64, EtcdError> {
-        let path = "etcdserverpb.KV/Put";
+        let path = "/etcdserverpb.KV/Put";
         let put = client
             .each_endpoint(|idx, base| async move {
                 let request = pb::PutRequest {
@@ -105,7 +105,7 @@ impl GrpcChannels {
         success: &[Op],
         failure: &[Op],
     ) -> Result<TxnAnswer, EtcdError> {
-        let path = "etcdserverpb.KV/Txn";
+        let path = "/etcdserverpb.KV/Txn";
         let request = pb::TxnRequest {
             compare: compare.iter().map(compare_pb).collect(),
             success: success.iter().map(op_pb).collect(),
@@ -144,7 +144,7 @@ impl GrpcChannels {
         client: &EtcdClient,
         ttl_s: i64,
     ) -> Result<i64, EtcdError> {
-        let path = "etcdserverpb.Lease/LeaseGrant";
+        let path = "/etcdserverpb.Lease/LeaseGrant";
         let granted = client
             .each_endpoint(|idx, base| async move {
                 let request = pb::LeaseGrantRequest { ttl: ttl_s, id: 0 };
@@ -170,7 +170,7 @@ impl GrpcChannels {
         client: &EtcdClient,
         id: i64,
     ) -> Result<i64, EtcdError> {
-        let path = "etcdserverpb.Lease/LeaseKeepAlive";
+        let path = "/etcdserverpb.Lease/LeaseKeepAlive";
         let renewed = client
             .each_endpoint(|idx, base| async move {
                 let ch = match self.channel(idx) {
@@ -207,7 +207,7 @@ impl GrpcChannels {
     }
 
     pub(crate) async fn status(&self, client: &EtcdClient) -> Result<(u64, u64), EtcdError> {
-        let path = "etcdserverpb.Maintenance/Status";
+        let path = "/etcdserverpb.Maintenance/Status";
         let status = client
             .each_endpoint(|idx, base| async move {
                 match self.channel(idx) {

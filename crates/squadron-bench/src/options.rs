@@ -105,6 +105,11 @@ pub enum EtcdProtocol {
 }
 
 impl EtcdProtocol {
+    /// What reports written before the choice existed used.
+    pub fn gateway() -> Self {
+        EtcdProtocol::Gateway
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             EtcdProtocol::Grpc => "grpc",

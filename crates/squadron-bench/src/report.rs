@@ -148,7 +148,9 @@ pub struct CompareReport {
     pub machine: MachineInfo,
     pub squadron_version: String,
     pub etcd_version: String,
-    /// How the load reached etcd: its gRPC API or its JSON gateway.
+    /// How the load reached etcd: its gRPC API or its JSON gateway (reports saved before the
+    /// choice existed went through the gateway).
+    #[serde(default = "EtcdProtocol::gateway")]
     pub etcd_protocol: EtcdProtocol,
     pub nodes: usize,
     pub clients: Vec<usize>,

@@ -316,6 +316,16 @@ mod tests {
     }
 
     #[test]
+    fn a_report_saved_before_the_protocol_choice_reads_as_the_gateways() {
+        let mut saved = serde_json::to_value(report()).unwrap();
+        saved.as_object_mut().unwrap().remove("etcd_protocol");
+        let r: CompareReport = serde_json::from_value(saved).unwrap();
+        assert_eq!(r.etcd_protocol, EtcdProtocol::Gateway);
+        assert!(render_table(&r).contains("etcd driven through its JSON gateway"));
+        assert!(render_table(&report()).contains("etcd driven through its gRPC API"));
+    }
+
+    #[test]
     fn rows_carry_both_systems_and_the_ratios() {
         let text = render_table(&report());
         let lines: Vec<&str> = text.lines().collect();

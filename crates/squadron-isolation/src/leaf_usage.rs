@@ -34,9 +34,15 @@ impl LeafUsage {
                 leaf.path().join("cpu.stat").display()
             ))
         })?;
+        let memory_bytes = memory_bytes(leaf)?;
+        // A leaf removed between the two reads may have lent its memory figure to nothing:
+        // what is read of a leaf that is gone is not reported.
+        if !leaf.exists() {
+            return Ok(None);
+        }
         Ok(Some(LeafUsage {
             cpu_usec,
-            memory_bytes: memory_bytes(leaf)?,
+            memory_bytes,
         }))
     }
 }
@@ -65,7 +71,8 @@ fn memory_bytes(leaf: &CgroupLeaf) -> Result<u64, IsolationError> {
         }))
 }
 
-/// A control file's text; `None` when it does not exist.
+/// A control file's text; `None` when it does not exist, or its cgroup is being removed
+/// (ENODEV).
 fn read_control(path: &Path) -> Result<Option<String>, IsolationError> {
     match fs::read_to_string(path) {
         Ok(text) if text.len() > CONTROL_FILE_BYTES_MAX => Err(IsolationError::Launch(format!(
@@ -73,7 +80,12 @@ fn read_control(path: &Path) -> Result<Option<String>, IsolationError> {
             path.display()
         ))),
         Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e)
+            if e.kind() == ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::NODEV.raw_os_error()) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(IsolationError::io("read", path.to_path_buf(), e)),
     }
 }

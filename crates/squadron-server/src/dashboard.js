@@ -103,8 +103,10 @@ const MiB=b=>(b/1048576).toFixed(1)+' MiB';
 const AGENT_RUNTIMES=['docker','kvm'],LIVE_STATES=['READY','RUNNING','COMPLETING'];
 const usageLine=u=>'CPU '+(u.cpu_usec/1e6).toFixed(2)+' s, memory '+MiB(u.memory_bytes)+', disk '+MiB(u.disk_bytes);
 // `id` as the page holds it (the button's text), which the answer's number would not equal.
+// Each read has a number: a slow answer that comes after a later one's is dropped.
+let usageReads=0,agentUsageReads=0;
 async function showUsage(id,t){
- let text;
+ const me=++usageReads;let text;
  if(!LIVE_STATES.includes(t.state))text='sandbox usage: measured while an attempt runs';
  else if(!AGENT_RUNTIMES.includes(t.spec?.sandbox?.runtime))try{
   const m=await load('/api/v1/tasks/'+encodeURIComponent(id)+'/usage');
@@ -115,7 +117,7 @@ async function showUsage(id,t){
   text=u?'sandbox: '+usageLine(u)+' (agent of attempt '+a.attempt+', last check-in '+seen+' s ago)':'sandbox: its agent registered and has not reported usage yet'}
  catch(e){if(e.status===401){signIn(e.message);return}
   text=e.status===404?'sandbox usage: its agent has not registered yet':e.message}
- if(detailId===id)$('usage').textContent=text;
+ if(detailId===id&&me===usageReads)$('usage').textContent=text;
 }
 function projects(p){return table(['tenant','project','profiles','slots','max','sandbox',''],p.map(x=>cells([x.tenant,x.project,x.profiles,x.slots_held,x.max_active,x.sandbox]).concat(
  '<button type="button" data-tenant="'+esc(x.tenant)+'" data-project="'+esc(x.project)+'">profiles</button>')))}
@@ -173,10 +175,10 @@ function refresh(){
 // What the watched agent's generation uses (its worker measures the cgroup leaf it runs in).
 async function showAgentUsage(){
  const t=watched;if(!t?.view)return;
- let text;
- try{const a=await load(t.view);text='generation '+a.generation+(a.usage?' uses '+usageLine(a.usage):': its sandbox is gone')}
+ const me=++agentUsageReads;let text;
+ try{const a=await load(t.view);text='generation '+a.generation+(a.usage?' uses '+usageLine(a.usage):': no usage measured now')}
  catch(e){if(e.status===401){signIn(e.message);return}text='usage: '+e.message}
- if(watched===t)$('output-usage').textContent=text;
+ if(watched===t&&me===agentUsageReads)$('output-usage').textContent=text;
 }
 function closeStream(){if(socket){const s=socket;socket=null;s.close()}}
 // One terminal for the page, made when first shown (xterm measures its box). Input is off:
@@ -235,7 +237,7 @@ async function watch(target){
   let f;try{f=JSON.parse(e.data)}catch(_){return}
   if(f.type==='output')show(f.stream,String(f.data??''));
   else if(f.type==='task')say(f.task?.state??'ended');
-  else if(f.type==='end')say('ended');
+  else if(f.type==='end'){say('ended');watched=null}
   else if(f.type==='error')say(f.message??'error');
  };
  // A refused handshake shows the browser no status: say what it usually means.

@@ -152,7 +152,7 @@ async fn usage(State(state): State<ServerState>, UrlPath(raw): UrlPath<String>) 
     match task_usage::measure(&state.runtimes, &dir).await {
         Ok(usage) => Json(usage).into_response(),
         Err(e @ UsageUnavailable::NoAttempt(_)) => not_found(e.to_string()),
-        Err(e @ UsageUnavailable::AgentReports(..)) => error(
+        Err(e @ (UsageUnavailable::AgentReports(..) | UsageUnavailable::NotMeasured(_))) => error(
             StatusCode::CONFLICT,
             ErrorCode::FailedPrecondition,
             None,

@@ -560,6 +560,23 @@ fn reads_failing_past_the_read_bound_after_a_heal_are_named() {
         anomalies[0]
     );
     assert!(check(5_000.0).1.is_empty());
+    // A workload whose every read failed is judged too.
+    let failed_reads: Vec<_> = ops
+        .iter()
+        .filter(|o| o.f != "read" || !o.is_ok())
+        .cloned()
+        .collect();
+    let (heals, late) = RecoveryCheck {
+        bound_ms: 30_000.0,
+        read_bound_ms: 5_000.0,
+    }
+    .check(&failed_reads, &h.nemesis_intervals());
+    assert_eq!(heals[0].first_read_ms, None);
+    assert!(
+        late.iter()
+            .any(|a| a.message.contains("first read succeeded never")),
+        "{late:?}"
+    );
     let writes_only: Vec<_> = ops.iter().filter(|o| o.f != "read").cloned().collect();
     let (_, none) = RecoveryCheck {
         bound_ms: 30_000.0,

@@ -170,9 +170,14 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
     fn break_glass(&self, handle: &SandboxHandle) -> String;
 
+    /// Whether [`Runtime::usage`] measures this runtime's sandboxes.
+    fn measures_usage(&self) -> bool {
+        false
+    }
+
     /// What a sandbox's processes use now by the host's own accounting (CPU time, memory),
-    /// for a runtime whose sandboxes run no agent to report it; `None` once the sandbox is
-    /// gone, and from runtimes whose agent reports it.
+    /// for a runtime that [`measures_usage`](Runtime::measures_usage); `None` once the
+    /// sandbox is gone.
     async fn usage(
         &self,
         _handle: &SandboxHandle,

@@ -602,6 +602,10 @@ impl Runtime for ProcessRuntime {
         Ok(Some(self.handle_for(&leaf)))
     }
 
+    fn measures_usage(&self) -> bool {
+        true
+    }
+
     async fn usage(&self, handle: &SandboxHandle) -> Result<Option<LeafUsage>, WorkerError> {
         let leaf = self.leaf(handle)?;
         tokio::task::spawn_blocking(move || LeafUsage::of(&leaf))

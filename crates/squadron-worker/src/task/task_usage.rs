@@ -27,6 +27,8 @@ pub(crate) enum UsageUnavailable {
          GET /api/v1/tasks/{1}/agent"
     )]
     AgentReports(RuntimeKind, u64),
+    #[error("the {0} runtime does not measure its sandboxes' usage without its agent")]
+    NotMeasured(RuntimeKind),
     #[error(transparent)]
     Worker(#[from] WorkerError),
 }
@@ -43,6 +45,9 @@ pub(crate) async fn measure(
         .ok_or(UsageUnavailable::NoAttempt(task))?;
     if runtime.runs_agent() {
         return Err(UsageUnavailable::AgentReports(c.runtime, task));
+    }
+    if !runtime.measures_usage() {
+        return Err(UsageUnavailable::NotMeasured(c.runtime));
     }
     let leaf = match &c.sandbox {
         Some(id) => {
