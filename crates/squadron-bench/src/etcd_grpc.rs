@@ -54,22 +54,44 @@ impl GrpcChannels {
             .unwrap_or_else(|| Err(format!("no endpoint {idx}")))
     }
 
+    /// One unary call, tried at each endpoint in turn until one was not refused; `send` makes
+    /// the call on an endpoint's channel.
+    async fn unary<T, F, Fut>(
+        &self,
+        client: &EtcdClient,
+        path: &'static str,
+        send: F,
+    ) -> Result<T, EtcdError>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        client
+            .each_endpoint(|idx, base| {
+                let call = self.channel(idx).map(&send);
+                async move {
+                    match call {
+                        Ok(call) => answer(&base, path, call.await),
+                        Err(e) => Attempt::Refused(e),
+                    }
+                }
+            })
+            .await
+    }
+
     pub(crate) async fn get(
         &self,
         client: &EtcdClient,
         key: &str,
     ) -> Result<Option<KeyValue>, EtcdError> {
         let path = "/etcdserverpb.KV/Range";
-        let range = client
-            .each_endpoint(|idx, base| async move {
+        let range = self
+            .unary(client, path, |ch| {
                 let request = pb::RangeRequest {
                     key: key.as_bytes().to_vec(),
                     ..Default::default()
                 };
-                match self.channel(idx) {
-                    Ok(ch) => answer(&base, path, KvClient::new(ch).range(request).await),
-                    Err(e) => Attempt::Refused(e),
-                }
+                async move { KvClient::new(ch).range(request).await }
             })
             .await?;
         Ok(range.kvs.into_iter().next().map(key_value))
@@ -82,17 +104,14 @@ impl GrpcChannels {
         value: &[u8],
     ) -> Result<i64, EtcdError> {
         let path = "/etcdserverpb.KV/Put";
-        let put = client
-            .each_endpoint(|idx, base| async move {
+        let put = self
+            .unary(client, path, |ch| {
                 let request = pb::PutRequest {
                     key: key.as_bytes().to_vec(),
                     value: value.to_vec(),
                     lease: 0,
                 };
-                match self.channel(idx) {
-                    Ok(ch) => answer(&base, path, KvClient::new(ch).put(request).await),
-                    Err(e) => Attempt::Refused(e),
-                }
+                async move { KvClient::new(ch).put(request).await }
             })
             .await?;
         Ok(put.header.map_or(0, |h| h.revision))
@@ -111,15 +130,10 @@ impl GrpcChannels {
             success: success.iter().map(op_pb).collect(),
             failure: failure.iter().map(op_pb).collect(),
         };
-        let txn = client
-            .each_endpoint(|idx, base| {
+        let txn = self
+            .unary(client, path, |ch| {
                 let request = request.clone();
-                async move {
-                    match self.channel(idx) {
-                        Ok(ch) => answer(&base, path, KvClient::new(ch).txn(request).await),
-                        Err(e) => Attempt::Refused(e),
-                    }
-                }
+                async move { KvClient::new(ch).txn(request).await }
             })
             .await?;
         let ranges = txn
@@ -145,13 +159,10 @@ impl GrpcChannels {
         ttl_s: i64,
     ) -> Result<i64, EtcdError> {
         let path = "/etcdserverpb.Lease/LeaseGrant";
-        let granted = client
-            .each_endpoint(|idx, base| async move {
+        let granted = self
+            .unary(client, path, |ch| async move {
                 let request = pb::LeaseGrantRequest { ttl: ttl_s, id: 0 };
-                match self.channel(idx) {
-                    Ok(ch) => answer(&base, path, LeaseClient::new(ch).lease_grant(request).await),
-                    Err(e) => Attempt::Refused(e),
-                }
+                LeaseClient::new(ch).lease_grant(request).await
             })
             .await?;
         match granted.id {
@@ -208,18 +219,11 @@ impl GrpcChannels {
 
     pub(crate) async fn status(&self, client: &EtcdClient) -> Result<(u64, u64), EtcdError> {
         let path = "/etcdserverpb.Maintenance/Status";
-        let status = client
-            .each_endpoint(|idx, base| async move {
-                match self.channel(idx) {
-                    Ok(ch) => answer(
-                        &base,
-                        path,
-                        MaintenanceClient::new(ch)
-                            .status(pb::StatusRequest {})
-                            .await,
-                    ),
-                    Err(e) => Attempt::Refused(e),
-                }
+        let status = self
+            .unary(client, path, |ch| async move {
+                MaintenanceClient::new(ch)
+                    .status(pb::StatusRequest {})
+                    .await
             })
             .await?;
         Ok((status.header.map_or(0, |h| h.member_id), status.leader))

@@ -182,12 +182,7 @@ impl CgroupLeaf {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(IsolationError::io("read", path, e)),
         };
-        let value = text
-            .lines()
-            .filter_map(|line| line.split_once(' '))
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.trim() == "1");
-        match value {
+        match flat_keyed(&text, key).map(|v| v == "1") {
             Some(v) => Ok(Some(v)),
             None => Err(IsolationError::Launch(format!(
                 "{} has no {key} line: {text:?}",
@@ -250,6 +245,15 @@ impl CgroupLeaf {
         }
         Ok(())
     }
+}
+
+/// The value of `key` in a cgroup "flat keyed" file (`key value` lines: `cgroup.events`,
+/// `cpu.stat`), trimmed.
+pub(crate) fn flat_keyed<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .filter_map(|line| line.split_once(' '))
+        .find(|(k, _)| *k == key)
+        .map(|(_, v)| v.trim())
 }
 
 fn write_limit(

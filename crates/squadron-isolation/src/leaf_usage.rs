@@ -7,7 +7,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use crate::cgroup_leaf::CgroupLeaf;
+use crate::cgroup_leaf::{flat_keyed, CgroupLeaf};
 use crate::error::IsolationError;
 
 /// Longest control file read (`cpu.stat` is a few lines).
@@ -28,7 +28,8 @@ impl LeafUsage {
         let Some(stat) = read_control(&leaf.path().join("cpu.stat"))? else {
             return Ok(None);
         };
-        let cpu_usec = keyed_value(&stat, "usage_usec").ok_or_else(|| {
+        let usage_usec = flat_keyed(&stat, "usage_usec").and_then(|v| v.parse().ok());
+        let cpu_usec = usage_usec.ok_or_else(|| {
             IsolationError::Launch(format!(
                 "{} has no usage_usec line: {stat:?}",
                 leaf.path().join("cpu.stat").display()
@@ -90,14 +91,6 @@ fn read_control(path: &Path) -> Result<Option<String>, IsolationError> {
     }
 }
 
-/// The value of a `key value` line (`cpu.stat`'s format).
-fn keyed_value(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .filter_map(|line| line.split_once(' '))
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, v)| v.trim().parse().ok())
-}
-
 /// The second field of `/proc/{pid}/statm`: resident pages.
 fn resident_pages(statm: &str) -> Option<u64> {
     statm.split_whitespace().nth(1)?.parse().ok()
@@ -110,10 +103,13 @@ mod tests {
     #[test]
     fn cpu_stat_lines_are_read_by_key() {
         let stat = "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n";
-        assert_eq!(keyed_value(stat, "usage_usec"), Some(1_234_567));
-        assert_eq!(keyed_value(stat, "system_usec"), Some(234_567));
-        assert_eq!(keyed_value(stat, "nr_throttled"), None);
-        assert_eq!(keyed_value("usage_usec many\n", "usage_usec"), None);
+        assert_eq!(flat_keyed(stat, "usage_usec"), Some("1234567"));
+        assert_eq!(flat_keyed(stat, "system_usec"), Some("234567"));
+        assert_eq!(flat_keyed(stat, "nr_throttled"), None);
+        assert_eq!(
+            flat_keyed("usage_usec many\n", "usage_usec").and_then(|v| v.parse::<u64>().ok()),
+            None
+        );
     }
 
     #[test]

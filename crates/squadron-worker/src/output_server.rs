@@ -145,8 +145,9 @@ fn not_found(m: impl Into<String>) -> Response {
 /// The sandbox's usage now (`task_usage`): not output, so a task whose output is withheld
 /// still answers it.
 async fn usage(State(state): State<ServerState>, UrlPath(raw): UrlPath<String>) -> Response {
-    let Some(id) = raw.parse::<u64>().ok().and_then(|n| TaskId::new(n).ok()) else {
-        return invalid("task_id", format!("{raw:?} is not a task id"));
+    let id = match task_id(&raw) {
+        Ok(id) => id,
+        Err(refused) => return refused,
     };
     let dir = TaskDir::new(&state.data_dir, id);
     match task_usage::measure(&state.runtimes, &dir).await {
@@ -169,12 +170,16 @@ async fn usage(State(state): State<ServerState>, UrlPath(raw): UrlPath<String>) 
 
 // The error is the handler's own response, returned at once: boxing it would buy nothing.
 #[allow(clippy::result_large_err)]
-async fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
-    let id = raw
-        .parse::<u64>()
+fn task_id(raw: &str) -> Result<TaskId, Response> {
+    raw.parse::<u64>()
         .ok()
         .and_then(|n| TaskId::new(n).ok())
-        .ok_or_else(|| invalid("task_id", format!("{raw:?} is not a task id")))?;
+        .ok_or_else(|| invalid("task_id", format!("{raw:?} is not a task id")))
+}
+
+#[allow(clippy::result_large_err)]
+async fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
+    let id = task_id(raw)?;
     let dir = TaskDir::new(&state.data_dir, id);
     // A task's files move out of its disk-quota volume once it ended; a read waits the
     // moment that takes rather than find the outbox missing.
