@@ -1,9 +1,13 @@
 //! Worker policy (issue 14, DESIGN §5): a manifest no live worker's policy accepts is refused
-//! at submission naming the field, and nothing is stored. A real node and a real worker
-//! started with `--policy FILE`.
+//! at submission naming the field, and nothing is stored; an agent launch that would make a
+//! project's sandbox from a repository the policy refuses is refused naming the field, and
+//! nothing is cloned or attached. A real node and a real worker started with `--policy FILE`.
 
 mod support;
 
+use serde_json::json;
+use squadron_client::{LaunchAgent, SandboxRepository};
+use squadron_core::ids::{ProfileId, WorkerId};
 use support::*;
 
 const POLICY: &str = "network_modes = [\"isolated\", \"outbound\"]\nfull_control = false\n\
@@ -73,4 +77,73 @@ fn a_manifest_beyond_every_worker_s_policy_is_refused_naming_the_field() {
         &manifest("https://example.invalid/r.git", "  cpus: 2\n"),
     );
     assert!(ok.ok(), "{ok:?}");
+}
+
+#[test]
+fn an_agent_launch_from_a_repository_the_policy_refuses_clones_nothing() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, POLICY).expect("policy");
+    let id = unique_worker_id("policy-agent");
+    let args = vec!["--policy".to_string(), policy.display().to_string()];
+    let worker = WorkerProc::start_with(dir.path(), &id, vec![url.clone()], "process", args);
+
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "held"}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/held/profiles"),
+        json!({"key": "agent-0", "providers": ["codex"]}),
+    )
+    .expect("profile");
+    assert!(r.ok(), "{r:?}");
+    let profile =
+        ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id");
+
+    // Another tenant's checkout on this host, as a path, a file URL and a relative path.
+    let repo = git_repo(dir.path());
+    let rt = rt();
+    let client = client_with_timeouts(
+        cluster.urls(),
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(2),
+    );
+    for source in [
+        repo.display().to_string(),
+        format!("file://{}", repo.display()),
+        "../../other-tenant/repo".to_string(),
+    ] {
+        let launch = LaunchAgent {
+            worker: Some(WorkerId::new(id.clone()).expect("worker id")),
+            repository: Some(SandboxRepository {
+                url: source.clone(),
+                branch: Some("main".into()),
+            }),
+            ..LaunchAgent::default()
+        };
+        let err = rt
+            .block_on(client.agent_launch(profile, &launch))
+            .expect_err(&source);
+        let body = err.body().unwrap_or_else(|| panic!("{source}: {err}"));
+        assert_eq!(
+            body.field.as_deref(),
+            Some("repository.url"),
+            "{source}: {err}"
+        );
+    }
+    let projects = http_get(&format!("{url}/api/v1/projects")).expect("projects");
+    let held = projects
+        .as_array()
+        .and_then(|rows| rows.iter().find(|p| p["project"] == "held"))
+        .unwrap_or_else(|| panic!("{projects}"));
+    assert!(held["sandbox"].is_null(), "nothing attached: {held}");
+    assert!(
+        !worker.data_dir.join("projects/acme/held").exists(),
+        "nothing cloned"
+    );
 }

@@ -31,7 +31,9 @@ pub enum RepositorySource {
 }
 
 impl RepositorySource {
-    /// The source of a URL the manifest checks accepted (`user@host:path` is ssh).
+    /// The source of a URL the manifest checks accepted (`user@host:path` is ssh). Anything
+    /// else falls to `local`, the source a policy is strictest about: a scheme-less text that
+    /// is not `host:path` (`var/lib/x`, `../x`) names a path on the worker, not an ssh host.
     pub fn of(url: &str) -> RepositorySource {
         if url.starts_with('/') {
             return RepositorySource::Local;
@@ -40,8 +42,10 @@ impl RepositorySource {
             Some(s) if s == "https" => RepositorySource::Https,
             Some(s) if s == "http" => RepositorySource::Http,
             Some(s) if s == "git" => RepositorySource::Git,
-            Some(s) if s == "file" => RepositorySource::Local,
-            _ => RepositorySource::Ssh,
+            Some(s) if s == "ssh" => RepositorySource::Ssh,
+            Some(_) => RepositorySource::Local,
+            None if is_scp_like(url) => RepositorySource::Ssh,
+            None => RepositorySource::Local,
         }
     }
 
@@ -115,12 +119,12 @@ impl WorkerPolicy {
                 "full control is not allowed here",
             ));
         }
-        let source = RepositorySource::of(&spec.repository.url);
-        if !self.repository_sources.contains(&source) {
-            return Some(ValidationError::new(
-                "repository.url",
-                format!("{} repositories are not allowed here", source.name()),
-            ));
+        if let Some(refused) = repository_refusal(
+            &self.repository_sources,
+            "repository.url",
+            &spec.repository.url,
+        ) {
+            return Some(refused);
         }
         ceiling(
             "vm.cpus",
@@ -130,6 +134,32 @@ impl WorkerPolicy {
         .or_else(|| ceiling("vm.memory", sandbox.memory_bytes, self.memory_bytes_max))
         .or_else(|| ceiling("vm.disk", sandbox.disk_bytes, self.disk_bytes_max))
     }
+}
+
+/// Why a worker allowing `sources` refuses to clone `url`, naming `field`: the manifest's URL
+/// checks first (a task's spec passed them at submission; an agent launch's repository is
+/// checked here), then the source. `None` when it may be cloned.
+pub fn repository_refusal(
+    sources: &BTreeSet<RepositorySource>,
+    field: &str,
+    url: &str,
+) -> Option<ValidationError> {
+    if let Err(bad) = crate::manifest::check_repo_url(field, url) {
+        return Some(bad);
+    }
+    let source = RepositorySource::of(url);
+    (!sources.contains(&source)).then(|| {
+        ValidationError::new(
+            field,
+            format!("{} repositories are not allowed here", source.name()),
+        )
+    })
+}
+
+/// `host:path` or `user@host:path`: no '/' before the first ':', and something after it.
+fn is_scp_like(url: &str) -> bool {
+    url.split_once(':')
+        .is_some_and(|(left, path)| !left.is_empty() && !left.contains('/') && !path.is_empty())
 }
 
 /// Why no live worker would run this task, when some live worker offers its runtime but
@@ -228,6 +258,45 @@ mod tests {
                 .unwrap_or_else(|| panic!("{url} {vm}"));
             assert_eq!(e.field, field, "{url} {vm}: {e}");
         }
+    }
+
+    #[test]
+    fn a_path_without_a_scheme_is_local_and_only_host_path_is_ssh() {
+        for (url, source) in [
+            ("git@example.com:org/r.git", RepositorySource::Ssh),
+            ("example.com:r.git", RepositorySource::Ssh),
+            ("ssh://git@example.com/r.git", RepositorySource::Ssh),
+            ("/srv/repo", RepositorySource::Local),
+            ("file:///srv/repo", RepositorySource::Local),
+            ("var/lib/squadron/tasks/7/inbox", RepositorySource::Local),
+            ("../other", RepositorySource::Local),
+            ("./x:y", RepositorySource::Local),
+            ("ftp://example.com/r", RepositorySource::Local),
+        ] {
+            assert_eq!(RepositorySource::of(url), source, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_repository_the_sources_refuse_or_the_url_checks_refuse_is_named() {
+        let sources = WorkerPolicy::default().repository_sources;
+        assert!(repository_refusal(&sources, "repository.url", "https://e.com/r.git").is_none());
+        for url in [
+            "/srv/other-task/inbox",
+            "file:///srv/repo",
+            "../other",
+            "var/lib/x",
+            "https://token@e.com/r.git",
+            "-oProxyCommand=x:y",
+            "",
+        ] {
+            let e = repository_refusal(&sources, "repository.url", url)
+                .unwrap_or_else(|| panic!("{url:?} was accepted"));
+            assert_eq!(e.field, "repository.url", "{url:?}: {e}");
+        }
+        let mut local = sources.clone();
+        local.insert(RepositorySource::Local);
+        assert!(repository_refusal(&local, "repository.url", "/srv/repo").is_none());
     }
 
     #[test]

@@ -191,6 +191,7 @@ async fn prepare_data_dir(config: &WorkerConfig) -> Result<(), WorkerError> {
 /// runtime; otherwise the reason is logged and the worker runs tasks only.
 fn agent_supervisor(config: &WorkerConfig, control: &ControlLink) -> Option<AgentSupervisor> {
     let mut agents = config.agents.clone()?;
+    agents.repository_sources = config.policy.repository_sources.clone();
     // Checked when the worker started (the task drivers use the same list).
     if let Ok(allowed) = EnvAllowlist::new(config.env_allowlist.iter().cloned()) {
         agents.inherited_env = allowed.resolve();

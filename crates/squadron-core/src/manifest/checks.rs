@@ -149,7 +149,7 @@ pub(super) fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), Vali
 const URL_FORMS: &str = "expected an https://, http://, ssh://, git:// or file:// URL, \
      an absolute local path, or user@host:path";
 
-pub(super) fn check_repo_url(field: &str, url: &str) -> Result<(), ValidationError> {
+pub fn check_repo_url(field: &str, url: &str) -> Result<(), ValidationError> {
     if url.is_empty() {
         return Err(ValidationError::new(field, "must not be empty"));
     }

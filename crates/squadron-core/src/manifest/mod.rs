@@ -21,6 +21,7 @@ mod yaml_budget;
 #[cfg(test)]
 mod tests;
 
+pub use checks::check_repo_url;
 pub use keywords::{
     FailureAction, Keyword, NetworkMode, RuntimeKind, StartupTrigger, TaskPriority,
 };

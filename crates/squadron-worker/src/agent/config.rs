@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use squadron_core::ids::{McpServerId, SkillId};
 use squadron_core::limits::{LEASE_TTL_MS_MAX, LEASE_TTL_MS_MIN};
 use squadron_core::provider::Provider;
+use squadron_core::worker_policy::{RepositorySource, WorkerPolicy};
 
 use crate::error::WorkerError;
 
@@ -50,6 +51,9 @@ pub struct AgentConfig {
     /// The worker's allowlisted variables (`--env-allow`, e.g. a model's base URL), given to
     /// every provider under the fixed ones; never a secret (those are credentials).
     pub inherited_env: BTreeMap<String, String>,
+    /// Where a project's sandbox may be cloned from: the worker's policy
+    /// (`repository_sources`), the same list its tasks are held to.
+    pub repository_sources: BTreeSet<RepositorySource>,
 }
 
 impl Default for AgentConfig {
@@ -67,6 +71,7 @@ impl Default for AgentConfig {
             skills: BTreeSet::new(),
             mcp_servers: BTreeMap::new(),
             inherited_env: BTreeMap::new(),
+            repository_sources: WorkerPolicy::default().repository_sources,
         }
     }
 }

@@ -339,8 +339,14 @@ impl AgentSupervisor {
                 ),
             ));
         };
-        if repo.url.is_empty() {
-            return Err(AgentError::invalid("repository.url", "must not be empty"));
+        // The same rule as a task's clone: a local path would be another tenant's checkout
+        // or a task's inbox on this host.
+        if let Some(refused) = squadron_core::worker_policy::repository_refusal(
+            &self.inner.config.repository_sources,
+            "repository.url",
+            &repo.url,
+        ) {
+            return Err(AgentError::invalid(&refused.field, refused.reason));
         }
         Ok(repo)
     }
