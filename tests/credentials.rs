@@ -20,7 +20,7 @@ fn manifest(repo: &Path, runtime: &str, credential: &str, script: &str) -> Strin
          vm:\n  runtime: {runtime}\nstartup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
          session: {{ launcher: script, workdir: /workspace, cols: 80, rows: 24 }}\n  \
          credential_refs:\n    - {{ id: {credential}, mount: api_key }}\n  readiness: {{ probes: [] }}\n  \
-         observation: {{ retention_class: short, redaction_profile: secrets-v1 }}\n",
+         observation: {{ retention_class: short, redaction_profile: credentials }}\n",
         repo = repo.display()
     )
 }
@@ -166,7 +166,16 @@ fn docker_inspect_all() -> String {
 
 #[test]
 fn inv_13_a_credential_reaches_only_its_sandbox_file_and_is_gone_at_the_end() {
-    let cluster = Cluster::start(1);
+    // Snapshots every 16 entries: the scan of the node's files below covers one built after
+    // the value was stored (`snapshot/current.snap`).
+    let cluster = Cluster::start_with(
+        1,
+        ClusterOptions {
+            snapshot_after_entries: 16,
+            keep_entries_after_snapshot: 8,
+            ..ClusterOptions::default()
+        },
+    );
     let url = cluster.url(1);
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = git_repo(dir.path());
@@ -176,6 +185,7 @@ fn inv_13_a_credential_reaches_only_its_sandbox_file_and_is_gone_at_the_end() {
     let docker = WorkerProc::start(dir.path(), &docker_id, vec![url.clone()], "docker");
     let secret = format!("sk-squadron-test-{}", std::process::id() * 7919);
     put_credential(&url, "cred_ci", &secret);
+    let stored_at = status(&url)["applied"].as_u64().expect("applied");
 
     // A typo fails at submission, naming the credential, and stores nothing.
     let before = http_get(&format!("{url}/api/v1/tasks")).expect("tasks");
@@ -191,6 +201,11 @@ fn inv_13_a_credential_reaches_only_its_sandbox_file_and_is_gone_at_the_end() {
     run_and_check(&url, &repo, &docker, "docker", &secret);
     let listed = http_get(&format!("{url}/api/v1/credentials")).expect("list");
     assert!(!listed.to_string().contains(&secret));
+    let snapshot = status(&url)["snapshot"].as_u64().unwrap_or(0);
+    assert!(
+        snapshot > stored_at,
+        "no snapshot after the value was stored at {stored_at} (last: {snapshot})"
+    );
     assert_eq!(listed[0]["version"], 1, "{listed}");
     assert_no_bytes_below(
         cluster.dir.path(),
@@ -242,4 +257,8 @@ fn inv_13_a_credential_reaches_only_its_sandbox_file_and_is_gone_at_the_end() {
     let refused = submit_yaml(&url, &manifest(&repo, "process", "cred_ci", "true"));
     assert_eq!(refused.status, 409, "{refused:?}");
     assert!(refused.body.to_string().contains("revoked"), "{refused:?}");
+}
+
+fn status(url: &str) -> Value {
+    http_get(&format!("{url}/api/v1/cluster/status")).expect("cluster status")
 }

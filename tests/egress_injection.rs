@@ -86,7 +86,7 @@ fn manifest_with_refs(repo: &Path, vm: &str, script: &str, refs: &str) -> String
          session: {{ launcher: script, workdir: /workspace, cols: 80, rows: 24 }}\n  \
          credential_refs:\n{refs}  \
          readiness: {{ probes: [] }}\n  \
-         observation: {{ retention_class: short, redaction_profile: secrets-v1 }}\n",
+         observation: {{ retention_class: short, redaction_profile: credentials }}\n",
         repo = repo.display()
     )
 }

@@ -198,7 +198,7 @@ fn manifest(repo: &std::path::Path, runtime: &str, provider: &str, mount: &str) 
          session: {{ launcher: {provider}, workdir: /workspace, cols: 80, rows: 24 }}\n  \
          credential_refs:\n    - {{ id: key-test, mount: {mount} }}\n  \
          readiness: {{ probes: [] }}\n  \
-         observation: {{ retention_class: short, redaction_profile: secrets-v1 }}\n",
+         observation: {{ retention_class: short, redaction_profile: credentials }}\n",
         repo = repo.display()
     )
 }

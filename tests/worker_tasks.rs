@@ -235,10 +235,9 @@ fn fail_and_destroy(env: &Env) -> u64 {
     );
     assert_eq!(t["state"], "FAILED", "{t:#}");
     assert_eq!(t["exit_code"], 3);
-    assert!(
-        t["error"].as_str().unwrap_or("").contains("code 3"),
-        "{t:#}"
-    );
+    let error = t["error"].as_str().unwrap_or("");
+    assert!(error.contains("code 3"), "{t:#}");
+    assert!(!error.contains("limit"), "no limit stopped it: {t:#}");
     let events = logs(env.any(0), id, "stream=events");
     assert!(
         events.contains("\"reaped\"") && events.contains("\"populated\":false"),
@@ -290,14 +289,12 @@ fn failure_preserves_the_sandbox(env: &Env) {
     }
 }
 
-/// A task that writes more than its `disk` (here to standard output, which the quota covers
-/// too) is stopped with the limit named; its logs stay readable and no image or mount is
-/// left once it ended.
-fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
-    let script = "echo before\nhead -c 100000000 /dev/zero | tr '\\0' x\nsleep 30";
+/// Runs `script` with `limit` (a `vm` line) and waits until it ends, which must be FAILED:
+/// its id and record.
+fn fail_at_a_limit(env: &Env, script: &str, limit: &str) -> (u64, Value) {
     let yaml = manifest(&env.repo, env.runtime, script, "  timeout: 90s\n").replace(
         &format!("  runtime: {}\n", env.runtime),
-        &format!("  runtime: {}\n  disk: 32Mi\n", env.runtime),
+        &format!("  runtime: {}\n  {limit}\n", env.runtime),
     );
     let id = submit(env.any(0), &yaml);
     let t = wait_task_state(
@@ -307,6 +304,15 @@ fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
         env.timeout(),
     );
     assert_eq!(t["state"], "FAILED", "{t:#}\n{}", explain(env.any(0), id));
+    (id, t)
+}
+
+/// A task that writes more than its `disk` (here to standard output, which the quota covers
+/// too) is stopped with the limit named; its logs stay readable and no image or mount is
+/// left once it ended.
+fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
+    let script = "echo before\nhead -c 100000000 /dev/zero | tr '\\0' x\nsleep 30";
+    let (id, t) = fail_at_a_limit(env, script, "disk: 32Mi");
     let error = t["error"].as_str().unwrap_or("");
     assert!(
         error.contains("disk quota exceeded") && error.contains(&(32u64 << 20).to_string()),
@@ -334,6 +340,24 @@ fn disk_quota_stops_a_task_that_fills_it(env: &Env) {
     // The provider still ran (sleeping) when the quota filled: the worker stopped it.
     let events = logs(env.any(2), id, "stream=events");
     assert!(events.contains("DiskFull"), "{events}");
+}
+
+/// A task that holds 200 MB under a 64 MiB memory limit fails naming the limit, not only
+/// "exited with code 137".
+fn memory_limit_stops_a_task_naming_it(env: &Env) {
+    let script = "echo before\nx=$(head -c 200000000 /dev/zero | tr '\\0' x)\necho never";
+    let (id, t) = fail_at_a_limit(env, script, "memory: 64Mi");
+    let error = t["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains(&format!(
+            "the memory limit of {} bytes was reached",
+            64u64 << 20
+        )),
+        "{t:#}"
+    );
+    assert!(!error.contains("pids"), "{t:#}");
+    let stdout = logs(env.any(2), id, "stream=stdout");
+    assert!(!stdout.contains("never"), "{stdout}");
 }
 
 fn cancel_mid_run(env: &Env) {
@@ -561,6 +585,56 @@ fn outbox_links_are_not_followed(env: &Env) {
     // The collector put a real directory back in place of the link.
     let listed = http_get(&format!("{url}/api/v1/tasks/{id}/artifacts")).expect("artifacts");
     assert!(listed.as_array().is_some_and(|a| !a.is_empty()), "{listed}");
+}
+
+/// A link swapped in while the worker reads: the sandbox renames its artifact back and forth
+/// between a file and a link to /etc/shadow, and replaces a directory by a link to /etc, as
+/// fast as it can while the test downloads both. Every read serves the sandbox's own bytes
+/// or refuses with 4xx; nothing of the host is ever served.
+fn links_swapped_in_during_reads_leak_nothing(env: &Env) {
+    let script = "cd /mnt/outbox/artifacts\n\
+         end=$(( $(date +%s) + 14 ))\n\
+         echo swapping\n\
+         while [ \"$(date +%s)\" -lt \"$end\" ]; do\n\
+         echo sandbox-own > swap.new; mv -f swap.new swap.txt\n\
+         ln -sf /etc/shadow swap.lnk; mv -f swap.lnk swap.txt\n\
+         rm -rf d; mkdir d; echo own-dir > d/passwd\n\
+         rm -rf d; ln -s /etc d\n\
+         done\n\
+         rm -rf d swap.txt\n";
+    let id = submit(
+        env.any(0),
+        &manifest(&env.repo, env.runtime, script, "  timeout: 90s\n"),
+    );
+    let url = env.any(1);
+    let swapping = wait_until(env.timeout(), || {
+        http_text(&format!("{url}/api/v1/tasks/{id}/logs?stream=stdout"))
+            .is_ok_and(|(status, text)| status == 200 && text.contains("swapping"))
+    });
+    assert!(swapping.is_ok(), "never swapping: {}", explain(url, id));
+    let (mut served, mut refused) = (0, 0);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(6) {
+        for (path, own) in [("swap.txt", "sandbox-own\n"), ("d/passwd", "own-dir\n")] {
+            let (status, body) =
+                http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{path}")).expect(path);
+            assert!(!body.contains("root:"), "{path} leaked the host: {body}");
+            match status {
+                200 => {
+                    assert_eq!(body, own, "{path}: only the sandbox's own bytes");
+                    served += 1;
+                }
+                400..=499 => refused += 1,
+                _ => panic!("{path}: {status} {body}"),
+            }
+        }
+    }
+    assert!(
+        served > 0 && refused > 0,
+        "the race did not run: {served} served, {refused} refused"
+    );
+    let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], env.timeout());
+    assert_eq!(t["state"], "COMPLETED", "{t:#}");
 }
 
 fn websocket_stream(env: &Env) {
@@ -847,7 +921,7 @@ fn a_failed_readiness_probe_fails_the_task_naming_it(env: &Env) {
          session: { launcher: x, workdir: /workspace, cols: 80, rows: 24 }\n  \
          readiness:\n    probes:\n      - { provider: claude, kind: cli }\n      \
          - { provider: claude, kind: auth }\n  \
-         observation: { retention_class: short, redaction_profile: p }\nlifecycle:\n",
+         observation: { retention_class: short, redaction_profile: credentials }\nlifecycle:\n",
     );
     let id = submit(env.any(0), &yaml);
     let t = wait_task_state(
@@ -870,6 +944,77 @@ fn a_failed_readiness_probe_fails_the_task_naming_it(env: &Env) {
         r.body["field"], "startup_profile.readiness.probes[0].kind",
         "{r:?}"
     );
+}
+
+/// `provider-secrets-v1` hides the shapes of well-known secrets a task never leased: a key
+/// printed to stdout (split across two writes), written into the repository and into a
+/// pattern artifact is redacted live and at the end; the same task under `credentials`
+/// shows it (the profile is what hides it).
+fn secret_shapes_are_redacted_under_provider_secrets_v1(env: &Env) {
+    let key = format!("sk-ant-api03-{}x0123456789abcdefghij", std::process::id());
+    let script = format!(
+        "printf 'key: {head}'\nsleep 1\necho '{tail} end'\n\
+         echo 'token={key}' >> src/lib.txt\nmkdir -p reports\n\
+         echo '{{\"k\":\"{key}\"}}' > reports/r.json\nsleep 4\necho done",
+        head = &key[..12],
+        tail = &key[12..],
+    );
+    let profile = |name: &str| {
+        manifest(
+            &env.repo,
+            env.runtime,
+            &script,
+            "  artifact_patterns: [\"reports/*.json\"]\n",
+        )
+        .replace(
+            "lifecycle:\n",
+            &format!(
+                "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+                 session: {{ launcher: x, workdir: /workspace, cols: 80, rows: 24 }}\n  \
+                 observation: {{ retention_class: short, redaction_profile: {name} }}\nlifecycle:\n"
+            ),
+        )
+    };
+    let url = env.any(1);
+    let hidden = submit(env.any(0), &profile("provider-secrets-v1"));
+    let shown = submit(env.any(0), &profile("credentials"));
+    // Live: read while the task sleeps after writing the key.
+    let live = wait_until(env.timeout(), || {
+        http_text(&format!("{url}/api/v1/tasks/{hidden}/logs?stream=stdout"))
+            .is_ok_and(|(status, text)| status == 200 && text.contains(" end"))
+    });
+    assert!(live.is_ok(), "{}", explain(url, hidden));
+    let (_, text) =
+        http_text(&format!("{url}/api/v1/tasks/{hidden}/logs?stream=stdout")).expect("live");
+    assert!(
+        !text.contains(&key[7..20]) && text.contains("[REDACTED:provider-secret] end"),
+        "live: {text}"
+    );
+    for id in [hidden, shown] {
+        let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], env.timeout());
+        assert_eq!(t["state"], "COMPLETED", "{t:#}\n{}", explain(url, id));
+        let stdout = logs(url, id, "stream=stdout");
+        let (_, patch) =
+            http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
+        let (_, artifact) = http_text(&format!(
+            "{url}/api/v1/tasks/{id}/artifacts/files/reports/r.json"
+        ))
+        .expect("artifact");
+        for (what, text) in [
+            ("stdout", &stdout),
+            ("patch", &patch),
+            ("artifact", &artifact),
+        ] {
+            if id == hidden {
+                assert!(
+                    !text.contains(&key[7..20]) && text.contains("[REDACTED:provider-secret]"),
+                    "{what}: {text}"
+                );
+            } else {
+                assert!(text.contains(&key), "{what} under credentials: {text}");
+            }
+        }
+    }
 }
 
 /// The cluster of this file gives agents certificates of this life, so a task that runs
@@ -1054,6 +1199,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             &p,
             disk_quota_stops_a_task_that_fills_it,
         ),
+        (
+            "process/memory_limit",
+            &p,
+            memory_limit_stops_a_task_naming_it,
+        ),
         ("process/timeout", &p, task_timeout),
         ("process/hang", &p, hang_detection),
         ("process/clone_retry", &p, clone_retry_then_failure),
@@ -1068,6 +1218,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             containment_through_the_whole_path,
         ),
         ("process/outbox_links", &p, outbox_links_are_not_followed),
+        (
+            "process/swapped_links",
+            &p,
+            links_swapped_in_during_reads_leak_nothing,
+        ),
         ("process/websocket", &p, websocket_stream),
         ("process/usage", &p, process_usage_is_measured_by_the_worker),
         ("process/cli", &p, cli_submit_wait_json),
@@ -1075,6 +1230,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             "process/readiness",
             &p,
             a_failed_readiness_probe_fails_the_task_naming_it,
+        ),
+        (
+            "process/secret_shapes",
+            &p,
+            secret_shapes_are_redacted_under_provider_secrets_v1,
         ),
         (
             "docker/success",
@@ -1089,9 +1249,24 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             &d,
             disk_quota_stops_a_task_that_fills_it,
         ),
+        (
+            "docker/memory_limit",
+            &d,
+            memory_limit_stops_a_task_naming_it,
+        ),
         ("docker/timeout", &d, task_timeout),
         ("docker/containment", &d, containment_through_the_whole_path),
         ("docker/outbox_links", &d, outbox_links_are_not_followed),
+        (
+            "docker/swapped_links",
+            &d,
+            links_swapped_in_during_reads_leak_nothing,
+        ),
+        (
+            "docker/secret_shapes",
+            &d,
+            secret_shapes_are_redacted_under_provider_secrets_v1,
+        ),
         ("docker/agent", &d, the_agent_registers_before_ready),
         ("docker/agent_renews", &d, the_agent_renews_its_certificate),
         (

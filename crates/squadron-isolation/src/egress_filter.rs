@@ -45,6 +45,9 @@ pub struct EgressFilter {
     /// `gateway` mode: nothing is forwarded at all, and the one thing the sandbox may reach
     /// is the worker's proxy at this host address and port.
     pub gateway: Option<SocketAddrV4>,
+    /// The policy's allow list: a new connection to anything outside it is dropped (after
+    /// the deny list, which wins); `None` or empty: every destination not denied.
+    pub allow: Option<Vec<Ipv4Net>>,
 }
 
 impl EgressFilter {
@@ -77,15 +80,27 @@ impl EgressFilter {
                 String::new(),
                 format!(
                     "\t\tiifname \"{dev}\" meta nfproto ipv6 drop\n\
-                     \t\tiifname \"{dev}\" ip daddr @denied drop\n"
+                     \t\tiifname \"{dev}\" ip daddr @denied drop\n{}",
+                    self.allowed_only().map_or(String::new(), |_| format!(
+                        "\t\tiifname \"{dev}\" ct state new,invalid,untracked \
+                         ip daddr != @allowed drop\n"
+                    ))
                 ),
             ),
         };
+        let allowed_set = self.allowed_only().map_or(String::new(), |allowed| {
+            let elements: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+            format!(
+                "\tset allowed {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}\n",
+                elements.join(", ")
+            )
+        });
         format!(
             "add table inet {table}\n\
              delete table inet {table}\n\
              table inet {table} {{\n\
              \tset denied {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {denied} }} }}\n\
+             {allowed_set}\
              \tchain input {{ type filter hook input priority filter - 10; policy accept;\n\
              \t\tiifname \"{dev}\" ct state established,related accept\n\
              {proxy}\
@@ -100,6 +115,11 @@ impl EgressFilter {
             table = self.table,
             denied = denied.join(", "),
         )
+    }
+
+    /// The allow list in force, if one narrows egress (an empty list does not).
+    fn allowed_only(&self) -> Option<&[Ipv4Net]> {
+        self.allow.as_deref().filter(|a| !a.is_empty())
     }
 
     /// Installs (or replaces) the table.
@@ -129,6 +149,7 @@ mod tests {
             deny: vec!["203.0.113.0/24".parse().unwrap()],
             masquerade: Some(Ipv4Addr::new(100, 64, 0, 10)),
             gateway: None,
+            allow: None,
         };
         let rules = filter.ruleset();
         for want in [
@@ -146,11 +167,47 @@ mod tests {
         ] {
             assert!(rules.contains(want), "{want} missing:\n{rules}");
         }
+        assert!(!rules.contains("@allowed"), "no allow list: {rules}");
         let docker = EgressFilter {
             masquerade: None,
             ..filter
         };
         assert!(!docker.ruleset().contains("masquerade"));
+        assert!(
+            !EgressFilter {
+                allow: Some(Vec::new()),
+                ..docker
+            }
+            .ruleset()
+            .contains("@allowed"),
+            "an empty allow list narrows nothing"
+        );
+    }
+
+    #[test]
+    fn an_allow_list_drops_new_connections_elsewhere_after_the_deny_list() {
+        let filter = EgressFilter {
+            table: "sq_w_0004".into(),
+            interface: "sqh0004".into(),
+            deny: vec!["203.0.113.0/24".parse().unwrap()],
+            masquerade: Some(Ipv4Addr::new(100, 64, 0, 18)),
+            gateway: None,
+            allow: Some(vec![
+                "198.51.100.0/24".parse().unwrap(),
+                "192.0.2.7/32".parse().unwrap(),
+            ]),
+        };
+        let rules = filter.ruleset();
+        assert!(
+            rules.contains("set allowed { type ipv4_addr; flags interval; auto-merge; elements = { 198.51.100.0/24, 192.0.2.7/32 } }"),
+            "{rules}"
+        );
+        let forward = rules.split("chain forward").nth(1).unwrap();
+        let denied = forward.find("ip daddr @denied drop").expect(&rules);
+        let narrowed = forward
+            .find("iifname \"sqh0004\" ct state new,invalid,untracked ip daddr != @allowed drop")
+            .expect(&rules);
+        assert!(denied < narrowed, "the deny list comes first:\n{rules}");
     }
 
     #[test]
@@ -161,6 +218,7 @@ mod tests {
             deny: Vec::new(),
             masquerade: None,
             gateway: Some(SocketAddrV4::new(Ipv4Addr::new(100, 64, 0, 13), 3128)),
+            allow: Some(vec!["203.0.113.0/24".parse().unwrap()]),
         };
         let rules = filter.ruleset();
         let input = rules.split("chain forward").next().unwrap();
@@ -175,6 +233,7 @@ mod tests {
         let forward = rules.split("chain forward").nth(1).unwrap();
         assert!(forward.contains("iifname \"sqh0003\" drop"), "{rules}");
         assert!(!forward.contains("@denied"), "{rules}");
+        assert!(!forward.contains("@allowed"), "{rules}");
         assert!(!rules.contains("masquerade"), "{rules}");
     }
 }

@@ -74,7 +74,7 @@ fn memory_bytes(leaf: &CgroupLeaf) -> Result<u64, IsolationError> {
 
 /// A control file's text; `None` when it does not exist, or its cgroup is being removed
 /// (ENODEV).
-fn read_control(path: &Path) -> Result<Option<String>, IsolationError> {
+pub(crate) fn read_control(path: &Path) -> Result<Option<String>, IsolationError> {
     match fs::read_to_string(path) {
         Ok(text) if text.len() > CONTROL_FILE_BYTES_MAX => Err(IsolationError::Launch(format!(
             "{} is longer than {CONTROL_FILE_BYTES_MAX} bytes",

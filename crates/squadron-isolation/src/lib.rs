@@ -26,6 +26,7 @@ pub mod egress_filter;
 pub mod error;
 pub mod git_broker;
 pub mod leaf_usage;
+pub mod limit_hits;
 pub mod namespace_listener;
 pub mod process_entry;
 pub mod reaper;
@@ -47,6 +48,7 @@ pub use git_broker::{
     FenceVerdict, GitBroker, GitBrokerClient, HeadOutcome, HeadRequest, Refusal, RefusalCode,
 };
 pub use leaf_usage::LeafUsage;
+pub use limit_hits::LimitHits;
 pub use process_entry::ProcessEntry;
 pub use reaper::{ReapEvidence, Reaper};
 pub use sandbox_network::{NetworkConfig, SandboxNetwork};

@@ -51,6 +51,8 @@ pub const NETWORK_SLOTS: u32 = 1 << 16;
 pub const NETWORK_SLOT_ATTEMPTS_MAX: u32 = 256;
 /// Most entries of the policy's deny list.
 pub const EGRESS_DENY_ENTRIES_MAX: usize = 1024;
+/// Most entries of the policy's allow list.
+pub const EGRESS_ALLOW_ENTRIES_MAX: usize = 1024;
 /// Longest output read from one of the network programs.
 const PROGRAM_OUTPUT_BYTES_MAX: usize = 1 << 20;
 /// The programs and policy of a worker's sandbox networks.
@@ -65,6 +67,9 @@ pub struct NetworkConfig {
     /// Destinations denied on top of `egress_filter::EGRESS_ALWAYS_DENIED` (control-plane
     /// hosts, the policy's deny list).
     pub deny: Vec<Ipv4Net>,
+    /// The policy's allow list for `outbound`: new connections anywhere else are dropped;
+    /// `None`: every destination not denied.
+    pub allow: Option<Vec<Ipv4Net>>,
 }
 
 impl NetworkConfig {
@@ -76,6 +81,7 @@ impl NetworkConfig {
             nft: PathBuf::from(NFT_PROGRAM_DEFAULT),
             iptables: Some(PathBuf::from(IPTABLES_PROGRAM_DEFAULT)),
             deny: Vec::new(),
+            allow: None,
         }
     }
 
@@ -419,6 +425,7 @@ impl SandboxNetwork {
             deny: self.config.deny.clone(),
             masquerade: gateway.is_none().then(|| self.sandbox_address()),
             gateway,
+            allow: self.config.allow.clone(),
         }
     }
 

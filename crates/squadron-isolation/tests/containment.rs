@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use squadron_isolation::{
     BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, LeafUsage,
-    ProcessEntry, Reaper, SandboxLaunch, SandboxProcess, Termination, TerminationOutcome,
+    LimitHits, ProcessEntry, Reaper, SandboxLaunch, SandboxProcess, Termination,
+    TerminationOutcome,
 };
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -183,6 +184,58 @@ fn a_leaf_takes_limits_holds_processes_freezes_kills_and_goes() {
     // Removing twice is fine; an absent leaf is not populated.
     leaf.remove().expect("remove again");
     assert!(!leaf.populated().expect("absent leaf"));
+}
+
+/// A task stopped at its memory or pids limit must fail naming it: the leaf's counters say
+/// which limit stopped what, and only the one that did.
+#[test]
+fn a_leaf_counts_what_its_memory_and_pids_limits_stopped() {
+    let fx = Fixture::new();
+    let leaf = fx.leaf("limit-hits");
+    leaf.set_limits(&CgroupLimits {
+        memory_bytes: Some(32 << 20),
+        pids_max: Some(16),
+        cpus: None,
+    })
+    .expect("limits");
+    let before = LimitHits::of(&leaf).expect("counters").expect("a leaf");
+    assert_eq!(before.describe(), None, "{before:?}");
+    assert_eq!(before.memory_limit_bytes, Some(32 << 20));
+    assert_eq!(before.pids_limit, Some(16));
+
+    let joins: Vec<String> = leaf
+        .attach_files()
+        .iter()
+        .map(|f| format!("echo $$ > '{}'", f.display()))
+        .collect();
+    let run = |script: &str| {
+        std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!("{} && {script}", joins.join(" && ")))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("spawn")
+    };
+    // 100 MB held by one process (tail keeps a line without a newline whole): killed.
+    run("head -c 100000000 /dev/zero | tail -n 1 > /dev/null");
+    let memory = LimitHits::of(&leaf).expect("counters").expect("a leaf");
+    assert!(memory.oom_kills >= 1, "{memory:?}");
+    let text = memory.describe().expect("named");
+    assert!(
+        text.contains("memory limit of 33554432 bytes") && !text.contains("pids"),
+        "{text}"
+    );
+
+    // 40 sleepers against a limit of 16: forks refused.
+    run("for i in $(seq 40); do sleep 30 & done; true");
+    let both = LimitHits::of(&leaf).expect("counters").expect("a leaf");
+    assert!(both.forks_refused >= 1, "{both:?}");
+    let text = both.describe().expect("named");
+    assert!(text.contains("pids limit of 16 was reached"), "{text}");
+    leaf.kill().expect("kill");
+    eventually("populated 0", || !leaf.populated().unwrap_or(true));
+    leaf.remove().expect("remove");
+    assert_eq!(LimitHits::of(&leaf).expect("gone"), None);
 }
 
 #[test]

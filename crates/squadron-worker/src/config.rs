@@ -151,6 +151,9 @@ pub struct WorkerConfig {
     /// loopback, link-local, other sandboxes and the control endpoints, which they never
     /// reach.
     pub egress_deny: Vec<String>,
+    /// `outbound` sandboxes may open connections only to these IPv4 networks or addresses
+    /// (after the deny list, which wins); empty: anywhere not denied.
+    pub egress_allow: Vec<String>,
     /// Whether `network_mode: full` (the host's own network) may run here; refused, naming
     /// the field, otherwise.
     pub allow_full_network: bool,
@@ -225,6 +228,7 @@ impl WorkerConfig {
             agents: Some(AgentConfig::default()),
             sandbox_defaults: SandboxDefaults::default(),
             egress_deny: Vec::new(),
+            egress_allow: Vec::new(),
             allow_full_network: false,
             gateway_allow: Vec::new(),
             egress_ca: None,
@@ -265,6 +269,39 @@ impl WorkerConfig {
         deny.sort();
         deny.dedup();
         Ok(deny)
+    }
+
+    /// The allow list of `outbound` sandboxes (`egress_allow`: IPv4 networks or single
+    /// addresses); `None` when it is empty, so every destination not denied is open.
+    pub(crate) fn egress_allow_networks(
+        &self,
+    ) -> Result<Option<Vec<ipnet::Ipv4Net>>, crate::WorkerError> {
+        use squadron_isolation::sandbox_network::EGRESS_ALLOW_ENTRIES_MAX;
+        let bad = |message: String| crate::WorkerError::Invalid {
+            field: "egress_allow".to_string(),
+            message,
+        };
+        if self.egress_allow.len() > EGRESS_ALLOW_ENTRIES_MAX {
+            return Err(bad(format!(
+                "{} entries; at most {EGRESS_ALLOW_ENTRIES_MAX}",
+                self.egress_allow.len()
+            )));
+        }
+        let mut allow = Vec::new();
+        for entry in &self.egress_allow {
+            let net = match entry.parse::<std::net::Ipv4Addr>() {
+                Ok(address) => ipnet::Ipv4Net::from(address),
+                Err(_) => entry.parse::<ipnet::Ipv4Net>().map_err(|e| {
+                    bad(format!(
+                        "{entry:?} is not an IPv4 network (a.b.c.d/n) or address: {e}"
+                    ))
+                })?,
+            };
+            allow.push(net.trunc());
+        }
+        allow.sort();
+        allow.dedup();
+        Ok((!allow.is_empty()).then_some(allow))
     }
 
     /// What `gateway` sandboxes may reach, or `None` where the worker allows nothing (the
@@ -330,6 +367,7 @@ impl WorkerConfig {
         }
         self.sandbox_defaults.validate()?;
         self.egress_deny_networks()?;
+        self.egress_allow_networks()?;
         let gateway = crate::runtime::gateway::AllowList::parse(&self.gateway_allow)?;
         let offered = self
             .policy

@@ -305,6 +305,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.env_allowlist = args.env_allowlist;
     config.backoff_override_ms = args.backoff_override_ms;
     config.egress_deny = args.egress_deny;
+    config.egress_allow = args.egress_allow;
     config.allow_full_network = args.allow_full_network;
     config.gateway_allow = args.gateway_allow;
     config.egress_ca = args.egress_ca;

@@ -34,6 +34,15 @@ pub use spec::{
 };
 pub use validate::check_credential_refs;
 
+/// `startup_profile.observation.redaction_profile`: the leased credentials' values are
+/// replaced in every output.
+pub const REDACTION_PROFILE_VALUES: &str = "credentials";
+/// The values, and the shapes of well-known secrets (API keys, tokens, private keys)
+/// wherever they occur.
+pub const REDACTION_PROFILE_SHAPES: &str = "provider-secrets-v1";
+/// Every redaction profile a manifest may name.
+pub const REDACTION_PROFILES: [&str; 2] = [REDACTION_PROFILE_VALUES, REDACTION_PROFILE_SHAPES];
+
 /// The only manifest `version` this core reads.
 pub const MANIFEST_VERSION: &str = "1";
 /// The only manifest `kind` this core reads.

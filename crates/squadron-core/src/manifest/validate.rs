@@ -180,10 +180,17 @@ impl StartupProfileSpec {
             "observation.retention_class",
             &self.observation.retention_class,
         )?;
-        check_name(
-            "observation.redaction_profile",
-            &self.observation.redaction_profile,
-        )
+        let profile = &self.observation.redaction_profile;
+        if !super::REDACTION_PROFILES.contains(&profile.as_str()) {
+            return Err(ValidationError::new(
+                "observation.redaction_profile",
+                format!(
+                    "unknown redaction profile {profile:?}; expected one of {}",
+                    super::REDACTION_PROFILES.join(", ")
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

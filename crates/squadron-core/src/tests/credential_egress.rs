@@ -13,7 +13,7 @@ const REFS: &str = "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
     session: { launcher: l, workdir: /workspace, cols: 80, rows: 24 }\n  \
     credential_refs:\n    - { id: cred_a, mount: anthropic_api_key }\n  \
     readiness: { probes: [] }\n  \
-    observation: { retention_class: short, redaction_profile: secrets-v1 }\n";
+    observation: { retention_class: short, redaction_profile: credentials }\n";
 
 fn cid(s: &str) -> CredentialId {
     CredentialId::new(s).unwrap()

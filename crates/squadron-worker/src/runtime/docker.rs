@@ -691,6 +691,26 @@ impl Runtime for DockerRuntime {
         }
     }
 
+    /// The engine's own account: a container whose cgroup met its memory limit is marked
+    /// OOMKilled (the pids limit leaves no mark Docker reports).
+    async fn limits_hit(&self, handle: &SandboxHandle) -> Option<String> {
+        let id = docker_id(handle).ok()?;
+        let found = self.inspect(id).await.ok()??;
+        if found.state?.oom_killed != Some(true) {
+            return None;
+        }
+        let limit = found
+            .host_config
+            .and_then(|h| h.memory)
+            .filter(|b| *b > 0)
+            .map(|b| format!(" of {b} bytes"))
+            .unwrap_or_default();
+        Some(format!(
+            "the memory limit{limit} was reached: the kernel killed the container's process(es) \
+             out of memory"
+        ))
+    }
+
     /// `docker stop -t <grace>`: SIGTERM to the init, which forwards it to the provider, and
     /// SIGKILL to the whole container once the grace period (rounded up to seconds) is over.
     async fn terminate(&self, handle: &SandboxHandle, grace: Duration) -> Result<(), WorkerError> {

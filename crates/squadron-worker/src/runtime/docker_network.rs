@@ -77,6 +77,7 @@ impl ManagedNetwork {
             gateway: self
                 .proxy_port
                 .map(|port| std::net::SocketAddrV4::new(address, port)),
+            allow: config.allow.clone(),
         }
     }
 

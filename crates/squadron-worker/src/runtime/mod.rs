@@ -185,6 +185,13 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
         Ok(None)
     }
 
+    /// Which of a sandbox's limits stopped something (memory, pids), for its task's error:
+    /// "exited with code 137" does not say the task ran out of memory. `None` when none did,
+    /// the sandbox is gone, or the runtime cannot tell.
+    async fn limits_hit(&self, _handle: &SandboxHandle) -> Option<String> {
+        None
+    }
+
     /// The host (uid, gid) the provider runs as: credential files are given to it.
     fn sandbox_owner(&self, spec: &LaunchSpec) -> Result<(u32, u32), WorkerError>;
 

@@ -62,11 +62,15 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                     }
                     None => Ok(None),
                 };
-                let connected = match (config.egress_deny_networks(), libraries) {
+                let networks = config
+                    .egress_deny_networks()
+                    .and_then(|deny| Ok((deny, config.egress_allow_networks()?)));
+                let connected = match (networks, libraries) {
                     (_, Err(e)) => Err(e),
-                    (Ok(deny), Ok(libraries)) => {
+                    (Ok((deny, allow)), Ok(libraries)) => {
                         dc.agent_libraries = libraries;
                         dc.network.deny = deny;
+                        dc.network.allow = allow;
                         match config.gateway_destinations(&dc.network) {
                             Ok(gateway) => {
                                 dc.gateway = gateway;

@@ -29,8 +29,8 @@ use squadron_isolation::bubblewrap::{BWRAP_PROGRAM_DEFAULT, SETPRIV_PROGRAM_DEFA
 use squadron_isolation::reaper::REAP_WAIT_MS_DEFAULT;
 use squadron_isolation::{
     BubblewrapCommand, CgroupLeaf, CgroupLimits, CgroupRoot, CgroupRootConfig, IsolationError,
-    LeafUsage, NetworkConfig, Reaper, SandboxLaunch, SandboxNetwork, SandboxProcess, Termination,
-    TerminationOutcome,
+    LeafUsage, LimitHits, NetworkConfig, Reaper, SandboxLaunch, SandboxNetwork, SandboxProcess,
+    Termination, TerminationOutcome,
 };
 
 use crate::config::WorkerConfig;
@@ -110,6 +110,7 @@ impl ProcessRuntimeConfig {
             pc.cgroup.v2_base = Some(root.join("squadron"));
         }
         pc.network.deny = config.egress_deny_networks()?;
+        pc.network.allow = config.egress_allow_networks()?;
         pc.allow_full_network = config.allow_full_network;
         pc.gateway = config.gateway_destinations(&pc.network)?;
         Ok(pc)
@@ -612,6 +613,19 @@ impl Runtime for ProcessRuntime {
             .await
             .map_err(joined)?
             .map_err(isolation)
+    }
+
+    async fn limits_hit(&self, handle: &SandboxHandle) -> Option<String> {
+        let leaf = self.leaf(handle).ok()?;
+        let hits = tokio::task::spawn_blocking(move || LimitHits::of(&leaf)).await;
+        match hits {
+            Ok(Ok(hits)) => hits?.describe(),
+            Ok(Err(e)) => {
+                tracing::warn!(sandbox = %handle.id, error = %e, "the leaf's limit counters");
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     fn break_glass(&self, handle: &SandboxHandle) -> String {

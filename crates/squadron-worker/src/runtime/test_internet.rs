@@ -49,6 +49,8 @@ pub(crate) struct TestInternet {
     netns: String,
     host_if: String,
     pub(crate) address: Ipv4Addr,
+    /// The host's end of the pair.
+    pub(crate) host: Ipv4Addr,
     listener: Child,
 }
 
@@ -130,6 +132,7 @@ impl TestInternet {
             netns,
             host_if,
             address,
+            host,
             listener,
         };
         // The host reaches both (its own traffic is not filtered): wait for the listener.
@@ -145,6 +148,22 @@ impl TestInternet {
             }
         }
         net
+    }
+}
+
+impl TestInternet {
+    /// Whether a TCP connection from inside the test internet to `target` opens.
+    pub(crate) fn connects(&self, target: &str) -> bool {
+        let (host, port) = target.rsplit_once(':').expect("host:port");
+        let script = format!(
+            "import socket\nsocket.create_connection(('{host}', {port}), \
+             timeout={CONNECT_TIMEOUT_S}).close()\n"
+        );
+        Command::new("ip")
+            .args(["netns", "exec", &self.netns, "python3", "-c", &script])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 }
 

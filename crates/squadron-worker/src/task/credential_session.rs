@@ -26,6 +26,7 @@ use squadron_isolation::secret_tmpfs::{
 use zeroize::Zeroizing;
 
 use crate::error::WorkerError;
+use crate::task::secret_shapes;
 use crate::task::task_dir::{TaskDir, ARTIFACTS, EVENTS_LOG, STDERR_LOG, STDOUT_LOG};
 
 /// Where sessions live under the worker's data directory.
@@ -185,16 +186,19 @@ fn write_private(path: &Path, bytes: &[u8], owner: (u32, u32)) -> Result<(), Wor
 }
 
 /// Secret values and what stands in for them. Longest first, so a value that contains
-/// another is replaced whole.
+/// another is replaced whole. Under `provider-secrets-v1` the shapes of well-known secrets
+/// too (`secret_shapes`), after the values.
 #[derive(Default)]
 pub(crate) struct Redactor {
     needles: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    shapes: bool,
 }
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redactor")
             .field("values", &self.needles.len())
+            .field("shapes", &self.shapes)
             .finish()
     }
 }
@@ -207,6 +211,18 @@ impl Redactor {
             redactor.add(value.value.as_bytes(), value.id.as_str());
         }
         redactor
+    }
+
+    /// Also the shapes of well-known secrets, when the manifest's redaction profile asks
+    /// for them (`provider-secrets-v1`).
+    pub(crate) fn with_profile(mut self, spec: &TaskSpec) -> Self {
+        self.shapes = redacts_shapes(spec);
+        self
+    }
+
+    /// Whether it hides anything at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.needles.is_empty() && !self.shapes
     }
 
     pub(crate) fn add(&mut self, value: &[u8], id: &str) {
@@ -237,25 +253,51 @@ impl Redactor {
             next.extend_from_slice(&out[from..]);
             out = next;
         }
+        if self.shapes {
+            if let Some(shaped) = secret_shapes::redact_shapes(&out) {
+                out = shaped;
+                changed = true;
+            }
+        }
         changed.then_some(out)
     }
 
-    /// What a reader may see of a file the provider is still writing: every value replaced,
-    /// and a tail that could be the start of a value held back until it is complete. A view
-    /// of a longer file extends a view of a shorter one, so offsets into it stay valid — and
-    /// the file rewritten at the end (`rewrite_outbox`) extends them too.
+    /// What a reader may see of a file the provider is still writing: the raw bytes cut
+    /// back until nothing at their end could still become a value or a secret's shape (or
+    /// grow one), then redacted. A view of a longer file extends a view of a shorter one, so
+    /// offsets into it stay valid — and the file rewritten at the end (`rewrite_outbox`)
+    /// extends them too.
     pub(crate) fn view(&self, raw: &[u8]) -> Vec<u8> {
-        let mut out = self.redact(raw).unwrap_or_else(|| raw.to_vec());
-        let held = self
+        let mut cut = raw.len();
+        // Cutting may leave a new end that is itself the start of something: to a fixpoint.
+        loop {
+            let next = self.unsettled_from(&raw[..cut]);
+            if next == cut {
+                break;
+            }
+            cut = next;
+        }
+        let settled = &raw[..cut];
+        self.redact(settled).unwrap_or_else(|| settled.to_vec())
+    }
+
+    /// The earliest offset from which the end of `raw` could still become a value (a proper
+    /// prefix of one) or a secret's shape.
+    fn unsettled_from(&self, raw: &[u8]) -> usize {
+        let values = self
             .needles
             .iter()
             .flat_map(|(needle, _)| (1..needle.len()).map(move |k| &needle[..k]))
-            .filter(|prefix| out.ends_with(prefix))
-            .map(<[u8]>::len)
-            .max()
-            .unwrap_or(0);
-        out.truncate(out.len() - held);
-        out
+            .filter(|prefix| raw.ends_with(prefix))
+            .map(|prefix| raw.len() - prefix.len())
+            .min()
+            .unwrap_or(raw.len());
+        let shapes = if self.shapes {
+            secret_shapes::unsettled_from(raw)
+        } else {
+            raw.len()
+        };
+        values.min(shapes)
     }
 
     /// Rewrites the outbox's logs and artifacts in place, never following a link out of it.
@@ -367,6 +409,13 @@ fn collect_files(outbox: &Beneath, rel: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Whether the manifest's redaction profile hides secrets by their shape.
+pub(crate) fn redacts_shapes(spec: &TaskSpec) -> bool {
+    spec.startup_profile.as_ref().is_some_and(|p| {
+        p.observation.redaction_profile == squadron_core::manifest::REDACTION_PROFILE_SHAPES
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,5 +441,44 @@ mod tests {
         assert_eq!(one.view(b"ends with s"), b"ends with ");
         assert_eq!(file_variable("anthropic_api_key"), "ANTHROPIC_API_KEY_FILE");
         assert_eq!(file_variable("gh-token"), "GH_TOKEN_FILE");
+    }
+
+    /// Over every prefix of a text that mixes values (one the start of another, one whose
+    /// end repeats its start) and secrets' shapes: each view extends the last, the final
+    /// rewrite extends every view, and no view shows any part of a secret.
+    #[test]
+    fn every_live_view_extends_the_last_and_shows_no_part_of_a_secret() {
+        let mut r = Redactor {
+            shapes: true,
+            ..Redactor::default()
+        };
+        r.add(b"abc", "cred_short");
+        r.add(b"abc def", "cred_long");
+        r.add(b"xyzxy", "cred_echo");
+        let key = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz";
+        let pem =
+            "-----BEGIN RSA PRIVATE KEY-----\\nMIIEpAIBAAKCAQEA\\n-----END RSA PRIVATE KEY-----";
+        let text = format!(
+            "start abc def, abc x xyzxyzxy {{\"k\":\"{key}\"}} AKIAIOSFODNN7EXAMPLE\n{pem}\nabc"
+        );
+        let bytes = text.as_bytes();
+        let end = r.redact(bytes).unwrap_or_else(|| bytes.to_vec());
+        let mut last: Vec<u8> = Vec::new();
+        for len in 0..=bytes.len() {
+            let view = r.view(&bytes[..len]);
+            assert!(
+                view.starts_with(&last),
+                "prefix {len}: {view:?} after {last:?}"
+            );
+            assert!(
+                end.starts_with(&view),
+                "prefix {len}: {view:?} vs the end {end:?}"
+            );
+            let shown = String::from_utf8_lossy(&view);
+            for part in ["api03-Ab", "IOSFODNN", "MIIEpAIB", "def,", "xyzxy"] {
+                assert!(!shown.contains(part), "prefix {len} shows {part}: {shown}");
+            }
+            last = view;
+        }
     }
 }

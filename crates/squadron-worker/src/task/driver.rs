@@ -801,13 +801,23 @@ impl TaskDriver {
                 .report(TaskState::Completing, TaskState::Completed, detail)
                 .await;
         }
-        let why = collect_error.unwrap_or_else(|| match code {
+        let mut why = collect_error.unwrap_or_else(|| match code {
             Some(c) => format!("the provider exited with code {c}"),
             None => "the provider's exit code is unknown".into(),
         });
+        if let Some(hit) = self.limits_hit().await {
+            why = format!("{why}: {hit}");
+        }
         Ok(self
             .finish_failed(TaskState::Completing, code, why, artifacts)
             .await)
+    }
+
+    /// Which of the sandbox's limits stopped something, while it still exists.
+    async fn limits_hit(&self) -> Option<String> {
+        let runtime = self.runtime().ok()?;
+        let handle = self.sandbox(&runtime).await.ok().flatten()?;
+        runtime.limits_hit(&handle).await
     }
 
     async fn destroy_sandbox(&self) -> Option<String> {

@@ -1017,7 +1017,7 @@ mod tests {
                     session: { launcher: x, workdir: /workspace, cols: 80, rows: 24 }\n  \
                     readiness:\n    probes:\n      - { provider: claude, kind: auth }\n      \
                     - { provider: github, kind: repo_access }\n  \
-                    observation: { retention_class: short, redaction_profile: p }\n";
+                    observation: { retention_class: short, redaction_profile: credentials }\n";
         let spec = squadron_core::manifest::parse_manifest_yaml(text).unwrap();
         let mut plan = host_plan(&dir, &spec, "/inbox");
         let run = |plan: &LaunchPlan| {

@@ -12,6 +12,7 @@ pub(crate) mod outbox_reader;
 pub(crate) mod output_counter;
 pub(crate) mod provider_stream;
 pub(crate) mod sandbox_agent;
+pub(crate) mod secret_shapes;
 pub(crate) mod staging;
 pub(crate) mod task_dir;
 pub(crate) mod task_usage;

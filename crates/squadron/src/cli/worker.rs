@@ -118,6 +118,11 @@ pub struct WorkerRunArgs {
     /// loopback, link-local, other sandboxes and the control endpoints.
     #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub egress_deny: Vec<String>,
+    /// The only IPv4 networks (CIDR) or addresses `outbound` sandboxes may open connections
+    /// to; the deny list and the always-denied ranges still win. Unset: anywhere not denied.
+    /// Name servers are not added: list them if sandboxes resolve names.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    pub egress_allow: Vec<String>,
     /// Let manifests use `network_mode: full` (the host's own network); refused otherwise.
     #[arg(long)]
     pub allow_full_network: bool,

@@ -98,7 +98,7 @@ credential_refs:
   - { id: cred_a, mount: key_a }
   - { id: cred_b, mount: key_b }
 readiness: { probes: [ { provider: claude, kind: auth } ] }
-observation: { retention_class: short, redaction_profile: secrets-v1 }
+observation: { retention_class: short, redaction_profile: credentials }
 "#;
 
 const GIB: u64 = 1 << 30;

@@ -109,6 +109,106 @@ async fn sandboxes_reach_only_the_internet_never_the_host_or_metadata() {
     assert_eq!(netns, 0, "namespaces of {tag} left");
 }
 
+/// The policy's allow list narrows `outbound`: a destination outside it is closed though
+/// the same sandbox without a list reaches it (the test above), one inside it is open, and a
+/// listed destination the always-denied ranges hold (metadata) stays closed.
+#[tokio::test]
+async fn an_allow_list_narrows_outbound_and_the_deny_list_still_wins() {
+    let internet = TestInternet::new();
+    let internet = &*internet;
+    let reached = format!("{}:{INTERNET_PORT}", internet.address);
+    let metadata = format!("{METADATA_ADDRESS}:{INTERNET_PORT}");
+    let with_allow = |allow: &[&str]| {
+        let mut config = ProcessRuntimeConfig::new(unique_worker("pr-allow"));
+        config.network.allow = Some(allow.iter().map(|a| a.parse().expect("cidr")).collect());
+        Fixture::with_config(config)
+    };
+    let elsewhere = with_allow(&["198.51.100.0/24"]);
+    let outside = probe(
+        &elsewhere,
+        46,
+        NetworkMode::Outbound,
+        std::slice::from_ref(&reached),
+    )
+    .await;
+    assert_eq!(outside[&reached], "closed", "{outside:?}");
+    let listed_address = format!("{}/32", internet.address);
+    let listed = with_allow(&[&listed_address, "169.254.169.254/32"]);
+    let inside = probe(
+        &listed,
+        47,
+        NetworkMode::Outbound,
+        &[reached.clone(), metadata.clone()],
+    )
+    .await;
+    assert_eq!(inside[&reached], "open", "{inside:?}");
+    assert_eq!(inside[&metadata], "closed", "{inside:?}");
+}
+
+/// A listener inside an `outbound` sandbox, which prints the sandbox's own address and
+/// accepts until its sandbox is destroyed.
+const LISTEN_PY: &str = r#"
+import os, socket, struct
+def gateway():
+    for line in open('/proc/net/route').read().splitlines()[1:]:
+        f = line.split()
+        if f[1] == '00000000':
+            return socket.inet_ntoa(struct.pack('<L', int(f[2], 16)))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.connect((gateway(), 9))
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('0.0.0.0', 9099))
+s.listen(16)
+open('/mnt/outbox/addr.tmp', 'w').write(u.getsockname()[0])
+os.rename('/mnt/outbox/addr.tmp', '/mnt/outbox/addr')
+while True:
+    c, _ = s.accept()
+    c.close()
+"#;
+
+/// Inbound only from the worker: a listener in an `outbound` sandbox is reached from the
+/// host (the worker's side of the pair) and not from the internet the sandbox reaches out to.
+#[tokio::test]
+async fn only_the_worker_opens_a_connection_into_an_outbound_sandbox() {
+    let internet = TestInternet::new();
+    let internet = &*internet;
+    let fx = Fixture::new();
+    let mut spec = fx.spec(45, "python3 /mnt/run/listen.py\n");
+    spec.network = NetworkMode::Outbound;
+    fs::write(spec.dir.run().join("listen.py"), LISTEN_PY).expect("listen.py");
+    let handle = fx.runtime.provision(&spec).await.expect("provision");
+    fx.runtime.start(&handle, &spec).await.expect("start");
+    let addr_file = spec.dir.outbox().join("addr");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !addr_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox's listener never came up: {}",
+            fs::read_to_string(spec.dir.stderr_log()).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let target = format!("{}:9099", fs::read_to_string(&addr_file).expect("addr"));
+    let from_host =
+        TcpStream::connect_timeout(&target.parse().expect("address"), Duration::from_secs(3));
+    let from_internet = internet.connects(&target);
+    fx.runtime.destroy(&handle).await.expect("destroy");
+    // The probe itself works: the internet reaches a listener on the host.
+    let host_listener = TcpListener::bind("0.0.0.0:0").expect("host listener");
+    let host_target = format!(
+        "{}:{}",
+        internet.host,
+        host_listener.local_addr().expect("port").port()
+    );
+    assert!(internet.connects(&host_target), "{host_target}");
+    assert!(from_host.is_ok(), "the worker cannot reach {target}");
+    assert!(
+        !from_internet,
+        "the internet opened a connection to {target}"
+    );
+}
+
 #[tokio::test]
 async fn full_is_refused_unless_the_worker_allows_it() {
     let fx = Fixture::new();

@@ -24,6 +24,7 @@ impl TaskDriver {
         spec: &mut LaunchSpec,
     ) -> Result<(), String> {
         let Some(session) = &spec.credentials else {
+            self.redact_shapes_only();
             return Ok(());
         };
         let grant = self.grant_lease().await?;
@@ -52,15 +53,31 @@ impl TaskDriver {
         let owner = runtime.sandbox_owner(spec).map_err(|e| e.to_string())?;
         let redactor = session
             .fill(&grant, owner)
-            .map_err(|e| format!("credentials: {e}"))?;
+            .map_err(|e| format!("credentials: {e}"))?
+            .with_profile(&self.spec);
         spec.egress = egress.clone();
         self.egress = egress;
         let ids: Vec<String> = grant.credentials.iter().map(|c| c.id.to_string()).collect();
         self.event(serde_json::json!({"event": "credentials_leased", "lease": grant.lease.get(), "credentials": ids, "session": grant.session}));
+        self.install_redactor(redactor);
+        Ok(())
+    }
+
+    /// An attempt without credentials whose redaction profile hides secrets by their shape
+    /// (`provider-secrets-v1`): its outputs are served through that from the start, and
+    /// rewritten at the end.
+    fn redact_shapes_only(&mut self) {
+        let redactor = Redactor::default().with_profile(&self.spec);
+        if !redactor.is_empty() {
+            self.install_redactor(redactor);
+        }
+    }
+
+    /// The live view of this attempt's outputs goes through `redactor` from now on.
+    fn install_redactor(&mut self, redactor: Redactor) {
         let redactor = Arc::new(redactor);
         self.ctx.redactions.insert(self.task, redactor.clone());
         self.redactor = Some(redactor);
-        Ok(())
     }
 
     /// An attempt adopted after a restart whose provider started in the worker's last life:
@@ -81,7 +98,11 @@ impl TaskDriver {
             &self.spec,
         )
         .is_some();
-        if self.redactor.is_some() || !has_credentials {
+        if self.redactor.is_some() {
+            return;
+        }
+        if !has_credentials {
+            self.redact_shapes_only();
             return;
         }
         match self.take_credentials_again(runtime, handle).await {
@@ -103,9 +124,7 @@ impl TaskDriver {
         handle: &SandboxHandle,
     ) -> Result<bool, String> {
         let grant = self.grant_lease().await?;
-        let redactor = Arc::new(Redactor::of_grant(&grant));
-        self.ctx.redactions.insert(self.task, redactor.clone());
-        self.redactor = Some(redactor);
+        self.install_redactor(Redactor::of_grant(&grant).with_profile(&self.spec));
         let path = self.dir.run().join(EGRESS_ENV_FILE_NAME);
         let egress_env = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -163,14 +182,10 @@ impl TaskDriver {
             }
             self.event(serde_json::json!({"event": "egress_closed"}));
         }
-        let Some(session) = CredentialSession::of(
-            &self.ctx.config.data_dir,
-            self.task,
-            self.attempt,
-            &self.spec,
-        ) else {
-            return;
-        };
+        // Resumed past RUNNING by a restarted worker, the shapes are still hidden.
+        if self.redactor.is_none() {
+            self.redact_shapes_only();
+        }
         if let Some(redactor) = self.redactor.take() {
             let (changed, skipped) = redactor.rewrite_outbox(&self.dir);
             if !skipped.is_empty() {
@@ -184,6 +199,14 @@ impl TaskDriver {
             self.ctx.redactions.remove(self.task);
             self.event(serde_json::json!({"event": "credentials_redacted", "files": changed, "skipped": skipped}));
         }
+        let Some(session) = CredentialSession::of(
+            &self.ctx.config.data_dir,
+            self.task,
+            self.attempt,
+            &self.spec,
+        ) else {
+            return;
+        };
         match session.wipe() {
             Ok(()) => self.event(serde_json::json!({"event": "credentials_wiped"})),
             Err(e) => {
