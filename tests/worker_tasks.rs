@@ -505,18 +505,7 @@ fn containment_through_the_whole_path(env: &Env) {
                   touch /mnt/run/x 2>/dev/null && echo run:written || echo run:denied\n\
                   touch /mnt/outbox/ok && echo outbox:written\n\
                   echo \"home=${HOME} secret=${SQUADRON_TEST_SECRET:-absent}\"";
-    let id = submit(
-        env.any(1),
-        &manifest(&env.repo, env.runtime, script, "  timeout: 60s\n"),
-    );
-    let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], env.timeout());
-    assert_eq!(
-        t["state"],
-        "COMPLETED",
-        "{t:#}\n{}",
-        explain(env.any(1), id)
-    );
-    let out = logs(env.any(1), id, "stream=stdout");
+    let out = completed_stdout(env, script, "  timeout: 60s\n");
     for want in [
         "etc:denied",
         "run:denied",
@@ -585,6 +574,73 @@ fn outbox_links_are_not_followed(env: &Env) {
     // The collector put a real directory back in place of the link.
     let listed = http_get(&format!("{url}/api/v1/tasks/{id}/artifacts")).expect("artifacts");
     assert!(listed.as_array().is_some_and(|a| !a.is_empty()), "{listed}");
+}
+
+/// Runs `script` to its end, which must be COMPLETED: what it printed.
+fn completed_stdout(env: &Env, script: &str, lifecycle: &str) -> String {
+    let id = submit(
+        env.any(0),
+        &manifest(&env.repo, env.runtime, script, lifecycle),
+    );
+    let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], env.timeout());
+    assert_eq!(
+        t["state"],
+        "COMPLETED",
+        "{t:#}\n{}",
+        explain(env.any(0), id)
+    );
+    logs(env.any(2), id, "stream=stdout")
+}
+
+/// From inside an `isolated` sandbox nothing is reached: a listener the test opens on every
+/// host address (reached from the host itself, so "closed" inside means cut off), on each of
+/// the host's addresses and on loopback.
+fn isolated_reaches_nothing_on_the_host(env: &Env) {
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").expect("host listener");
+    let port = listener.local_addr().expect("port").port();
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr");
+    let mut targets: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .filter_map(|cidr| cidr.split('/').next())
+        .map(|a| format!("{a}:{port}"))
+        .collect();
+    assert!(targets.iter().any(|t| t.starts_with("127.")), "{targets:?}");
+    for t in &targets {
+        assert!(
+            std::net::TcpStream::connect_timeout(
+                &t.parse().expect("address"),
+                Duration::from_secs(2)
+            )
+            .is_ok(),
+            "{t} is not reachable from the host"
+        );
+    }
+    targets.sort();
+    // The probe itself works: a listener the sandbox opens on its own loopback is reached.
+    let own = "127.0.0.1:7777";
+    let script = format!(
+        "nc -l -p 7777 -e true &\nsleep 1\n\
+         for t in {own} {}; do h=${{t%:*}}; p=${{t##*:}}; \
+         if nc -w 2 $h $p -e true </dev/null 2>/dev/null; then echo \"$t=open\"; \
+         else echo \"$t=closed\"; fi; done",
+        targets.join(" ")
+    );
+    let stdout = completed_stdout(env, &script, "  timeout: 120s\n");
+    assert!(
+        stdout.lines().any(|l| l == format!("{own}=open")),
+        "the sandbox's own listener: {stdout}"
+    );
+    for target in &targets {
+        assert!(
+            stdout.lines().any(|l| l == format!("{target}=closed")),
+            "{target} from inside: {stdout}"
+        );
+    }
+    drop(listener);
 }
 
 /// A link swapped in while the worker reads: the sandbox renames its artifact back and forth
@@ -953,7 +1009,7 @@ fn a_failed_readiness_probe_fails_the_task_naming_it(env: &Env) {
 fn secret_shapes_are_redacted_under_provider_secrets_v1(env: &Env) {
     let key = format!("sk-ant-api03-{}x0123456789abcdefghij", std::process::id());
     let script = format!(
-        "printf 'key: {head}'\nsleep 1\necho '{tail} end'\n\
+        "printf 'key: {head}'\nsleep 3\necho '{tail} end'\n\
          echo 'token={key}' >> src/lib.txt\nmkdir -p reports\n\
          echo '{{\"k\":\"{key}\"}}' > reports/r.json\nsleep 4\necho done",
         head = &key[..12],
@@ -978,17 +1034,35 @@ fn secret_shapes_are_redacted_under_provider_secrets_v1(env: &Env) {
     let url = env.any(1);
     let hidden = submit(env.any(0), &profile("provider-secrets-v1"));
     let shown = submit(env.any(0), &profile("credentials"));
-    // Live: read while the task sleeps after writing the key.
-    let live = wait_until(env.timeout(), || {
-        http_text(&format!("{url}/api/v1/tasks/{hidden}/logs?stream=stdout"))
-            .is_ok_and(|(status, text)| status == 200 && text.contains(" end"))
-    });
-    assert!(live.is_ok(), "{}", explain(url, hidden));
-    let (_, text) =
-        http_text(&format!("{url}/api/v1/tasks/{hidden}/logs?stream=stdout")).expect("live");
+    // Live: while the task sleeps with half the key written, nothing of it shows; once the
+    // rest is written, the whole key is replaced.
+    let live = |until: &str| {
+        let mut seen = String::new();
+        let found = wait_until(env.timeout(), || {
+            match http_text(&format!("{url}/api/v1/tasks/{hidden}/logs?stream=stdout")) {
+                Ok((200, text)) => {
+                    seen = text;
+                    seen.contains(until)
+                }
+                _ => false,
+            }
+        });
+        assert!(
+            found.is_ok(),
+            "{until:?} never shown: {}",
+            explain(url, hidden)
+        );
+        seen
+    };
+    let half = live("key: ");
     assert!(
-        !text.contains(&key[7..20]) && text.contains("[REDACTED:provider-secret] end"),
-        "live: {text}"
+        !half.contains("sk-ant") && !half.contains("api03"),
+        "live: {half}"
+    );
+    let whole = live(" end");
+    assert!(
+        !whole.contains(&key[7..20]) && whole.contains("key: [REDACTED:provider-secret] end"),
+        "live: {whole}"
     );
     for id in [hidden, shown] {
         let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], env.timeout());
@@ -1378,6 +1452,12 @@ fn tasks_end_to_end_in_kvm_guests() {
             &env,
             a_destroyed_domain_leaves_nothing,
         ),
+        (
+            "kvm/isolated_probes",
+            &env,
+            isolated_reaches_nothing_on_the_host,
+        ),
+        ("kvm/outbox_links", &env, outbox_links_are_not_followed),
     ];
     run_scenarios(scenarios, &[&kvm]);
 }

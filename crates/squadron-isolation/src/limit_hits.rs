@@ -13,8 +13,12 @@ use crate::leaf_usage::read_control;
 /// A leaf's limit counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LimitHits {
-    /// Processes killed by the OOM killer at the leaf's memory limit.
+    /// Processes of the leaf the OOM killer killed.
     pub oom_kills: u64,
+    /// Times the leaf's memory use met its limit (v2 `memory.events` `max`, v1
+    /// `memory.failcnt`): with OOM kills, the limit is what killed them, not the host's
+    /// own shortage.
+    pub memory_limit_met: u64,
     /// Forks (and clones) refused at the leaf's pids limit.
     pub forks_refused: u64,
     /// The memory limit in force, in bytes; `None`: none set.
@@ -29,12 +33,18 @@ impl LimitHits {
         if !leaf.exists() {
             return Ok(None);
         }
-        let oom_kills = match leaf.memory_limit_file() {
+        let (oom_kills, memory_limit_met) = match leaf.memory_limit_file() {
             Some(limit) if limit.ends_with("memory.max") => {
-                counter(&leaf.path().join("memory.events"), "oom_kill")?
+                let events = leaf.path().join("memory.events");
+                (counter(&events, "oom_kill")?, counter(&events, "max")?)
             }
-            Some(limit) => counter(&sibling(&limit, "memory.oom_control"), "oom_kill")?,
-            None => 0,
+            Some(limit) => (
+                counter(&sibling(&limit, "memory.oom_control"), "oom_kill")?,
+                read_control(&sibling(&limit, "memory.failcnt"))?
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0),
+            ),
+            None => (0, 0),
         };
         let forks_refused = match leaf.pids_limit_file() {
             Some(limit) => counter(&sibling(&limit, "pids.events"), "max")?,
@@ -42,6 +52,7 @@ impl LimitHits {
         };
         Ok(Some(LimitHits {
             oom_kills,
+            memory_limit_met,
             forks_refused,
             memory_limit_bytes: leaf.memory_limit_file().and_then(|f| limit_value(&f)),
             pids_limit: leaf.pids_limit_file().and_then(|f| limit_value(&f)),
@@ -51,7 +62,7 @@ impl LimitHits {
     /// The limits that stopped something, for a task's error; `None` when none did.
     pub fn describe(&self) -> Option<String> {
         let mut hit = Vec::new();
-        if self.oom_kills > 0 {
+        if self.oom_kills > 0 && self.memory_limit_met > 0 {
             let limit = self
                 .memory_limit_bytes
                 .map(|b| format!(" of {b} bytes"))
@@ -123,8 +134,14 @@ mod tests {
             ..LimitHits::default()
         };
         assert_eq!(none.describe(), None);
+        let host_wide = LimitHits {
+            oom_kills: 2,
+            ..none
+        };
+        assert_eq!(host_wide.describe(), None, "killed, but not at the limit");
         let memory = LimitHits {
             oom_kills: 2,
+            memory_limit_met: 7,
             ..none
         };
         let text = memory.describe().expect("memory hit");

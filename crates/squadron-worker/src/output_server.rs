@@ -199,8 +199,7 @@ async fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
             ErrorCode::PermissionDenied,
             None,
             format!(
-                "task {id}'s output held credentials that could not be redacted from \
-                 ({}); it is not served",
+                "task {id}'s output could not be redacted ({}); it is not served",
                 files.lines().collect::<Vec<_>>().join("; ")
             ),
         ));
@@ -261,15 +260,14 @@ async fn open_log(
     redactions: &LiveRedactions,
 ) -> Result<(LogSource, u64), OutboxError> {
     let file = outbox_reader::open_progress(dir, name)?;
-    let redactor = redactions.get(dir.task());
-    source_of(file, redactor.as_deref(), name).await
+    source_of(file, redactions.get(dir.task()), name).await
 }
 
 /// A log file (`None` while it does not exist) and its length, as `redactor` shows it when
 /// there is one.
 pub(crate) async fn source_of(
     file: Option<tokio::fs::File>,
-    redactor: Option<&Redactor>,
+    redactor: Option<Arc<Redactor>>,
     name: &str,
 ) -> Result<(LogSource, u64), OutboxError> {
     let len = match &file {
@@ -281,13 +279,16 @@ pub(crate) async fn source_of(
     };
     if len > REDACTED_FILE_BYTES_MAX {
         return Err(OutboxError::Io(format!(
-            "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while its writer holds credentials; \
-             read it once the attempt has ended"
+            "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while its writer's output is \
+             redacted; read it once the attempt has ended"
         )));
     }
     let mut file = file;
     let raw = read_range(file.as_mut(), 0, len).await;
-    let view = redactor.view(&raw);
+    // Up to 64 MiB scanned: off the runtime's threads.
+    let view = tokio::task::spawn_blocking(move || redactor.view(&raw))
+        .await
+        .map_err(|e| OutboxError::Io(format!("redacting {name}: {e}")))?;
     let len = view.len() as u64;
     Ok((LogSource::View(view), len))
 }
@@ -618,13 +619,21 @@ async fn artifact(
     let body = match state.redactions.get(dir.task()) {
         Some(_) if len > REDACTED_FILE_BYTES_MAX => {
             return outbox_error(OutboxError::Io(format!(
-                "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while the task holds \
-                 credentials; download it once the task has ended"
+                "{name} is over {REDACTED_FILE_BYTES_MAX} bytes while the task's output is \
+                 redacted; download it once the task has ended"
             )))
         }
         Some(redactor) => {
             let raw = read_range(Some(&mut file), 0, len).await;
-            let redacted = redactor.redact(&raw).unwrap_or(raw);
+            let redacted =
+                match tokio::task::spawn_blocking(move || redactor.redact(&raw).unwrap_or(raw))
+                    .await
+                {
+                    Ok(redacted) => redacted,
+                    Err(e) => {
+                        return outbox_error(OutboxError::Io(format!("redacting {name}: {e}")))
+                    }
+                };
             len = redacted.len() as u64;
             Body::from(redacted)
         }

@@ -389,6 +389,11 @@ impl RawManifest {
             agent: agent_name,
             vm: vm_name,
         })?;
+        if let Some(profile) = &spec.startup_profile {
+            profile
+                .check_admission()
+                .map_err(|e| e.within("startup_profile"))?;
+        }
         Ok(spec)
     }
 }

@@ -180,6 +180,16 @@ impl StartupProfileSpec {
             "observation.retention_class",
             &self.observation.retention_class,
         )?;
+        // Any name here: entries of the log written before the profiles were named must
+        // apply as they did. A new submission is held to the names (`check_admission`).
+        check_name(
+            "observation.redaction_profile",
+            &self.observation.redaction_profile,
+        )
+    }
+
+    /// What only a new submission is held to: the redaction profile is one this build knows.
+    pub(super) fn check_admission(&self) -> Result<(), ValidationError> {
         let profile = &self.observation.redaction_profile;
         if !super::REDACTION_PROFILES.contains(&profile.as_str()) {
             return Err(ValidationError::new(

@@ -86,7 +86,12 @@ impl LogFiles for AgentLogs {
         .await
         .map_err(|e| OutboxError::Io(format!("reading the provider's log: {e}")))?;
         let redactor = redactor.map_err(OutboxError::Refused)?;
-        source_of(file?, redactor.as_ref(), "the provider's log").await
+        source_of(
+            file?,
+            redactor.map(std::sync::Arc::new),
+            "the provider's log",
+        )
+        .await
     }
 
     /// While it runs, and while a stop or takeover gives it its grace: what it writes then

@@ -220,6 +220,15 @@ impl Redactor {
         self
     }
 
+    /// Only the shapes of well-known secrets (tests of the shapes themselves).
+    #[cfg(test)]
+    pub(crate) fn shapes_only() -> Self {
+        Redactor {
+            shapes: true,
+            ..Redactor::default()
+        }
+    }
+
     /// Whether it hides anything at all.
     pub(crate) fn is_empty(&self) -> bool {
         self.needles.is_empty() && !self.shapes
@@ -236,49 +245,65 @@ impl Redactor {
             .sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
     }
 
-    /// `bytes` with every value replaced; `None` when none occurs.
+    /// `bytes` with every value (and, under `provider-secrets-v1`, every secret's shape)
+    /// replaced; `None` when none occurs.
     pub(crate) fn redact(&self, bytes: &[u8]) -> Option<Vec<u8>> {
-        let mut out = bytes.to_vec();
-        let mut changed = false;
-        for (needle, stand_in) in &self.needles {
-            let mut next = Vec::with_capacity(out.len());
-            let mut from = 0;
-            // Non-overlapping occurrences, left to right, in linear time.
-            for at in memchr::memmem::find_iter(&out, needle.as_slice()) {
-                next.extend_from_slice(&out[from..at]);
-                next.extend_from_slice(stand_in);
-                from = at + needle.len();
-                changed = true;
-            }
-            next.extend_from_slice(&out[from..]);
-            out = next;
-        }
-        if self.shapes {
-            if let Some(shaped) = secret_shapes::redact_shapes(&out) {
-                out = shaped;
-                changed = true;
-            }
-        }
-        changed.then_some(out)
+        let spans = self.spans(bytes);
+        (!spans.is_empty()).then(|| render(bytes, &spans))
     }
 
-    /// What a reader may see of a file the provider is still writing: the raw bytes cut
-    /// back until nothing at their end could still become a value or a secret's shape (or
-    /// grow one), then redacted. A view of a longer file extends a view of a shorter one, so
+    /// What a reader may see of a file the provider is still writing: the raw bytes up to
+    /// where nothing could still become a value or a secret's shape (or grow one), moved back
+    /// to the start of a secret that would straddle it, then redacted. Everything is found
+    /// on the raw bytes, so a view of a longer file extends a view of a shorter one and
     /// offsets into it stay valid — and the file rewritten at the end (`rewrite_outbox`)
     /// extends them too.
     pub(crate) fn view(&self, raw: &[u8]) -> Vec<u8> {
-        let mut cut = raw.len();
-        // Cutting may leave a new end that is itself the start of something: to a fixpoint.
-        loop {
-            let next = self.unsettled_from(&raw[..cut]);
-            if next == cut {
-                break;
-            }
-            cut = next;
+        let spans = self.spans(raw);
+        let mut cut = self.unsettled_from(raw);
+        // Spans are disjoint once merged: at most one straddles the cut.
+        if let Some(straddling) = spans.iter().find(|s| s.start < cut && cut < s.end) {
+            cut = straddling.start;
         }
-        let settled = &raw[..cut];
-        self.redact(settled).unwrap_or_else(|| settled.to_vec())
+        let settled: Vec<Span<'_>> = spans.into_iter().filter(|s| s.end <= cut).collect();
+        render(&raw[..cut], &settled)
+    }
+
+    /// Every secret's span in `raw`, merged: where two overlap, the one that starts first
+    /// (the longer where two start together) stands in for both, so no part of either shows.
+    fn spans(&self, raw: &[u8]) -> Vec<Span<'_>> {
+        let mut spans = Vec::new();
+        for (needle, stand_in) in &self.needles {
+            for at in memchr::memmem::find_iter(raw, needle.as_slice()) {
+                spans.push(Span {
+                    start: at,
+                    end: at + needle.len(),
+                    stand_in,
+                });
+            }
+        }
+        if self.shapes {
+            let mut value_ends: Vec<usize> = spans.iter().map(|s| s.end).collect();
+            value_ends.sort_unstable();
+            spans.extend(
+                secret_shapes::secret_spans(raw, &value_ends)
+                    .into_iter()
+                    .map(|(start, end)| Span {
+                        start,
+                        end,
+                        stand_in: secret_shapes::SHAPE_STAND_IN,
+                    }),
+            );
+        }
+        spans.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
+        let mut merged: Vec<Span<'_>> = Vec::with_capacity(spans.len());
+        for span in spans {
+            match merged.last_mut() {
+                Some(last) if span.start < last.end => last.end = last.end.max(span.end),
+                _ => merged.push(span),
+            }
+        }
+        merged
     }
 
     /// The earliest offset from which the end of `raw` could still become a value (a proper
@@ -298,6 +323,11 @@ impl Redactor {
             raw.len()
         };
         values.min(shapes)
+    }
+
+    /// Whether it holds leased values (not only the shapes).
+    pub(crate) fn has_values(&self) -> bool {
+        !self.needles.is_empty()
     }
 
     /// Rewrites the outbox's logs and artifacts in place, never following a link out of it.
@@ -356,6 +386,27 @@ impl Redactor {
         file.sync_all().map_err(|e| e.to_string())?;
         Ok(true)
     }
+}
+
+/// A secret's place in a text, and what stands in for it.
+#[derive(Debug, Clone, Copy)]
+struct Span<'a> {
+    start: usize,
+    end: usize,
+    stand_in: &'a [u8],
+}
+
+/// `raw` with each span (sorted, disjoint) replaced by its stand-in.
+fn render(raw: &[u8], spans: &[Span<'_>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut from = 0;
+    for span in spans {
+        out.extend_from_slice(&raw[from..span.start]);
+        out.extend_from_slice(span.stand_in);
+        from = span.end;
+    }
+    out.extend_from_slice(&raw[from..]);
+    out
 }
 
 /// The redactors of the attempts running on this worker, shared by the drivers (which add one
@@ -455,11 +506,13 @@ mod tests {
         r.add(b"abc", "cred_short");
         r.add(b"abc def", "cred_long");
         r.add(b"xyzxy", "cred_echo");
+        r.add(b"Zq9", "cred_glued");
         let key = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz";
         let pem =
             "-----BEGIN RSA PRIVATE KEY-----\\nMIIEpAIBAAKCAQEA\\n-----END RSA PRIVATE KEY-----";
         let text = format!(
-            "start abc def, abc x xyzxyzxy {{\"k\":\"{key}\"}} AKIAIOSFODNN7EXAMPLE\n{pem}\nabc"
+            "start abc def, abc x xyzxyzxy {{\"k\":\"{key}\"}} AKIAIOSFODNN7EXAMPLE\n{pem}\n\
+             Zq9sk-AbCdEfGhIjKlMnOpQrStUvWx done\nabc"
         );
         let bytes = text.as_bytes();
         let end = r.redact(bytes).unwrap_or_else(|| bytes.to_vec());
@@ -475,10 +528,72 @@ mod tests {
                 "prefix {len}: {view:?} vs the end {end:?}"
             );
             let shown = String::from_utf8_lossy(&view);
-            for part in ["api03-Ab", "IOSFODNN", "MIIEpAIB", "def,", "xyzxy"] {
+            for part in [
+                "api03-Ab", "IOSFODNN", "MIIEpAIB", "def,", "xyzxy", "Zq9", "sk-Ab",
+            ] {
                 assert!(!shown.contains(part), "prefix {len} shows {part}: {shown}");
             }
             last = view;
         }
+        // Runs that are all starts of something cost one pass, not one per byte.
+        let long = vec![b'A'; 4 << 20];
+        assert!(r.view(&long).is_empty());
     }
+
+    proptest::proptest! {
+        /// Texts made of values, keys, key blocks and their pieces in any order: every view
+        /// of a prefix extends the view of the shorter prefix, the rewrite of the whole
+        /// extends every view, and no view shows a whole value or key.
+        #[test]
+        fn views_of_any_text_only_grow_and_show_no_secret(
+            pieces in proptest::collection::vec(0usize..PIECES.len(), 0..40)
+        ) {
+            let mut r = Redactor::shapes_only();
+            r.add(b"abc", "cred_short");
+            r.add(b"abc def", "cred_long");
+            r.add(b"Zq9", "cred_glued");
+            let text: Vec<u8> = pieces.iter().flat_map(|i| PIECES[*i].bytes()).collect();
+            let end = r.redact(&text).unwrap_or_else(|| text.clone());
+            let mut last: Vec<u8> = Vec::new();
+            for len in 0..=text.len() {
+                let view = r.view(&text[..len]);
+                proptest::prop_assert!(view.starts_with(&last), "prefix {}", len);
+                proptest::prop_assert!(end.starts_with(&view), "prefix {}", len);
+                for secret in SECRETS {
+                    proptest::prop_assert!(
+                        memchr::memmem::find(&view, secret.as_bytes()).is_none(),
+                        "prefix {} shows {}", len, secret
+                    );
+                }
+                last = view;
+            }
+        }
+    }
+
+    /// What the property's texts are made of.
+    const PIECES: [&str; 16] = [
+        "abc",
+        "abc def",
+        "Zq9",
+        "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv",
+        "AKIAIOSFODNN7EXAMPLE",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "\nMIIEpAIB\n",
+        "-----END RSA PRIVATE KEY-----",
+        " ",
+        "\n",
+        "x",
+        "-",
+        "sk-",
+        "ab",
+        "c d",
+        ".",
+    ];
+    /// What no view may show.
+    const SECRETS: [&str; 4] = [
+        "abc",
+        "Zq9",
+        "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv",
+        "AKIAIOSFODNN7EXAMPLE",
+    ];
 }

@@ -169,6 +169,9 @@ impl TaskDriver {
 
     /// Runs the attempt from `state` (the state the control plane reported) to its end.
     pub(crate) async fn run(mut self, mut state: TaskState) {
+        // Whatever state it resumes in (a restarted worker adopts attempts at COMPLETING
+        // too), the shapes `provider-secrets-v1` hides are hidden from the first read.
+        self.redact_shapes_only();
         while !state.is_terminal() {
             let step = match self.step(state).await {
                 Ok(s) => s,

@@ -105,78 +105,105 @@ const SLACK_PREFIX: &str = "xox";
 const SLACK_KINDS: &[u8] = b"abposr";
 const SLACK_BODY_MIN: usize = 10;
 
-/// Where a PEM block starts.
+/// Where a PEM block starts and ends, what closes each of those lines, and the label of a
+/// private key's.
 const PEM_BEGIN: &str = "-----BEGIN ";
+const PEM_END: &str = "-----END ";
+const DASHES: &[u8] = b"-----";
+const KEY_LABEL: &[u8] = b"PRIVATE KEY";
 
-/// A whole private key block, and a block that was never ended (redacted through its body).
-fn pem_patterns() -> &'static [Regex; 2] {
-    static PATTERNS: OnceLock<[Regex; 2]> = OnceLock::new();
+/// A whole private key block, and the header of one (the start of a block never ended).
+fn pem_patterns() -> &'static (Regex, Regex) {
+    static PATTERNS: OnceLock<(Regex, Regex)> = OnceLock::new();
     PATTERNS.get_or_init(|| {
         let header = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----";
         let whole = format!(r"(?s){header}.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----");
-        let cut = format!(r"{header}(?:[A-Za-z0-9+/=:,\- \t\r\n]|\\[rn])*");
-        [whole, cut].map(|p| Regex::new(&p).expect("a valid pattern"))
+        (
+            Regex::new(&whole).expect("a valid pattern"),
+            Regex::new(header).expect("a valid pattern"),
+        )
     })
 }
 
-/// The secrets' spans in `bytes`, sorted and merged: every token shape and PEM block.
-pub(crate) fn secret_spans(bytes: &[u8]) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    for shape in &TOKEN_SHAPES {
-        token_spans(bytes, shape, &mut spans);
+/// What a block never ended is redacted through after its header: base64 and the line
+/// breaks between its lines, raw or escaped once (`\n` as JSON streams carry them). Spaces
+/// are not in it, so prose after a cut-off block is not eaten.
+fn pem_body_len(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while at < bytes.len() {
+        let b = bytes[at];
+        if b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'\r' | b'\n' | b'\t') {
+            at += 1;
+        } else if b == b'\\' && matches!(bytes.get(at + 1), Some(b'n' | b'r')) {
+            at += 2;
+        } else {
+            break;
+        }
     }
-    slack_spans(bytes, &mut spans);
-    for pattern in pem_patterns() {
-        spans.extend(pattern.find_iter(bytes).map(|m| (m.start(), m.end())));
-    }
-    merge(spans)
+    at
 }
 
-/// `bytes` with every secret's span replaced by the stand-in; `None` when none occurs.
-pub(crate) fn redact_shapes(bytes: &[u8]) -> Option<Vec<u8>> {
-    let spans = secret_spans(bytes);
-    if spans.is_empty() {
-        return None;
+/// The secrets' spans in `bytes`, sorted, not merged: every token shape, every whole private
+/// key block, and every key header no whole block covers, through its body. `value_ends`
+/// (sorted): where a leased value ends, which a start glued to it still counts as free of.
+pub(crate) fn secret_spans(bytes: &[u8], value_ends: &[usize]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    for shape in &TOKEN_SHAPES {
+        token_spans(bytes, shape, value_ends, &mut spans);
     }
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut from = 0;
-    for (start, end) in spans {
-        out.extend_from_slice(&bytes[from..start]);
-        out.extend_from_slice(SHAPE_STAND_IN);
-        from = end;
+    slack_spans(bytes, &mut spans);
+    let (whole, header) = pem_patterns();
+    let blocks: Vec<(usize, usize)> = whole
+        .find_iter(bytes)
+        .map(|m| (m.start(), m.end()))
+        .collect();
+    for m in header.find_iter(bytes) {
+        // Blocks come in order and do not overlap: the last one starting at or before the
+        // header is the only one that can cover it.
+        let before = blocks.partition_point(|(start, _)| *start <= m.start());
+        let covered = before > 0 && m.start() < blocks[before - 1].1;
+        if !covered {
+            spans.push((m.start(), m.end() + pem_body_len(&bytes[m.end()..])));
+        }
     }
-    out.extend_from_slice(&bytes[from..]);
-    Some(out)
+    spans.extend(blocks);
+    spans.sort_unstable();
+    spans
 }
 
 /// The earliest offset from which the end of `bytes` could still become (or grow) a secret
-/// as more is written: a token shape's start, whole or in part, followed only by its body's
-/// bytes; a PEM header begun, or a private key block not yet ended. `bytes.len()` when
-/// nothing at the end could.
+/// as more is written: the trailing run of bytes a token's start or body may hold (every
+/// start and body is made of them, so a token being written is inside it; the last word is
+/// held back with it until the line goes on), a PEM header begun, or a private key block not
+/// ended yet. `bytes.len()` when nothing at the end could.
 pub(crate) fn unsettled_from(bytes: &[u8]) -> usize {
-    let mut from = bytes.len();
-    for shape in &TOKEN_SHAPES {
-        from = from.min(open_token(
-            bytes,
-            shape.start.as_bytes(),
-            shape.body,
-            shape.boundary,
-        ));
-    }
-    from = from.min(open_slack(bytes));
-    from.min(open_pem(bytes))
+    let run = bytes.iter().rev().take_while(|b| key_byte(**b)).count();
+    (bytes.len() - run).min(open_pem(bytes))
 }
 
-fn token_spans(bytes: &[u8], shape: &TokenShape, spans: &mut Vec<(usize, usize)>) {
+fn token_spans(
+    bytes: &[u8],
+    shape: &TokenShape,
+    value_ends: &[usize],
+    spans: &mut Vec<(usize, usize)>,
+) {
+    // An occurrence whose body starts inside the run already scanned ends where that run
+    // does: its span is inside the earlier one (`sk-sk-sk-…` is scanned once).
+    let mut scanned_to = 0;
     for at in memchr::memmem::find_iter(bytes, shape.start.as_bytes()) {
-        if shape.boundary && at > 0 && bytes[at - 1].is_ascii_alphanumeric() {
+        let body = at + shape.start.len();
+        if body <= scanned_to {
             continue;
         }
-        let body = at + shape.start.len();
+        let glued = at > 0 && bytes[at - 1].is_ascii_alphanumeric();
+        if shape.boundary && glued && value_ends.binary_search(&at).is_err() {
+            continue;
+        }
         let len = bytes[body..]
             .iter()
             .take_while(|b| (shape.body)(**b))
             .count();
+        scanned_to = body + len;
         if len >= shape.body_min {
             spans.push((at, body + len));
         }
@@ -184,13 +211,18 @@ fn token_spans(bytes: &[u8], shape: &TokenShape, spans: &mut Vec<(usize, usize)>
 }
 
 fn slack_spans(bytes: &[u8], spans: &mut Vec<(usize, usize)>) {
+    let mut scanned_to = 0;
     for at in memchr::memmem::find_iter(bytes, SLACK_PREFIX.as_bytes()) {
         let kind = at + SLACK_PREFIX.len();
+        let body = kind + 2;
+        if body <= scanned_to {
+            continue;
+        }
         if bytes.get(kind).is_some_and(|k| SLACK_KINDS.contains(k))
             && bytes.get(kind + 1) == Some(&b'-')
         {
-            let body = kind + 2;
             let len = bytes[body..].iter().take_while(|b| key_byte(**b)).count();
+            scanned_to = body + len;
             if len >= SLACK_BODY_MIN {
                 spans.push((at, body + len));
             }
@@ -198,111 +230,67 @@ fn slack_spans(bytes: &[u8], spans: &mut Vec<(usize, usize)>) {
     }
 }
 
-/// Where a token that could still grow starts: the literal start (or a part of it) at the
-/// end, or the whole start followed only by body bytes up to the end.
-fn open_token(bytes: &[u8], start: &[u8], body: fn(u8) -> bool, boundary: bool) -> usize {
-    let run_from = bytes.len() - bytes.iter().rev().take_while(|b| body(**b)).count();
-    // The start ends at or after the run's first byte (it may itself be body bytes).
-    let window = run_from.saturating_sub(start.len());
-    let whole = memchr::memmem::find_iter(&bytes[window..], start)
-        .map(|i| window + i)
-        .filter(|at| at + start.len() >= run_from)
-        .find(|at| !(boundary && *at > 0 && bytes[at - 1].is_ascii_alphanumeric()));
-    whole
-        .unwrap_or(bytes.len())
-        .min(partial_at_end(bytes, start, boundary))
-}
-
-fn open_slack(bytes: &[u8]) -> usize {
-    let body_run = bytes.iter().rev().take_while(|b| key_byte(**b)).count();
-    let run_from = bytes.len() - body_run;
-    let mut earliest = bytes.len();
-    // `xox?-` then body bytes to the end; the run may swallow the `xox?` itself.
-    for end in run_from.saturating_sub(5)..=bytes.len() {
-        if end >= 5 {
-            let head = &bytes[end - 5..end];
-            if head.starts_with(SLACK_PREFIX.as_bytes())
-                && SLACK_KINDS.contains(&head[3])
-                && head[4] == b'-'
-            {
-                earliest = earliest.min(end - 5);
-            }
-        }
-    }
-    // A part of `xox?-` at the very end.
-    for k in (1..5).rev() {
-        if bytes.len() >= k {
-            let tail = &bytes[bytes.len() - k..];
-            let fits = tail.iter().enumerate().all(|(i, b)| match i {
-                0..=2 => *b == SLACK_PREFIX.as_bytes()[i],
-                3 => SLACK_KINDS.contains(b),
-                _ => *b == b'-',
-            });
-            if fits {
-                earliest = earliest.min(bytes.len() - k);
-            }
-        }
-    }
-    earliest
-}
-
 /// The first header begun (whole or in part) whose private key block has not ended yet.
+/// One pass: each block's end is searched from its header, and the next header after it.
 fn open_pem(bytes: &[u8]) -> usize {
     let begin = PEM_BEGIN.as_bytes();
-    for at in memchr::memmem::find_iter(bytes, begin) {
-        let after = &bytes[at + begin.len()..];
-        let Some(header_len) = memchr::memmem::find(after, b"-----") else {
+    let mut from = 0;
+    while let Some(i) = memchr::memmem::find(&bytes[from..], begin) {
+        let at = from + i;
+        let header_from = at + begin.len();
+        let Some(header_len) = memchr::memmem::find(&bytes[header_from..], DASHES) else {
             return at; // the header is still being written
         };
-        let is_key = after[..header_len].ends_with(b"PRIVATE KEY");
-        let rest = &after[header_len..];
-        let ended = memchr::memmem::find_iter(rest, b"-----END ").any(|end| {
-            let line = &rest[end..];
-            let close = memchr::memmem::find(&line[9..], b"-----").map(|i| 9 + i);
-            close.is_some_and(|c| line[..c].ends_with(b"PRIVATE KEY"))
-        });
-        if is_key && !ended {
-            return at;
+        let label_end = header_from + header_len;
+        if !bytes[header_from..label_end].ends_with(KEY_LABEL) {
+            // Not a key: the next header may start at these very dashes.
+            from = label_end;
+            continue;
+        }
+        match key_block_end(&bytes[label_end + DASHES.len()..]) {
+            Some(end) => from = label_end + DASHES.len() + end,
+            None => return at,
         }
     }
-    partial_at_end(bytes, begin, false)
+    partial_at_end(bytes, begin)
+}
+
+/// Where a private key block's `-----END … PRIVATE KEY-----` line ends in `body`, if it does.
+fn key_block_end(body: &[u8]) -> Option<usize> {
+    let end = PEM_END.as_bytes();
+    let mut from = 0;
+    while let Some(i) = memchr::memmem::find(&body[from..], end) {
+        let label_from = from + i + end.len();
+        let label_len = memchr::memmem::find(&body[label_from..], DASHES)?;
+        let label_end = label_from + label_len;
+        if body[label_from..label_end].ends_with(KEY_LABEL) {
+            return Some(label_end + DASHES.len());
+        }
+        // The next END may start at these very dashes.
+        from = label_end;
+    }
+    None
 }
 
 /// The start of the longest proper prefix of `literal` that `bytes` ends with.
-fn partial_at_end(bytes: &[u8], literal: &[u8], boundary: bool) -> usize {
-    for k in (1..literal.len()).rev() {
-        if bytes.ends_with(&literal[..k]) {
-            let at = bytes.len() - k;
-            if !(boundary && at > 0 && bytes[at - 1].is_ascii_alphanumeric()) {
-                return at;
-            }
-        }
-    }
-    bytes.len()
-}
-
-fn merge(mut spans: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
-    spans.sort_unstable();
-    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
-    for (start, end) in spans {
-        match merged.last_mut() {
-            Some(last) if start <= last.1 => last.1 = last.1.max(end),
-            _ => merged.push((start, end)),
-        }
-    }
-    merged
+fn partial_at_end(bytes: &[u8], literal: &[u8]) -> usize {
+    (1..literal.len())
+        .rev()
+        .find(|k| bytes.ends_with(&literal[..*k]))
+        .map_or(bytes.len(), |k| bytes.len() - k)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::credential_session::Redactor;
 
     const ANTHROPIC: &str = "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
     const PEM: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU=\n-----END OPENSSH PRIVATE KEY-----";
 
     fn redacted(text: &str) -> String {
-        String::from_utf8(redact_shapes(text.as_bytes()).unwrap_or_else(|| text.into()))
-            .expect("utf-8")
+        let out = Redactor::shapes_only().redact(text.as_bytes());
+        String::from_utf8(out.unwrap_or_else(|| text.into())).expect("utf-8")
     }
 
     #[test]
@@ -346,23 +334,46 @@ mod tests {
     }
 
     #[test]
-    fn a_key_block_cut_off_is_redacted_through_its_body() {
-        let text = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIIrYSSNQ\nFOo9\" tail";
-        let out = redacted(text);
-        assert_eq!(out, "[REDACTED:provider-secret]\" tail");
+    fn a_key_block_cut_off_is_redacted_through_its_body_and_an_ended_one_no_further() {
+        let cut = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIIrYSSNQ\\nFOo9\" tail";
+        assert_eq!(redacted(cut), "[REDACTED:provider-secret]\" tail");
+        let ended = format!("{PEM}\nThe build finished ok and all tests passed\nnext: step");
+        assert_eq!(
+            redacted(&ended),
+            "[REDACTED:provider-secret]\nThe build finished ok and all tests passed\nnext: step"
+        );
     }
 
     #[test]
-    fn the_unsettled_tail_covers_every_secret_being_written() {
+    fn repeated_starts_are_scanned_once() {
+        let text = "sk-".repeat(200_000) + "AKIA".repeat(200_000).as_str();
+        let started = std::time::Instant::now();
+        let out = redacted(&text);
+        assert_eq!(out, "[REDACTED:provider-secret]");
+        // Not a timing assertion on the product: a quadratic scan of 1.4 MB would not end.
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+    }
+
+    #[test]
+    fn what_is_still_being_written_is_unsettled() {
         let text = format!("a {ANTHROPIC} b\n{PEM}\nend xoxb-1234567890-abcdefghij .");
         for len in 0..=text.len() {
             let raw = &text.as_bytes()[..len];
-            let settled = &raw[..unsettled_from(raw)];
-            let shown = redact_shapes(settled).unwrap_or_else(|| settled.to_vec());
-            let shown = String::from_utf8_lossy(&shown);
+            let view = Redactor::shapes_only().view(raw);
+            let shown = String::from_utf8_lossy(&view);
             for secret in [&ANTHROPIC[7..15], "b3BlbnNz", "12345678"] {
                 assert!(!shown.contains(secret), "prefix {len}: {shown}");
             }
         }
+        // A header that is not a key's closes at dashes the next header opens with.
+        let stray = "grep -- -----BEGIN x\n-----BEGIN RSA PRIVATE KEY-----\nQWERTYsecret";
+        assert_eq!(
+            open_pem(stray.as_bytes()),
+            stray.find("-----BEGIN RSA").unwrap()
+        );
+        // An END line never closed does not hide a later one that is.
+        let later =
+            "-----BEGIN RSA PRIVATE KEY-----\nAB\n-----END x\n-----END RSA PRIVATE KEY-----\n";
+        assert_eq!(open_pem(later.as_bytes()), later.len());
     }
 }

@@ -282,3 +282,30 @@ fn accepted_repository_locations() {
         assert!(spec.is_ok(), "{url}: {spec:?}");
     }
 }
+
+/// A new submission names a known redaction profile; a spec decoded from the log with any
+/// other name (written before the profiles were named) still validates, so replay applies it.
+#[test]
+fn an_unknown_redaction_profile_is_refused_at_submission_only() {
+    let refused = parse_manifest_yaml(&SEED.replace(
+        "redaction_profile: provider-secrets-v1",
+        "redaction_profile: secrets-v1",
+    ))
+    .unwrap_err();
+    assert_eq!(
+        refused.field, "startup_profile.observation.redaction_profile",
+        "{refused}"
+    );
+    assert!(
+        refused.reason.contains("credentials, provider-secrets-v1"),
+        "{refused}"
+    );
+    let mut decoded = parse_manifest_yaml(SEED).unwrap();
+    decoded
+        .startup_profile
+        .as_mut()
+        .expect("the seed has a startup profile")
+        .observation
+        .redaction_profile = "secrets-v1".into();
+    decoded.validate().expect("the log's old names still apply");
+}

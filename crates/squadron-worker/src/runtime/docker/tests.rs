@@ -519,6 +519,42 @@ async fn network_modes_map_to_none_bridge_and_host() {
 /// metadata-style address.
 #[tokio::test]
 async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata() {
+    let (blocked, allowed, results) = probe_from_a_container(NetworkMode::Outbound).await;
+    for target in &blocked {
+        assert_eq!(
+            results.get(target).map(String::as_str),
+            Some("closed"),
+            "{target}: {results:?}"
+        );
+    }
+    assert_eq!(
+        results.get(&allowed).map(String::as_str),
+        Some("open"),
+        "{results:?}"
+    );
+}
+
+/// An `isolated` container reaches nothing: not the host (any address, the managed bridge's
+/// gateway), not the metadata address, not the internet an `outbound` one reaches.
+#[tokio::test]
+async fn isolated_containers_reach_nothing() {
+    let (blocked, allowed, results) = probe_from_a_container(NetworkMode::Isolated).await;
+    for target in blocked.iter().chain([&allowed]) {
+        assert_eq!(
+            results.get(target).map(String::as_str),
+            Some("closed"),
+            "{target}: {results:?}"
+        );
+    }
+}
+
+/// Runs connection probes from a container of `mode`: the host's listeners (every address,
+/// the managed bridge's gateway) and the metadata address, which no sandbox may reach, and a
+/// listener in a test-made internet. Returns those, the internet's target and each
+/// `target → open|closed`.
+async fn probe_from_a_container(
+    mode: NetworkMode,
+) -> (Vec<String>, String, BTreeMap<String, String>) {
     use crate::runtime::test_internet::{
         host_addresses, TestInternet, INTERNET_PORT, METADATA_ADDRESS,
     };
@@ -569,7 +605,7 @@ async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata(
     )
     .unwrap();
     let mut spec = case.spec();
-    spec.network = NetworkMode::Outbound;
+    spec.network = mode;
     let handle = case.run(&spec).await;
     assert_eq!(
         case.wait_exit(&handle).await,
@@ -577,19 +613,7 @@ async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata(
         "stderr: {}",
         case.stderr()
     );
-    let results = case.results();
-    for target in &blocked {
-        assert_eq!(
-            results.get(target).map(String::as_str),
-            Some("closed"),
-            "{target}: {results:?}"
-        );
-    }
-    assert_eq!(
-        results.get(&allowed).map(String::as_str),
-        Some("open"),
-        "{results:?}"
-    );
+    (blocked, allowed, case.results())
 }
 
 /// On the gateway bridge a container reaches nothing directly, and through the worker's

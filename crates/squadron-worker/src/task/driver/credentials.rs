@@ -66,7 +66,10 @@ impl TaskDriver {
     /// An attempt without credentials whose redaction profile hides secrets by their shape
     /// (`provider-secrets-v1`): its outputs are served through that from the start, and
     /// rewritten at the end.
-    fn redact_shapes_only(&mut self) {
+    pub(super) fn redact_shapes_only(&mut self) {
+        if self.redactor.is_some() {
+            return;
+        }
         let redactor = Redactor::default().with_profile(&self.spec);
         if !redactor.is_empty() {
             self.install_redactor(redactor);
@@ -98,11 +101,9 @@ impl TaskDriver {
             &self.spec,
         )
         .is_some();
-        if self.redactor.is_some() {
-            return;
-        }
-        if !has_credentials {
-            self.redact_shapes_only();
+        // The shapes alone may already be hidden (the driver's start): the values are not.
+        let holds_values = self.redactor.as_ref().is_some_and(|r| r.has_values());
+        if holds_values || !has_credentials {
             return;
         }
         match self.take_credentials_again(runtime, handle).await {
@@ -182,10 +183,6 @@ impl TaskDriver {
             }
             self.event(serde_json::json!({"event": "egress_closed"}));
         }
-        // Resumed past RUNNING by a restarted worker, the shapes are still hidden.
-        if self.redactor.is_none() {
-            self.redact_shapes_only();
-        }
         if let Some(redactor) = self.redactor.take() {
             let (changed, skipped) = redactor.rewrite_outbox(&self.dir);
             if !skipped.is_empty() {
@@ -197,7 +194,12 @@ impl TaskDriver {
             }
             // Readers see the rewritten files from here on, at the offsets the view gave.
             self.ctx.redactions.remove(self.task);
-            self.event(serde_json::json!({"event": "credentials_redacted", "files": changed, "skipped": skipped}));
+            let event = if redactor.has_values() {
+                "credentials_redacted"
+            } else {
+                "secrets_redacted"
+            };
+            self.event(serde_json::json!({"event": event, "files": changed, "skipped": skipped}));
         }
         let Some(session) = CredentialSession::of(
             &self.ctx.config.data_dir,
