@@ -971,13 +971,22 @@ fn process_usage_is_measured_by_the_worker(env: &Env) {
 /// error names the probe: the CLI probe holds (the pinned Claude Code is installed), the auth
 /// probe does not (no credential was referenced).
 fn a_failed_readiness_probe_fails_the_task_naming_it(env: &Env) {
+    // The CLI probe holds where the pinned Claude Code is installed: on the worker's host,
+    // not in the agent image or the guest, where the auth probe alone is asked.
+    let cli = if env.runtime == "process" {
+        "      - { provider: claude, kind: cli }\n"
+    } else {
+        ""
+    };
     let yaml = manifest(&env.repo, env.runtime, "echo the provider ran", "").replace(
         "lifecycle:\n",
-        "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
-         session: { launcher: x, workdir: /workspace, cols: 80, rows: 24 }\n  \
-         readiness:\n    probes:\n      - { provider: claude, kind: cli }\n      \
-         - { provider: claude, kind: auth }\n  \
-         observation: { retention_class: short, redaction_profile: credentials }\nlifecycle:\n",
+        &format!(
+            "startup_profile:\n  id: s\n  trigger: on_instance_ready\n  \
+             session: {{ launcher: x, workdir: /workspace, cols: 80, rows: 24 }}\n  \
+             readiness:\n    probes:\n{cli}      - {{ provider: claude, kind: auth }}\n  \
+             observation: {{ retention_class: short, redaction_profile: credentials }}\n\
+             lifecycle:\n"
+        ),
     );
     let id = submit(env.any(0), &yaml);
     let t = wait_task_state(
@@ -994,7 +1003,12 @@ fn a_failed_readiness_probe_fails_the_task_naming_it(env: &Env) {
     );
     assert!(!logs(env.any(0), id, "stream=stdout").contains("the provider ran"));
     // A probe the worker does not run is refused at submission, naming the field.
-    let r = submit_yaml(env.any(0), &yaml.replace("kind: cli", "kind: smoke"));
+    let first = if cli.is_empty() {
+        "kind: auth"
+    } else {
+        "kind: cli"
+    };
+    let r = submit_yaml(env.any(0), &yaml.replacen(first, "kind: smoke", 1));
     assert_eq!(r.status, 400, "{r:?}");
     assert_eq!(
         r.body["field"], "startup_profile.readiness.probes[0].kind",
@@ -1329,6 +1343,11 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
             memory_limit_stops_a_task_naming_it,
         ),
         ("docker/timeout", &d, task_timeout),
+        (
+            "docker/readiness",
+            &d,
+            a_failed_readiness_probe_fails_the_task_naming_it,
+        ),
         ("docker/containment", &d, containment_through_the_whole_path),
         ("docker/outbox_links", &d, outbox_links_are_not_followed),
         (
@@ -1458,6 +1477,11 @@ fn tasks_end_to_end_in_kvm_guests() {
             isolated_reaches_nothing_on_the_host,
         ),
         ("kvm/outbox_links", &env, outbox_links_are_not_followed),
+        (
+            "kvm/readiness",
+            &env,
+            a_failed_readiness_probe_fails_the_task_naming_it,
+        ),
     ];
     run_scenarios(scenarios, &[&kvm]);
 }
