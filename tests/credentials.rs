@@ -244,16 +244,55 @@ fn inv_13_a_credential_reaches_only_its_sandbox_file_and_is_gone_at_the_end() {
     let ended = leases(&url, task);
     assert!(ended[0]["revoked_at_ms"].is_u64(), "{ended:?}");
 
-    // A revoked credential: a new task naming it is refused at submission.
-    let out = cli(&url)
-        .args(["--endpoint", &url, "credential", "revoke", "cred_ci"])
-        .output()
-        .expect("revoke");
+    // kill -9 while the provider holds a value it printed, and the credential revoked before
+    // the worker comes back: the restarted worker cannot take the lease again to redact, so
+    // none of the attempt's output is served (fail closed), not the value in clear.
+    let gone = format!("sk-squadron-gone-{}", std::process::id() * 7919);
+    put_credential(&url, "cred_gone", &gone);
+    let task = task_id(&submit_yaml(
+        &url,
+        &manifest(
+            &repo,
+            "process",
+            "cred_gone",
+            "echo \"key: $(cat \"$API_KEY_FILE\")\"\nsleep 20\n",
+        ),
+    ));
+    let printed = wait_until(TASK_TIMEOUT, || {
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=stdout"))
+            .is_ok_and(|(status, text)| status == 200 && text.contains("[REDACTED:cred_gone]"))
+    });
+    assert!(printed.is_ok(), "the provider never printed its key");
+    worker.kill();
+    revoke(&url, "cred_gone");
+    worker.spawn();
+    // Refused from the adoption on, while the provider still runs, not only at its end.
+    let refused = wait_until(Duration::from_secs(20), || {
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=stdout"))
+            .is_ok_and(|(status, _)| status == 403)
+    });
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        refused.is_ok(),
+        "the adopted attempt's output is still served"
     );
+    assert_eq!(
+        http_get(&format!("{url}/api/v1/tasks/{task}")).expect("task")["state"],
+        "RUNNING",
+        "the refusal must come while the provider runs"
+    );
+    wait_task_state(&url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    let marker = worker.task_dir(task).join("outbox-unredacted");
+    assert!(
+        wait_until(Duration::from_secs(20), || marker.exists()).is_ok(),
+        "the outbox is not marked unredacted"
+    );
+    let (status, body) =
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=stdout")).expect("logs");
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains(&gone), "the value was served: {body}");
+
+    // A revoked credential: a new task naming it is refused at submission.
+    revoke(&url, "cred_ci");
     let refused = submit_yaml(&url, &manifest(&repo, "process", "cred_ci", "true"));
     assert_eq!(refused.status, 409, "{refused:?}");
     assert!(refused.body.to_string().contains("revoked"), "{refused:?}");
@@ -261,4 +300,16 @@ fn inv_13_a_credential_reaches_only_its_sandbox_file_and_is_gone_at_the_end() {
 
 fn status(url: &str) -> Value {
     http_get(&format!("{url}/api/v1/cluster/status")).expect("cluster status")
+}
+
+fn revoke(url: &str, credential: &str) {
+    let out = cli(url)
+        .args(["--endpoint", url, "credential", "revoke", credential])
+        .output()
+        .expect("squadron credential revoke");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -29,6 +29,9 @@ pub(crate) const OUTBOX_MOUNT: &str = "/mnt/outbox";
 pub(crate) const GLOBAL_MOUNT: &str = "/mnt/global";
 pub(crate) const RUN_MOUNT: &str = "/mnt/run";
 
+/// Marks a task directory whose outbox could not be redacted: none of it is served.
+pub(crate) const UNREDACTED_MARKER_NAME: &str = "outbox-unredacted";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TaskDir {
     root: PathBuf,
@@ -58,7 +61,7 @@ impl TaskDir {
     /// Written when the end-of-attempt redaction could not rewrite a file of the outbox (it
     /// names them): the task's output is not served from then on.
     pub(crate) fn unredacted_marker(&self) -> PathBuf {
-        self.root.join("outbox-unredacted")
+        self.root.join(UNREDACTED_MARKER_NAME)
     }
     pub(crate) fn run(&self) -> PathBuf {
         self.root.join("run")

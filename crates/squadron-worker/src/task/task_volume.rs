@@ -20,7 +20,7 @@ use squadron_isolation::disk_quota::DiskQuota;
 
 use crate::error::WorkerError;
 use crate::task::checkpoint::TaskCheckpoint;
-use crate::task::task_dir::TaskDir;
+use crate::task::task_dir::{TaskDir, UNREDACTED_MARKER_NAME};
 
 // Every `vm.disk` a manifest may ask for is a quota the isolation crate can make.
 const _: () = assert!(
@@ -37,8 +37,15 @@ const RETIRE_DEPTH_MAX: usize = 32;
 /// Longest path a retirement copies to (below the kernel's PATH_MAX of 4096).
 const RETIRE_PATH_BYTES_MAX: usize = 3_072;
 /// The task-root files kept besides the outbox.
-/// The worker's own files that outlive the volume (a VM's console: `runtime::kvm`).
-const KEPT_FILES: [&str; 3] = ["manifest.yaml", "state.json", "vm-console.log"];
+/// The worker's own files that outlive the volume (a VM's console: `runtime::kvm`; the mark
+/// of an outbox that could not be redacted, without which its values would be served once
+/// the volume is retired).
+const KEPT_FILES: [&str; 4] = [
+    "manifest.yaml",
+    "state.json",
+    "vm-console.log",
+    UNREDACTED_MARKER_NAME,
+];
 
 /// Whether this process may loop-mount (it runs as root): `/proc/self` belongs to the
 /// effective uid.
@@ -125,9 +132,13 @@ impl TaskVolume {
             return Ok(());
         }
         fs::create_dir_all(&self.root).map_err(|e| io_err("create", &self.root, e))?;
-        let kept = fs::read_dir(&self.retired).map_err(|e| io_err("list", &self.retired, e))?;
+        let mut kept = fs::read_dir(&self.retired)
+            .map_err(|e| io_err("list", &self.retired, e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io_err("list", &self.retired, e))?;
+        // The unredacted mark first: an outbox back without it would be served.
+        kept.sort_by_key(|entry| entry.file_name() != UNREDACTED_MARKER_NAME);
         for entry in kept {
-            let entry = entry.map_err(|e| io_err("list", &self.retired, e))?;
             let target = self.root.join(entry.file_name());
             // What an earlier attempt left beneath the mount point gives way to the copy.
             remove_entry(&target)?;
@@ -304,6 +315,7 @@ mod tests {
         fs::create_dir_all(dir.inbox()).unwrap();
         fs::write(dir.stdout_log(), b"hello\n").unwrap();
         fs::write(dir.manifest(), b"kind: Task\n").unwrap();
+        fs::write(dir.unredacted_marker(), b"stdout.log: too big\n").unwrap();
         std::os::unix::fs::symlink("/etc/shadow", dir.outbox().join("shadow")).unwrap();
         // A huge sparse file and many links to one file would make a copy write far more
         // than the volume holds: neither is copied.
@@ -323,6 +335,11 @@ mod tests {
         assert!(!data.path().join(VOLUMES_DIR).join("7.img").exists());
         assert_eq!(fs::read(dir.stdout_log()).unwrap(), b"hello\n");
         assert_eq!(fs::read(dir.manifest()).unwrap(), b"kind: Task\n");
+        assert_eq!(
+            fs::read(dir.unredacted_marker()).unwrap(),
+            b"stdout.log: too big\n",
+            "an outbox that could not be redacted stays unserved"
+        );
         assert!(!dir.inbox().exists(), "the workspace went with the volume");
         assert!(fs::symlink_metadata(dir.outbox().join("shadow")).is_err());
         for skipped in ["sparse", "once", "twice"] {

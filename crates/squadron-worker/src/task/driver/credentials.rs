@@ -76,6 +76,22 @@ impl TaskDriver {
         }
     }
 
+    /// The provider ran with values this life never held (a lease that could not be taken
+    /// again after a restart): nothing here can redact them, so none of the attempt's output
+    /// is served from now on, rather than the values in clear.
+    fn mark_not_redacted(&mut self) {
+        let marker = self.dir.unredacted_marker();
+        if marker.exists() {
+            return;
+        }
+        let why = "the provider ran with credentials this worker's life could not hold again \
+                   to redact them";
+        if let Err(e) = write_atomic(&marker, why.as_bytes()) {
+            tracing::error!(task = %self.task, error = %e, "cannot mark the outbox unredacted");
+        }
+        self.event(serde_json::json!({"event": "credentials_not_redacted", "reason": why}));
+    }
+
     /// The live view of this attempt's outputs goes through `redactor` from now on.
     fn install_redactor(&mut self, redactor: Redactor) {
         let redactor = Arc::new(redactor);
@@ -113,6 +129,7 @@ impl TaskDriver {
             Err(why) => {
                 tracing::warn!(task = %self.task, error = %why, "credentials not resumed after a restart");
                 self.event(serde_json::json!({"event": "credentials_not_resumed", "reason": why}));
+                self.mark_not_redacted();
             }
         }
     }
@@ -183,6 +200,21 @@ impl TaskDriver {
             }
             self.event(serde_json::json!({"event": "egress_closed"}));
         }
+        let session = CredentialSession::of(
+            &self.ctx.config.data_dir,
+            self.task,
+            self.attempt,
+            &self.spec,
+        );
+        let values_held = self.redactor.as_ref().is_some_and(|r| r.has_values());
+        let provider_started = self
+            .load_checkpoint()
+            .and_then(|c| c.started_at_ms)
+            .is_some();
+        if session.is_some() && !values_held && provider_started {
+            // A restart at COMPLETING: written before any live view goes.
+            self.mark_not_redacted();
+        }
         if let Some(redactor) = self.redactor.take() {
             let (changed, skipped) = redactor.rewrite_outbox(&self.dir);
             if !skipped.is_empty() {
@@ -201,12 +233,7 @@ impl TaskDriver {
             };
             self.event(serde_json::json!({"event": event, "files": changed, "skipped": skipped}));
         }
-        let Some(session) = CredentialSession::of(
-            &self.ctx.config.data_dir,
-            self.task,
-            self.attempt,
-            &self.spec,
-        ) else {
+        let Some(session) = session else {
             return;
         };
         match session.wipe() {
