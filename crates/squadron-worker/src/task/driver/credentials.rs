@@ -129,7 +129,11 @@ impl TaskDriver {
             Err(why) => {
                 tracing::warn!(task = %self.task, error = %why, "credentials not resumed after a restart");
                 self.event(serde_json::json!({"event": "credentials_not_resumed", "reason": why}));
-                self.mark_not_redacted();
+                // Only the values matter here: a lease taken again whose proxy could not be
+                // served still redacts.
+                if !self.redactor.as_ref().is_some_and(|r| r.has_values()) {
+                    self.mark_not_redacted();
+                }
             }
         }
     }
