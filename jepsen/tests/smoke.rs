@@ -40,6 +40,12 @@ fn smoke(seed: &str) {
             "6",
             "--quiet-secs",
             "3",
+            // Reads must come back within the quiet gap after every heal. The default of
+            // 2,000 ms is met here in 30–800 ms, but one run of the loaded 2-core machine
+            // saw 2,018 ms (2026-12-06); at the gap's own length the schedule is unchanged
+            // and a post-heal stall still fails the run.
+            "--read-recovery-ms",
+            "3000",
         ],
     );
     support::assert_valid(
