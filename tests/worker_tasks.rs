@@ -595,7 +595,9 @@ fn completed_stdout(env: &Env, script: &str, lifecycle: &str) -> String {
 /// A link swapped in while the worker reads: the sandbox renames its artifact back and forth
 /// between a file and a link to /etc/shadow, and replaces a directory by a link to /etc, as
 /// fast as it can while the test downloads both. Every read serves the sandbox's own bytes
-/// or refuses with 4xx; nothing of the host is ever served.
+/// or refuses with 4xx; nothing of the host is ever served. The sandbox writes each file
+/// whole by a rename, so a served body is all of it (CI once read `d/passwd` between the
+/// shell's open and its write: an empty file, the sandbox's own, but not a failure).
 fn links_swapped_in_during_reads_leak_nothing(env: &Env) {
     let script = "cd /mnt/outbox/artifacts\n\
          end=$(( $(date +%s) + 14 ))\n\
@@ -603,7 +605,7 @@ fn links_swapped_in_during_reads_leak_nothing(env: &Env) {
          while [ \"$(date +%s)\" -lt \"$end\" ]; do\n\
          echo sandbox-own > swap.new; mv -f swap.new swap.txt\n\
          ln -sf /etc/shadow swap.lnk; mv -f swap.lnk swap.txt\n\
-         rm -rf d; mkdir d; echo own-dir > d/passwd\n\
+         rm -rf d; mkdir d; echo own-dir > d/new; mv -f d/new d/passwd\n\
          rm -rf d; ln -s /etc d\n\
          done\n\
          rm -rf d swap.txt\n";
