@@ -12,7 +12,7 @@ use support::*;
 const TASK_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a runtime needs beyond the defaults: worker flags, and the manifest's `vm:` lines
-/// (a VM has no NIC yet, so `isolated`; software emulation here).
+/// (a VM without a NIC, `isolated`; software emulation here).
 fn runtime_needs(runtime: &str) -> (Vec<String>, &'static str) {
     match runtime {
         "kvm" => (

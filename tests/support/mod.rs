@@ -963,6 +963,27 @@ pub fn script_provider_args(script: &Path, lease_ttl_ms: u64, stop_grace_ms: u64
     ]
 }
 
+/// A worker offering `kvm` under software emulation, `capacity` guests at once: as many as
+/// there are cores (CI has 2) — four starved the cluster's own heartbeats into elections —,
+/// and heartbeats 5 s apart (lost after 15 s): at 1 s, a loaded CI machine's gap of 3 s had
+/// the worker declared lost and its tasks requeued while their guests still ran.
+pub fn kvm_worker(cluster: &Cluster, prefix: &str, capacity: u32) -> WorkerProc {
+    WorkerProc::start_with(
+        cluster.dir.path(),
+        &unique_worker_id(prefix),
+        cluster.urls(),
+        "kvm",
+        vec![
+            "--vm-domain-type".into(),
+            "qemu".into(),
+            "--capacity".into(),
+            capacity.to_string(),
+            "--heartbeat-interval-ms".into(),
+            "5000".into(),
+        ],
+    )
+}
+
 pub fn unique_worker_id(prefix: &str) -> String {
     format!("{prefix}-{}", std::process::id())
 }

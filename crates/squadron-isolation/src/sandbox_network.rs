@@ -128,13 +128,27 @@ pub struct SandboxNetwork {
     /// `gateway` mode: no NAT, no forwarding; the sandbox reaches only this port of its host
     /// end, where the worker's proxy listens.
     gateway_port: Option<u16>,
+    /// The host end is a persistent tap a VM's NIC opens (`create_tap`), not a veth pair
+    /// into a namespace.
+    tap: bool,
 }
 
 impl SandboxNetwork {
     /// Creates the namespace, pair, addresses, routes and rules of a free slot, trying from
     /// the one `seed` hashes to. Whatever was made is removed again on failure.
     pub fn create(config: &NetworkConfig, seed: &str) -> Result<SandboxNetwork, IsolationError> {
-        Self::create_with(config, seed, None)
+        Self::create_with(config, seed, None, false)
+    }
+
+    /// Like `create`, for a VM: the host end is a persistent tap `sqhS` that the hypervisor
+    /// opens (libvirt's `<interface type='ethernet'>` with `managed='no'`), addressed and
+    /// filtered as a veth's host end is; there is no namespace, the guest configures its
+    /// own end (`sandbox_address` via `host_address`).
+    pub fn create_tap(
+        config: &NetworkConfig,
+        seed: &str,
+    ) -> Result<SandboxNetwork, IsolationError> {
+        Self::create_with(config, seed, None, true)
     }
 
     /// Like `create`, for `gateway` mode: nothing is forwarded or masqueraded, and the
@@ -144,13 +158,14 @@ impl SandboxNetwork {
         seed: &str,
         port: u16,
     ) -> Result<SandboxNetwork, IsolationError> {
-        Self::create_with(config, seed, Some(port))
+        Self::create_with(config, seed, Some(port), false)
     }
 
     fn create_with(
         config: &NetworkConfig,
         seed: &str,
         gateway_port: Option<u16>,
+        tap: bool,
     ) -> Result<SandboxNetwork, IsolationError> {
         config.probe()?;
         if gateway_port.is_none() {
@@ -162,8 +177,10 @@ impl SandboxNetwork {
                 config: config.clone(),
                 slot: (first + n) % NETWORK_SLOTS,
                 gateway_port,
+                tap,
             };
-            if !net.claim()? {
+            let claimed = if tap { net.claim_tap()? } else { net.claim()? };
+            if !claimed {
                 continue;
             }
             return match net.configure() {
@@ -192,6 +209,7 @@ impl SandboxNetwork {
                 config: config.clone(),
                 slot: (first + n) % NETWORK_SLOTS,
                 gateway_port: None,
+                tap: false,
             };
             let name = net.netns_name();
             // Taken, or claimed by a concurrent attempt of this worker's.
@@ -225,6 +243,7 @@ impl SandboxNetwork {
             config: config.clone(),
             slot,
             gateway_port: None,
+            tap: false,
         })
     }
 
@@ -296,6 +315,16 @@ impl SandboxNetwork {
     /// the `FORWARD` rules' comments, so a teardown interrupted half-way is finished too;
     /// returns the namespace names removed.
     pub fn sweep(config: &NetworkConfig) -> Result<Vec<String>, IsolationError> {
+        Self::sweep_keeping(config, &[])
+    }
+
+    /// `sweep`, leaving alone the networks named in `keep` (by `netns_name`): what the
+    /// caller's records say a sandbox it will adopt still uses — a VM's tap is held open only
+    /// while its guest runs, not while a defined domain waits for its start.
+    pub fn sweep_keeping(
+        config: &NetworkConfig,
+        keep: &[String],
+    ) -> Result<Vec<String>, IsolationError> {
         let mut slots = std::collections::BTreeSet::new();
         let netns_prefix = format!("sq-{}-", config.owner);
         if let Ok(entries) = fs::read_dir(NETNS_DIR) {
@@ -327,13 +356,20 @@ impl SandboxNetwork {
                 config: config.clone(),
                 slot,
                 gateway_port: None,
+                tap: false,
             };
             let name = net.netns_name();
+            if keep.contains(&name) {
+                continue;
+            }
             if net.netns_path().exists() {
                 let pids = run(&config.ip, &["netns", "pids", &name], None)?;
                 if !pids.trim().is_empty() {
                     continue;
                 }
+            } else if net.host_end_attached() {
+                // A tap a running VM holds open (a restarted worker adopts the VM).
+                continue;
             }
             net.destroy()?;
             removed.push(name);
@@ -344,6 +380,32 @@ impl SandboxNetwork {
 
     fn subnet_address(&self, host: u32) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(SANDBOX_NET.network()) + self.slot * 4 + host)
+    }
+
+    /// Whether the host end is a tap something holds open: its carrier is on only then
+    /// (reading it fails while the link is down, and a missing link has no file).
+    fn host_end_attached(&self) -> bool {
+        let carrier = Path::new("/sys/class/net")
+            .join(self.host_interface())
+            .join("carrier");
+        fs::read_to_string(carrier).is_ok_and(|c| c.trim() == "1")
+    }
+
+    /// Makes the persistent tap; `false` when the slot is taken (the kernel refuses a
+    /// second interface of the name, `ip tuntap` asking for it exclusively).
+    fn claim_tap(&self) -> Result<bool, IsolationError> {
+        let dev = self.host_interface();
+        match run(
+            &self.config.ip,
+            &["tuntap", "add", "dev", &dev, "mode", "tap"],
+            None,
+        ) {
+            Ok(_) => Ok(true),
+            Err(e) if e.to_string().contains("busy") || e.to_string().contains("exists") => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Makes the namespace and the host end; `false` when the slot is taken.
@@ -387,16 +449,17 @@ impl SandboxNetwork {
 
     fn configure(&self) -> Result<(), IsolationError> {
         let (host, sandbox) = (self.host_address(), self.sandbox_address());
-        let netns = self.netns_name();
-        let inside = format!(
-            "link set lo up\naddr add {sandbox}/30 dev eth0\nlink set eth0 up\n\
-             route add default via {host}\n"
-        );
-        run(
-            &self.config.ip,
-            &["-n", &netns, "-batch", "-"],
-            Some(inside.as_bytes()),
-        )?;
+        if !self.tap {
+            let inside = format!(
+                "link set lo up\naddr add {sandbox}/30 dev eth0\nlink set eth0 up\n\
+                 route add default via {host}\n"
+            );
+            run(
+                &self.config.ip,
+                &["-n", &self.netns_name(), "-batch", "-"],
+                Some(inside.as_bytes()),
+            )?;
+        }
         let outside = format!(
             "addr add {host}/30 dev {dev}\nlink set {dev} up\n",
             dev = self.host_interface()
@@ -527,6 +590,7 @@ mod tests {
             config: NetworkConfig::new("worker-1"),
             slot,
             gateway_port: None,
+            tap: false,
         }
     }
 
@@ -581,6 +645,7 @@ mod tests {
             config,
             slot: 2,
             gateway_port: None,
+            tap: false,
         };
         let filter = n.filter();
         assert_eq!(filter.gateway, None);

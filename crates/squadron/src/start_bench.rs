@@ -110,7 +110,8 @@ async fn one_runtime(
 }
 
 fn manifest(opts: &StartBenchOptions, runtime: &str, i: usize) -> String {
-    // A VM has no NIC yet: `isolated` is the KVM runtime's only network mode.
+    // A VM without a NIC, as docs/performance.md's figures were measured (the process and
+    // Docker tasks take the default `outbound`).
     let network = if runtime == "kvm" {
         "  network_mode: isolated\n  memory: 512Mi\n"
     } else {

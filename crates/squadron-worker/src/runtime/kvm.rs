@@ -25,8 +25,10 @@
 //!
 //! # The agent's channel
 //!
-//! The guest has no route to the worker or the control plane: `isolated` is the only network
-//! mode so far (no NIC at all). The agent reaches its relay over a virtio-serial port whose
+//! The guest has no route to the worker or the control plane: `isolated` has no NIC at all,
+//! and `outbound`'s one NIC is filtered on the worker's tap as a process sandbox's network is
+//! (`guest_network`: the host's own addresses and every control-plane and worker port
+//! dropped). The agent reaches its relay over a virtio-serial port whose
 //! host end is a Unix socket libvirt places under its own channel directory; the port carries
 //! yamux streams (`task::agent_relay`, `squadron-agent`'s `channel_bridge`). A second port,
 //! the control port, carries the worker's `stop` for a graceful cancel.
@@ -40,6 +42,7 @@
 //! snapshot metadata and removes its files.
 
 mod domain_xml;
+mod guest_network;
 mod hypervisor;
 
 use std::os::unix::fs::PermissionsExt;
@@ -49,12 +52,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use squadron_api::agent_channel::{CONTROL_PORT_NAME, PORT_NAME, STOP_LINE};
 use squadron_core::ids::{TaskId, WorkerId};
-use squadron_core::manifest::{NetworkMode, RuntimeKind};
+use squadron_core::manifest::RuntimeKind;
 use tokio::io::AsyncWriteExt;
 
 use self::domain_xml::{
-    channel_socket, path_text, AttemptMark, DomainSpec, DomainType, Share, PRESERVE_FLAG,
+    channel_socket, path_text, AttemptMark, DomainSpec, DomainType, GuestNic, Share, PRESERVE_FLAG,
 };
+use self::guest_network::{GuestNetworks, NETWORK_RECORD_NAME};
 use self::hypervisor::{Found, Hypervisor, Lifecycle};
 use crate::error::WorkerError;
 use crate::runtime::agent_libraries::{self, AGENT_LIBRARY_DIR};
@@ -74,6 +78,7 @@ const CPUS_MAX: u32 = 64;
 pub(crate) const EXIT_CODE_NAME: &str = "exit-code";
 /// The guest's console, in its domain's directory and kept in the task directory.
 const CONSOLE_LOG_NAME: &str = "vm-console.log";
+
 /// Where the guest finds the worker's binary (the share of `bin/`).
 const GUEST_BIN_DIR: &str = "/usr/local/bin";
 /// How long the worker waits for the control port to take its `stop`.
@@ -137,6 +142,9 @@ pub(crate) struct KvmConfig {
     pub(crate) domain_type: DomainTypeChoice,
     /// Test hook: the guest waits this long before the agent starts.
     pub(crate) test_boot_delay_ms: Option<u64>,
+    /// The `outbound` guests' tap networks (`guest_network`): the worker's egress policy,
+    /// under a tag of this runtime's own.
+    pub(crate) network: squadron_isolation::NetworkConfig,
 }
 
 /// The files of this worker's runtime under `state_dir`.
@@ -173,6 +181,7 @@ pub(crate) struct KvmRuntime {
     files: RuntimeFiles,
     virtiofsd: PathBuf,
     domain_type: DomainType,
+    networks: GuestNetworks,
 }
 
 impl KvmRuntime {
@@ -221,12 +230,15 @@ impl KvmRuntime {
         };
         let (c, f, v) = (config.clone(), files.clone(), virtiofsd.clone());
         blocking(move || lay_out(&c, &f, &binary, &v)).await?;
+        let (network, domains) = (config.network.clone(), files.root.join("domains"));
+        let networks = blocking(move || Ok(GuestNetworks::new(network, &domains))).await?;
         let mut runtime = KvmRuntime {
             config,
             hypervisor,
             files,
             virtiofsd,
             domain_type: DomainType::Qemu,
+            networks,
         };
         runtime.domain_type = runtime.choose_domain_type(&capabilities).await;
         tracing::info!(uri = %runtime.config.uri, domain_type = runtime.domain_type.as_str(), "connected to libvirt");
@@ -359,7 +371,12 @@ impl KvmRuntime {
         shares
     }
 
-    fn domain_spec(&self, spec: &LaunchSpec, name: &str) -> Result<DomainSpec, WorkerError> {
+    fn domain_spec(
+        &self,
+        spec: &LaunchSpec,
+        name: &str,
+        nic: Option<GuestNic>,
+    ) -> Result<DomainSpec, WorkerError> {
         let memory_mib = spec
             .limits
             .memory_bytes
@@ -381,6 +398,7 @@ impl KvmRuntime {
             shares: self.shares(spec),
             keep_after_exit: spec.keep_after_exit,
             test_boot_delay_ms: self.config.test_boot_delay_ms,
+            nic,
         })
     }
 
@@ -532,6 +550,7 @@ impl Runtime for KvmRuntime {
     /// is returned instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
         check_launch(spec)?;
+        self.networks.check(spec.network)?;
         if let Some(existing) = self.adopt(spec.task, spec.attempt, &spec.dir).await? {
             return Ok(existing);
         }
@@ -544,9 +563,22 @@ impl Runtime for KvmRuntime {
         }
         sandbox_agent::write_start_script(&agent_dir, spec, self.sandbox_owner(spec)?)?;
         let name = sandbox_name(&spec.dir, spec.attempt);
-        create_dir(&self.files.domain_dir(&name), 0o755)?;
-        let xml = self.domain_spec(spec, &name)?.to_xml()?;
-        self.on_domain(&name, move |h, _| h.define(&xml)).await?;
+        let domain_dir = self.files.domain_dir(&name);
+        create_dir(&domain_dir, 0o755)?;
+        let record = domain_dir.join(NETWORK_RECORD_NAME);
+        // A tap an earlier life made for this attempt, before its domain was defined.
+        self.networks.tear_down(&record)?;
+        let nic = self.networks.prepare(spec.network, &name, &record)?;
+        let defined = match self.domain_spec(spec, &name, nic)?.to_xml() {
+            Ok(xml) => self.on_domain(&name, move |h, _| h.define(&xml)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = defined {
+            if let Err(t) = self.networks.tear_down(&record) {
+                tracing::warn!(domain = %name, error = %t, "cannot remove the guest's network");
+            }
+            return Err(e);
+        }
         tracing::info!(domain = %name, domain_type = self.domain_type.as_str(), "provisioned domain");
         Ok(SandboxHandle {
             runtime: RuntimeKind::Kvm,
@@ -643,6 +675,11 @@ impl Runtime for KvmRuntime {
                 steps.push("powered off; undefined with its NVRAM".to_string());
             }
         }
+        let record = dir.join(NETWORK_RECORD_NAME);
+        if record.exists() {
+            self.networks.tear_down(&record)?;
+            steps.push("its network removed".to_string());
+        }
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => steps.push("its files removed".to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -721,16 +758,6 @@ fn mark_of(worker: &WorkerId, dir: &TaskDir, attempt: u32) -> AttemptMark {
 }
 
 fn check_launch(spec: &LaunchSpec) -> Result<(), WorkerError> {
-    if spec.network != NetworkMode::Isolated {
-        return Err(invalid(
-            "network_mode",
-            format!(
-                "the KVM runtime offers `isolated` only so far (the guest has no NIC and reaches \
-                 its worker over virtio-serial); `{}` needs the process or Docker runtime",
-                spec.network
-            ),
-        ));
-    }
     if spec.full_control {
         return Err(invalid(
             "full_control",

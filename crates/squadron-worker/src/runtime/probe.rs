@@ -108,6 +108,11 @@ async fn kvm(config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
             .map(|h| std::path::Path::new(&h).join(".cache/squadron-vm"))
             .ok_or("no --vm-image-dir and no HOME to find ~/.cache/squadron-vm in")?,
     };
+    // A tag of the runtime's own: the process runtime's and the agent profiles' sweeps
+    // (same worker) would take a running guest's tap for a leftover of theirs.
+    let mut network = squadron_isolation::NetworkConfig::new(&format!("{}/kvm", config.id));
+    network.deny = config.egress_deny_networks().map_err(|e| e.to_string())?;
+    network.allow = config.egress_allow_networks().map_err(|e| e.to_string())?;
     let kvm = KvmConfig {
         uri: config.vm.uri.clone(),
         image_dir,
@@ -124,6 +129,7 @@ async fn kvm(config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
             .domain_type
             .parse()
             .map_err(|e| format!("vm_domain_type: {e}"))?,
+        network,
     };
     let runtime = KvmRuntime::connect(kvm).await.map_err(|e| e.to_string())?;
     tracing::info!(

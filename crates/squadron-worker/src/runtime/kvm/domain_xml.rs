@@ -4,6 +4,7 @@
 //! itself, the console logged to a file, and the attempt's identity in the metadata, by which
 //! a restarted worker finds the domain again.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use quick_xml::escape::escape;
@@ -56,7 +57,19 @@ pub(crate) struct AttemptMark {
     pub(crate) dir: String,
 }
 
-/// Everything the domain is made of.
+/// The guest's one NIC in `outbound` mode: a virtio NIC on the worker's tap (made, addressed
+/// and filtered by the worker, `squadron_isolation::SandboxNetwork::create_tap`), which
+/// libvirt only opens (`managed='no'`); `vm-init` addresses the guest's end from the kernel
+/// command line (`squadron.net=ADDRESS/30,GATEWAY`, `squadron.dns=A,B`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GuestNic {
+    pub(crate) tap: String,
+    pub(crate) address: Ipv4Addr,
+    pub(crate) gateway: Ipv4Addr,
+    /// Name servers the guest may use (the host's, where the filter lets them be reached).
+    pub(crate) dns: Vec<Ipv4Addr>,
+}
+
 /// The kernel argument that keeps a guest up after its agent exits (`vm-init` reads it).
 pub(crate) const PRESERVE_FLAG: &str = "squadron.preserve";
 
@@ -78,6 +91,8 @@ pub(crate) struct DomainSpec {
     pub(crate) keep_after_exit: bool,
     /// Test hook: `vm-init` sleeps this long before it starts the agent.
     pub(crate) test_boot_delay_ms: Option<u64>,
+    /// No NIC at all (`isolated`) or the `outbound` one.
+    pub(crate) nic: Option<GuestNic>,
 }
 
 impl DomainSpec {
@@ -102,6 +117,13 @@ impl DomainSpec {
         if let Some(ms) = self.test_boot_delay_ms {
             line.push_str(&format!(" squadron.test_boot_delay={}", ms.div_ceil(1000)));
         }
+        if let Some(nic) = &self.nic {
+            line.push_str(&format!(" squadron.net={}/30,{}", nic.address, nic.gateway));
+            if !nic.dns.is_empty() {
+                let dns: Vec<String> = nic.dns.iter().map(Ipv4Addr::to_string).collect();
+                line.push_str(&format!(" squadron.dns={}", dns.join(",")));
+            }
+        }
         if line.len() > CMDLINE_BYTES_MAX || mounts.iter().any(|m| m.contains(char::is_whitespace))
         {
             return Err(invalid(
@@ -120,6 +142,9 @@ impl DomainSpec {
         let mut devices = String::new();
         for share in &self.shares {
             devices.push_str(&self.share_xml(share)?);
+        }
+        if let Some(nic) = &self.nic {
+            devices.push_str(&nic_xml(nic)?);
         }
         for port in [PORT_NAME, CONTROL_PORT_NAME] {
             // No path: libvirt makes the socket under its own channel directory, which QEMU's
@@ -185,6 +210,24 @@ impl DomainSpec {
             tag = share.tag,
         ))
     }
+}
+
+/// The NIC element: the tap is the worker's, so libvirt neither makes nor removes it.
+fn nic_xml(nic: &GuestNic) -> Result<String, WorkerError> {
+    // An interface name is at most 15 bytes of no space or slash (IFNAMSIZ).
+    if nic.tap.is_empty()
+        || nic.tap.len() > 15
+        || !nic.tap.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Err(invalid(
+            "kvm.nic",
+            format!("tap name {:?} is not an interface name", nic.tap),
+        ));
+    }
+    Ok(format!(
+        "<interface type='ethernet'><target dev='{}' managed='no'/><model type='virtio'/></interface>",
+        nic.tap
+    ))
 }
 
 /// The attempt a domain's metadata element names, if it is ours.

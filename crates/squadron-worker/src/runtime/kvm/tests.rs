@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use squadron_core::manifest::NetworkMode;
+
 use super::domain_xml::*;
 use super::*;
 
@@ -39,6 +41,7 @@ fn spec(keep: bool) -> DomainSpec {
         ],
         keep_after_exit: keep,
         test_boot_delay_ms: None,
+        nic: None,
     }
 }
 
@@ -78,6 +81,31 @@ fn read_only_shares_go_through_the_read_only_daemon_and_the_cmdline_names_every_
     assert!(spec(true).cmdline().unwrap().contains("squadron.preserve"));
     assert!(xml.contains("<memoryBacking><source type='memfd'/><access mode='shared'/>"));
     assert!(xml.contains("<domain type='qemu'>") && xml.contains("<vcpu>2</vcpu>"));
+}
+
+#[test]
+fn an_outbound_guest_gets_the_worker_s_tap_and_its_address_on_the_cmdline() {
+    assert!(!spec(false).to_xml().unwrap().contains("<interface"));
+    assert!(!spec(false).cmdline().unwrap().contains("squadron.net"));
+    let mut s = spec(false);
+    s.nic = Some(GuestNic {
+        tap: "sqh0a0b".into(),
+        address: "100.64.40.46".parse().unwrap(),
+        gateway: "100.64.40.45".parse().unwrap(),
+        dns: vec!["198.51.100.53".parse().unwrap()],
+    });
+    let xml = s.to_xml().unwrap();
+    assert!(
+        xml.contains("<interface type='ethernet'><target dev='sqh0a0b' managed='no'/><model type='virtio'/></interface>"),
+        "{xml}"
+    );
+    let cmdline = s.cmdline().unwrap();
+    assert!(
+        cmdline.contains(" squadron.net=100.64.40.46/30,100.64.40.45 squadron.dns=198.51.100.53"),
+        "{cmdline}"
+    );
+    s.nic.as_mut().unwrap().tap = "sqh x'/>".into();
+    assert!(s.to_xml().unwrap_err().to_string().contains("kvm.nic"));
 }
 
 #[test]
@@ -144,7 +172,7 @@ fn a_state_dir_others_cannot_search_is_refused_naming_the_field() {
 }
 
 #[test]
-fn only_isolated_networks_and_no_full_control_are_accepted() {
+fn full_control_is_refused_naming_the_field() {
     let _ = PathBuf::new();
     // See `check_launch`: the messages name the field the manifest must change.
     let dir = TaskDir::new(std::path::Path::new("/d"), TaskId::new(1).unwrap());
@@ -163,11 +191,6 @@ fn only_isolated_networks_and_no_full_control_are_accepted() {
         egress: None,
         keep_after_exit: false,
     };
-    assert!(check_launch(&launch)
-        .unwrap_err()
-        .to_string()
-        .contains("network_mode"));
-    launch.network = NetworkMode::Isolated;
     check_launch(&launch).unwrap();
     launch.full_control = true;
     assert!(check_launch(&launch)

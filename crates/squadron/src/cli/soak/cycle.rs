@@ -328,7 +328,7 @@ fn kill_generation(view: &AgentView) -> Result<(), String> {
 
 /// A script task that does a little work and exits 0.
 fn task_manifest(repository: &SandboxRepository, runtime: RuntimeKind, cycle: u32) -> String {
-    // A VM has no NIC: `isolated` is the only network mode every runtime takes.
+    // `isolated`: the mode every runtime takes with nothing on the host to set up.
     let branch = repository.branch.as_deref().unwrap_or("main");
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: soak-{cycle}-{runtime}\n\
