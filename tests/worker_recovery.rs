@@ -12,15 +12,28 @@ use support::*;
 const TASK_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What a runtime needs beyond the defaults: worker flags, and the manifest's `vm:` lines
-/// (a VM without a NIC, `isolated`; software emulation here).
+/// (a VM with its `outbound` NIC; software emulation here).
 fn runtime_needs(runtime: &str) -> (Vec<String>, &'static str) {
     match runtime {
         "kvm" => (
             vec!["--vm-domain-type".into(), "qemu".into()],
-            "  network_mode: isolated\n  memory: 512Mi\n",
+            "  network_mode: outbound\n  memory: 512Mi\n",
         ),
         _ => (Vec::new(), ""),
     }
+}
+
+/// The tap of an `outbound` guest whose address (`a.b.c.d/30`) is `cidr`: `sqh` and its
+/// slot of 100.64.0.0/14 in hex (see `squadron_isolation::sandbox_network`).
+fn tap_of(cidr: &str) -> std::path::PathBuf {
+    let address: std::net::Ipv4Addr = cidr
+        .trim()
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("not an address: {cidr:?}"));
+    let slot = (u32::from(address) - u32::from(std::net::Ipv4Addr::new(100, 64, 0, 0))) / 4;
+    std::path::Path::new("/sys/class/net").join(format!("sqh{slot:04x}"))
 }
 
 fn recover(runtime: &str) {
@@ -35,10 +48,14 @@ fn recover(runtime: &str) {
         runtime,
         flags,
     );
+    // The provider waits for the test's word (`outbox/go`) once the worker came back, so it
+    // cannot finish before; a guest first notes its address, whose tap must outlive the
+    // restart (the new life's sweep keeps what its domains' records name).
     let script = [
+        "[ -e /sys/class/net/eth0 ] && ip -4 -o addr show dev eth0 | awk '{print $4}' > /mnt/outbox/address",
         "echo started >> /mnt/outbox/starts",
         "echo running",
-        "sleep 6",
+        "i=0; until [ -e /mnt/outbox/go ] || [ $i -ge 1200 ]; do sleep 0.25; i=$((i+1)); done",
         "echo finished",
         "echo change >> README.md",
     ]
@@ -62,6 +79,23 @@ fn recover(runtime: &str) {
     let t = http_get(&format!("{url}/api/v1/tasks/{id}")).expect("task");
     assert_eq!(t["state"], "RUNNING", "{t:#}");
     worker.spawn();
+    // Its runtimes' start-up (the sweep among it) is done once it drives the task again.
+    let resumed = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("driving task") && l.contains(r#""state":"RUNNING""#))
+    };
+    let log = || std::fs::read_to_string(&worker.log).unwrap_or_default();
+    wait_until(TASK_TIMEOUT, || resumed(&log()))
+        .unwrap_or_else(|()| panic!("the task was never driven again:\n{}", tail(&worker.log)));
+    let outbox = worker.task_dir(id).join("outbox");
+    if runtime == "kvm" {
+        let address = std::fs::read_to_string(outbox.join("address")).expect("guest address");
+        assert!(
+            tap_of(&address).exists(),
+            "the guest's tap did not outlive the worker's restart"
+        );
+    }
+    std::fs::write(outbox.join("go"), "").expect("go");
     let t = wait_task_state(
         &url,
         id,
@@ -86,6 +120,13 @@ fn recover(runtime: &str) {
     let (_, patch) =
         http_text(&format!("{url}/api/v1/tasks/{id}/artifacts/{id}.patch")).expect("patch");
     assert!(patch.contains("+change"), "{patch}");
+    if runtime == "kvm" {
+        let address = std::fs::read_to_string(outbox.join("address")).expect("guest address");
+        assert!(
+            wait_until(Duration::from_secs(30), || !tap_of(&address).exists()).is_ok(),
+            "the guest's tap outlived its task"
+        );
+    }
 }
 
 #[test]
