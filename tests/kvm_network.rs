@@ -1,11 +1,12 @@
-//! The `outbound` network of a KVM guest (issue 15 item 2, the sandbox issue's network
-//! modes on the VM's NIC), against a real libvirt guest under software emulation: the guest
-//! reaches a listener in a namespace this test made (the "internet", through the worker's
-//! NAT) and fetches its token; a listener on every host address and the cluster's ports are
-//! unreachable from it, at the worker's end of its link and at the host's other end the test
-//! made; its address is in the sandbox range; its tap is gone once the task is destroyed.
+//! The networks of KVM guests (issue 15 item 2: the sandbox issue's network modes on the VM's
+//! NIC), against real libvirt guests under software emulation and a namespace this test made
+//! (the "internet"): an `outbound` guest fetches the internet's token through the worker's
+//! NAT; a `gateway` guest only through the worker's proxy; neither reaches a listener on
+//! every host address or the cluster's port, at the worker's end of its link or at the host's
+//! end of the internet's; each guest's address is in the sandbox range and its tap is gone
+//! once its task is destroyed; `full` is refused naming the field.
 //!
-//! A file of its own, so its one guest boots with nothing else on the machine (the end-to-end
+//! A file of its own, so its guests boot with nothing else on the machine (the end-to-end
 //! KVM scenarios of `worker_tasks.rs` run five guests through two slots).
 
 mod support;
@@ -120,58 +121,63 @@ fn tap_of(address: Ipv4Addr) -> String {
     format!("sqh{slot:04x}")
 }
 
-#[test]
-fn an_outbound_guest_reaches_the_internet_and_nothing_of_the_host() {
-    let internet = Internet::new();
-    // On every host address: reachable from the guest only if the filter let it be.
-    let host_listener = TcpListener::bind("0.0.0.0:0").expect("a host listener");
-    let host_port = host_listener.local_addr().expect("port").port();
-    let cluster = Cluster::start(1);
-    let kvm = kvm_worker(&cluster, "w-kvm-net", 1);
-    let cluster_port = cluster.urls()[0]
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse::<u16>().ok())
-        .expect("the node's port");
-    let mut targets = Vec::new();
-    for host in ["GATEWAY".to_string(), internet.host.to_string()] {
-        for port in [host_port, cluster_port] {
-            targets.push(format!("{host}:{port}"));
-        }
-    }
-    let script = format!(
-        "gw=$(ip route | awk '/^default/ {{print $3}}')\n\
-         echo \"address $(ip -4 -o addr show dev eth0 | awk '{{print $4}}')\"\n\
-         for t in {targets}; do\n\
-           h=${{t%:*}}; [ \"$h\" = GATEWAY ] && h=$gw\n\
-           ( if nc -w 3 \"$h\" \"${{t##*:}}\" </dev/null >/dev/null 2>&1; then echo \"probe $t open\"; else echo \"probe $t closed\"; fi ) &\n\
-         done\n\
-         wait\n\
-         printf 'GET /token.txt HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {internet} {INTERNET_PORT} | sed 's/^/fetched /'",
-        targets = targets.join(" "),
-        internet = internet.address,
-    );
+/// What one guest's task ended as: the task, its stdout and its events.
+struct Run {
+    task: serde_json::Value,
+    stdout: String,
+    events: String,
+}
+
+/// Runs `script` in a guest of `mode` to its end, which must be COMPLETED.
+fn run_guest(url: &str, repo: &std::path::Path, mode: &str, script: &str) -> Run {
     let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
-    let repo = git_repo(cluster.dir.path());
     let yaml = format!(
-        "version: \"1\"\nkind: Task\nmetadata:\n  name: kvm-outbound\nrepository:\n  url: {repo}\n  branch: main\n\
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: kvm-{mode}\nrepository:\n  url: {repo}\n  branch: main\n\
          agent:\n  prompt: probe\n  provider: script\n  script: |\n{indented}\
-         vm:\n  runtime: kvm\n  network_mode: outbound\n  memory: 512Mi\nlifecycle:\n  timeout: 240s\n",
+         vm:\n  runtime: kvm\n  network_mode: {mode}\n  memory: 512Mi\nlifecycle:\n  timeout: 240s\n",
         repo = repo.display(),
     );
-    let url = &cluster.urls()[0];
     let submitted = submit_yaml(url, &yaml);
     assert!(submitted.ok(), "submission refused: {submitted:?}");
     let id = submitted.body["task_submitted"]["task"]
         .as_u64()
         .expect("a task id");
-    let t = wait_task_state(url, id, &["COMPLETED", "FAILED"], VM_TASK_TIMEOUT);
-    let (_, stdout) =
-        http_text(&format!("{url}/api/v1/tasks/{id}/logs?stream=stdout")).expect("stdout");
-    let (_, events) =
-        http_text(&format!("{url}/api/v1/tasks/{id}/logs?stream=events")).expect("events");
-    assert_eq!(t["state"], "COMPLETED", "{t:#}\n{stdout}\n{events}");
+    let task = wait_task_state(url, id, &["COMPLETED", "FAILED"], VM_TASK_TIMEOUT);
+    let read = |stream: &str| {
+        http_text(&format!("{url}/api/v1/tasks/{id}/logs?stream={stream}"))
+            .expect(stream)
+            .1
+    };
+    let run = Run {
+        task,
+        stdout: read("stdout"),
+        events: read("events"),
+    };
+    assert_eq!(
+        run.task["state"], "COMPLETED",
+        "{:#}\n{}\n{}",
+        run.task, run.stdout, run.events
+    );
+    run
+}
 
+/// The guest's script lines that print `address A/30` and `probe TARGET open|closed` for
+/// each `host:port` of `targets` (`GATEWAY` is the guest's default route), in parallel.
+fn probes(targets: &[String]) -> String {
+    format!(
+        "gw=$(ip route | awk '/^default/ {{print $3}}')\n\
+         echo \"address $(ip -4 -o addr show dev eth0 | awk '{{print $4}}')\"\n\
+         for t in {}; do\n\
+           h=${{t%:*}}; [ \"$h\" = GATEWAY ] && h=$gw\n\
+           ( if nc -w 3 \"$h\" \"${{t##*:}}\" </dev/null >/dev/null 2>&1; then echo \"probe $t open\"; else echo \"probe $t closed\"; fi ) &\n\
+         done\n\
+         wait\n",
+        targets.join(" ")
+    )
+}
+
+/// The guest's address, from its `address` line: in the sandbox range.
+fn guest_address(stdout: &str) -> Ipv4Addr {
     let address: Ipv4Addr = stdout
         .lines()
         .find_map(|l| l.strip_prefix("address "))
@@ -184,32 +190,148 @@ fn an_outbound_guest_reaches_the_internet_and_nothing_of_the_host() {
         sandboxes.contains(&u32::from(address)),
         "{address} is not in 100.64.0.0/14"
     );
-    for target in &targets {
-        assert!(
-            stdout.contains(&format!("probe {target} closed")),
-            "the guest reached {target} of the host:\n{stdout}"
-        );
-    }
+    address
+}
+
+fn assert_probed(stdout: &str, target: &str, state: &str) {
     assert!(
         stdout
             .lines()
-            .any(|l| l == format!("fetched {}", internet.token)),
-        "the guest did not reach the internet:\n{stdout}\n{events}"
+            .any(|l| l == format!("probe {target} {state}")),
+        "{target} should be {state} from the guest:\n{stdout}"
     );
-    // The probe works: the host listener answers where the filter is not in the way.
-    assert!(
-        std::net::TcpStream::connect(("127.0.0.1", host_port)).is_ok(),
-        "the host listener does not listen"
-    );
+}
+
+/// Waits until the tap of the guest at `address` is gone (its task was destroyed).
+fn assert_tap_removed(address: Ipv4Addr) {
     let tap = tap_of(address);
     let gone = wait_until(Duration::from_secs(60), || {
         !std::path::Path::new("/sys/class/net").join(&tap).exists()
     });
     assert!(gone.is_ok(), "the guest's tap {tap} outlived its task");
+}
+
+/// An `outbound` guest fetches the internet's token through the worker's NAT and reaches no
+/// listener of the host; a `gateway` guest reaches the internet only through the worker's
+/// proxy (named in its `HTTPS_PROXY`, each connection an event), never directly, and no
+/// listener of the host either; `full` is refused naming the field.
+#[test]
+fn guests_reach_the_internet_by_their_mode_and_nothing_of_the_host() {
+    let internet = Internet::new();
+    // On every host address: reachable from the guest only if the filter let it be.
+    let host_listener = TcpListener::bind("0.0.0.0:0").expect("a host listener");
+    let host_port = host_listener.local_addr().expect("port").port();
+    let cluster = Cluster::start(1);
+    let kvm = WorkerProc::start_with(
+        cluster.dir.path(),
+        &unique_worker_id("w-kvm-net"),
+        cluster.urls(),
+        "kvm",
+        [
+            kvm_worker_args(1),
+            vec!["--gateway-allow".into(), format!("{}/32", internet.address)],
+        ]
+        .concat(),
+    );
+    let cluster_port = cluster.urls()[0]
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("the node's port");
+    let mut targets = Vec::new();
+    for host in ["GATEWAY".to_string(), internet.host.to_string()] {
+        for port in [host_port, cluster_port] {
+            targets.push(format!("{host}:{port}"));
+        }
+    }
+    let repo = git_repo(cluster.dir.path());
+    let url = &cluster.urls()[0];
+    let fetch = format!(
+        "printf 'GET /token.txt HTTP/1.0\\r\\n\\r\\n' | nc -w 10 {} {INTERNET_PORT} | sed 's/^/fetched /'\n",
+        internet.address
+    );
+
+    let outbound = run_guest(url, &repo, "outbound", &(probes(&targets) + &fetch));
+    let address = guest_address(&outbound.stdout);
+    for target in &targets {
+        assert_probed(&outbound.stdout, target, "closed");
+    }
+    assert!(
+        outbound
+            .stdout
+            .lines()
+            .any(|l| l == format!("fetched {}", internet.token)),
+        "the guest did not reach the internet:\n{}\n{}",
+        outbound.stdout,
+        outbound.events
+    );
+    assert_tap_removed(address);
+
+    // Through the proxy: CONNECT, then the request once the tunnel is up.
+    let via_proxy = format!(
+        "echo \"proxy $HTTPS_PROXY\"\n\
+         ( printf 'CONNECT {i}:{INTERNET_PORT} HTTP/1.1\\r\\nHost: {i}:{INTERNET_PORT}\\r\\n\\r\\n'; sleep 3; \
+         printf 'GET /token.txt HTTP/1.0\\r\\n\\r\\n'; sleep 5 ) | nc -w 10 $gw \"${{HTTPS_PROXY##*:}}\" | sed 's/^/via /'\n",
+        i = internet.address
+    );
+    let gateway = run_guest(
+        url,
+        &repo,
+        "gateway",
+        &(probes(&targets) + &fetch + &via_proxy),
+    );
+    let address = guest_address(&gateway.stdout);
+    for target in &targets {
+        assert_probed(&gateway.stdout, target, "closed");
+    }
+    let proxy = format!("http://{}:3128", tap_host_address(address));
+    assert!(
+        gateway
+            .stdout
+            .lines()
+            .any(|l| l == format!("proxy {proxy}")),
+        "the agent's proxy variable:\n{}",
+        gateway.stdout
+    );
+    assert!(
+        !gateway.stdout.contains("fetched"),
+        "a gateway guest reached the internet directly:\n{}",
+        gateway.stdout
+    );
+    assert!(
+        gateway
+            .stdout
+            .lines()
+            .any(|l| l == format!("via {}", internet.token)),
+        "the guest did not reach the internet through its proxy:\n{}\n{}",
+        gateway.stdout,
+        gateway.events
+    );
+    assert!(
+        gateway
+            .events
+            .lines()
+            .any(|l| l.contains(r#""event":"gateway""#)
+                && l.contains(r#""allowed":true"#)
+                && l.contains(&internet.address.to_string())),
+        "no gateway event for the connection:\n{}",
+        gateway.events
+    );
+    assert_tap_removed(address);
+    // The probes work: the host listener answers where the filter is not in the way.
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", host_port)).is_ok(),
+        "the host listener does not listen"
+    );
 
     // A mode the runtime does not offer fails naming the field, before any guest is made.
-    let gateway = yaml.replace("network_mode: outbound", "network_mode: gateway");
-    let refused = submit_yaml(url, &gateway);
+    let yaml = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: kvm-full\nrepository:\n  url: {}\n\
+         agent:\n  prompt: probe\n  provider: script\n  script: \"true\"\n\
+         vm:\n  runtime: kvm\n  network_mode: full\n",
+        repo.display()
+    );
+    let refused = submit_yaml(url, &yaml);
     if refused.ok() {
         let id = refused.body["task_submitted"]["task"]
             .as_u64()
@@ -225,4 +347,9 @@ fn an_outbound_guest_reaches_the_internet_and_nothing_of_the_host() {
     }
     drop(host_listener);
     drop(kvm);
+}
+
+/// The host end of the /30 the guest at `address` is in.
+fn tap_host_address(address: Ipv4Addr) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(address) - 1)
 }

@@ -973,15 +973,20 @@ pub fn kvm_worker(cluster: &Cluster, prefix: &str, capacity: u32) -> WorkerProc 
         &unique_worker_id(prefix),
         cluster.urls(),
         "kvm",
-        vec![
-            "--vm-domain-type".into(),
-            "qemu".into(),
-            "--capacity".into(),
-            capacity.to_string(),
-            "--heartbeat-interval-ms".into(),
-            "5000".into(),
-        ],
+        kvm_worker_args(capacity),
     )
+}
+
+/// The flags of `kvm_worker`.
+pub fn kvm_worker_args(capacity: u32) -> Vec<String> {
+    vec![
+        "--vm-domain-type".into(),
+        "qemu".into(),
+        "--capacity".into(),
+        capacity.to_string(),
+        "--heartbeat-interval-ms".into(),
+        "5000".into(),
+    ]
 }
 
 pub fn unique_worker_id(prefix: &str) -> String {

@@ -151,6 +151,16 @@ impl SandboxNetwork {
         Self::create_with(config, seed, None, true)
     }
 
+    /// `create_tap` for a `gateway` guest: nothing forwarded or masqueraded, only `port` on
+    /// the tap's host address reached (the worker's proxy).
+    pub fn create_tap_gateway(
+        config: &NetworkConfig,
+        seed: &str,
+        port: u16,
+    ) -> Result<SandboxNetwork, IsolationError> {
+        Self::create_with(config, seed, Some(port), true)
+    }
+
     /// Like `create`, for `gateway` mode: nothing is forwarded or masqueraded, and the
     /// sandbox may reach only `port` on its host end (the worker's proxy).
     pub fn create_gateway(

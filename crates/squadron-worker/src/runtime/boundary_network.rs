@@ -96,7 +96,7 @@ impl BoundaryNetwork {
             NetworkMode::Gateway => {
                 let net =
                     SandboxNetwork::create_gateway(config, seed, GATEWAY_PORT).map_err(network)?;
-                let text = format!("{}\n{GATEWAY_RECORD_WORD}\n", net.netns_name());
+                let text = Self::record_text(&net, true);
                 (net, text)
             }
         };
@@ -109,6 +109,16 @@ impl BoundaryNetwork {
             NetworkMode::Gateway => BoundaryNetwork::Gateway(net),
             _ => BoundaryNetwork::Own(net),
         })
+    }
+
+    /// What a network's record holds: its name, and for a `gateway` network the mode's word
+    /// (`recorded_gateway` reads it back).
+    pub(crate) fn record_text(net: &SandboxNetwork, gateway: bool) -> String {
+        if gateway {
+            format!("{}\n{GATEWAY_RECORD_WORD}\n", net.netns_name())
+        } else {
+            net.netns_name()
+        }
     }
 
     /// The gateway network `record` names, if the attempt has one: what a restarted worker

@@ -62,6 +62,7 @@ use self::guest_network::{GuestNetworks, NETWORK_RECORD_NAME};
 use self::hypervisor::{Found, Hypervisor, Lifecycle};
 use crate::error::WorkerError;
 use crate::runtime::agent_libraries::{self, AGENT_LIBRARY_DIR};
+use crate::runtime::gateway;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{sandbox_name, LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
@@ -145,6 +146,8 @@ pub(crate) struct KvmConfig {
     /// The `outbound` guests' tap networks (`guest_network`): the worker's egress policy,
     /// under a tag of this runtime's own.
     pub(crate) network: squadron_isolation::NetworkConfig,
+    /// What `gateway` guests may reach through the worker's proxy (`--gateway-allow`).
+    pub(crate) gateway: Option<std::sync::Arc<crate::runtime::gateway::Destinations>>,
 }
 
 /// The files of this worker's runtime under `state_dir`.
@@ -230,8 +233,9 @@ impl KvmRuntime {
         };
         let (c, f, v) = (config.clone(), files.clone(), virtiofsd.clone());
         blocking(move || lay_out(&c, &f, &binary, &v)).await?;
-        let (network, domains) = (config.network.clone(), files.root.join("domains"));
-        let networks = blocking(move || Ok(GuestNetworks::new(network, &domains))).await?;
+        let (network, gateway) = (config.network.clone(), config.gateway.clone());
+        let domains = files.root.join("domains");
+        let networks = blocking(move || Ok(GuestNetworks::new(network, gateway, &domains))).await?;
         let mut runtime = KvmRuntime {
             config,
             hypervisor,
@@ -402,6 +406,27 @@ impl KvmRuntime {
         })
     }
 
+    /// Writes the agent's start script (with the proxy variables of a `gateway` guest, whose
+    /// proxy is served from now on) and defines the domain.
+    async fn define(
+        &self,
+        spec: &LaunchSpec,
+        name: &str,
+        agent_dir: &Path,
+        nic: Option<GuestNic>,
+    ) -> Result<(), WorkerError> {
+        let mut launch = spec.clone();
+        if let Some((proxy, guest)) = nic.as_ref().and_then(|n| Some((n.proxy?, n.address))) {
+            gateway::proxy_env(proxy, &mut launch.env);
+            self.networks
+                .serve_gateway(name, proxy, guest, &spec.dir)
+                .await?;
+        }
+        sandbox_agent::write_start_script(agent_dir, &launch, self.sandbox_owner(spec)?)?;
+        let xml = self.domain_spec(spec, name, nic)?.to_xml()?;
+        self.on_domain(name, move |h, _| h.define(&xml)).await
+    }
+
     /// The outbox and run directory become the sandbox user's, the inbox is shared with it,
     /// as for a hardened container of a root worker: the guest writes as uid 65534 through
     /// virtiofs, which keeps guest ids.
@@ -561,7 +586,6 @@ impl Runtime for KvmRuntime {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(WorkerError::io("remove a stale exit code", &agent_dir, e)),
         }
-        sandbox_agent::write_start_script(&agent_dir, spec, self.sandbox_owner(spec)?)?;
         let name = sandbox_name(&spec.dir, spec.attempt);
         let domain_dir = self.files.domain_dir(&name);
         create_dir(&domain_dir, 0o755)?;
@@ -569,11 +593,8 @@ impl Runtime for KvmRuntime {
         // A tap an earlier life made for this attempt, before its domain was defined.
         self.networks.tear_down(&record)?;
         let nic = self.networks.prepare(spec.network, &name, &record)?;
-        let defined = match self.domain_spec(spec, &name, nic)?.to_xml() {
-            Ok(xml) => self.on_domain(&name, move |h, _| h.define(&xml)).await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = defined {
+        if let Err(e) = self.define(spec, &name, &agent_dir, nic).await {
+            self.networks.stop_gateway(&name).await;
             if let Err(t) = self.networks.tear_down(&record) {
                 tracing::warn!(domain = %name, error = %t, "cannot remove the guest's network");
             }
@@ -675,6 +696,7 @@ impl Runtime for KvmRuntime {
                 steps.push("powered off; undefined with its NVRAM".to_string());
             }
         }
+        self.networks.stop_gateway(name).await;
         let record = dir.join(NETWORK_RECORD_NAME);
         if record.exists() {
             self.networks.tear_down(&record)?;
@@ -727,6 +749,10 @@ impl Runtime for KvmRuntime {
                      {attempt}; remove it by hand (virsh undefine {name})"
                 ),
             ));
+        }
+        if found.lifecycle == Lifecycle::Running {
+            let record = self.files.domain_dir(&name).join(NETWORK_RECORD_NAME);
+            self.networks.serve_adopted(&name, &record, dir).await?;
         }
         tracing::info!(domain = %name, %task, attempt, "adopted domain");
         Ok(Some(SandboxHandle {

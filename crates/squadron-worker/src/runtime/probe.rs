@@ -113,6 +113,9 @@ async fn kvm(config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
     let mut network = squadron_isolation::NetworkConfig::new(&format!("{}/kvm", config.id));
     network.deny = config.egress_deny_networks().map_err(|e| e.to_string())?;
     network.allow = config.egress_allow_networks().map_err(|e| e.to_string())?;
+    let gateway = config
+        .gateway_destinations(&network)
+        .map_err(|e| e.to_string())?;
     let kvm = KvmConfig {
         uri: config.vm.uri.clone(),
         image_dir,
@@ -130,6 +133,7 @@ async fn kvm(config: &WorkerConfig) -> Result<Arc<dyn Runtime>, String> {
             .parse()
             .map_err(|e| format!("vm_domain_type: {e}"))?,
         network,
+        gateway,
     };
     let runtime = KvmRuntime::connect(kvm).await.map_err(|e| e.to_string())?;
     tracing::info!(

@@ -68,6 +68,8 @@ pub(crate) struct GuestNic {
     pub(crate) gateway: Ipv4Addr,
     /// Name servers the guest may use (the host's, where the filter lets them be reached).
     pub(crate) dns: Vec<Ipv4Addr>,
+    /// `gateway`: the worker's proxy on the tap's host address, the guest's only way out.
+    pub(crate) proxy: Option<std::net::SocketAddrV4>,
 }
 
 /// The kernel argument that keeps a guest up after its agent exits (`vm-init` reads it).

@@ -1,17 +1,22 @@
 //! The networks of this runtime's guests: `isolated` is no NIC at all; `outbound` is one
 //! virtio NIC on a tap the worker makes, addresses and filters exactly as a process sandbox's
 //! host end (`SandboxNetwork::create_tap`: the same /30 of 100.64.0.0/14, the same egress
-//! filter, deny and allow lists, NAT through the host). The tap's name is recorded in the
-//! domain's directory, so `destroy` (also after a restart) removes it; the worker's sweep at
-//! start skips a tap a running guest holds open, which a restarted worker adopts.
+//! filter, deny and allow lists, NAT through the host); `gateway` is the same tap forwarding
+//! nothing, whose one way out is the worker's HTTP CONNECT proxy on its host address (served
+//! per guest, again for a guest a restarted worker adopts), named in the agent's proxy
+//! variables. The tap's name is recorded in the domain's directory, so `destroy` (also after
+//! a restart) removes it; the worker's sweep at start keeps the taps those records name or a
+//! running guest holds open.
 //!
 //! The tables and namespaces are tagged with the worker's id and `/kvm`, apart from the
 //! process runtime's and the agent profiles' of the same worker, whose sweeps would otherwise
 //! take a running guest's tap for a leftover.
 
+use std::collections::HashMap;
 use std::io::Read;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
+use std::sync::Arc;
 
 use squadron_core::manifest::NetworkMode;
 use squadron_isolation::{NetworkConfig, SandboxNetwork};
@@ -19,7 +24,9 @@ use squadron_isolation::{NetworkConfig, SandboxNetwork};
 use super::domain_xml::GuestNic;
 use crate::error::WorkerError;
 use crate::runtime::boundary_network::BoundaryNetwork;
+use crate::runtime::gateway::{Destinations, GatewayProxy, GATEWAY_PORT};
 use crate::support::write_atomic;
+use crate::task::task_dir::TaskDir;
 
 /// Name servers passed to a guest at most (what a resolver reads, `resolv.conf`'s MAXNS).
 const GUEST_DNS_SERVERS_MAX: usize = 3;
@@ -38,12 +45,20 @@ pub(crate) struct GuestNetworks {
     /// The tap networks' programs and policy, or why there are none on this host.
     config: Result<NetworkConfig, String>,
     dns: Vec<Ipv4Addr>,
+    /// What `gateway` guests may reach (`--gateway-allow`); none, no `gateway`.
+    gateway: Option<Arc<Destinations>>,
+    /// The proxy of each running `gateway` guest, by domain name.
+    proxies: Arc<tokio::sync::Mutex<HashMap<String, GatewayProxy>>>,
 }
 
 impl GuestNetworks {
     /// Checks the host for tap networks and sweeps what a previous life of the worker left,
     /// but for the networks the records in `domains` (the domains' directories) name.
-    pub(crate) fn new(config: NetworkConfig, domains: &Path) -> GuestNetworks {
+    pub(crate) fn new(
+        config: NetworkConfig,
+        gateway: Option<Arc<Destinations>>,
+        domains: &Path,
+    ) -> GuestNetworks {
         let config = match config.probe() {
             Ok(()) => {
                 match SandboxNetwork::sweep_keeping(&config, &recorded_names(domains)) {
@@ -63,21 +78,29 @@ impl GuestNetworks {
         let dns = std::fs::read("/etc/resolv.conf")
             .map(|bytes| guest_name_servers(&bytes[..bytes.len().min(RESOLV_CONF_BYTES_MAX)]))
             .unwrap_or_default();
-        GuestNetworks { config, dns }
+        GuestNetworks {
+            config,
+            dns,
+            gateway,
+            proxies: Arc::default(),
+        }
     }
 
-    /// `isolated` always; `outbound` where the host makes tap networks; the other modes
-    /// are refused naming the field.
+    /// `isolated` always; `outbound` where the host makes tap networks, `gateway` where it
+    /// does and the worker has an allow list; `full` never; a refusal names the field.
     pub(crate) fn check(&self, mode: NetworkMode) -> Result<(), WorkerError> {
         let refusal = match (mode, &self.config) {
             (NetworkMode::Isolated, _) | (NetworkMode::Outbound, Ok(_)) => return Ok(()),
-            (NetworkMode::Outbound, Err(why)) => {
-                format!("outbound needs sandbox networks, which this host cannot make: {why}")
+            (NetworkMode::Gateway, Ok(_)) if self.gateway.is_some() => return Ok(()),
+            (NetworkMode::Gateway, Ok(_)) => "gateway needs the worker's allow list of \
+                 destinations (--gateway-allow), and this worker has none"
+                .to_owned(),
+            (NetworkMode::Outbound | NetworkMode::Gateway, Err(why)) => {
+                format!("{mode} needs sandbox networks, which this host cannot make: {why}")
             }
-            (other, _) => format!(
-                "the KVM runtime offers `isolated` and `outbound`; `{other}` needs the \
-                 process or Docker runtime"
-            ),
+            (NetworkMode::Full, _) => "the KVM runtime offers `isolated`, `outbound` and \
+                 `gateway`; `full` (the host's network) needs the process or Docker runtime"
+                .to_owned(),
         };
         Err(WorkerError::Invalid {
             field: "network_mode".to_owned(),
@@ -97,22 +120,98 @@ impl GuestNetworks {
         let Ok(config) = &self.config else {
             return Ok(None);
         };
-        if mode != NetworkMode::Outbound {
-            return Ok(None);
-        }
-        let net = SandboxNetwork::create_tap(config, seed)
-            .map_err(|e| WorkerError::runtime("guest network", e.to_string()))?;
-        if let Err(e) = write_atomic(record, net.netns_name().as_bytes()) {
+        let gateway = match mode {
+            NetworkMode::Outbound => false,
+            NetworkMode::Gateway => true,
+            NetworkMode::Isolated | NetworkMode::Full => return Ok(None),
+        };
+        let made = if gateway {
+            SandboxNetwork::create_tap_gateway(config, seed, GATEWAY_PORT)
+        } else {
+            SandboxNetwork::create_tap(config, seed)
+        };
+        let net = made.map_err(|e| WorkerError::runtime("guest network", e.to_string()))?;
+        let text = BoundaryNetwork::record_text(&net, gateway);
+        if let Err(e) = write_atomic(record, text.as_bytes()) {
             let _ = net.destroy();
             return Err(e);
         }
-        tracing::debug!(tap = %net.host_interface(), address = %net.sandbox_address(), "guest network ready");
+        tracing::debug!(tap = %net.host_interface(), address = %net.sandbox_address(), ?mode, "guest network ready");
         Ok(Some(GuestNic {
             tap: net.host_interface(),
             address: net.sandbox_address(),
             gateway: net.host_address(),
-            dns: self.dns.clone(),
+            // Behind the proxy the guest resolves nothing itself.
+            dns: if gateway {
+                Vec::new()
+            } else {
+                self.dns.clone()
+            },
+            proxy: gateway.then(|| SocketAddrV4::new(net.host_address(), GATEWAY_PORT)),
         }))
+    }
+
+    /// Serves `domain`'s proxy at `proxy` for connections from `guest` (events to the task's
+    /// `events.jsonl`), replacing one this life served before.
+    pub(crate) async fn serve_gateway(
+        &self,
+        domain: &str,
+        proxy: SocketAddrV4,
+        guest: Ipv4Addr,
+        dir: &TaskDir,
+    ) -> Result<(), WorkerError> {
+        let mut proxies = self.proxies.lock().await;
+        // An earlier proxy of this domain holds the address: dropped (stopped) first.
+        proxies.remove(domain);
+        self.start_proxy(&mut proxies, domain, proxy, guest, dir)
+            .await
+    }
+
+    async fn start_proxy(
+        &self,
+        proxies: &mut HashMap<String, GatewayProxy>,
+        domain: &str,
+        proxy: SocketAddrV4,
+        guest: Ipv4Addr,
+        dir: &TaskDir,
+    ) -> Result<(), WorkerError> {
+        let destinations = self.gateway.clone().ok_or_else(|| {
+            WorkerError::runtime("guest network", "gateway guest without an allow list")
+        })?;
+        let served = GatewayProxy::start(proxy.into(), destinations).await?;
+        served.admit(guest, dir.clone());
+        proxies.insert(domain.to_owned(), served);
+        Ok(())
+    }
+
+    /// A guest adopted after a restart whose `record` names a `gateway` network gets its
+    /// proxy again (the last life's went with it); one this life serves is kept (the driver
+    /// adopts a running guest more than once).
+    pub(crate) async fn serve_adopted(
+        &self,
+        domain: &str,
+        record: &Path,
+        dir: &TaskDir,
+    ) -> Result<(), WorkerError> {
+        let Ok(config) = &self.config else {
+            return Ok(());
+        };
+        let mut proxies = self.proxies.lock().await;
+        if proxies.contains_key(domain) {
+            return Ok(());
+        }
+        if let Some(net) = BoundaryNetwork::recorded_gateway(config, record)? {
+            let proxy = SocketAddrV4::new(net.host_address(), GATEWAY_PORT);
+            self.start_proxy(&mut proxies, domain, proxy, net.sandbox_address(), dir)
+                .await?;
+            tracing::info!(domain, "gateway proxy served again for an adopted guest");
+        }
+        Ok(())
+    }
+
+    /// Stops `domain`'s proxy, if it has one.
+    pub(crate) async fn stop_gateway(&self, domain: &str) {
+        self.proxies.lock().await.remove(domain);
     }
 
     /// Removes the tap `record` names and the record; nothing when there is none.
@@ -198,26 +297,42 @@ mod tests {
     }
 
     #[test]
-    fn only_isolated_and_outbound_are_offered_naming_the_field() {
+    fn each_mode_is_offered_where_the_worker_can_and_refused_naming_the_field() {
         let networks = GuestNetworks {
             config: Ok(NetworkConfig::new("w1")),
             dns: Vec::new(),
+            gateway: None,
+            proxies: Arc::default(),
         };
         networks.check(NetworkMode::Isolated).unwrap();
         networks.check(NetworkMode::Outbound).unwrap();
-        for mode in [NetworkMode::Gateway, NetworkMode::Full] {
-            let e = networks.check(mode).unwrap_err().to_string();
-            assert!(e.contains("network_mode") && e.contains("isolated"), "{e}");
-        }
-        let without = GuestNetworks {
-            config: Err("/usr/sbin/nft not found".into()),
-            dns: Vec::new(),
-        };
-        without.check(NetworkMode::Isolated).unwrap();
-        let e = without
-            .check(NetworkMode::Outbound)
+        let e = networks.check(NetworkMode::Full).unwrap_err().to_string();
+        assert!(e.contains("network_mode") && e.contains("isolated"), "{e}");
+        let e = networks
+            .check(NetworkMode::Gateway)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("network_mode") && e.contains("nft"), "{e}");
+        assert!(
+            e.contains("network_mode") && e.contains("--gateway-allow"),
+            "{e}"
+        );
+        let with_allow_list = GuestNetworks {
+            gateway: Some(Arc::new(Destinations {
+                allow: crate::runtime::gateway::AllowList::parse(&["198.51.100.0/24".to_owned()])
+                    .unwrap(),
+                deny: Vec::new(),
+            })),
+            ..networks.clone()
+        };
+        with_allow_list.check(NetworkMode::Gateway).unwrap();
+        let without = GuestNetworks {
+            config: Err("/usr/sbin/nft not found".into()),
+            ..with_allow_list
+        };
+        without.check(NetworkMode::Isolated).unwrap();
+        for mode in [NetworkMode::Outbound, NetworkMode::Gateway] {
+            let e = without.check(mode).unwrap_err().to_string();
+            assert!(e.contains("network_mode") && e.contains("nft"), "{e}");
+        }
     }
 }

@@ -93,6 +93,7 @@ fn an_outbound_guest_gets_the_worker_s_tap_and_its_address_on_the_cmdline() {
         address: "100.64.40.46".parse().unwrap(),
         gateway: "100.64.40.45".parse().unwrap(),
         dns: vec!["198.51.100.53".parse().unwrap()],
+        proxy: None,
     });
     let xml = s.to_xml().unwrap();
     assert!(
