@@ -514,46 +514,74 @@ async fn network_modes_map_to_none_bridge_and_host() {
     }
 }
 
+/// Each of `targets` probed `want` (`open` or `closed`) in `results`.
+fn assert_probed<'a>(
+    results: &BTreeMap<String, String>,
+    targets: impl IntoIterator<Item = &'a String>,
+    want: &str,
+) {
+    for target in targets {
+        assert_eq!(
+            results.get(target).map(String::as_str),
+            Some(want),
+            "{target}: {results:?}"
+        );
+    }
+}
+
 /// On the managed network an `outbound` container reaches a listener in a test-made
 /// "internet" namespace, and neither the host (any address, the bridge's gateway) nor the
 /// metadata-style address.
 #[tokio::test]
 async fn outbound_containers_reach_only_the_internet_never_the_host_or_metadata() {
-    let (blocked, allowed, results) = probe_from_a_container(NetworkMode::Outbound).await;
-    for target in &blocked {
-        assert_eq!(
-            results.get(target).map(String::as_str),
-            Some("closed"),
-            "{target}: {results:?}"
-        );
-    }
-    assert_eq!(
-        results.get(&allowed).map(String::as_str),
-        Some("open"),
-        "{results:?}"
-    );
+    let (blocked, allowed, results) = probe_from_a_container(NetworkMode::Outbound, None).await;
+    assert_probed(&results, &blocked, "closed");
+    assert_probed(&results, [&allowed], "open");
 }
 
 /// An `isolated` container reaches nothing: not the host (any address, the managed bridge's
 /// gateway), not the metadata address, not the internet an `outbound` one reaches.
 #[tokio::test]
 async fn isolated_containers_reach_nothing() {
-    let (blocked, allowed, results) = probe_from_a_container(NetworkMode::Isolated).await;
-    for target in blocked.iter().chain([&allowed]) {
-        assert_eq!(
-            results.get(target).map(String::as_str),
-            Some("closed"),
-            "{target}: {results:?}"
-        );
-    }
+    let (blocked, allowed, results) = probe_from_a_container(NetworkMode::Isolated, None).await;
+    assert_probed(&results, blocked.iter().chain([&allowed]), "closed");
 }
 
-/// Runs connection probes from a container of `mode`: the host's listeners (every address,
-/// the managed bridge's gateway) and the metadata address, which no sandbox may reach, and a
-/// listener in a test-made internet. Returns those, the internet's target and each
-/// `target → open|closed`.
+/// With the worker's allow list (`--egress-allow`) an `outbound` container reaches what the
+/// list names and nothing else: the internet's listener when the list names its address, not
+/// when it names another network; the host and the metadata address never, listed or not.
+#[tokio::test]
+async fn outbound_containers_reach_only_what_the_allow_list_names() {
+    use crate::runtime::test_internet::host_addresses;
+    // Each runtime its own worker tag, so its own managed bridge and filter table.
+    let with = |worker: &str, allow: Vec<String>| {
+        let mut config = DockerConfig::new(WorkerId::new(worker).unwrap());
+        let mut allow: Vec<ipnet::Ipv4Net> = allow.iter().map(|a| a.parse().unwrap()).collect();
+        // Listing the host itself lets nothing of it through: the deny list comes first.
+        allow.extend(host_addresses().into_iter().map(ipnet::Ipv4Net::from));
+        config.network.allow = Some(allow);
+        config
+    };
+    let elsewhere = with("test-allow-elsewhere", vec!["192.0.2.0/24".into()]);
+    let (blocked, allowed, results) =
+        probe_from_a_container(NetworkMode::Outbound, Some(elsewhere)).await;
+    assert_probed(&results, blocked.iter().chain([&allowed]), "closed");
+    // Every test internet this process makes has the same address (its pid's).
+    let internet_address = allowed.rsplit_once(':').unwrap().0.to_owned();
+    let listed = with("test-allow-listed", vec![format!("{internet_address}/32")]);
+    let (blocked, allowed, results) =
+        probe_from_a_container(NetworkMode::Outbound, Some(listed)).await;
+    assert_probed(&results, &blocked, "closed");
+    assert_probed(&results, [&allowed], "open");
+}
+
+/// Runs connection probes from a container of `mode` (on a runtime of `config`, else the
+/// tests' shared one): the host's listeners (every address, the managed bridge's gateway) and
+/// the metadata address, which no sandbox may reach, and a listener in a test-made internet.
+/// Returns those, the internet's target and each `target → open|closed`.
 async fn probe_from_a_container(
     mode: NetworkMode,
+    config: Option<DockerConfig>,
 ) -> (Vec<String>, String, BTreeMap<String, String>) {
     use crate::runtime::test_internet::{
         host_addresses, TestInternet, INTERNET_PORT, METADATA_ADDRESS,
@@ -561,7 +589,12 @@ async fn probe_from_a_container(
     let internet = TestInternet::new();
     let everywhere = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = everywhere.local_addr().unwrap().port();
-    let case = Case::new("").await;
+    let mut case = Case::new("").await;
+    if let Some(config) = config {
+        case.runtime = DockerRuntime::connect(config)
+            .await
+            .expect("a runtime of its own");
+    }
     let managed = case
         .runtime
         .docker
