@@ -2,8 +2,8 @@
 //! NIC), against real libvirt guests under software emulation and a namespace this test made
 //! (the "internet"): an `outbound` guest fetches the internet's token through the worker's
 //! NAT; a `gateway` guest only through the worker's proxy; neither reaches a listener on
-//! every host address or the cluster's port, at the worker's end of its link or at the host's
-//! end of the internet's; each guest's address is in the sandbox range and its tap is gone
+//! every host address, at the worker's end of its link or at the host's end of the
+//! internet's; each guest's address is in the sandbox range and its tap is gone
 //! once its task is destroyed; `full` is refused naming the field.
 //!
 //! A file of its own, so its guests boot with nothing else on the machine (the end-to-end
@@ -202,13 +202,24 @@ fn assert_probed(stdout: &str, target: &str, state: &str) {
     );
 }
 
-/// Waits until the tap of the guest at `address` is gone (its task was destroyed).
-fn assert_tap_removed(address: Ipv4Addr) {
+/// Waits until the tap of the guest at `address` is gone (its task was destroyed), and
+/// checks its filter table (`sq_{owner}_{slot}`) went with it.
+fn assert_network_removed(address: Ipv4Addr, owner: &str) {
     let tap = tap_of(address);
     let gone = wait_until(Duration::from_secs(60), || {
         !std::path::Path::new("/sys/class/net").join(&tap).exists()
     });
     assert!(gone.is_ok(), "the guest's tap {tap} outlived its task");
+    let table = format!("sq_{owner}_{}", &tap[3..]);
+    let tables = Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft");
+    let tables = String::from_utf8_lossy(&tables.stdout);
+    assert!(
+        !tables.contains(&table),
+        "the guest's table {table} outlived its task:\n{tables}"
+    );
 }
 
 /// An `outbound` guest fetches the internet's token through the worker's NAT and reaches no
@@ -222,9 +233,11 @@ fn guests_reach_the_internet_by_their_mode_and_nothing_of_the_host() {
     let host_listener = TcpListener::bind("0.0.0.0:0").expect("a host listener");
     let host_port = host_listener.local_addr().expect("port").port();
     let cluster = Cluster::start(1);
+    let worker = unique_worker_id("w-kvm-net");
+    let owner = squadron_isolation::sandbox_network::owner_tag(&format!("{worker}/kvm"));
     let kvm = WorkerProc::start_with(
         cluster.dir.path(),
-        &unique_worker_id("w-kvm-net"),
+        &worker,
         cluster.urls(),
         "kvm",
         [
@@ -233,17 +246,12 @@ fn guests_reach_the_internet_by_their_mode_and_nothing_of_the_host() {
         ]
         .concat(),
     );
-    let cluster_port = cluster.urls()[0]
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse::<u16>().ok())
-        .expect("the node's port");
-    let mut targets = Vec::new();
-    for host in ["GATEWAY".to_string(), internet.host.to_string()] {
-        for port in [host_port, cluster_port] {
-            targets.push(format!("{host}:{port}"));
-        }
-    }
+    // The cluster's own ports listen on loopback only (the guest's loopback is its own):
+    // the listener on every host address is the one a missing filter would expose.
+    let targets: Vec<String> = ["GATEWAY".to_string(), internet.host.to_string()]
+        .iter()
+        .map(|host| format!("{host}:{host_port}"))
+        .collect();
     let repo = git_repo(cluster.dir.path());
     let url = &cluster.urls()[0];
     let fetch = format!(
@@ -265,7 +273,7 @@ fn guests_reach_the_internet_by_their_mode_and_nothing_of_the_host() {
         outbound.stdout,
         outbound.events
     );
-    assert_tap_removed(address);
+    assert_network_removed(address, &owner);
 
     // Through the proxy: CONNECT, then the request once the tunnel is up.
     let via_proxy = format!(
@@ -317,7 +325,7 @@ fn guests_reach_the_internet_by_their_mode_and_nothing_of_the_host() {
         "no gateway event for the connection:\n{}",
         gateway.events
     );
-    assert_tap_removed(address);
+    assert_network_removed(address, &owner);
     // The probes work: the host listener answers where the filter is not in the way.
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", host_port)).is_ok(),

@@ -884,6 +884,9 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
     // With the subtree gone no process is in the worker's namespaces: the sweep takes all.
     let network = squadron_isolation::NetworkConfig::new(id);
     let _ = squadron_isolation::SandboxNetwork::sweep(&network);
+    // The KVM runtime's guest networks carry a tag of their own; its domains are gone.
+    let guests = squadron_isolation::NetworkConfig::new(&format!("{id}/kvm"));
+    let _ = squadron_isolation::SandboxNetwork::sweep(&guests);
     // The Docker runtime's managed network and its filter live as long as the worker's id.
     let _ = Command::new("docker")
         .args(["network", "rm", &format!("squadron-{}", network.owner)])

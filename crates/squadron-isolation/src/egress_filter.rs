@@ -2,6 +2,11 @@
 //! owns, shared by the process runtime's own namespaces (`sandbox_network`) and the Docker
 //! runtime's managed bridge.
 //!
+//! On an interface of one sandbox (`source`), anything it sends from another address, and
+//! any IPv6, is dropped before any other rule: a VM's kernel writes whatever frames its root
+//! likes, and a spoofed source would otherwise be masqueraded as another sandbox, leave
+//! un-NATed, or pass the host's conntrack as a reply.
+//!
 //! Everything arriving from the interface for the host itself (any of its addresses,
 //! loopback, every control-plane and worker port) is dropped, except replies to connections
 //! the host opened; forwarded traffic from it to the always-denied ranges, to any sandbox
@@ -48,6 +53,10 @@ pub struct EgressFilter {
     /// The policy's allow list: a new connection to anything outside it is dropped (after
     /// the deny list, which wins); `None` or empty: every destination not denied.
     pub allow: Option<Vec<Ipv4Net>>,
+    /// The only source the interface may send from (a sandbox's own address); `None` on a
+    /// bridge of many (Docker's, where the engine assigns and its containers hold no
+    /// `NET_RAW`).
+    pub source: Option<Ipv4Net>,
 }
 
 impl EgressFilter {
@@ -88,6 +97,12 @@ impl EgressFilter {
                 ),
             ),
         };
+        let spoofed = self.source.map_or(String::new(), |source| {
+            format!(
+                "\t\tiifname \"{dev}\" meta nfproto ipv6 drop\n\
+                 \t\tiifname \"{dev}\" ip saddr != {source} drop\n"
+            )
+        });
         let allowed_set = self.allowed_only().map_or(String::new(), |allowed| {
             let elements: Vec<String> = allowed.iter().map(ToString::to_string).collect();
             format!(
@@ -102,11 +117,13 @@ impl EgressFilter {
              \tset denied {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {denied} }} }}\n\
              {allowed_set}\
              \tchain input {{ type filter hook input priority filter - 10; policy accept;\n\
+             {spoofed}\
              \t\tiifname \"{dev}\" ct state established,related accept\n\
              {proxy}\
              \t\tiifname \"{dev}\" drop\n\
              \t}}\n\
              \tchain forward {{ type filter hook forward priority filter - 10; policy accept;\n\
+             {spoofed}\
              {forwarded}\
              \t\toifname \"{dev}\" ct state established,related accept\n\
              \t\toifname \"{dev}\" drop\n\
@@ -150,6 +167,7 @@ mod tests {
             masquerade: Some(Ipv4Addr::new(100, 64, 0, 10)),
             gateway: None,
             allow: None,
+            source: None,
         };
         let rules = filter.ruleset();
         for want in [
@@ -196,6 +214,7 @@ mod tests {
                 "198.51.100.0/24".parse().unwrap(),
                 "192.0.2.7/32".parse().unwrap(),
             ]),
+            source: None,
         };
         let rules = filter.ruleset();
         assert!(
@@ -219,6 +238,7 @@ mod tests {
             masquerade: None,
             gateway: Some(SocketAddrV4::new(Ipv4Addr::new(100, 64, 0, 13), 3128)),
             allow: Some(vec!["203.0.113.0/24".parse().unwrap()]),
+            source: None,
         };
         let rules = filter.ruleset();
         let input = rules.split("chain forward").next().unwrap();
@@ -235,5 +255,50 @@ mod tests {
         assert!(!forward.contains("@denied"), "{rules}");
         assert!(!forward.contains("@allowed"), "{rules}");
         assert!(!rules.contains("masquerade"), "{rules}");
+    }
+
+    #[test]
+    fn a_sandbox_s_own_interface_drops_every_other_source_before_any_accept() {
+        let filter = EgressFilter {
+            table: "sq_w_0005".into(),
+            interface: "sqh0005".into(),
+            deny: Vec::new(),
+            masquerade: Some(Ipv4Addr::new(100, 64, 0, 22)),
+            gateway: None,
+            allow: None,
+            source: Some("100.64.0.22/32".parse().unwrap()),
+        };
+        let gateway = EgressFilter {
+            masquerade: None,
+            gateway: Some(SocketAddrV4::new(Ipv4Addr::new(100, 64, 0, 21), 3128)),
+            ..filter.clone()
+        };
+        for rules in [filter.ruleset(), gateway.ruleset()] {
+            for chain in ["chain input", "chain forward"] {
+                let body = rules.split(chain).nth(1).unwrap();
+                // The rules, after the chain's own line (its policy says accept).
+                let body = &body[body.find('\n').unwrap()..body.find('}').unwrap()];
+                let spoofed = body
+                    .find("iifname \"sqh0005\" ip saddr != 100.64.0.22/32 drop")
+                    .expect(&rules);
+                let ipv6 = body
+                    .find("iifname \"sqh0005\" meta nfproto ipv6 drop")
+                    .expect(&rules);
+                let first_accept = body.find("accept").unwrap_or(body.len());
+                assert!(
+                    spoofed < first_accept && ipv6 < first_accept,
+                    "{chain}: the source check comes first:\n{rules}"
+                );
+            }
+        }
+        let bridge = EgressFilter {
+            source: None,
+            ..filter
+        };
+        assert!(
+            !bridge.ruleset().contains("saddr !="),
+            "{}",
+            bridge.ruleset()
+        );
     }
 }

@@ -299,11 +299,13 @@ impl SandboxNetwork {
         if let Err(e) = EgressFilter::remove(&self.config.nft, &self.table()) {
             problems.push(e.to_string());
         }
-        let _ = run(
-            &self.config.ip,
-            &["link", "del", &self.host_interface()],
-            None,
-        );
+        if self.host_end_is_mine() {
+            let _ = run(
+                &self.config.ip,
+                &["link", "del", &self.host_interface()],
+                None,
+            );
+        }
         if self.netns_path().exists() {
             if let Err(e) = run(&self.config.ip, &["netns", "del", &self.netns_name()], None) {
                 problems.push(e.to_string());
@@ -346,6 +348,13 @@ impl SandboxNetwork {
                 {
                     slots.insert(net.slot);
                 }
+            }
+        }
+        // A tap has no namespace: its alias names it (`tag_host_end`).
+        let links = run(&config.ip, &["-o", "link", "show"], None)?;
+        for word in links.split_whitespace() {
+            if let Some(net) = SandboxNetwork::from_name(config, word) {
+                slots.insert(net.slot);
             }
         }
         let table_prefix = format!("sq_{}_", config.owner);
@@ -410,11 +419,41 @@ impl SandboxNetwork {
             &["tuntap", "add", "dev", &dev, "mode", "tap"],
             None,
         ) {
-            Ok(_) => Ok(true),
+            Ok(_) => {}
             Err(e) if e.to_string().contains("busy") || e.to_string().contains("exists") => {
-                Ok(false)
+                return Ok(false)
             }
-            Err(e) => Err(e),
+            Err(e) => return Err(e),
+        }
+        // Tagged at once: the sweep finds a tap by it, and never removes another's.
+        if let Err(e) = self.tag_host_end() {
+            let _ = run(&self.config.ip, &["link", "del", &dev], None);
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Names the owner on the host end (its alias, the namespace name).
+    fn tag_host_end(&self) -> Result<(), IsolationError> {
+        let dev = self.host_interface();
+        let name = self.netns_name();
+        run(
+            &self.config.ip,
+            &["link", "set", "dev", &dev, "alias", &name],
+            None,
+        )
+        .map(|_| ())
+    }
+
+    /// Whether the host end is this network's to remove: tagged with its name, or an
+    /// untagged veth (made before tags; its namespace is this network's, which the sweep
+    /// checked). An untagged tap belongs to whoever made it.
+    fn host_end_is_mine(&self) -> bool {
+        let dir = Path::new("/sys/class/net").join(self.host_interface());
+        match fs::read_to_string(dir.join("ifalias")) {
+            Ok(alias) if !alias.trim().is_empty() => alias.trim() == self.netns_name(),
+            Ok(_) => !dir.join("tun_flags").exists(),
+            Err(_) => false,
         }
     }
 
@@ -443,8 +482,8 @@ impl SandboxNetwork {
             ],
             None,
         );
-        match link {
-            Ok(_) => Ok(true),
+        match link.and_then(|_| self.tag_host_end()) {
+            Ok(()) => Ok(true),
             Err(e) if e.to_string().contains("File exists") => {
                 // Another worker on this host holds the slot.
                 let _ = run(&self.config.ip, &["netns", "del", &self.netns_name()], None);
@@ -499,6 +538,7 @@ impl SandboxNetwork {
             masquerade: gateway.is_none().then(|| self.sandbox_address()),
             gateway,
             allow: self.config.allow.clone(),
+            source: Some(Ipv4Net::from(self.sandbox_address())),
         }
     }
 

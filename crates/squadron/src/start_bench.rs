@@ -28,6 +28,8 @@ pub struct StartBenchOptions {
     pub tasks: usize,
     pub repository: String,
     pub branch: String,
+    /// Every task's `network_mode`; `None`: see `manifest`.
+    pub network_mode: Option<squadron_core::manifest::NetworkMode>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,14 +111,29 @@ async fn one_runtime(
     })
 }
 
+/// `--network-mode`, refused naming the flag when it is not a mode.
+pub fn network_mode(
+    flag: Option<&str>,
+) -> anyhow::Result<Option<squadron_core::manifest::NetworkMode>> {
+    flag.map(str::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--network-mode: {e}"))
+}
+
 fn manifest(opts: &StartBenchOptions, runtime: &str, i: usize) -> String {
-    // A VM without a NIC, as docs/performance.md's figures were measured (the process and
-    // Docker tasks take the default `outbound`).
-    let network = if runtime == "kvm" {
-        "  network_mode: isolated\n  memory: 512Mi\n"
-    } else {
-        ""
+    // Unset: a VM without a NIC, as docs/performance.md's first figures were measured (the
+    // process and Docker tasks take the default `outbound`).
+    let mode = match (opts.network_mode, runtime) {
+        (Some(mode), _) => Some(mode.to_string()),
+        (None, "kvm") => Some("isolated".to_owned()),
+        (None, _) => None,
     };
+    let mut network = mode
+        .map(|m| format!("  network_mode: {m}\n"))
+        .unwrap_or_default();
+    if runtime == "kvm" {
+        network.push_str("  memory: 512Mi\n");
+    }
     format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: start-bench-{i}\nrepository:\n  url: {}\n  \
          branch: {}\nagent:\n  prompt: start and stop\n  provider: script\n  script: \"true\"\n\
@@ -162,4 +179,44 @@ pub fn render(r: &StartBenchReport) -> String {
         }
     }
     t.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use squadron_core::manifest::NetworkMode;
+
+    fn opts(network_mode: Option<NetworkMode>) -> StartBenchOptions {
+        StartBenchOptions {
+            runtimes: vec!["process".into(), "kvm".into()],
+            tasks: 1,
+            repository: "/srv/repo".into(),
+            branch: "main".into(),
+            network_mode,
+        }
+    }
+
+    #[test]
+    fn the_network_mode_applies_to_every_runtime_and_kvm_defaults_to_isolated() {
+        assert!(!manifest(&opts(None), "process", 0).contains("network_mode"));
+        assert!(manifest(&opts(None), "kvm", 0).contains("network_mode: isolated"));
+        let outbound = opts(Some(NetworkMode::Outbound));
+        for runtime in ["process", "docker", "kvm"] {
+            let yaml = manifest(&outbound, runtime, 3);
+            assert!(yaml.contains("  network_mode: outbound\n"), "{yaml}");
+            let parsed = squadron_core::manifest::parse_manifest_yaml(&yaml);
+            assert!(parsed.is_ok(), "{yaml}: {parsed:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_network_mode_is_refused_naming_the_flag() {
+        assert_eq!(
+            network_mode(Some("gateway")).unwrap(),
+            Some(NetworkMode::Gateway)
+        );
+        assert_eq!(network_mode(None).unwrap(), None);
+        let e = network_mode(Some("bridged\nx: 1")).unwrap_err().to_string();
+        assert!(e.contains("--network-mode"), "{e}");
+    }
 }

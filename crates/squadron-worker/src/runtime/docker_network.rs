@@ -78,6 +78,8 @@ impl ManagedNetwork {
                 .proxy_port
                 .map(|port| std::net::SocketAddrV4::new(address, port)),
             allow: config.allow.clone(),
+            // Many containers on one bridge, their addresses the engine's to assign.
+            source: None,
         }
     }
 

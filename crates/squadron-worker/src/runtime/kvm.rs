@@ -99,6 +99,8 @@ const OWNER_NAME: &str = "data-dir";
 const WORKER_DIRS_SWEPT_MAX: usize = 10_000;
 /// The longest data directory path read back.
 const DATA_DIR_BYTES_MAX: u64 = 4096;
+/// The most domain directories `connect` checks for networks whose domain is gone.
+const DOMAIN_DIRS_CHECKED_MAX: usize = 10_000;
 /// The probe's answer, kept in `state_dir` for the image it was made with.
 const PROBE_CACHE_NAME: &str = "kvm-probe";
 
@@ -245,8 +247,34 @@ impl KvmRuntime {
             networks,
         };
         runtime.domain_type = runtime.choose_domain_type(&capabilities).await;
+        runtime.remove_orphan_networks().await;
         tracing::info!(uri = %runtime.config.uri, domain_type = runtime.domain_type.as_str(), "connected to libvirt");
         Ok(runtime)
+    }
+
+    /// Tears down the networks whose domain libvirt no longer knows (a kill between undefine
+    /// and teardown, or between the network and the definition; an operator's `virsh
+    /// undefine` of a preserved guest), with their domains' directories.
+    async fn remove_orphan_networks(&self) {
+        let Ok(entries) = std::fs::read_dir(self.files.root.join("domains")) else {
+            return;
+        };
+        for entry in entries.flatten().take(DOMAIN_DIRS_CHECKED_MAX) {
+            let record = entry.path().join(NETWORK_RECORD_NAME);
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !record.exists() || !matches!(self.lookup(&name).await, Ok(None)) {
+                continue;
+            }
+            match self.networks.tear_down(&record) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                    tracing::info!(domain = %name, "removed the network of a domain that is gone");
+                }
+                Err(e) => {
+                    tracing::warn!(domain = %name, error = %e, "cannot remove the network of a domain that is gone")
+                }
+            }
+        }
     }
 
     pub(crate) fn domain_type(&self) -> DomainType {
@@ -750,9 +778,14 @@ impl Runtime for KvmRuntime {
                 ),
             ));
         }
-        if found.lifecycle == Lifecycle::Running {
+        // A guest defined but not started boots later and needs its proxy then too. A proxy
+        // that cannot be served again fails the guest's requests, not the adoption, so the
+        // attempt can still be stopped and destroyed.
+        if found.lifecycle != Lifecycle::Stopped {
             let record = self.files.domain_dir(&name).join(NETWORK_RECORD_NAME);
-            self.networks.serve_adopted(&name, &record, dir).await?;
+            if let Err(e) = self.networks.serve_adopted(&name, &record, dir).await {
+                tracing::warn!(domain = %name, error = %e, "cannot serve an adopted guest's gateway proxy again");
+            }
         }
         tracing::info!(domain = %name, %task, attempt, "adopted domain");
         Ok(Some(SandboxHandle {
@@ -767,7 +800,8 @@ impl Runtime for KvmRuntime {
             "Direct access (dev/break-glass, bypasses the gateway's audit): virsh -c {uri} \
              console {name} — the guest keeps a root shell on its console once the agent \
              exited; its console log is {log}; remove it when done: virsh -c {uri} destroy \
-             {name}; virsh -c {uri} undefine --nvram {name}",
+             {name}; virsh -c {uri} undefine --nvram {name} (the worker removes the guest's \
+             network, if it has one, at its next start)",
             uri = self.hypervisor.uri(),
             log = self.files.domain_dir(name).join(CONSOLE_LOG_NAME).display(),
         )

@@ -46,7 +46,7 @@ for t in sys.argv[1:]: print(t, results[t])
 /// 100.100.K.0/30, with a listener on every address of it and the metadata address on its
 /// loopback (routed there from the host). Removed on drop.
 pub(crate) struct TestInternet {
-    netns: String,
+    pub(crate) netns: String,
     host_if: String,
     pub(crate) address: Ipv4Addr,
     /// The host's end of the pair.

@@ -67,6 +67,11 @@ pub struct SandboxStartArgs {
     pub repository: String,
     #[arg(long, default_value = "main")]
     pub branch: String,
+    /// The tasks' `network_mode` on every runtime (isolated, outbound, gateway, full); unset,
+    /// the manifest's default (`outbound`), but `isolated` for kvm as docs/performance.md's
+    /// first VM figures were measured.
+    #[arg(long, value_name = "MODE")]
+    pub network_mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -146,6 +151,7 @@ pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
                 tasks: args.tasks,
                 repository: args.repository,
                 branch: args.branch,
+                network_mode: crate::start_bench::network_mode(args.network_mode.as_deref())?,
             };
             let progress = Progress::start(ctx.out, "sandbox starts");
             let report = crate::start_bench::run(&ctx.client, &opts, &progress).await?;

@@ -386,3 +386,93 @@ async fn a_gateway_sandbox_reaches_only_what_its_proxy_allows() {
     // The proxy went with the sandbox.
     assert!(fx.runtime.gateways.lock().await.is_empty());
 }
+
+/// Root inside a sandbox's namespace (as a VM's kernel is on its tap) sends from an address
+/// that is not its own: the filter drops it, while the sandbox's own datagram goes out
+/// (NATed). Without the source check the spoofed datagram left un-NATed and reached the
+/// internet's receiver.
+#[test]
+fn a_datagram_from_an_address_not_the_sandbox_s_own_never_leaves() {
+    let internet = TestInternet::new();
+    let config = ProcessRuntimeConfig::new(unique_worker("pr-spoof"));
+    let net = SandboxNetwork::create(&config.network, "spoof").expect("create");
+    let spoofed = "198.51.100.7";
+    let netns = net.netns_name();
+    let add = Command::new("ip")
+        .args([
+            "-n",
+            &netns,
+            "addr",
+            "add",
+            &format!("{spoofed}/32"),
+            "dev",
+            "eth0",
+        ])
+        .status()
+        .expect("ip addr add");
+    assert!(add.success());
+    let receiver = std::process::Command::new("ip")
+        .args(["netns", "exec", &internet.netns, "python3", "-c"])
+        .arg(
+            "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             s.bind(('0.0.0.0', 9999))\ns.settimeout(4)\n\
+             try:\n    while True:\n        print(s.recvfrom(64)[0].decode(), flush=True)\n\
+             except socket.timeout:\n    pass\n",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("receiver");
+    std::thread::sleep(Duration::from_millis(500));
+    let own = net.sandbox_address().to_string();
+    let send = format!(
+        "import socket\nfor src in ['{own}', '{spoofed}']:\n    \
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n    s.bind((src, 0))\n    \
+         for _ in range(3):\n        s.sendto(src.encode(), ('{}', 9999))\n",
+        internet.address
+    );
+    let sent = Command::new("ip")
+        .args(["netns", "exec", &netns, "python3", "-c", &send])
+        .status()
+        .expect("sender");
+    let got = receiver.wait_with_output().expect("receiver output");
+    net.destroy().expect("destroy");
+    assert!(sent.success());
+    let got = String::from_utf8_lossy(&got.stdout);
+    assert!(
+        got.lines().any(|l| l == own),
+        "the sandbox's own datagram should arrive: {got:?}"
+    );
+    assert!(
+        !got.contains(spoofed),
+        "a spoofed source left the host: {got:?}"
+    );
+}
+
+/// A VM's tap a crashed life left (no namespace: found by its alias) is swept with its
+/// table; another owner's tap is not.
+#[test]
+fn the_sweep_takes_its_own_left_taps_and_no_other_owners() {
+    let mine = NetworkConfig::new(&unique_worker("pr-tap-mine"));
+    let theirs = NetworkConfig::new(&unique_worker("pr-tap-theirs"));
+    let left = SandboxNetwork::create_tap(&mine, "left").expect("my tap");
+    let other = SandboxNetwork::create_tap(&theirs, "other").expect("their tap");
+    let exists = |net: &SandboxNetwork| {
+        std::path::Path::new("/sys/class/net")
+            .join(net.host_interface())
+            .exists()
+    };
+    assert!(exists(&left) && exists(&other));
+    let removed = SandboxNetwork::sweep(&mine).expect("sweep");
+    let other_still = exists(&other);
+    let _ = other.destroy();
+    assert_eq!(removed, vec![left.netns_name()]);
+    assert!(!exists(&left), "my left tap stayed");
+    assert!(other_still, "the sweep removed another owner's tap");
+    let tables = Command::new("nft")
+        .args(["list", "tables"])
+        .output()
+        .expect("nft");
+    let tables = String::from_utf8_lossy(&tables.stdout);
+    assert!(!tables.contains(&left.table()), "{tables}");
+    assert!(!tables.contains(&other.table()), "{tables}");
+}
