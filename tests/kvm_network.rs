@@ -134,7 +134,7 @@ fn run_guest(url: &str, repo: &std::path::Path, mode: &str, script: &str) -> Run
     let yaml = format!(
         "version: \"1\"\nkind: Task\nmetadata:\n  name: kvm-{mode}\nrepository:\n  url: {repo}\n  branch: main\n\
          agent:\n  prompt: probe\n  provider: script\n  script: |\n{indented}\
-         vm:\n  runtime: kvm\n  network_mode: {mode}\n  memory: 512Mi\nlifecycle:\n  timeout: 240s\n",
+         vm:\n  runtime: kvm\n  network_mode: {mode}\n  memory: 512Mi\n  disk: 256Mi\nlifecycle:\n  timeout: 240s\n",
         repo = repo.display(),
     );
     let submitted = submit_yaml(url, &yaml);
@@ -259,7 +259,27 @@ fn guests_reach_the_internet_by_their_mode_and_nothing_of_the_host() {
         internet.address
     );
 
-    let outbound = run_guest(url, &repo, "outbound", &(probes(&targets) + &fetch));
+    // The guest's /tmp is its scratch disk, of the manifest's `disk` (mounted over the
+    // init's RAM /tmp: the last /tmp of the mount table).
+    let scratch = "echo \"scratch $(awk '$2 == \"/tmp\" {m = $1 \" \" $3} END {print m}' /proc/mounts) $(df -k /tmp | awk 'NR==2 {print $2}')\"\n";
+    let outbound = run_guest(
+        url,
+        &repo,
+        "outbound",
+        &(probes(&targets) + &fetch + scratch),
+    );
+    let line = outbound
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("scratch "))
+        .unwrap_or_else(|| panic!("no scratch line:\n{}", outbound.stdout));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.get(..2), Some(&["/dev/vda", "ext2"][..]), "{line}");
+    let kib: u64 = words.get(2).and_then(|w| w.parse().ok()).expect(line);
+    assert!(
+        (200 * 1024..=256 * 1024).contains(&kib),
+        "a 256 MiB scratch disk holds {kib} KiB"
+    );
     let address = guest_address(&outbound.stdout);
     for target in &targets {
         assert_probed(&outbound.stdout, target, "closed");

@@ -170,22 +170,30 @@ fn a_worker_declared_lost_registers_again_when_its_heartbeat_is_refused() {
         &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
         Duration::from_secs(60),
     );
-    let logged = std::fs::read_to_string(&worker.log).expect("log");
     let id_text = task_id.to_string();
-    let transitions: Vec<serde_json::Value> = logged
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| {
-            v["fields"]["message"] == "task transition"
-                && v["fields"]["task_id"] == id_text.as_str()
-        })
-        .collect();
-    // The manifest's repository does not exist: staging fails.
+    let transitions = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&worker.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| {
+                v["fields"]["message"] == "task transition"
+                    && v["fields"]["task_id"] == id_text.as_str()
+            })
+            .collect()
+    };
+    // The manifest's repository does not exist: staging fails. The worker logs a transition
+    // once the control plane confirmed it, which may be after the state is visible (CI read
+    // the log first once, on a loaded machine).
+    let failed_staging =
+        |v: &serde_json::Value| v["fields"]["from"] == "STAGING" && v["fields"]["to"] == "FAILED";
+    let logged = wait_until(Duration::from_secs(20), || {
+        transitions().iter().any(failed_staging)
+    });
     assert!(
-        transitions
-            .iter()
-            .any(|v| v["fields"]["from"] == "STAGING" && v["fields"]["to"] == "FAILED"),
-        "no STAGING → FAILED line for task {task_id}: {transitions:#?}"
+        logged.is_ok(),
+        "no STAGING → FAILED line for task {task_id}: {:#?}",
+        transitions()
     );
     assert_json_log(&cluster.nodes[&1].log, "control node started");
     let signal = |name: &str| signal(&worker, name);

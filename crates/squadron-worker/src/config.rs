@@ -67,6 +67,7 @@ impl SandboxDefaults {
             cpus: Some(cpus.unwrap_or(self.cpus)),
             memory_bytes: Some(memory_bytes.unwrap_or(self.memory_bytes)),
             pids_max: Some(self.pids_max),
+            disk_bytes: Some(self.disk_bytes),
         }
     }
 

@@ -45,7 +45,7 @@ mod domain_xml;
 mod guest_network;
 mod hypervisor;
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -79,6 +79,11 @@ const CPUS_MAX: u32 = 64;
 pub(crate) const EXIT_CODE_NAME: &str = "exit-code";
 /// The guest's console, in its domain's directory and kept in the task directory.
 const CONSOLE_LOG_NAME: &str = "vm-console.log";
+/// The guest's scratch disk, in its domain's directory (removed with it).
+const SCRATCH_NAME: &str = "scratch.img";
+/// The scratch disk's size bounds: the sandbox's `disk`, within these.
+const SCRATCH_BYTES_MIN: u64 = 64 << 20;
+const SCRATCH_BYTES_MAX: u64 = 1 << 40;
 
 /// Where the guest finds the worker's binary (the share of `bin/`).
 const GUEST_BIN_DIR: &str = "/usr/local/bin";
@@ -431,6 +436,10 @@ impl KvmRuntime {
             keep_after_exit: spec.keep_after_exit,
             test_boot_delay_ms: self.config.test_boot_delay_ms,
             nic,
+            scratch: spec
+                .limits
+                .disk_bytes
+                .map(|_| self.files.domain_dir(name).join(SCRATCH_NAME)),
         })
     }
 
@@ -451,7 +460,11 @@ impl KvmRuntime {
                 .await?;
         }
         sandbox_agent::write_start_script(agent_dir, &launch, self.sandbox_owner(spec)?)?;
-        let xml = self.domain_spec(spec, name, nic)?.to_xml()?;
+        let domain = self.domain_spec(spec, name, nic)?;
+        if let (Some(path), Some(bytes)) = (&domain.scratch, spec.limits.disk_bytes) {
+            make_scratch(path, bytes.clamp(SCRATCH_BYTES_MIN, SCRATCH_BYTES_MAX))?;
+        }
+        let xml = domain.to_xml()?;
         self.on_domain(name, move |h, _| h.define(&xml)).await
     }
 
@@ -806,6 +819,20 @@ impl Runtime for KvmRuntime {
             log = self.files.domain_dir(name).join(CONSOLE_LOG_NAME).display(),
         )
     }
+}
+
+/// A sparse file of `bytes`: the host's disk is used only as the guest writes, up to `bytes`.
+/// libvirt hands it to QEMU's user at start.
+fn make_scratch(path: &Path, bytes: u64) -> Result<(), WorkerError> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| WorkerError::io("create the scratch disk", path, e))?;
+    file.set_len(bytes)
+        .map_err(|e| WorkerError::io("size the scratch disk", path, e))
 }
 
 fn mark_of(worker: &WorkerId, dir: &TaskDir, attempt: u32) -> AttemptMark {

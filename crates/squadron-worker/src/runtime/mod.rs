@@ -83,6 +83,9 @@ pub(crate) struct SandboxLimits {
     pub(crate) cpus: Option<u32>,
     pub(crate) memory_bytes: Option<u64>,
     pub(crate) pids_max: Option<u64>,
+    /// The sandbox's own disk where it has one (a VM's scratch disk); the task directory's
+    /// quota is the driver's.
+    pub(crate) disk_bytes: Option<u64>,
 }
 
 /// A sandbox the runtime created: a cgroup leaf path or a container id.

@@ -25,7 +25,7 @@ use crate::error::WorkerError;
 use crate::output_server::ActiveTasks;
 use crate::retry;
 use crate::runtime::probe::RuntimeSet;
-use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle};
+use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
 use crate::task::agent_relay::AgentRelays;
 use crate::task::checkpoint::TaskCheckpoint;
 use crate::task::collector::{collect, RunFacts};
@@ -456,11 +456,14 @@ impl TaskDriver {
             argv: plan.argv,
             workdir: plan.workdir,
             env,
-            limits: self
-                .ctx
-                .config
-                .sandbox_defaults
-                .limits(self.spec.sandbox.cpus, self.spec.sandbox.memory_bytes),
+            limits: SandboxLimits {
+                disk_bytes: Some(self.disk_quota_bytes()),
+                ..self
+                    .ctx
+                    .config
+                    .sandbox_defaults
+                    .limits(self.spec.sandbox.cpus, self.spec.sandbox.memory_bytes)
+            },
             network: self.spec.sandbox.network_mode,
             full_control: self.spec.sandbox.full_control,
             global_dir: self.ctx.config.global_dir.clone(),

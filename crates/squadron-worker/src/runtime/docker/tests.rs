@@ -272,6 +272,7 @@ exit 7
         cpus: Some(1),
         memory_bytes: Some(256 * 1024 * 1024),
         pids_max: Some(64),
+        disk_bytes: None,
     };
 
     let handle = case.run(&spec).await;
@@ -331,6 +332,7 @@ async fn container_carries_labels_limits_and_hardening() {
         cpus: Some(2),
         memory_bytes: Some(300 * 1024 * 1024),
         pids_max: Some(128),
+        disk_bytes: None,
     };
     let handle = case.runtime.provision(&spec).await.unwrap();
     let found = case.inspect(&handle).await;

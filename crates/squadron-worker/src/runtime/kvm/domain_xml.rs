@@ -95,7 +95,13 @@ pub(crate) struct DomainSpec {
     pub(crate) test_boot_delay_ms: Option<u64>,
     /// No NIC at all (`isolated`) or the `outbound` one.
     pub(crate) nic: Option<GuestNic>,
+    /// The guest's scratch disk (a sparse raw file), which `vm-init` formats and mounts at
+    /// `/tmp` (`squadron.scratch`).
+    pub(crate) scratch: Option<PathBuf>,
 }
+
+/// The kernel argument that gives the guest's `/tmp` the scratch disk.
+pub(crate) const SCRATCH_FLAG: &str = "squadron.scratch";
 
 impl DomainSpec {
     /// The kernel command line: the console, and what `vm-init` reads.
@@ -118,6 +124,10 @@ impl DomainSpec {
         }
         if let Some(ms) = self.test_boot_delay_ms {
             line.push_str(&format!(" squadron.test_boot_delay={}", ms.div_ceil(1000)));
+        }
+        if self.scratch.is_some() {
+            line.push(' ');
+            line.push_str(SCRATCH_FLAG);
         }
         if let Some(nic) = &self.nic {
             line.push_str(&format!(" squadron.net={}/30,{}", nic.address, nic.gateway));
@@ -147,6 +157,13 @@ impl DomainSpec {
         }
         if let Some(nic) = &self.nic {
             devices.push_str(&nic_xml(nic)?);
+        }
+        if let Some(scratch) = &self.scratch {
+            devices.push_str(&format!(
+                "<disk type='file' device='disk'><driver name='qemu' type='raw'/>\
+                 <source file='{}'/><target dev='vda' bus='virtio'/></disk>",
+                path_text(scratch, "kvm.scratch")?
+            ));
         }
         for port in [PORT_NAME, CONTROL_PORT_NAME] {
             // No path: libvirt makes the socket under its own channel directory, which QEMU's

@@ -42,6 +42,7 @@ fn spec(keep: bool) -> DomainSpec {
         keep_after_exit: keep,
         test_boot_delay_ms: None,
         nic: None,
+        scratch: None,
     }
 }
 
@@ -107,6 +108,20 @@ fn an_outbound_guest_gets_the_worker_s_tap_and_its_address_on_the_cmdline() {
     );
     s.nic.as_mut().unwrap().tap = "sqh x'/>".into();
     assert!(s.to_xml().unwrap_err().to_string().contains("kvm.nic"));
+}
+
+#[test]
+fn a_scratch_disk_is_a_raw_virtio_disk_named_on_the_cmdline() {
+    assert!(!spec(false).to_xml().unwrap().contains("<disk"));
+    assert!(!spec(false).cmdline().unwrap().contains(SCRATCH_FLAG));
+    let mut s = spec(false);
+    s.scratch = Some("/var/lib/squadron/vm/domains/x/scratch.img".into());
+    let xml = s.to_xml().unwrap();
+    assert!(
+        xml.contains("<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/lib/squadron/vm/domains/x/scratch.img'/><target dev='vda' bus='virtio'/></disk>"),
+        "{xml}"
+    );
+    assert!(s.cmdline().unwrap().contains(" squadron.scratch"));
 }
 
 #[test]

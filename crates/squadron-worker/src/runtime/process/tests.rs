@@ -356,6 +356,7 @@ if head -c 400000000 /dev/zero > /tmp/big 2>/dev/null; then echo wrote-all; else
         cpus: None,
         memory_bytes: Some(64 << 20),
         pids_max: Some(16),
+        disk_bytes: None,
     };
     let handle = fx.runtime.provision(&spec).await.expect("provision");
     let leaf = fx.runtime.leaf(&handle).expect("leaf");
