@@ -2,8 +2,8 @@
 //! owns, shared by the process runtime's own namespaces (`sandbox_network`) and the Docker
 //! runtime's managed bridge.
 //!
-//! On an interface of one sandbox (`source`), anything it sends from another address, and
-//! any IPv6, is dropped before any other rule: a VM's kernel writes whatever frames its root
+//! On an interface with a `source` (one sandbox's address, or a bridge's subnet), anything
+//! sent from elsewhere, and any IPv6, is dropped before any other rule: a VM's kernel writes whatever frames its root
 //! likes, and a spoofed source would otherwise be masqueraded as another sandbox, leave
 //! un-NATed, or pass the host's conntrack as a reply.
 //!
@@ -53,9 +53,8 @@ pub struct EgressFilter {
     /// The policy's allow list: a new connection to anything outside it is dropped (after
     /// the deny list, which wins); `None` or empty: every destination not denied.
     pub allow: Option<Vec<Ipv4Net>>,
-    /// The only source the interface may send from (a sandbox's own address); `None` on a
-    /// bridge of many (Docker's, where the engine assigns and its containers hold no
-    /// `NET_RAW`).
+    /// The only sources the interface may send from: a sandbox's own address, or a bridge's
+    /// subnet (Docker's, whose containers' addresses the engine assigns); `None`: unchecked.
     pub source: Option<Ipv4Net>,
 }
 

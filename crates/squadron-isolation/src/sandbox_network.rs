@@ -323,8 +323,8 @@ impl SandboxNetwork {
     }
 
     /// Tears down every network of this worker whose namespace no process is in (what a
-    /// previous life left), found by prefix among the namespaces, the nftables tables and
-    /// the `FORWARD` rules' comments, so a teardown interrupted half-way is finished too;
+    /// previous life left), found by prefix among the namespaces, the links' aliases (a tap
+    /// has no namespace), the nftables tables and the `FORWARD` rules' comments, so a teardown interrupted half-way is finished too;
     /// returns the namespace names removed.
     pub fn sweep(config: &NetworkConfig) -> Result<Vec<String>, IsolationError> {
         Self::sweep_keeping(config, &[])
@@ -445,16 +445,23 @@ impl SandboxNetwork {
         .map(|_| ())
     }
 
-    /// Whether the host end is this network's to remove: tagged with its name, or an
-    /// untagged veth (made before tags; its namespace is this network's, which the sweep
-    /// checked). An untagged tap belongs to whoever made it.
+    /// Whether the host end is this network's to remove: tagged with its name. An untagged
+    /// one is another's being made (a veth of ours made before tags goes with our
+    /// namespace, whose deletion ends the pair).
     fn host_end_is_mine(&self) -> bool {
-        let dir = Path::new("/sys/class/net").join(self.host_interface());
-        match fs::read_to_string(dir.join("ifalias")) {
-            Ok(alias) if !alias.trim().is_empty() => alias.trim() == self.netns_name(),
-            Ok(_) => !dir.join("tun_flags").exists(),
-            Err(_) => false,
-        }
+        let out = run(
+            &self.config.ip,
+            &["-o", "link", "show", "dev", &self.host_interface()],
+            None,
+        );
+        // The same view of the links as `ip` had when it made them (not /sys's, which may be
+        // another namespace's).
+        out.is_ok_and(|line| {
+            line.split_whitespace()
+                .skip_while(|w| *w != "alias")
+                .nth(1)
+                .is_some_and(|alias| alias == self.netns_name())
+        })
     }
 
     /// Makes the namespace and the host end; `false` when the slot is taken.

@@ -78,8 +78,9 @@ impl ManagedNetwork {
                 .proxy_port
                 .map(|port| std::net::SocketAddrV4::new(address, port)),
             allow: config.allow.clone(),
-            // Many containers on one bridge, their addresses the engine's to assign.
-            source: None,
+            // Many containers on one bridge, their addresses the engine's to assign: nothing
+            // from outside its /24 (a `full_control` container holds NET_RAW).
+            source: Ipv4Net::new(address, 24).ok().map(|n| n.trunc()),
         }
     }
 

@@ -4,7 +4,8 @@
 //! # The guest
 //!
 //! The base image (`scripts/build-vm-image`: a Debian cloud kernel and a busybox initramfs
-//! carrying this host's C runtime) boots directly, without a disk. `vm-init`, its PID 1,
+//! carrying this host's C runtime) boots directly; its one disk is the attempt's scratch disk
+//! (`scratch.img`, a sparse file of the sandbox's `disk`, its `/tmp`). `vm-init`, its PID 1,
 //! mounts the task's directories as virtiofs shares, runs the agent's start script as the
 //! sandbox user (uid 65534), writes the agent's exit code to `agent/exit-code` and powers the
 //! guest off, or keeps it up with a console shell when the manifest preserves failures.
@@ -252,31 +253,36 @@ impl KvmRuntime {
             networks,
         };
         runtime.domain_type = runtime.choose_domain_type(&capabilities).await;
-        runtime.remove_orphan_networks().await;
+        runtime.remove_orphan_domain_files().await;
         tracing::info!(uri = %runtime.config.uri, domain_type = runtime.domain_type.as_str(), "connected to libvirt");
         Ok(runtime)
     }
 
-    /// Tears down the networks whose domain libvirt no longer knows (a kill between undefine
-    /// and teardown, or between the network and the definition; an operator's `virsh
-    /// undefine` of a preserved guest), with their domains' directories.
-    async fn remove_orphan_networks(&self) {
+    /// Removes the files of domains libvirt no longer knows — the network first, then the
+    /// directory with its scratch disk (a kill between undefine and removal, or between the
+    /// network and the definition; an operator's `virsh undefine` of a preserved guest).
+    async fn remove_orphan_domain_files(&self) {
         let Ok(entries) = std::fs::read_dir(self.files.root.join("domains")) else {
             return;
         };
         for entry in entries.flatten().take(DOMAIN_DIRS_CHECKED_MAX) {
-            let record = entry.path().join(NETWORK_RECORD_NAME);
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !record.exists() || !matches!(self.lookup(&name).await, Ok(None)) {
+            if !matches!(self.lookup(&name).await, Ok(None)) {
                 continue;
             }
-            match self.networks.tear_down(&record) {
+            let removed = self
+                .networks
+                .tear_down(&entry.path().join(NETWORK_RECORD_NAME))
+                .and_then(|()| {
+                    std::fs::remove_dir_all(entry.path())
+                        .map_err(|e| WorkerError::io("remove", entry.path(), e))
+                });
+            match removed {
                 Ok(()) => {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                    tracing::info!(domain = %name, "removed the network of a domain that is gone");
+                    tracing::info!(domain = %name, "removed the files of a domain that is gone")
                 }
                 Err(e) => {
-                    tracing::warn!(domain = %name, error = %e, "cannot remove the network of a domain that is gone")
+                    tracing::warn!(domain = %name, error = %e, "cannot remove the files of a domain that is gone")
                 }
             }
         }

@@ -160,7 +160,9 @@ impl DomainSpec {
         }
         if let Some(scratch) = &self.scratch {
             devices.push_str(&format!(
-                "<disk type='file' device='disk'><driver name='qemu' type='raw'/>\
+                // A full host disk is an I/O error in the guest, not a paused guest (QEMU's
+                // default), which would look running until the task's timeout.
+                "<disk type='file' device='disk'><driver name='qemu' type='raw' error_policy='report'/>\
                  <source file='{}'/><target dev='vda' bus='virtio'/></disk>",
                 path_text(scratch, "kvm.scratch")?
             ));

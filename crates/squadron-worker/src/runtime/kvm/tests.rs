@@ -118,7 +118,7 @@ fn a_scratch_disk_is_a_raw_virtio_disk_named_on_the_cmdline() {
     s.scratch = Some("/var/lib/squadron/vm/domains/x/scratch.img".into());
     let xml = s.to_xml().unwrap();
     assert!(
-        xml.contains("<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='/var/lib/squadron/vm/domains/x/scratch.img'/><target dev='vda' bus='virtio'/></disk>"),
+        xml.contains("<disk type='file' device='disk'><driver name='qemu' type='raw' error_policy='report'/><source file='/var/lib/squadron/vm/domains/x/scratch.img'/><target dev='vda' bus='virtio'/></disk>"),
         "{xml}"
     );
     assert!(s.cmdline().unwrap().contains(" squadron.scratch"));

@@ -411,18 +411,22 @@ fn a_datagram_from_an_address_not_the_sandbox_s_own_never_leaves() {
         .status()
         .expect("ip addr add");
     assert!(add.success());
-    let receiver = std::process::Command::new("ip")
+    let mut receiver = std::process::Command::new("ip")
         .args(["netns", "exec", &internet.netns, "python3", "-c"])
         .arg(
             "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-             s.bind(('0.0.0.0', 9999))\ns.settimeout(4)\n\
+             s.bind(('0.0.0.0', 9999))\ns.settimeout(4)\nprint('ready', flush=True)\n\
              try:\n    while True:\n        print(s.recvfrom(64)[0].decode(), flush=True)\n\
              except socket.timeout:\n    pass\n",
         )
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("receiver");
-    std::thread::sleep(Duration::from_millis(500));
+    // Sent only once the receiver is bound: a loaded machine starts python slowly.
+    let mut receiver_out = std::io::BufReader::new(receiver.stdout.take().expect("stdout"));
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut receiver_out, &mut ready).expect("ready line");
+    assert_eq!(ready.trim(), "ready");
     let own = net.sandbox_address().to_string();
     let send = format!(
         "import socket\nfor src in ['{own}', '{spoofed}']:\n    \
@@ -434,10 +438,11 @@ fn a_datagram_from_an_address_not_the_sandbox_s_own_never_leaves() {
         .args(["netns", "exec", &netns, "python3", "-c", &send])
         .status()
         .expect("sender");
-    let got = receiver.wait_with_output().expect("receiver output");
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut receiver_out, &mut got).expect("receiver output");
+    let _ = receiver.wait();
     net.destroy().expect("destroy");
     assert!(sent.success());
-    let got = String::from_utf8_lossy(&got.stdout);
     assert!(
         got.lines().any(|l| l == own),
         "the sandbox's own datagram should arrive: {got:?}"
