@@ -9,109 +9,61 @@
 //! A file of its own, so its guests boot with nothing else on the machine (the end-to-end
 //! KVM scenarios of `worker_tasks.rs` run five guests through two slots).
 
+mod model_server;
 mod support;
 
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use model_server::TestNet;
 use support::*;
 
 const VM_TASK_TIMEOUT: Duration = Duration::from_secs(300);
 /// The port of the "internet"'s web server, inside its namespace.
 const INTERNET_PORT: u16 = 8080;
 
-/// A namespace standing in for the internet: a veth pair to the host addressed
-/// 100.100.K.0/30 (shared address space, never a private range), a web server on its end
-/// serving `token.txt`. Removed on drop. (The guest asks with `nc`: the image's static
-/// busybox `wget` crashes in the C library's resolver set-up, even for an address.)
+/// The internet: `model_server::TestNet`'s namespace (a veth pair to the host, 100.100.K.0/30,
+/// never a private range), answering every request on `INTERNET_PORT` with its token. (The
+/// guest asks with `nc`: the image's static busybox `wget` crashes in the C library's resolver
+/// set-up, even for an address.)
 struct Internet {
-    netns: String,
-    host_if: String,
+    _net: TestNet,
+    /// The host's end of the pair.
     host: Ipv4Addr,
     address: Ipv4Addr,
     token: String,
-    server: Child,
-    _files: tempfile::TempDir,
 }
 
 impl Internet {
     fn new() -> Internet {
-        let pid = std::process::id();
-        let k = (pid % 250) as u8;
-        let netns = format!("sqi-{pid}");
-        let host_if = format!("sqi{:04x}", pid % 0x10000);
-        let (host, address) = (Ipv4Addr::new(100, 100, k, 1), Ipv4Addr::new(100, 100, k, 2));
-        let _ = ip(&["netns", "del", &netns]);
-        let _ = ip(&["link", "del", &host_if]);
-        let (host_cidr, addr_cidr) = (format!("{host}/30"), format!("{address}/30"));
-        let host_s = host.to_string();
-        for args in [
-            vec!["netns", "add", &netns],
-            vec![
-                "link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &netns,
-            ],
-            vec!["addr", "add", &host_cidr, "dev", &host_if],
-            vec!["link", "set", &host_if, "up"],
-            vec!["-n", &netns, "link", "set", "lo", "up"],
-            vec!["-n", &netns, "addr", "add", &addr_cidr, "dev", "eth0"],
-            vec!["-n", &netns, "link", "set", "eth0", "up"],
-            vec!["-n", &netns, "route", "add", "default", "via", &host_s],
-        ] {
-            assert!(ip(&args), "ip {args:?}");
-        }
-        let files = tempfile::tempdir().expect("tempdir");
-        let token = format!("internet-token-{pid}");
-        std::fs::write(files.path().join("token.txt"), format!("{token}\n")).expect("token");
-        let server = Command::new("ip")
-            .args(["netns", "exec", &netns, "python3", "-m", "http.server"])
-            .arg(INTERNET_PORT.to_string())
-            .args(["--bind", &address.to_string()])
-            .current_dir(files.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the internet's web server");
-        let internet = Internet {
-            netns,
-            host_if,
-            host,
-            address,
+        let net = TestNet::new("kvmnet");
+        let token = format!("internet-token-{}", std::process::id());
+        serve_token(net.listen(INTERNET_PORT), token.clone());
+        Internet {
+            host: net.host(),
+            address: net.address,
+            _net: net,
             token,
-            server,
-            _files: files,
-        };
-        let url = format!("{}", internet.address);
-        let serving = wait_until(Duration::from_secs(20), || {
-            Command::new("ip")
-                .args(["netns", "exec", &internet.netns, "python3", "-c"])
-                .arg(format!(
-                    "import socket; socket.create_connection(('{url}', {INTERNET_PORT}), 2)"
-                ))
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        assert!(serving.is_ok(), "the internet's web server never listened");
-        internet
+        }
     }
 }
 
-impl Drop for Internet {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        let _ = ip(&["link", "del", &self.host_if]);
-        let _ = ip(&["netns", "del", &self.netns]);
-    }
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// Answers each connection with `token` once its request (a first read of it) came.
+fn serve_token(listener: TcpListener, token: String) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request);
+            let _ = write!(
+                stream,
+                "HTTP/1.0 200 OK\r\ncontent-length: {}\r\n\r\n{token}\n",
+                token.len() + 1
+            );
+        }
+    });
 }
 
 /// The tap of the sandbox slot `address` is in: `sqh` and the slot in hex (see

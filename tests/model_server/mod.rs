@@ -473,6 +473,11 @@ impl TestNet {
         net
     }
 
+    /// The host's end of the pair (the namespace's default route).
+    pub fn host(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.address) - 1)
+    }
+
     /// A listener on `address:port` inside the namespace: bound by a thread that entered the
     /// namespace; the socket stays there whichever thread serves it.
     pub fn listen(&self, port: u16) -> std::net::TcpListener {
