@@ -772,3 +772,89 @@ fn a_grpc_follower_names_the_leader_and_the_client_reconnects_there() {
         assert_eq!(found, leader_grpc);
     });
 }
+
+/// A task list pages both ways: oldest first after a cursor (the default), newest first before
+/// one — what the dashboard shows, so a busy cluster's newest tasks are on its first page —,
+/// each bounded by the other cursor; a bad order is refused naming `order`.
+#[test]
+fn task_lists_page_oldest_first_and_newest_first() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    cluster.wait_for_leader(Duration::from_secs(20));
+    // No worker runs here: the tasks stay PENDING.
+    let ids: Vec<u64> = (0..5)
+        .map(|i| {
+            let r = submit_yaml(&url, &inert_manifest(&format!("page-{i}"), "process"));
+            assert!(r.ok(), "{r:?}");
+            r.body["task_submitted"]["task"].as_u64().expect("task id")
+        })
+        .collect();
+    let page = |query: &str| -> (Vec<u64>, serde_json::Value) {
+        let page = http_get(&format!("{url}/api/v1/tasks?{query}")).expect(query);
+        let listed = page["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| t["id"].as_u64().expect("id"))
+            .collect();
+        (listed, page)
+    };
+    let (first, p) = page("order=newest&limit=2");
+    assert_eq!(first, [ids[4], ids[3]], "{p}");
+    assert_eq!(p["next_before"], json!(ids[3]), "{p}");
+    assert!(p["next_after"].is_null(), "{p}");
+    let (second, p) = page(&format!("order=newest&limit=2&before={}", ids[3]));
+    assert_eq!(second, [ids[2], ids[1]], "{p}");
+    let (last, p) = page(&format!("order=newest&limit=2&before={}", ids[1]));
+    assert_eq!(last, [ids[0]], "{p}");
+    assert!(
+        p.get("next_before").is_none(),
+        "the last page has no cursor: {p}"
+    );
+    let (bounded, _) = page(&format!("order=newest&after={}&state=PENDING", ids[1]));
+    assert_eq!(bounded, [ids[4], ids[3], ids[2]]);
+    let (oldest, p) = page("limit=2");
+    assert_eq!(oldest, [ids[0], ids[1]], "{p}");
+    assert_eq!(p["next_after"], json!(ids[1]), "{p}");
+    let (window, _) = page(&format!("after={}&before={}", ids[0], ids[3]));
+    assert_eq!(window, [ids[1], ids[2]]);
+
+    let r = http_send(
+        "GET",
+        &format!("{url}/api/v1/tasks?order=sideways"),
+        None,
+        None,
+    )
+    .expect("request");
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.body["field"], json!("order"), "{r:?}");
+
+    // The CLI asks the same and says how to go on.
+    let out = cli(&url)
+        .args([
+            "--endpoint",
+            &url,
+            "task",
+            "list",
+            "--newest",
+            "--limit",
+            "2",
+        ])
+        .output()
+        .expect("cli");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text.lines().skip(1).take(2).collect();
+    assert!(
+        rows[0].trim_start().starts_with(&ids[4].to_string()),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("more: --newest --before {}", ids[3])),
+        "{text}"
+    );
+}

@@ -159,6 +159,8 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
             .await;
         page.an_agent_is_taken_over_stopped_and_launched_from_the_page(pilot, &admin)
             .await;
+        page.the_task_list_pages_newest_first_and_filters_by_state()
+            .await;
         browser.close().await;
     });
 
@@ -368,6 +370,25 @@ impl Page<'_> {
             )
             .await;
         assert_eq!(ids, json!("1"), "the members' ids");
+        let part = b
+            .eval(
+                "return document.querySelector('#cluster table tr:nth-child(2)').cells[1].textContent",
+                vec![],
+            )
+            .await;
+        assert_eq!(part, json!("leader"), "the member's part");
+        // The digest shown (shortened; whole in its title) is one the node reports.
+        let digest = b
+            .eval(
+                "return document.querySelector('#cluster code.digest')?.title ?? null",
+                vec![],
+            )
+            .await;
+        let digest = digest.as_str().expect("the digest on the page");
+        assert!(
+            digest.len() == 64 && digest.bytes().all(|c| c.is_ascii_hexdigit()),
+            "{digest}"
+        );
         let summary = b
             .wait_for(
                 "the node line",
@@ -934,6 +955,89 @@ impl Page<'_> {
             .await;
         // The viewer's refused takeover, which the page showed in place.
         self.console_clean_but_403s().await;
+    }
+
+    /// The task list is newest first, a page of 50 at a time, and filters by state: a busy
+    /// cluster's newest tasks are on its first page and the older ones a click away (the list
+    /// once read oldest first and showed nothing past the 50th task).
+    async fn the_task_list_pages_newest_first_and_filters_by_state(&self) {
+        let b = self.browser;
+        // Fifty tasks no worker here runs (it offers no kvm): a whole page newer than the rest.
+        let inert: Vec<u64> = (0..50)
+            .map(|i| submitted(self.url, &inert_manifest(&format!("inert-{i}"), "kvm")))
+            .collect();
+        let ids = "[...document.querySelectorAll('#tasks table tr')].slice(1)\
+                   .map(r => Number(r.cells[0].textContent))";
+        let newest = b
+            .wait_for(
+                "the newest page",
+                &format!("(ids => ids[0] === {} ? ids : null)({ids})", inert[49]),
+            )
+            .await;
+        let expected: Vec<u64> = inert.iter().rev().copied().collect();
+        assert_eq!(newest, json!(expected), "the first page");
+        let disabled = |id: &str| format!("document.getElementById('{id}').disabled");
+        assert_eq!(
+            b.eval(&format!("return {}", disabled("tasks-newest")), vec![])
+                .await,
+            json!(true)
+        );
+
+        self.click("#tasks-older:not([disabled])").await;
+        let older = b
+            .wait_for(
+                "the older page",
+                &format!(
+                    "(ids => ids.length && ids[0] < {} ? ids : null)({ids})",
+                    inert[0]
+                ),
+            )
+            .await;
+        let all = http_get(&format!("{}/api/v1/tasks?limit=1000", self.url)).expect("tasks");
+        let mut before: Vec<u64> = all["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .filter_map(|t| t["id"].as_u64())
+            .filter(|id| *id < inert[0])
+            .collect();
+        before.reverse();
+        assert_eq!(older, json!(before), "the page below the newest");
+        assert!(before.contains(&self.task), "{before:?}");
+
+        // A filter starts from the newest page again: only CANCELLED tasks (terminal, so the
+        // list cannot change while the page reads it), newest first.
+        b.eval(
+            "const s = document.getElementById('task-state'); s.value = 'CANCELLED';\
+             s.dispatchEvent(new Event('change')); return null",
+            vec![],
+        )
+        .await;
+        let states = b
+            .wait_for(
+                "the CANCELLED tasks",
+                "(rows => rows.length && rows.every(r => r[1] === 'CANCELLED') ? rows : null)\
+                 ([...document.querySelectorAll('#tasks table tr')].slice(1)\
+                 .map(r => [Number(r.cells[0].textContent), r.cells[2].textContent]))",
+            )
+            .await;
+        let cancelled: Vec<Value> = all["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .rev()
+            .filter(|t| t["state"] == json!("CANCELLED"))
+            .map(|t| json!([t["id"], "CANCELLED"]))
+            .collect();
+        assert!(!cancelled.is_empty(), "the task cancelled from the page");
+        assert_eq!(states, json!(cancelled), "the filtered list");
+        assert_eq!(
+            b.eval(&format!("return {}", disabled("tasks-older")), vec![])
+                .await,
+            json!(true)
+        );
+        self.console_clean_but_403s().await;
+        b.screenshot("task-list-cancelled").await;
     }
 
     async fn sign_out_forgets_the_token(&self) {

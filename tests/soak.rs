@@ -85,17 +85,28 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
     let first = wait_line(&lines, "cycle 1 ", Duration::from_secs(180));
     assert!(!first.contains("error"), "the first cycle failed: {first}");
 
-    // Leaks: a leaf in the project's cgroup directory, and a lease nobody releases.
+    // Leaks: a leaf in the project's cgroup directory, a task's leaf beside the worker's
+    // tenants (the process runtime's task sandbox), a worktree, and a lease nobody releases.
     let view = http_get(&format!(
         "{url}/api/v1/profiles/{}/agent",
         profile_id(&url, "soak-0")
     ))
     .expect("agent view");
-    let leaf_dir = Path::new(view["cgroup"].as_str().expect("cgroup"))
+    let project_cgroup = Path::new(view["cgroup"].as_str().expect("cgroup"))
         .parent()
-        .expect("the project's cgroup directory")
-        .join("leaked-by-test");
+        .expect("the project's cgroup directory");
+    let leaf_dir = project_cgroup.join("leaked-by-test");
     std::fs::create_dir_all(&leaf_dir).expect("leak a cgroup leaf");
+    let task_leaf = project_cgroup
+        .parent()
+        .and_then(Path::parent)
+        .expect("the worker's cgroup directory")
+        .join("task-999999-a1");
+    std::fs::create_dir_all(&task_leaf).expect("leak a task's leaf");
+    let worktree = worker
+        .data_dir
+        .join("projects/acme/soak/worktrees/leaked-by-test");
+    std::fs::create_dir_all(&worktree).expect("leak a worktree");
     let r = post(
         &format!("{url}/api/v1/profiles/{leaky}/leases"),
         json!({
@@ -111,6 +122,8 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
     let status = soak.0.wait().expect("soak ends");
     let progress = reader.join().expect("stderr reader");
     let _ = std::fs::remove_dir(&leaf_dir);
+    let _ = std::fs::remove_dir(&task_leaf);
+    let _ = std::fs::remove_dir(&worktree);
     eprintln!("{progress}");
     assert!(!status.success(), "a leaking soak passed:\n{progress}");
     let text = std::fs::read_to_string(&report).expect("the report");
@@ -141,6 +154,18 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
         "{leaf:#}"
     );
     assert!(leaf["first_cycle"].as_u64() >= Some(2), "{leaf:#}");
+    let sandbox = leak("task_sandboxes");
+    assert_eq!(
+        sandbox["items"],
+        json!(["process:task-999999-a1"]),
+        "{sandbox:#}"
+    );
+    let tree = leak("worktrees");
+    assert_eq!(
+        tree["items"],
+        json!([worktree.display().to_string()]),
+        "{tree:#}"
+    );
     let leased = leak("leases_not_terminal");
     assert_eq!(leased["items"], json!([lease.to_string()]), "{leased:#}");
     assert_eq!(r["verdict"]["leak_free"], false);

@@ -177,6 +177,18 @@ pub struct WorkerEvidence {
     pub credential_files_left: Vec<String>,
     /// SHA-256 of the worker's running binary (empty when it could not be read).
     pub binary_sha256: String,
+    /// The worker's task sandboxes now, all runtimes (the whole worker's, not only this
+    /// project's), as `{runtime}:{name}`; absent from older workers.
+    #[serde(default)]
+    pub task_sandboxes: Vec<String>,
+    /// Runtimes whose sandboxes could not be listed, with the error: `task_sandboxes` is then
+    /// short of theirs.
+    #[serde(default)]
+    pub task_sandbox_errors: Vec<String>,
+    /// The project sandbox's worktrees and Git's records of them, by path; absent from older
+    /// workers.
+    #[serde(default)]
+    pub worktrees: Vec<String>,
 }
 
 /// The SHA-256 of one member's running binary, as it reported it (empty: no report).

@@ -44,7 +44,7 @@ pub use projects::{
 };
 pub use queries::{
     AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, StreamQuery,
-    TaskListQuery,
+    TaskListQuery, TaskOrder,
 };
 pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage, TaskUsage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};

@@ -35,6 +35,15 @@ pub const AUDIT_PAGE_RECORDS_MAX: usize = 1_000;
 /// Most lines a log read's `tail` returns.
 pub const LOG_TAIL_LINES_MAX: u64 = 10_000;
 
+/// The order of a task list, by id (submission order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskOrder {
+    #[default]
+    Oldest,
+    Newest,
+}
+
 /// `GET /api/v1/tasks`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -43,9 +52,15 @@ pub struct TaskListQuery {
     #[serde(default)]
     #[schemars(with = "Option<TaskState>")]
     pub state: Option<String>,
-    /// Tasks with ids above this one (the previous page's `next_after`).
+    /// Tasks with ids above this one (oldest first: the previous page's `next_after`).
     #[serde(default)]
     pub after: Option<u64>,
+    /// Tasks with ids below this one (newest first: the previous page's `next_before`).
+    #[serde(default)]
+    pub before: Option<u64>,
+    /// `oldest` first (the default) or `newest` first.
+    #[serde(default)]
+    pub order: TaskOrder,
     /// At most this many tasks (default 100).
     #[serde(default, deserialize_with = "page_limit::<TASK_LIST_LIMIT_MAX, _>")]
     #[schemars(range(min = 1, max = TASK_LIST_LIMIT_MAX))]

@@ -12,9 +12,12 @@ use squadron_core::task::{Task, TaskState};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskPage {
     pub tasks: Vec<Task>,
-    /// Pass as `after` to get the next page; absent on the last page.
+    /// Oldest first: pass as `after` to get the next page; absent on the last page.
     #[serde(default)]
     pub next_after: Option<u64>,
+    /// Newest first: pass as `before` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<u64>,
 }
 
 /// `POST /api/v1/tasks/{id}/transitions`.

@@ -52,6 +52,12 @@ impl SquadronClient {
         if let Some(after) = q.after {
             query.push(("after", after.to_string()));
         }
+        if let Some(before) = q.before {
+            query.push(("before", before.to_string()));
+        }
+        if q.order == TaskOrder::Newest {
+            query.push(("order", "newest".into()));
+        }
         if let Some(limit) = q.limit {
             query.push(("limit", limit.to_string()));
         }

@@ -7,5 +7,6 @@ pub use squadron_api::leases::*;
 pub use squadron_api::{
     AddLearner, ArtifactEntry, AttachSandbox, ClusterStatus, CreateProfile, CreateProject,
     Decommission, McpDecision, MemberView, MembershipChanged, ProjectSummary, PromoteVoter,
-    RegisterWorker, ReportProgress, ReportTransition, SetCapabilities, TaskListQuery, TaskPage,
+    RegisterWorker, ReportProgress, ReportTransition, SetCapabilities, TaskListQuery, TaskOrder,
+    TaskPage,
 };

@@ -349,6 +349,20 @@ impl State {
             .filter(move |t| t.id.get() > after && state.is_none_or(|s| t.state == s))
     }
 
+    /// Tasks with an id below `before`, newest first, optionally only those in one state: the
+    /// other direction of `tasks_after`, with the same cost per page.
+    pub fn tasks_before(
+        &self,
+        before: u64,
+        state: Option<TaskState>,
+    ) -> impl Iterator<Item = &Task> {
+        self.tasks
+            .range(..TaskId::new(before).unwrap_or(TaskId::FIRST))
+            .rev()
+            .map(|(_, t)| t)
+            .filter(move |t| t.id.get() < before && state.is_none_or(|s| t.state == s))
+    }
+
     /// PENDING tasks in the order the scheduler takes them: priority, then submission.
     pub fn pending_queue(&self) -> impl Iterator<Item = TaskId> + '_ {
         self.pending.iter().map(|(_, id)| *id)

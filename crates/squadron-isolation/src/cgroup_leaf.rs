@@ -114,6 +114,18 @@ impl CgroupLeaf {
         }
     }
 
+    /// The file that keeps the leaf out of swap: v2 `memory.swap.max` (written 0) or v1
+    /// `memory.memsw.limit_in_bytes` (memory plus swap, written equal to the memory limit).
+    /// `None` where the kernel does not account swap.
+    pub fn swap_limit_file(&self) -> Option<PathBuf> {
+        let file = if self.v2_controllers.contains("memory") {
+            self.v2.join("memory.swap.max")
+        } else {
+            self.v1_memory.as_ref()?.join("memory.memsw.limit_in_bytes")
+        };
+        file.exists().then_some(file)
+    }
+
     /// The file enforcing the pids limit: `pids.max` in v2 or in the v1 pids hierarchy.
     pub fn pids_limit_file(&self) -> Option<PathBuf> {
         if self.v2_controllers.contains("pids") {
@@ -128,7 +140,7 @@ impl CgroupLeaf {
         let mut applied = AppliedLimits::default();
         if let Some(bytes) = limits.memory_bytes {
             match self.memory_limit_file() {
-                Some(file) => write_limit(&mut applied, file, bytes.to_string())?,
+                Some(file) => self.set_memory_limit(&mut applied, file, bytes)?,
                 None => applied.unavailable.push(format!(
                     "memory limit {bytes} bytes: no v2 memory controller and no v1 memory \
                      hierarchy for {}",
@@ -161,6 +173,56 @@ impl CgroupLeaf {
             }
         }
         Ok(applied)
+    }
+
+    /// The memory limit, and with it the swap limit: a memory limit the leaf could get around
+    /// by swapping is no limit (the host's swap would take what it refused), so the leaf gets
+    /// none. v1 refuses a memsw limit below the memory limit and a memory limit above the memsw
+    /// one, so on an existing leaf whose limit grows, memsw goes first.
+    fn set_memory_limit(
+        &self,
+        applied: &mut AppliedLimits,
+        file: PathBuf,
+        bytes: u64,
+    ) -> Result<(), IsolationError> {
+        let memsw = self
+            .swap_limit_file()
+            .filter(|f| f.ends_with("memory.memsw.limit_in_bytes"));
+        let growing = memsw.as_ref().is_some_and(|f| {
+            fs::read_to_string(f)
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .is_some_and(|current| bytes > current)
+        });
+        if let (true, Some(memsw)) = (growing, memsw) {
+            write_limit(applied, memsw, bytes.to_string())?;
+            return write_limit(applied, file, bytes.to_string());
+        }
+        write_limit(applied, file, bytes.to_string())?;
+        self.set_swap_limit(applied, bytes)
+    }
+
+    fn set_swap_limit(
+        &self,
+        applied: &mut AppliedLimits,
+        bytes: u64,
+    ) -> Result<(), IsolationError> {
+        match self.swap_limit_file() {
+            Some(file) if file.ends_with("memory.swap.max") => {
+                write_limit(applied, file, "0".into())
+            }
+            Some(file) => write_limit(applied, file, bytes.to_string()),
+            // Nothing to enforce on a host without swap.
+            None if !host_has_swap() => Ok(()),
+            None => {
+                applied.unavailable.push(format!(
+                    "swap limit: the kernel does not account swap for {}, so the memory limit \
+                     of {bytes} bytes does not cover swap",
+                    self.v2.display()
+                ));
+                Ok(())
+            }
+        }
     }
 
     /// `populated` from `cgroup.events`: true while any process is in the leaf or below.
@@ -254,6 +316,12 @@ pub(crate) fn flat_keyed<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .filter_map(|line| line.split_once(' '))
         .find(|(k, _)| *k == key)
         .map(|(_, v)| v.trim())
+}
+
+/// Whether `/proc/swaps` lists any swap area (its first line is a header). Unreadable counts
+/// as swap, so a missing swap limit is reported rather than assumed harmless.
+fn host_has_swap() -> bool {
+    fs::read_to_string("/proc/swaps").map_or(true, |text| text.lines().count() > 1)
 }
 
 fn write_limit(

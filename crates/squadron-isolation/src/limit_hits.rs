@@ -16,7 +16,7 @@ pub struct LimitHits {
     /// Processes of the leaf the OOM killer killed.
     pub oom_kills: u64,
     /// Times the leaf's memory use met its limit (v2 `memory.events` `max`, v1
-    /// `memory.failcnt`): with OOM kills, the limit is what killed them, not the host's
+    /// `memory.failcnt` plus `memory.memsw.failcnt`, else 1 if its peak reached the limit): with OOM kills, the limit is what killed them, not the host's
     /// own shortage.
     pub memory_limit_met: u64,
     /// Forks (and clones) refused at the leaf's pids limit.
@@ -40,9 +40,7 @@ impl LimitHits {
             }
             Some(limit) => (
                 counter(&sibling(&limit, "memory.oom_control"), "oom_kill")?,
-                read_control(&sibling(&limit, "memory.failcnt"))?
-                    .and_then(|t| t.trim().parse().ok())
-                    .unwrap_or(0),
+                v1_limit_met(&limit)?,
             ),
             None => (0, 0),
         };
@@ -100,6 +98,28 @@ fn counter(file: &Path, key: &str) -> Result<u64, IsolationError> {
     Ok(flat_keyed(&text, key)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0))
+}
+
+/// v1: the failures counted at the memory limit and at the memory + swap one (`memsw`, set
+/// equal to it, is charged first). Some kernels leave both counts at 0 when `memsw` refused
+/// the charge, so a peak use that reached the limit counts once too.
+fn v1_limit_met(limit_file: &Path) -> Result<u64, IsolationError> {
+    let number = |name: &str| -> Result<u64, IsolationError> {
+        Ok(read_control(&sibling(limit_file, name))?
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0))
+    };
+    let failed = number("memory.failcnt")? + number("memory.memsw.failcnt")?;
+    let peak_reached = |peak: &str, limit: &str| {
+        limit_value(&sibling(limit_file, limit))
+            .is_some_and(|limit| number(peak).is_ok_and(|peak| peak >= limit))
+    };
+    let reached = peak_reached("memory.max_usage_in_bytes", "memory.limit_in_bytes")
+        || peak_reached(
+            "memory.memsw.max_usage_in_bytes",
+            "memory.memsw.limit_in_bytes",
+        );
+    Ok(if failed == 0 && reached { 1 } else { failed })
 }
 
 /// A limit file's value: `max` (v2) or a v1 "unlimited" near `u64::MAX` reads as none.

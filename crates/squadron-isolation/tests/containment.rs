@@ -127,11 +127,38 @@ fn a_leaf_takes_limits_holds_processes_freezes_kills_and_goes() {
             cpus: None,
         })
         .expect("limits");
-    assert_eq!(applied.written.len(), 2, "{applied:?}");
     let memory_file = leaf.memory_limit_file().expect("a memory controller");
     assert_eq!(
         fs::read_to_string(&memory_file).expect("read").trim(),
         "67108864"
+    );
+    // The memory limit covers swap too: v2 gives the leaf no swap, v1 caps memory + swap at
+    // the memory limit (where the kernel accounts swap, as this machine's does).
+    match leaf.swap_limit_file() {
+        Some(swap_file) => {
+            let swap = fs::read_to_string(&swap_file).expect("read swap limit");
+            let expected = if swap_file.ends_with("memory.swap.max") {
+                "0"
+            } else {
+                "67108864"
+            };
+            assert_eq!(swap.trim(), expected, "{}", swap_file.display());
+            assert_eq!(applied.written.len(), 3, "{applied:?}");
+        }
+        None => assert_eq!(applied.written.len(), 2, "{applied:?}"),
+    }
+    // Raised on the existing leaf: v1 takes it only with memsw raised first.
+    let raised = leaf
+        .set_limits(&CgroupLimits {
+            memory_bytes: Some(96 << 20),
+            pids_max: None,
+            cpus: None,
+        })
+        .expect("a raised limit");
+    assert!(!raised.written.is_empty(), "{raised:?}");
+    assert_eq!(
+        fs::read_to_string(&memory_file).expect("read").trim(),
+        "100663296"
     );
     let pids_file = leaf.pids_limit_file().expect("a pids controller");
     assert_eq!(fs::read_to_string(&pids_file).expect("read").trim(), "32");
@@ -220,7 +247,9 @@ fn a_leaf_counts_what_its_memory_and_pids_limits_stopped() {
     run("head -c 100000000 /dev/zero | tail -n 1 > /dev/null");
     let memory = LimitHits::of(&leaf).expect("counters").expect("a leaf");
     assert!(memory.oom_kills >= 1, "{memory:?}");
-    let text = memory.describe().expect("named");
+    let text = memory
+        .describe()
+        .unwrap_or_else(|| panic!("named: {memory:?}"));
     assert!(
         text.contains("memory limit of 33554432 bytes") && !text.contains("pids"),
         "{text}"

@@ -6,6 +6,10 @@ const TOKEN_KEY='squadron.token';
 // first, which holds no secret.
 const STREAM_PROTOCOL='squadron.v1';
 const REFRESH_MS=2000;
+// The task list: newest first, TASK_PAGE_MAX a page; `taskBefore` null is the newest page,
+// else the id the page starts below. `taskOlder` is the cursor of the page after it.
+const TASK_PAGE_MAX=50;
+let taskBefore=null,taskOlder=null;
 let timer=null,socket=null,detailId=null,projectSel=null,term=null,watching=0,watched=null;
 // The terminal keeps this many lines; opening it reads the last SCROLLBACK_LINES of each
 // file through the logs API, then the stream goes on from where that read ended.
@@ -34,7 +38,7 @@ function signIn(message){
  clearInterval(timer);timer=null;closeStream();
  sessionStorage.removeItem(TOKEN_KEY);
  for(const id of ['cluster','tasks','projects'])$(id).textContent='loading…';
- projectSel=null;$('project').innerHTML='';$('project-error').textContent='';
+ projectSel=null;taskBefore=null;$('project').innerHTML='';$('project-error').textContent='';
  detailId=null;$('detail').innerHTML='<p>choose a task’s “details”.</p>';$('usage').textContent='';$('detail-error').textContent='';$('diff').hidden=true;$('diff').textContent='';
  watching++;watched=null;$('output-usage').textContent='';if(term)term.reset();$('terminal').hidden=true;$('output-head').textContent='choose a task’s or an agent’s “output”.';
  $('board').hidden=true;$('signout').hidden=true;$('signin').hidden=false;
@@ -49,9 +53,22 @@ function showBoard(){
 // (403 included) is shown where the data would be.
 function failed(id,e){if(e.status===401){signIn(e.message)}else{$(id).innerHTML='<p class="err">'+esc(e.message)+'</p>'}}
 async function section(id,url,render){try{const v=await load(url);if(!$('board').hidden)$(id).innerHTML=render(v)}catch(e){failed(id,e)}}
-function cluster(s){return '<p>node '+esc(s.node_id)+' is <b>'+esc(s.role)+'</b>, leader '+esc(s.leader??'none')+', term '+esc(s.term)+', applied '+esc(s.applied??'-')+'</p>'+
- table(['id','rest','grpc','voter'],s.members.map(m=>cells([m.id,m.rest,m.grpc,m.voter])))}
-function tasks(t){return table(['id','name','state','attempt','worker','exit',''],t.tasks.map(x=>cells([x.id,x.spec.name,x.state,x.attempt,x.worker,x.exit_code]).concat(
+// The node's view: its role and term, how far it applied, its state's digest there (equal on
+// every node at one index: INV-12), its snapshot, and each member's part.
+function cluster(s){return '<p>node '+esc(s.node_id)+' is <b>'+esc(s.role)+'</b>, leader '+esc(s.leader??'none')+', term '+esc(s.term)+', applied '+esc(s.applied??'-')+
+ ', digest <code class="digest" title="'+esc(s.digest)+'">'+esc(short(s.digest))+'</code>, snapshot '+esc(s.snapshot??'-')+'</p>'+
+ table(['id','part','rest','grpc'],s.members.map(m=>cells([m.id,m.id===s.leader?'leader':m.voter?'voter':'learner',m.rest,m.grpc])))}
+function taskUrl(){
+ const state=$('task-state').value;
+ return '/api/v1/tasks?consistency=stale&order=newest&limit='+TASK_PAGE_MAX+(state?'&state='+encodeURIComponent(state):'')+(taskBefore===null?'':'&before='+taskBefore);
+}
+// An answer to a page or filter the page has since left is dropped, not drawn.
+function loadTasks(){const url=taskUrl();section('tasks',url,t=>url===taskUrl()?tasks(t):$('tasks').innerHTML)}
+function tasks(t){
+ taskOlder=t.next_before??null;$('tasks-older').disabled=taskOlder===null;$('tasks-newest').disabled=taskBefore===null;
+ $('tasks-page').textContent=taskBefore===null?'newest first':'below task '+taskBefore;
+ if(!t.tasks.length)return '<p>no tasks'+($('task-state').value?' in '+esc($('task-state').value):'')+'.</p>';
+ return table(['id','name','state','attempt','worker','exit',''],t.tasks.map(x=>cells([x.id,x.spec.name,x.state,x.attempt,x.worker,x.exit_code]).concat(
  '<button type="button" data-detail="'+esc(x.id)+'">details</button>'+
  (x.worker?' <button type="button" data-watch="'+esc(x.id)+'">output</button>':''))))}
 const when=ms=>new Date(ms).toISOString().replace('T',' ').replace('Z',' UTC');
@@ -167,7 +184,7 @@ async function showProject(){
 }
 function refresh(){
  section('cluster','/api/v1/cluster/status?consistency=stale',cluster);
- section('tasks','/api/v1/tasks?consistency=stale&limit=50',tasks);
+ loadTasks();
  section('projects','/api/v1/projects?consistency=stale',projects);
  showProject();showAgentUsage();
  if(detailId!==null){const id=detailId;section('detail','/api/v1/tasks/'+encodeURIComponent(id)+'?consistency=stale',t=>{if(detailId!==id)return $('detail').innerHTML;showUsage(id,t);return detail(t)})}
@@ -260,6 +277,11 @@ $('detail').addEventListener('click',e=>{
  const g=e.target.closest('button[data-download]');if(g)download(g.dataset.download);
  const f=e.target.closest('button[data-diff]');if(f)showDiff(f.dataset.diff);
 });
+// A new filter or the newest page starts from the top; older goes one page down.
+function showTasks(before){taskBefore=before;$('tasks').textContent='loading…';loadTasks()}
+$('task-state').addEventListener('change',()=>showTasks(null));
+$('tasks-newest').addEventListener('click',()=>showTasks(null));
+$('tasks-older').addEventListener('click',()=>{if(taskOlder!==null)showTasks(taskOlder)});
 $('signout').addEventListener('click',()=>signIn(''));
 $('signin-form').addEventListener('submit',e=>{
  e.preventDefault();

@@ -103,7 +103,7 @@ pub async fn start(
         runtimes.clone(),
     );
     if let Some(s) = &agents {
-        app = app.merge(crate::agent::api::router(s.clone()));
+        app = app.merge(crate::agent::api::router(s.clone(), runtimes.clone()));
     }
     let server_config =
         server_config(&tls.trust, &tls.cert, ClientAuth::Required).map_err(|e| {

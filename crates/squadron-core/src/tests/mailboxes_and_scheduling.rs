@@ -281,3 +281,25 @@ fn tasks_after_pages_from_the_given_id_and_filters_by_state() {
         .collect();
     assert_eq!(after(ids[0].get(), None), walked);
 }
+
+#[test]
+fn tasks_before_pages_newest_first_and_filters_by_state() {
+    let mut fx = Fx::new();
+    let ids: Vec<TaskId> = (0..5).map(|_| fx.submit("")).collect();
+    let before = |b: u64, s: Option<TaskState>| -> Vec<TaskId> {
+        fx.state.tasks_before(b, s).map(|t| t.id).collect()
+    };
+    let newest_first: Vec<TaskId> = ids.iter().rev().copied().collect();
+    assert_eq!(before(u64::MAX, None), newest_first);
+    assert_eq!(before(ids[3].get(), None), vec![ids[2], ids[1], ids[0]]);
+    assert_eq!(before(ids[0].get(), None), Vec::<TaskId>::new());
+    assert_eq!(before(0, None), Vec::<TaskId>::new());
+    assert_eq!(
+        before(ids[3].get(), Some(TaskState::Pending)),
+        vec![ids[2], ids[1], ids[0]]
+    );
+    assert_eq!(
+        before(u64::MAX, Some(TaskState::Running)),
+        Vec::<TaskId>::new()
+    );
+}

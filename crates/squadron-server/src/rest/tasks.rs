@@ -19,7 +19,8 @@ use crate::authz::{AuthError, Caller};
 use crate::error::ApiError;
 use crate::node::Consistency;
 use squadron_api::{
-    Access, CancelQuery, ReportProgress, ReportTransition, Scope, TaskListQuery, TaskPage,
+    Access, CancelQuery, ReportProgress, ReportTransition, Scope, TaskListQuery, TaskOrder,
+    TaskPage,
 };
 use squadron_core::access::AgentIdentity;
 
@@ -172,18 +173,29 @@ async fn list(
             .into());
         }
     }
+    let before = q.before.unwrap_or(u64::MAX);
     read(&node, q.consistency, |s| {
-        let listed: Box<dyn Iterator<Item = &Task>> = match parent {
-            None => Box::new(s.tasks_after(after, state)),
-            Some(p) => Box::new(
-                s.lineage()
-                    .children(p)
-                    .filter_map(|id| s.task(id))
-                    .filter(|t| state.is_none_or(|st| t.state == st)),
+        let listed: Box<dyn Iterator<Item = &Task>> = match (parent, q.order) {
+            // The other bound ends the walk, not only filters it.
+            (None, TaskOrder::Oldest) => Box::new(
+                s.tasks_after(after, state)
+                    .take_while(move |t| t.id.get() < before),
             ),
+            (None, TaskOrder::Newest) => Box::new(
+                s.tasks_before(before, state)
+                    .take_while(move |t| t.id.get() > after),
+            ),
+            (Some(p), order) => {
+                let children = s.lineage().children(p).filter_map(|id| s.task(id));
+                let children: Box<dyn Iterator<Item = &Task>> = match order {
+                    TaskOrder::Oldest => Box::new(children),
+                    TaskOrder::Newest => Box::new(children.collect::<Vec<_>>().into_iter().rev()),
+                };
+                Box::new(children.filter(move |t| state.is_none_or(|st| t.state == st)))
+            }
         };
         let tasks: Vec<Task> = listed
-            .filter(|t| t.id.get() > after)
+            .filter(|t| t.id.get() > after && t.id.get() < before)
             .filter(|t| {
                 let project = t.spec.placement.project();
                 caller.sees(project.as_ref().map(|(t, p)| (t, p)))
@@ -191,8 +203,16 @@ async fn list(
             .take(limit + 1)
             .cloned()
             .collect();
-        let (tasks, next_after) = super::page(tasks, limit, |t| t.id.get());
-        Ok(Json(TaskPage { tasks, next_after }))
+        let (tasks, next) = super::page(tasks, limit, |t| t.id.get());
+        let (next_after, next_before) = match q.order {
+            TaskOrder::Oldest => (next, None),
+            TaskOrder::Newest => (None, next),
+        };
+        Ok(Json(TaskPage {
+            tasks,
+            next_after,
+            next_before,
+        }))
     })
     .await
 }

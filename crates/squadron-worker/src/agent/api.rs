@@ -29,11 +29,25 @@ use crate::agent::agent_logs::AgentLogs;
 use crate::agent::error::AgentError;
 use crate::agent::supervisor::AgentSupervisor;
 use crate::output_server::{invalid, log_query, serve_logs};
+use crate::runtime::probe::RuntimeSet;
 
 /// Largest request body accepted (a prompt included).
 pub(crate) const AGENT_REQUEST_BYTES_MAX: usize = 2 << 20;
 
-pub(crate) fn router(supervisor: AgentSupervisor) -> Router {
+/// What the evidence route reads: the supervisor's project, and every task runtime.
+#[derive(Clone)]
+struct EvidenceSources {
+    supervisor: AgentSupervisor,
+    runtimes: RuntimeSet,
+}
+
+pub(crate) fn router(supervisor: AgentSupervisor, runtimes: RuntimeSet) -> Router {
+    let evidence_route = Router::new()
+        .route("/worker/v1/evidence/:tenant/:project", get(evidence))
+        .with_state(EvidenceSources {
+            supervisor: supervisor.clone(),
+            runtimes,
+        });
     Router::new()
         .route("/worker/v1/agents", get(list))
         .route("/worker/v1/agents/:profile", get(view))
@@ -42,11 +56,11 @@ pub(crate) fn router(supervisor: AgentSupervisor) -> Router {
         .route("/worker/v1/agents/:profile/takeover", post(takeover))
         .route("/worker/v1/agents/:profile/stop", post(stop))
         .route("/worker/v1/agents/:profile/reap", post(reap))
-        .route("/worker/v1/evidence/:tenant/:project", get(evidence))
         .layer(axum::extract::DefaultBodyLimit::max(
             AGENT_REQUEST_BYTES_MAX,
         ))
         .with_state(supervisor)
+        .merge(evidence_route)
 }
 
 struct Failure(AgentError);
@@ -202,15 +216,16 @@ async fn reap(
 }
 
 async fn evidence(
-    State(s): State<AgentSupervisor>,
+    State(sources): State<EvidenceSources>,
     Path((tenant, project)): Path<(String, String)>,
 ) -> Result<Response, Failure> {
+    let s = sources.supervisor;
     let tenant =
         TenantId::new(tenant).map_err(|e| Failure(AgentError::invalid("tenant", e.to_string())))?;
     let project = ProjectId::new(project)
         .map_err(|e| Failure(AgentError::invalid("project", e.to_string())))?;
     // It hashes the binary (once) and scans the host: off the runtime.
-    let ev = tokio::task::spawn_blocking(move || s.evidence(&tenant, &project))
+    let mut ev = tokio::task::spawn_blocking(move || s.evidence(&tenant, &project))
         .await
         .map_err(|e| {
             Failure(AgentError::new(
@@ -218,5 +233,22 @@ async fn evidence(
                 e.to_string(),
             ))
         })?;
+    (ev.task_sandboxes, ev.task_sandbox_errors) = task_sandboxes(&sources.runtimes).await;
     Ok(Json(ev).into_response())
+}
+
+/// Every runtime's sandboxes as `{runtime}:{name}`, and the runtimes that could not list
+/// theirs, so a sample that could not look is not read as empty.
+async fn task_sandboxes(runtimes: &RuntimeSet) -> (Vec<String>, Vec<String>) {
+    let (mut all, mut errors) = (Vec::new(), Vec::new());
+    for kind in runtimes.kinds() {
+        let Some(runtime) = runtimes.get(kind) else {
+            continue;
+        };
+        match runtime.sandboxes().await {
+            Ok(names) => all.extend(names.into_iter().map(|n| format!("{kind}:{n}"))),
+            Err(e) => errors.push(format!("{kind}: {e}")),
+        }
+    }
+    (all, errors)
 }

@@ -8,6 +8,7 @@ use squadron_client::WorkerEvidence;
 use squadron_core::ids::{ProjectId, TenantId};
 
 use crate::agent::evidence_ledger::broker_evidence;
+use crate::agent::project_sandbox::{REPO_DIR, WORKTREES_DIR};
 use crate::agent::runtime::{leaf_populated, PROJECT_LEAVES_SCANNED_MAX};
 use crate::agent::supervisor::AgentSupervisor;
 
@@ -40,6 +41,10 @@ impl AgentSupervisor {
             cgroup_leaves_left: list_dir_names(&cgroup_dir),
             credential_files_left: credential_files(&root.join("run")),
             binary_sha256: squadron_pki::own_binary_sha256().unwrap_or_default(),
+            // The route adds them: it holds the runtimes.
+            task_sandboxes: Vec::new(),
+            task_sandbox_errors: Vec::new(),
+            worktrees: worktrees(&root),
         }
     }
 
@@ -67,6 +72,16 @@ fn populated_leaves(dir: &Path) -> u32 {
         }
     }
     n
+}
+
+/// The project sandbox's worktree directories and Git's administrative records of them: a
+/// profile's worktree is made once and kept, so their number only grows with the profiles.
+fn worktrees(root: &Path) -> Vec<String> {
+    let mut found = list_dir_names(&root.join(WORKTREES_DIR));
+    found.extend(list_dir_names(
+        &root.join(REPO_DIR).join(".git").join("worktrees"),
+    ));
+    found
 }
 
 fn list_dir_names(dir: &Path) -> Vec<String> {

@@ -77,8 +77,8 @@ use bollard::container::{
     StopContainerOptions,
 };
 use bollard::models::{
-    ContainerInspectResponse, ContainerStateStatusEnum, HostConfig, HostConfigLogConfig, Mount,
-    MountTypeEnum,
+    ContainerInspectResponse, ContainerStateStatusEnum, ContainerSummary, HostConfig,
+    HostConfigLogConfig, Mount, MountTypeEnum,
 };
 use bollard::{Docker, API_DEFAULT_VERSION};
 use squadron_core::ids::{TaskId, WorkerId};
@@ -488,6 +488,23 @@ impl DockerRuntime {
         }
     }
 
+    /// The containers, running or not, that carry every one of `labels` (`key=value`).
+    async fn labelled(
+        &self,
+        labels: Vec<String>,
+        what: &str,
+    ) -> Result<Vec<ContainerSummary>, WorkerError> {
+        let filters = HashMap::from([("label".to_string(), labels)]);
+        self.docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters,
+                ..Default::default()
+            }))
+            .await
+            .map_err(|e| engine_error(what, e))
+    }
+
     /// The container `provision` met under its name: ours when its labels say so.
     async fn existing_for(
         &self,
@@ -799,24 +816,15 @@ impl Runtime for DockerRuntime {
         attempt: u32,
         dir: &TaskDir,
     ) -> Result<Option<SandboxHandle>, WorkerError> {
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec![
-                format!("{LABEL_TASK}={}", task.get()),
-                format!("{LABEL_ATTEMPT}={attempt}"),
-                format!("{LABEL_MANAGED}=true"),
-                format!("{LABEL_TASK_DIR}={}", task_dir_label(dir)),
-            ],
-        )]);
+        let labels = vec![
+            format!("{LABEL_TASK}={}", task.get()),
+            format!("{LABEL_ATTEMPT}={attempt}"),
+            format!("{LABEL_MANAGED}=true"),
+            format!("{LABEL_TASK_DIR}={}", task_dir_label(dir)),
+        ];
         let found = self
-            .docker
-            .list_containers(Some(ListContainersOptions {
-                all: true,
-                filters,
-                ..Default::default()
-            }))
-            .await
-            .map_err(|e| engine_error(&format!("list containers of task {task}"), e))?;
+            .labelled(labels, &format!("list containers of task {task}"))
+            .await?;
         let name = format!("/{}", Self::container_name(dir, attempt));
         let chosen = match found.len() {
             0 => return Ok(None),
@@ -853,6 +861,25 @@ impl Runtime for DockerRuntime {
             runtime: RuntimeKind::Docker,
             id,
         }))
+    }
+
+    /// This worker's containers, running or not, by name.
+    async fn sandboxes(&self) -> Result<Vec<String>, WorkerError> {
+        let labels = vec![
+            format!("{LABEL_MANAGED}=true"),
+            format!("{LABEL_WORKER}={}", self.config.worker.as_str()),
+        ];
+        let found = self
+            .labelled(labels, "list this worker's containers")
+            .await?;
+        let mut names: Vec<String> = found
+            .into_iter()
+            .filter_map(|c| c.names?.into_iter().next())
+            .map(|n| n.trim_start_matches('/').to_owned())
+            .take(crate::runtime::SANDBOXES_LISTED_MAX)
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     fn break_glass(&self, handle: &SandboxHandle) -> String {

@@ -813,6 +813,25 @@ impl Runtime for KvmRuntime {
         }))
     }
 
+    /// This worker's domains: each has its directory from definition to removal, and a
+    /// directory libvirt no longer knows is removed only at the runtime's next start, so both
+    /// count.
+    async fn sandboxes(&self) -> Result<Vec<String>, WorkerError> {
+        let dir = self.files.root.join("domains");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(WorkerError::io("list domains in", dir, e)),
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .take(crate::runtime::SANDBOXES_LISTED_MAX)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     fn break_glass(&self, handle: &SandboxHandle) -> String {
         let name = &handle.id;
         format!(

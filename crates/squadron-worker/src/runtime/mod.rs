@@ -58,12 +58,17 @@ pub(crate) struct LaunchSpec {
     pub(crate) keep_after_exit: bool,
 }
 
+/// Most sandboxes one runtime lists for the release evidence.
+pub(crate) const SANDBOXES_LISTED_MAX: usize = 10_000;
+/// What every attempt's sandbox name starts with ([`sandbox_name`]).
+pub(crate) const SANDBOX_NAME_PREFIX: &str = "squadron-task-";
+
 /// The name of one attempt's sandbox (a container, a domain): the task id, the attempt, and a
 /// hash of the task directory. Task ids restart with every cluster, so only the directory
 /// tells this worker's attempt from a leftover of another cluster or data directory.
 pub(crate) fn sandbox_name(dir: &TaskDir, attempt: u32) -> String {
     format!(
-        "squadron-task-{}-a{attempt}-{:08x}",
+        "{SANDBOX_NAME_PREFIX}{}-a{attempt}-{:08x}",
         dir.task().get(),
         fnv1a(dir.root().as_os_str().as_encoded_bytes()) as u32
     )
@@ -172,6 +177,11 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
 
     /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
     fn break_glass(&self, handle: &SandboxHandle) -> String;
+
+    /// The task sandboxes this runtime holds for this worker now (leaves, containers,
+    /// domains), by name, sorted, at most [`SANDBOXES_LISTED_MAX`]: once every task ended and
+    /// none was preserved, none — what a soak counts as leaked.
+    async fn sandboxes(&self) -> Result<Vec<String>, WorkerError>;
 
     /// Whether [`Runtime::usage`] measures this runtime's sandboxes.
     fn measures_usage(&self) -> bool {

@@ -233,7 +233,7 @@ impl ProcessRuntime {
 
     /// The leaf name of an attempt: `task-<id>-a<attempt>`.
     pub(crate) fn leaf_name(task: TaskId, attempt: u32) -> String {
-        format!("task-{}-a{attempt}", task.get())
+        format!("{LEAF_NAME_PREFIX}{}-a{attempt}", task.get())
     }
 
     /// Where the shim records the attempt's exit code: beside, not inside, the mounted dirs.
@@ -628,6 +628,17 @@ impl Runtime for ProcessRuntime {
         }
     }
 
+    /// The worker's task leaves (its agents' project cgroups live beside them, named
+    /// otherwise).
+    async fn sandboxes(&self) -> Result<Vec<String>, WorkerError> {
+        let names = self.root.leaf_names().map_err(isolation)?;
+        Ok(names
+            .into_iter()
+            .filter(|n| n.starts_with(LEAF_NAME_PREFIX))
+            .take(crate::runtime::SANDBOXES_LISTED_MAX)
+            .collect())
+    }
+
     fn break_glass(&self, handle: &SandboxHandle) -> String {
         let leaf = match self.leaf(handle) {
             Ok(leaf) => leaf,
@@ -654,6 +665,9 @@ impl Runtime for ProcessRuntime {
         }
     }
 }
+
+/// What every task attempt's leaf name starts with ([`ProcessRuntime::leaf_name`]).
+const LEAF_NAME_PREFIX: &str = "task-";
 
 fn isolation(e: IsolationError) -> WorkerError {
     WorkerError::runtime(PROCESS_RUNTIME, e.to_string())

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use backon::{ConstantBuilder, RetryableWithContext};
 use clap::Subcommand;
-use squadron_client::{ArtifactEntry, ClientError, Consistency, TaskListQuery, TaskPage};
+use squadron_client::{
+    ArtifactEntry, ClientError, Consistency, TaskListQuery, TaskOrder, TaskPage,
+};
 use squadron_core::ids::TaskId;
 use squadron_core::manifest::Keyword as _;
 use squadron_core::task::{Task, TaskState};
@@ -59,13 +61,19 @@ pub enum TaskCmd {
         #[arg(long, value_name = "PATH", requires = "download")]
         to: Option<PathBuf>,
     },
-    /// List tasks, oldest first.
+    /// List tasks, oldest first (`--newest` for newest first).
     List {
         #[arg(long, value_parser = parse_task_state)]
         state: Option<TaskState>,
-        /// Only tasks with a larger id.
+        /// Only tasks with a larger id (the previous page's `next_after`).
         #[arg(long)]
         after: Option<u64>,
+        /// Only tasks with a smaller id (the previous page's `next_before`).
+        #[arg(long)]
+        before: Option<u64>,
+        /// Newest first.
+        #[arg(long)]
+        newest: bool,
         #[arg(long)]
         limit: Option<usize>,
     },
@@ -91,11 +99,19 @@ pub async fn run(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
         TaskCmd::List {
             state,
             after,
+            before,
+            newest,
             limit,
         } => {
             let query = TaskListQuery {
                 state: state.map(|s| s.as_str().to_string()),
                 after,
+                before,
+                order: if newest {
+                    TaskOrder::Newest
+                } else {
+                    TaskOrder::Oldest
+                },
                 limit,
                 parent: None,
                 consistency: ctx.consistency,
@@ -289,6 +305,9 @@ fn tasks_table(page: &TaskPage) -> String {
     let mut text = t.render();
     if let Some(next) = page.next_after {
         text.push_str(&format!("more: --after {next}\n"));
+    }
+    if let Some(next) = page.next_before {
+        text.push_str(&format!("more: --newest --before {next}\n"));
     }
     text
 }

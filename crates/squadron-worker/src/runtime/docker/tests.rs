@@ -839,6 +839,15 @@ async fn destroy_removes_a_running_container_and_proves_it_gone() {
         case.runtime.status(&handle).await.unwrap(),
         RunStatus::Running
     );
+    // Listed among the worker's containers (the soak's leak count) until destroyed.
+    let name = case
+        .runtime
+        .inspect(&handle.id)
+        .await
+        .unwrap()
+        .and_then(|c| c.name);
+    let name = name.expect("a name").trim_start_matches('/').to_owned();
+    assert!(case.runtime.sandboxes().await.unwrap().contains(&name));
 
     let report = case.runtime.destroy(&handle).await.unwrap();
     assert_eq!(report.sandbox, format!("docker:{}", handle.id));
@@ -851,6 +860,7 @@ async fn destroy_removes_a_running_container_and_proves_it_gone() {
         report.detail
     );
     assert!(case.runtime.inspect(&handle.id).await.unwrap().is_none());
+    assert!(!case.runtime.sandboxes().await.unwrap().contains(&name));
     assert_eq!(
         case.runtime.status(&handle).await.unwrap(),
         RunStatus::Vanished

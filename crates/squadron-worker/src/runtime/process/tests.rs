@@ -463,6 +463,10 @@ async fn destroy_proves_populated_0_and_leaves_no_process() {
     let glass = fx.runtime.break_glass(&handle);
     assert!(glass.starts_with("nsenter --target "), "{glass}");
     assert!(glass.contains(&handle.id), "{glass}");
+    // The runtime lists the leaf among the sandboxes it holds until it is destroyed (the soak's
+    // leak count).
+    let held = fx.runtime.sandboxes().await.expect("sandboxes");
+    assert!(held.contains(&leaf.name().to_string()), "{held:?}");
 
     let report = fx.runtime.destroy(&handle).await.expect("destroy");
     assert!(!report.populated, "{report:?}");
@@ -471,6 +475,8 @@ async fn destroy_proves_populated_0_and_leaves_no_process() {
     assert!(report.observed_at_ms > 0);
     assert!(!leaf.exists());
     assert!(!leaf.populated().expect("absent leaf reads as empty"));
+    let held = fx.runtime.sandboxes().await.expect("sandboxes");
+    assert!(!held.contains(&leaf.name().to_string()), "{held:?}");
     eventually("every seen process gone", || async {
         seen.iter().all(|p| !p.is_alive())
     })

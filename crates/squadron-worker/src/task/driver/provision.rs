@@ -97,6 +97,9 @@ mod tests {
         async fn start(&self, _: &SandboxHandle, _: &LaunchSpec) -> Result<(), WorkerError> {
             Err(WorkerError::runtime("flaky", "not used"))
         }
+        async fn sandboxes(&self) -> Result<Vec<String>, WorkerError> {
+            Err(WorkerError::runtime("flaky", "not used"))
+        }
         async fn status(&self, _: &SandboxHandle) -> Result<RunStatus, WorkerError> {
             Err(WorkerError::runtime("flaky", "not used"))
         }

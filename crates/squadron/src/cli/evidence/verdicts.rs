@@ -346,7 +346,12 @@ pub(crate) mod tests {
                 .counts
                 .insert("cgroup_leaves".into(), Count::of(["g9".to_string()]));
         }
-        let samples = vec![Sample::default(), after];
+        // The baseline saw the series (a leaf there is judged from it, not from its first
+        // sample).
+        let mut base = Sample::default();
+        base.counts
+            .insert("cgroup_leaves".into(), Count::of(Vec::<String>::new()));
+        let samples = vec![base, after];
         let bounds = Bounds {
             rss_growth_bytes_max: 1 << 26,
             fd_growth_max: 16,

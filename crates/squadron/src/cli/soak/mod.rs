@@ -1,6 +1,7 @@
 //! `squadron soak`: ADR-0011's canary in a loop against a running cluster and its workers
 //! (`cycle.rs`), with a sample after every cycle of what the cycle must have given back —
-//! leases, slots, cgroup leaves, credential files, provider processes — and of the memory and
+//! leases, slots, cgroup leaves, credential files, provider processes, the worker's task
+//! sandboxes on every runtime (leaves, containers, domains), the project's worktrees — and of the memory and
 //! open files of every Squadron process on this host (`sample.rs`). It ends with a report
 //! and a verdict (`verdict.rs`, `report.rs`), and a plot of its samples when asked
 //! (`plot.rs`), and exits non-zero unless the soak was leak-free. Crash takeovers kill a generation's processes, so the soak runs on the host of
@@ -124,12 +125,11 @@ pub async fn run(ctx: &Ctx, args: SoakArgs) -> anyhow::Result<()> {
     let started_at_ms = squadron_client::now_ms();
     let mut samples = vec![take_sample(client, &args, 0).await];
     let mut cycles: Vec<CycleReport> = Vec::new();
-    let baseline = samples[0].clone();
     while cycles.is_empty() || started.elapsed() < args.duration {
         let n = cycles.len() as u32 + 1;
         let next_start = Instant::now() + args.interval;
         let c = canary.run(client, n).await;
-        let s = settle(client, &args, n, &baseline).await;
+        let s = settle(client, &args, n, &samples).await;
         if ctx.out == OutputFormat::Table {
             eprintln!(
                 "{}",
@@ -254,18 +254,31 @@ fn tolerate_existing<T>(r: Result<T, ClientError>) -> Result<(), ClientError> {
     }
 }
 
-/// Samples until every count is back at its baseline, or [`SETTLE_MS_MAX`] passed.
-async fn settle(client: &SquadronClient, args: &SoakArgs, cycle: u32, baseline: &Sample) -> Sample {
+/// Samples until every count is back where the verdict judges it from (`verdict::reference`:
+/// the baseline, or the first cycle's end), or [`SETTLE_MS_MAX`] passed. `earlier` holds the
+/// samples so far, the baseline first.
+async fn settle(
+    client: &SquadronClient,
+    args: &SoakArgs,
+    cycle: u32,
+    earlier: &[Sample],
+) -> Sample {
     let deadline = Instant::now() + Duration::from_millis(SETTLE_MS_MAX);
     let zero = Count::default();
+    let Some((base, rest)) = earlier.split_first() else {
+        return take_sample(client, args, cycle).await;
+    };
     // Only the counts are polled; the process table and the directories are read once, when
     // the sample is final.
     let mut s = loop {
         let s = count_sample(client, args, cycle).await;
+        // A series judged from this very sample (none before holds it) has nothing to go
+        // back to.
         let back = s.errors.is_empty()
-            && s.counts
-                .iter()
-                .all(|(k, v)| v.n <= baseline.counts.get(k).unwrap_or(&zero).n);
+            && s.counts.iter().all(|(k, v)| {
+                verdict::reference(k, base, rest)
+                    .is_none_or(|r| v.n <= r.counts.get(k).unwrap_or(&zero).n)
+            });
         if back || Instant::now() >= deadline {
             break s;
         }
@@ -291,6 +304,11 @@ async fn count_sample(client: &SquadronClient, args: &SoakArgs, cycle: u32) -> S
     match client.project_evidence(&args.tenant, &args.project).await {
         Ok(e) => {
             counts_of(&e, &mut s.counts);
+            if let Some(w) = &e.worker {
+                let failed = w.task_sandbox_errors.iter();
+                s.errors
+                    .extend(failed.map(|e| format!("the worker's task sandboxes: {e}")));
+            }
             // Before the first launch there is no sandbox, so no worker to ask.
             if let (None, Some(why)) = (&e.worker, &e.worker_error) {
                 s.errors.push(format!("the sandbox's worker: {why}"));

@@ -92,6 +92,11 @@ pub fn counts_of(evidence: &ProjectEvidence, counts: &mut BTreeMap<String, Count
             "provider_processes".into(),
             Count::number(u64::from(w.processes_now)),
         );
+        counts.insert(
+            "task_sandboxes".into(),
+            Count::of(w.task_sandboxes.iter().cloned()),
+        );
+        counts.insert("worktrees".into(), Count::of(w.worktrees.iter().cloned()));
     }
 }
 

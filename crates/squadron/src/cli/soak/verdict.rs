@@ -79,12 +79,32 @@ pub fn judge(samples: &[Sample], cycles_failed: Vec<u32>, bounds: &Bounds) -> So
     }
 }
 
+/// Series the first cycle may raise for good, judged from its end instead: a profile's
+/// worktree is made at its first launch and kept for the profile's life.
+pub const KEPT_FROM_FIRST_CYCLE: [&str; 1] = ["worktrees"];
+
+/// The sample a series is judged against: the baseline; or, for a series the first cycle may
+/// raise for good or one the baseline could not see (the worker's, on a project whose sandbox
+/// the first cycle made), the first later sample that holds it. `None`: no sample does yet.
+pub fn reference<'a>(series: &str, base: &'a Sample, rest: &'a [Sample]) -> Option<&'a Sample> {
+    if !KEPT_FROM_FIRST_CYCLE.contains(&series) && base.counts.contains_key(series) {
+        return Some(base);
+    }
+    rest.iter().find(|s| s.counts.contains_key(series))
+}
+
 fn leaks(base: &Sample, rest: &[Sample]) -> Vec<Leak> {
     let mut found: BTreeMap<&str, Leak> = BTreeMap::new();
     let zero = Count::default();
     for s in rest {
         for (series, count) in &s.counts {
-            let before = base.counts.get(series).unwrap_or(&zero);
+            let Some(from) = reference(series, base, rest) else {
+                continue;
+            };
+            if std::ptr::eq(from, s) {
+                continue;
+            }
+            let before = from.counts.get(series).unwrap_or(&zero);
             if count.n <= before.n {
                 continue;
             }
@@ -219,12 +239,73 @@ mod tests {
         assert_eq!((lease.first_cycle, lease.found_max), (3, 1));
     }
 
+    /// The worker's series are missing from the baseline of a project whose sandbox the first
+    /// cycle made: they count from the first sample that holds them.
     #[test]
-    fn a_series_missing_from_the_baseline_counts_from_zero() {
+    fn a_series_missing_from_the_baseline_counts_from_its_first_sample() {
         let base = Sample::default();
-        let v = judge(&[base, sample(1, &["x"], 0, 1, 1)], vec![], &BOUNDS);
+        let v = judge(
+            &[
+                base.clone(),
+                sample(1, &["x"], 0, 1, 1),
+                sample(2, &["x"], 0, 1, 1),
+            ],
+            vec![],
+            &BOUNDS,
+        );
+        assert!(v.leak_free, "{v:?}");
+        let v = judge(
+            &[
+                base,
+                sample(1, &["x"], 0, 1, 1),
+                sample(2, &["x", "y"], 0, 1, 1),
+            ],
+            vec![],
+            &BOUNDS,
+        );
         assert_eq!(v.leaks.len(), 1, "{v:?}");
         assert_eq!(v.leaks[0].series, "cgroup_leaves");
+        assert_eq!((v.leaks[0].baseline, v.leaks[0].first_cycle), (1, 2));
+        assert_eq!(v.leaks[0].items, vec!["y".to_string()]);
+    }
+
+    /// Worktrees made by the first cycle's launches stay with their profiles; one more after
+    /// it is a leak.
+    #[test]
+    fn worktrees_count_from_the_first_cycle_s_end() {
+        let with = |cycle: u32, trees: &[&str]| {
+            let mut s = sample(cycle, &[], 0, 100, 10);
+            s.counts.insert(
+                "worktrees".into(),
+                Count::of(trees.iter().map(|t| t.to_string())),
+            );
+            s
+        };
+        let made = [with(0, &[]), with(1, &["a", "b"]), with(2, &["a", "b"])];
+        assert!(judge(&made, vec![], &BOUNDS).leak_free);
+        let grown = [
+            with(0, &[]),
+            with(1, &["a", "b"]),
+            with(2, &["a", "b"]),
+            with(3, &["a", "b", "c"]),
+        ];
+        let v = judge(&grown, vec![], &BOUNDS);
+        assert_eq!(v.leaks.len(), 1, "{v:?}");
+        let leak = &v.leaks[0];
+        assert_eq!(
+            (leak.series.as_str(), leak.baseline, leak.first_cycle),
+            ("worktrees", 2, 3)
+        );
+        assert_eq!(leak.items, vec!["c".to_string()]);
+        // Other series still count from the sample before the first cycle.
+        let mut leaf = made.clone();
+        leaf[1]
+            .counts
+            .insert("cgroup_leaves".into(), Count::of(["x".to_string()]));
+        leaf[2]
+            .counts
+            .insert("cgroup_leaves".into(), Count::of(["x".to_string()]));
+        assert!(!judge(&leaf, vec![], &BOUNDS).leak_free);
     }
 
     #[test]
