@@ -858,3 +858,166 @@ fn a_provider_whose_worker_dies_fences_itself_and_the_restarted_worker_takes_ove
     assert!(w.cgroup_leaves_left.is_empty(), "{w:?}");
     assert_eq!(w.broker.accepted_from_non_current, 0);
 }
+
+/// The "one build" claim covers every live worker of the cluster, not only the sandbox's: a
+/// real worker answers with the digest of the same binary, and one that does not answer fails
+/// the claim by name.
+#[test]
+fn every_live_worker_s_build_is_part_of_the_one_build_claim() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let worker = WorkerProc::start(
+        cluster.dir.path(),
+        &unique_worker_id("w-build"),
+        cluster.urls(),
+        "process",
+    );
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "builds"}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let evidence = || {
+        let out = cli(&url)
+            .args(["--endpoint", &url, "--output", "json", "evidence"])
+            .args(["--tenant", "acme", "--project", "builds"])
+            .output()
+            .expect("squadron evidence");
+        let ev: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        let claim = ev["verdicts"]
+            .as_array()
+            .expect("verdicts")
+            .iter()
+            .find(|v| v["claim"] == "one build")
+            .cloned()
+            .expect("the one-build claim");
+        (ev, claim)
+    };
+    let member = format!("worker {}", worker.id);
+    let (ev, claim) = evidence();
+    let digests = ev["build_digests"].as_array().expect("digests");
+    let of_worker: Vec<&Value> = digests.iter().filter(|d| d["member"] == member).collect();
+    assert_eq!(of_worker.len(), 1, "{ev:#}");
+    assert_eq!(of_worker[0]["sha256"], ev["binary_sha256"], "{ev:#}");
+    assert_eq!(claim["pass"], true, "{claim:#}");
+
+    // A worker registered (live for its long heartbeat interval) but answering nothing.
+    let r = worker_post(
+        "w-silent",
+        &format!("{url}/api/v1/workers"),
+        json!({
+            "worker": "w-silent", "address": "127.0.0.1:1", "runtimes": ["process"],
+            "capacity": 1, "heartbeat_interval_ms": 600000
+        }),
+    )
+    .expect("register");
+    assert!(r.ok(), "{r:?}");
+    let (ev, claim) = evidence();
+    assert_eq!(claim["pass"], false, "{claim:#}");
+    assert!(
+        claim["figure"]
+            .as_str()
+            .is_some_and(|f| f.contains("no digest from worker w-silent")),
+        "{claim:#}"
+    );
+    assert!(
+        ev["build_digests"]
+            .as_array()
+            .expect("digests")
+            .iter()
+            .any(|d| d["member"] == member && d["sha256"] == ev["binary_sha256"]),
+        "{ev:#}"
+    );
+}
+
+/// `placement: project` with real processes: four agents hold the project's four slots, a task
+/// of the project's fifth profile waits in PENDING (never a fifth process), and runs to
+/// COMPLETED under that profile's lease once an agent stops and frees a slot; the lease ends
+/// with the task.
+#[test]
+fn a_project_task_at_full_capacity_waits_then_runs_when_a_slot_frees() {
+    const IDLE: &str = "#!/bin/sh\ntrap 'exit 0' TERM\nwhile :; do sleep 0.2; done\n";
+    let (cluster, repo, worker) = script_agent_world("ptask", IDLE, 10_000, 2_000);
+    let url = cluster.url(1);
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "crowd", "max_profiles": 5, "max_active": 4}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let profile = |key: &str, provider: &str| {
+        let r = post(
+            &format!("{url}/api/v1/projects/acme/crowd/profiles"),
+            json!({"key": key, "providers": [provider]}),
+        )
+        .expect("profile");
+        assert!(r.ok(), "{r:?}");
+        r.body["profile_created"]["profile"].as_u64().expect("id")
+    };
+    let agents: Vec<u64> = (0..4).map(|i| profile(&format!("a{i}"), "codex")).collect();
+    let runner = profile("runner", "script");
+    for a in &agents {
+        let r = post(
+            &format!("{url}/api/v1/profiles/{a}/agent/launch"),
+            json!({"worker": worker.id,
+                   "repository": {"url": repo.display().to_string(), "branch": "main"}}),
+        )
+        .expect("launch");
+        assert_eq!(r.status, 201, "{r:?}");
+    }
+    let slots = || {
+        http_get(&format!("{url}/api/v1/projects/acme/crowd")).expect("project")["slots_held"]
+            .as_u64()
+            .expect("slots_held")
+    };
+    assert_eq!(slots(), 4);
+
+    let manifest = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: crowd-task\nrepository:\n  url: {}\n  \
+         branch: main\nagent:\n  prompt: change the readme\n  provider: script\n  script: |\n    \
+         echo 'changed by a project task' >> README.md\nvm:\n  runtime: process\n\
+         placement:\n  kind: project\n  tenant: acme\n  project: crowd\n  profile: runner\n",
+        repo.display()
+    );
+    let r = submit_yaml(&url, &manifest);
+    assert!(r.ok(), "{r:?}");
+    let task = r.body["task_submitted"]["task"].as_u64().expect("task id");
+    // Several scheduler passes at full capacity: still PENDING, no fifth slot, no lease.
+    std::thread::sleep(Duration::from_secs(4));
+    let t = http_get(&format!("{url}/api/v1/tasks/{task}")).expect("task");
+    assert_eq!(t["state"], "PENDING", "{t:#}");
+    assert_eq!(slots(), 4);
+    let p = http_get(&format!("{url}/api/v1/profiles/{runner}")).expect("runner");
+    assert_eq!(
+        p["generation"], 0,
+        "no lease granted to the waiting task: {p:#}"
+    );
+
+    let r = post(
+        &format!("{url}/api/v1/profiles/{}/agent/stop", agents[0]),
+        json!({}),
+    )
+    .expect("stop");
+    assert!(r.ok(), "{r:?}");
+    let done = wait_task_state(
+        &url,
+        task,
+        &["COMPLETED", "FAILED", "CANCELLED"],
+        Duration::from_secs(120),
+    );
+    assert_eq!(done["state"], "COMPLETED", "{done:#}");
+    assert!(
+        done["artifacts"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|n| n == &json!(format!("{task}.patch")))),
+        "{done:#}"
+    );
+    // It ran under the runner's lease (its first generation), which ended with it.
+    let p = http_get(&format!("{url}/api/v1/profiles/{runner}")).expect("runner");
+    assert_eq!(p["generation"], 1, "{p:#}");
+    assert!(p["live_lease"].is_null(), "{p:#}");
+    assert_eq!(slots(), 3, "the three agents still hold theirs");
+    drop(worker);
+}

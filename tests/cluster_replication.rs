@@ -110,6 +110,35 @@ fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
         entries < commands,
         "{commands} commands in {entries} entries: no entry was shared"
     );
+
+    // The same figures as histograms, read from one scrape (the leader's own sweep goes on
+    // proposing): each entry's commit time and its writes, each WAL sync's time, each REST
+    // answer's time (the follower answered the 64 writes).
+    let (_, text) = http_text(&format!("{l_url}/metrics")).expect("metrics");
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+    };
+    let commits = value("squadron_proposal_commit_duration_seconds_count");
+    assert!(
+        commits >= entries as f64,
+        "{commits} commit times for {entries} entries"
+    );
+    assert_eq!(value("squadron_proposal_writes_per_entry_count"), commits);
+    let writes = value("squadron_proposal_writes_per_entry_sum");
+    assert!(writes >= commands as f64, "{writes} writes in histograms");
+    let syncs = value("squadron_log_sync_duration_seconds_count");
+    assert!(syncs >= 1.0, "no WAL sync timed");
+    assert_eq!(
+        value("squadron_log_sync_duration_seconds_bucket{le=\"+Inf\"}"),
+        syncs
+    );
+    let answered = metric(
+        &f_url,
+        "squadron_http_request_duration_seconds_count{method=\"POST\",status=\"2xx\"}",
+    );
+    assert!(answered >= WRITERS as u64, "{answered} POSTs timed");
 }
 
 /// A worker's registration at `url`, with its certificate (a new cluster has no operator

@@ -107,6 +107,7 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
         .data_dir
         .join("projects/acme/soak/worktrees/leaked-by-test");
     std::fs::create_dir_all(&worktree).expect("leak a worktree");
+    task_sandboxes_beyond_a_scope_are_counted_not_named(&url);
     let r = post(
         &format!("{url}/api/v1/profiles/{leaky}/leases"),
         json!({
@@ -170,6 +171,50 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
     assert_eq!(leased["items"], json!([lease.to_string()]), "{leased:#}");
     assert_eq!(r["verdict"]["leak_free"], false);
     drop(worker);
+}
+
+/// The worker lists every task sandbox it holds; the project's evidence names to a viewer
+/// scoped to the project only its own tasks' (the leaked leaf's task 999999 is nobody's).
+fn task_sandboxes_beyond_a_scope_are_counted_not_named(url: &str) {
+    let evidence = format!("{url}/api/v1/projects/acme/soak/evidence");
+    let leaked = |v: &Value| {
+        v["worker"]["task_sandboxes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("task sandboxes in {v:#}"))
+            .iter()
+            .filter(|h| h["runtime"] == "process")
+            .map(|h| (h["name"].clone(), h["task"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let admin = http_get(&evidence).expect("evidence");
+    assert!(
+        leaked(&admin).contains(&(json!("task-999999-a1"), json!(999999))),
+        "{admin:#}"
+    );
+    let r = post(
+        &format!("{url}/api/v1/tokens"),
+        json!({"name": "soak-viewer", "role": "viewer",
+               "scope": [{"tenant": "acme", "project": "soak"}]}),
+    )
+    .expect("create token");
+    assert!(r.ok(), "{r:?}");
+    let viewer = r.body["token"].as_str().expect("secret").to_string();
+    let scoped: Value = agent_with(pki().operator_for(url))
+        .get(&evidence)
+        .set("Authorization", &format!("Bearer {viewer}"))
+        .call()
+        .expect("the scoped viewer's evidence")
+        .into_json()
+        .expect("JSON");
+    let seen = leaked(&scoped);
+    assert!(
+        seen.contains(&(json!("hidden"), Value::Null)),
+        "counted, not named: {scoped:#}"
+    );
+    assert!(
+        !seen.iter().any(|(name, _)| name == "task-999999-a1"),
+        "{scoped:#}"
+    );
 }
 
 struct KillOnDrop(std::process::Child);

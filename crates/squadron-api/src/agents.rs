@@ -6,9 +6,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use squadron_core::agent_session::SandboxUsage;
 use squadron_core::ids::{
-    Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TenantId, WorkerId,
+    Generation, LeaseId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId, WorkerId,
 };
 use squadron_core::lease::FencingToken;
+use squadron_core::manifest::RuntimeKind;
 use squadron_core::provider::Provider;
 
 /// Where a project's sandbox is made when the project has none yet.
@@ -178,9 +179,10 @@ pub struct WorkerEvidence {
     /// SHA-256 of the worker's running binary (empty when it could not be read).
     pub binary_sha256: String,
     /// The worker's task sandboxes now, all runtimes (the whole worker's, not only this
-    /// project's), as `{runtime}:{name}`; absent from older workers.
+    /// project's; those of tasks beyond the caller's scope shown as [`HeldSandbox::HIDDEN`]);
+    /// absent from older workers.
     #[serde(default)]
-    pub task_sandboxes: Vec<String>,
+    pub task_sandboxes: Vec<HeldSandbox>,
     /// Runtimes whose sandboxes could not be listed, with the error: `task_sandboxes` is then
     /// short of theirs.
     #[serde(default)]
@@ -189,6 +191,35 @@ pub struct WorkerEvidence {
     /// workers.
     #[serde(default)]
     pub worktrees: Vec<String>,
+}
+
+/// A task sandbox a worker holds: a process runtime leaf, a container, a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct HeldSandbox {
+    pub runtime: RuntimeKind,
+    /// The leaf, container or domain; [`HeldSandbox::HIDDEN`] for a task beyond the caller's
+    /// scope.
+    pub name: String,
+    /// The task it was made for, as its name says (absent when hidden or unknown).
+    #[serde(default)]
+    pub task: Option<TaskId>,
+}
+
+impl HeldSandbox {
+    /// The name shown for a sandbox of a task the caller may not see.
+    pub const HIDDEN: &'static str = "hidden";
+
+    /// `{runtime}:{name}`, as a soak counts it.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.runtime, self.name)
+    }
+}
+
+/// `GET /worker/v1/build`: the SHA-256 of a worker's running binary (empty when it could not
+/// be read).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerBuild {
+    pub sha256: String,
 }
 
 /// The SHA-256 of one member's running binary, as it reported it (empty: no report).

@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod peer;
 pub mod raft_view;
 pub mod read_index_rounds;
+pub mod request_latency;
 pub mod rest;
 pub mod resumed_term;
 pub mod tls;

@@ -139,7 +139,28 @@ fn raft(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "squadron_log_entries_appended",
         "Log entries written by those appends; entries / appends = proposals per fsync",
         appends.entries.load(Ordering::Relaxed),
+    )?;
+    histogram(
+        e,
+        "squadron_log_sync_duration_seconds",
+        "How long each sync of the log's write-ahead log took",
+        &appends.sync_seconds,
+    )?;
+    histogram(
+        e,
+        "squadron_log_entries_per_sync",
+        "Log entries each synced append made durable (group commit)",
+        &appends.entries_per_sync,
     )
+}
+
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    histogram: &Histogram,
+) -> fmt::Result {
+    histogram.encode(encoder.encode_descriptor(name, help, None, MetricType::Histogram)?)
 }
 
 fn clock(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
@@ -202,7 +223,26 @@ fn writes(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "squadron_proposal_entries_abandoned",
         "Entries this node stopped waiting for at the write timeout (their writes' outcome unknown)",
         batches.abandoned.load(Ordering::Relaxed),
-    )
+    )?;
+    histogram(
+        e,
+        "squadron_proposal_commit_duration_seconds",
+        "From an entry's proposal on this node to its answer: appended, replicated, applied \
+         (committed entries only; abandoned ones are counted above)",
+        &batches.commit_seconds,
+    )?;
+    histogram(
+        e,
+        "squadron_proposal_writes_per_entry",
+        "Writes each committed entry of this node carried (the batch size)",
+        &batches.writes_per_entry,
+    )?;
+    node.request_latency.family().encode(e.encode_descriptor(
+        "squadron_http_request_duration_seconds",
+        "REST requests by method and status class, from arrival to the answer's head",
+        None,
+        MetricType::Histogram,
+    )?)
 }
 
 fn reads(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {

@@ -89,6 +89,7 @@ pub(crate) fn router(
         .route("/worker/v1/tasks/:id/usage", get(usage))
         .route("/worker/v1/tasks/:id/artifacts", get(list_artifacts))
         .route("/worker/v1/tasks/:id/artifacts/*name", get(artifact))
+        .route("/worker/v1/build", get(build))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(ServerState {
             data_dir,
@@ -140,6 +141,18 @@ pub(crate) fn invalid(field: &str, m: impl Into<String>) -> Response {
 
 fn not_found(m: impl Into<String>) -> Response {
     error(StatusCode::NOT_FOUND, ErrorCode::NotFound, None, m.into())
+}
+
+/// This worker's binary digest, for the release evidence's "one build" claim: every worker
+/// of the cluster is asked, not only the sandbox's.
+async fn build() -> Response {
+    // Hashed once per process (at start, `worker.rs`); off the runtime in any case.
+    let sha256 = tokio::task::spawn_blocking(squadron_pki::own_binary_sha256)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    Json(squadron_client::WorkerBuild { sha256 }).into_response()
 }
 
 /// The sandbox's usage now (`task_usage`): not output, so a task whose output is withheld

@@ -18,7 +18,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Json;
-use squadron_api::agents::{BuildDigest, ProjectEvidence, WorkerEvidence};
+use squadron_api::agents::{
+    BuildDigest, HeldSandbox, ProjectEvidence, WorkerBuild, WorkerEvidence,
+};
 use squadron_core::command::{AgentOperation, RequestAgentOperation};
 use squadron_core::error_code::ErrorCode;
 use squadron_core::ids::{ProfileId, ProjectId, TenantId, WorkerId};
@@ -32,7 +34,7 @@ use super::{
 };
 use crate::authz::Caller;
 use crate::error::ApiError;
-use crate::node::Consistency;
+use crate::node::{Consistency, ControlNode};
 use squadron_api::{Access, LogQuery, Scope, StreamQuery};
 
 /// A relayed agent operation may wait for a lease to expire (crash takeover) and for a
@@ -40,6 +42,10 @@ use squadron_api::{Access, LogQuery, Scope, StreamQuery};
 pub const AGENT_RELAY_TIMEOUT_MS: u64 = 300_000;
 /// Waiting for the worker's evidence.
 pub const EVIDENCE_RELAY_TIMEOUT_MS: u64 = 10_000;
+/// Most workers whose binary digest one evidence read asks for.
+pub const EVIDENCE_WORKERS_ASKED_MAX: usize = 256;
+/// Waiting for one worker's digest: a hash read once, so a worker slower than this is hung.
+pub const EVIDENCE_BUILD_TIMEOUT_MS: u64 = 3_000;
 /// Largest request body relayed (a prompt included).
 pub const AGENT_BODY_BYTES_MAX: usize = 2 << 20;
 /// Largest answer read from a worker.
@@ -385,6 +391,7 @@ async fn reap(asked: Asked) -> Result<Response, ApiError> {
 
 async fn evidence(
     State(node): State<AppState>,
+    caller: Caller,
     Path((tenant, project)): Path<(String, String)>,
 ) -> Result<Json<ProjectEvidence>, ApiError> {
     let tenant = TenantId::new(tenant).map_err(|e| ApiError::invalid("tenant", e.to_string()))?;
@@ -436,7 +443,10 @@ async fn evidence(
         member: format!("node {}", node.id),
         sha256,
     });
-    if let Some((worker, address)) = address {
+    // The workers' digests are asked while the sandbox's worker gathers its evidence: one
+    // read waits for the slower, not for both in turn.
+    let sandbox_evidence = async {
+        let (worker, address) = address?;
         let got = async {
             let relay = WorkerRelay::new(&node, &worker, &address).map_err(|e| e.body.message)?;
             let url = format!("{}/worker/v1/evidence/{tenant}/{project}", relay.base);
@@ -456,10 +466,85 @@ async fn evidence(
                 .map_err(|e| e.to_string())
         }
         .await;
-        match got {
-            Ok(v) => ev.worker = Some(v),
-            Err(e) => ev.worker_error = Some(format!("the sandbox's worker: {e}")),
+        Some(got)
+    };
+    let (builds, got) = tokio::join!(worker_builds(&node), sandbox_evidence);
+    ev.build_digests.extend(builds);
+    match got {
+        Some(Ok(mut v)) => {
+            hide_unseen(&node, &caller, &mut v.task_sandboxes);
+            ev.worker = Some(v);
         }
+        Some(Err(e)) => ev.worker_error = Some(format!("the sandbox's worker: {e}")),
+        None => {}
     }
     Ok(Json(ev))
+}
+
+/// Every live worker's binary digest (empty for one that did not answer, which fails the
+/// claim naming it): a mismatched build on any worker, not only the sandbox's, is a failed
+/// release gate.
+async fn worker_builds(node: &AppState) -> Vec<BuildDigest> {
+    let now = node.clock.now_ms();
+    let (workers, live): (Vec<(WorkerId, String)>, usize) = node.state.with_state(|s| {
+        let live: Vec<_> = s.workers().filter(|w| w.is_live(now)).collect();
+        let asked = live
+            .iter()
+            .take(EVIDENCE_WORKERS_ASKED_MAX)
+            .map(|w| (w.id.clone(), w.address.clone()))
+            .collect();
+        (asked, live.len())
+    });
+    let asked = workers.into_iter().map(|(worker, address)| async move {
+        let sha256 = async {
+            let relay = WorkerRelay::new(node, &worker, &address).ok()?;
+            let answer = relay
+                .client
+                .get(format!("{}/worker/v1/build", relay.base))
+                .timeout(Duration::from_millis(EVIDENCE_BUILD_TIMEOUT_MS))
+                .send()
+                .await
+                .ok()?
+                .error_for_status()
+                .ok()?;
+            answer.json::<WorkerBuild>().await.ok().map(|b| b.sha256)
+        }
+        .await;
+        BuildDigest {
+            member: format!("worker {worker}"),
+            sha256: sha256.unwrap_or_default(),
+        }
+    });
+    let mut digests = futures_util::future::join_all(asked).await;
+    if live > EVIDENCE_WORKERS_ASKED_MAX {
+        // Not asked, so not proven: the claim fails naming them.
+        digests.push(BuildDigest {
+            member: format!(
+                "worker beyond the first {EVIDENCE_WORKERS_ASKED_MAX} ({} not asked)",
+                live - EVIDENCE_WORKERS_ASKED_MAX
+            ),
+            sha256: String::new(),
+        });
+    }
+    digests
+}
+
+/// The worker lists every task sandbox it holds; a caller scoped to projects learns only the
+/// names of its own tasks' (the others count, as [`HeldSandbox::HIDDEN`]).
+fn hide_unseen(node: &ControlNode, caller: &Caller, held: &mut [HeldSandbox]) {
+    if caller.sees(None) {
+        return;
+    }
+    node.state.with_state(|s| {
+        for h in held.iter_mut() {
+            let seen = h.task.and_then(|t| s.task(t)).is_some_and(|t| {
+                let project = t.spec.placement.project();
+                caller.sees(project.as_ref().map(|(t, p)| (t, p)))
+            });
+            if !seen {
+                h.name = HeldSandbox::HIDDEN.to_string();
+                h.task = None;
+            }
+        }
+    });
 }

@@ -301,6 +301,10 @@ pub fn router(node: AppState) -> Router {
             browser_guard::guard,
         ))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            node.clone(),
+            crate::request_latency::layer,
+        ))
         .layer(axum::middleware::from_fn(crate::trace::layer))
         .with_state(node)
 }

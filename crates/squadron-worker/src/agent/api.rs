@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use squadron_client::{ErrorBody, LaunchAgent, StopAgent, TakeoverAgent};
+use squadron_client::{ErrorBody, HeldSandbox, LaunchAgent, StopAgent, TakeoverAgent};
 use squadron_core::ids::{Generation, ProfileId, ProjectId, TenantId};
 
 use crate::agent::agent_logs::AgentLogs;
@@ -30,6 +30,7 @@ use crate::agent::error::AgentError;
 use crate::agent::supervisor::AgentSupervisor;
 use crate::output_server::{invalid, log_query, serve_logs};
 use crate::runtime::probe::RuntimeSet;
+use crate::runtime::task_of_sandbox;
 
 /// Largest request body accepted (a prompt included).
 pub(crate) const AGENT_REQUEST_BYTES_MAX: usize = 2 << 20;
@@ -237,16 +238,20 @@ async fn evidence(
     Ok(Json(ev).into_response())
 }
 
-/// Every runtime's sandboxes as `{runtime}:{name}`, and the runtimes that could not list
-/// theirs, so a sample that could not look is not read as empty.
-async fn task_sandboxes(runtimes: &RuntimeSet) -> (Vec<String>, Vec<String>) {
+/// Every runtime's sandboxes with the task each was made for, and the runtimes that could not
+/// list theirs, so a sample that could not look is not read as empty.
+async fn task_sandboxes(runtimes: &RuntimeSet) -> (Vec<HeldSandbox>, Vec<String>) {
     let (mut all, mut errors) = (Vec::new(), Vec::new());
     for kind in runtimes.kinds() {
         let Some(runtime) = runtimes.get(kind) else {
             continue;
         };
         match runtime.sandboxes().await {
-            Ok(names) => all.extend(names.into_iter().map(|n| format!("{kind}:{n}"))),
+            Ok(names) => all.extend(names.into_iter().map(|name| HeldSandbox {
+                runtime: kind,
+                task: task_of_sandbox(&name),
+                name,
+            })),
             Err(e) => errors.push(format!("{kind}: {e}")),
         }
     }

@@ -63,6 +63,16 @@ pub(crate) const SANDBOXES_LISTED_MAX: usize = 10_000;
 /// What every attempt's sandbox name starts with ([`sandbox_name`]).
 pub(crate) const SANDBOX_NAME_PREFIX: &str = "squadron-task-";
 
+/// The task a sandbox was made for, read back from its name ([`sandbox_name`], or the process
+/// runtime's leaf name); `None` for a name of neither form.
+pub(crate) fn task_of_sandbox(name: &str) -> Option<TaskId> {
+    let rest = name
+        .strip_prefix(SANDBOX_NAME_PREFIX)
+        .or_else(|| name.strip_prefix(process::LEAF_NAME_PREFIX))?;
+    let (id, _) = rest.split_once("-a")?;
+    TaskId::new(id.parse().ok()?).ok()
+}
+
 /// The name of one attempt's sandbox (a container, a domain): the task id, the attempt, and a
 /// hash of the task directory. Task ids restart with every cluster, so only the directory
 /// tells this worker's attempt from a leftover of another cluster or data directory.
@@ -250,5 +260,30 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
         _handle: &SandboxHandle,
     ) -> Result<Option<std::path::PathBuf>, WorkerError> {
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The evidence names the task of each sandbox by reading back the names the runtimes
+    /// gave: a container's or domain's, and a process leaf's.
+    #[test]
+    fn a_sandbox_name_gives_back_its_task() {
+        let dir = TaskDir::new(std::path::Path::new("/tmp/w"), TaskId::new(42).unwrap());
+        let named = sandbox_name(&dir, 3);
+        assert_eq!(task_of_sandbox(&named), TaskId::new(42).ok());
+        let leaf = process::ProcessRuntime::leaf_name(TaskId::new(7).unwrap(), 1);
+        assert_eq!(task_of_sandbox(&leaf), TaskId::new(7).ok());
+        for other in [
+            "tenant-acme",
+            "task-",
+            "task-x-a1",
+            "squadron-task-0-a1-00",
+            "x",
+        ] {
+            assert_eq!(task_of_sandbox(other), None, "{other}");
+        }
     }
 }

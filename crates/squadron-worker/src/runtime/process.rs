@@ -667,7 +667,7 @@ impl Runtime for ProcessRuntime {
 }
 
 /// What every task attempt's leaf name starts with ([`ProcessRuntime::leaf_name`]).
-const LEAF_NAME_PREFIX: &str = "task-";
+pub(crate) const LEAF_NAME_PREFIX: &str = "task-";
 
 fn isolation(e: IsolationError) -> WorkerError {
     WorkerError::runtime(PROCESS_RUNTIME, e.to_string())

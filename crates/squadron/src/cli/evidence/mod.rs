@@ -72,7 +72,14 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
     let status = c.cluster_status(Consistency::Stale).await?;
     let mut denied = 0;
     let mut asked = 0;
-    let mut digests = Vec::new();
+    // Each node reports its own digest and every live worker's: the workers' are taken from
+    // the first answer only.
+    let mut digests: Vec<BuildDigest> = ev
+        .build_digests
+        .iter()
+        .filter(|b| b.member.starts_with("worker "))
+        .cloned()
+        .collect();
     for m in &status.members {
         progress.say(format!("evidence: asking node {} ({})", m.id, m.rest));
         let node = c.with_endpoints(vec![format!("https://{}", m.rest)]);
@@ -80,7 +87,8 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
             Ok(e) => {
                 denied += e.unauthorized_mcp_denied;
                 asked += 1;
-                digests.extend(e.build_digests);
+                let own = format!("node {}", m.id);
+                digests.extend(e.build_digests.into_iter().filter(|b| b.member == own));
             }
             Err(e) => {
                 eprintln!("member {} ({}) not counted: {e}", m.id, m.rest);
@@ -94,14 +102,20 @@ pub async fn run(ctx: &Ctx, args: EvidenceArgs) -> anyhow::Result<()> {
     if asked > 0 {
         ev.unauthorized_mcp_denied = denied;
     }
-    // Every member's running binary, the sandbox worker's, and this one that gathers the
-    // evidence: one build is a claim. A binary that cannot hash itself reports none, and so
-    // fails the claim.
+    // Every member's running binary, every live worker's (the sandbox's one at least, from an
+    // older node that asks no other), and this one that gathers the evidence: one build is a
+    // claim. A binary that cannot hash itself reports none, and so fails the claim.
     if let Some(w) = &ev.worker {
-        digests.push(BuildDigest {
-            member: format!("worker {}", w.worker),
-            sha256: w.binary_sha256.clone(),
-        });
+        let member = format!("worker {}", w.worker);
+        match digests.iter_mut().find(|b| b.member == member) {
+            // Its evidence answered with a digest where its build route did not.
+            Some(b) if b.sha256.is_empty() => b.sha256.clone_from(&w.binary_sha256),
+            Some(_) => {}
+            None => digests.push(BuildDigest {
+                member,
+                sha256: w.binary_sha256.clone(),
+            }),
+        }
     }
     digests.push(BuildDigest {
         member: verdicts::GATHERER.into(),

@@ -163,8 +163,8 @@ fn worker_claims(e: &ProjectEvidence) -> Vec<Verdict> {
 /// The member name of the binary that gathered the evidence (`squadron evidence` itself).
 pub const GATHERER: &str = "evidence binary";
 
-/// "Immutable build/deploy digest equality": every node, the sandbox's worker and the binary
-/// that gathered the evidence reported the same SHA-256 of its running binary. A member that
+/// "Immutable build/deploy digest equality": every node, every live worker and the binary that
+/// gathered the evidence reported the same SHA-256 of its running binary. A member that
 /// reported none fails the claim.
 fn one_build(e: &ProjectEvidence) -> Verdict {
     let d = &e.build_digests;

@@ -94,7 +94,7 @@ pub fn counts_of(evidence: &ProjectEvidence, counts: &mut BTreeMap<String, Count
         );
         counts.insert(
             "task_sandboxes".into(),
-            Count::of(w.task_sandboxes.iter().cloned()),
+            Count::of(w.task_sandboxes.iter().map(|h| h.label())),
         );
         counts.insert("worktrees".into(), Count::of(w.worktrees.iter().cloned()));
     }
