@@ -404,10 +404,11 @@ impl SandboxNetwork {
     /// Whether the host end is a tap something holds open: its carrier is on only then
     /// (reading it fails while the link is down, and a missing link has no file).
     fn host_end_attached(&self) -> bool {
-        let carrier = Path::new("/sys/class/net")
-            .join(self.host_interface())
-            .join("carrier");
-        fs::read_to_string(carrier).is_ok_and(|c| c.trim() == "1")
+        let link = Path::new("/sys/class/net").join(self.host_interface());
+        // Only a tap: a veth whose namespace was deleted keeps its carrier until the kernel's
+        // deferred clean-up of the namespace takes the pair, and is a leftover all the same.
+        let tap = link.join("tun_flags").exists();
+        tap && fs::read_to_string(link.join("carrier")).is_ok_and(|c| c.trim() == "1")
     }
 
     /// Makes the persistent tap; `false` when the slot is taken (the kernel refuses a

@@ -9,10 +9,14 @@
 //! timeout and deposed the leader when the partition healed.
 //!
 //! This loop adds two things:
-//! - **No campaign without a majority.** Every half election timeout it pings the other voters
-//!   over the peer listener (`/internal/v1/ping`) and turns openraft's timer off
-//!   (`RuntimeConfigHandle::elect(false)`) while fewer than a majority, itself counted, answer:
-//!   a node that could not win does not raise the term (pre-vote's effect, by reachability).
+//! - **No campaign that could not win.** Every half election timeout it pings the other voters
+//!   over the peer listener (`/internal/v1/ping`); each answers how long ago it heard a leader.
+//!   openraft's timer is off (`RuntimeConfigHandle::elect(false)`) while fewer than a majority,
+//!   itself counted, would grant a vote: those that answer and have not heard a leader for
+//!   the lease (a voter that has refuses every vote). A node that could not win does not raise
+//!   the term — pre-vote's effect: a follower deaf to a leader the others still hear (a
+//!   one-way partition) raised its term at every timeout and deposed that leader at the heal,
+//!   ~1.9 s without reads in the chaos suite.
 //! - **One early campaign per leaderless spell**, as etcd's randomised timeout above the lease
 //!   does: once no leader has been heard (`LeaderContact`: append-entries and snapshots) for
 //!   the lease plus a jitter drawn afresh each spell, it campaigns (`trigger().elect()`) —
@@ -28,7 +32,7 @@
 //!   that saw a longer log.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use rand::Rng;
@@ -45,6 +49,38 @@ const LOOKS_PER_HEARTBEAT: u64 = 2;
 /// Whether `reachable` of `voters` (this node counted when it is one) make a majority.
 pub fn quorum_reachable(voters: usize, reachable: usize) -> bool {
     voters == 0 || reachable * 2 > voters
+}
+
+/// What the last round of pings found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// A majority of the voters, this node counted, answered.
+    pub quorum: bool,
+    /// The longest log a voter that answered reported.
+    pub peer_log: Option<u64>,
+    /// The voters of the membership, and whether this node is one.
+    pub voters: usize,
+    pub voter: bool,
+    /// For each other voter that answered, how long it had not heard a leader (`None`: an
+    /// older node that does not say, taken as willing to vote).
+    pub quiet: Vec<Option<Duration>>,
+    /// When the answers came.
+    pub at: Instant,
+}
+
+impl Reach {
+    /// Whether a majority of the voters would grant this node a vote at `now`: itself, and
+    /// each voter that answered and has not heard a leader for `lease` since (counted on from
+    /// its answer, as its silence goes on).
+    pub fn could_win(&self, lease: Duration, now: Instant) -> bool {
+        let since = now.saturating_duration_since(self.at);
+        let granting = self
+            .quiet
+            .iter()
+            .filter(|q| q.is_none_or(|q| q + since >= lease))
+            .count();
+        self.quorum && quorum_reachable(self.voters, usize::from(self.voter) + granting)
+    }
 }
 
 /// When to campaign early, decided from what the loop sees (pure, so it is tested alone).
@@ -64,6 +100,7 @@ pub struct Look {
     pub leader: bool,
     pub voter: bool,
     pub voters: usize,
+    /// A majority of the voters would grant this node a vote ([`Reach::could_win`]).
     pub quorum: bool,
     /// A reachable voter's log reaches further than this node's.
     pub behind: bool,
@@ -103,6 +140,10 @@ pub fn spawn(
     let reach = Arc::new(Mutex::new(Reach {
         quorum: true,
         peer_log: None,
+        voters: 0,
+        voter: false,
+        quiet: Vec::new(),
+        at: Instant::now(),
     }));
     let pings = tokio::spawn(watch_quorum(node.clone(), reach.clone(), shutdown.clone()));
     tokio::spawn(async move {
@@ -116,6 +157,8 @@ pub fn spawn(
         };
         let mut last_heard = Duration::ZERO;
         let mut last_vote = node.raft.metrics().borrow().vote;
+        // openraft's own timer starts on.
+        let mut may_campaign = true;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => {
@@ -135,13 +178,26 @@ pub fn spawn(
             }
             last_heard = heard;
             let members = node.members();
-            let reached = *reach.lock().unwrap_or_else(PoisonError::into_inner);
+            let reached = reach.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let could_win = reached.could_win(lease, Instant::now());
+            if could_win != may_campaign {
+                may_campaign = could_win;
+                node.raft.runtime_config().elect(could_win);
+                if could_win {
+                    tracing::info!("a majority of voters would vote; this node may campaign");
+                } else {
+                    tracing::debug!(
+                        "fewer than a majority of voters would vote (unreachable, or a leader \
+                         heard within the lease); this node does not campaign"
+                    );
+                }
+            }
             let own_log = node.raft.metrics().borrow().last_log_index;
             let look = Look {
                 leader: node.is_leader(),
                 voter: members.get(&node.id).is_some_and(|(_, voter)| *voter),
                 voters: members.values().filter(|(_, voter)| *voter).count(),
-                quorum: reached.quorum,
+                quorum: could_win,
                 behind: reached.peer_log > own_log,
                 heard,
             };
@@ -159,17 +215,7 @@ pub fn spawn(
     })
 }
 
-/// What the last round of pings found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Reach {
-    /// A majority of the voters, this node counted, answered.
-    quorum: bool,
-    /// The longest log a voter that answered reported.
-    peer_log: Option<u64>,
-}
-
-/// Pings every other voter every half election timeout and keeps what the round found;
-/// openraft's own election timer runs only while a majority answers.
+/// Pings every other voter every half election timeout and keeps what the round found.
 async fn watch_quorum(
     node: Arc<ControlNode>,
     reach: Arc<Mutex<Reach>>,
@@ -188,19 +234,12 @@ async fn watch_quorum(
         let found = ping_voters(&node, every).await;
         let was = std::mem::replace(
             &mut *reach.lock().unwrap_or_else(PoisonError::into_inner),
-            found,
+            found.clone(),
         );
-        let reached = found.quorum;
-        if was.quorum != reached {
-            node.raft.runtime_config().elect(reached);
-            if reached {
-                tracing::info!("a majority of voters answers again; this node may campaign");
-            } else {
-                tracing::warn!(
-                    "fewer than a majority of voters answer; this node does not campaign until \
-                     they do"
-                );
-            }
+        if was.quorum && !found.quorum {
+            tracing::warn!(
+                "fewer than a majority of voters answer; this node does not campaign until they do"
+            );
         }
     }
 }
@@ -225,6 +264,14 @@ async fn ping_voters(node: &ControlNode, timeout: Duration) -> Reach {
             .flatten()
             .filter_map(|a| a.last_log_index)
             .max(),
+        voters: voters.len(),
+        voter: me == 1,
+        quiet: answers
+            .iter()
+            .flatten()
+            .map(|a| a.leader_heard_ms_ago.map(Duration::from_millis))
+            .collect(),
+        at: Instant::now(),
     }
 }
 
@@ -254,6 +301,52 @@ mod tests {
             behind: false,
             heard: Duration::from_millis(heard_ms),
         }
+    }
+
+    fn reach(quiet: &[Option<u64>]) -> Reach {
+        Reach {
+            quorum: true,
+            peer_log: None,
+            voters: 3,
+            voter: true,
+            quiet: quiet.iter().map(|q| q.map(Duration::from_millis)).collect(),
+            at: Instant::now(),
+        }
+    }
+
+    /// Pre-vote's effect: a node counts as votes only the voters whose leader lease ran out.
+    #[test]
+    fn a_node_could_win_only_where_a_majority_has_not_heard_a_leader_for_the_lease() {
+        let lease = Duration::from_millis(800);
+        let now = Instant::now();
+        // Deaf to a leader both others hear (the leader answers 0): it would lose.
+        assert!(!reach(&[Some(0), Some(40)]).could_win(lease, now));
+        // The leader gone (no answer), the other follower silent for the lease too: it wins.
+        assert!(reach(&[Some(800)]).could_win(lease, now));
+        assert!(!reach(&[Some(700)]).could_win(lease, now));
+        // The other's silence goes on after its answer.
+        let r = reach(&[Some(700)]);
+        assert!(r.could_win(lease, r.at + Duration::from_millis(100)));
+        // An older node that does not say counts as willing, as before.
+        assert!(reach(&[None]).could_win(lease, now));
+        // Alone of three: never, whatever it hears.
+        assert!(!reach(&[]).could_win(lease, now));
+        let unreachable = Reach {
+            quorum: false,
+            ..reach(&[Some(5_000), Some(5_000)])
+        };
+        assert!(!unreachable.could_win(lease, now));
+        // A learner counts only the voters' votes.
+        let learner = Reach {
+            voter: false,
+            ..reach(&[Some(900), Some(900)])
+        };
+        assert!(learner.could_win(lease, now));
+        assert!(!Reach {
+            voter: false,
+            ..reach(&[Some(900)])
+        }
+        .could_win(lease, now));
     }
 
     #[test]

@@ -85,10 +85,17 @@ async fn propose_batch(
     ))
 }
 
-/// A follower asks for the index a linearizable read must wait for.
+/// Another voter's election driver asks how far this node's log reaches and when it last
+/// heard a leader.
 async fn ping(State(node): State<PeerState>) -> Json<PingReply> {
+    let heard = if node.is_leader() {
+        0
+    } else {
+        u64::try_from(node.leader_contact.quiet_for().as_millis()).unwrap_or(u64::MAX)
+    };
     Json(PingReply {
         last_log_index: node.raft.metrics().borrow().last_log_index,
+        leader_heard_ms_ago: Some(heard),
     })
 }
 

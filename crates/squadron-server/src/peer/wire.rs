@@ -72,10 +72,14 @@ pub struct ReadIndexReply {
     pub index: Option<u64>,
 }
 
-/// A node's answer to a ping: how far its log reaches.
+/// A node's answer to a ping: how far its log reaches, and how long ago it heard a leader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PingReply {
     pub last_log_index: Option<u64>,
+    /// Milliseconds since it last heard from a leader (0 when it is the leader): a voter
+    /// refuses every vote until that reaches its leader lease. Absent from older nodes.
+    #[serde(default)]
+    pub leader_heard_ms_ago: Option<u64>,
 }
 
 /// A membership change a node relays to the leader.
