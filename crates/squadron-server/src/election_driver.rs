@@ -61,10 +61,17 @@ pub struct Reach {
     /// The voters of the membership, and whether this node is one.
     pub voters: usize,
     pub voter: bool,
-    /// For each other voter that answered, how long it had not heard a leader (`None`: an
-    /// older node that does not say, taken as willing to vote).
-    pub quiet: Vec<Option<Duration>>,
-    /// When the answers came.
+    /// Each other voter that answered: how long it had not heard a leader.
+    pub quiet: Vec<PeerQuiet>,
+}
+
+/// One voter's answer about its leader contact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerQuiet {
+    /// Since it last heard a leader (`None`: an older node that does not say, taken as
+    /// willing to vote).
+    pub quiet: Option<Duration>,
+    /// When its answer came (each as it came: a round waits for its slowest peer).
     pub at: Instant,
 }
 
@@ -73,11 +80,13 @@ impl Reach {
     /// each voter that answered and has not heard a leader for `lease` since (counted on from
     /// its answer, as its silence goes on).
     pub fn could_win(&self, lease: Duration, now: Instant) -> bool {
-        let since = now.saturating_duration_since(self.at);
         let granting = self
             .quiet
             .iter()
-            .filter(|q| q.is_none_or(|q| q + since >= lease))
+            .filter(|p| {
+                p.quiet
+                    .is_none_or(|q| q + now.saturating_duration_since(p.at) >= lease)
+            })
             .count();
         self.quorum && quorum_reachable(self.voters, usize::from(self.voter) + granting)
     }
@@ -143,7 +152,6 @@ pub fn spawn(
         voters: 0,
         voter: false,
         quiet: Vec::new(),
-        at: Instant::now(),
     }));
     let pings = tokio::spawn(watch_quorum(node.clone(), reach.clone(), shutdown.clone()));
     tokio::spawn(async move {
@@ -157,6 +165,7 @@ pub fn spawn(
         };
         let mut last_heard = Duration::ZERO;
         let mut last_vote = node.raft.metrics().borrow().vote;
+        let mut vote_changed = Instant::now();
         // openraft's own timer starts on.
         let mut may_campaign = true;
         loop {
@@ -170,9 +179,11 @@ pub fn spawn(
             let vote = node.raft.metrics().borrow().vote;
             if vote != last_vote {
                 last_vote = vote;
-                contact.touch();
+                vote_changed = Instant::now();
             }
-            let heard = contact.quiet_for();
+            // A vote change counts as hearing a leader here only: the pings answer other
+            // voters with real leader contact, since a vote not yet committed refuses no one.
+            let heard = contact.quiet_for().min(vote_changed.elapsed());
             if heard < last_heard {
                 campaign.heard_from_leader(jitter());
             }
@@ -249,12 +260,12 @@ async fn ping_voters(node: &ControlNode, timeout: Duration) -> Reach {
     let voters: Vec<_> = members.iter().filter(|(_, (_, voter))| *voter).collect();
     let me = usize::from(voters.iter().any(|(id, _)| **id == node.id));
     let peer = node.writes.peer();
-    let answers = join_all(
-        voters
-            .iter()
-            .filter(|(id, _)| **id != node.id)
-            .map(|(_, (addr, _))| peer.ping(addr, timeout)),
-    )
+    let answers = join_all(voters.iter().filter(|(id, _)| **id != node.id).map(
+        |(_, (addr, _))| async {
+            let reply = peer.ping(addr, timeout).await?;
+            Some((reply, Instant::now()))
+        },
+    ))
     .await;
     let reachable = me + answers.iter().flatten().count();
     Reach {
@@ -262,16 +273,18 @@ async fn ping_voters(node: &ControlNode, timeout: Duration) -> Reach {
         peer_log: answers
             .iter()
             .flatten()
-            .filter_map(|a| a.last_log_index)
+            .filter_map(|(a, _)| a.last_log_index)
             .max(),
         voters: voters.len(),
         voter: me == 1,
         quiet: answers
             .iter()
             .flatten()
-            .map(|a| a.leader_heard_ms_ago.map(Duration::from_millis))
+            .map(|(a, at)| PeerQuiet {
+                quiet: a.leader_heard_ms_ago.map(Duration::from_millis),
+                at: *at,
+            })
             .collect(),
-        at: Instant::now(),
     }
 }
 
@@ -303,15 +316,24 @@ mod tests {
         }
     }
 
-    fn reach(quiet: &[Option<u64>]) -> Reach {
+    fn reach_at(at: Instant, quiet: &[Option<u64>]) -> Reach {
         Reach {
             quorum: true,
             peer_log: None,
             voters: 3,
             voter: true,
-            quiet: quiet.iter().map(|q| q.map(Duration::from_millis)).collect(),
-            at: Instant::now(),
+            quiet: quiet
+                .iter()
+                .map(|q| PeerQuiet {
+                    quiet: q.map(Duration::from_millis),
+                    at,
+                })
+                .collect(),
         }
+    }
+
+    fn reach(quiet: &[Option<u64>]) -> Reach {
+        reach_at(Instant::now(), quiet)
     }
 
     /// Pre-vote's effect: a node counts as votes only the voters whose leader lease ran out.
@@ -325,8 +347,8 @@ mod tests {
         assert!(reach(&[Some(800)]).could_win(lease, now));
         assert!(!reach(&[Some(700)]).could_win(lease, now));
         // The other's silence goes on after its answer.
-        let r = reach(&[Some(700)]);
-        assert!(r.could_win(lease, r.at + Duration::from_millis(100)));
+        let r = reach_at(now, &[Some(700)]);
+        assert!(r.could_win(lease, now + Duration::from_millis(100)));
         // An older node that does not say counts as willing, as before.
         assert!(reach(&[None]).could_win(lease, now));
         // Alone of three: never, whatever it hears.

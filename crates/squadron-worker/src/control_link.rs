@@ -93,7 +93,11 @@ impl ControlLink {
         .map_err(|e| e.into_error("registration"))
     }
 
-    /// A heartbeat; a refusal (the worker was declared lost) is answered by registering again.
+    /// A heartbeat; the refusal that says the worker is not alive (declared lost, or unknown
+    /// to the control plane) is answered by registering again. Any other refusal — a write
+    /// whose outcome is unknown after a leader change, an overloaded leader — is an error
+    /// for the next tick to retry: registering again would start a new registration of a
+    /// worker that was never lost.
     pub(crate) async fn heartbeat(&self) -> Result<(), WorkerError> {
         let req = pb::WorkerHeartbeatRequest {
             worker: self.config.id.to_string(),
@@ -106,7 +110,18 @@ impl ControlLink {
             .await;
         match answer {
             Ok(_) => Ok(()),
-            Err(LeaderCall::Refused(_)) => self.register().await,
+            Err(LeaderCall::Refused(status))
+                if matches!(
+                    status.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::NotFound
+                ) =>
+            {
+                tracing::info!(
+                    refusal = status.message(),
+                    "heartbeat refused; registering again"
+                );
+                self.register().await
+            }
             Err(e) => Err(e.into_error("heartbeat")),
         }
     }

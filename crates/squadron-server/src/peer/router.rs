@@ -88,7 +88,10 @@ async fn propose_batch(
 /// Another voter's election driver asks how far this node's log reaches and when it last
 /// heard a leader.
 async fn ping(State(node): State<PeerState>) -> Json<PingReply> {
-    let heard = if node.is_leader() {
+    // Leading now, not merely named leader of its last term (a leader removed from the
+    // membership keeps that name after it stepped down).
+    let leading = node.raft.metrics().borrow().state == openraft::ServerState::Leader;
+    let heard = if leading {
         0
     } else {
         u64::try_from(node.leader_contact.quiet_for().as_millis()).unwrap_or(u64::MAX)
