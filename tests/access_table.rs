@@ -170,16 +170,6 @@ fn probe(agent: &ureq::Agent, cred: &Cred, method: &str, url: &str) -> (u16, Str
     }
 }
 
-fn token(url: &str, name: &str, role: &str, scope: Value) -> String {
-    let r = post(
-        &format!("{url}/api/v1/tokens"),
-        json!({"name": name, "role": role, "scope": scope}),
-    )
-    .expect("create token");
-    assert!(r.ok(), "{r:?}");
-    r.body["token"].as_str().expect("secret").to_string()
-}
-
 fn dedicated_task(url: &str, name: &str) -> u64 {
     let r = submit_yaml(url, &inert_manifest(name, "process"));
     assert!(r.ok(), "submission refused: {r:?}");
@@ -236,22 +226,22 @@ fn credentials(url: &str, fx: &Fixtures) -> Vec<Cred> {
         Cred::Token {
             role: "viewer",
             in_scope: None,
-            secret: token(url, "v", "viewer", json!([])),
+            secret: operator_token(url, "v", "viewer", json!([])),
         },
         Cred::Token {
             role: "viewer",
             in_scope: Some(true),
-            secret: token(url, "vin", "viewer", inside.clone()),
+            secret: operator_token(url, "vin", "viewer", inside.clone()),
         },
         Cred::Token {
             role: "operator",
             in_scope: Some(true),
-            secret: token(url, "oin", "operator", inside),
+            secret: operator_token(url, "oin", "operator", inside),
         },
         Cred::Token {
             role: "operator",
             in_scope: Some(false),
-            secret: token(url, "oout", "operator", outside),
+            secret: operator_token(url, "oout", "operator", outside),
         },
         Cred::Worker("w1"),
         Cred::Worker("w2"),

@@ -54,13 +54,6 @@ fn patch_manifest(repo: &std::path::Path) -> String {
     )
 }
 
-fn create_token(url: &str, name: &str, role: &str) -> String {
-    let body = json!({"name": name, "role": role});
-    let r = post(&format!("{url}/api/v1/tokens"), body).expect("create token");
-    assert!(r.ok(), "{r:?}");
-    r.body["token"].as_str().expect("secret").to_string()
-}
-
 /// What a browser made of one WebSocket: whether it opened, the protocol the node chose,
 /// how many frames came, the close code.
 const OPEN_SOCKET: &str = r#"
@@ -111,7 +104,7 @@ fn the_dashboard_signs_in_and_streams_in_a_real_browser() {
     assert!(r.ok(), "submission refused: {r:?}");
     let task = r.body["task_submitted"]["task"].as_u64().expect("task id");
     wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(120));
-    let viewer = create_token(&url, "dashboard", "viewer");
+    let viewer = operator_token(&url, "dashboard", "viewer", json!([]));
     // One to read a diff of, one to cancel from the page.
     let patched = submitted(&url, &patch_manifest(&repo));
     let done = wait_task_state(
@@ -200,7 +193,7 @@ fn a_docker_tasks_details_show_what_its_sandbox_uses() {
     );
     let task = submitted(&url, &manifest);
     wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(180));
-    let viewer = create_token(&url, "usage", "viewer");
+    let viewer = operator_token(&url, "usage", "viewer", json!([]));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let shown = runtime.block_on(async {
         let browser = Browser::start(&pki().ca_cert, &[port_of(&url)]).await;

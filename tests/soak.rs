@@ -191,14 +191,8 @@ fn task_sandboxes_beyond_a_scope_are_counted_not_named(url: &str) {
         leaked(&admin).contains(&(json!("task-999999-a1"), json!(999999))),
         "{admin:#}"
     );
-    let r = post(
-        &format!("{url}/api/v1/tokens"),
-        json!({"name": "soak-viewer", "role": "viewer",
-               "scope": [{"tenant": "acme", "project": "soak"}]}),
-    )
-    .expect("create token");
-    assert!(r.ok(), "{r:?}");
-    let viewer = r.body["token"].as_str().expect("secret").to_string();
+    let scope = json!([{"tenant": "acme", "project": "soak"}]);
+    let viewer = operator_token(url, "soak-viewer", "viewer", scope);
     let scoped: Value = agent_with(pki().operator_for(url))
         .get(&evidence)
         .set("Authorization", &format!("Bearer {viewer}"))

@@ -1031,6 +1031,18 @@ pub fn git_repo(dir: &Path) -> PathBuf {
     repo
 }
 
+/// An operator token made by the cluster's admin: `role`, limited to `scope` (`[]`: none);
+/// its secret.
+pub fn operator_token(url: &str, name: &str, role: &str, scope: Value) -> String {
+    let r = post(
+        &format!("{url}/api/v1/tokens"),
+        json!({"name": name, "role": role, "scope": scope}),
+    )
+    .expect("create token");
+    assert!(r.ok(), "{r:?}");
+    r.body["token"].as_str().expect("secret").to_string()
+}
+
 /// Submits a YAML manifest.
 /// A task manifest that needs nothing to exist (its repository is never cloned unless a
 /// worker picks it up): for tests about submission, waiting and access, not running.

@@ -185,29 +185,30 @@ impl CgroupLeaf {
         file: PathBuf,
         bytes: u64,
     ) -> Result<(), IsolationError> {
-        let memsw = self
-            .swap_limit_file()
-            .filter(|f| f.ends_with("memory.memsw.limit_in_bytes"));
-        let growing = memsw.as_ref().is_some_and(|f| {
-            fs::read_to_string(f)
-                .ok()
-                .and_then(|t| t.trim().parse::<u64>().ok())
-                .is_some_and(|current| bytes > current)
+        let swap = self.swap_limit_file();
+        let memsw_below = swap.as_ref().is_some_and(|f| {
+            f.ends_with("memory.memsw.limit_in_bytes")
+                && fs::read_to_string(f)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                    .is_some_and(|current| bytes > current)
         });
-        if let (true, Some(memsw)) = (growing, memsw) {
-            write_limit(applied, memsw, bytes.to_string())?;
+        if memsw_below {
+            self.set_swap_limit(applied, swap, bytes)?;
             return write_limit(applied, file, bytes.to_string());
         }
         write_limit(applied, file, bytes.to_string())?;
-        self.set_swap_limit(applied, bytes)
+        self.set_swap_limit(applied, swap, bytes)
     }
 
+    /// `swap`: [`CgroupLeaf::swap_limit_file`], read once by the caller.
     fn set_swap_limit(
         &self,
         applied: &mut AppliedLimits,
+        swap: Option<PathBuf>,
         bytes: u64,
     ) -> Result<(), IsolationError> {
-        match self.swap_limit_file() {
+        match swap {
             Some(file) if file.ends_with("memory.swap.max") => {
                 write_limit(applied, file, "0".into())
             }

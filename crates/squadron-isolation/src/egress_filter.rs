@@ -3,9 +3,9 @@
 //! runtime's managed bridge.
 //!
 //! On an interface with a `source` (one sandbox's address, or a bridge's subnet), anything
-//! sent from elsewhere, and any IPv6, is dropped before any other rule: a VM's kernel writes whatever frames its root
-//! likes, and a spoofed source would otherwise be masqueraded as another sandbox, leave
-//! un-NATed, or pass the host's conntrack as a reply.
+//! sent from elsewhere, and any IPv6, is dropped before any other rule: a VM's kernel writes
+//! whatever frames its root likes, and a spoofed source would otherwise be masqueraded as
+//! another sandbox, leave un-NATed, or pass the host's conntrack as a reply.
 //!
 //! Everything arriving from the interface for the host itself (any of its addresses,
 //! loopback, every control-plane and worker port) is dropped, except replies to connections

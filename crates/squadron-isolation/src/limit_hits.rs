@@ -16,8 +16,8 @@ pub struct LimitHits {
     /// Processes of the leaf the OOM killer killed.
     pub oom_kills: u64,
     /// Times the leaf's memory use met its limit (v2 `memory.events` `max`, v1
-    /// `memory.failcnt` plus `memory.memsw.failcnt`, else 1 if its peak reached the limit): with OOM kills, the limit is what killed them, not the host's
-    /// own shortage.
+    /// `memory.failcnt` plus `memory.memsw.failcnt`, else 1 if its peak reached the limit):
+    /// with OOM kills, the limit is what killed them, not the host's own shortage.
     pub memory_limit_met: u64,
     /// Forks (and clones) refused at the leaf's pids limit.
     pub forks_refused: u64,

@@ -324,8 +324,8 @@ impl SandboxNetwork {
 
     /// Tears down every network of this worker whose namespace no process is in (what a
     /// previous life left), found by prefix among the namespaces, the links' aliases (a tap
-    /// has no namespace), the nftables tables and the `FORWARD` rules' comments, so a teardown interrupted half-way is finished too;
-    /// returns the namespace names removed.
+    /// has no namespace), the nftables tables and the `FORWARD` rules' comments, so a
+    /// teardown interrupted half-way is finished too; returns the namespace names removed.
     pub fn sweep(config: &NetworkConfig) -> Result<Vec<String>, IsolationError> {
         Self::sweep_keeping(config, &[])
     }

@@ -23,6 +23,17 @@ pub fn own_binary_sha256() -> Result<String, String> {
         .clone()
 }
 
+/// [`own_binary_sha256`] for an async caller that reports it (a node's or a worker's answer
+/// to the evidence): hashed off the runtime (a first read reads the whole binary), empty when
+/// it could not be read, which fails the "one build" claim by the member's name.
+pub async fn own_binary_sha256_or_empty() -> String {
+    tokio::task::spawn_blocking(own_binary_sha256)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

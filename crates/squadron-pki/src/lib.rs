@@ -28,7 +28,7 @@ pub mod tls_identity;
 pub mod tls_listener;
 
 pub use admission::{is_from_node, NodesOnly};
-pub use build_digest::own_binary_sha256;
+pub use build_digest::{own_binary_sha256, own_binary_sha256_or_empty};
 pub use cluster_ca::{CertUse, ClusterCa, SubjectName};
 pub use data_key::{DataKey, DATA_KEY_FILE_NAME};
 pub use error::PkiError;

@@ -146,12 +146,8 @@ fn not_found(m: impl Into<String>) -> Response {
 /// This worker's binary digest, for the release evidence's "one build" claim: every worker
 /// of the cluster is asked, not only the sandbox's.
 async fn build() -> Response {
-    // Hashed once per process (at start, `worker.rs`); off the runtime in any case.
-    let sha256 = tokio::task::spawn_blocking(squadron_pki::own_binary_sha256)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    // Hashed once per process (at start, `worker.rs`).
+    let sha256 = squadron_pki::own_binary_sha256_or_empty().await;
     Json(squadron_client::WorkerBuild { sha256 }).into_response()
 }
 

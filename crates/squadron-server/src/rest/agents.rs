@@ -433,12 +433,8 @@ async fn evidence(
         ))
     })
     .await?;
-    // Hashed once per process, started at the node's start (`lib.rs`); never on the runtime.
-    let sha256 = tokio::task::spawn_blocking(squadron_pki::own_binary_sha256)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    // Hashed once per process, started at the node's start (`lib.rs`).
+    let sha256 = squadron_pki::own_binary_sha256_or_empty().await;
     ev.build_digests.push(BuildDigest {
         member: format!("node {}", node.id),
         sha256,

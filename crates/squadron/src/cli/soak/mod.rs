@@ -1,11 +1,12 @@
 //! `squadron soak`: ADR-0011's canary in a loop against a running cluster and its workers
 //! (`cycle.rs`), with a sample after every cycle of what the cycle must have given back —
 //! leases, slots, cgroup leaves, credential files, provider processes, the worker's task
-//! sandboxes on every runtime (leaves, containers, domains), the project's worktrees — and of the memory and
-//! open files of every Squadron process on this host (`sample.rs`). It ends with a report
-//! and a verdict (`verdict.rs`, `report.rs`), and a plot of its samples when asked
-//! (`plot.rs`), and exits non-zero unless the soak was leak-free. Crash takeovers kill a generation's processes, so the soak runs on the host of
-//! the worker that holds the project's sandbox (or with `--crash-takeovers false`).
+//! sandboxes on every runtime (leaves, containers, domains), the project's worktrees — and
+//! of the memory and open files of every Squadron process on this host (`sample.rs`). It
+//! ends with a report and a verdict (`verdict.rs`, `report.rs`), and a plot of its samples
+//! when asked (`plot.rs`), and exits non-zero unless the soak was leak-free. Crash takeovers
+//! kill a generation's processes, so the soak runs on the host of the worker that holds the
+//! project's sandbox (or with `--crash-takeovers false`).
 
 pub mod cycle;
 pub mod plot;
