@@ -887,3 +887,68 @@ fn task_lists_page_oldest_first_and_newest_first() {
         "{text}"
     );
 }
+
+/// The retention of ended tasks on a real cluster: with `count_max = 2`, the leader prunes the
+/// first-ended of four cancelled tasks and keeps the queued one; every node then holds the same
+/// tasks and digest, answers 404 "pruned" for a pruned id (and plain "not found" for an id
+/// never handed out), and still counts the pruned tasks in its metrics.
+#[test]
+fn ended_tasks_beyond_the_retention_count_are_pruned_on_every_node() {
+    let cluster = Cluster::start_with(
+        3,
+        ClusterOptions {
+            extra_config: "[retention.terminal_tasks]\ncount_max = 2\n",
+            ..Default::default()
+        },
+    );
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(leader);
+    // No worker runs here: a task stays PENDING until it is cancelled, which ends it at once.
+    let ids: Vec<u64> = (0..5)
+        .map(|i| {
+            let r = submit_yaml(&url, &inert_manifest(&format!("kept-{i}"), "process"));
+            assert!(r.ok(), "{r:?}");
+            r.body["task_submitted"]["task"].as_u64().expect("task id")
+        })
+        .collect();
+    for id in &ids[..4] {
+        let r = http_send("DELETE", &format!("{url}/api/v1/tasks/{id}"), None, None).unwrap();
+        assert!(r.ok(), "{r:?}");
+    }
+    let held = |node: u64| -> Vec<u64> {
+        let page = http_get(&format!("{}/api/v1/tasks", cluster.url(node))).expect("list");
+        page["tasks"]
+            .as_array()
+            .expect("tasks")
+            .iter()
+            .map(|t| t["id"].as_u64().expect("id"))
+            .collect()
+    };
+    let kept = ids[2..].to_vec();
+    wait_until(Duration::from_secs(15), || held(leader) == kept)
+        .unwrap_or_else(|_| panic!("held {:?}, want {kept:?}", held(leader)));
+    cluster.wait_for_equal_digests(Duration::from_secs(10));
+    for node in 1..=3 {
+        let node_url = cluster.url(node);
+        assert_eq!(held(node), kept, "node {node}");
+        let r = http_send(
+            "GET",
+            &format!("{node_url}/api/v1/tasks/{}", ids[0]),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.status, 404, "{r:?}");
+        let message = r.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("pruned by the retention policy"), "{r:?}");
+        let r = http_send("GET", &format!("{node_url}/api/v1/tasks/9999"), None, None).unwrap();
+        assert_eq!(r.status, 404, "{r:?}");
+        assert!(!r.body.to_string().contains("pruned"), "{r:?}");
+        assert_eq!(metric(&node_url, "squadron_tasks_pruned_total"), 2);
+        assert_eq!(
+            metric(&node_url, "squadron_tasks_total{state=\"CANCELLED\"}"),
+            4,
+            "the pruned still count"
+        );
+    }
+}

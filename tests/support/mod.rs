@@ -101,6 +101,8 @@ pub struct ClusterOptions {
     pub agent_cert_ttl_ms: u64,
     /// `server.leader_wait_ms`.
     pub leader_wait_ms: u64,
+    /// TOML appended to every node's configuration (tables after `[server]`).
+    pub extra_config: &'static str,
 }
 
 impl Default for ClusterOptions {
@@ -112,6 +114,7 @@ impl Default for ClusterOptions {
             log_filter: "info",
             agent_cert_ttl_ms: 24 * 3_600_000,
             leader_wait_ms: 2_000,
+            extra_config: "",
         }
     }
 }
@@ -173,7 +176,7 @@ impl Cluster {
              data_dir = \"data\"\n\n\
              {members}[raft]\nsnapshot_after_entries = {snap}\nmax_in_snapshot_log_to_keep = {keep}\n\n\
              [server]\nsweep_interval_ms = {sweep}\nagent_cert_ttl_ms = {agent_ttl}\n\
-             leader_wait_ms = {leader_wait}\n",
+             leader_wait_ms = {leader_wait}\n\n{extra}",
             id = spec.id,
             rest = spec.rest,
             grpc = spec.grpc,
@@ -183,6 +186,7 @@ impl Cluster {
             sweep = o.sweep_interval_ms,
             agent_ttl = o.agent_cert_ttl_ms,
             leader_wait = o.leader_wait_ms,
+            extra = o.extra_config,
         );
         let config = base.join("node.toml");
         std::fs::write(&config, text).expect("config");

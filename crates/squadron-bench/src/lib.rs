@@ -235,10 +235,16 @@ async fn squadron_internals(endpoints: &squadron_load::Endpoints) -> Option<Squa
     let http = http.build().ok()?;
     let mut sum = SquadronInternals::default();
     for e in &endpoints.urls {
-        let text = http
-            .get(format!("{}/metrics", e.trim_end_matches('/')))
+        let mut request = http.get(format!("{}/metrics", e.trim_end_matches('/')));
+        // /metrics is a viewer's read: without the token every counter read as 0.
+        if let Some(token) = endpoints.credentials.token() {
+            request = request.bearer_auth(token);
+        }
+        let text = request
             .send()
             .await
+            .ok()?
+            .error_for_status()
             .ok()?
             .text()
             .await

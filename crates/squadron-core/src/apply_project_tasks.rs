@@ -191,5 +191,6 @@ impl State {
         task.state = TaskState::Failed;
         task.entered_at_ms.insert(TaskState::Failed, now);
         task.error = Some(error);
+        self.note_ended(id, TaskState::Failed, now);
     }
 }

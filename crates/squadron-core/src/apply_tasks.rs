@@ -375,6 +375,7 @@ impl State {
             task.artifacts = detail.artifacts;
         }
         if to.is_terminal() {
+            self.note_ended(id, to, now);
             if let Some(w) = self.workers.get_mut(&worker) {
                 w.tasks.remove(&id);
             }
@@ -443,7 +444,11 @@ impl State {
             task.entered_at_ms.insert(TaskState::Cancelled, now);
         }
         task.cancel_requested = Some(reason);
-        Ok(Outcome::CancelAccepted { state: task.state })
+        let state = task.state;
+        if state.is_terminal() {
+            self.note_ended(id, state, now);
+        }
+        Ok(Outcome::CancelAccepted { state })
     }
 
     /// Tasks of a worker that is gone: those that never started running go back to the queue
@@ -489,6 +494,7 @@ impl State {
                 ));
                 task.state = to;
                 task.entered_at_ms.insert(to, now);
+                self.note_ended(id, to, now);
                 failed.push(id);
             }
         }

@@ -71,6 +71,7 @@ impl State {
         self.check_capsules()?;
         self.check_mailboxes()?;
         self.check_tasks()?;
+        self.check_ended_index()?;
         self.check_access()?;
         self.check_credentials()?;
         self.check_profile_credentials()?;

@@ -13,10 +13,11 @@ use crate::access::{AccessState, Subject, TaskLineage};
 use crate::agent_session::AgentSession;
 use crate::command::{self as cmd, Batch, BatchedCommand, Command, CommandEnvelope};
 use crate::credential::CredentialState;
+use crate::credential_egress::EgressBinding;
 use crate::idempotency::IdempotencyLedger;
 use crate::ids::{
-    IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId, TenantId,
-    WorkerId,
+    CredentialId, IdempotencyKey, LeaseId, McpServerId, ProfileId, ProfileKey, ProjectId, TaskId,
+    TenantId, WorkerId,
 };
 use crate::lease::RuntimeLease;
 use crate::mailbox::Mailbox;
@@ -186,6 +187,21 @@ impl From<StateV1> for State {
             task_leases: BTreeMap::new(),
             profile_credentials: ProfileCredentials::default(),
             credential_egress: BTreeMap::new(),
+            pruned_tasks: crate::pruned_tasks::PrunedTasks::default(),
+            ended: Default::default(),
+        }
+    }
+}
+
+/// Snapshot version 8: version 7, then the egress bindings; no figures of pruned tasks.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV8(StateV7, BTreeMap<CredentialId, EgressBinding>);
+
+impl From<StateV8> for State {
+    fn from(StateV8(v7, credential_egress): StateV8) -> Self {
+        State {
+            credential_egress,
+            ..v7.into()
         }
     }
 }

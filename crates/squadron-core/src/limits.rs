@@ -260,3 +260,7 @@ pub const EGRESS_VALUE_PREFIX_BYTES_MAX: usize = 32;
 pub const CREDENTIAL_LEASES_MAX: usize = 100_000;
 /// How long a revoked credential lease stays listed before the sweep prunes it.
 pub const CREDENTIAL_LEASE_RETENTION_MS: u64 = 24 * 3_600 * 1_000;
+
+/// Most tasks one `PruneTasks` command prunes, so its apply stays short (DESIGN §7: apply p99
+/// ≤ 1 ms); the leader proposes another while more are due.
+pub const TASKS_PRUNED_PER_COMMAND_MAX: u64 = 1_000;

@@ -200,6 +200,10 @@ pub enum Outcome {
         id: CredentialId,
         bound: bool,
     },
+    /// Ended tasks dropped by the retention policy.
+    TasksPruned {
+        count: u64,
+    },
 }
 
 /// One value of a granted lease, still sealed.

@@ -10,9 +10,11 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SQDSNAP\0";
 /// Version of the snapshot layout. Version 2 appended the trust boundary's state (tokens,
 /// certificates, audit) and task lineage, version 3 the credentials, version 4 the workers'
 /// policies, version 5 the agent sessions, version 6 the project tasks' leases, version 7 the
-/// credentials of agent profiles, version 8 the egress bindings; earlier versions still
-/// decode, with what they lack empty.
-pub const SNAPSHOT_VERSION: u32 = 8;
+/// credentials of agent profiles, version 8 the egress bindings, version 9 the figures of
+/// pruned tasks; earlier versions still decode, with what they lack empty.
+pub const SNAPSHOT_VERSION: u32 = 9;
+/// The layout before the figures of pruned tasks.
+pub const SNAPSHOT_VERSION_V8: u32 = 8;
 /// The layout before egress bindings.
 pub const SNAPSHOT_VERSION_V7: u32 = 7;
 /// The layout before the credentials of agent profiles.
@@ -76,8 +78,10 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
     }
     let (version, body) = rest.split_at(4);
     let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
-    let (state, used): (State, usize) = match version {
+    let (mut state, used): (State, usize) = match version {
         SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
+        SNAPSHOT_VERSION_V8 => bincode::serde::decode_from_slice(body, config())
+            .map(|(v8, used): (crate::legacy::StateV8, usize)| (v8.into(), used)),
         SNAPSHOT_VERSION_V7 => bincode::serde::decode_from_slice(body, config())
             .map(|(v7, used): (crate::legacy::StateV7, usize)| (v7.into(), used)),
         SNAPSHOT_VERSION_V6 => bincode::serde::decode_from_slice(body, config())
@@ -106,6 +110,7 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
             body.len() - used
         )));
     }
+    state.rebuild_ended_index();
     state
         .check_invariants()
         .map_err(SnapshotError::Inconsistent)?;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::access::{AccessState, AuditLog, OperatorToken, Subject, TaskLineage, TokenId};
 use crate::agent_session::AgentSession;
+use crate::apply_retention::EndedTasks;
 use crate::codec::command_fingerprint;
 use crate::command::{Batch, Command, CommandEnvelope};
 use crate::credential::CredentialState;
@@ -25,6 +26,7 @@ use crate::mailbox::Mailbox;
 use crate::profile::AgentProfile;
 use crate::profile_credentials::ProfileCredentials;
 use crate::project::Project;
+use crate::pruned_tasks::PrunedTasks;
 use crate::rejection::{Entity, Rejection};
 use crate::response::{Outcome, Response};
 use crate::task::{Task, TaskState};
@@ -81,6 +83,12 @@ pub struct State {
     // From here on: snapshot version 8.
     /// The credentials injected at egress, and where each may be sent.
     pub(crate) credential_egress: BTreeMap<CredentialId, EgressBinding>,
+    // From here on: snapshot version 9.
+    /// The figures of the ended tasks the retention policy pruned.
+    pub(crate) pruned_tasks: PrunedTasks,
+    /// Ended tasks by end time: derived from `tasks`, rebuilt when a snapshot is decoded.
+    #[serde(skip)]
+    pub(crate) ended: EndedTasks,
 }
 
 impl Default for State {
@@ -115,6 +123,8 @@ impl State {
             task_leases: BTreeMap::new(),
             profile_credentials: ProfileCredentials::default(),
             credential_egress: BTreeMap::new(),
+            pruned_tasks: PrunedTasks::default(),
+            ended: EndedTasks::default(),
         }
     }
 
@@ -225,6 +235,7 @@ impl State {
             C::DecommissionWorker(c) => self.decommission_worker(now, s, c),
             C::Sweep => self.sweep(now, 0),
             C::LeaderSweep(c) => self.sweep(now, c.term_started_ms),
+            C::PruneTasks(c) => self.prune_tasks(now, c),
             // `apply` unpacks batches; one reaching here was nested.
             C::Batch(_) => Err(Rejection::invalid("command", "a batch cannot hold a batch")),
             C::CreateOperatorToken(c) => self.create_operator_token(now, s, c),

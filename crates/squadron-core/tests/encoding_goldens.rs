@@ -84,6 +84,7 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("set_credential_egress", r#"{"set_credential_egress":{"id":"cred_a","egress":null}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642c06637265645f6100"),
     ("register_worker_with_policy", r#"{"register_worker_with_policy":{"registration":{"worker":"w1","address":"127.0.0.1:9000","runtimes":["process"],"capacity":2,"labels":{},"heartbeat_interval_ms":1000},"policy":{"network_modes":["isolated","outbound"],"full_control":false,"repository_sources":["https","ssh","local"],"cpus_max":4,"memory_bytes_max":null,"disk_bytes_max":null}}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642d0277310e3132372e302e302e313a3930303001000200fb03e8020001000300020401040000"),
     ("leader_sweep", r#"{"leader_sweep":{"term_started_ms":1700000000050}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642efd0000018bcfe56832"),
+    ("prune_tasks", r#"{"prune_tasks":{"age_ms_max":604800000,"count_max":100000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642ffc240c8400fc000186a0"),
 
 ];
 
@@ -364,6 +365,7 @@ const VARIANTS: &[&str] = &[
     "set_credential_egress",
     "register_worker_with_policy",
     "leader_sweep",
+    "prune_tasks",
 ];
 
 /// The declaration index of each variant: an exhaustive match, so a variant added to `Command`
@@ -418,6 +420,7 @@ fn variant_index(command: &Command) -> usize {
         C::SetCredentialEgress(_) => 44,
         C::RegisterWorkerWithPolicy(_) => 45,
         C::LeaderSweep(_) => 46,
+        C::PruneTasks(_) => 47,
     }
 }
 

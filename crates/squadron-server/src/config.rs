@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use squadron_raft::RaftTimeouts;
 
+use crate::retention_policy::RetentionSettings;
+
 /// Largest configuration file read.
 pub const CONFIG_BYTES_MAX: u64 = 1024 * 1024;
 
@@ -52,6 +54,8 @@ pub struct NodeConfig {
     pub raft: RaftTimeouts,
     #[serde(default)]
     pub server: ServerSettings,
+    #[serde(default)]
+    pub retention: RetentionSettings,
 }
 
 /// HTTP and leader-loop settings.
@@ -234,6 +238,9 @@ impl NodeConfig {
                 ));
             }
         }
+        if let Some((field, reason)) = self.retention.terminal_tasks.refusal() {
+            return Err(invalid(field, reason));
+        }
         self.raft
             .to_openraft(&self.cluster_name)
             .map_err(|reason| invalid("raft", reason))?;
@@ -289,6 +296,7 @@ impl NodeConfig {
             initial_members: vec![member],
             raft: RaftTimeouts::default(),
             server: ServerSettings::default(),
+            retention: RetentionSettings::default(),
         }
     }
 }

@@ -42,6 +42,7 @@ pub fn spawn(
                             tracing::debug!(error = ?e, "sweep not proposed");
                         }
                     }
+                    prune_ended_tasks(&node).await;
                 }
                 _ = place.tick() => {
                     if !node.is_leader() {
@@ -76,6 +77,30 @@ fn plan_commands(plan: Plan) -> Vec<Command> {
         }));
     }
     out
+}
+
+/// Most `PruneTasks` proposed per sweep tick: each prunes up to
+/// `TASKS_PRUNED_PER_COMMAND_MAX` (1,000), so a backlog (a lowered `count_max`) drains at up to
+/// 8,000 tasks a tick, each command a short apply between other writes.
+const PRUNE_COMMANDS_PER_TICK_MAX: usize = 8;
+
+/// The retention of ended tasks, by this node's `[retention.terminal_tasks]`.
+async fn prune_ended_tasks(node: &ControlNode) {
+    let policy = node.config.retention.terminal_tasks.command();
+    for _ in 0..PRUNE_COMMANDS_PER_TICK_MAX {
+        let now = node.clock.now_ms();
+        if !node.state.with_state(|s| s.prune_due(now, &policy)) {
+            return;
+        }
+        let command = Command::PruneTasks(policy.clone());
+        match node.propose_here(Subject::System, command, None).await {
+            Ok(response) => tracing::debug!(?response, "ended tasks pruned"),
+            Err(e) => {
+                tracing::debug!(error = ?e, "pruning not proposed");
+                return;
+            }
+        }
+    }
 }
 
 /// Whether the leader proposes a sweep now: something is due, or the replicated clock is a

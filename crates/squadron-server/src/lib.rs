@@ -23,6 +23,7 @@ pub mod read_index_rounds;
 pub mod request_latency;
 pub mod rest;
 pub mod resumed_term;
+pub mod retention_policy;
 pub mod tls;
 pub mod trace;
 pub mod write_path;

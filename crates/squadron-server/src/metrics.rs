@@ -11,12 +11,15 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{text, DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    text, DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use squadron_core::pruned_tasks::{provision_ms, DurationTally, DURATION_BUCKET_BOUNDS_MS};
 
 use crate::node::ControlNode;
 use crate::rest::AppState;
@@ -61,14 +64,27 @@ impl Collector for NodeMetrics {
 /// An agent whose last check-in is older than this is not counted as connected: three of the
 /// default 30 s heartbeats.
 pub const AGENT_CONNECTED_WITHIN_MS: u64 = 90_000;
-/// Upper bounds of the duration histograms' buckets, in seconds: 0.5 s doubling to about 6 days.
-fn duration_buckets() -> impl Iterator<Item = f64> {
-    exponential_buckets(0.5, 2.0, 20)
-}
+/// A histogram in seconds read from tallies in milliseconds: the live tasks' durations, observed
+/// as the state is scanned, plus those of the tasks the retention policy pruned, which the
+/// state keeps summed. prometheus-client's `Histogram` takes observations one by one, and the
+/// pruned ones exist only as bucket counts.
+#[derive(Debug, Clone, Default)]
+struct TallyHistogram(DurationTally);
 
-/// A duration histogram, observed as the state is scanned.
-fn duration_histogram() -> Histogram {
-    Histogram::new(duration_buckets())
+impl EncodeMetric for TallyHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
+        let bounds = DURATION_BUCKET_BOUNDS_MS
+            .iter()
+            .map(|ms| *ms as f64 / 1000.0)
+            .chain([f64::INFINITY]);
+        let buckets: Vec<(f64, u64)> = bounds.zip(self.0.buckets.iter().copied()).collect();
+        let sum = self.0.sum_ms as f64 / 1000.0;
+        encoder.encode_histogram::<NoLabelSet>(sum, self.0.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
@@ -289,11 +305,13 @@ struct StateGauges {
     active: BTreeMap<&'static str, u64>,
     /// Submit to end, in seconds, of ended tasks by their end state
     /// (`task_duration_seconds{outcome}`).
-    durations: BTreeMap<&'static str, Histogram>,
+    durations: BTreeMap<&'static str, TallyHistogram>,
     /// PROVISIONING to READY, in seconds, by runtime (`vm_provision_duration_seconds`).
-    provisions: BTreeMap<&'static str, Histogram>,
+    provisions: BTreeMap<&'static str, TallyHistogram>,
     /// Agents of running attempts heard from within `AGENT_CONNECTED_WITHIN_MS`.
     agents_connected: u64,
+    /// Ended tasks the retention policy pruned.
+    pruned: u64,
     leases: BTreeMap<&'static str, u64>,
     workers: BTreeMap<String, u64>,
     /// `tenant/project`, slots held, `max_active`.
@@ -302,34 +320,31 @@ struct StateGauges {
 
 impl StateGauges {
     fn of(s: &squadron_core::State, now_ms: u64) -> StateGauges {
-        use squadron_core::task::TaskState;
         let mut g = StateGauges::default();
         for t in s.tasks(None) {
             for state in t.entered_at_ms.keys() {
                 *g.entered.entry(state.as_str()).or_default() += 1;
             }
-            let seconds = |from: u64, to: u64| to.saturating_sub(from) as f64 / 1000.0;
             if t.state.is_terminal() {
                 if let Some(end) = t.entered_at_ms.get(&t.state) {
                     g.durations
                         .entry(t.state.as_str())
-                        .or_insert_with(duration_histogram)
-                        .observe(seconds(t.submitted_at_ms, *end));
+                        .or_default()
+                        .0
+                        .observe(end.saturating_sub(t.submitted_at_ms));
                 }
             } else {
                 *g.active.entry(t.state.as_str()).or_default() += 1;
             }
-            let provision = (
-                t.entered_at_ms.get(&TaskState::Provisioning),
-                t.entered_at_ms.get(&TaskState::Ready),
-            );
-            if let (Some(from), Some(to)) = provision {
+            if let Some(ms) = provision_ms(t) {
                 g.provisions
                     .entry(t.spec.sandbox.runtime.into())
-                    .or_insert_with(duration_histogram)
-                    .observe(seconds(*from, *to));
+                    .or_default()
+                    .0
+                    .observe(ms);
             }
         }
+        g.add_pruned(s.pruned_tasks());
         g.agents_connected = s
             .agent_sessions()
             .filter(|(_, a)| now_ms.saturating_sub(a.last_seen_ms) <= AGENT_CONNECTED_WITHIN_MS)
@@ -355,6 +370,22 @@ impl StateGauges {
         g
     }
 
+    /// Counts and durations only grow: the tasks the retention policy pruned still count.
+    fn add_pruned(&mut self, pruned: &squadron_core::pruned_tasks::PrunedTasks) {
+        for (state, n) in &pruned.entered {
+            *self.entered.entry(state.as_str()).or_default() += n;
+        }
+        for (state, tally) in &pruned.durations {
+            let h = self.durations.entry(state.as_str()).or_default();
+            h.0.absorb(tally);
+        }
+        for (runtime, tally) in &pruned.provisions {
+            let h = self.provisions.entry((*runtime).into()).or_default();
+            h.0.absorb(tally);
+        }
+        self.pruned = pruned.count;
+    }
+
     fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
         // The seed's task metrics under the `squadron_` prefix.
         family(
@@ -373,6 +404,12 @@ impl StateGauges {
             "squadron_tasks_active",
             "Tasks not ended, by state",
             self.active.iter().map(|(s, n)| ([("state", *s)], *n)),
+        )?;
+        counter(
+            e,
+            "squadron_tasks_pruned",
+            "Ended tasks the retention policy pruned ([retention.terminal_tasks])",
+            self.pruned,
         )?;
         family(
             e,
@@ -495,23 +532,38 @@ mod tests {
         let mut g = StateGauges::default();
         g.entered.insert("COMPLETED", 2);
         g.active.insert("RUNNING", 1);
-        let observed = |values: &[f64]| {
-            let h = duration_histogram();
-            values.iter().for_each(|v| h.observe(*v));
+        let observed = |values_ms: &[u64]| {
+            let mut h = TallyHistogram::default();
+            values_ms.iter().for_each(|v| h.0.observe(*v));
             h
         };
-        g.durations.insert("COMPLETED", observed(&[0.2, 3.0]));
-        g.provisions.insert("docker", observed(&[1.5]));
+        g.durations.insert("COMPLETED", observed(&[200, 3_000]));
+        g.provisions.insert("docker", observed(&[1_500]));
         g.agents_connected = 1;
+        let mut pruned = squadron_core::pruned_tasks::PrunedTasks {
+            count: 5,
+            ..Default::default()
+        };
+        pruned
+            .entered
+            .insert(squadron_core::task::TaskState::Completed, 5);
+        let mut tally = DurationTally::default();
+        tally.observe(400);
+        pruned
+            .durations
+            .insert(squadron_core::task::TaskState::Completed, tally);
+        g.add_pruned(&pruned);
         let text = exposition_of(g);
         for want in [
             "# TYPE squadron_tasks counter\n",
-            "\nsquadron_tasks_total{state=\"COMPLETED\"} 2\n",
+            "\nsquadron_tasks_total{state=\"COMPLETED\"} 7\n",
             "\nsquadron_tasks_active{state=\"RUNNING\"} 1\n",
+            "\nsquadron_tasks_pruned_total 5\n",
             "# TYPE squadron_task_duration_seconds histogram\n",
-            "\nsquadron_task_duration_seconds_count{outcome=\"COMPLETED\"} 2\n",
-            "\nsquadron_task_duration_seconds_sum{outcome=\"COMPLETED\"} 3.2\n",
-            "\nsquadron_task_duration_seconds_bucket{le=\"0.5\",outcome=\"COMPLETED\"} 1\n",
+            "\nsquadron_task_duration_seconds_count{outcome=\"COMPLETED\"} 3\n",
+            "\nsquadron_task_duration_seconds_sum{outcome=\"COMPLETED\"} 3.6\n",
+            "\nsquadron_task_duration_seconds_bucket{le=\"0.5\",outcome=\"COMPLETED\"} 2\n",
+            "\nsquadron_task_duration_seconds_bucket{le=\"+Inf\",outcome=\"COMPLETED\"} 3\n",
             "\nsquadron_vm_provision_duration_seconds_count{runtime=\"docker\"} 1\n",
             "\nsquadron_agent_connected 1\n",
         ] {

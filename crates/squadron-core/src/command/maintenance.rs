@@ -16,3 +16,13 @@ pub struct LeaderSweep {
     /// The cluster time at which the proposing leader first saw itself lead its term.
     pub term_started_ms: u64,
 }
+
+/// The retention of ended tasks a leader proposes with its node's policy
+/// (`retention.terminal_tasks`): prunes tasks that ended more than `age_ms_max` ago, and the
+/// oldest-ended COMPLETED, FAILED and CANCELLED tasks while more than `count_max` of them are
+/// held. FAILED_PRESERVED tasks go by age only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PruneTasks {
+    pub age_ms_max: u64,
+    pub count_max: u64,
+}

@@ -38,7 +38,7 @@ pub use leases::{
     RecordReapEvidence, ReleaseLease, RenewLease, RenewLeases,
 };
 pub use mailboxes::{AckMessages, PostMessage};
-pub use maintenance::LeaderSweep;
+pub use maintenance::{LeaderSweep, PruneTasks};
 pub use projects::{
     AttachSandbox, CreateProfile, CreateProject, DetachSandbox, GrantMcpUse, RevokeMcpUse,
     SetCapabilityManifest,
@@ -155,6 +155,8 @@ pub enum Command {
     /// What a leader proposes in place of `Sweep` (which older logs still hold): the same sweep,
     /// with workers given a grace after a leader change.
     LeaderSweep(LeaderSweep),
+    /// Proposed by the leader: the retention of ended tasks (`apply_retention`).
+    PruneTasks(PruneTasks),
 }
 
 impl Command {
@@ -208,6 +210,7 @@ impl Command {
             Command::SetCredentialEgress(_) => "set_credential_egress",
             Command::RegisterWorkerWithPolicy(_) => "register_worker_with_policy",
             Command::LeaderSweep(_) => "leader_sweep",
+            Command::PruneTasks(_) => "prune_tasks",
         }
     }
 
@@ -224,6 +227,7 @@ impl Command {
                 | Command::AssignProjectTasks(_)
                 | Command::Sweep
                 | Command::LeaderSweep(_)
+                | Command::PruneTasks(_)
                 | Command::Batch(_)
         )
     }
@@ -260,6 +264,7 @@ impl Command {
             | C::AssignProjectTasks(_)
             | C::Sweep
             | C::LeaderSweep(_)
+            | C::PruneTasks(_)
             | C::Batch(_) => String::new(),
             C::ReportTransition(c) => format!("task {}", c.task),
             C::ReportProgress(c) => format!("task {}", c.task),

@@ -335,20 +335,22 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     assert_eq!(decode_snapshot(&bytes).unwrap(), fx.state);
 
     // A version-2 snapshot is this layout without the trailing credential state, worker
-    // policies, agent sessions, task leases, profile credentials and egress bindings; empty,
-    // they encode as three empty maps, the first lease id and seven more empty maps, one byte
-    // each. Version 3 keeps the credentials, version 4 the policies, version 5 the agent
-    // sessions, version 6 the task leases, version 7 the profile credentials.
+    // policies, agent sessions, task leases, profile credentials, egress bindings and figures
+    // of pruned tasks; empty, they encode as three empty maps, the first lease id, seven more
+    // empty maps, and a zero count and three empty maps, one byte each. Version 3 keeps the
+    // credentials, version 4 the policies, version 5 the agent sessions, version 6 the task
+    // leases, version 7 the profile credentials, version 8 the egress bindings.
     let empty = Fx::new().state;
     let v6 = encode_snapshot(&empty);
     let header = SNAPSHOT_MAGIC.len() + 4;
     for (version, cut) in [
-        (SNAPSHOT_VERSION_V2, 11),
-        (SNAPSHOT_VERSION_V3, 7),
-        (crate::snapshot::SNAPSHOT_VERSION_V4, 6),
-        (crate::snapshot::SNAPSHOT_VERSION_V5, 5),
-        (crate::snapshot::SNAPSHOT_VERSION_V6, 4),
-        (crate::snapshot::SNAPSHOT_VERSION_V7, 1),
+        (SNAPSHOT_VERSION_V2, 15),
+        (SNAPSHOT_VERSION_V3, 11),
+        (crate::snapshot::SNAPSHOT_VERSION_V4, 10),
+        (crate::snapshot::SNAPSHOT_VERSION_V5, 9),
+        (crate::snapshot::SNAPSHOT_VERSION_V6, 8),
+        (crate::snapshot::SNAPSHOT_VERSION_V7, 5),
+        (crate::snapshot::SNAPSHOT_VERSION_V8, 4),
     ] {
         let mut old = SNAPSHOT_MAGIC.to_vec();
         old.extend_from_slice(&version.to_be_bytes());
@@ -359,7 +361,7 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     let bytes = encode_snapshot(&with_credentials);
     let mut v3 = SNAPSHOT_MAGIC.to_vec();
     v3.extend_from_slice(&SNAPSHOT_VERSION_V3.to_be_bytes());
-    v3.extend_from_slice(&bytes[header..bytes.len() - 7]);
+    v3.extend_from_slice(&bytes[header..bytes.len() - 11]);
     assert_eq!(decode_snapshot(&v3).unwrap(), with_credentials);
 }
 

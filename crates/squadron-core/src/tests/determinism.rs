@@ -141,12 +141,12 @@ fn inv_12_corrupt_snapshots_are_refused() {
         decode_snapshot(b"nope").unwrap_err(),
         SnapshotError::BadMagic
     );
-    // A version this build does not know (the current one is 8; 1 to 7 still decode).
-    let mut v9 = bytes.clone();
-    v9[11] = 9;
+    // A version this build does not know (the current one is 9; 1 to 8 still decode).
+    let mut v10 = bytes.clone();
+    v10[11] = 10;
     assert!(matches!(
-        decode_snapshot(&v9),
-        Err(SnapshotError::UnsupportedVersion { found: 9, .. })
+        decode_snapshot(&v10),
+        Err(SnapshotError::UnsupportedVersion { found: 10, .. })
     ));
     assert!(matches!(
         decode_snapshot(&bytes[..bytes.len() - 3]),

@@ -14,6 +14,7 @@ mod invariants_10_14;
 mod mailboxes_and_scheduling;
 mod profile_credentials;
 mod project_tasks;
+mod retention;
 mod worker_grace;
 mod worker_policy;
 

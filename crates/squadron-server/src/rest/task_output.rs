@@ -92,7 +92,7 @@ async fn worker_base(node: &AppState, id: TaskId) -> Result<WorkerRelay, ApiErro
     let (worker, address) = read(node, Consistency::Linearizable, |s| {
         let task = s
             .task(id)
-            .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))?;
+            .ok_or_else(|| super::tasks::task_not_found(s, id))?;
         let worker = task.worker.as_ref().ok_or_else(|| {
             ApiError::new(
                 ErrorCode::FailedPrecondition,

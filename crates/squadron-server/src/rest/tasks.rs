@@ -243,9 +243,20 @@ async fn get_agent(
 }
 
 pub(crate) fn task_of(s: &squadron_core::State, id: TaskId) -> Result<Task, ApiError> {
-    s.task(id)
-        .cloned()
-        .ok_or_else(|| ApiError::not_found(format!("task {id} not found")))
+    s.task(id).cloned().ok_or_else(|| task_not_found(s, id))
+}
+
+/// 404 for a task the state does not hold, saying whether it never existed or ended and was
+/// pruned by the retention policy.
+pub(crate) fn task_not_found(s: &squadron_core::State, id: TaskId) -> ApiError {
+    if s.task_was_pruned(id) {
+        ApiError::not_found(format!(
+            "task {id} ended and was pruned by the retention policy \
+             ([retention.terminal_tasks]); its logs and artifacts stay on its worker's disk"
+        ))
+    } else {
+        ApiError::not_found(format!("task {id} not found"))
+    }
 }
 
 async fn cancel(

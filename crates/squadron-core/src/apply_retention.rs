@@ -1,0 +1,167 @@
+//! The retention of ended tasks (DESIGN §7: "terminal tasks are … retained by policy"). The
+//! leader proposes [`PruneTasks`] with its node's policy; apply drops the tasks that ended
+//! longest ago, past the policy's age or beyond its count, and keeps their figures in
+//! [`crate::pruned_tasks::PrunedTasks`]. What a task left on its worker (logs, artifacts, a
+//! worktree) stays there: only the record goes.
+
+use std::collections::BTreeSet;
+
+use crate::command::PruneTasks;
+use crate::ids::TaskId;
+use crate::limits::TASKS_PRUNED_PER_COMMAND_MAX;
+use crate::rejection::Rejection;
+use crate::response::Outcome;
+use crate::state::State;
+use crate::task::TaskState;
+
+/// The ended tasks by the time they ended, the order they are pruned in. Derived from the
+/// tasks (rebuilt when a snapshot is decoded), so it is not part of the snapshot's encoding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EndedTasks {
+    /// COMPLETED, FAILED and CANCELLED tasks: pruned by age and by count.
+    ordinary: BTreeSet<(u64, TaskId)>,
+    /// FAILED_PRESERVED tasks, pruned by age only: their record carries the break-glass line
+    /// to a sandbox the worker keeps, which a burst of ordinary tasks must not push out.
+    preserved: BTreeSet<(u64, TaskId)>,
+}
+
+impl EndedTasks {
+    fn set_of(&mut self, state: TaskState) -> &mut BTreeSet<(u64, TaskId)> {
+        if state == TaskState::FailedPreserved {
+            &mut self.preserved
+        } else {
+            &mut self.ordinary
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ordinary.len() + self.preserved.len()
+    }
+
+    pub(crate) fn contains(&self, state: TaskState, ended_at_ms: u64, id: TaskId) -> bool {
+        let set = if state == TaskState::FailedPreserved {
+            &self.preserved
+        } else {
+            &self.ordinary
+        };
+        set.contains(&(ended_at_ms, id))
+    }
+}
+
+impl State {
+    /// Records that task `id` entered the terminal `state` at `at_ms`. Every handler that ends
+    /// a task calls it; the full invariant check compares the index with the tasks.
+    pub(crate) fn note_ended(&mut self, id: TaskId, state: TaskState, at_ms: u64) {
+        assert!(state.is_terminal(), "task {id} noted as ended in {state}");
+        self.ended.set_of(state).insert((at_ms, id));
+    }
+
+    /// Builds the index of ended tasks from the tasks themselves.
+    pub(crate) fn rebuild_ended_index(&mut self) {
+        let mut ended = EndedTasks::default();
+        for t in self.tasks.values().filter(|t| t.state.is_terminal()) {
+            let at = t.entered_at_ms.get(&t.state).copied().unwrap_or(0);
+            ended.set_of(t.state).insert((at, t.id));
+        }
+        self.ended = ended;
+    }
+
+    /// The ended task `policy` prunes next at `now`, if any: the one that ended first among
+    /// those past the age, or the first ordinary one while there are more than the count.
+    fn next_to_prune(&self, now: u64, policy: &PruneTasks) -> Option<TaskId> {
+        let too_old = |at: u64| at.saturating_add(policy.age_ms_max) <= now;
+        let too_many = self.ended.ordinary.len() as u64 > policy.count_max;
+        let ordinary = self
+            .ended
+            .ordinary
+            .first()
+            .filter(|(at, _)| too_many || too_old(*at));
+        let preserved = self.ended.preserved.first().filter(|(at, _)| too_old(*at));
+        match (ordinary, preserved) {
+            (Some(a), Some(b)) => Some(a.min(b).1),
+            (a, b) => a.or(b).map(|(_, id)| *id),
+        }
+    }
+
+    /// Whether a `PruneTasks` with `policy` would prune anything at `now` (the leader asks
+    /// before proposing one).
+    pub fn prune_due(&self, now_ms: u64, policy: &PruneTasks) -> bool {
+        self.next_to_prune(now_ms.max(self.clock_ms), policy)
+            .is_some()
+    }
+
+    /// Tasks pruned so far, summed.
+    pub fn pruned_tasks(&self) -> &crate::pruned_tasks::PrunedTasks {
+        &self.pruned_tasks
+    }
+
+    /// Whether task `id` existed once and was pruned: ids are handed out in order and a task
+    /// leaves the state only by pruning.
+    pub fn task_was_pruned(&self, id: TaskId) -> bool {
+        id < self.next_task_id && !self.tasks.contains_key(&id)
+    }
+
+    /// Prunes up to [`TASKS_PRUNED_PER_COMMAND_MAX`] tasks, oldest-ended first, so one
+    /// command never holds apply for long; the leader proposes another while more are due.
+    pub(crate) fn prune_tasks(
+        &mut self,
+        now: u64,
+        policy: PruneTasks,
+    ) -> Result<Outcome, Rejection> {
+        let mut pruned = 0u64;
+        while pruned < TASKS_PRUNED_PER_COMMAND_MAX {
+            let Some(id) = self.next_to_prune(now, &policy) else {
+                break;
+            };
+            self.remove_ended_task(id);
+            pruned += 1;
+        }
+        Ok(Outcome::TasksPruned { count: pruned })
+    }
+
+    fn remove_ended_task(&mut self, id: TaskId) {
+        let task = self.tasks.remove(&id).expect("the index lists only tasks");
+        assert!(
+            task.state.is_terminal(),
+            "pruning task {id} in {}",
+            task.state
+        );
+        let at = task.entered_at_ms.get(&task.state).copied().unwrap_or(0);
+        let removed = self.ended.set_of(task.state).remove(&(at, id));
+        assert!(
+            removed,
+            "task {id} was pruned but not indexed as ended at {at}"
+        );
+        if let Some(parent) = self.lineage.parent_of.remove(&id) {
+            self.lineage.children.remove(&(parent, id));
+        }
+        self.pruned_tasks.add(&task);
+    }
+
+    /// The index of ended tasks lists exactly the ended tasks, each at its end time.
+    pub(crate) fn check_ended_index(&self) -> Result<(), String> {
+        let mut ended = 0;
+        for t in self.tasks.values().filter(|t| t.state.is_terminal()) {
+            ended += 1;
+            let at = t.entered_at_ms.get(&t.state).copied().unwrap_or(0);
+            if !self.ended.contains(t.state, at, t.id) {
+                return Err(format!(
+                    "retention: ended task {} is not indexed at {at}",
+                    t.id
+                ));
+            }
+        }
+        if ended != self.ended.len() {
+            return Err("retention: the index of ended tasks lists tasks that did not end".into());
+        }
+        let handed_out = self.next_task_id.get() - TaskId::FIRST.get();
+        if self.pruned_tasks.count + self.tasks.len() as u64 != handed_out {
+            return Err(format!(
+                "retention: {} tasks held and {} pruned, but {handed_out} ids handed out",
+                self.tasks.len(),
+                self.pruned_tasks.count
+            ));
+        }
+        self.pruned_tasks.check()
+    }
+}
