@@ -952,3 +952,47 @@ fn ended_tasks_beyond_the_retention_count_are_pruned_on_every_node() {
         );
     }
 }
+
+/// openraft 0.9 asks for a new Raft client for every leadership confirmation, so each
+/// linearizable read's round on the leader once dialled every follower afresh — a TCP
+/// connection and a TLS handshake per read and follower (in a release build, most of a read's
+/// 1.5 ms). The peers' channels are shared now: hundreds of sequential reads open no
+/// connection between the nodes (a follower's `squadron_connections_accepted_total` for its
+/// peer listener).
+#[test]
+fn linearizable_reads_on_the_leader_reuse_the_connections_to_the_followers() {
+    let cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(leader);
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "reads"}),
+    )
+    .unwrap();
+    assert!(r.ok(), "{r:?}");
+    let reads = 200;
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let peer_connections = || {
+        metric(
+            &cluster.url(follower),
+            "squadron_connections_accepted_total{listener=\"peer\"}",
+        )
+    };
+    let rounds_before = metric(&url, "squadron_read_index_rounds_total");
+    let before = peer_connections();
+    for _ in 0..reads {
+        let project = http_get(&format!("{url}/api/v1/projects/acme/reads")).expect("read");
+        assert_eq!(project["max_active"], json!(4));
+    }
+    let opened = peer_connections() - before;
+    let rounds = metric(&url, "squadron_read_index_rounds_total") - rounds_before;
+    println!("{reads} reads, {rounds} read-index rounds: follower {follower} accepted {opened} peer connections");
+    assert!(
+        rounds >= reads,
+        "each sequential read has a round of its own"
+    );
+    assert!(
+        opened <= 2,
+        "{reads} reads made the leader open {opened} connections to follower {follower}"
+    );
+}

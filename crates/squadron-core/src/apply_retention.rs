@@ -132,10 +132,30 @@ impl State {
             removed,
             "task {id} was pruned but not indexed as ended at {at}"
         );
-        if let Some(parent) = self.lineage.parent_of.remove(&id) {
-            self.lineage.children.remove(&(parent, id));
-        }
+        self.unlink_pruned(id);
         self.pruned_tasks.add(&task);
+    }
+
+    /// The lineage of a pruned task. While its parent is held, its link stays: the parent's
+    /// count of children is how many it ever submitted (`CHILD_TASKS_PER_TASK_MAX`), which
+    /// pruning must not lower. Once the parent goes too, so do the links of its pruned
+    /// children; its held children keep theirs, naming a parent that was pruned.
+    fn unlink_pruned(&mut self, id: TaskId) {
+        let lineage = &mut self.lineage;
+        if let Some(parent) = lineage.parent_of.get(&id).copied() {
+            if !self.tasks.contains_key(&parent) {
+                lineage.parent_of.remove(&id);
+                lineage.children.remove(&(parent, id));
+            }
+        }
+        let pruned_children: Vec<TaskId> = lineage
+            .children(id)
+            .filter(|child| !self.tasks.contains_key(child))
+            .collect();
+        for child in pruned_children {
+            lineage.parent_of.remove(&child);
+            lineage.children.remove(&(id, child));
+        }
     }
 
     /// The index of ended tasks lists exactly the ended tasks, each at its end time.

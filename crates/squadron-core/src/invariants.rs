@@ -237,9 +237,10 @@ impl State {
             }
         }
         for (child, parent) in &self.lineage.parent_of {
-            if !self.tasks.contains_key(child)
-                || !self.lineage.children.contains(&(*parent, *child))
-            {
+            // A pruned child keeps its link while its parent is held (`unlink_pruned`).
+            let held = self.tasks.contains_key(child)
+                || (self.task_was_pruned(*child) && self.tasks.contains_key(parent));
+            if !held || !self.lineage.children.contains(&(*parent, *child)) {
                 return Err(format!(
                     "lineage: task {child} linked to {parent} inconsistently"
                 ));

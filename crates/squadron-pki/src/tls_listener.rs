@@ -9,6 +9,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,28 @@ pub async fn serve_tls<S>(
         + 'static,
     S::Future: Send + 'static,
 {
+    serve_tls_counted(listener, config, service, shutdown, Arc::default()).await
+}
+
+/// [`serve_tls`], counting the connections it accepts in `accepted`: a connection a client
+/// makes per request (where one per client should serve) shows as this count growing with
+/// the requests.
+pub async fn serve_tls_counted<S>(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+    accepted: Arc<AtomicU64>,
+) where
+    S: tower_service::Service<
+            http::Request<Incoming>,
+            Response = http::Response<axum_core::body::Body>,
+            Error = Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let acceptor = TlsAcceptor::from(config);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(LISTENER_CONNECTIONS_MAX));
@@ -73,6 +96,7 @@ pub async fn serve_tls<S>(
                 }
             },
         };
+        accepted.fetch_add(1, Ordering::Relaxed);
         // Small replies must leave at once rather than wait for a delayed ACK (~40 ms).
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");

@@ -142,19 +142,19 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let mut tasks = vec![
         serve(
-            grpc_listener,
+            (grpc_listener, node.counters.accepted.grpc.clone()),
             tls.mtls_server()?,
             grpc_router(&node),
             shutdown_rx.clone(),
         ),
         serve(
-            rest_listener,
+            (rest_listener, node.counters.accepted.rest.clone()),
             tls.rest_server()?,
             rest::router(node.clone()),
             shutdown_rx.clone(),
         ),
         serve(
-            peer_listener,
+            (peer_listener, node.counters.accepted.peer.clone()),
             tls.mtls_server()?,
             squadron_pki::NodesOnly::new(peer_router(&node)),
             shutdown_rx.clone(),
@@ -234,8 +234,9 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), ServerError
 }
 
 /// Serves `service` over TLS until shutdown.
+/// `listener` with the count of the connections it accepted.
 fn serve<S>(
-    listener: TcpListener,
+    (listener, accepted): (TcpListener, Arc<std::sync::atomic::AtomicU64>),
     config: Arc<rustls::ServerConfig>,
     service: S,
     mut stop: watch::Receiver<bool>,
@@ -250,13 +251,14 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    tokio::spawn(squadron_pki::serve_tls(
+    tokio::spawn(squadron_pki::serve_tls_counted(
         listener,
         config,
         service,
         async move {
             let _ = stop.changed().await;
         },
+        accepted,
     ))
 }
 

@@ -293,6 +293,25 @@ fn reads(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "squadron_mcp_denied",
         "MCP authorization checks answered 403 / PERMISSION_DENIED by this node",
         c.mcp_denials.total(),
+    )?;
+    let accepted = [
+        ("rest", &c.accepted.rest),
+        ("grpc", &c.accepted.grpc),
+        ("peer", &c.accepted.peer),
+    ];
+    family(
+        e,
+        (
+            "squadron_connections_accepted",
+            "TCP connections each listener accepted since the node started (TLS handshakes begun)",
+            MetricType::Counter,
+        ),
+        accepted.map(|(listener, n)| {
+            (
+                [("listener", listener)],
+                ConstCounter::new(n.load(Ordering::Relaxed)),
+            )
+        }),
     )
 }
 
@@ -418,7 +437,7 @@ impl StateGauges {
                 "Submit to end of ended tasks, by the state they ended in",
                 MetricType::Histogram,
             ),
-            // A histogram's clone shares its counts (an `Arc`): nothing is copied.
+            // A tally is 21 buckets: cloning one per outcome and scrape costs nothing to speak of.
             self.durations
                 .iter()
                 .map(|(s, h)| ([("outcome", *s)], h.clone())),

@@ -36,6 +36,16 @@ pub struct Counters {
     pub stale_reads: AtomicU64,
     /// MCP checks answered 403 / PERMISSION_DENIED, per project.
     pub mcp_denials: crate::mcp_denials::McpDenials,
+    /// Connections each listener accepted: REST, gRPC, peer.
+    pub accepted: ListenerConnections,
+}
+
+/// Connections accepted per listener since the node started.
+#[derive(Debug, Default)]
+pub struct ListenerConnections {
+    pub rest: Arc<AtomicU64>,
+    pub grpc: Arc<AtomicU64>,
+    pub peer: Arc<AtomicU64>,
 }
 
 /// Rounds of leadership confirmation one linearizable read may take (all within the

@@ -134,7 +134,7 @@ fn one_command_prunes_at_most_its_bound_and_more_stay_due() {
 }
 
 #[test]
-fn a_pruned_child_leaves_no_link_and_its_running_parent_is_kept() {
+fn a_pruned_child_still_counts_against_its_running_parent_until_the_parent_goes() {
     let mut fx = Fx::new();
     let parent = fx.submit("");
     fx.ok(Command::AssignTasks(AssignTasks {
@@ -158,6 +158,18 @@ fn a_pruned_child_leaves_no_link_and_its_running_parent_is_kept() {
     }));
     assert_eq!(prune(&mut fx, policy(3_600_000, 0)), 1);
     assert_eq!(held(&fx), vec![parent]);
+    assert_eq!(
+        fx.state.lineage().children(parent).collect::<Vec<_>>(),
+        vec![child],
+        "the parent's count of submitted children does not drop"
+    );
+    fx.ok(Command::CancelTask(CancelTask {
+        task: parent,
+        reason: "test".into(),
+    }));
+    assert!(report(&mut fx, parent, Staging, Cancelled, None).is_ok());
+    assert_eq!(prune(&mut fx, policy(3_600_000, 0)), 1);
+    assert!(fx.state.task_was_pruned(parent));
     assert_eq!(fx.state.lineage().children(parent).count(), 0);
     assert_eq!(fx.state.lineage().parent(child), None);
 }
