@@ -20,6 +20,8 @@
 //! project task keeps its old meaning, so a log written by an earlier build replays to the state
 //! it had.
 
+use std::sync::Arc;
+
 use crate::command::{AssignTasks, Assignment, NextHolder};
 use crate::ids::{LeaseId, ProfileId, TaskId, WorkerId};
 use crate::lease::{LeaseHolder, LeaseState};
@@ -187,7 +189,11 @@ impl State {
             .can_move(TaskState::Failed, TransitionActor::ControlPlane));
         let key = crate::apply_tasks::queue_key(task);
         self.pending.remove(&key);
-        let task = self.tasks.get_mut(&id).expect("checked above");
+        let task = self
+            .tasks
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("checked above");
         task.state = TaskState::Failed;
         task.entered_at_ms.insert(TaskState::Failed, now);
         task.error = Some(error);

@@ -1,6 +1,7 @@
 //! Task submission, assignment, transitions (INV-10), progress and cancellation.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::access::{AgentIdentity, Subject};
 use crate::command::{
@@ -172,7 +173,7 @@ impl State {
             artifacts: Vec::new(),
         };
         self.pending.insert(queue_key(&task));
-        self.tasks.insert(id, task);
+        self.tasks.insert(id, Arc::new(task));
         if let Some(parent) = parent {
             self.lineage.link(parent, id);
         }
@@ -301,7 +302,11 @@ impl State {
 
     /// PENDING → STAGING on `worker`, for an assignment that passed its checks.
     pub(crate) fn start_assignment(&mut self, now: u64, task: TaskId, worker: &WorkerId) {
-        let t = self.tasks.get_mut(&task).expect("caller checked the task");
+        let t = self
+            .tasks
+            .get_mut(&task)
+            .map(Arc::make_mut)
+            .expect("caller checked the task");
         self.pending.remove(&queue_key(t));
         t.state = TaskState::Staging;
         t.worker = Some(worker.clone());
@@ -362,7 +367,11 @@ impl State {
         let task = self.task_ref(id)?;
         self.check_owner(task, &worker, attempt)?;
         check_transition(task, from, to, &detail)?;
-        let task = self.tasks.get_mut(&id).expect("checked above");
+        let task = self
+            .tasks
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("checked above");
         task.state = to;
         task.entered_at_ms.insert(to, now);
         if detail.exit_code.is_some() {
@@ -416,7 +425,11 @@ impl State {
                 ));
             }
         }
-        self.tasks.get_mut(&id).expect("checked above").progress = progress;
+        self.tasks
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("checked above")
+            .progress = progress;
         Ok(Outcome::ProgressRecorded)
     }
 
@@ -436,7 +449,11 @@ impl State {
             });
         }
         let key = queue_key(task);
-        let task = self.tasks.get_mut(&id).expect("checked above");
+        let task = self
+            .tasks
+            .get_mut(&id)
+            .map(Arc::make_mut)
+            .expect("checked above");
         if task.state == TaskState::Pending {
             // Nothing runs yet: the control plane ends it at once.
             self.pending.remove(&key);
@@ -465,7 +482,11 @@ impl State {
         let ids = std::mem::take(&mut w.tasks);
         let (mut requeued, mut failed) = (Vec::new(), Vec::new());
         for id in ids {
-            let task = self.tasks.get_mut(&id).expect("worker tasks exist");
+            let task = self
+                .tasks
+                .get_mut(&id)
+                .map(Arc::make_mut)
+                .expect("worker tasks exist");
             let before_running = matches!(
                 task.state,
                 TaskState::Staging | TaskState::Provisioning | TaskState::Ready

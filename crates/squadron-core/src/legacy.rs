@@ -155,7 +155,7 @@ pub(crate) struct StateV1 {
     lease_expiry: BTreeSet<(u64, LeaseId)>,
     mailboxes: BTreeMap<ProfileId, Mailbox>,
     mcp_use: BTreeSet<(ProfileId, McpServerId)>,
-    tasks: BTreeMap<TaskId, Task>,
+    tasks: BTreeMap<TaskId, std::sync::Arc<Task>>,
     pending: BTreeSet<(u8, TaskId)>,
     workers: BTreeMap<WorkerId, Worker>,
     idempotency: IdempotencyLedger,

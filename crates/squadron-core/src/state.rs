@@ -5,6 +5,7 @@
 //! passed, so a rejected command changes nothing (the clock aside).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +55,9 @@ pub struct State {
     pub(crate) mailboxes: BTreeMap<ProfileId, Mailbox>,
     /// Relation tuples `profile:{id} → mcp_server:{name}#use` (INV-14).
     pub(crate) mcp_use: BTreeSet<(ProfileId, McpServerId)>,
-    pub(crate) tasks: BTreeMap<TaskId, Task>,
+    /// Shared so that a snapshot copies the map, not every task: a task is copied only when
+    /// changed while a copy of the state holds it (`Arc::make_mut`).
+    pub(crate) tasks: BTreeMap<TaskId, Arc<Task>>,
     /// PENDING tasks by (inverse priority rank, id): first is next.
     pub(crate) pending: BTreeSet<(u8, TaskId)>,
     pub(crate) workers: BTreeMap<WorkerId, Worker>,
@@ -339,13 +342,14 @@ impl State {
     }
 
     pub fn task(&self, id: TaskId) -> Option<&Task> {
-        self.tasks.get(&id)
+        self.tasks.get(&id).map(Arc::as_ref)
     }
 
     /// Tasks in id order, optionally only those in one state.
     pub fn tasks(&self, state: Option<TaskState>) -> impl Iterator<Item = &Task> {
         self.tasks
             .values()
+            .map(Arc::as_ref)
             .filter(move |t| state.is_none_or(|s| t.state == s))
     }
 
@@ -356,7 +360,7 @@ impl State {
         let from = TaskId::new(after.saturating_add(1)).unwrap_or(TaskId::FIRST);
         self.tasks
             .range(from..)
-            .map(|(_, t)| t)
+            .map(|(_, t)| t.as_ref())
             .filter(move |t| t.id.get() > after && state.is_none_or(|s| t.state == s))
     }
 
@@ -370,7 +374,7 @@ impl State {
         self.tasks
             .range(..TaskId::new(before).unwrap_or(TaskId::FIRST))
             .rev()
-            .map(|(_, t)| t)
+            .map(|(_, t)| t.as_ref())
             .filter(move |t| t.id.get() < before && state.is_none_or(|s| t.state == s))
     }
 
@@ -452,6 +456,7 @@ impl State {
     pub(crate) fn task_ref(&self, id: TaskId) -> Result<&Task, Rejection> {
         self.tasks
             .get(&id)
+            .map(Arc::as_ref)
             .ok_or_else(|| Rejection::not_found(Entity::Task, id))
     }
 
