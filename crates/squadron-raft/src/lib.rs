@@ -9,7 +9,7 @@ pub mod wire;
 
 pub use config::RaftTimeouts;
 pub use leader_contact::LeaderContact;
-pub use network::GrpcNetworkFactory;
+pub use network::{GrpcNetworkFactory, PeerChannels};
 pub use service::RaftGrpcService;
 
 /// The Raft handle of a control node.

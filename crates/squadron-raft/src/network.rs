@@ -22,8 +22,11 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::wire;
 
-/// How long establishing a connection to a peer may take.
-pub const PEER_CONNECT_TIMEOUT_MS: u64 = 1_000;
+/// How long establishing a connection (TCP and TLS) to a peer may take. Well under the
+/// kernel's first SYN retransmission (1 s): every call to a peer waits behind its channel's
+/// one connection attempt, and an attempt begun inside a partition must give way soon after
+/// the heal rather than hold votes and read rounds for a second.
+pub const PEER_CONNECT_TIMEOUT_MS: u64 = 500;
 /// HTTP/2 pings on every connection to a peer, and how long one may go unanswered before the
 /// connection is dropped. A partition leaves TCP connections open but silent, and after the
 /// heal a request on one waits out TCP's retransmission backoff (1.5–2 s measured here);
@@ -47,24 +50,44 @@ pub const PEER_RETRY_MS: u64 = 100;
 #[derive(Debug, Clone)]
 pub struct GrpcNetworkFactory {
     connector: TlsConnector,
-    /// Per peer: the address its channel dials, and the channel.
-    channels: Arc<Mutex<BTreeMap<NodeId, (String, Channel)>>>,
+    channels: PeerChannels,
+}
+
+/// The channels of a [`GrpcNetworkFactory`], per peer: the address each dials, and the
+/// channel. A handle the node keeps to forget them when its certificate is rotated.
+#[derive(Debug, Clone, Default)]
+pub struct PeerChannels(Arc<Mutex<BTreeMap<NodeId, (String, Channel)>>>);
+
+impl PeerChannels {
+    /// Clients made from now on dial afresh, with the certificate the connector holds then;
+    /// clients made before keep their connections until those drop.
+    pub fn forget_all(&self) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
 }
 
 impl GrpcNetworkFactory {
     /// `connector` carries the client configuration (`client_config(trust, AnyNode, node
-    /// cert)`); a rotated node certificate is used by the next connection.
-    pub fn new(connector: TlsConnector) -> Self {
+    /// cert)`); a rotated node certificate is used by the next connection, and by every new
+    /// client once `channels` were forgotten.
+    pub fn new(connector: TlsConnector, channels: PeerChannels) -> Self {
         GrpcNetworkFactory {
             connector,
-            channels: Arc::default(),
+            channels,
         }
     }
 
     /// The channel to `target` at `peer`: the one made before, unless the peer's address
     /// changed (a member replaced under the same id).
     fn channel(&self, target: NodeId, peer: &str) -> Result<Channel, String> {
-        let mut channels = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut channels = self
+            .channels
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some((address, channel)) = channels.get(&target) {
             if address == peer {
                 return Ok(channel.clone());

@@ -36,7 +36,7 @@ use squadron_proto::v1::agent_service_server::AgentServiceServer;
 use squadron_proto::v1::raft_service_server::RaftServiceServer;
 use squadron_proto::v1::worker_control_server::WorkerControlServer;
 use squadron_proto::v1::worker_service_server::WorkerServiceServer;
-use squadron_raft::{wire, GrpcNetworkFactory, RaftGrpcService, RaftNode};
+use squadron_raft::{wire, RaftGrpcService, RaftNode};
 use squadron_store::NodeAddr;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -211,7 +211,7 @@ async fn open_raft(config: &NodeConfig, tls: &tls::NodeTls) -> Result<OpenedRaft
     let raft: RaftNode = openraft::Raft::new(
         config.node_id,
         raft_config,
-        GrpcNetworkFactory::new(tls.peer_connector()?),
+        tls.raft_network()?,
         log_store,
         state_machine,
     )

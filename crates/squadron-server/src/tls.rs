@@ -26,6 +26,8 @@ pub struct NodeTls {
     /// whose `pki/` has no `data.key` (made before credentials existed).
     pub data_key: Option<squadron_pki::DataKey>,
     workers: Mutex<BTreeMap<WorkerId, reqwest::Client>>,
+    /// The Raft network's channels to the other nodes, forgotten at a reload.
+    raft_channels: squadron_raft::PeerChannels,
 }
 
 impl std::fmt::Debug for NodeTls {
@@ -52,6 +54,7 @@ impl NodeTls {
             identity,
             data_key: squadron_pki::DataKey::load(dir)?,
             workers: Mutex::new(BTreeMap::new()),
+            raft_channels: squadron_raft::PeerChannels::default(),
         })
     }
 
@@ -87,6 +90,14 @@ impl NodeTls {
         Ok(TlsConnector::new(self.peer_client()?))
     }
 
+    /// Raft's network: one channel per peer, dialled with [`NodeTls::peer_connector`].
+    pub fn raft_network(&self) -> Result<squadron_raft::GrpcNetworkFactory, PkiError> {
+        Ok(squadron_raft::GrpcNetworkFactory::new(
+            self.peer_connector()?,
+            self.raft_channels.clone(),
+        ))
+    }
+
     /// The HTTP client of relays to `worker`: only that worker's certificate is accepted, so
     /// a registration naming someone else's address reaches nobody.
     pub fn worker_client(&self, worker: &WorkerId) -> Result<reqwest::Client, PkiError> {
@@ -116,8 +127,11 @@ impl NodeTls {
     }
 
     /// Reads the certificate files again (rotation): new connections, served and dialed,
-    /// present the new certificate.
+    /// present the new certificate. Raft's shared channels to the other nodes are forgotten,
+    /// so the next read round or vote dials with it (a connection lives as long as it works).
     pub fn reload(&self) -> Result<(), PkiError> {
-        self.identity.reload()
+        self.identity.reload()?;
+        self.raft_channels.forget_all();
+        Ok(())
     }
 }

@@ -88,14 +88,18 @@ fn role(state: ServerState) -> &'static str {
 
 pub fn local_status(node: &ControlNode) -> ClusterStatus {
     let m = node.raft.metrics().borrow().clone();
-    // Digest and applied index are read together so they describe the same state.
-    let (applied, digest, clock_ms) = node.state.with_data(|d| {
+    // The applied index and a copy of the state are taken together so the digest describes
+    // that index; hashing the copy outside the lock keeps apply from waiting for it (the
+    // copy is cheap: tasks are shared).
+    let (applied, state, clock_ms) = node.state.with_data(|d| {
         (
             d.last_applied.map(|l| l.index),
-            squadron_core::snapshot::state_digest(&d.state).to_hex(),
+            d.state.clone(),
             d.state.clock_ms(),
         )
     });
+    let digest = squadron_core::snapshot::state_digest(&state).to_hex();
+    drop(state);
     ClusterStatus {
         node_id: node.id,
         role: role(m.state).into(),

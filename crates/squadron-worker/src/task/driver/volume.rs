@@ -3,9 +3,6 @@
 use super::TaskDriver;
 use squadron_core::task::TaskState;
 
-use squadron_core::error_code::ErrorCode;
-
-use crate::control_link::CallError;
 use crate::runtime::RunStatus;
 use crate::task::task_volume::TaskVolume;
 
@@ -59,17 +56,14 @@ impl TaskDriver {
     pub(super) async fn ended(&self) -> Option<TaskState> {
         match self.load_checkpoint().map(|c| c.state) {
             Some(s) if s.is_terminal() => Some(s),
-            _ => match self.ctx.control.task(self.task).await {
-                Ok(t) => Some(t.state).filter(|s| s.is_terminal()),
-                // Ids are never reused and only ended tasks are pruned: the control plane
-                // ended this one (a lost worker's task) and its retention policy pruned it
-                // before this worker heard. Nothing can be reported any more; the files go.
-                Err(CallError::Refused(body)) if body.code == ErrorCode::NotFound => {
-                    tracing::info!(task = %self.task, "the task ended and was pruned by the control plane");
-                    Some(TaskState::Failed)
-                }
-                Err(_) => None,
-            },
+            _ => self
+                .ctx
+                .control
+                .task(self.task)
+                .await
+                .ok()
+                .map(|t| t.state)
+                .filter(|s| s.is_terminal()),
         }
     }
 
