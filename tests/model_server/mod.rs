@@ -203,7 +203,14 @@ impl ModelServer {
                 .with_state(shared);
             match tls {
                 Some(config) => {
-                    squadron_pki::serve_tls(listener, config, app, std::future::pending()).await
+                    squadron_pki::serve_tls(
+                        listener,
+                        config,
+                        app,
+                        std::future::pending(),
+                        Default::default(),
+                    )
+                    .await
                 }
                 None => axum::serve(listener, app).await.expect("serve"),
             }

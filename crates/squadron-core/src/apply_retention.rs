@@ -1,7 +1,7 @@
 //! The retention of ended tasks (DESIGN §7: "terminal tasks are … retained by policy"). The
 //! leader proposes [`PruneTasks`] with its node's policy; apply drops the tasks that ended
 //! longest ago, past the policy's age or beyond its count, and keeps their figures in
-//! [`crate::pruned_tasks::PrunedTasks`]. What a task left on its worker (logs, artifacts, a
+//! [`crate::task_tally::TaskTally`]. What a task left on its worker (logs, artifacts, a
 //! worktree) stays there: only the record goes.
 
 use std::collections::BTreeSet;
@@ -12,7 +12,7 @@ use crate::limits::TASKS_PRUNED_PER_COMMAND_MAX;
 use crate::rejection::Rejection;
 use crate::response::Outcome;
 use crate::state::State;
-use crate::task::TaskState;
+use crate::task::{Task, TaskState};
 
 /// The ended tasks by the time they ended, the order they are pruned in. Derived from the
 /// tasks (rebuilt when a snapshot is decoded), so it is not part of the snapshot's encoding.
@@ -48,6 +48,11 @@ impl EndedTasks {
     }
 }
 
+/// When an ended task entered its end state: its key in [`EndedTasks`].
+fn ended_at_ms(task: &Task) -> u64 {
+    task.entered_at_ms.get(&task.state).copied().unwrap_or(0)
+}
+
 impl State {
     /// Records that task `id` entered the terminal `state` at `at_ms`. Every handler that ends
     /// a task calls it; the full invariant check compares the index with the tasks.
@@ -60,7 +65,7 @@ impl State {
     pub(crate) fn rebuild_ended_index(&mut self) {
         let mut ended = EndedTasks::default();
         for t in self.tasks.values().filter(|t| t.state.is_terminal()) {
-            let at = t.entered_at_ms.get(&t.state).copied().unwrap_or(0);
+            let at = ended_at_ms(t);
             ended.set_of(t.state).insert((at, t.id));
         }
         self.ended = ended;
@@ -91,7 +96,7 @@ impl State {
     }
 
     /// Tasks pruned so far, summed.
-    pub fn pruned_tasks(&self) -> &crate::pruned_tasks::PrunedTasks {
+    pub fn pruned_tasks(&self) -> &crate::task_tally::TaskTally {
         &self.pruned_tasks
     }
 
@@ -126,7 +131,7 @@ impl State {
             "pruning task {id} in {}",
             task.state
         );
-        let at = task.entered_at_ms.get(&task.state).copied().unwrap_or(0);
+        let at = ended_at_ms(&task);
         let removed = self.ended.set_of(task.state).remove(&(at, id));
         assert!(
             removed,
@@ -163,7 +168,7 @@ impl State {
         let mut ended = 0;
         for t in self.tasks.values().filter(|t| t.state.is_terminal()) {
             ended += 1;
-            let at = t.entered_at_ms.get(&t.state).copied().unwrap_or(0);
+            let at = ended_at_ms(t);
             if !self.ended.contains(t.state, at, t.id) {
                 return Err(format!(
                     "retention: ended task {} is not indexed at {at}",

@@ -187,7 +187,7 @@ impl From<StateV1> for State {
             task_leases: BTreeMap::new(),
             profile_credentials: ProfileCredentials::default(),
             credential_egress: BTreeMap::new(),
-            pruned_tasks: crate::pruned_tasks::PrunedTasks::default(),
+            pruned_tasks: crate::task_tally::TaskTally::default(),
             ended: Default::default(),
         }
     }

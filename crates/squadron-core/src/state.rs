@@ -27,10 +27,10 @@ use crate::mailbox::Mailbox;
 use crate::profile::AgentProfile;
 use crate::profile_credentials::ProfileCredentials;
 use crate::project::Project;
-use crate::pruned_tasks::PrunedTasks;
 use crate::rejection::{Entity, Rejection};
 use crate::response::{Outcome, Response};
 use crate::task::{Task, TaskState};
+use crate::task_tally::TaskTally;
 use crate::worker::Worker;
 use crate::worker_policy::WorkerPolicy;
 
@@ -88,7 +88,7 @@ pub struct State {
     pub(crate) credential_egress: BTreeMap<CredentialId, EgressBinding>,
     // From here on: snapshot version 9.
     /// The figures of the ended tasks the retention policy pruned.
-    pub(crate) pruned_tasks: PrunedTasks,
+    pub(crate) pruned_tasks: TaskTally,
     /// Ended tasks by end time: derived from `tasks`, rebuilt when a snapshot is decoded.
     #[serde(skip)]
     pub(crate) ended: EndedTasks,
@@ -126,7 +126,7 @@ impl State {
             task_leases: BTreeMap::new(),
             profile_credentials: ProfileCredentials::default(),
             credential_egress: BTreeMap::new(),
-            pruned_tasks: PrunedTasks::default(),
+            pruned_tasks: TaskTally::default(),
             ended: EndedTasks::default(),
         }
     }

@@ -47,4 +47,4 @@ pub use tls_identity::{
     issue_node_cert, issue_worker_cert, load_ca, AdminTokenRecord, TlsIdentity, LOOPBACK_NAMES,
     NODE_CERT_NAME, WORKER_CERT_NAME,
 };
-pub use tls_listener::{serve_tls, serve_tls_counted, PeerCert};
+pub use tls_listener::{serve_tls, PeerCert};

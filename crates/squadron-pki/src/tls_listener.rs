@@ -38,29 +38,10 @@ pub const SHUTDOWN_GRACE_MS: u64 = 5_000;
 pub struct PeerCert(pub Option<CertFacts>);
 
 /// Serves `service` on `listener` until `shutdown` resolves, then lets open connections
-/// finish for [`SHUTDOWN_GRACE_MS`].
+/// finish for [`SHUTDOWN_GRACE_MS`]. Counts the connections it accepts in `accepted`: a
+/// connection a client makes per request (where one per client should serve) shows as this
+/// count growing with the requests.
 pub async fn serve_tls<S>(
-    listener: TcpListener,
-    config: Arc<ServerConfig>,
-    service: S,
-    shutdown: impl Future<Output = ()>,
-) where
-    S: tower_service::Service<
-            http::Request<Incoming>,
-            Response = http::Response<axum_core::body::Body>,
-            Error = Infallible,
-        > + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    serve_tls_counted(listener, config, service, shutdown, Arc::default()).await
-}
-
-/// [`serve_tls`], counting the connections it accepts in `accepted`: a connection a client
-/// makes per request (where one per client should serve) shows as this count growing with
-/// the requests.
-pub async fn serve_tls_counted<S>(
     listener: TcpListener,
     config: Arc<ServerConfig>,
     service: S,

@@ -42,9 +42,15 @@ async fn handlers_see_the_verified_identity_and_plaintext_is_refused() {
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let router = Router::new().route("/whoami", get(whoami));
-    let server = tokio::spawn(serve_tls(listener, config, router, async {
-        let _ = stop_rx.await;
-    }));
+    let server = tokio::spawn(serve_tls(
+        listener,
+        config,
+        router,
+        async {
+            let _ = stop_rx.await;
+        },
+        Default::default(),
+    ));
 
     let url = format!("https://{addr}/whoami");
     // An operator's client: no certificate, host-name check.

@@ -251,7 +251,7 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    tokio::spawn(squadron_pki::serve_tls_counted(
+    tokio::spawn(squadron_pki::serve_tls(
         listener,
         config,
         service,

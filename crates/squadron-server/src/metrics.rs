@@ -19,7 +19,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use squadron_core::pruned_tasks::{provision_ms, DurationTally, DURATION_BUCKET_BOUNDS_MS};
+use squadron_core::task_tally::{DurationTally, TaskTally, DURATION_BUCKET_BOUNDS_MS};
 
 use crate::node::ControlNode;
 use crate::rest::AppState;
@@ -68,10 +68,10 @@ pub const AGENT_CONNECTED_WITHIN_MS: u64 = 90_000;
 /// as the state is scanned, plus those of the tasks the retention policy pruned, which the
 /// state keeps summed. prometheus-client's `Histogram` takes observations one by one, and the
 /// pruned ones exist only as bucket counts.
-#[derive(Debug, Clone, Default)]
-struct TallyHistogram(DurationTally);
+#[derive(Debug, Clone, Copy)]
+struct TallyHistogram<'a>(&'a DurationTally);
 
-impl EncodeMetric for TallyHistogram {
+impl EncodeMetric for TallyHistogram<'_> {
     fn encode(&self, mut encoder: MetricEncoder) -> fmt::Result {
         let bounds = DURATION_BUCKET_BOUNDS_MS
             .iter()
@@ -318,15 +318,12 @@ fn reads(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
 /// Counts of the replicated state, taken under one read of it.
 #[derive(Debug, Default)]
 struct StateGauges {
-    /// Tasks that entered each state (the seed's `tasks_total{state}`).
-    entered: BTreeMap<&'static str, u64>,
+    /// Every task's figures, held and pruned: the states each entered (the seed's
+    /// `tasks_total{state}`), submit to end by end state (`task_duration_seconds{outcome}`),
+    /// PROVISIONING to READY by runtime (`vm_provision_duration_seconds`).
+    tally: TaskTally,
     /// Tasks not ended, by state (`tasks_active{state}`).
     active: BTreeMap<&'static str, u64>,
-    /// Submit to end, in seconds, of ended tasks by their end state
-    /// (`task_duration_seconds{outcome}`).
-    durations: BTreeMap<&'static str, TallyHistogram>,
-    /// PROVISIONING to READY, in seconds, by runtime (`vm_provision_duration_seconds`).
-    provisions: BTreeMap<&'static str, TallyHistogram>,
     /// Agents of running attempts heard from within `AGENT_CONNECTED_WITHIN_MS`.
     agents_connected: u64,
     /// Ended tasks the retention policy pruned.
@@ -341,26 +338,9 @@ impl StateGauges {
     fn of(s: &squadron_core::State, now_ms: u64) -> StateGauges {
         let mut g = StateGauges::default();
         for t in s.tasks(None) {
-            for state in t.entered_at_ms.keys() {
-                *g.entered.entry(state.as_str()).or_default() += 1;
-            }
-            if t.state.is_terminal() {
-                if let Some(end) = t.entered_at_ms.get(&t.state) {
-                    g.durations
-                        .entry(t.state.as_str())
-                        .or_default()
-                        .0
-                        .observe(end.saturating_sub(t.submitted_at_ms));
-                }
-            } else {
+            g.tally.add(t);
+            if !t.state.is_terminal() {
                 *g.active.entry(t.state.as_str()).or_default() += 1;
-            }
-            if let Some(ms) = provision_ms(t) {
-                g.provisions
-                    .entry(t.spec.sandbox.runtime.into())
-                    .or_default()
-                    .0
-                    .observe(ms);
             }
         }
         g.add_pruned(s.pruned_tasks());
@@ -390,18 +370,8 @@ impl StateGauges {
     }
 
     /// Counts and durations only grow: the tasks the retention policy pruned still count.
-    fn add_pruned(&mut self, pruned: &squadron_core::pruned_tasks::PrunedTasks) {
-        for (state, n) in &pruned.entered {
-            *self.entered.entry(state.as_str()).or_default() += n;
-        }
-        for (state, tally) in &pruned.durations {
-            let h = self.durations.entry(state.as_str()).or_default();
-            h.0.absorb(tally);
-        }
-        for (runtime, tally) in &pruned.provisions {
-            let h = self.provisions.entry((*runtime).into()).or_default();
-            h.0.absorb(tally);
-        }
+    fn add_pruned(&mut self, pruned: &TaskTally) {
+        self.tally.absorb(pruned);
         self.pruned = pruned.count;
     }
 
@@ -414,9 +384,10 @@ impl StateGauges {
                 "Tasks that entered each state (the sample is squadron_tasks_total)",
                 MetricType::Counter,
             ),
-            self.entered
+            self.tally
+                .entered
                 .iter()
-                .map(|(s, n)| ([("state", *s)], ConstCounter::new(*n))),
+                .map(|(s, n)| ([("state", s.as_str())], ConstCounter::new(*n))),
         )?;
         gauges(
             e,
@@ -437,10 +408,10 @@ impl StateGauges {
                 "Submit to end of ended tasks, by the state they ended in",
                 MetricType::Histogram,
             ),
-            // A tally is 21 buckets: cloning one per outcome and scrape costs nothing to speak of.
-            self.durations
+            self.tally
+                .durations
                 .iter()
-                .map(|(s, h)| ([("outcome", *s)], h.clone())),
+                .map(|(s, t)| ([("outcome", s.as_str())], TallyHistogram(t))),
         )?;
         family(
             e,
@@ -449,9 +420,10 @@ impl StateGauges {
                 "PROVISIONING to READY (the sandbox made and, where one runs, its agent registered), by runtime",
                 MetricType::Histogram,
             ),
-            self.provisions
-                .iter()
-                .map(|(r, h)| ([("runtime", *r)], h.clone())),
+            self.tally.provisions.iter().map(|(r, t)| {
+                let runtime: &'static str = (*r).into();
+                ([("runtime", runtime)], TallyHistogram(t))
+            }),
         )?;
         gauge(
             e,
@@ -548,29 +520,31 @@ mod tests {
     /// provisioning per runtime as histograms, connected agents.
     #[test]
     fn the_seed_task_metrics_are_exposed() {
+        use squadron_core::manifest::RuntimeKind;
+        use squadron_core::task::TaskState;
         let mut g = StateGauges::default();
-        g.entered.insert("COMPLETED", 2);
+        g.tally.entered.insert(TaskState::Completed, 2);
         g.active.insert("RUNNING", 1);
         let observed = |values_ms: &[u64]| {
-            let mut h = TallyHistogram::default();
-            values_ms.iter().for_each(|v| h.0.observe(*v));
-            h
+            let mut t = DurationTally::default();
+            values_ms.iter().for_each(|v| t.observe(*v));
+            t
         };
-        g.durations.insert("COMPLETED", observed(&[200, 3_000]));
-        g.provisions.insert("docker", observed(&[1_500]));
+        g.tally
+            .durations
+            .insert(TaskState::Completed, observed(&[200, 3_000]));
+        g.tally
+            .provisions
+            .insert(RuntimeKind::Docker, observed(&[1_500]));
         g.agents_connected = 1;
-        let mut pruned = squadron_core::pruned_tasks::PrunedTasks {
+        let mut pruned = TaskTally {
             count: 5,
             ..Default::default()
         };
-        pruned
-            .entered
-            .insert(squadron_core::task::TaskState::Completed, 5);
+        pruned.entered.insert(TaskState::Completed, 5);
         let mut tally = DurationTally::default();
         tally.observe(400);
-        pruned
-            .durations
-            .insert(squadron_core::task::TaskState::Completed, tally);
+        pruned.durations.insert(TaskState::Completed, tally);
         g.add_pruned(&pruned);
         let text = exposition_of(g);
         for want in [

@@ -118,6 +118,7 @@ pub async fn start(
         server_config,
         NodesOnly::new(app),
         std::future::pending(),
+        Default::default(),
     ));
 
     let env_allowlist = EnvAllowlist::new(config.env_allowlist.iter().cloned())?;

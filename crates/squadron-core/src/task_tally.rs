@@ -1,6 +1,7 @@
-//! What the state still knows of the tasks its retention policy pruned: their counts and
-//! durations, so that figures which only ever grow (a Prometheus counter or histogram) keep
-//! growing after the records themselves are gone.
+//! Counts and durations of a set of tasks. The state keeps one of the tasks its retention
+//! policy pruned, so that figures which only ever grow (a Prometheus counter or histogram)
+//! keep growing after the records themselves are gone; `/metrics` adds one of the tasks held
+//! to it.
 
 use std::collections::BTreeMap;
 
@@ -67,9 +68,9 @@ impl DurationTally {
     }
 }
 
-/// The tasks pruned so far, summed.
+/// Tasks summed: the state's pruned ones, or a scrape's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PrunedTasks {
+pub struct TaskTally {
     pub count: u64,
     /// For each state, how many of the pruned tasks had entered it.
     pub entered: BTreeMap<TaskState, u64>,
@@ -79,13 +80,14 @@ pub struct PrunedTasks {
     pub provisions: BTreeMap<RuntimeKind, DurationTally>,
 }
 
-impl PrunedTasks {
-    pub(crate) fn add(&mut self, task: &Task) {
+impl TaskTally {
+    pub fn add(&mut self, task: &Task) {
         self.count += 1;
         for state in task.entered_at_ms.keys() {
             *self.entered.entry(*state).or_default() += 1;
         }
-        if let Some(end) = task.entered_at_ms.get(&task.state) {
+        let end = task.entered_at_ms.get(&task.state);
+        if let Some(end) = end.filter(|_| task.state.is_terminal()) {
             self.durations
                 .entry(task.state)
                 .or_default()
@@ -96,6 +98,20 @@ impl PrunedTasks {
                 .entry(task.spec.sandbox.runtime)
                 .or_default()
                 .observe(ms);
+        }
+    }
+
+    /// Adds another tally's figures to this one.
+    pub fn absorb(&mut self, other: &TaskTally) {
+        self.count += other.count;
+        for (state, n) in &other.entered {
+            *self.entered.entry(*state).or_default() += n;
+        }
+        for (state, tally) in &other.durations {
+            self.durations.entry(*state).or_default().absorb(tally);
+        }
+        for (runtime, tally) in &other.provisions {
+            self.provisions.entry(*runtime).or_default().absorb(tally);
         }
     }
 
