@@ -134,6 +134,15 @@ fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
         value("squadron_log_sync_duration_seconds_bucket{le=\"+Inf\"}"),
         syncs
     );
+    // The state machine timed each applied batch and counted its entries.
+    let applies = value("squadron_apply_duration_seconds_count");
+    assert!(applies >= 1.0, "no apply timed");
+    assert_eq!(value("squadron_apply_lock_wait_seconds_count"), applies);
+    let applied = value("squadron_entries_applied_total");
+    assert!(
+        applied >= entries as f64 && applied >= applies,
+        "{applied} entries applied in {applies} batches; {entries} entries proposed"
+    );
     let answered = metric(
         &f_url,
         "squadron_http_request_duration_seconds_count{method=\"POST\",status=\"2xx\"}",
@@ -457,6 +466,16 @@ fn a_node_that_missed_many_entries_catches_up_by_snapshot() {
         caught_up["snapshot"].as_u64().is_some(),
         "the restarted node should hold an installed snapshot: {caught_up}"
     );
+
+    // A poller that wants no digest gets the same view without one (the digest costs the node
+    // a snapshot's encoding); a bad value is refused naming the parameter.
+    let url = cluster.url(victim);
+    let bare = http_get(&format!("{url}/api/v1/cluster/status?digest=false")).expect("status");
+    assert_eq!(bare["digest"], "", "{bare}");
+    let applied = |v: &serde_json::Value| v["applied"].as_u64().unwrap_or(0);
+    assert!(applied(&bare) >= applied(&caught_up), "{bare}");
+    let bad = http_get(&format!("{url}/api/v1/cluster/status?digest=maybe")).unwrap_err();
+    assert!(bad.starts_with("400") && bad.contains("digest"), "{bad}");
 }
 
 /// An idle cluster's replicated clock stays within a tick of real time (the leader proposes a

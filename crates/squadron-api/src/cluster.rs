@@ -29,7 +29,8 @@ pub struct ClusterStatus {
     pub snapshot: Option<u64>,
     #[serde(default)]
     pub purged: Option<u64>,
-    /// SHA-256 of this node's state at `applied` (INV-12).
+    /// SHA-256 of this node's state at `applied` (INV-12); empty when the request asked
+    /// `digest=false`.
     pub digest: String,
     #[serde(default)]
     pub clock_ms: u64,

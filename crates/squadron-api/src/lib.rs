@@ -43,8 +43,8 @@ pub use projects::{
     SetCapabilities,
 };
 pub use queries::{
-    AuditQuery, CancelQuery, Consistency, ConsistencyQuery, LogQuery, LogStream, StreamQuery,
-    TaskListQuery, TaskOrder,
+    AuditQuery, CancelQuery, ClusterStatusQuery, Consistency, ConsistencyQuery, LogQuery,
+    LogStream, StreamQuery, TaskListQuery, TaskOrder,
 };
 pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage, TaskUsage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};

@@ -25,6 +25,31 @@ pub struct ConsistencyQuery {
     pub consistency: Consistency,
 }
 
+/// `GET /api/v1/cluster/status?consistency=…&digest=true|false`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterStatusQuery {
+    #[serde(default)]
+    pub consistency: Consistency,
+    /// Whether to compute the state digest (default true). It costs about as much as a
+    /// snapshot; a poller that wants only roles and indexes says `false`.
+    #[serde(default = "digest_default")]
+    pub digest: bool,
+}
+
+fn digest_default() -> bool {
+    true
+}
+
+impl Default for ClusterStatusQuery {
+    fn default() -> Self {
+        Self {
+            consistency: Consistency::default(),
+            digest: true,
+        }
+    }
+}
+
 /// Tasks one list call returns unless it asks for fewer.
 pub const TASK_LIST_LIMIT_DEFAULT: usize = 100;
 /// Most tasks one list call returns.

@@ -8,6 +8,9 @@
 //! window), read each node's RSS, kill -9 the leader under a lease-cycle load and time the
 //! first successful write, stop the cluster. Every process is killed and every directory
 //! removed when the run ends, also on error.
+//!
+//! [`failover`] kills the leader again and again on one cluster; [`scale`] loads one to
+//! DESIGN §7's size (100,000 profiles, a million tasks) and reports what that costs it.
 
 mod error;
 mod etcd_client;
@@ -21,6 +24,10 @@ mod machine;
 mod options;
 mod process;
 mod report;
+mod scale;
+mod scale_load;
+mod scale_options;
+mod scale_report;
 mod squadron_cluster;
 mod squadron_load;
 mod table;
@@ -45,6 +52,14 @@ pub use report::{
     ComparePoint, CompareReport, FailoverComparison, FailoverResult, MemoryComparison, Ratios,
     SquadronInternals,
 };
+pub use scale::{scale, scale_with};
+pub use scale_load::LoadPhase;
+pub use scale_options::{
+    ScaleOptions, SCALE_CLIENTS_DEFAULT, SCALE_CLIENTS_MAX, SCALE_PENDING_TASKS_DEFAULT,
+    SCALE_PROFILES_PER_PROJECT_DEFAULT, SCALE_PROJECTS_DEFAULT, SCALE_PROJECTS_MAX,
+    SCALE_TASKS_DEFAULT, SCALE_TASKS_MAX,
+};
+pub use scale_report::{render_scale, BucketSummary, CatchUp, NodeFigures, ScaleReport};
 pub use table::render_table;
 
 use etcd_cluster::EtcdCluster;
@@ -228,30 +243,39 @@ fn compare_memory(squadron: &Option<SystemRun>, etcd: &Option<SystemRun>) -> Mem
 
 /// Every node's batching counters, summed; `None` if a node did not answer.
 async fn squadron_internals(endpoints: &squadron_load::Endpoints) -> Option<SquadronInternals> {
-    let mut http = reqwest::Client::builder().timeout(Duration::from_secs(5));
-    if let Some(tls) = endpoints.credentials.tls_config().ok()? {
-        http = http.use_preconfigured_tls(tls);
-    }
-    let http = http.build().ok()?;
+    let http = metrics_http(&endpoints.credentials)?;
     let mut sum = SquadronInternals::default();
     for e in &endpoints.urls {
-        let mut request = http.get(format!("{}/metrics", e.trim_end_matches('/')));
-        // /metrics is a viewer's read: without the token every counter read as 0.
-        if let Some(token) = endpoints.credentials.token() {
-            request = request.bearer_auth(token);
-        }
-        let text = request
-            .send()
-            .await
-            .ok()?
-            .error_for_status()
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        sum.add_metrics(&text);
+        sum.add_metrics(&metrics_text(&http, e, &endpoints.credentials).await?);
     }
     Some(sum)
+}
+
+/// How long a node may take to answer `/metrics` (it tallies every task it holds).
+const METRICS_TIMEOUT_MS: u64 = 60_000;
+
+/// An HTTP client that trusts the cluster's CA, for `/metrics`.
+fn metrics_http(credentials: &squadron_client::Credentials) -> Option<reqwest::Client> {
+    let mut http = reqwest::Client::builder().timeout(Duration::from_millis(METRICS_TIMEOUT_MS));
+    if let Some(tls) = credentials.tls_config().ok()? {
+        http = http.use_preconfigured_tls(tls);
+    }
+    http.build().ok()
+}
+
+/// A node's `/metrics` exposition; `None` if it did not answer with one.
+async fn metrics_text(
+    http: &reqwest::Client,
+    url: &str,
+    credentials: &squadron_client::Credentials,
+) -> Option<String> {
+    let mut request = http.get(format!("{}/metrics", url.trim_end_matches('/')));
+    // /metrics is a viewer's read: without the token every counter read as 0.
+    if let Some(token) = credentials.token() {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.ok()?.error_for_status().ok()?;
+    response.text().await.ok()
 }
 
 fn version_line(bin: &Path) -> String {

@@ -103,11 +103,24 @@ pub(crate) struct SquadronCluster {
     credentials: Credentials,
     /// The bench worker's certificate (its registration is its own).
     worker_credentials: Credentials,
+    /// The run's directory, and what every node's config adds to the generated one.
+    dir: std::path::PathBuf,
+    extra_config: String,
 }
 
 impl SquadronCluster {
     /// Starts `n` nodes under `dir` and waits until they agree on a leader.
     pub(crate) async fn start(bin: &Path, dir: &Path, n: usize) -> Result<Self, BenchError> {
+        Self::start_with(bin, dir, n, "").await
+    }
+
+    /// [`Self::start`], every node's config ending with `extra_config` (TOML tables).
+    pub(crate) async fn start_with(
+        bin: &Path,
+        dir: &Path,
+        n: usize,
+        extra_config: &str,
+    ) -> Result<Self, BenchError> {
         let mut members = Vec::with_capacity(n);
         for id in 1..=n as u64 {
             members.push((
@@ -128,16 +141,11 @@ impl SquadronCluster {
             .collect();
         let mut configs = Vec::new();
         for (id, rest, grpc, peer) in &members {
-            let base = dir.join(format!("squadron-node{id}"));
-            std::fs::create_dir_all(&base).map_err(|e| BenchError::io("create", &base, e))?;
-            // Durable defaults: the store syncs every log append; nothing here relaxes it.
-            let config = format!(
-                "node_id = {id}\ncluster_name = \"squadron-bench\"\nrest_listen = \"{rest}\"\n\
-                 grpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\ndata_dir = \"data\"\n\n\
-                 {initial}"
-            );
-            let path = base.join("node.toml");
-            std::fs::write(&path, config).map_err(|e| BenchError::io("write", &path, e))?;
+            let (base, path) = write_config(
+                dir,
+                (*id, rest, grpc, peer),
+                &format!("{initial}{extra_config}"),
+            )?;
             configs.push((*id, rest.clone(), base, path));
         }
         let (credentials, worker_credentials) = init_pki(bin, dir, &configs)?;
@@ -146,6 +154,8 @@ impl SquadronCluster {
             nodes: Vec::new(),
             credentials,
             worker_credentials,
+            dir: dir.to_path_buf(),
+            extra_config: extra_config.to_string(),
         };
         for (id, rest, base, path) in &configs {
             let process = spawn_node(bin, *id, base, path)?;
@@ -161,6 +171,78 @@ impl SquadronCluster {
             .wait_for_leader(Duration::from_millis(STARTUP_TIMEOUT_MS))
             .await?;
         Ok(cluster)
+    }
+
+    /// Starts a node that is not a member yet (no `initial_members`), with a certificate from
+    /// the cluster's CA; the caller adds it. Returns its id and its REST, gRPC and peer
+    /// addresses.
+    pub(crate) fn start_new_node(&mut self) -> Result<(u64, [String; 3]), BenchError> {
+        let id = self.nodes.iter().map(|n| n.id).max().unwrap_or(0) + 1;
+        let addrs = [
+            format!("127.0.0.1:{}", free_port()?),
+            format!("127.0.0.1:{}", free_port()?),
+            format!("127.0.0.1:{}", free_port()?),
+        ];
+        let [rest, grpc, peer] = &addrs;
+        let (base, config) = write_config(&self.dir, (id, rest, grpc, peer), &self.extra_config)?;
+        let first = self.nodes.first().ok_or_else(|| BenchError::Startup {
+            system: "squadron",
+            message: "no node to take the CA from".into(),
+            logs: String::new(),
+        })?;
+        let pki = first.base.join("data/pki");
+        let out = Command::new(&self.bin)
+            .arg("init")
+            .arg(&config)
+            .arg("--ca-cert")
+            .arg(pki.join("ca.pem"))
+            .arg("--ca-key")
+            .arg(pki.join("ca.key"))
+            .output()
+            .map_err(|e| BenchError::io("run squadron init for", &config, e))?;
+        if !out.status.success() {
+            return Err(BenchError::Startup {
+                system: "squadron",
+                message: format!(
+                    "squadron init of node {id}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                logs: String::new(),
+            });
+        }
+        let process = spawn_node(&self.bin, id, &base, &config)?;
+        self.nodes.push(SquadronNode {
+            id,
+            rest: rest.clone(),
+            process,
+            base,
+            config,
+        });
+        Ok((id, addrs))
+    }
+
+    /// A client of node `id` alone (no other endpoint to fall back on).
+    pub(crate) fn node_client(&self, id: u64) -> Result<SquadronClient, BenchError> {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| BenchError::setup("squadron", "a node's client", "no such node"))?;
+        SquadronClient::secured_with_timeouts(
+            vec![node.rest.clone()],
+            &self.credentials,
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+        )
+        .map_err(|e| BenchError::setup("squadron", "a node's client", e))
+    }
+
+    /// Every node's id and REST address (`https://…`), running or not.
+    pub(crate) fn node_urls(&self) -> Vec<(u64, String)> {
+        self.nodes
+            .iter()
+            .map(|n| (n.id, format!("https://{}", n.rest)))
+            .collect()
     }
 
     /// `https://host:port` of every running node, with the cluster's credentials.
@@ -217,7 +299,10 @@ impl SquadronCluster {
                 Duration::from_millis(STATUS_TIMEOUT_MS),
             )
             .map_err(|e| LeaderWait::Exited(e.to_string()))?;
-            match client.cluster_status(Consistency::Stale).await {
+            match client
+                .cluster_status_without_digest(Consistency::Stale)
+                .await
+            {
                 Ok(s) => seen.push(s.leader),
                 Err(e) => {
                     last = format!("node {}: {e}", node.id);
@@ -255,6 +340,11 @@ impl SquadronCluster {
         Ok(())
     }
 
+    /// Node `id`'s resident memory, if it runs.
+    pub(crate) fn rss_kib(&self, id: u64) -> Option<u64> {
+        self.nodes.iter().find(|n| n.id == id)?.process.rss_kib()
+    }
+
     pub(crate) fn memory(&self) -> Vec<NodeMemory> {
         self.nodes
             .iter()
@@ -279,6 +369,25 @@ impl SquadronCluster {
                 .join("\n"),
         }
     }
+}
+
+/// Writes node `id`'s config under `dir` (its own directory, created): its listeners, a data
+/// directory beside the config, then `tables`. Returns the directory and the config's path.
+fn write_config(
+    dir: &Path,
+    (id, rest, grpc, peer): (u64, &str, &str, &str),
+    tables: &str,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), BenchError> {
+    let base = dir.join(format!("squadron-node{id}"));
+    std::fs::create_dir_all(&base).map_err(|e| BenchError::io("create", &base, e))?;
+    // Durable defaults: the store syncs every log append; nothing here relaxes it.
+    let config = format!(
+        "node_id = {id}\ncluster_name = \"squadron-bench\"\nrest_listen = \"{rest}\"\n\
+         grpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\ndata_dir = \"data\"\n\n{tables}"
+    );
+    let path = base.join("node.toml");
+    std::fs::write(&path, config).map_err(|e| BenchError::io("write", &path, e))?;
+    Ok((base, path))
 }
 
 /// The nodes' log filter (`RUST_LOG` syntax); `warn` when unset. With `--keep-work-dir`,

@@ -26,6 +26,25 @@ impl SquadronClient {
         self.get("/api/v1/cluster/status", c).await
     }
 
+    /// [`Self::cluster_status`] without the state digest (`digest` is empty): roles, leader,
+    /// term and indexes only. The digest costs the node about as much as a snapshot; a poller
+    /// asks for this.
+    pub async fn cluster_status_without_digest(
+        &self,
+        c: Consistency,
+    ) -> Result<ClusterStatus, ClientError> {
+        let query = vec![("digest", "false".to_string())];
+        let call = Call::Read(c);
+        self.call(
+            Method::GET,
+            "/api/v1/cluster/status",
+            query,
+            Body::Empty,
+            call,
+        )
+        .await
+    }
+
     pub async fn add_learner(&self, req: &AddLearner) -> Result<MembershipChanged, ClientError> {
         self.write(Method::POST, "/api/v1/cluster/learners", Some(req), None)
             .await

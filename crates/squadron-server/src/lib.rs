@@ -24,6 +24,7 @@ pub mod request_latency;
 pub mod rest;
 pub mod resumed_term;
 pub mod retention_policy;
+pub mod state_digests;
 pub mod tls;
 pub mod trace;
 pub mod write_path;

@@ -29,8 +29,20 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub async fn render(State(node): State<AppState>) -> Response {
+    // The state's figures are a scan of every task under the read lock: on the blocking pool,
+    // so a large state does not hold a runtime thread (and the heartbeats behind it).
+    let reader = node.clone();
+    let gauges = tokio::task::spawn_blocking(move || {
+        let now_ms = reader.clock.now_ms();
+        reader.state.with_state(|s| StateGauges::of(s, now_ms))
+    })
+    .await;
+    let gauges = match gauges {
+        Ok(g) => g,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(NodeMetrics(node)));
+    registry.register_collector(Box::new(NodeMetrics(node, gauges)));
     match exposition(&registry) {
         Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
@@ -43,9 +55,9 @@ fn exposition(registry: &Registry) -> Result<String, fmt::Error> {
     Ok(out)
 }
 
-/// One node's metrics, read when scraped.
+/// One node's metrics, read when scraped, with the state's figures read before.
 #[derive(Debug)]
-struct NodeMetrics(AppState);
+struct NodeMetrics(AppState, StateGauges);
 
 impl Collector for NodeMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
@@ -54,10 +66,8 @@ impl Collector for NodeMetrics {
         writes(node, &mut encoder)?;
         reads(node, &mut encoder)?;
         clock(node, &mut encoder)?;
-        let now_ms = node.clock.now_ms();
-        node.state
-            .with_state(|s| StateGauges::of(s, now_ms))
-            .encode(&mut encoder)
+        machine(node, &mut encoder)?;
+        self.1.encode(&mut encoder)
     }
 }
 
@@ -167,6 +177,53 @@ fn raft(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "squadron_log_entries_per_sync",
         "Log entries each synced append made durable (group commit)",
         &appends.entries_per_sync,
+    )
+}
+
+/// The state machine: apply and snapshot costs (DESIGN §7's apply p99 and snapshot stall).
+fn machine(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
+    let m = node.state.stats();
+    counter(
+        e,
+        "squadron_entries_applied",
+        "Log entries applied to the state machine",
+        m.entries_applied.load(Ordering::Relaxed),
+    )?;
+    histogram(
+        e,
+        "squadron_apply_duration_seconds",
+        "Each applied batch of entries, from asking for the state's write lock to releasing it",
+        &m.apply_seconds,
+    )?;
+    histogram(
+        e,
+        "squadron_apply_lock_wait_seconds",
+        "The part of each apply spent waiting for the lock (readers, a snapshot's copy)",
+        &m.apply_lock_wait_seconds,
+    )?;
+    histogram(
+        e,
+        "squadron_snapshot_build_duration_seconds",
+        "Each snapshot built: copied under the lock, encoded, written to disk",
+        &m.snapshot_build_seconds,
+    )?;
+    histogram(
+        e,
+        "squadron_snapshot_copy_duration_seconds",
+        "The copy of the state each snapshot took under the read lock",
+        &m.snapshot_copy_seconds,
+    )?;
+    histogram(
+        e,
+        "squadron_snapshot_install_duration_seconds",
+        "Each snapshot received from the leader: checked, written to disk, decoded, installed",
+        &m.snapshot_install_seconds,
+    )?;
+    gauge(
+        e,
+        "squadron_snapshot_bytes",
+        "Size of the last snapshot this node built, installed or started from",
+        m.snapshot_bytes.load(Ordering::Relaxed),
     )
 }
 

@@ -82,6 +82,8 @@ pub struct ControlNode {
     pub leader_contact: Arc<squadron_raft::LeaderContact>,
     /// The REST API's answer times (`/metrics`).
     pub request_latency: crate::request_latency::RequestLatency,
+    /// The state digest status answers carry, computed one at a time off the runtime.
+    pub state_digests: crate::state_digests::StateDigests,
 }
 
 impl std::fmt::Debug for ControlNode {
@@ -157,6 +159,7 @@ impl ControlNode {
             clock,
             leader_contact: Arc::default(),
             request_latency: Default::default(),
+            state_digests: Default::default(),
         }))
     }
 

@@ -10,12 +10,14 @@
 //! ```
 //!
 //! Map of the crate: `codec` (value encoding), `log_store` ([`LogStore`]), `state_machine`
-//! ([`StateMachineStore`], [`StateReader`]), `snapshot_file` (snapshot envelope and file),
+//! ([`StateMachineStore`], [`StateReader`]), `machine_stats` ([`MachineStats`]: apply and
+//! snapshot costs), `snapshot_file` (snapshot envelope and file),
 //! `type_config` (openraft types).
 
 pub mod codec;
 mod legacy_addr;
 pub mod log_store;
+pub mod machine_stats;
 pub mod replicated_clock;
 pub mod snapshot_file;
 pub mod state_machine;
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use rocksdb::{ColumnFamilyDescriptor, Options, DB};
 
 pub use log_store::{AppendStats, LogStore};
+pub use machine_stats::MachineStats;
 pub use replicated_clock::{monotonic_us, ReplicatedClock};
 pub use snapshot_file::EnvelopeError;
 pub use state_machine::{

@@ -12,7 +12,7 @@ use std::fmt;
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{AnyError, EntryPayload, OptionalSend, StorageError, StorageIOError};
@@ -20,6 +20,7 @@ use squadron_core::ids::Digest;
 use squadron_core::snapshot::{decode_snapshot, encode_snapshot, state_digest};
 use squadron_core::{Rejection, Response, State};
 
+use crate::machine_stats::MachineStats;
 use crate::replicated_clock::ReplicatedClock;
 use crate::snapshot_file::{
     check_meta, decode_envelope, encode_envelope, EnvelopeError, SnapshotDir,
@@ -66,6 +67,7 @@ fn poisoned() -> StorageIOError<NodeId> {
 pub struct StateReader {
     data: Arc<RwLock<StateMachineData>>,
     clock: Arc<ReplicatedClock>,
+    stats: Arc<MachineStats>,
 }
 
 impl fmt::Debug for StateReader {
@@ -118,6 +120,11 @@ impl StateReader {
     pub fn membership(&self) -> StoredMembership {
         read(&self.data).last_membership.clone()
     }
+
+    /// What applying and snapshotting have cost on this node (`/metrics`).
+    pub fn stats(&self) -> &MachineStats {
+        &self.stats
+    }
 }
 
 /// The snapshot file plus the meta of what it holds; the mutex also serializes file writes
@@ -166,6 +173,7 @@ pub struct StateMachineStore {
     /// `data.state.clock_ms()`, published after each apply and install for lock-free readers.
     clock: Arc<ReplicatedClock>,
     snapshots: Arc<SnapshotSlot>,
+    stats: Arc<MachineStats>,
 }
 
 impl fmt::Debug for StateMachineStore {
@@ -183,6 +191,7 @@ impl StateMachineStore {
     /// that the purged log no longer holds.
     pub(crate) fn load(dir: SnapshotDir) -> Result<Self, StoreError> {
         let path = dir.path();
+        let stats = MachineStats::default();
         let (data, current) = match dir.read().map_err(|source| StoreError::Io {
             path: path.clone(),
             source,
@@ -193,6 +202,9 @@ impl StateMachineStore {
                     path: path.clone(),
                     source,
                 };
+                stats
+                    .snapshot_bytes
+                    .store(bytes.len() as u64, Ordering::Relaxed);
                 let (meta, state_bytes) = decode_envelope(&bytes).map_err(corrupt)?;
                 let state =
                     decode_snapshot(state_bytes).map_err(|e| corrupt(EnvelopeError::State(e)))?;
@@ -212,6 +224,7 @@ impl StateMachineStore {
                 current: Mutex::new(current),
                 builds: AtomicU64::new(0),
             }),
+            stats: Arc::new(stats),
         })
     }
 
@@ -220,6 +233,7 @@ impl StateMachineStore {
         StateReader {
             data: self.data.clone(),
             clock: self.clock.clone(),
+            stats: self.stats.clone(),
         }
     }
 }
@@ -229,6 +243,7 @@ impl StateMachineStore {
 pub struct SnapshotBuilder {
     data: Arc<RwLock<StateMachineData>>,
     snapshots: Arc<SnapshotSlot>,
+    stats: Arc<MachineStats>,
 }
 
 impl fmt::Debug for SnapshotBuilder {
@@ -240,7 +255,9 @@ impl fmt::Debug for SnapshotBuilder {
 fn build_blocking(
     data: &RwLock<StateMachineData>,
     slot: &SnapshotSlot,
+    stats: &MachineStats,
 ) -> Result<Snapshot, StorageIOError<NodeId>> {
+    let started = Instant::now();
     // A copy taken under the read lock gives a consistent (position, state) pair, and the
     // encoding runs after the lock is released: apply waits for the copy only. The tasks, most
     // of the state, are shared (`Arc`), so the copy is of the maps, not of every task; a task
@@ -254,7 +271,11 @@ fn build_blocking(
             last_membership: guard.last_membership.clone(),
             snapshot_id: slot.next_snapshot_id(guard.last_applied),
         };
-        (meta, guard.state.clone())
+        let copy = guard.state.clone();
+        stats
+            .snapshot_copy_seconds
+            .observe(started.elapsed().as_secs_f64());
+        (meta, copy)
     };
     let state_bytes = encode_snapshot(&state);
     drop(state);
@@ -264,6 +285,7 @@ fn build_blocking(
     drop(state_bytes);
     slot.persist(&meta, &envelope)
         .map_err(|e| StorageIOError::write_snapshot(signature, &e))?;
+    stats.snapshot_written(&stats.snapshot_build_seconds, started, envelope.len());
     Ok(Snapshot {
         meta,
         snapshot: Box::new(Cursor::new(envelope)),
@@ -273,8 +295,8 @@ fn build_blocking(
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> StoreResult<Snapshot> {
         let data = self.data.clone();
-        let slot = self.snapshots.clone();
-        let snapshot = tokio::task::spawn_blocking(move || build_blocking(&data, &slot))
+        let (slot, stats) = (self.snapshots.clone(), self.stats.clone());
+        let snapshot = tokio::task::spawn_blocking(move || build_blocking(&data, &slot, &stats))
             .await
             .map_err(|e| StorageIOError::write_snapshot(None, &e))??;
         tracing::info!(meta = %snapshot.meta, "snapshot built and persisted");
@@ -315,7 +337,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let entries = entries.into_iter();
         let mut responses = Vec::with_capacity(entries.size_hint().0);
         // One write-lock hold per batch: readers see whole batches, never half of one.
+        let asked = Instant::now();
         let mut guard = self.data.write().map_err(|_| poisoned())?;
+        let locked = Instant::now();
         for entry in entries {
             guard.last_applied = Some(entry.log_id);
             let response = match entry.payload {
@@ -329,6 +353,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             responses.push(response);
         }
         self.clock.publish(guard.state.clock_ms());
+        drop(guard);
+        self.stats.applied(asked, locked, responses.len() as u64);
         Ok(responses)
     }
 
@@ -336,6 +362,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         SnapshotBuilder {
             data: self.data.clone(),
             snapshots: self.snapshots.clone(),
+            stats: self.stats.clone(),
         }
     }
 
@@ -348,7 +375,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
+        let started = Instant::now();
         let bytes = snapshot.into_inner();
+        let size = bytes.len();
         let slot = self.snapshots.clone();
         let owned_meta = meta.clone();
         let state =
@@ -363,6 +392,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         };
         self.clock.publish(guard.state.clock_ms());
         drop(guard);
+        self.stats
+            .snapshot_written(&self.stats.snapshot_install_seconds, started, size);
         tracing::info!(%meta, "snapshot installed");
         Ok(())
     }

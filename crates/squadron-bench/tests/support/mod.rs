@@ -28,6 +28,7 @@ pub fn squadron_bin() -> PathBuf {
 }
 
 /// etcd, where Debian's `etcd-server` package puts it.
+#[allow(dead_code)] // each test file compiles this module; not all of them start etcd
 pub fn etcd_bin() -> PathBuf {
     let etcd = PathBuf::from(ETCD_BIN_DEFAULT);
     assert!(

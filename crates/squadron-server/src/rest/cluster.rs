@@ -21,7 +21,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
         "GET",
         "/api/v1/cluster/status",
         "This node's view: role, leader, term, log, applied index, state digest, members",
-        query::<squadron_api::ConsistencyQuery>(),
+        query::<squadron_api::ClusterStatusQuery>(),
         json::<ClusterStatus>(),
         Access::viewer(Scope::Unbound).and_workers(),
         get(status),
@@ -86,20 +86,12 @@ fn role(state: ServerState) -> &'static str {
     }
 }
 
-pub fn local_status(node: &ControlNode) -> ClusterStatus {
+/// This node's view; with `digested`, the state digest and the applied index it describes
+/// (`StateDigests::current`), else the applied index now and no digest.
+pub fn local_status(node: &ControlNode, digested: Option<(Option<u64>, String)>) -> ClusterStatus {
     let m = node.raft.metrics().borrow().clone();
-    // The applied index and a copy of the state are taken together so the digest describes
-    // that index; hashing the copy outside the lock keeps apply from waiting for it (the
-    // copy is cheap: tasks are shared).
-    let (applied, state, clock_ms) = node.state.with_data(|d| {
-        (
-            d.last_applied.map(|l| l.index),
-            d.state.clone(),
-            d.state.clock_ms(),
-        )
-    });
-    let digest = squadron_core::snapshot::state_digest(&state).to_hex();
-    drop(state);
+    let (applied, digest) =
+        digested.unwrap_or_else(|| (node.state.last_applied().map(|l| l.index), String::new()));
     ClusterStatus {
         node_id: node.id,
         role: role(m.state).into(),
@@ -110,7 +102,7 @@ pub fn local_status(node: &ControlNode) -> ClusterStatus {
         snapshot: m.snapshot.map(|l| l.index),
         purged: m.purged.map(|l| l.index),
         digest,
-        clock_ms,
+        clock_ms: node.state.clock_ms(),
         members: node
             .members()
             .into_iter()
@@ -127,13 +119,17 @@ pub fn local_status(node: &ControlNode) -> ClusterStatus {
 
 async fn status(
     State(node): State<AppState>,
-    QueryParams(q): QueryParams<super::ConsistencyQuery>,
+    QueryParams(q): QueryParams<squadron_api::ClusterStatusQuery>,
 ) -> Result<Json<ClusterStatus>, ApiError> {
     // The status is a node's own view; a linearizable request first catches up with the leader.
     if q.consistency == Consistency::Linearizable && node.leader().is_some() {
         node.read_barrier(Consistency::Linearizable).await?;
     }
-    Ok(Json(local_status(&node)))
+    let digested = match q.digest {
+        true => Some(node.state_digests.current(&node.state).await),
+        false => None,
+    };
+    Ok(Json(local_status(&node, digested)))
 }
 
 /// Runs the change on the leader (relayed there from a follower) and answers with the

@@ -33,6 +33,48 @@ pub enum BenchCmd {
     /// kill -9 of the leader under load, again and again on its own cluster: kill → first
     /// successful write and kill → new leader, p50/p99/max.
     Failover(FailoverArgs),
+    /// A cluster of its own loaded to DESIGN §7's size (100,000 profiles, a million tasks):
+    /// load rate, apply times, snapshots, memory, a restart and a new follower's catch-up.
+    Scale(ScaleArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ScaleArgs {
+    /// Nodes in the cluster (1..=7).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Projects to create (1..=100000).
+    #[arg(long, default_value_t = squadron_bench::SCALE_PROJECTS_DEFAULT)]
+    pub projects: usize,
+    /// Profiles in each project (1..=64).
+    #[arg(long, default_value_t = squadron_bench::SCALE_PROFILES_PER_PROJECT_DEFAULT)]
+    pub profiles_per_project: usize,
+    /// Task records to submit (1..=2000000).
+    #[arg(long, default_value_t = squadron_bench::SCALE_TASKS_DEFAULT)]
+    pub tasks: usize,
+    /// Of those, how many stay PENDING; the others are cancelled as they are accepted.
+    #[arg(long, default_value_t = squadron_bench::SCALE_PENDING_TASKS_DEFAULT)]
+    pub pending_tasks: usize,
+    /// Concurrent clients while loading (1..=1024).
+    #[arg(long, default_value_t = squadron_bench::SCALE_CLIENTS_DEFAULT)]
+    pub clients: usize,
+    /// The nodes' raft.snapshot_after_entries (default: the node's own, 10,000).
+    #[arg(long, value_name = "N")]
+    pub snapshot_after_entries: Option<u64>,
+    /// The nodes' raft.max_in_snapshot_log_to_keep: log entries kept behind a snapshot
+    /// (default: the node's own, 1,000).
+    #[arg(long, value_name = "N")]
+    pub log_kept_after_snapshot: Option<u64>,
+    /// The squadron binary that runs the nodes (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub squadron: Option<std::path::PathBuf>,
+    /// Where the nodes' directories go (default: the system's temporary directory; a million
+    /// tasks take about a gigabyte per node).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<std::path::PathBuf>,
+    /// Keep the nodes' directories (configs, data, logs) and print where.
+    #[arg(long)]
+    pub keep_work_dir: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -145,6 +187,7 @@ pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
         }
         Some(BenchCmd::Compare(args)) => compare(ctx.out, args).await,
         Some(BenchCmd::Failover(args)) => failover(ctx.out, args).await,
+        Some(BenchCmd::Scale(args)) => scale(ctx.out, args).await,
         Some(BenchCmd::SandboxStart(args)) => {
             let opts = crate::start_bench::StartBenchOptions {
                 runtimes: args.runtimes,
@@ -163,10 +206,7 @@ pub async fn run(ctx: &Ctx, top: BenchTop) -> anyhow::Result<()> {
 
 /// `squadron bench compare`: both clusters are stopped when the comparison ends or on Ctrl-C.
 async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
-    let bin = match args.squadron {
-        Some(p) => p,
-        None => std::env::current_exe().context("locating this squadron binary")?,
-    };
+    let bin = node_binary(args.squadron)?;
     let mut opts = squadron_bench::CompareOptions::new(bin);
     opts.nodes = args.nodes;
     opts.clients = args.clients;
@@ -196,10 +236,7 @@ async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
 
 /// `squadron bench failover`: the cluster is stopped when the trials end or on Ctrl-C.
 async fn failover(out: OutputFormat, args: FailoverArgs) -> anyhow::Result<()> {
-    let squadron_bin = match args.squadron {
-        Some(p) => p,
-        None => std::env::current_exe().context("locating this squadron binary")?,
-    };
+    let squadron_bin = node_binary(args.squadron)?;
     let opts = squadron_bench::FailoverOptions {
         squadron_bin,
         nodes: args.nodes,
@@ -214,4 +251,37 @@ async fn failover(out: OutputFormat, args: FailoverArgs) -> anyhow::Result<()> {
         _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the cluster was stopped"),
     };
     emit(out, &report, squadron_bench::render_failover)
+}
+
+/// `squadron bench scale`: the cluster is stopped when the run ends or on Ctrl-C.
+async fn scale(out: OutputFormat, args: ScaleArgs) -> anyhow::Result<()> {
+    let bin = node_binary(args.squadron)?;
+    let mut opts = squadron_bench::ScaleOptions::new(bin);
+    opts.nodes = args.nodes;
+    opts.projects = args.projects;
+    opts.profiles_per_project = args.profiles_per_project;
+    opts.tasks = args.tasks;
+    opts.pending_tasks = args.pending_tasks;
+    opts.clients = args.clients;
+    opts.snapshot_after_entries = args.snapshot_after_entries;
+    opts.log_kept_after_snapshot = args.log_kept_after_snapshot;
+    opts.work_dir = args.work_dir;
+    opts.keep_work_dir = args.keep_work_dir;
+    opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let progress = Progress::start(out, "bench scale");
+    let steps = |step: &str| progress.say(format!("bench scale: {step}"));
+    let report = tokio::select! {
+        r = squadron_bench::scale_with(&opts, &steps) => r?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted; the cluster was stopped"),
+    };
+    progress.finish("bench scale: done");
+    emit(out, &report, squadron_bench::render_scale)
+}
+
+/// The squadron binary the benchmark's nodes run: the one given, else this one.
+fn node_binary(given: Option<std::path::PathBuf>) -> anyhow::Result<std::path::PathBuf> {
+    match given {
+        Some(p) => Ok(p),
+        None => std::env::current_exe().context("locating this squadron binary"),
+    }
 }
