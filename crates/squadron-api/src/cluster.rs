@@ -30,7 +30,7 @@ pub struct ClusterStatus {
     #[serde(default)]
     pub purged: Option<u64>,
     /// SHA-256 of this node's state at `applied` (INV-12); empty when the request asked
-    /// `digest=false`.
+    /// `digest=false` (a digest that cannot be computed fails the request with 500).
     pub digest: String,
     #[serde(default)]
     pub clock_ms: u64,

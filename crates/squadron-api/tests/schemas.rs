@@ -417,6 +417,10 @@ fn query_schemas_agree_with_the_decoder() {
     checked += agree(&ConsistencyQuery {
         consistency: Consistency::Stale,
     });
+    checked += agree(&ClusterStatusQuery {
+        consistency: Consistency::Stale,
+        digest: false,
+    });
     checked += agree(&AuditQuery {
         after: 3,
         limit: Some(10),

@@ -5,6 +5,8 @@
 //! catch-up from the leader's snapshot. Targets (DESIGN §7): apply p99 ≤ 1 ms, RSS ≤ 1.5 GiB
 //! per node, no write waiting more than 50 ms while a snapshot is built.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use squadron_client::{AddLearner, Consistency, SquadronClient};
@@ -56,6 +58,18 @@ pub async fn scale_with(opts: &ScaleOptions, steps: Steps<'_>) -> Result<ScaleRe
     let endpoints = cluster.endpoints();
     let profiles = load_profiles(&endpoints, opts, steps).await?;
     let tasks = load_tasks(&endpoints, opts, steps).await;
+    steps("waiting for every node to apply the load");
+    let (_, target) = leader_applied(&mut cluster).await?;
+    for (id, _) in cluster.node_urls() {
+        let caught = catch_up(&cluster, id, target, Instant::now(), None).await?;
+        if caught.caught_up_ms.is_none() {
+            return Err(BenchError::setup(
+                "squadron",
+                "waiting for the nodes",
+                format!("node {id} did not apply index {target}"),
+            ));
+        }
+    }
     steps("reading every node's figures");
     let mut nodes = Vec::new();
     for (id, _) in cluster.node_urls() {
@@ -120,17 +134,21 @@ async fn leader_applied(cluster: &mut SquadronCluster) -> Result<(u64, u64), Ben
     Ok((leader, index))
 }
 
-/// Polls node `id` from `started` until it has applied `target`, or the wait runs out.
+/// Polls node `id` from `started` until it has applied `target`, the wait runs out, or
+/// `gave_up` (the request that brings it in, if any) has ended in an error.
 async fn catch_up(
     cluster: &SquadronCluster,
     id: u64,
     target: u64,
     started: Instant,
+    gave_up: Option<&dyn Fn() -> bool>,
 ) -> Result<CatchUp, BenchError> {
     let client = cluster.node_client(id)?;
     let mut answered = None;
     let mut caught_up = None;
-    while started.elapsed() < Duration::from_millis(CATCH_UP_WAIT_MS_MAX) {
+    while started.elapsed() < Duration::from_millis(CATCH_UP_WAIT_MS_MAX)
+        && !gave_up.is_some_and(|f| f())
+    {
         if let Some(index) = applied(&client).await {
             let at = started.elapsed().as_secs_f64() * 1_000.0;
             answered.get_or_insert(at);
@@ -162,7 +180,7 @@ async fn restart_follower(cluster: &mut SquadronCluster) -> Result<CatchUp, Benc
         .unwrap_or(leader);
     cluster.kill(victim);
     cluster.restart(victim)?;
-    catch_up(cluster, victim, target, Instant::now()).await
+    catch_up(cluster, victim, target, Instant::now(), None).await
 }
 
 /// A node with an empty disk added as a learner: the leader sends it its snapshot (its log
@@ -190,8 +208,16 @@ async fn add_follower(cluster: &mut SquadronCluster) -> Result<CatchUp, BenchErr
         grpc,
         peer,
     };
-    let add = tokio::spawn(async move { client.add_learner(&request).await });
-    let caught = catch_up(cluster, id, target, started).await?;
+    let failed = Arc::new(AtomicBool::new(false));
+    let failed_in_task = failed.clone();
+    let add = tokio::spawn(async move {
+        let answer = client.add_learner(&request).await;
+        failed_in_task.store(answer.is_err(), Ordering::Relaxed);
+        answer
+    });
+    // A refusal ends the wait at once (and is reported below).
+    let refused = || failed.load(Ordering::Relaxed);
+    let caught = catch_up(cluster, id, target, started, Some(&refused)).await?;
     match add.await {
         Ok(Ok(_)) => Ok(caught),
         Ok(Err(e)) => Err(BenchError::setup(

@@ -81,11 +81,14 @@ impl ScaleOptions {
         if !(1..=SCALE_TASKS_MAX).contains(&self.tasks) {
             return bad("tasks", format!("must be 1..={SCALE_TASKS_MAX}"));
         }
-        if self.pending_tasks > self.tasks.min(PENDING_TASKS_MAX) {
+        // Each client's last task waits in the queue until its cancel: room for them too.
+        let room = PENDING_TASKS_MAX.saturating_sub(self.clients);
+        if self.pending_tasks > self.tasks.min(room) {
             return bad(
                 "pending-tasks",
                 format!(
-                    "must be at most --tasks and the pending queue's bound ({PENDING_TASKS_MAX})"
+                    "must be at most --tasks and the pending queue's bound ({PENDING_TASKS_MAX}) \
+                     less --clients (each client's task in flight waits there too)"
                 ),
             );
         }
@@ -135,13 +138,14 @@ mod tests {
         let ok = ScaleOptions::new("/bin/true".into());
         ok.validate().unwrap();
         type Spoil = fn(&mut ScaleOptions);
-        let cases: [(&str, Spoil); 8] = [
+        let cases: [(&str, Spoil); 9] = [
             ("nodes", |o| o.nodes = 0),
             ("projects", |o| o.projects = SCALE_PROJECTS_MAX + 1),
             ("profiles-per-project", |o| o.profiles_per_project = 65),
             ("tasks", |o| o.tasks = 0),
             ("tasks", |o| o.tasks = SCALE_TASKS_MAX + 1),
             ("pending-tasks", |o| o.pending_tasks = PENDING_TASKS_MAX + 1),
+            ("pending-tasks", |o| o.pending_tasks = PENDING_TASKS_MAX),
             ("clients", |o| o.clients = 0),
             ("snapshot-after-entries", |o| {
                 o.snapshot_after_entries = Some(0)

@@ -73,7 +73,10 @@ impl GrpcLeader {
     }
 
     async fn discover(&self) -> Result<String, ClientError> {
-        let status: ClusterStatus = self.rest.cluster_status(Consistency::Stale).await?;
+        let status: ClusterStatus = self
+            .rest
+            .cluster_status_without_digest(Consistency::Stale)
+            .await?;
         let leader = status.leader.ok_or_else(|| ClientError::Api {
             endpoint: self
                 .rest

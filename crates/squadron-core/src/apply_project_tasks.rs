@@ -151,7 +151,7 @@ impl State {
             .filter_map(|t| self.task_leases.get(t))
             .filter(|l| {
                 self.leases
-                    .get(l)
+                    .get(*l)
                     .is_some_and(|l| l.state == LeaseState::Active && !l.is_expired(now))
             })
             .copied()

@@ -4,8 +4,6 @@
 //! [`crate::task_tally::TaskTally`]. What a task left on its worker (logs, artifacts, a
 //! worktree) stays there: only the record goes.
 
-use std::collections::BTreeSet;
-
 use crate::command::PruneTasks;
 use crate::ids::TaskId;
 use crate::limits::TASKS_PRUNED_PER_COMMAND_MAX;
@@ -19,14 +17,14 @@ use crate::task::{Task, TaskState};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct EndedTasks {
     /// COMPLETED, FAILED and CANCELLED tasks: pruned by age and by count.
-    ordinary: BTreeSet<(u64, TaskId)>,
+    ordinary: crate::state::PSet<(u64, TaskId)>,
     /// FAILED_PRESERVED tasks, pruned by age only: their record carries the break-glass line
     /// to a sandbox the worker keeps, which a burst of ordinary tasks must not push out.
-    preserved: BTreeSet<(u64, TaskId)>,
+    preserved: crate::state::PSet<(u64, TaskId)>,
 }
 
 impl EndedTasks {
-    fn set_of(&mut self, state: TaskState) -> &mut BTreeSet<(u64, TaskId)> {
+    fn set_of(&mut self, state: TaskState) -> &mut crate::state::PSet<(u64, TaskId)> {
         if state == TaskState::FailedPreserved {
             &mut self.preserved
         } else {
@@ -79,9 +77,13 @@ impl State {
         let ordinary = self
             .ended
             .ordinary
-            .first()
+            .get_min()
             .filter(|(at, _)| too_many || too_old(*at));
-        let preserved = self.ended.preserved.first().filter(|(at, _)| too_old(*at));
+        let preserved = self
+            .ended
+            .preserved
+            .get_min()
+            .filter(|(at, _)| too_old(*at));
         match (ordinary, preserved) {
             (Some(a), Some(b)) => Some(a.min(b).1),
             (a, b) => a.or(b).map(|(_, id)| *id),
@@ -134,7 +136,7 @@ impl State {
         let at = ended_at_ms(&task);
         let removed = self.ended.set_of(task.state).remove(&(at, id));
         assert!(
-            removed,
+            removed.is_some(),
             "task {id} was pruned but not indexed as ended at {at}"
         );
         self.unlink_pruned(id);

@@ -201,14 +201,19 @@ impl State {
         self.revoke_certificates_of(now, &Identity::Worker(id.clone()));
         let (tasks_requeued, tasks_failed) = self.orphan_tasks_of(now, id, "was decommissioned");
         // The project sandboxes it hosted are gone with it (INV-1 allows a new one).
-        for project in self.projects.values_mut() {
-            if project.sandbox.as_ref().is_some_and(|s| &s.worker == id) {
-                assert_eq!(
-                    project.slots_held, 0,
-                    "INV-5: sandbox leases were reaped first"
-                );
-                project.sandbox = None;
-            }
+        let hosted: Vec<crate::state::ProjectKey> = self
+            .projects
+            .iter()
+            .filter(|(_, p)| p.sandbox.as_ref().is_some_and(|s| &s.worker == id))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in hosted {
+            let project = self.projects.get_mut(&key).expect("listed above");
+            assert_eq!(
+                project.slots_held, 0,
+                "INV-5: sandbox leases were reaped first"
+            );
+            project.sandbox = None;
         }
         self.workers.get_mut(id).expect("checked above").status = WorkerStatus::Decommissioned;
         Ok(Outcome::WorkerDecommissioned {
@@ -223,7 +228,9 @@ impl State {
     /// interval.
     pub fn sweep_due(&self, now_ms: u64, term_started_ms: u64) -> bool {
         let now = now_ms.max(self.clock_ms);
-        self.lease_expiry.first().is_some_and(|(at, _)| *at <= now)
+        self.lease_expiry
+            .get_min()
+            .is_some_and(|(at, _)| *at <= now)
             || self.silent_workers(now, term_started_ms).next().is_some()
             || self
                 .idempotency

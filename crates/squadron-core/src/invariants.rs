@@ -379,7 +379,7 @@ impl State {
                 }
             }
         }
-        if expiry != self.lease_expiry {
+        if !expiry.iter().eq(self.lease_expiry.iter()) {
             return Err("INV-5: the expiry index does not match the active leases".into());
         }
         for ((tenant, project), p) in &self.projects {
@@ -491,7 +491,7 @@ impl State {
                 _ => {}
             }
         }
-        if pending != self.pending {
+        if !pending.iter().eq(self.pending.iter()) {
             return Err("INV-10: the pending queue does not match the PENDING tasks".into());
         }
         for (wid, w) in &self.workers {

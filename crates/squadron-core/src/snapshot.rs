@@ -140,3 +140,55 @@ impl std::io::Write for HashWriter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde::{Deserialize, Serialize};
+
+    use super::config;
+    use crate::state::{PMap, PSet};
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Std {
+        map: BTreeMap<u64, String>,
+        set: BTreeSet<(u8, u64)>,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Persistent {
+        map: PMap<u64, String>,
+        set: PSet<(u8, u64)>,
+    }
+
+    /// The state moved its large maps from `BTreeMap` to persistent maps: snapshots written
+    /// before must decode, and every replica's digest must stay the same, so the two encode
+    /// byte for byte alike.
+    #[test]
+    fn persistent_maps_encode_as_the_standard_ones_do() {
+        let map: BTreeMap<u64, String> = (0..300u64)
+            .rev()
+            .map(|i| (i * 7, format!("v{i}")))
+            .collect();
+        let set: BTreeSet<(u8, u64)> = (0..300u64).map(|i| ((i % 3) as u8, i)).collect();
+        let std = Std {
+            map: map.clone(),
+            set: set.clone(),
+        };
+        let persistent = Persistent {
+            map: map.into(),
+            set: set.into(),
+        };
+        let a = bincode::serde::encode_to_vec(&std, config()).unwrap();
+        let b = bincode::serde::encode_to_vec(&persistent, config()).unwrap();
+        assert_eq!(a, b);
+        let (back, _): (Persistent, usize) =
+            bincode::serde::decode_from_slice(&a, config()).unwrap();
+        assert_eq!(back, persistent);
+        assert_eq!(
+            serde_json::to_string(&std).unwrap(),
+            serde_json::to_string(&persistent).unwrap()
+        );
+    }
+}

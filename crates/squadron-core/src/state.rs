@@ -37,6 +37,16 @@ use crate::worker_policy::WorkerPolicy;
 /// A project's key: projects are unique within a tenant.
 pub type ProjectKey = (TenantId, ProjectId);
 
+/// An ordered map whose copy is constant-time: its nodes are shared until one side changes
+/// (the changed path is copied then). The parts of the state that grow with tasks and profiles
+/// use it, so a snapshot's copy of the state — taken under the lock apply waits for — costs
+/// the same at a million tasks as at ten (a `BTreeMap` copy held the lock ~0.3 s there). It
+/// iterates in key order and serializes as a `BTreeMap` does, so encodings and digests are
+/// unchanged.
+pub type PMap<K, V> = imbl::OrdMap<K, V>;
+/// The set of [`PMap`]'s kind.
+pub type PSet<T> = imbl::OrdSet<T>;
+
 /// The whole replicated state. All collections are ordered maps so that encoding, digests and
 /// iteration are the same on every replica (INV-12).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,20 +56,20 @@ pub struct State {
     pub(crate) next_profile_id: ProfileId,
     pub(crate) next_lease_id: LeaseId,
     pub(crate) next_task_id: TaskId,
-    pub(crate) projects: BTreeMap<ProjectKey, Project>,
-    pub(crate) profile_index: BTreeMap<(TenantId, ProjectId, ProfileKey), ProfileId>,
-    pub(crate) profiles: BTreeMap<ProfileId, AgentProfile>,
-    pub(crate) leases: BTreeMap<LeaseId, RuntimeLease>,
+    pub(crate) projects: PMap<ProjectKey, Project>,
+    pub(crate) profile_index: PMap<(TenantId, ProjectId, ProfileKey), ProfileId>,
+    pub(crate) profiles: PMap<ProfileId, AgentProfile>,
+    pub(crate) leases: PMap<LeaseId, RuntimeLease>,
     /// Active leases by expiry, so a sweep touches only what expired.
-    pub(crate) lease_expiry: BTreeSet<(u64, LeaseId)>,
-    pub(crate) mailboxes: BTreeMap<ProfileId, Mailbox>,
+    pub(crate) lease_expiry: PSet<(u64, LeaseId)>,
+    pub(crate) mailboxes: PMap<ProfileId, Mailbox>,
     /// Relation tuples `profile:{id} → mcp_server:{name}#use` (INV-14).
     pub(crate) mcp_use: BTreeSet<(ProfileId, McpServerId)>,
     /// Shared so that a snapshot copies the map, not every task: a task is copied only when
     /// changed while a copy of the state holds it (`Arc::make_mut`).
-    pub(crate) tasks: BTreeMap<TaskId, Arc<Task>>,
+    pub(crate) tasks: PMap<TaskId, Arc<Task>>,
     /// PENDING tasks by (inverse priority rank, id): first is next.
-    pub(crate) pending: BTreeSet<(u8, TaskId)>,
+    pub(crate) pending: PSet<(u8, TaskId)>,
     pub(crate) workers: BTreeMap<WorkerId, Worker>,
     pub(crate) idempotency: IdempotencyLedger,
     // Fields from here on came with snapshot version 2; a version-1 snapshot decodes with
@@ -107,15 +117,15 @@ impl State {
             next_profile_id: ProfileId::FIRST,
             next_lease_id: LeaseId::FIRST,
             next_task_id: TaskId::FIRST,
-            projects: BTreeMap::new(),
-            profile_index: BTreeMap::new(),
-            profiles: BTreeMap::new(),
-            leases: BTreeMap::new(),
-            lease_expiry: BTreeSet::new(),
-            mailboxes: BTreeMap::new(),
+            projects: PMap::new(),
+            profile_index: PMap::new(),
+            profiles: PMap::new(),
+            leases: PMap::new(),
+            lease_expiry: PSet::new(),
+            mailboxes: PMap::new(),
             mcp_use: BTreeSet::new(),
-            tasks: BTreeMap::new(),
-            pending: BTreeSet::new(),
+            tasks: PMap::new(),
+            pending: PSet::new(),
             workers: BTreeMap::new(),
             idempotency: IdempotencyLedger::default(),
             access: AccessState::default(),

@@ -29,12 +29,14 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub async fn render(State(node): State<AppState>) -> Response {
-    // The state's figures are a scan of every task under the read lock: on the blocking pool,
-    // so a large state does not hold a runtime thread (and the heartbeats behind it).
+    // The state's figures are a scan of every task: of a copy (the large maps are persistent,
+    // so the read lock is held only to copy the rest), on the blocking pool, so a large state
+    // holds neither apply nor a runtime thread (and the heartbeats behind it).
     let reader = node.clone();
     let gauges = tokio::task::spawn_blocking(move || {
         let now_ms = reader.clock.now_ms();
-        reader.state.with_state(|s| StateGauges::of(s, now_ms))
+        let state = reader.state.with_state(|s| s.clone());
+        StateGauges::of(&state, now_ms)
     })
     .await;
     let gauges = match gauges {

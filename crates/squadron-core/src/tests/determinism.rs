@@ -160,7 +160,14 @@ fn inv_12_corrupt_snapshots_are_refused() {
     ));
     // Well-formed but inconsistent: a slot counter that disagrees with the leases.
     let mut forged = s.clone();
-    forged.projects.values_mut().for_each(|p| p.slots_held += 1);
+    forged.projects = forged
+        .projects
+        .into_iter()
+        .map(|(key, mut p)| {
+            p.slots_held += 1;
+            (key, p)
+        })
+        .collect();
     assert!(matches!(
         decode_snapshot(&encode_snapshot(&forged)),
         Err(SnapshotError::Inconsistent(e)) if e.starts_with("INV-5")

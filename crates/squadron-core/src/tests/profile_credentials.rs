@@ -247,7 +247,14 @@ fn inv_13_the_checker_catches_a_profile_lease_that_outlives_its_runtime_lease() 
     let profile = broken.profiles.get_mut(&g.profile).unwrap();
     profile.live_lease = None;
     profile.past_leases.push_back(g.lease);
-    broken.projects.values_mut().for_each(|p| p.slots_held = 0);
+    broken.projects = broken
+        .projects
+        .into_iter()
+        .map(|(key, mut p)| {
+            p.slots_held = 0;
+            (key, p)
+        })
+        .collect();
     broken.lease_expiry.clear();
     let e = broken.check_invariants().unwrap_err();
     assert!(e.contains("outlived"), "{e}");

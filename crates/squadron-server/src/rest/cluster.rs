@@ -87,8 +87,12 @@ fn role(state: ServerState) -> &'static str {
 }
 
 /// This node's view; with `digested`, the state digest and the applied index it describes
-/// (`StateDigests::current`), else the applied index now and no digest.
-pub fn local_status(node: &ControlNode, digested: Option<(Option<u64>, String)>) -> ClusterStatus {
+/// (`StateDigests::current`), else the applied index now and no digest. `clock_ms` is read
+/// now, so it may be of a later index than `applied`.
+pub fn local_status(
+    node: &ControlNode,
+    digested: Option<crate::state_digests::IndexedDigest>,
+) -> ClusterStatus {
     let m = node.raft.metrics().borrow().clone();
     let (applied, digest) =
         digested.unwrap_or_else(|| (node.state.last_applied().map(|l| l.index), String::new()));
@@ -126,7 +130,12 @@ async fn status(
         node.read_barrier(Consistency::Linearizable).await?;
     }
     let digested = match q.digest {
-        true => Some(node.state_digests.current(&node.state).await),
+        true => Some(
+            node.state_digests
+                .current(&node.state)
+                .await
+                .map_err(ApiError::internal)?,
+        ),
         false => None,
     };
     Ok(Json(local_status(&node, digested)))
