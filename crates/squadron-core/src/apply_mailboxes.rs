@@ -1,5 +1,7 @@
 //! Mailbox posts and acknowledgements, and roster delivery.
 
+use std::sync::Arc;
+
 use crate::command::{AckMessages, PostMessage};
 use crate::ids::ProfileId;
 use crate::lease::check_descriptor;
@@ -48,6 +50,7 @@ impl State {
         let mailbox = self
             .mailboxes
             .get_mut(&to)
+            .map(Arc::make_mut)
             .expect("every profile has a mailbox");
         if mailbox.messages.len() >= MAILBOX_MESSAGES_MAX {
             return Err(Rejection::MailboxFull {
@@ -107,6 +110,7 @@ impl State {
         let mailbox = self
             .mailboxes
             .get_mut(&fence.profile)
+            .map(Arc::make_mut)
             .expect("every profile has a mailbox");
         let last_seq = mailbox.next_seq - 1;
         if through_seq > last_seq {
@@ -154,7 +158,7 @@ impl State {
         }
         let mut delivered = 0;
         for peer in project.profiles.iter().filter(|id| **id != profile) {
-            let Some(mailbox) = self.mailboxes.get_mut(peer) else {
+            let Some(mailbox) = self.mailboxes.get_mut(peer).map(Arc::make_mut) else {
                 continue;
             };
             if mailbox.messages.len() >= MAILBOX_MESSAGES_MAX {

@@ -2,6 +2,7 @@
 //! MCP relation tuples (INV-14).
 
 use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use crate::access::Subject;
 use crate::command::{
@@ -254,7 +255,7 @@ impl State {
         };
         self.profile_index.insert(index_key, id);
         self.profiles.insert(id, profile);
-        self.mailboxes.insert(id, Mailbox::new(id));
+        self.mailboxes.insert(id, Arc::new(Mailbox::new(id)));
         let project = self.projects.get_mut(&key).expect("project checked above");
         project.profiles.push(id);
         assert!(

@@ -6,6 +6,7 @@
 //! earlier build replays to the state it had. Nothing here is ever encoded.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -173,7 +174,11 @@ impl From<StateV1> for State {
             profiles: v1.profiles.into(),
             leases: v1.leases.into(),
             lease_expiry: v1.lease_expiry.into(),
-            mailboxes: v1.mailboxes.into(),
+            mailboxes: v1
+                .mailboxes
+                .into_iter()
+                .map(|(id, m)| (id, Arc::new(m)))
+                .collect(),
             mcp_use: v1.mcp_use,
             tasks: v1.tasks.into(),
             pending: v1.pending.into(),

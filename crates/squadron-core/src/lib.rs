@@ -39,6 +39,7 @@ pub mod legacy;
 pub mod limits;
 pub mod mailbox;
 pub mod manifest;
+pub mod persistent_maps;
 pub mod profile;
 pub mod profile_credentials;
 pub mod project;

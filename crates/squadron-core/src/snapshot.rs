@@ -158,8 +158,25 @@ mod tests {
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]
     struct Persistent {
+        #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
         map: PMap<u64, String>,
+        #[serde(deserialize_with = "crate::persistent_maps::deserialize_set")]
         set: PSet<(u8, u64)>,
+    }
+
+    /// A forged count (2^62 entries, then nothing) is refused as malformed input: imbl's own
+    /// decoder would reserve room for it first and abort the node.
+    #[test]
+    fn a_huge_stated_count_is_refused_without_reserving_it() {
+        let mut forged = vec![253u8];
+        forged.extend_from_slice(&(1u64 << 62).to_be_bytes());
+        forged.extend_from_slice(&[1, 2, 3]);
+        let refused = bincode::serde::decode_from_slice::<Persistent, _>(&forged, config());
+        assert!(refused.is_err(), "{refused:?}");
+        let mut set_forged = vec![0u8];
+        set_forged.extend_from_slice(&forged);
+        let refused = bincode::serde::decode_from_slice::<Persistent, _>(&set_forged, config());
+        assert!(refused.is_err(), "{refused:?}");
     }
 
     /// The state moved its large maps from `BTreeMap` to persistent maps: snapshots written

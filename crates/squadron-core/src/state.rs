@@ -37,15 +37,7 @@ use crate::worker_policy::WorkerPolicy;
 /// A project's key: projects are unique within a tenant.
 pub type ProjectKey = (TenantId, ProjectId);
 
-/// An ordered map whose copy is constant-time: its nodes are shared until one side changes
-/// (the changed path is copied then). The parts of the state that grow with tasks and profiles
-/// use it, so a snapshot's copy of the state — taken under the lock apply waits for — costs
-/// the same at a million tasks as at ten (a `BTreeMap` copy held the lock ~0.3 s there). It
-/// iterates in key order and serializes as a `BTreeMap` does, so encodings and digests are
-/// unchanged.
-pub type PMap<K, V> = imbl::OrdMap<K, V>;
-/// The set of [`PMap`]'s kind.
-pub type PSet<T> = imbl::OrdSet<T>;
+pub use crate::persistent_maps::{PMap, PSet};
 
 /// The whole replicated state. All collections are ordered maps so that encoding, digests and
 /// iteration are the same on every replica (INV-12).
@@ -56,19 +48,28 @@ pub struct State {
     pub(crate) next_profile_id: ProfileId,
     pub(crate) next_lease_id: LeaseId,
     pub(crate) next_task_id: TaskId,
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
     pub(crate) projects: PMap<ProjectKey, Project>,
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
     pub(crate) profile_index: PMap<(TenantId, ProjectId, ProfileKey), ProfileId>,
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
     pub(crate) profiles: PMap<ProfileId, AgentProfile>,
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
     pub(crate) leases: PMap<LeaseId, RuntimeLease>,
     /// Active leases by expiry, so a sweep touches only what expired.
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_set")]
     pub(crate) lease_expiry: PSet<(u64, LeaseId)>,
-    pub(crate) mailboxes: PMap<ProfileId, Mailbox>,
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
+    pub(crate) mailboxes: PMap<ProfileId, Arc<Mailbox>>,
     /// Relation tuples `profile:{id} → mcp_server:{name}#use` (INV-14).
     pub(crate) mcp_use: BTreeSet<(ProfileId, McpServerId)>,
-    /// Shared so that a snapshot copies the map, not every task: a task is copied only when
-    /// changed while a copy of the state holds it (`Arc::make_mut`).
+    /// Each task behind an `Arc`, so that a change to a map node a copy of the state shares
+    /// copies the node's pointers, not its tasks; a task is copied only when it changes itself
+    /// while a copy holds it (`Arc::make_mut`).
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
     pub(crate) tasks: PMap<TaskId, Arc<Task>>,
     /// PENDING tasks by (inverse priority rank, id): first is next.
+    #[serde(deserialize_with = "crate::persistent_maps::deserialize_set")]
     pub(crate) pending: PSet<(u8, TaskId)>,
     pub(crate) workers: BTreeMap<WorkerId, Worker>,
     pub(crate) idempotency: IdempotencyLedger,
@@ -314,8 +315,14 @@ impl State {
         self.leases.values()
     }
 
+    /// Every task held, as a persistent map: a copy that shares the state's nodes, to scan
+    /// after the state's lock is released.
+    pub fn tasks_shared(&self) -> PMap<TaskId, Arc<Task>> {
+        self.tasks.clone()
+    }
+
     pub fn mailbox(&self, profile: ProfileId) -> Option<&Mailbox> {
-        self.mailboxes.get(&profile)
+        self.mailboxes.get(&profile).map(Arc::as_ref)
     }
 
     /// INV-14: true only when the relation tuple for this exact profile subject exists.

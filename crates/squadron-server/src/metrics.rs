@@ -29,14 +29,17 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub async fn render(State(node): State<AppState>) -> Response {
-    // The state's figures are a scan of every task: of a copy (the large maps are persistent,
-    // so the read lock is held only to copy the rest), on the blocking pool, so a large state
-    // holds neither apply nor a runtime thread (and the heartbeats behind it).
+    // The state's figures: the small parts read under the lock, the tasks scanned after it
+    // from a copy of their persistent map, on the blocking pool, so a large state holds
+    // neither apply nor a runtime thread (and the heartbeats behind it).
     let reader = node.clone();
     let gauges = tokio::task::spawn_blocking(move || {
         let now_ms = reader.clock.now_ms();
-        let state = reader.state.with_state(|s| s.clone());
-        StateGauges::of(&state, now_ms)
+        let (mut gauges, tasks) = reader
+            .state
+            .with_state(|s| (StateGauges::of(s, now_ms), s.tasks_shared()));
+        gauges.add_tasks(tasks.values().map(|t| t.as_ref()));
+        gauges
     })
     .await;
     let gauges = match gauges {
@@ -394,14 +397,9 @@ struct StateGauges {
 }
 
 impl StateGauges {
+    /// Everything but the tasks held, which [`Self::add_tasks`] adds.
     fn of(s: &squadron_core::State, now_ms: u64) -> StateGauges {
         let mut g = StateGauges::default();
-        for t in s.tasks(None) {
-            g.tally.add(t);
-            if !t.state.is_terminal() {
-                *g.active.entry(t.state.as_str()).or_default() += 1;
-            }
-        }
         g.add_pruned(s.pruned_tasks());
         g.agents_connected = s
             .agent_sessions()
@@ -426,6 +424,15 @@ impl StateGauges {
             })
             .collect();
         g
+    }
+
+    fn add_tasks<'a>(&mut self, tasks: impl Iterator<Item = &'a squadron_core::task::Task>) {
+        for t in tasks {
+            self.tally.add(t);
+            if !t.state.is_terminal() {
+                *self.active.entry(t.state.as_str()).or_default() += 1;
+            }
+        }
     }
 
     /// Counts and durations only grow: the tasks the retention policy pruned still count.

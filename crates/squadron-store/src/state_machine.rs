@@ -259,11 +259,12 @@ fn build_blocking(
 ) -> Result<Snapshot, StorageIOError<NodeId>> {
     let started = Instant::now();
     // A copy taken under the read lock gives a consistent (position, state) pair, and the
-    // encoding runs after the lock is released: apply waits for the copy only. The large maps
-    // of the state are persistent (`PMap`), so the copy shares their nodes and costs the same
-    // at any size; a node changed while the copy lives is copied then (DESIGN §7: no write
-    // waits more than 50 ms while a snapshot is built; encoding under the lock stalled apply
-    // ~0.8 s with 280,000 tasks, and a `BTreeMap` copy ~0.3 s with a million under load).
+    // encoding runs after the lock is released: apply waits for the copy only. The maps that
+    // grow with tasks and profiles are persistent (`PMap`), so the copy shares their nodes and
+    // clones only the small rest; a node changed while the copy lives is copied then (DESIGN
+    // §7: no write waits more than 50 ms while a snapshot is built; encoding under the lock
+    // stalled apply ~0.8 s with 280,000 tasks, and a `BTreeMap` copy ~0.3 s with a million
+    // under load).
     let (meta, state) = {
         let guard = read(data);
         let locked = Instant::now();
