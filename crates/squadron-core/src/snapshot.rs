@@ -60,11 +60,22 @@ fn config() -> Config {
 /// applied the same commands.
 pub fn encode_snapshot(state: &State) -> Vec<u8> {
     let mut out = Vec::with_capacity(4096);
-    out.extend_from_slice(SNAPSHOT_MAGIC);
-    out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
-    bincode::serde::encode_into_std_write(state, &mut out, config())
+    encode_snapshot_into(state, &mut out)
         .unwrap_or_else(|e| panic!("encoding the state failed: {e}"));
     out
+}
+
+/// [`encode_snapshot`] written to `out` as it is encoded (a snapshot file), never whole in
+/// memory. Fails only when `out` does.
+pub fn encode_snapshot_into<W: std::io::Write + ?Sized>(
+    state: &State,
+    mut out: &mut W,
+) -> std::io::Result<()> {
+    out.write_all(SNAPSHOT_MAGIC)?;
+    out.write_all(&SNAPSHOT_VERSION.to_be_bytes())?;
+    bincode::serde::encode_into_std_write(state, &mut out, config())
+        .map(|_| ())
+        .map_err(std::io::Error::other)
 }
 
 /// Decodes a snapshot and checks every invariant before handing the state out: a corrupt or

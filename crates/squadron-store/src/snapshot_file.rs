@@ -19,10 +19,12 @@
 //!
 //! On disk there is one file, `snapshot/current.snap`, replaced atomically and durably: a
 //! temporary file is written and fsynced, renamed over it, and the directory fsynced
-//! (`atomic-write-file`).
+//! (`atomic-write-file`). A snapshot the node builds is encoded straight into that temporary
+//! file (`SnapshotDir::write_new`): the state length is filled in once known and the checksum
+//! read back from the file, so the bytes are those `encode_envelope` would build in memory.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
 use atomic_write_file::AtomicWriteFile;
@@ -42,6 +44,8 @@ pub const SNAPSHOT_META_BYTES_MAX: usize = 1024 * 1024;
 const HEADER_BYTES: usize = 8 + 4 + 4;
 const STATE_LEN_BYTES: usize = 8;
 const CHECKSUM_BYTES: usize = 32;
+/// The buffer a snapshot is written and read back through.
+const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// Name of the live snapshot file inside the snapshot directory.
 pub const SNAPSHOT_FILE_NAME: &str = "current.snap";
@@ -66,6 +70,45 @@ pub enum EnvelopeError {
     State(squadron_core::snapshot::SnapshotError),
     #[error("snapshot carries meta {found} but was offered as {expected}")]
     MetaMismatch { found: String, expected: String },
+}
+
+/// Why writing a snapshot file failed: the envelope, or the disk.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeWriteError {
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error("writing the snapshot file: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A writer that counts what passes through it.
+struct Counted<W> {
+    inner: W,
+    bytes: u64,
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// SHA-256 of everything `source` yields, read a buffer at a time.
+fn sha256_of(source: &mut impl Read) -> io::Result<[u8; CHECKSUM_BYTES]> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; WRITE_BUFFER_BYTES];
+    loop {
+        match source.read(&mut buf)? {
+            0 => return Ok(hasher.finalize().into()),
+            n => hasher.update(&buf[..n]),
+        }
+    }
 }
 
 /// Builds an envelope around the core's encoding of the state.
@@ -191,6 +234,58 @@ impl SnapshotDir {
         }
     }
 
+    /// Writes an envelope of `meta` and the state `encode` writes into a new file beside the
+    /// live snapshot, as it is encoded: the state is never whole in memory (at a million tasks
+    /// its encoding and the envelope around it were two buffers of 230 MB each). The state's
+    /// length, which the envelope puts before it, is written once known, and the checksum is
+    /// read back from the file. Returns the file, not yet in place ([`Self::replace_with`]),
+    /// and its size.
+    pub fn write_new(
+        &self,
+        meta: &SnapshotMeta,
+        encode: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<(AtomicWriteFile, u64), EnvelopeWriteError> {
+        let meta_bytes = codec::encode(meta).map_err(EnvelopeError::Meta)?;
+        let meta_len = u32::try_from(meta_bytes.len())
+            .ok()
+            .filter(|len| *len as usize <= SNAPSHOT_META_BYTES_MAX)
+            .ok_or(EnvelopeError::MetaTooLarge {
+                size: meta_bytes.len(),
+                max: SNAPSHOT_META_BYTES_MAX,
+            })?;
+        let mut file = AtomicWriteFile::options().read(true).open(self.path())?;
+        let state_len_at = (HEADER_BYTES + meta_bytes.len()) as u64;
+        let state_len = {
+            let mut out = io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, &mut file);
+            out.write_all(ENVELOPE_MAGIC)?;
+            out.write_all(&ENVELOPE_VERSION.to_be_bytes())?;
+            out.write_all(&meta_len.to_be_bytes())?;
+            out.write_all(&meta_bytes)?;
+            out.write_all(&0u64.to_be_bytes())?;
+            let mut counted = Counted {
+                inner: out,
+                bytes: 0,
+            };
+            encode(&mut counted)?;
+            counted.inner.flush()?;
+            counted.bytes
+        };
+        file.seek(SeekFrom::Start(state_len_at))?;
+        file.write_all(&state_len.to_be_bytes())?;
+        let covered = state_len_at + STATE_LEN_BYTES as u64 + state_len;
+        file.seek(SeekFrom::Start(0))?;
+        let checksum = sha256_of(&mut (&mut file).take(covered))?;
+        file.seek(SeekFrom::Start(covered))?;
+        file.write_all(&checksum)?;
+        Ok((file, covered + CHECKSUM_BYTES as u64))
+    }
+
+    /// Puts a file from [`Self::write_new`] in place of the live snapshot, atomically and
+    /// durably.
+    pub fn replace_with(&self, file: AtomicWriteFile) -> io::Result<()> {
+        file.commit()
+    }
+
     /// Replaces the live snapshot atomically and durably: a crash leaves either the old file
     /// or the new one, never a torn one.
     pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
@@ -225,6 +320,29 @@ mod tests {
             last_membership: Default::default(),
             snapshot_id: "2-9-1".into(),
         }
+    }
+
+    /// A file written as the state is encoded holds the same bytes as the envelope built in
+    /// memory, and is the live snapshot only once put in place.
+    #[test]
+    fn a_streamed_file_is_the_envelope_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let snapshots = SnapshotDir::open(dir.path().to_path_buf()).unwrap();
+        let state = vec![7u8; 3 * WRITE_BUFFER_BYTES + 5];
+        let (file, size) = snapshots
+            .write_new(&meta(), |w| w.write_all(&state))
+            .unwrap();
+        assert_eq!(
+            snapshots.read().unwrap(),
+            None,
+            "in place before replace_with"
+        );
+        snapshots.replace_with(file).unwrap();
+        let on_disk = snapshots.read().unwrap().unwrap();
+        assert_eq!(on_disk, encode_envelope(&meta(), &state).unwrap());
+        assert_eq!(size, on_disk.len() as u64);
+        let (m, body) = decode_envelope(&on_disk).unwrap();
+        assert_eq!((m, body), (meta(), state.as_slice()));
     }
 
     #[test]

@@ -17,14 +17,12 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{AnyError, EntryPayload, OptionalSend, StorageError, StorageIOError};
 use squadron_core::ids::Digest;
-use squadron_core::snapshot::{decode_snapshot, encode_snapshot, state_digest};
+use squadron_core::snapshot::{decode_snapshot, encode_snapshot_into, state_digest};
 use squadron_core::{Rejection, Response, State};
 
 use crate::machine_stats::MachineStats;
 use crate::replicated_clock::ReplicatedClock;
-use crate::snapshot_file::{
-    check_meta, decode_envelope, encode_envelope, EnvelopeError, SnapshotDir,
-};
+use crate::snapshot_file::{check_meta, decode_envelope, EnvelopeError, SnapshotDir};
 use crate::type_config::{
     Entry, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -148,6 +146,25 @@ impl SnapshotSlot {
             return Ok(false);
         }
         self.dir.write(envelope)?;
+        *current = Some(meta.clone());
+        Ok(true)
+    }
+
+    /// [`Self::persist`] for a file written as the state was encoded: put in place unless a
+    /// newer snapshot already is (then the file is dropped, and removed with it).
+    fn persist_file(
+        &self,
+        meta: &SnapshotMeta,
+        file: atomic_write_file::AtomicWriteFile,
+    ) -> std::io::Result<bool> {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current
+            .as_ref()
+            .is_some_and(|cur| cur.last_log_id > meta.last_log_id)
+        {
+            return Ok(false);
+        }
+        self.dir.replace_with(file)?;
         *current = Some(meta.clone());
         Ok(true)
     }
@@ -279,18 +296,23 @@ fn build_blocking(
             .observe(locked.elapsed().as_secs_f64());
         (meta, copy)
     };
-    let state_bytes = encode_snapshot(&state);
-    drop(state);
     let signature = Some(meta.signature());
-    let envelope = encode_envelope(&meta, &state_bytes)
+    // Encoded straight into the new file, never whole in memory.
+    let (file, size) = slot
+        .dir
+        .write_new(&meta, |out| encode_snapshot_into(&state, out))
         .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-    drop(state_bytes);
-    slot.persist(&meta, &envelope)
+    drop(state);
+    slot.persist_file(&meta, file)
         .map_err(|e| StorageIOError::write_snapshot(signature, &e))?;
-    stats.snapshot_written(&stats.snapshot_build_seconds, started, envelope.len());
+    stats.snapshot_written(&stats.snapshot_build_seconds, started, size as usize);
+    // openraft keeps only the meta of a snapshot it had built (0.9: the state machine
+    // worker answers `BuildSnapshot(snap.meta)`); a follower is sent the file, read by
+    // `get_current_snapshot`. Should a later version ship this data, it would be refused by
+    // the follower's checksum check, not installed.
     Ok(Snapshot {
         meta,
-        snapshot: Box::new(Cursor::new(envelope)),
+        snapshot: Box::new(Cursor::new(Vec::new())),
     })
 }
 

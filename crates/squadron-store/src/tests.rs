@@ -243,7 +243,10 @@ async fn corrupt_snapshot_install_is_refused_and_old_state_stays() {
         .unwrap();
     let before = (sm.applied_state().await.unwrap(), sm.reader().digest());
 
-    let good_bytes = good.snapshot.into_inner();
+    // A built snapshot's data is the file on disk (openraft keeps only the meta of a build).
+    let current = sm.get_current_snapshot().await.unwrap().unwrap();
+    assert_eq!(current.meta, good.meta);
+    let good_bytes = current.snapshot.into_inner();
     let mut flipped = good_bytes.clone();
     let middle = flipped.len() / 2;
     flipped[middle] ^= 0x40;
