@@ -73,9 +73,12 @@ pub fn encode_snapshot_into<W: std::io::Write + ?Sized>(
 ) -> std::io::Result<()> {
     out.write_all(SNAPSHOT_MAGIC)?;
     out.write_all(&SNAPSHOT_VERSION.to_be_bytes())?;
-    bincode::serde::encode_into_std_write(state, &mut out, config())
-        .map(|_| ())
-        .map_err(std::io::Error::other)
+    match bincode::serde::encode_into_std_write(state, &mut out, config()) {
+        Ok(_) => Ok(()),
+        // The writer's own error (a full disk) keeps its kind.
+        Err(bincode::error::EncodeError::Io { inner, .. }) => Err(inner),
+        Err(e) => Err(std::io::Error::other(e)),
+    }
 }
 
 /// Decodes a snapshot and checks every invariant before handing the state out: a corrupt or

@@ -99,16 +99,18 @@ impl<W: Write> Write for Counted<W> {
     }
 }
 
-/// SHA-256 of everything `source` yields, read a buffer at a time.
-fn sha256_of(source: &mut impl Read) -> io::Result<[u8; CHECKSUM_BYTES]> {
+/// SHA-256 of the `len` bytes `source` yields; fewer is an error.
+fn sha256_of(source: &mut impl Read, len: u64) -> io::Result<[u8; CHECKSUM_BYTES]> {
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; WRITE_BUFFER_BYTES];
-    loop {
-        match source.read(&mut buf)? {
-            0 => return Ok(hasher.finalize().into()),
-            n => hasher.update(&buf[..n]),
-        }
+    let mut reader = io::BufReader::with_capacity(WRITE_BUFFER_BYTES, source.take(len));
+    let read = io::copy(&mut reader, &mut hasher)?;
+    if read != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("read back {read} of the snapshot's {len} bytes"),
+        ));
     }
+    Ok(hasher.finalize().into())
 }
 
 /// Builds an envelope around the core's encoding of the state.
@@ -204,25 +206,30 @@ pub struct SnapshotDir {
 }
 
 impl SnapshotDir {
-    /// Creates the directory when missing and removes the temp file a crash of an earlier
-    /// version left behind (writes now go through `atomic-write-file`, whose temporary files
-    /// are unnamed or removed on drop).
+    /// Creates the directory when missing and removes the temporary files a crash left
+    /// behind: an earlier version's `current.snap.tmp`, and `atomic-write-file`'s own
+    /// (`.current.snap.XXXXXX`), which it removes on drop but a killed process leaves — a
+    /// build killed mid-encoding would leave one as large as a snapshot.
     pub fn open(dir: PathBuf) -> io::Result<Self> {
         fs::create_dir_all(&dir)?;
         let this = Self { dir };
-        match fs::remove_file(this.tmp_path()) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        let leftover_prefix = format!(".{SNAPSHOT_FILE_NAME}.");
+        for entry in fs::read_dir(&this.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == SNAPSHOT_TMP_FILE_NAME || name.starts_with(&leftover_prefix) {
+                match fs::remove_file(entry.path()) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
         }
         Ok(this)
     }
 
     pub fn path(&self) -> PathBuf {
         self.dir.join(SNAPSHOT_FILE_NAME)
-    }
-
-    fn tmp_path(&self) -> PathBuf {
-        self.dir.join(SNAPSHOT_TMP_FILE_NAME)
     }
 
     /// Reads the live snapshot, or `None` when no snapshot was ever written.
@@ -274,7 +281,7 @@ impl SnapshotDir {
         file.write_all(&state_len.to_be_bytes())?;
         let covered = state_len_at + STATE_LEN_BYTES as u64 + state_len;
         file.seek(SeekFrom::Start(0))?;
-        let checksum = sha256_of(&mut (&mut file).take(covered))?;
+        let checksum = sha256_of(&mut file, covered)?;
         file.seek(SeekFrom::Start(covered))?;
         file.write_all(&checksum)?;
         Ok((file, covered + CHECKSUM_BYTES as u64))
@@ -328,9 +335,12 @@ mod tests {
     fn a_streamed_file_is_the_envelope_byte_for_byte() {
         let dir = tempfile::tempdir().unwrap();
         let snapshots = SnapshotDir::open(dir.path().to_path_buf()).unwrap();
-        let state = vec![7u8; 3 * WRITE_BUFFER_BYTES + 5];
+        let state: Vec<u8> = (0..3 * WRITE_BUFFER_BYTES + 5).map(|i| i as u8).collect();
+        // Small writes, as the state's encoder makes, cross the buffer's boundaries.
         let (file, size) = snapshots
-            .write_new(&meta(), |w| w.write_all(&state))
+            .write_new(&meta(), |w| {
+                state.chunks(7).try_for_each(|c| w.write_all(c))
+            })
             .unwrap();
         assert_eq!(
             snapshots.read().unwrap(),
@@ -343,6 +353,26 @@ mod tests {
         assert_eq!(size, on_disk.len() as u64);
         let (m, body) = decode_envelope(&on_disk).unwrap();
         assert_eq!((m, body), (meta(), state.as_slice()));
+    }
+
+    /// A process killed while writing leaves `atomic-write-file`'s temporary file behind; the
+    /// next open removes it, and leaves the live snapshot alone.
+    #[test]
+    fn opening_removes_the_temporary_files_a_crash_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = encode_envelope(&meta(), b"state").unwrap();
+        std::fs::write(dir.path().join(SNAPSHOT_FILE_NAME), &live).unwrap();
+        for leftover in [".current.snap.a1B2c3", SNAPSHOT_TMP_FILE_NAME] {
+            std::fs::write(dir.path().join(leftover), b"half a snapshot").unwrap();
+        }
+        let snapshots = SnapshotDir::open(dir.path().to_path_buf()).unwrap();
+        let mut names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [SNAPSHOT_FILE_NAME]);
+        assert_eq!(snapshots.read().unwrap(), Some(live));
     }
 
     #[test]

@@ -308,8 +308,8 @@ fn build_blocking(
     stats.snapshot_written(&stats.snapshot_build_seconds, started, size as usize);
     // openraft keeps only the meta of a snapshot it had built (0.9: the state machine
     // worker answers `BuildSnapshot(snap.meta)`); a follower is sent the file, read by
-    // `get_current_snapshot`. Should a later version ship this data, it would be refused by
-    // the follower's checksum check, not installed.
+    // `get_current_snapshot`. Should a later version ship this data, the follower would
+    // refuse it (no envelope magic), not install it.
     Ok(Snapshot {
         meta,
         snapshot: Box::new(Cursor::new(Vec::new())),
