@@ -101,12 +101,7 @@ pub async fn compare_with(
     opts.validate()?;
     let wants = |s: System| opts.systems.contains(&s);
     check_binaries(opts)?;
-    let parent = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&parent).map_err(|e| BenchError::io("create", &parent, e))?;
-    let dir = tempfile::Builder::new()
-        .prefix("squadron-bench-")
-        .tempdir_in(&parent)
-        .map_err(|e| BenchError::io("create a directory in", &parent, e))?;
+    let dir = run_dir(opts.work_dir.as_deref(), "squadron-bench-")?;
 
     let squadron = if wants(System::Squadron) {
         Some(run_squadron(opts, dir.path(), steps).await?)
@@ -153,6 +148,20 @@ pub async fn compare_with(
         squadron_internals,
         work_dir,
     })
+}
+
+/// The run's temporary directory, `prefix…` under `work_dir` (the system's by default),
+/// removed when dropped.
+pub(crate) fn run_dir(
+    work_dir: Option<&Path>,
+    prefix: &str,
+) -> Result<tempfile::TempDir, BenchError> {
+    let parent = work_dir.map_or_else(std::env::temp_dir, Path::to_path_buf);
+    std::fs::create_dir_all(&parent).map_err(|e| BenchError::io("create", &parent, e))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&parent)
+        .map_err(|e| BenchError::io("create a directory in", &parent, e))
 }
 
 /// Refuses a run whose binaries are missing, saying how to get them.

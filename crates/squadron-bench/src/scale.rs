@@ -41,12 +41,7 @@ pub async fn scale_with(opts: &ScaleOptions, steps: Steps<'_>) -> Result<ScaleRe
             hint: "build it (cargo build --release -p squadron) or pass its path",
         });
     }
-    let parent = opts.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&parent).map_err(|e| BenchError::io("create", &parent, e))?;
-    let dir = tempfile::Builder::new()
-        .prefix("squadron-bench-scale-")
-        .tempdir_in(&parent)
-        .map_err(|e| BenchError::io("create a directory in", &parent, e))?;
+    let dir = crate::run_dir(opts.work_dir.as_deref(), "squadron-bench-scale-")?;
     steps(&format!("starting {} nodes", opts.nodes));
     let mut cluster = SquadronCluster::start_with(
         &opts.squadron_bin,

@@ -138,16 +138,7 @@ impl SnapshotSlot {
     /// Writes `envelope` as the live snapshot unless a newer one is already there (an install
     /// can overtake a build that started earlier). Returns whether it was written.
     fn persist(&self, meta: &SnapshotMeta, envelope: &[u8]) -> std::io::Result<bool> {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current
-            .as_ref()
-            .is_some_and(|cur| cur.last_log_id > meta.last_log_id)
-        {
-            return Ok(false);
-        }
-        self.dir.write(envelope)?;
-        *current = Some(meta.clone());
-        Ok(true)
+        self.persist_with(meta, || self.dir.write(envelope))
     }
 
     /// [`Self::persist`] for a file written as the state was encoded: put in place unless a
@@ -157,6 +148,16 @@ impl SnapshotSlot {
         meta: &SnapshotMeta,
         file: atomic_write_file::AtomicWriteFile,
     ) -> std::io::Result<bool> {
+        self.persist_with(meta, || self.dir.replace_with(file))
+    }
+
+    /// Runs `write` (which puts a snapshot in place) under the slot's lock, unless a newer
+    /// snapshot than `meta`'s is already there.
+    fn persist_with(
+        &self,
+        meta: &SnapshotMeta,
+        write: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<bool> {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current
             .as_ref()
@@ -164,7 +165,7 @@ impl SnapshotSlot {
         {
             return Ok(false);
         }
-        self.dir.replace_with(file)?;
+        write()?;
         *current = Some(meta.clone());
         Ok(true)
     }
