@@ -53,7 +53,7 @@ SQUADRON_RUN_PACKAGES=(bubblewrap util-linux procps git iproute2 nftables e2fspr
 # browser (tests/dashboard_browser.rs: WebDriver, the test CA in the browser's NSS database);
 # systemd for `systemd-analyze verify` of deploy/systemd (tests/deploy_files.rs), and
 # docker-compose for deploy/compose (tests/deploy_compose.rs).
-SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server chromium chromium-driver libnss3-tools systemd docker-compose)
+SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-static iproute2 iptables curl libfaketime etcd-server chromium chromium-driver libnss3-tools systemd docker-compose debootstrap)
 
 # What the KVM runtime, its image and their tests need (scripts/build-vm-image,
 # tests/vm_image.rs, the kvm scenarios): QEMU to boot the guest under software emulation,

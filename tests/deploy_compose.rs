@@ -1,22 +1,25 @@
 //! `deploy/compose/`, for real: the image built from the binary under test by
 //! `deploy/container/build-local-image` (no registry), the cluster prepared by
-//! `deploy/compose/prepare`, three nodes brought up by Debian's docker-compose from
-//! `deploy/compose/docker-compose.yml`. They elect a leader and turn healthy (the image's own
-//! `cluster ready` check); a worker on the host with the process runtime completes a task
-//! submitted through a follower; the leader's container is stopped and the cluster goes on:
-//! a new leader, and a second task completes.
+//! `deploy/compose/prepare`, three nodes and a worker brought up by Debian's docker-compose from
+//! `deploy/compose/docker-compose.yml`, the worker from the image `build-local-image --worker`
+//! builds. The nodes elect a leader and turn healthy (the image's own `cluster ready` check);
+//! the compose worker, its sandboxes in bubblewrap and cgroups from inside its container,
+//! completes a task submitted through a follower, and the node relays the task's log from the
+//! worker's output server; the leader's container is stopped and the cluster goes on: a new
+//! leader, and a second task completes.
 
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{free_port, git_repo, BIN};
+use support::{git_repo, BIN};
 
 /// One project name: a run that died leaves it, and the next run's `down` removes it.
 const PROJECT: &str = "squadron-deploy-test";
 const IMAGE: &str = "squadron:deploy-test";
+const WORKER_IMAGE: &str = "squadron-worker:deploy-test";
 const NODE_URLS: [&str; 3] = [
     "https://100.80.0.11:8120",
     "https://100.80.0.12:8120",
@@ -44,7 +47,8 @@ fn run(cmd: &mut Command) -> Output {
 /// The compose project, torn down (containers, network) when dropped.
 struct Compose {
     dir: PathBuf,
-    worker: Option<Child>,
+    /// The test's own additions to the shipped file (the repository's mount).
+    overrides: PathBuf,
 }
 
 impl Compose {
@@ -52,9 +56,12 @@ impl Compose {
         let mut c = Command::new("docker-compose");
         c.args(["-p", PROJECT, "-f"])
             .arg(repo_file("deploy/compose/docker-compose.yml"))
+            .arg("-f")
+            .arg(&self.overrides)
             .args(args)
             .env("SQUADRON_DIR", &self.dir)
-            .env("SQUADRON_IMAGE", IMAGE);
+            .env("SQUADRON_IMAGE", IMAGE)
+            .env("SQUADRON_WORKER_IMAGE", WORKER_IMAGE);
         c
     }
 
@@ -117,8 +124,8 @@ impl Compose {
         }
     }
 
-    /// Submits the manifest through `url` and waits until the task completed.
-    fn task_completes(&self, url: &str, manifest: &Path) {
+    /// Submits the manifest through `url`, waits until the task completed and answers its id.
+    fn task_completes(&self, url: &str, manifest: &Path) -> String {
         let out = self.squadron(url, &["task", "submit", &manifest.display().to_string()]);
         assert!(
             out.status.success(),
@@ -137,7 +144,7 @@ impl Compose {
                 .json(url, &["task", "get", &id])
                 .and_then(|t| t["state"].as_str().map(str::to_string));
             match state.as_deref() {
-                Some("COMPLETED") => return,
+                Some("COMPLETED") => return id,
                 Some("FAILED" | "FAILED_PRESERVED" | "CANCELLED") => {
                     panic!("task {id} ended {state:?}")
                 }
@@ -151,10 +158,6 @@ impl Compose {
 
 impl Drop for Compose {
     fn drop(&mut self) {
-        if let Some(mut w) = self.worker.take() {
-            let _ = w.kill();
-            let _ = w.wait();
-        }
         let _ = self
             .command(&["down", "-v", "--remove-orphans"])
             .stdout(Stdio::null())
@@ -171,10 +174,45 @@ fn a_compose_cluster_elects_runs_a_task_and_survives_losing_its_leader() {
         Command::new(repo_file("deploy/container/build-local-image"))
             .args(["--binary", BIN, "--tag", IMAGE]),
     );
+    run(
+        Command::new(repo_file("deploy/container/build-local-image")).args([
+            "--worker",
+            "--binary",
+            BIN,
+            "--tag",
+            WORKER_IMAGE,
+        ]),
+    );
     run(Command::new(repo_file("deploy/compose/prepare"))
         .arg(&dir)
         .env("SQUADRON_BIN", BIN));
-    let mut compose = Compose { dir, worker: None };
+    let policy = dir.join("worker-1/policy.toml");
+    let shipped = std::fs::read_to_string(&policy).expect("the worker's policy");
+    assert!(
+        shipped.contains("repository_sources = [\"https\", \"ssh\", \"git\"]"),
+        "prepare's policy is not the secure default: {shipped}"
+    );
+    // The test's repository is a local path, which the shipped policy refuses: allowed here,
+    // and mounted where the worker's container sees it at the same path.
+    let repo = git_repo(tmp.path());
+    std::fs::write(
+        &policy,
+        shipped.replace(
+            "[\"https\", \"ssh\", \"git\"]",
+            "[\"https\", \"ssh\", \"git\", \"local\"]",
+        ),
+    )
+    .expect("policy");
+    let overrides = tmp.path().join("test-overrides.yml");
+    std::fs::write(
+        &overrides,
+        format!(
+            "version: \"3.7\"\nservices:\n  worker:\n    volumes: [\"{0}:{0}:ro\"]\n",
+            repo.display()
+        ),
+    )
+    .expect("overrides");
+    let compose = Compose { dir, overrides };
     let _ = compose.command(&["down", "-v"]).output();
     run(&mut compose.command(&["up", "-d"]));
     let leader = compose.leader(&NODE_URLS, Duration::from_secs(90));
@@ -182,46 +220,42 @@ fn a_compose_cluster_elects_runs_a_task_and_survives_losing_its_leader() {
         compose.healthy(&format!("{PROJECT}_node{n}_1"), Duration::from_secs(60));
     }
 
-    let repo = git_repo(tmp.path());
-    let manifest = tmp.path().join("task.yaml");
-    std::fs::write(
-        &manifest,
-        format!(
+    let manifest = |network_mode: &str| {
+        let path = tmp.path().join(format!("task-{network_mode}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
             "version: \"1\"\nkind: Task\nmetadata:\n  name: compose\nrepository:\n  url: {}\n  \
              branch: main\nagent:\n  provider: script\n  prompt: greet\n  script: |\n    \
-             echo hello > greeting.txt\nvm:\n  runtime: process\n  network_mode: isolated\n",
-            repo.display()
-        ),
-    )
-    .expect("manifest");
-    let log = std::fs::File::create(tmp.path().join("worker.log")).expect("log");
-    compose.worker = Some(
-        Command::new(BIN)
-            .args([
-                "worker",
-                "--id",
-                "worker-1",
-                "--control",
-                &NODE_URLS.join(","),
-            ])
-            .arg("--cert-dir")
-            .arg(compose.dir.join("worker-1-pki"))
-            .arg("--data-dir")
-            .arg(tmp.path().join("worker"))
-            .args([
-                "--runtimes",
-                "process",
-                "--no-agents",
-                "--allow-local-repositories",
-            ])
-            .args(["--listen", &format!("127.0.0.1:{}", free_port())])
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("worker"),
-    );
+             echo hello from $(id -u) > greeting.txt; cat greeting.txt\nvm:\n  runtime: process\n  \
+             network_mode: {network_mode}\n",
+                repo.display()
+            ),
+        )
+        .expect("manifest");
+        path
+    };
     let follower = NODE_URLS[(leader as usize) % 3];
-    compose.task_completes(follower, &manifest);
+    let task = compose.task_completes(follower, &manifest("isolated"));
+    // The log comes from the worker's output server through the node: the relay's path.
+    let logs = compose.squadron(follower, &["task", "logs", &task]);
+    let text = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.status.success() && text.contains("hello from "),
+        "task logs: {text}{}",
+        String::from_utf8_lossy(&logs.stderr)
+    );
+    assert!(
+        !text.contains("hello from 0\n"),
+        "the sandbox ran as root: {text}"
+    );
+    // From inside its container the worker still enforces every limit it sets.
+    let worker_log = run(&mut compose.command(&["logs", "--no-color", "worker"]));
+    let worker_log = String::from_utf8_lossy(&worker_log.stdout);
+    assert!(
+        worker_log.contains(&task) && !worker_log.contains("limit not enforced"),
+        "worker log: {worker_log}"
+    );
 
     run(&mut compose.command(&["stop", &format!("node{leader}")]));
     let survivors: Vec<&str> = (1..=3u64)
@@ -230,5 +264,6 @@ fn a_compose_cluster_elects_runs_a_task_and_survives_losing_its_leader() {
         .collect();
     let next = compose.leader(&survivors, Duration::from_secs(60));
     assert_ne!(next, leader, "the stopped leader is still named");
-    compose.task_completes(survivors[0], &manifest);
+    // The default network mode: a veth and NAT through the worker, from inside its container.
+    compose.task_completes(survivors[0], &manifest("outbound"));
 }

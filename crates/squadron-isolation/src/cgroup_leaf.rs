@@ -1,5 +1,5 @@
 //! One cgroup leaf: the v2 directory every process of one attempt lives in, plus the v1
-//! memory/pids directories of the same name on hosts whose limit controllers are v1.
+//! memory/pids/cpu directories of the same name on hosts whose limit controllers are v1.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -11,7 +11,7 @@ use crate::error::IsolationError;
 use crate::fs_util;
 use crate::process_entry::ProcessEntry;
 
-/// `cpu.max` period: quota = cpus × period.
+/// `cpu.max` (v2) and `cpu.cfs_period_us` (v1) period: quota = cpus × period.
 pub const CPU_PERIOD_US: u64 = 100_000;
 /// Deepest nesting of cgroups removed under a leaf (a boundary cannot make any, but be safe).
 pub const LEAF_DESCENDANT_DEPTH_MAX: usize = 8;
@@ -21,7 +21,7 @@ pub const LEAF_DESCENDANT_DEPTH_MAX: usize = 8;
 pub struct CgroupLimits {
     pub memory_bytes: Option<u64>,
     pub pids_max: Option<u64>,
-    /// Whole CPUs, as `cpu.max`; applied only where the v2 cpu controller is enabled.
+    /// Whole CPUs: v2 `cpu.max`, or the v1 CFS quota on hosts whose cpu controller is v1.
     pub cpus: Option<u32>,
 }
 
@@ -34,13 +34,27 @@ pub struct AppliedLimits {
     pub unavailable: Vec<String>,
 }
 
+/// A leaf's v1 directories, one per controller its limits go to in v1 (none on a pure v2
+/// host).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct V1Dirs {
+    pub(crate) memory: Option<PathBuf>,
+    pub(crate) pids: Option<PathBuf>,
+    pub(crate) cpu: Option<PathBuf>,
+}
+
+impl V1Dirs {
+    fn iter(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.memory, &self.pids, &self.cpu].into_iter().flatten()
+    }
+}
+
 /// A leaf's handle; creating it touches nothing (see `create`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupLeaf {
     name: String,
     v2: PathBuf,
-    v1_memory: Option<PathBuf>,
-    v1_pids: Option<PathBuf>,
+    v1: V1Dirs,
     v2_controllers: BTreeSet<String>,
 }
 
@@ -48,15 +62,13 @@ impl CgroupLeaf {
     pub(crate) fn new(
         name: &str,
         v2: PathBuf,
-        v1_memory: Option<PathBuf>,
-        v1_pids: Option<PathBuf>,
+        v1: V1Dirs,
         v2_controllers: BTreeSet<String>,
     ) -> Self {
         CgroupLeaf {
             name: name.to_owned(),
             v2,
-            v1_memory,
-            v1_pids,
+            v1,
             v2_controllers,
         }
     }
@@ -72,12 +84,17 @@ impl CgroupLeaf {
 
     /// The v1 memory directory, on hosts where memory limits are v1.
     pub fn v1_memory_path(&self) -> Option<&Path> {
-        self.v1_memory.as_deref()
+        self.v1.memory.as_deref()
     }
 
     /// The v1 pids directory, on hosts where pids limits are v1.
     pub fn v1_pids_path(&self) -> Option<&Path> {
-        self.v1_pids.as_deref()
+        self.v1.pids.as_deref()
+    }
+
+    /// The v1 cpu directory, on hosts where cpu limits are v1.
+    pub fn v1_cpu_path(&self) -> Option<&Path> {
+        self.v1.cpu.as_deref()
     }
 
     /// Whether the v2 directory exists.
@@ -88,7 +105,7 @@ impl CgroupLeaf {
     /// Creates the v2 directory and the v1 ones; an existing leaf is left as it is.
     pub fn create(&self) -> Result<(), IsolationError> {
         fs_util::create_dir(&self.v2, "create cgroup leaf")?;
-        for dir in [&self.v1_memory, &self.v1_pids].into_iter().flatten() {
+        for dir in self.v1.iter() {
             fs_util::create_dir(dir, "create v1 cgroup leaf")?;
         }
         Ok(())
@@ -97,8 +114,7 @@ impl CgroupLeaf {
     /// The `cgroup.procs` files a process must be written into to be inside this leaf.
     pub fn attach_files(&self) -> Vec<PathBuf> {
         std::iter::once(&self.v2)
-            .chain(self.v1_memory.iter())
-            .chain(self.v1_pids.iter())
+            .chain(self.v1.iter())
             .map(|dir| dir.join("cgroup.procs"))
             .collect()
     }
@@ -108,7 +124,8 @@ impl CgroupLeaf {
         if self.v2_controllers.contains("memory") {
             Some(self.v2.join("memory.max"))
         } else {
-            self.v1_memory
+            self.v1
+                .memory
                 .as_ref()
                 .map(|dir| dir.join("memory.limit_in_bytes"))
         }
@@ -121,7 +138,7 @@ impl CgroupLeaf {
         let file = if self.v2_controllers.contains("memory") {
             self.v2.join("memory.swap.max")
         } else {
-            self.v1_memory.as_ref()?.join("memory.memsw.limit_in_bytes")
+            self.v1.memory.as_ref()?.join("memory.memsw.limit_in_bytes")
         };
         file.exists().then_some(file)
     }
@@ -131,7 +148,7 @@ impl CgroupLeaf {
         if self.v2_controllers.contains("pids") {
             Some(self.v2.join("pids.max"))
         } else {
-            self.v1_pids.as_ref().map(|dir| dir.join("pids.max"))
+            self.v1.pids.as_ref().map(|dir| dir.join("pids.max"))
         }
     }
 
@@ -158,21 +175,39 @@ impl CgroupLeaf {
             }
         }
         if let Some(cpus) = limits.cpus {
-            if self.v2_controllers.contains("cpu") {
-                let quota = u64::from(cpus).saturating_mul(CPU_PERIOD_US);
-                write_limit(
-                    &mut applied,
-                    self.v2.join("cpu.max"),
-                    format!("{quota} {CPU_PERIOD_US}"),
-                )?;
-            } else {
-                applied.unavailable.push(format!(
-                    "cpu limit {cpus} cpus: no v2 cpu controller for {}",
-                    self.v2.display()
-                ));
-            }
+            self.set_cpu_limit(&mut applied, cpus)?;
         }
         Ok(applied)
+    }
+
+    /// `cpus` whole CPUs of time per period: v2 `cpu.max`, else the v1 CFS period and quota
+    /// (period first: v1 checks the quota against the period it has).
+    fn set_cpu_limit(&self, applied: &mut AppliedLimits, cpus: u32) -> Result<(), IsolationError> {
+        let quota = u64::from(cpus).saturating_mul(CPU_PERIOD_US);
+        if self.v2_controllers.contains("cpu") {
+            return write_limit(
+                applied,
+                self.v2.join("cpu.max"),
+                format!("{quota} {CPU_PERIOD_US}"),
+            );
+        }
+        match &self.v1.cpu {
+            Some(dir) => {
+                write_limit(
+                    applied,
+                    dir.join("cpu.cfs_period_us"),
+                    CPU_PERIOD_US.to_string(),
+                )?;
+                write_limit(applied, dir.join("cpu.cfs_quota_us"), quota.to_string())
+            }
+            None => {
+                applied.unavailable.push(format!(
+                    "cpu limit {cpus} cpus: no v2 cpu controller and no v1 cpu hierarchy for {}",
+                    self.v2.display()
+                ));
+                Ok(())
+            }
+        }
     }
 
     /// The memory limit, and with it the swap limit: a memory limit the leaf could get around
@@ -303,7 +338,7 @@ impl CgroupLeaf {
     /// Removes the leaf (descendants first) and its v1 directories. Fails while populated.
     pub fn remove(&self) -> Result<(), IsolationError> {
         remove_tree(&self.v2, LEAF_DESCENDANT_DEPTH_MAX)?;
-        for dir in [&self.v1_memory, &self.v1_pids].into_iter().flatten() {
+        for dir in self.v1.iter() {
             remove_tree(dir, LEAF_DESCENDANT_DEPTH_MAX)?;
         }
         Ok(())

@@ -3,11 +3,11 @@
 //! Every leaf is a directory of the cgroup v2 hierarchy: that is where `cgroup.freeze`,
 //! `cgroup.kill` and `cgroup.events` (`populated`) work, so v2 is required. Memory, pids and
 //! cpu limits come from v2 controllers when the host enables them for our subtree (a pure v2
-//! host); on a hybrid host, where those controllers are bound to v1 hierarchies, memory and
-//! pids limits go to v1 directories of the same name instead.
+//! host); on a hybrid host, where those controllers are bound to v1 hierarchies, memory,
+//! pids and cpu limits go to v1 directories of the same name instead.
 //!
-//! Layout: `<v2 base>/<worker>/<leaf>`, and the same `<worker>/<leaf>` under the v1 memory
-//! and pids bases when those are used. The default v2 base is `<v2 mount>/squadron`; the
+//! Layout: `<v2 base>/<worker>/<leaf>`, and the same `<worker>/<leaf>` under the v1 memory,
+//! pids and cpu bases when those are used. The default v2 base is `<v2 mount>/squadron`; the
 //! default v1 bases are `squadron` under this process's own v1 cgroup, so a sandbox never
 //! leaves the memory accounting its worker is in.
 
@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use crate::cgroup_leaf::CgroupLeaf;
+use crate::cgroup_leaf::{CgroupLeaf, V1Dirs};
 use crate::error::IsolationError;
 use crate::fs_util;
 
@@ -40,6 +40,8 @@ pub struct CgroupRootConfig {
     pub v1_memory_base: Option<PathBuf>,
     /// A directory inside the v1 pids hierarchy, used only when v2 has no pids controller.
     pub v1_pids_base: Option<PathBuf>,
+    /// A directory inside the v1 cpu hierarchy, used only when v2 has no cpu controller.
+    pub v1_cpu_base: Option<PathBuf>,
     /// Never fall back to v1 hierarchies, even when v2 lacks the controllers.
     pub disable_v1: bool,
 }
@@ -53,6 +55,7 @@ pub struct CgroupRoot {
     v2_controllers: BTreeSet<String>,
     v1_memory_parent: Option<PathBuf>,
     v1_pids_parent: Option<PathBuf>,
+    v1_cpu_parent: Option<PathBuf>,
 }
 
 impl CgroupRoot {
@@ -99,6 +102,7 @@ impl CgroupRoot {
             v2_controllers,
             v1_memory_parent: None,
             v1_pids_parent: None,
+            v1_cpu_parent: None,
         };
         if !config.disable_v1 {
             let own = read_own_cgroups();
@@ -109,6 +113,9 @@ impl CgroupRoot {
             if !root.v2_controllers.contains("pids") {
                 root.v1_pids_parent =
                     v1_parent("pids", &config.v1_pids_base, &mounts, &own, worker)?;
+            }
+            if !root.v2_controllers.contains("cpu") {
+                root.v1_cpu_parent = v1_parent("cpu", &config.v1_cpu_base, &mounts, &own, worker)?;
             }
         }
         Ok(root)
@@ -138,14 +145,23 @@ impl CgroupRoot {
         self.v1_pids_parent.as_deref()
     }
 
+    /// The v1 cpu directory holding this worker's leaves, when cpu limits go to v1.
+    pub fn v1_cpu_parent(&self) -> Option<&Path> {
+        self.v1_cpu_parent.as_deref()
+    }
+
     /// The leaf `name` of this worker (not created by this call).
     pub fn leaf(&self, name: &str) -> Result<CgroupLeaf, IsolationError> {
         validate_name("cgroup leaf name", name)?;
+        let v1 = |parent: &Option<PathBuf>| parent.as_ref().map(|p| p.join(name));
         Ok(CgroupLeaf::new(
             name,
             self.v2_parent.join(name),
-            self.v1_memory_parent.as_ref().map(|p| p.join(name)),
-            self.v1_pids_parent.as_ref().map(|p| p.join(name)),
+            V1Dirs {
+                memory: v1(&self.v1_memory_parent),
+                pids: v1(&self.v1_pids_parent),
+                cpu: v1(&self.v1_cpu_parent),
+            },
             self.v2_controllers.clone(),
         ))
     }
@@ -170,9 +186,13 @@ impl CgroupRoot {
     /// Removes the worker's parent directories; fails while any leaf remains.
     pub fn remove(&self) -> Result<(), IsolationError> {
         fs_util::remove_dir(&self.v2_parent, "remove cgroup parent")?;
-        for parent in [&self.v1_memory_parent, &self.v1_pids_parent]
-            .into_iter()
-            .flatten()
+        for parent in [
+            &self.v1_memory_parent,
+            &self.v1_pids_parent,
+            &self.v1_cpu_parent,
+        ]
+        .into_iter()
+        .flatten()
         {
             fs_util::remove_dir(parent, "remove v1 cgroup parent")?;
         }

@@ -94,6 +94,15 @@ impl Drop for Fixture {
     }
 }
 
+/// Shell commands that move the shell running them into every hierarchy of `leaf`, as the
+/// shim does; joined with `&&`.
+fn join_commands(leaf: &CgroupLeaf) -> Vec<String> {
+    leaf.attach_files()
+        .iter()
+        .map(|f| format!("echo $$ > '{}'", f.display()))
+        .collect()
+}
+
 fn sh(script: &str) -> Vec<String> {
     vec!["/bin/sh".into(), "-c".into(), script.into()]
 }
@@ -165,11 +174,7 @@ fn a_leaf_takes_limits_holds_processes_freezes_kills_and_goes() {
     assert!(!leaf.populated().expect("events"));
 
     // A plain process joins every hierarchy of the leaf, as the shim does.
-    let joins: Vec<String> = leaf
-        .attach_files()
-        .iter()
-        .map(|f| format!("echo $$ > '{}'", f.display()))
-        .collect();
+    let joins = join_commands(&leaf);
     let mut child = std::process::Command::new("/bin/sh")
         .arg("-c")
         .arg(format!("{} && exec sleep 600", joins.join(" && ")))
@@ -203,9 +208,13 @@ fn a_leaf_takes_limits_holds_processes_freezes_kills_and_goes() {
     leaf.remove().expect("remove");
     assert!(!leaf.exists());
     assert!(!leaf.path().exists());
-    for v1 in [leaf.v1_memory_path(), leaf.v1_pids_path()]
-        .into_iter()
-        .flatten()
+    for v1 in [
+        leaf.v1_memory_path(),
+        leaf.v1_pids_path(),
+        leaf.v1_cpu_path(),
+    ]
+    .into_iter()
+    .flatten()
     {
         assert!(!v1.exists(), "{} left behind", v1.display());
     }
@@ -231,11 +240,7 @@ fn a_leaf_counts_what_its_memory_and_pids_limits_stopped() {
     assert_eq!(before.memory_limit_bytes, Some(32 << 20));
     assert_eq!(before.pids_limit, Some(16));
 
-    let joins: Vec<String> = leaf
-        .attach_files()
-        .iter()
-        .map(|f| format!("echo $$ > '{}'", f.display()))
-        .collect();
+    let joins = join_commands(&leaf);
     let run = |script: &str| {
         std::process::Command::new("/bin/sh")
             .arg("-c")
@@ -612,4 +617,70 @@ fn the_environment_is_exactly_the_allowlist() {
         lines,
         vec!["ALLOWED=yes it's here", "PATH=/usr/bin:/bin", "PWD=/"]
     );
+}
+
+/// A cpu limit holds on either kind of host: v2 `cpu.max`, or on a hybrid host (cpu bound to
+/// v1, as on this project's machines) the v1 CFS quota. Two busy loops in a leaf of one CPU are
+/// throttled: the hierarchy's own `nr_throttled` counts the periods they were held back.
+#[test]
+fn a_leaf_holds_its_processes_to_its_cpu_limit() {
+    let fx = Fixture::new();
+    let leaf = fx.leaf("cpu-limit");
+    let applied = leaf
+        .set_limits(&CgroupLimits {
+            memory_bytes: None,
+            pids_max: None,
+            cpus: Some(1),
+        })
+        .expect("limits");
+    assert!(applied.unavailable.is_empty(), "{applied:?}");
+    let stat = match leaf.v1_cpu_path() {
+        Some(v1) => {
+            assert_eq!(
+                fs::read_to_string(v1.join("cpu.cfs_quota_us"))
+                    .expect("quota")
+                    .trim(),
+                "100000"
+            );
+            v1.join("cpu.stat")
+        }
+        None => {
+            assert_eq!(
+                fs::read_to_string(leaf.path().join("cpu.max"))
+                    .expect("cpu.max")
+                    .trim(),
+                "100000 100000"
+            );
+            leaf.path().join("cpu.stat")
+        }
+    };
+    let throttled = || {
+        fs::read_to_string(&stat)
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("nr_throttled "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(throttled(), 0, "{}", stat.display());
+
+    let joins = join_commands(&leaf);
+    let mut child = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!(
+            "{} && {{ (while :; do :; done) & (while :; do :; done) & wait; }}",
+            joins.join(" && ")
+        ))
+        .spawn()
+        .expect("spawn");
+    eventually("throttled", || throttled() > 0);
+    assert_eq!(leaf.kill().expect("kill"), "cgroup.kill");
+    eventually("populated 0", || !leaf.populated().unwrap_or(true));
+    let _ = child.wait();
+    leaf.remove().expect("remove");
+    if let Some(v1) = leaf.v1_cpu_path() {
+        assert!(!v1.exists(), "{} left behind", v1.display());
+    }
 }

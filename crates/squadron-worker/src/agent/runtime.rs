@@ -176,14 +176,17 @@ impl AgentRuntime {
     }
 }
 
-/// A cgroup directory `name` under `parent`, as a root for leaves: the v1 memory/pids
+/// A cgroup directory `name` under `parent`, as a root for leaves: the v1 memory/pids/cpu
 /// directories nest the same way when the parent uses them.
 pub(crate) fn nested_root(parent: &CgroupRoot, name: &str) -> Result<CgroupRoot, WorkerError> {
     let config = CgroupRootConfig {
         v2_base: Some(parent.v2_parent().to_path_buf()),
         v1_memory_base: parent.v1_memory_parent().map(Path::to_path_buf),
         v1_pids_base: parent.v1_pids_parent().map(Path::to_path_buf),
-        disable_v1: parent.v1_memory_parent().is_none() && parent.v1_pids_parent().is_none(),
+        v1_cpu_base: parent.v1_cpu_parent().map(Path::to_path_buf),
+        disable_v1: parent.v1_memory_parent().is_none()
+            && parent.v1_pids_parent().is_none()
+            && parent.v1_cpu_parent().is_none(),
     };
     CgroupRoot::open(name, &config).map_err(isolation)
 }
