@@ -1021,3 +1021,55 @@ fn a_project_task_at_full_capacity_waits_then_runs_when_a_slot_frees() {
     assert_eq!(slots(), 3, "the three agents still hold theirs");
     drop(worker);
 }
+
+/// An agent profile's project sandbox lives on its disk quota (issue 14): a provider that
+/// writes without end meets "no space left" at `--project-disk`, so the host keeps its space,
+/// and the worker names the quota when the provider ends.
+#[test]
+fn a_provider_that_fills_its_project_sandbox_stops_at_the_quota_named() {
+    // Its own output would go to the full volume too, so the test reads what is left.
+    const FILL: &str = "#!/bin/sh\nhead -c 100000000 /dev/zero > fill.bin\nexit 3\n";
+    let (cluster, repo, worker) = script_agent_world_with(
+        "fill",
+        FILL,
+        LEASE_TTL_MS,
+        2_000,
+        &["--project-disk", "16Mi"],
+    );
+    let url = cluster.url(1);
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "full", "max_profiles": 2, "max_active": 2}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/full/profiles"),
+        json!({"key": "filler", "providers": ["codex"]}),
+    )
+    .expect("profile");
+    assert!(r.ok(), "{r:?}");
+    let profile = r.body["profile_created"]["profile"].as_u64().expect("id");
+    let r = post(
+        &format!("{url}/api/v1/profiles/{profile}/agent/launch"),
+        json!({"worker": worker.id,
+               "repository": {"url": repo.display().to_string(), "branch": "main"}}),
+    )
+    .expect("launch");
+    assert_eq!(r.status, 201, "{r:?}");
+
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/full");
+    wait_file_containing(
+        &worker.log,
+        "disk quota of 16777216 bytes is used up",
+        "the worker's log",
+    );
+    let filled = std::fs::metadata(sandbox.join("worktrees/filler/fill.bin"))
+        .expect("fill.bin")
+        .len();
+    assert!(filled <= 16 << 20, "{filled} bytes beyond a 16 MiB quota");
+}

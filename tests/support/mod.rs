@@ -872,6 +872,7 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
         "/sys/fs/cgroup/squadron",
         "/sys/fs/cgroup/memory/squadron",
         "/sys/fs/cgroup/pids/squadron",
+        "/sys/fs/cgroup/cpu/squadron",
     ] {
         let dir = Path::new(root).join(id);
         // A test that failed midway leaves providers running: kill the worker's whole
@@ -939,18 +940,32 @@ pub fn script_agent_world(
     lease_ttl_ms: u64,
     stop_grace_ms: u64,
 ) -> (Cluster, PathBuf, WorkerProc) {
+    script_agent_world_with(worker_prefix, provider, lease_ttl_ms, stop_grace_ms, &[])
+}
+
+/// [`script_agent_world`] with further worker flags.
+pub fn script_agent_world_with(
+    worker_prefix: &str,
+    provider: &str,
+    lease_ttl_ms: u64,
+    stop_grace_ms: u64,
+    extra: &[&str],
+) -> (Cluster, PathBuf, WorkerProc) {
+    let mut args = Vec::new();
     let cluster = Cluster::start(1);
     cluster.wait_for_leader(Duration::from_secs(30));
     let dir = cluster.dir.path().to_path_buf();
     let repo = git_repo(&dir);
     let script = dir.join("provider.sh");
     std::fs::write(&script, provider).expect("provider script");
+    args.extend(script_provider_args(&script, lease_ttl_ms, stop_grace_ms));
+    args.extend(extra.iter().map(|a| a.to_string()));
     let worker = WorkerProc::start_with(
         &dir,
         &unique_worker_id(worker_prefix),
         cluster.urls(),
         "process",
-        script_provider_args(&script, lease_ttl_ms, stop_grace_ms),
+        args,
     );
     (cluster, repo, worker)
 }

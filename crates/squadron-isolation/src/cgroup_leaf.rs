@@ -13,6 +13,8 @@ use crate::process_entry::ProcessEntry;
 
 /// `cpu.max` (v2) and `cpu.cfs_period_us` (v1) period: quota = cpus × period.
 pub const CPU_PERIOD_US: u64 = 100_000;
+/// Most v1 cpu ancestors read for a limit a leaf's quota must stay under.
+const V1_CPU_ANCESTORS_MAX: usize = 64;
 /// Deepest nesting of cgroups removed under a leaf (a boundary cannot make any, but be safe).
 pub const LEAF_DESCENDANT_DEPTH_MAX: usize = 8;
 
@@ -193,6 +195,9 @@ impl CgroupLeaf {
         }
         match &self.v1.cpu {
             Some(dir) => {
+                // v1 refuses a quota above a limited ancestor's (v2 just caps it): the worker
+                // itself may run under one (systemd's CPUQuota, a container's --cpus).
+                let quota = v1_cpu_ceiling_us(dir).map_or(quota, |ceiling| quota.min(ceiling));
                 write_limit(
                     applied,
                     dir.join("cpu.cfs_period_us"),
@@ -354,6 +359,25 @@ pub(crate) fn flat_keyed<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.trim())
 }
 
+/// The tightest CPU quota of `dir`'s v1 ancestors, per [`CPU_PERIOD_US`]; `None` when none is
+/// limited. The walk stops where `cpu.cfs_quota_us` ends (the hierarchy's mount point).
+fn v1_cpu_ceiling_us(dir: &Path) -> Option<u64> {
+    let read =
+        |path: PathBuf| -> Option<i64> { fs::read_to_string(path).ok()?.trim().parse().ok() };
+    let mut ceiling: Option<u64> = None;
+    for ancestor in dir.ancestors().skip(1).take(V1_CPU_ANCESTORS_MAX) {
+        let Some(quota) = read(ancestor.join("cpu.cfs_quota_us")) else {
+            break;
+        };
+        let period = read(ancestor.join("cpu.cfs_period_us")).unwrap_or(0);
+        if let (Ok(quota @ 1..), Ok(period @ 1..)) = (u64::try_from(quota), u64::try_from(period)) {
+            let per_period = quota.saturating_mul(CPU_PERIOD_US) / period;
+            ceiling = Some(ceiling.map_or(per_period, |c| c.min(per_period)));
+        }
+    }
+    ceiling
+}
+
 /// Whether `/proc/swaps` lists any swap area (its first line is a header). Unreadable counts
 /// as swap, so a missing swap limit is reported rather than assumed harmless.
 fn host_has_swap() -> bool {
@@ -425,3 +449,38 @@ pub(crate) fn send_signal(signal: &str, pids: &[u32]) -> Result<(), IsolationErr
 
 /// procps' kill, present on every Debian host (`procps` is required).
 pub const KILL_PROGRAM: &str = "/bin/kill";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu_dir(dir: &Path, quota: i64, period: u64) {
+        fs::create_dir_all(dir).unwrap();
+        fs::write(dir.join("cpu.cfs_quota_us"), format!("{quota}\n")).unwrap();
+        fs::write(dir.join("cpu.cfs_period_us"), format!("{period}\n")).unwrap();
+    }
+
+    /// A worker under a limited v1 cgroup (systemd's CPUQuota, a container's --cpus) gets leaf
+    /// quotas no higher than its own, which v1 would refuse; unlimited levels are skipped and
+    /// the walk stops where the hierarchy ends.
+    #[test]
+    fn a_v1_cpu_quota_stays_under_the_tightest_ancestor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mount = tmp.path().join("cpu");
+        cpu_dir(&mount, -1, 100_000);
+        let worker = mount.join("worker.service");
+        cpu_dir(&worker, 150_000, 200_000);
+        let parent = worker.join("squadron/w1");
+        cpu_dir(&worker.join("squadron"), -1, 100_000);
+        cpu_dir(&parent, -1, 100_000);
+        let leaf = parent.join("task-1-a1");
+        assert_eq!(v1_cpu_ceiling_us(&leaf), Some(75_000));
+        cpu_dir(&mount, 50_000, 100_000);
+        assert_eq!(v1_cpu_ceiling_us(&leaf), Some(50_000));
+        let unlimited = tmp.path().join("other/leaf");
+        cpu_dir(&tmp.path().join("other"), -1, 100_000);
+        assert_eq!(v1_cpu_ceiling_us(&unlimited), None);
+        // Above the mount there are no cpu files: nothing beyond it is read.
+        assert_eq!(v1_cpu_ceiling_us(&tmp.path().join("nowhere/leaf")), None);
+    }
+}

@@ -115,7 +115,7 @@ impl CgroupRoot {
                     v1_parent("pids", &config.v1_pids_base, &mounts, &own, worker)?;
             }
             if !root.v2_controllers.contains("cpu") {
-                root.v1_cpu_parent = v1_parent("cpu", &config.v1_cpu_base, &mounts, &own, worker)?;
+                root.v1_cpu_parent = v1_cpu_parent(&config.v1_cpu_base, &mounts, &own, worker);
             }
         }
         Ok(root)
@@ -284,6 +284,33 @@ fn v1_parent(
         )));
     }
     Ok(Some(parent))
+}
+
+/// The v1 cpu parent, or `None` where it cannot serve: no v1 cpu hierarchy, one this process
+/// cannot write, or a kernel without CFS bandwidth control (`cpu.cfs_quota_us`). A CPU limit
+/// is then reported as not enforced, as before v1 cpu was used; the runtime still runs.
+fn v1_cpu_parent(
+    configured: &Option<PathBuf>,
+    mounts: &[Mount],
+    own: &[OwnCgroup],
+    worker: &str,
+) -> Option<PathBuf> {
+    match v1_parent("cpu", configured, mounts, own, worker) {
+        Ok(Some(parent)) if parent.join("cpu.cfs_quota_us").exists() => Some(parent),
+        Ok(Some(parent)) => {
+            tracing::warn!(
+                path = %parent.display(),
+                "the v1 cpu hierarchy has no CFS bandwidth control: CPU limits are not enforced"
+            );
+            let _ = fs::remove_dir(&parent);
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "the v1 cpu hierarchy cannot hold leaves: CPU limits are not enforced");
+            None
+        }
+    }
 }
 
 /// One path component made of `[A-Za-z0-9._-]`, not `.` or `..`.

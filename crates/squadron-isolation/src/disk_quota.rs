@@ -47,6 +47,11 @@ impl DiskQuota {
         }
     }
 
+    /// The image file holding the filesystem.
+    pub fn image(&self) -> &Path {
+        &self.image
+    }
+
     pub fn mount_point(&self) -> &Path {
         &self.mount
     }

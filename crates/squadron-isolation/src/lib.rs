@@ -3,7 +3,7 @@
 //!
 //! Nothing here knows about tasks or leases; callers name leaves and paths.
 //!
-//! Map: `cgroup_root` (where leaves live: the v2 mount, the v1 memory/pids fallbacks, one
+//! Map: `cgroup_root` (where leaves live: the v2 mount, the v1 memory/pids/cpu fallbacks, one
 //! parent per worker), `cgroup_leaf` (one leaf: create, limits, populated, freeze, kill,
 //! remove), `leaf_usage` (a leaf's CPU time and memory by the kernel's accounting), `bubblewrap` (the boundary's argv), `sandbox_process` (the shim that joins the
 //! leaf, runs the boundary and records the exit code), `sandbox_network` (an `outbound`

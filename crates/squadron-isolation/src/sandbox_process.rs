@@ -2,7 +2,7 @@
 //! worker's.
 //!
 //! The worker spawns `/bin/sh -c <shim>`. The shim writes its own pid into the leaf's
-//! `cgroup.procs` files (v2, and the v1 memory/pids leaves when used) so that everything it
+//! `cgroup.procs` files (v2, and the v1 memory/pids/cpu leaves when used) so that everything it
 //! starts is born inside the leaf, runs bubblewrap (as the preferred OOM victim), and writes bubblewrap's exit status to
 //! the exit-code file (write to a temporary name, then rename: a reader sees all or nothing).
 //! A restarted worker that is no longer the shim's parent learns the exit code from that

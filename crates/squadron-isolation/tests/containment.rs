@@ -621,9 +621,15 @@ fn the_environment_is_exactly_the_allowlist() {
 
 /// A cpu limit holds on either kind of host: v2 `cpu.max`, or on a hybrid host (cpu bound to
 /// v1, as on this project's machines) the v1 CFS quota. Two busy loops in a leaf of one CPU are
-/// throttled: the hierarchy's own `nr_throttled` counts the periods they were held back.
+/// throttled: the hierarchy's own `nr_throttled` counts the periods they were held back. (On a
+/// host of one CPU they could never be: it needs two, as CI has.)
 #[test]
 fn a_leaf_holds_its_processes_to_its_cpu_limit() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "this test needs 2 CPUs to show a 1-CPU limit, found {cpus}"
+    );
     let fx = Fixture::new();
     let leaf = fx.leaf("cpu-limit");
     let applied = leaf

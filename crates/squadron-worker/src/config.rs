@@ -31,6 +31,8 @@ pub const SANDBOX_PIDS_DEFAULT: u64 = 4_096;
 /// The disk quota of a task's directory (its clone, outputs and logs) where the manifest sets
 /// no `disk`. The image is sparse: only what a task writes costs host space.
 pub const SANDBOX_DISK_BYTES_DEFAULT: u64 = 10 * 1024 * 1024 * 1024;
+/// A project sandbox's disk quota where the operator sets none: up to four agents' worktrees.
+pub const PROJECT_DISK_BYTES_DEFAULT: u64 = 20 * 1024 * 1024 * 1024;
 /// Bounds of those defaults.
 pub const SANDBOX_CPUS_MAX: u32 = 1_024;
 pub const SANDBOX_MEMORY_BYTES_MIN: u64 = 16 * 1024 * 1024;
@@ -47,6 +49,8 @@ pub struct SandboxDefaults {
     pub pids_max: u64,
     /// A task directory's disk quota (tasks only: agent profiles work in project sandboxes).
     pub disk_bytes: u64,
+    /// A project sandbox's disk quota: its clone and every profile's worktree and state.
+    pub project_disk_bytes: u64,
 }
 
 impl Default for SandboxDefaults {
@@ -56,6 +60,7 @@ impl Default for SandboxDefaults {
             memory_bytes: SANDBOX_MEMORY_BYTES_DEFAULT,
             pids_max: SANDBOX_PIDS_DEFAULT,
             disk_bytes: SANDBOX_DISK_BYTES_DEFAULT,
+            project_disk_bytes: PROJECT_DISK_BYTES_DEFAULT,
         }
     }
 }
@@ -92,6 +97,12 @@ impl SandboxDefaults {
         if !disk.contains(&self.disk_bytes) {
             return bad(
                 "sandbox_disk",
+                format!("must be {}..={} bytes", disk.start(), disk.end()),
+            );
+        }
+        if !disk.contains(&self.project_disk_bytes) {
+            return bad(
+                "project_disk",
                 format!("must be {}..={} bytes", disk.start(), disk.end()),
             );
         }
@@ -441,6 +452,13 @@ mod tests {
                     ..SandboxDefaults::default()
                 },
                 "sandbox_disk",
+            ),
+            (
+                SandboxDefaults {
+                    project_disk_bytes: 4096,
+                    ..SandboxDefaults::default()
+                },
+                "project_disk",
             ),
         ] {
             let mut c =

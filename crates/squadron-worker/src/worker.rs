@@ -175,6 +175,8 @@ async fn prepare_data_dir(config: &WorkerConfig) -> Result<(), WorkerError> {
         let wiped = crate::task::credential_session::CredentialSession::sweep(&data_dir);
         // Ended tasks hold no loop device past the life that ran them.
         let retired = crate::task::task_volume::TaskVolume::sweep(&data_dir);
+        // Project sandboxes' files are where the output server looks for them.
+        crate::agent::project_sandbox::ProjectVolume::remount_all(&data_dir);
         (wiped, retired)
     })
     .await
@@ -193,6 +195,9 @@ async fn prepare_data_dir(config: &WorkerConfig) -> Result<(), WorkerError> {
 fn agent_supervisor(config: &WorkerConfig, control: &ControlLink) -> Option<AgentSupervisor> {
     let mut agents = config.agents.clone()?;
     agents.repository_sources = config.policy.repository_sources.clone();
+    agents.project_disk_bytes = config
+        .disk_quota
+        .then_some(config.sandbox_defaults.project_disk_bytes);
     // Checked when the worker started (the task drivers use the same list).
     if let Ok(allowed) = EnvAllowlist::new(config.env_allowlist.iter().cloned()) {
         agents.inherited_env = allowed.resolve();

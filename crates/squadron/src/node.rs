@@ -318,6 +318,10 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
         )?,
         pids_max: args.sandbox_pids,
         disk_bytes: squadron_core::quantity::parse_byte_size("--sandbox-disk", &args.sandbox_disk)?,
+        project_disk_bytes: squadron_core::quantity::parse_byte_size(
+            "--project-disk",
+            &args.project_disk,
+        )?,
     };
     config.agents = if args.no_agents {
         None

@@ -54,6 +54,9 @@ pub struct AgentConfig {
     /// Where a project's sandbox may be cloned from: the worker's policy
     /// (`repository_sources`), the same list its tasks are held to.
     pub repository_sources: BTreeSet<RepositorySource>,
+    /// The disk quota every project sandbox lives on (`--project-disk`); `None`: none (the
+    /// worker runs with `--no-disk-quota`). The worker sets it from its own configuration.
+    pub project_disk_bytes: Option<u64>,
 }
 
 impl Default for AgentConfig {
@@ -72,6 +75,7 @@ impl Default for AgentConfig {
             mcp_servers: BTreeMap::new(),
             inherited_env: BTreeMap::new(),
             repository_sources: WorkerPolicy::default().repository_sources,
+            project_disk_bytes: None,
         }
     }
 }

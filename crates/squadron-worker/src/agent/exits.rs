@@ -4,7 +4,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::agent::registry::RunningAttempt;
+use squadron_core::ids::ProfileId;
+
+use crate::agent::project_sandbox::ProjectVolume;
+use crate::agent::registry::{ProjectKey, RunningAttempt};
 use crate::agent::supervisor::{blocking, AgentSupervisor};
 use crate::runtime::RunStatus;
 
@@ -23,7 +26,12 @@ impl AgentSupervisor {
     }
 
     async fn check_exit(&self, running: RunningAttempt) {
-        let RunningAttempt { token, attempt, .. } = running;
+        let RunningAttempt {
+            token,
+            attempt,
+            project,
+            ..
+        } = running;
         let id = token.profile;
         let a = attempt.clone();
         let status = match blocking(move || a.status()).await {
@@ -43,6 +51,7 @@ impl AgentSupervisor {
             return;
         };
         tracing::info!(profile = %id, generation = %token.generation, ?code, crashed, "provider ended");
+        self.name_a_full_disk(&project, id).await;
         self.inner.broker.unregister_profile(id.get());
         if crashed {
             return;
@@ -57,6 +66,26 @@ impl AgentSupervisor {
                 }
             }
             Err(e) => tracing::error!(profile = %id, error = %e, "exited provider not reaped"),
+        }
+    }
+    /// A provider that ended on a project sandbox whose disk quota is used up most likely
+    /// ended because of it (its writes met "no space left"): the log says so, naming the
+    /// quota, so the operator is not left with a bare exit code.
+    async fn name_a_full_disk(&self, project: &ProjectKey, profile: ProfileId) {
+        let Some(quota) = self.inner.config.project_disk_bytes else {
+            return;
+        };
+        let volume = ProjectVolume::of(&self.inner.data_dir, &project.0, &project.1);
+        if blocking(move || Ok(volume.exhausted()))
+            .await
+            .unwrap_or(false)
+        {
+            tracing::warn!(
+                %profile,
+                tenant = %project.0,
+                project = %project.1,
+                "the project sandbox's disk quota of {quota} bytes is used up"
+            );
         }
     }
 }

@@ -5,7 +5,7 @@
 //! <v2 base>/<worker>/tenant-{tenant}/project-{project}/profile-{key}-g{generation}
 //! ```
 //!
-//! (the same nesting under the v1 memory and pids parents on a hybrid host). The project
+//! (the same nesting under the v1 memory, pids and cpu parents on a hybrid host). The project
 //! level gives one place to read or limit a project's whole set of provider processes; the
 //! tenant level keeps two tenants' projects of the same name apart. A leaf belongs to exactly
 //! one generation, so its `populated 0` proves that generation quiescent and no other.

@@ -57,7 +57,7 @@ use crate::agent::error::AgentError;
 use crate::agent::evidence_ledger::{broker_evidence, EvidenceLedger};
 use crate::agent::fence::ControlFence;
 use crate::agent::mcp_gateway::{McpGateway, McpSocket, MCP_SOCKET_NAME};
-use crate::agent::project_sandbox::{ProjectSandbox, SandboxRecord};
+use crate::agent::project_sandbox::{ProjectSandbox, ProjectVolume, SandboxRecord};
 use crate::agent::registry::Registry;
 use crate::agent::runtime::AgentRuntime;
 use crate::agent::state::AgentState;
@@ -291,8 +291,16 @@ impl AgentSupervisor {
             repo.url.clone(),
             repo.branch.clone(),
         );
+        let quota = self.inner.config.project_disk_bytes;
         let sandbox = blocking(move || {
-            ProjectSandbox::open_or_create(&data_dir, &tenant, &proj, &url, branch.as_deref())
+            ProjectSandbox::open_or_create(
+                &data_dir,
+                &tenant,
+                &proj,
+                &url,
+                branch.as_deref(),
+                quota,
+            )
         })
         .await?;
         let sandbox = Arc::new(sandbox);
@@ -381,7 +389,12 @@ impl AgentSupervisor {
             profile.tenant.clone(),
             profile.project.clone(),
         );
+        let quota = self.inner.config.project_disk_bytes;
         let sandbox = blocking(move || {
+            let data_dir = fs::canonicalize(&data_dir)
+                .map_err(|e| WorkerError::io("resolving data dir", &data_dir, e))?;
+            // The record is on the sandbox's volume: mounted again if a reboot unmounted it.
+            ProjectVolume::of(&data_dir, &tenant, &project).remount()?;
             let record_path = data_dir
                 .join("projects")
                 .join(tenant.as_str())
@@ -402,6 +415,7 @@ impl AgentSupervisor {
                 &project,
                 &record.repo_url,
                 record.branch.as_deref(),
+                quota,
             )
         })
         .await?;

@@ -57,7 +57,7 @@ pub(crate) const ATTEMPTS_TRACKED_MAX: usize = 4096;
 pub(crate) struct ProcessRuntimeConfig {
     /// Names this worker's cgroup parent, `<v2 base>/<worker>`; one path component.
     pub(crate) worker: String,
-    /// Where leaves live; detected when unset (cgroup v2 mount, v1 memory/pids fallbacks).
+    /// Where leaves live; detected when unset (cgroup v2 mount, v1 memory/pids/cpu fallbacks).
     pub(crate) cgroup: CgroupRootConfig,
     pub(crate) bwrap: PathBuf,
     /// util-linux `setpriv`, which empties the bounding set inside the boundary; `None`
@@ -446,6 +446,9 @@ impl Runtime for ProcessRuntime {
                 format!("{} does not exist; provision first", handle.id),
             ));
         }
+        // A leaf an older worker provisioned may lack a v1 directory this one uses (the cpu
+        // one): made now, or the shim could not join it.
+        leaf.create().map_err(isolation)?;
         let files = AttemptFiles::new(&spec.dir, spec.attempt);
         self.remember(&leaf, files.clone())?;
         BoundaryNetwork::check_mode(spec.network, self.config.permits())?;

@@ -107,8 +107,12 @@ pub struct WorkerRunArgs {
     /// `disk` (`10Gi`); a task that fills it is stopped.
     #[arg(long, value_name = "SIZE", default_value = "10Gi")]
     pub sandbox_disk: String,
-    /// Run tasks without a disk quota on their directories (quotas loop-mount an image, so a
-    /// worker that is not root refuses to start without this).
+    /// Disk quota of a project's sandbox (`placement: project`: its clone and every agent
+    /// profile's worktree, state and logs); agents that fill it meet "no space left".
+    #[arg(long, value_name = "SIZE", default_value = "20Gi")]
+    pub project_disk: String,
+    /// Run tasks and project sandboxes without a disk quota (quotas loop-mount an image, so
+    /// a worker that is not root refuses to start without this).
     #[arg(long)]
     pub no_disk_quota: bool,
     /// Processes one sandbox may hold.

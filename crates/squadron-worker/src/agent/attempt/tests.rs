@@ -54,6 +54,7 @@ impl Fixture {
             &ProjectId::new("web").unwrap(),
             &repo.url(),
             None,
+            None,
         )
         .unwrap();
         for k in ["alpha", "beta"] {

@@ -27,6 +27,7 @@
 mod clone;
 mod records;
 mod reset;
+mod volume;
 
 use std::fs;
 use std::io::ErrorKind;
@@ -44,6 +45,7 @@ use crate::error::WorkerError;
 use crate::support::{now_ms, remove_path, write_atomic};
 use clone::{clone_bare, open_bare, resolve_base};
 pub(crate) use records::record_reap;
+pub(crate) use volume::ProjectVolume;
 
 /// Directory of `data_dir` holding every project sandbox.
 pub(crate) const PROJECTS_DIR: &str = "projects";
@@ -151,12 +153,15 @@ impl ProjectSandbox {
     /// Opens the sandbox of (tenant, project) under `data_dir`, cloning `repo_url` (bare, into
     /// `repo/.git`) the first time. Idempotent; a second call with another URL or branch is
     /// refused, naming the field. `branch` `None` takes the repository's default branch.
+    /// `quota_bytes`: the whole sandbox lives on a disk quota of that size ([`ProjectVolume`]),
+    /// mounted before anything is written; `None` runs it without one.
     pub(crate) fn open_or_create(
         data_dir: &Path,
         tenant: &TenantId,
         project: &ProjectId,
         repo_url: &str,
         branch: Option<&str>,
+        quota_bytes: Option<u64>,
     ) -> Result<ProjectSandbox, WorkerError> {
         if let Some(branch) = branch {
             if !git2::Reference::is_valid_name(&format!("refs/heads/{branch}")) {
@@ -166,7 +171,7 @@ impl ProjectSandbox {
                 ));
             }
         }
-        let root = make_root(data_dir, tenant, project)?;
+        let root = make_root(data_dir, tenant, project, quota_bytes)?;
         let origin = SandboxOrigin {
             tenant,
             project,
@@ -375,11 +380,12 @@ impl SandboxOrigin<'_> {
 
 /// `{data_dir}/projects/{tenant}/{project}` and its directories, by real path: the
 /// worktrees' `.git` files name the common directory by its real path, and the boundary
-/// shows it at exactly that path.
+/// shows it at exactly that path. With `quota_bytes`, the quota is mounted on the root first.
 fn make_root(
     data_dir: &Path,
     tenant: &TenantId,
     project: &ProjectId,
+    quota_bytes: Option<u64>,
 ) -> Result<PathBuf, WorkerError> {
     check_not_shown(data_dir)?;
     fs::create_dir_all(data_dir).map_err(|e| WorkerError::io("creating", data_dir, e))?;
@@ -396,6 +402,9 @@ fn make_root(
             "data_dir",
             format!("sandbox path {sandbox_ref} is longer than {DESCRIPTOR_BYTES_MAX} bytes"),
         ));
+    }
+    if let Some(bytes) = quota_bytes {
+        ProjectVolume::of(&data_dir, tenant, project).ensure(bytes)?;
     }
     for dir in [
         root.join(REPO_DIR),

@@ -22,7 +22,7 @@ fn key(name: &str) -> ProfileKey {
 }
 
 fn open(data: &Path, repo: &SourceRepo) -> ProjectSandbox {
-    ProjectSandbox::open_or_create(data, &tenant(), &project(), &repo.url(), None).unwrap()
+    ProjectSandbox::open_or_create(data, &tenant(), &project(), &repo.url(), None, None).unwrap()
 }
 
 fn evidence(cgroup: &str, populated: bool) -> ReapEvidence {
@@ -144,6 +144,7 @@ fn a_branch_is_the_base_and_another_url_or_branch_is_refused() {
         &project(),
         &repo.file_url(),
         Some("feature"),
+        None,
     )
     .unwrap();
     assert_eq!(sandbox.record().base_commit, repo.feature_head);
@@ -157,15 +158,22 @@ fn a_branch_is_the_base_and_another_url_or_branch_is_refused() {
         &project(),
         &other.file_url(),
         Some("feature"),
+        None,
     )
     .unwrap_err()
     .to_string();
     assert!(err.contains("invalid repository.url"), "{err}");
     assert!(!err.contains(&other.url()), "the url leaked: {err}");
-    let err =
-        ProjectSandbox::open_or_create(data.path(), &tenant(), &project(), &repo.file_url(), None)
-            .unwrap_err()
-            .to_string();
+    let err = ProjectSandbox::open_or_create(
+        data.path(),
+        &tenant(),
+        &project(),
+        &repo.file_url(),
+        None,
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("invalid branch"), "{err}");
 
     let err = ProjectSandbox::open_or_create(
@@ -174,6 +182,7 @@ fn a_branch_is_the_base_and_another_url_or_branch_is_refused() {
         &ProjectId::new("other").unwrap(),
         &repo.url(),
         Some("no-such-branch"),
+        None,
     )
     .unwrap_err()
     .to_string();
@@ -184,7 +193,7 @@ fn a_branch_is_the_base_and_another_url_or_branch_is_refused() {
 fn system_directories_and_foreign_worktree_directories_are_refused() {
     let repo = SourceRepo::new();
     let shown = Path::new("/usr/share/squadron-test-never-created");
-    let err = ProjectSandbox::open_or_create(shown, &tenant(), &project(), &repo.url(), None)
+    let err = ProjectSandbox::open_or_create(shown, &tenant(), &project(), &repo.url(), None, None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -315,4 +324,113 @@ fn reset_demands_proof_for_the_last_started_generation_only() {
         git(&paths.worktree, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
         "squadron/alpha"
     );
+}
+
+/// Unmounts (lazily) whatever is mounted at the path when dropped, so a failing test leaves no
+/// loop mount behind and its temporary directory can go.
+struct MountGuard(std::path::PathBuf);
+
+impl Drop for MountGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .output();
+    }
+}
+
+fn mounted(dir: &Path) -> bool {
+    squadron_isolation::secret_tmpfs::is_mount_point(dir).unwrap_or(false)
+}
+
+/// The whole sandbox lives on its disk quota: a worktree written without end meets "no space
+/// left" at the quota (the host's disk holds no more than the image's size), the volume says
+/// it is used up, and after a reboot's lost mount the next opening mounts it again with the
+/// sandbox's files. A sandbox made before quotas keeps its files and gets none.
+#[test]
+fn a_sandbox_lives_on_its_disk_quota_and_a_lost_mount_comes_back() {
+    if !crate::task::task_volume::may_mount() {
+        panic!("this test loop-mounts an image: run it as root");
+    }
+    let repo = SourceRepo::new();
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = fs::canonicalize(data.path()).unwrap();
+    let quota = squadron_isolation::disk_quota::QUOTA_BYTES_MIN;
+    let root = data_dir.join(PROJECTS_DIR).join("acme").join("web");
+    let _guard = MountGuard(root.clone());
+    let open_with_quota = || {
+        ProjectSandbox::open_or_create(
+            &data_dir,
+            &tenant(),
+            &project(),
+            &repo.url(),
+            None,
+            Some(quota),
+        )
+    };
+    let sandbox = open_with_quota().unwrap();
+    assert_eq!(sandbox.root(), root);
+    assert!(mounted(&root), "{} is not a mount point", root.display());
+    let volume = ProjectVolume::of(&data_dir, &tenant(), &project());
+    assert!(!volume.exhausted());
+    let paths = sandbox.ensure_profile(&key("alpha")).unwrap();
+    assert!(paths.worktree.join("README.md").exists());
+
+    // Root writes past the quota and its headroom too: the image's size is the bound.
+    let big = paths.worktree.join("big.bin");
+    let mut file = fs::File::create(&big).unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    let full = (0..64).find_map(|_| {
+        std::io::Write::write_all(&mut file, &chunk)
+            .and_then(|()| file.sync_data())
+            .err()
+    });
+    let err = full.expect("64 MiB fit a 16 MiB quota");
+    assert_eq!(err.raw_os_error(), Some(28), "not ENOSPC: {err}");
+    drop(file);
+    assert!(volume.exhausted());
+    let image = data_dir.join("volumes/projects/acme/web.img");
+    let held = std::os::unix::fs::MetadataExt::blocks(&fs::metadata(&image).unwrap()) * 512;
+    assert!(
+        held <= quota + squadron_isolation::disk_quota::QUOTA_HEADROOM_BYTES,
+        "the image holds {held} bytes of the host's disk"
+    );
+    fs::remove_file(&big).unwrap();
+
+    // A reboot unmounts it: the sandbox's files are out of sight until it is mounted again.
+    let out = std::process::Command::new("umount")
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!root.join(SANDBOX_RECORD_NAME).exists());
+    ProjectVolume::remount_all(&data_dir);
+    assert!(mounted(&root));
+    let again = open_with_quota().unwrap();
+    assert_eq!(again.record(), sandbox.record());
+    assert!(again.has_worktree(&key("alpha")));
+
+    // Made before quotas: its files stay in view, and it runs without one.
+    let legacy = ProjectSandbox::open_or_create(
+        &data_dir,
+        &tenant(),
+        &ProjectId::new("legacy").unwrap(),
+        &repo.url(),
+        None,
+        None,
+    )
+    .unwrap();
+    let legacy_root = legacy.root().to_path_buf();
+    let _legacy_guard = MountGuard(legacy_root.clone());
+    let reopened = ProjectSandbox::open_or_create(
+        &data_dir,
+        &tenant(),
+        &ProjectId::new("legacy").unwrap(),
+        &repo.url(),
+        None,
+        Some(quota),
+    )
+    .unwrap();
+    assert!(!mounted(&legacy_root));
+    assert_eq!(reopened.record(), legacy.record());
 }

@@ -1,0 +1,122 @@
+//! The disk quota of a project sandbox: the whole of `{data_dir}/projects/{tenant}/{project}`
+//! (the bare clone, every profile's worktree, state and logs, the launch files) is a
+//! loop-mounted ext4 image of the quota's size (`squadron_isolation::disk_quota`), so agents
+//! that write without end meet `ENOSPC` and the host keeps its free space. The image lives
+//! beside the tasks' ones, in `{data_dir}/volumes/projects/{tenant}/{project}.img`, for as long
+//! as the sandbox does; a worker start mounts the images a reboot unmounted.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use squadron_core::ids::{ProjectId, TenantId};
+use squadron_isolation::disk_quota::DiskQuota;
+
+use crate::error::WorkerError;
+use crate::task::task_volume::VOLUMES_DIR;
+
+use super::PROJECTS_DIR;
+
+/// Beneath the worker's volumes directory: one image per project sandbox.
+const PROJECT_VOLUMES_DIR: &str = "projects";
+/// Most tenants and projects per tenant a start-up remount walks.
+const REMOUNT_ENTRIES_MAX: usize = 100_000;
+
+#[derive(Debug, Clone)]
+pub(crate) struct ProjectVolume {
+    quota: DiskQuota,
+}
+
+impl ProjectVolume {
+    /// The volume of (tenant, project) under `data_dir` (resolved, as the sandbox's root is).
+    pub(crate) fn of(data_dir: &Path, tenant: &TenantId, project: &ProjectId) -> Self {
+        let image = data_dir
+            .join(VOLUMES_DIR)
+            .join(PROJECT_VOLUMES_DIR)
+            .join(tenant.as_str())
+            .join(format!("{}.img", project.as_str()));
+        let root = data_dir
+            .join(PROJECTS_DIR)
+            .join(tenant.as_str())
+            .join(project.as_str());
+        Self {
+            quota: DiskQuota::new(image, root),
+        }
+    }
+
+    /// Mounts the quota on the sandbox's root, making the image the first time; a mounted
+    /// volume is left as it is. A sandbox made before quotas existed (its root holds files
+    /// and it has no image) keeps its files and runs without one: mounting an empty image
+    /// over them would hide the clone and every worktree.
+    pub(crate) fn ensure(&self, quota_bytes: u64) -> Result<(), WorkerError> {
+        if self.quota.is_mounted().map_err(quota_error)? {
+            return Ok(());
+        }
+        if !self.image().exists() && holds_entries(self.quota.mount_point()) {
+            tracing::warn!(
+                sandbox = %self.quota.mount_point().display(),
+                "a project sandbox made without a disk quota keeps running without one"
+            );
+            return Ok(());
+        }
+        self.quota.ensure(quota_bytes).map_err(quota_error)
+    }
+
+    /// Mounts an existing image whose mount is gone (the host rebooted); no image, no-op.
+    pub(crate) fn remount(&self) -> Result<(), WorkerError> {
+        if !self.image().exists() {
+            return Ok(());
+        }
+        self.quota.remount().map_err(quota_error)
+    }
+
+    /// Whether the agents used the quota up (`false` without a mounted quota).
+    pub(crate) fn exhausted(&self) -> bool {
+        matches!(self.quota.is_mounted(), Ok(true)) && matches!(self.quota.exhausted(), Ok(true))
+    }
+
+    /// At worker start: mounts every project image whose mount is gone. Failures are logged;
+    /// that sandbox's next use tries again and reports its own error.
+    pub(crate) fn remount_all(data_dir: &Path) {
+        let images = data_dir.join(VOLUMES_DIR).join(PROJECT_VOLUMES_DIR);
+        for tenant in names(&images) {
+            let Ok(tenant) = TenantId::new(tenant) else {
+                continue;
+            };
+            for image in names(&images.join(tenant.as_str())) {
+                let project = image.strip_suffix(".img").map(ProjectId::new);
+                let Some(Ok(project)) = project else {
+                    continue;
+                };
+                let volume = ProjectVolume::of(data_dir, &tenant, &project);
+                if let Err(e) = volume.remount() {
+                    tracing::error!(%tenant, %project, error = %e, "cannot mount a project volume again");
+                }
+            }
+        }
+    }
+
+    fn image(&self) -> PathBuf {
+        self.quota.image().to_path_buf()
+    }
+}
+
+/// Whether `dir` exists and holds anything.
+fn holds_entries(dir: &Path) -> bool {
+    fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+}
+
+/// The UTF-8 names in `dir`, at most [`REMOUNT_ENTRIES_MAX`]; none when it cannot be read.
+fn names(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .take(REMOUNT_ENTRIES_MAX)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect()
+}
+
+fn quota_error(e: squadron_isolation::error::IsolationError) -> WorkerError {
+    WorkerError::DiskQuota(e.to_string())
+}
