@@ -31,6 +31,10 @@ pub const SANDBOX_PIDS_DEFAULT: u64 = 4_096;
 /// The disk quota of a task's directory (its clone, outputs and logs) where the manifest sets
 /// no `disk`. The image is sparse: only what a task writes costs host space.
 pub const SANDBOX_DISK_BYTES_DEFAULT: u64 = 10 * 1024 * 1024 * 1024;
+/// Longest host name `--egress-allow` takes (DNS's limit).
+pub const HOST_NAME_BYTES_MAX: usize = 253;
+/// Most addresses one `--egress-allow` host name adds.
+pub const EGRESS_ALLOW_ADDRESSES_PER_HOST_MAX: usize = 64;
 /// A project sandbox's disk quota where the operator sets none: up to four agents' worktrees.
 pub const PROJECT_DISK_BYTES_DEFAULT: u64 = 20 * 1024 * 1024 * 1024;
 /// Bounds of those defaults.
@@ -283,8 +287,9 @@ impl WorkerConfig {
         Ok(deny)
     }
 
-    /// The allow list of `outbound` sandboxes (`egress_allow`: IPv4 networks or single
-    /// addresses); `None` when it is empty, so every destination not denied is open.
+    /// The allow list of `outbound` sandboxes (`egress_allow`: IPv4 networks, single
+    /// addresses, or host names resolved now to their IPv4 addresses); `None` when it is empty,
+    /// so every destination not denied is open.
     pub(crate) fn egress_allow_networks(
         &self,
     ) -> Result<Option<Vec<ipnet::Ipv4Net>>, crate::WorkerError> {
@@ -301,15 +306,17 @@ impl WorkerConfig {
         }
         let mut allow = Vec::new();
         for entry in &self.egress_allow {
-            let net = match entry.parse::<std::net::Ipv4Addr>() {
-                Ok(address) => ipnet::Ipv4Net::from(address),
-                Err(_) => entry.parse::<ipnet::Ipv4Net>().map_err(|e| {
-                    bad(format!(
-                        "{entry:?} is not an IPv4 network (a.b.c.d/n) or address: {e}"
-                    ))
-                })?,
-            };
-            allow.push(net.trunc());
+            if let Ok(address) = entry.parse::<std::net::Ipv4Addr>() {
+                allow.push(ipnet::Ipv4Net::from(address));
+            } else if let Ok(net) = entry.parse::<ipnet::Ipv4Net>() {
+                allow.push(net.trunc());
+            } else if entry.contains('/') || entry.chars().all(|c| c.is_ascii_digit() || c == '.') {
+                return Err(bad(format!(
+                    "{entry:?} is not an IPv4 network (a.b.c.d/n), address or host name"
+                )));
+            } else {
+                allow.extend(resolve_allowed_host(entry).map_err(bad)?);
+            }
         }
         allow.sort();
         allow.dedup();
@@ -400,9 +407,97 @@ impl WorkerConfig {
     }
 }
 
+/// A host name of `--egress-allow`, resolved by the system's resolver to its IPv4 addresses
+/// (each a /32), once, when the worker reads its configuration: an `outbound` sandbox reaches
+/// what the name meant then, until the worker restarts. Names that change address often
+/// (CDNs) belong in `--gateway-allow`, whose proxy resolves each connection.
+fn resolve_allowed_host(name: &str) -> Result<Vec<ipnet::Ipv4Net>, String> {
+    use std::net::ToSocketAddrs;
+    let valid = !name.is_empty()
+        && name.len() <= HOST_NAME_BYTES_MAX
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if !valid {
+        let hint = if name.starts_with("*.") {
+            " (subdomain patterns are --gateway-allow's)"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "{name:?} is not an IPv4 network (a.b.c.d/n), address or host name{hint}"
+        ));
+    }
+    let addresses = (name, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("{name:?} does not resolve: {e}"))?;
+    let mut nets: Vec<ipnet::Ipv4Net> = addresses
+        .filter_map(|a| match a.ip() {
+            std::net::IpAddr::V4(v4) => Some(ipnet::Ipv4Net::from(v4)),
+            std::net::IpAddr::V6(_) => None,
+        })
+        .take(EGRESS_ALLOW_ADDRESSES_PER_HOST_MAX)
+        .collect();
+    nets.sort();
+    nets.dedup();
+    if nets.is_empty() {
+        return Err(format!("{name:?} resolves to no IPv4 address"));
+    }
+    tracing::info!(host = name, addresses = ?nets, "--egress-allow host name resolved");
+    Ok(nets)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--egress-allow` takes host names beside networks and addresses: a name is resolved
+    /// to its IPv4 addresses (`localhost` is in every Debian's /etc/hosts); a name that does
+    /// not resolve, a subdomain pattern or a malformed network is refused naming the field.
+    #[test]
+    fn egress_allow_resolves_host_names_and_names_the_field_when_bad() {
+        let listen: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let config = |entries: &[&str]| {
+            let mut c = WorkerConfig::new(
+                WorkerId::new("w").unwrap(),
+                vec!["https://x".into()],
+                "/data".into(),
+                listen,
+            );
+            c.egress_allow = entries.iter().map(|e| e.to_string()).collect();
+            c
+        };
+        let allow = config(&["localhost", "192.0.2.7", "198.51.100.0/24"])
+            .egress_allow_networks()
+            .unwrap()
+            .unwrap();
+        let shown: Vec<String> = allow.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["127.0.0.1/32", "192.0.2.7/32", "198.51.100.0/24"]);
+        for bad in [
+            "no-such-host.invalid",
+            "*.github.com",
+            "300.1.2.3",
+            "198.51.100.0/33",
+            "exa mple.com",
+        ] {
+            let e = config(&[bad])
+                .egress_allow_networks()
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("egress_allow") && e.contains(bad), "{bad}: {e}");
+        }
+        let e = config(&["*.github.com"])
+            .egress_allow_networks()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--gateway-allow"), "{e}");
+    }
 
     #[test]
     fn a_sandbox_without_limits_gets_the_worker_s_defaults() {

@@ -122,10 +122,12 @@ pub struct WorkerRunArgs {
     /// loopback, link-local, other sandboxes and the control endpoints.
     #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub egress_deny: Vec<String>,
-    /// The only IPv4 networks (CIDR) or addresses `outbound` sandboxes may open connections
-    /// to; the deny list and the always-denied ranges still win. Unset: anywhere not denied.
+    /// The only IPv4 networks (CIDR), addresses or host names `outbound` sandboxes may open
+    /// connections to; the deny list and the always-denied ranges still win. A host name is
+    /// resolved to its IPv4 addresses when the worker starts (restart it to follow a change;
+    /// names whose addresses rotate belong in --gateway-allow). Unset: anywhere not denied.
     /// Name servers are not added: list them if sandboxes resolve names.
-    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    #[arg(long, value_name = "CIDR|HOST", value_delimiter = ',')]
     pub egress_allow: Vec<String>,
     /// Let manifests use `network_mode: full` (the host's own network); refused otherwise.
     #[arg(long)]
