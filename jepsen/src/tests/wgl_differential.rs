@@ -1,9 +1,12 @@
 //! The WGL search against a brute-force checker (issue 17 item 6): on thousands of random
-//! small histories of the CAS register and of the lease register — about half of them made
-//! wrong on purpose — both must give the same verdict. The brute force tries every order of
+//! small histories of the CAS register, of the lease register and of a project's shared
+//! slots over several profiles' leases — about half of them made wrong on purpose — both must
+//! give the same verdict. The brute force tries every order of
 //! the operations that respects real time (an operation that returned before another was
 //! called comes first), with each operation of unknown outcome either placed after its call
 //! or left out, and accepts when the model accepts one of them.
+
+use std::collections::BTreeMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -11,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use crate::model::Model;
 use crate::model_cas::{CasRegister, CasState, CasStep};
 use crate::model_lease::{LeaseRegister, LeaseState, LeaseStep};
+use crate::model_project::{ProjectCapacity, ProjectStep};
 use crate::wgl::{TimedStep, Verdict, WglSearch};
 
 /// Histories per model.
@@ -77,6 +81,21 @@ fn intervals(rng: &mut StdRng, n: usize) -> Vec<(f64, f64, f64)> {
             let invoke = rng.gen_range(0.0..10.0);
             let complete = invoke + rng.gen_range(0.1..4.0);
             (invoke, complete, rng.gen_range(invoke..complete))
+        })
+        .collect()
+}
+
+/// Each step run at operation `i`, timed by `times[i]`; an unknown outcome has no return.
+fn timed<S>(steps: Vec<Option<(S, bool)>>, times: &[(f64, f64, f64)]) -> Vec<TimedStep<S>> {
+    steps
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.map(|s| (i, s)))
+        .map(|(i, (step, unknown))| TimedStep {
+            id: i,
+            step,
+            invoke_ms: times[i].0,
+            complete_ms: (!unknown).then_some(times[i].1),
         })
         .collect()
 }
@@ -170,17 +189,7 @@ fn lease_history(rng: &mut StdRng) -> Vec<TimedStep<LeaseStep>> {
         state = next;
         steps[i] = Some((step, unknown));
     }
-    let mut ops: Vec<TimedStep<LeaseStep>> = steps
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, s)| s.map(|s| (i, s)))
-        .map(|(i, (step, unknown))| TimedStep {
-            id: i,
-            step,
-            invoke_ms: times[i].0,
-            complete_ms: (!unknown).then_some(times[i].1),
-        })
-        .collect();
+    let mut ops = timed(steps, &times);
     if rng.gen_bool(0.5) {
         let i = rng.gen_range(0..ops.len());
         ops[i].step = falsified(&ops[i].step);
@@ -236,6 +245,79 @@ fn lease_step(rng: &mut StdRng, s: LeaseState) -> (LeaseStep, LeaseState, bool) 
             }
         }
     }
+}
+
+/// Slots of the project histories: fewer than the profiles, so admission refuses often.
+const PROJECT_SLOTS: u64 = 1;
+/// Profiles of the project histories.
+const PROJECT_PROFILES: u64 = 3;
+
+/// A project's history: lease operations on random profiles, run against the shared slots
+/// (an acquisition beyond them refused `capacity_full` with the true `held`), then, about half
+/// the time, one outcome or one reported `held` made wrong.
+fn project_history(rng: &mut StdRng) -> Vec<TimedStep<ProjectStep>> {
+    let n = rng.gen_range(1..=OPS_MAX);
+    let times = intervals(rng, n);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let mut state: BTreeMap<u64, LeaseState> = BTreeMap::new();
+    let mut steps: Vec<Option<(ProjectStep, bool)>> = vec![None; n];
+    for i in order {
+        let profile = rng.gen_range(0..PROJECT_PROFILES);
+        let live = state.values().filter(|s| s.live).count() as u64;
+        let current = state
+            .get(&profile)
+            .copied()
+            .unwrap_or_else(|| LeaseRegister.init());
+        // Half the time a free profile asks while the slots are full: refusals to judge.
+        let (step, next, unknown) = if live >= PROJECT_SLOTS && !current.live && rng.gen_bool(0.5) {
+            let expected = current.generation;
+            let granted = Some(expected + 1);
+            (LeaseStep::Acquire { expected, granted }, current, false)
+        } else {
+            lease_step(rng, current)
+        };
+        let (step, next, unknown, held) = match step {
+            LeaseStep::Acquire { expected, .. } | LeaseStep::AcquireCapacityFull { expected }
+                if live >= PROJECT_SLOTS =>
+            {
+                let full = LeaseStep::AcquireCapacityFull { expected };
+                (full, current, false, Some(live))
+            }
+            // A refusal the register drew at random is a grant while a slot is free.
+            LeaseStep::AcquireCapacityFull { expected } => {
+                let grant = LeaseStep::Acquire {
+                    expected,
+                    granted: Some(expected + 1),
+                };
+                let held = LeaseState {
+                    generation: expected + 1,
+                    live: true,
+                };
+                (grant, held, false, None)
+            }
+            other => (other, next, unknown, None),
+        };
+        state.insert(profile, next);
+        steps[i] = Some((
+            ProjectStep {
+                profile,
+                step,
+                held,
+            },
+            unknown,
+        ));
+    }
+    let mut ops = timed(steps, &times);
+    if rng.gen_bool(0.5) {
+        let i = rng.gen_range(0..ops.len());
+        let op = &mut ops[i].step;
+        match op.held {
+            Some(held) if rng.gen_bool(0.5) => op.held = Some(held + 1),
+            _ => op.step = falsified(&op.step),
+        }
+    }
+    ops
 }
 
 /// The step with its outcome made wrong.
@@ -303,6 +385,32 @@ fn wgl_agrees_with_brute_force_on_random_lease_histories() {
     assert!(
         (HISTORIES / 5..HISTORIES * 4 / 5).contains(&valid),
         "{valid} of {HISTORIES} linearizable"
+    );
+}
+
+#[test]
+fn wgl_agrees_with_brute_force_on_random_project_histories() {
+    let model = ProjectCapacity {
+        max_active: PROJECT_SLOTS,
+    };
+    let (mut valid, mut refused) = (0, 0);
+    for seed in 0..HISTORIES {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5107);
+        let ops = project_history(&mut rng);
+        refused += ops
+            .iter()
+            .filter(|op| matches!(op.step.step, LeaseStep::AcquireCapacityFull { .. }))
+            .count();
+        valid += u64::from(agree(&model, &ops, seed));
+    }
+    assert!(
+        (HISTORIES / 5..HISTORIES * 4 / 5).contains(&valid),
+        "{valid} of {HISTORIES} linearizable"
+    );
+    // The shared slots were full often enough for their refusals to be judged.
+    assert!(
+        refused as u64 > HISTORIES / 10,
+        "{refused} capacity_full refusals"
     );
 }
 
