@@ -1,7 +1,7 @@
 //! The WGL search against a brute-force checker (issue 17 item 6): on thousands of random
-//! small histories of the CAS register, of the lease register and of a project's shared
-//! slots over several profiles' leases — about half of them made wrong on purpose — both must
-//! give the same verdict. The brute force tries every order of
+//! small histories of the CAS register, of the lease register, of a project's shared slots
+//! over several profiles' leases and of a task's lifecycle — about half of them made wrong on
+//! purpose — both must give the same verdict. The brute force tries every order of
 //! the operations that respects real time (an operation that returned before another was
 //! called comes first), with each operation of unknown outcome either placed after its call
 //! or left out, and accepts when the model accepts one of them.
@@ -15,7 +15,9 @@ use crate::model::Model;
 use crate::model_cas::{CasRegister, CasState, CasStep};
 use crate::model_lease::{LeaseRegister, LeaseState, LeaseStep};
 use crate::model_project::{ProjectCapacity, ProjectStep};
+use crate::model_task::{is_legal, TaskLifecycle, TaskStep};
 use crate::wgl::{TimedStep, Verdict, WglSearch};
+use squadron_core::task::TaskState;
 
 /// Histories per model.
 const HISTORIES: u64 = 3_000;
@@ -320,6 +322,67 @@ fn project_history(rng: &mut StdRng) -> Vec<TimedStep<ProjectStep>> {
     ops
 }
 
+/// A task's history: reads and worker reports in a true run of the lifecycle, the scheduler's
+/// assignment (PENDING → STAGING, no operation of its own) at a random point, reports mostly
+/// from the state the task is in and to its next step, then (about half the time) one answer
+/// made wrong.
+fn task_history(rng: &mut StdRng) -> Vec<TimedStep<TaskStep>> {
+    let n = rng.gen_range(1..=OPS_MAX);
+    let times = intervals(rng, n);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let mut state = TaskLifecycle.init();
+    let mut steps: Vec<Option<(TaskStep, bool)>> = vec![None; n];
+    let any = |rng: &mut StdRng| TaskState::ALL[rng.gen_range(0..TaskState::ALL.len())];
+    for i in order {
+        if state == TaskState::Pending && rng.gen_bool(0.5) {
+            state = TaskState::Staging;
+        }
+        let step = if rng.gen_bool(0.3) {
+            (TaskStep::Read(state), false)
+        } else {
+            let from = if rng.gen_bool(0.7) { state } else { any(rng) };
+            let next = TaskState::ALL
+                .into_iter()
+                .filter(|to| is_legal(from, *to))
+                .nth(rng.gen_range(0..3));
+            let to = match next {
+                Some(to) if rng.gen_bool(0.8) => to,
+                _ => any(rng),
+            };
+            if state == TaskState::Pending {
+                (TaskStep::NotOwner, false)
+            } else if from != state {
+                let current = Some(state);
+                (TaskStep::Stale { from, current }, false)
+            } else if is_legal(from, to) {
+                state = to;
+                (TaskStep::Move { from, to }, rng.gen_bool(0.2))
+            } else {
+                (TaskStep::Illegal { from, to }, false)
+            }
+        };
+        steps[i] = Some(step);
+    }
+    let mut ops = timed(steps, &times);
+    if rng.gen_bool(0.5) {
+        let i = rng.gen_range(0..ops.len());
+        ops[i].step = match ops[i].step {
+            TaskStep::Read(seen) => TaskStep::Read(
+                TaskState::ALL
+                    .into_iter()
+                    .find(|s| *s != seen && rng.gen_bool(0.3))
+                    .unwrap_or(TaskState::Cancelled),
+            ),
+            TaskStep::Move { from, to } => TaskStep::Illegal { from, to },
+            TaskStep::Illegal { from, to } => TaskStep::Move { from, to },
+            TaskStep::Stale { from, .. } => TaskStep::Move { from, to: any(rng) },
+            TaskStep::NotOwner => TaskStep::Read(TaskState::Running),
+        };
+    }
+    ops
+}
+
 /// The step with its outcome made wrong.
 fn falsified(step: &LeaseStep) -> LeaseStep {
     match step.clone() {
@@ -411,6 +474,35 @@ fn wgl_agrees_with_brute_force_on_random_project_histories() {
     assert!(
         refused as u64 > HISTORIES / 10,
         "{refused} capacity_full refusals"
+    );
+}
+
+#[test]
+fn wgl_agrees_with_brute_force_on_random_task_histories() {
+    let mut valid = 0;
+    let mut kinds = [0usize; 4];
+    for seed in 0..HISTORIES {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x7a5c);
+        let ops = task_history(&mut rng);
+        for op in &ops {
+            match op.step {
+                TaskStep::Move { .. } => kinds[0] += 1,
+                TaskStep::Stale { .. } => kinds[1] += 1,
+                TaskStep::Illegal { .. } => kinds[2] += 1,
+                TaskStep::NotOwner => kinds[3] += 1,
+                TaskStep::Read(_) => {}
+            }
+        }
+        valid += u64::from(agree(&TaskLifecycle, &ops, seed));
+    }
+    assert!(
+        (HISTORIES / 5..HISTORIES * 4 / 5).contains(&valid),
+        "{valid} of {HISTORIES} linearizable"
+    );
+    // Every kind of answer was judged in numbers.
+    assert!(
+        kinds.iter().all(|k| *k > 200),
+        "moves, stale, illegal, not owner: {kinds:?}"
     );
 }
 
