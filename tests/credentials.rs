@@ -313,3 +313,35 @@ fn revoke(url: &str, credential: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The secret scans read files through their data only (a project volume is a 20 GiB sparse
+/// image): a value in a written extent far into a sparse file is found, also one that straddles
+/// two of the pieces it is read in, and a file of only holes and other bytes holds none.
+#[test]
+fn the_secret_scan_reads_sparse_files_by_their_data_and_across_pieces() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let needle = b"sk-scan-needle-0123456789";
+    let path = dir.path().join("image.img");
+    let mut file = std::fs::File::create(&path).expect("create");
+    file.set_len(4 << 30).expect("a 4 GiB sparse file");
+    file.seek(SeekFrom::Start(1 << 30)).expect("seek");
+    file.write_all(&vec![b'x'; 16 << 20])
+        .expect("an extent of other bytes");
+    file.sync_all().expect("sync");
+    assert!(!file_holds(&path, needle));
+    // Across the 8 MiB pieces the extent is read in.
+    let straddle = (1 << 30) + (8 << 20) - 10;
+    file.seek(SeekFrom::Start(straddle)).expect("seek");
+    file.write_all(needle).expect("write");
+    file.sync_all().expect("sync");
+    assert!(file_holds(&path, needle));
+    // Alone, in an extent of its own far into the file.
+    let lone = dir.path().join("lone.img");
+    let mut file = std::fs::File::create(&lone).expect("create");
+    file.set_len(4 << 30).expect("sparse");
+    file.seek(SeekFrom::Start(3 << 30)).expect("seek");
+    file.write_all(needle).expect("write");
+    file.sync_all().expect("sync");
+    assert!(file_holds(&lone, needle));
+}

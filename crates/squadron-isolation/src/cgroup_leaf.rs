@@ -198,12 +198,19 @@ impl CgroupLeaf {
                 // v1 refuses a quota above a limited ancestor's (v2 just caps it): the worker
                 // itself may run under one (systemd's CPUQuota, a container's --cpus).
                 let quota = v1_cpu_ceiling_us(dir).map_or(quota, |ceiling| quota.min(ceiling));
-                write_limit(
-                    applied,
-                    dir.join("cpu.cfs_period_us"),
-                    CPU_PERIOD_US.to_string(),
-                )?;
-                write_limit(applied, dir.join("cpu.cfs_quota_us"), quota.to_string())
+                let period = dir.join("cpu.cfs_period_us");
+                let written =
+                    write_limit(applied, period, CPU_PERIOD_US.to_string()).and_then(|()| {
+                        write_limit(applied, dir.join("cpu.cfs_quota_us"), quota.to_string())
+                    });
+                // Refused all the same (below v1's 1 ms minimum, or an ancestor this process
+                // cannot see): the sandbox runs without it, reported, rather than not at all.
+                if let Err(e) = written {
+                    applied.unavailable.push(format!(
+                        "cpu limit {cpus} cpus: the v1 cpu hierarchy refused it: {e}"
+                    ));
+                }
+                Ok(())
             }
             None => {
                 applied.unavailable.push(format!(
@@ -480,7 +487,10 @@ mod tests {
         let unlimited = tmp.path().join("other/leaf");
         cpu_dir(&tmp.path().join("other"), -1, 100_000);
         assert_eq!(v1_cpu_ceiling_us(&unlimited), None);
-        // Above the mount there are no cpu files: nothing beyond it is read.
-        assert_eq!(v1_cpu_ceiling_us(&tmp.path().join("nowhere/leaf")), None);
+        // The walk stops at the first level without cpu files (the mount's edge): a limit
+        // above it is not the hierarchy's.
+        let outer = tmp.path().join("outer");
+        cpu_dir(&outer, 10_000, 100_000);
+        assert_eq!(v1_cpu_ceiling_us(&outer.join("gap/leaf")), None);
     }
 }

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rustix::mount::{unmount, UnmountFlags};
+use rustix::mount::{mount_bind, unmount, UnmountFlags};
 
 use crate::error::IsolationError;
 use crate::sandbox_network::run;
@@ -37,6 +37,8 @@ const FSCK: &str = "/usr/sbin/e2fsck";
 pub struct DiskQuota {
     image: PathBuf,
     mount: PathBuf,
+    /// Whether a new image gets a journal (see [`DiskQuota::journaled`]).
+    journal: bool,
 }
 
 impl DiskQuota {
@@ -44,7 +46,24 @@ impl DiskQuota {
         Self {
             image: image.into(),
             mount: mount.into(),
+            journal: false,
         }
+    }
+
+    /// A new image gets a journal: for a volume that holds long-lived data through host
+    /// crashes (a project's clone and worktrees), which a journal-less filesystem may come
+    /// back from needing a repair `e2fsck -p` refuses. A task's short-lived volume goes
+    /// without (less to write; it is copied out and deleted at the task's end).
+    pub fn journaled(mut self) -> Self {
+        self.journal = true;
+        self
+    }
+
+    /// The quota an existing image was made with (its size less the root headroom).
+    pub fn made_bytes(&self) -> Result<u64, IsolationError> {
+        let meta = std::fs::metadata(&self.image)
+            .map_err(|e| IsolationError::io("inspect", &self.image, e))?;
+        Ok(meta.len().saturating_sub(QUOTA_HEADROOM_BYTES))
     }
 
     /// The image file holding the filesystem.
@@ -98,7 +117,16 @@ impl DiskQuota {
         let mount = path_text(&self.mount)?;
         run(
             Path::new(MOUNT),
-            &["-t", "ext4", "-o", "loop,nosuid,nodev", image, mount],
+            // `discard`: a deleted file's blocks are punched out of the sparse image, so the
+            // host gets its space back while the volume lives on.
+            &[
+                "-t",
+                "ext4",
+                "-o",
+                "loop,nosuid,nodev,discard",
+                image,
+                mount,
+            ],
             None,
         )?;
         Ok(())
@@ -120,13 +148,18 @@ impl DiskQuota {
         // mke2fs reads `-m` as a (fractional) percentage of the blocks.
         let reserved = format!("{:.4}", QUOTA_HEADROOM_BYTES as f64 * 100.0 / total as f64);
         let target = path_text(&partial)?;
+        let journal = if self.journal {
+            "has_journal"
+        } else {
+            "^has_journal"
+        };
         run(
             Path::new(MKFS),
             &[
                 "-q",
                 "-F",
                 "-O",
-                "^has_journal",
+                journal,
                 "-E",
                 "lazy_itable_init=1,root_owner=0:0",
                 "-m",
@@ -189,6 +222,18 @@ impl DiskQuota {
             Err(e) => Err(IsolationError::io("remove", &self.image, e)),
         }
     }
+}
+
+/// Shows `source` (a directory outside any quota) at `target` inside a quota's mount, so what
+/// is written there counts against the host instead: the worker's own records, which must be
+/// writable when the sandbox has filled its volume. A no-op when `target` is a mount already.
+pub fn bind_outside(source: &Path, target: &Path) -> Result<(), IsolationError> {
+    std::fs::create_dir_all(source).map_err(|e| IsolationError::io("create", source, e))?;
+    std::fs::create_dir_all(target).map_err(|e| IsolationError::io("create", target, e))?;
+    if is_mount_point(target)? {
+        return Ok(());
+    }
+    mount_bind(source, target).map_err(|e| IsolationError::io("bind-mount on", target, e.into()))
 }
 
 fn path_text(p: &Path) -> Result<&str, IsolationError> {

@@ -72,14 +72,12 @@ impl AgentSupervisor {
     /// ended because of it (its writes met "no space left"): the log says so, naming the
     /// quota, so the operator is not left with a bare exit code.
     async fn name_a_full_disk(&self, project: &ProjectKey, profile: ProfileId) {
-        let Some(quota) = self.inner.config.project_disk_bytes else {
+        if self.inner.config.project_disk_bytes.is_none() {
             return;
-        };
+        }
         let volume = ProjectVolume::of(&self.inner.data_dir, &project.0, &project.1);
-        if blocking(move || Ok(volume.exhausted()))
-            .await
-            .unwrap_or(false)
-        {
+        // The image's own size: a raised --project-disk applies to new sandboxes only.
+        if let Ok(Some(quota)) = blocking(move || Ok(volume.exhausted())).await {
             tracing::warn!(
                 %profile,
                 tenant = %project.0,

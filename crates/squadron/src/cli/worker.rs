@@ -108,7 +108,8 @@ pub struct WorkerRunArgs {
     #[arg(long, value_name = "SIZE", default_value = "10Gi")]
     pub sandbox_disk: String,
     /// Disk quota of a project's sandbox (`placement: project`: its clone and every agent
-    /// profile's worktree, state and logs); agents that fill it meet "no space left".
+    /// profile's worktree, state and logs); agents that fill it meet "no space left". Applies
+    /// to sandboxes made from now on: an existing one keeps the size it was made with.
     #[arg(long, value_name = "SIZE", default_value = "20Gi")]
     pub project_disk: String,
     /// Run tasks and project sandboxes without a disk quota (quotas loop-mount an image, so

@@ -372,33 +372,38 @@ fn a_sandbox_lives_on_its_disk_quota_and_a_lost_mount_comes_back() {
     assert_eq!(sandbox.root(), root);
     assert!(mounted(&root), "{} is not a mount point", root.display());
     let volume = ProjectVolume::of(&data_dir, &tenant(), &project());
-    assert!(!volume.exhausted());
+    assert_eq!(volume.exhausted(), None);
     let paths = sandbox.ensure_profile(&key("alpha")).unwrap();
     assert!(paths.worktree.join("README.md").exists());
+    // The worker's records are not on the volume: `run/` is the host's.
+    assert!(mounted(&root.join(RUN_DIR)));
 
     // Root writes past the quota and its headroom too: the image's size is the bound.
     let big = paths.worktree.join("big.bin");
     let mut file = fs::File::create(&big).unwrap();
     let chunk = vec![7u8; 1 << 20];
+    let mut written = 0u64;
     let full = (0..64).find_map(|_| {
-        std::io::Write::write_all(&mut file, &chunk)
-            .and_then(|()| file.sync_data())
-            .err()
+        let wrote = std::io::Write::write_all(&mut file, &chunk).and_then(|()| file.sync_data());
+        written += chunk.len() as u64;
+        wrote.err()
     });
     let err = full.expect("64 MiB fit a 16 MiB quota");
     assert_eq!(err.raw_os_error(), Some(28), "not ENOSPC: {err}");
-    drop(file);
-    assert!(volume.exhausted());
-    let image = data_dir.join("volumes/projects/acme/web.img");
-    let held = std::os::unix::fs::MetadataExt::blocks(&fs::metadata(&image).unwrap()) * 512;
     assert!(
-        held <= quota + squadron_isolation::disk_quota::QUOTA_HEADROOM_BYTES,
-        "the image holds {held} bytes of the host's disk"
+        written <= quota + squadron_isolation::disk_quota::QUOTA_HEADROOM_BYTES + (1 << 20),
+        "{written} bytes went in before the quota stopped them"
     );
+    drop(file);
+    assert_eq!(volume.exhausted(), Some(quota));
+    // A full volume leaves the worker's records writable: a start can still be recorded.
+    fs::create_dir_all(&paths.run).unwrap();
+    fs::write(paths.run.join("g1.started"), b"{}").expect("a record on a full volume");
     fs::remove_file(&big).unwrap();
 
     // A reboot unmounts it: the sandbox's files are out of sight until it is mounted again.
     let out = std::process::Command::new("umount")
+        .arg("-R")
         .arg(&root)
         .output()
         .unwrap();
@@ -406,6 +411,8 @@ fn a_sandbox_lives_on_its_disk_quota_and_a_lost_mount_comes_back() {
     assert!(!root.join(SANDBOX_RECORD_NAME).exists());
     ProjectVolume::remount_all(&data_dir);
     assert!(mounted(&root));
+    assert!(mounted(&root.join(RUN_DIR)));
+    assert!(paths.run.join("g1.started").exists());
     let again = open_with_quota().unwrap();
     assert_eq!(again.record(), sandbox.record());
     assert!(again.has_worktree(&key("alpha")));

@@ -3,18 +3,26 @@
 //! loop-mounted ext4 image of the quota's size (`squadron_isolation::disk_quota`), so agents
 //! that write without end meet `ENOSPC` and the host keeps its free space. The image lives
 //! beside the tasks' ones, in `{data_dir}/volumes/projects/{tenant}/{project}.img`, for as long
-//! as the sandbox does; a worker start mounts the images a reboot unmounted.
+//! as the sandbox does; a worker start mounts the images a reboot unmounted. It has a journal
+//! (the clone and unpushed branches outlive host crashes) and is mounted with `discard` (what
+//! agents delete goes back to the host).
+//!
+//! `run/` is not on the volume: the worker's own records (start markers, exit codes, reap
+//! records, credential tmpfs mount points, the unredacted-logs marker) must be writable when
+//! agents have filled it — a start or a proving reap that could not record would wedge the
+//! project — so `{project}.run` beside the image, on the host's filesystem, is bind-mounted
+//! at `run/`. Agents never write there (only one `g{n}/` of it is shown, read-only).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use squadron_core::ids::{ProjectId, TenantId};
-use squadron_isolation::disk_quota::DiskQuota;
+use squadron_isolation::disk_quota::{bind_outside, DiskQuota};
 
 use crate::error::WorkerError;
 use crate::task::task_volume::VOLUMES_DIR;
 
-use super::PROJECTS_DIR;
+use super::{PROJECTS_DIR, RUN_DIR};
 
 /// Beneath the worker's volumes directory: one image per project sandbox.
 const PROJECT_VOLUMES_DIR: &str = "projects";
@@ -24,22 +32,26 @@ const REMOUNT_ENTRIES_MAX: usize = 100_000;
 #[derive(Debug, Clone)]
 pub(crate) struct ProjectVolume {
     quota: DiskQuota,
+    /// `{project}.run` beside the image: shown at the sandbox's `run/`.
+    run_outside: PathBuf,
 }
 
 impl ProjectVolume {
     /// The volume of (tenant, project) under `data_dir` (resolved, as the sandbox's root is).
     pub(crate) fn of(data_dir: &Path, tenant: &TenantId, project: &ProjectId) -> Self {
-        let image = data_dir
+        let images = data_dir
             .join(VOLUMES_DIR)
             .join(PROJECT_VOLUMES_DIR)
-            .join(tenant.as_str())
-            .join(format!("{}.img", project.as_str()));
+            .join(tenant.as_str());
+        let image = images.join(format!("{}.img", project.as_str()));
+        let run_outside = images.join(format!("{}.run", project.as_str()));
         let root = data_dir
             .join(PROJECTS_DIR)
             .join(tenant.as_str())
             .join(project.as_str());
         Self {
-            quota: DiskQuota::new(image, root),
+            quota: DiskQuota::new(image, root).journaled(),
+            run_outside,
         }
     }
 
@@ -48,30 +60,40 @@ impl ProjectVolume {
     /// and it has no image) keeps its files and runs without one: mounting an empty image
     /// over them would hide the clone and every worktree.
     pub(crate) fn ensure(&self, quota_bytes: u64) -> Result<(), WorkerError> {
-        if self.quota.is_mounted().map_err(quota_error)? {
-            return Ok(());
+        if !self.quota.is_mounted().map_err(quota_error)? {
+            if !self.image().exists() && holds_entries(self.quota.mount_point()) {
+                tracing::warn!(
+                    sandbox = %self.quota.mount_point().display(),
+                    "a project sandbox made without a disk quota keeps running without one"
+                );
+                return Ok(());
+            }
+            self.quota.ensure(quota_bytes).map_err(quota_error)?;
         }
-        if !self.image().exists() && holds_entries(self.quota.mount_point()) {
-            tracing::warn!(
-                sandbox = %self.quota.mount_point().display(),
-                "a project sandbox made without a disk quota keeps running without one"
-            );
-            return Ok(());
-        }
-        self.quota.ensure(quota_bytes).map_err(quota_error)
+        self.bind_run()
     }
 
-    /// Mounts an existing image whose mount is gone (the host rebooted); no image, no-op.
+    /// Mounts an existing image whose mount is gone (the host rebooted), and its `run/`;
+    /// no image, no-op.
     pub(crate) fn remount(&self) -> Result<(), WorkerError> {
         if !self.image().exists() {
             return Ok(());
         }
-        self.quota.remount().map_err(quota_error)
+        self.quota.remount().map_err(quota_error)?;
+        self.bind_run()
     }
 
-    /// Whether the agents used the quota up (`false` without a mounted quota).
-    pub(crate) fn exhausted(&self) -> bool {
-        matches!(self.quota.is_mounted(), Ok(true)) && matches!(self.quota.exhausted(), Ok(true))
+    fn bind_run(&self) -> Result<(), WorkerError> {
+        let run = self.quota.mount_point().join(RUN_DIR);
+        bind_outside(&self.run_outside, &run).map_err(quota_error)
+    }
+
+    /// The quota the image was made with, when the agents used it up; `None` while there is
+    /// room, or without a mounted quota.
+    pub(crate) fn exhausted(&self) -> Option<u64> {
+        let full = matches!(self.quota.is_mounted(), Ok(true))
+            && matches!(self.quota.exhausted(), Ok(true));
+        full.then(|| self.quota.made_bytes().ok()).flatten()
     }
 
     /// At worker start: mounts every project image whose mount is gone. Failures are logged;
