@@ -1229,8 +1229,12 @@ pub fn file_holds(path: &Path, needle: &[u8]) -> bool {
     use rustix::fs::{seek, SeekFrom};
     use std::io::{Read, Seek};
     const PIECE_BYTES: usize = 8 << 20;
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return false;
+    // A file that cannot be read is a scan that did not happen: that fails, never "clean".
+    // One removed since it was listed (a node compacting its store) holds nothing.
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return false,
+        Err(e) => panic!("cannot scan {}: {e}", path.display()),
     };
     let len = file.metadata().map_or(0, |m| m.len());
     let finder = memchr::memmem::Finder::new(needle);
@@ -1238,8 +1242,10 @@ pub fn file_holds(path: &Path, needle: &[u8]) -> bool {
     let mut offset = 0u64;
     while offset < len {
         // No data past `offset` (ENXIO): the rest is a hole.
-        let Ok(start) = seek(&file, SeekFrom::Data(offset)) else {
-            break;
+        let start = match seek(&file, SeekFrom::Data(offset)) {
+            Ok(start) => start,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => panic!("cannot scan {}: {e}", path.display()),
         };
         let end = seek(&file, SeekFrom::Hole(start)).unwrap_or(len).min(len);
         file.seek(std::io::SeekFrom::Start(start)).expect("seek");
@@ -1248,10 +1254,12 @@ pub fn file_holds(path: &Path, needle: &[u8]) -> bool {
         let mut at = start;
         while at < end {
             let want = usize::try_from(end - at).map_or(PIECE_BYTES, |n| n.min(PIECE_BYTES));
-            let read = file.read(&mut piece[kept..kept + want]).unwrap_or(0);
-            if read == 0 {
-                break;
-            }
+            let read = match file.read(&mut piece[kept..kept + want]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => panic!("cannot scan {}: {e}", path.display()),
+            };
             if finder.find(&piece[..kept + read]).is_some() {
                 return true;
             }

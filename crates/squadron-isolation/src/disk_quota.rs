@@ -99,8 +99,8 @@ impl DiskQuota {
         if self.is_mounted()? {
             return Ok(());
         }
-        // Journal-less and possibly cut off mid-write (the host went down): checked and
-        // repaired first; `-p` fixes only what is safe and fails on the rest (a clean image,
+        // Possibly cut off mid-write (the host went down; a task's image has no journal):
+        // checked and repaired first; `-p` fixes only what is safe and fails on the rest (a clean image,
         // as a fresh one is, is passed at once).
         let image = path_text(&self.image)?;
         match run(Path::new(FSCK), &["-p", image], None) {

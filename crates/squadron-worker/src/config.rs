@@ -287,9 +287,32 @@ impl WorkerConfig {
         Ok(deny)
     }
 
-    /// The allow list of `outbound` sandboxes (`egress_allow`: IPv4 networks, single
-    /// addresses, or host names resolved now to their IPv4 addresses); `None` when it is empty,
-    /// so every destination not denied is open.
+    /// Replaces each host name of `egress_allow` by the IPv4 addresses it resolves to now:
+    /// called once, when the worker starts, so every runtime (tasks, agent attempts, Docker,
+    /// KVM) enforces the same set, the one logged. Networks and addresses are kept as given
+    /// (a malformed one is refused later, by [`WorkerConfig::validate`]). Blocks on the
+    /// system's resolver.
+    pub fn resolve_egress_allow_hosts(&mut self) -> Result<(), crate::WorkerError> {
+        let mut resolved = Vec::with_capacity(self.egress_allow.len());
+        for entry in &self.egress_allow {
+            if names_a_network(entry) {
+                resolved.push(entry.clone());
+                continue;
+            }
+            let addresses =
+                resolve_allowed_host(entry).map_err(|message| crate::WorkerError::Invalid {
+                    field: "egress_allow".to_string(),
+                    message,
+                })?;
+            resolved.extend(addresses.iter().map(|net| net.addr().to_string()));
+        }
+        self.egress_allow = resolved;
+        Ok(())
+    }
+
+    /// The allow list of `outbound` sandboxes (`egress_allow`: IPv4 networks and single
+    /// addresses, host names already resolved); `None` when it is empty, so every destination
+    /// not denied is open.
     pub(crate) fn egress_allow_networks(
         &self,
     ) -> Result<Option<Vec<ipnet::Ipv4Net>>, crate::WorkerError> {
@@ -310,12 +333,15 @@ impl WorkerConfig {
                 allow.push(ipnet::Ipv4Net::from(address));
             } else if let Ok(net) = entry.parse::<ipnet::Ipv4Net>() {
                 allow.push(net.trunc());
-            } else if entry.contains('/') || entry.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            } else if names_a_network(entry) {
                 return Err(bad(format!(
                     "{entry:?} is not an IPv4 network (a.b.c.d/n), address or host name"
                 )));
             } else {
-                allow.extend(resolve_allowed_host(entry).map_err(bad)?);
+                return Err(bad(format!(
+                    "{entry:?} is a host name the worker has not resolved \
+                     (resolve_egress_allow_hosts runs at its start)"
+                )));
             }
         }
         allow.sort();
@@ -407,8 +433,16 @@ impl WorkerConfig {
     }
 }
 
+/// Whether an `--egress-allow` entry is meant as an address or network (digits and dots, or a
+/// prefix length), not a host name.
+fn names_a_network(entry: &str) -> bool {
+    entry.parse::<std::net::Ipv4Addr>().is_ok()
+        || entry.contains('/')
+        || entry.chars().all(|c| c.is_ascii_digit() || c == '.')
+}
+
 /// A host name of `--egress-allow`, resolved by the system's resolver to its IPv4 addresses
-/// (each a /32), once, when the worker reads its configuration: an `outbound` sandbox reaches
+/// (each a /32), once, when the worker starts: an `outbound` sandbox reaches
 /// what the name meant then, until the worker restarts. Names that change address often
 /// (CDNs) belong in `--gateway-allow`, whose proxy resolves each connection.
 fn resolve_allowed_host(name: &str) -> Result<Vec<ipnet::Ipv4Net>, String> {
@@ -473,10 +507,13 @@ mod tests {
             c.egress_allow = entries.iter().map(|e| e.to_string()).collect();
             c
         };
-        let allow = config(&["localhost", "192.0.2.7", "198.51.100.0/24"])
-            .egress_allow_networks()
-            .unwrap()
-            .unwrap();
+        let mut resolved = config(&["localhost", "192.0.2.7", "198.51.100.0/24"]);
+        resolved.resolve_egress_allow_hosts().unwrap();
+        assert_eq!(
+            resolved.egress_allow,
+            ["127.0.0.1", "192.0.2.7", "198.51.100.0/24"]
+        );
+        let allow = resolved.egress_allow_networks().unwrap().unwrap();
         let shown: Vec<String> = allow.iter().map(ToString::to_string).collect();
         assert_eq!(shown, ["127.0.0.1/32", "192.0.2.7/32", "198.51.100.0/24"]);
         for bad in [
@@ -486,17 +523,25 @@ mod tests {
             "198.51.100.0/33",
             "exa mple.com",
         ] {
-            let e = config(&[bad])
-                .egress_allow_networks()
+            let mut c = config(&[bad]);
+            let e = c
+                .resolve_egress_allow_hosts()
+                .and_then(|()| c.egress_allow_networks().map(|_| ()))
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("egress_allow") && e.contains(bad), "{bad}: {e}");
         }
         let e = config(&["*.github.com"])
-            .egress_allow_networks()
+            .resolve_egress_allow_hosts()
             .unwrap_err()
             .to_string();
         assert!(e.contains("--gateway-allow"), "{e}");
+        // Unresolved, a name is refused rather than looked up again by each runtime.
+        let e = config(&["localhost"])
+            .egress_allow_networks()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not resolved"), "{e}");
     }
 
     #[test]

@@ -306,6 +306,8 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.backoff_override_ms = args.backoff_override_ms;
     config.egress_deny = args.egress_deny;
     config.egress_allow = args.egress_allow;
+    // Host names become addresses once, here: every runtime then enforces the same set.
+    config.resolve_egress_allow_hosts()?;
     config.allow_full_network = args.allow_full_network;
     config.gateway_allow = args.gateway_allow;
     config.egress_ca = args.egress_ca;

@@ -379,6 +379,10 @@ fn task_history(rng: &mut StdRng) -> Vec<TimedStep<TaskStep>> {
             TaskStep::Stale { from, .. } => TaskStep::Move { from, to: any(rng) },
             TaskStep::NotOwner => TaskStep::Read(TaskState::Running),
         };
+        // Only a move may be of unknown outcome: a refusal or a read always returned.
+        if !matches!(ops[i].step, TaskStep::Move { .. }) && ops[i].complete_ms.is_none() {
+            ops[i].complete_ms = Some(ops[i].invoke_ms + 0.1);
+        }
     }
     ops
 }

@@ -341,6 +341,7 @@ fn write_run_files(
         write_atomic(&run_dir.join(name), bytes)?;
     }
     prepare_logs(paths, generation)?;
+    crate::agent::project_sandbox::prune_launch_files(paths, generation)?;
     Ok(run_dir)
 }
 

@@ -44,7 +44,7 @@ use squadron_isolation::bubblewrap::SYSTEM_RO_PATHS;
 use crate::error::WorkerError;
 use crate::support::{now_ms, remove_path, write_atomic};
 use clone::{clone_bare, open_bare, resolve_base};
-pub(crate) use records::record_reap;
+pub(crate) use records::{prune_launch_files, record_reap};
 pub(crate) use volume::ProjectVolume;
 
 /// Directory of `data_dir` holding every project sandbox.

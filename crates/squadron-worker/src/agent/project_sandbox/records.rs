@@ -169,3 +169,30 @@ pub(crate) fn record_reap(
         .map_err(|e| project_error(format!("cannot encode reap evidence: {e}")))?;
     write_atomic(&paths.reaped_record(generation), &json)
 }
+
+/// Removes the launch files (`g{k}/`: prompt, mailbox, capsule, pending work) of the
+/// generations before `generation`'s predecessor that were proved quiescent: nothing reads
+/// them again (a new generation's catch-up reads only its predecessor's), and `run/` is on the
+/// host's filesystem, outside the volume's bound, so they would pile up with every takeover.
+/// The start and reap records stay (INV-9's proofs). Returns how many were removed.
+pub(crate) fn prune_launch_files(
+    paths: &ProfilePaths,
+    generation: Generation,
+) -> Result<usize, WorkerError> {
+    let mut removed = 0;
+    for name in list_names(&paths.run)? {
+        let Some(k) = name
+            .strip_prefix('g')
+            .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|d| d.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let old = Generation::new(k);
+        if k.saturating_add(1) < generation.get() && paths.reaped_record(old).exists() {
+            crate::support::remove_path(&paths.generation_run_dir(old))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}

@@ -441,3 +441,33 @@ fn a_sandbox_lives_on_its_disk_quota_and_a_lost_mount_comes_back() {
     assert!(!mounted(&legacy_root));
     assert_eq!(reopened.record(), legacy.record());
 }
+
+/// A new generation's launch removes the launch files of reaped generations before its
+/// predecessor (their mailbox and prompt would pile up on the host with every takeover), and
+/// keeps its predecessor's (the catch-up reads them), an unreaped one's, and every record.
+#[test]
+fn old_reaped_generations_lose_their_launch_files_and_keep_their_records() {
+    let repo = SourceRepo::new();
+    let data = tempfile::tempdir().unwrap();
+    let sandbox = open(data.path(), &repo);
+    let paths = sandbox.ensure_profile(&key("alpha")).unwrap();
+    for k in 1..=4u64 {
+        let g = Generation::new(k);
+        fs::create_dir_all(paths.generation_run_dir(g)).unwrap();
+        fs::write(paths.generation_run_dir(g).join("mailbox.jsonl"), b"{}").unwrap();
+        fs::write(paths.started_marker(g), b"{}").unwrap();
+        if k != 2 {
+            fs::write(paths.reaped_record(g), b"{}").unwrap();
+        }
+    }
+    assert_eq!(prune_launch_files(&paths, Generation::new(5)).unwrap(), 2);
+    let kept = |k: u64| paths.generation_run_dir(Generation::new(k)).exists();
+    assert!(
+        !kept(1) && kept(2) && !kept(3) && kept(4),
+        "1 and 3 go; 2 unreaped, 4 previous"
+    );
+    for k in 1..=4u64 {
+        assert!(paths.started_marker(Generation::new(k)).exists());
+    }
+    assert!(paths.reaped_record(Generation::new(1)).exists());
+}

@@ -83,8 +83,22 @@ impl ProjectVolume {
         self.bind_run()
     }
 
+    /// Shows `{project}.run` at `run/`. Refused while `run/` on the volume holds records and
+    /// `{project}.run` does not exist yet: a bind over them would hide the start and reap
+    /// records (INV-9's reset proofs) and any credential tmpfs mounted there (INV-13).
     fn bind_run(&self) -> Result<(), WorkerError> {
         let run = self.quota.mount_point().join(RUN_DIR);
+        let on_volume = !self.run_outside.exists()
+            && !squadron_isolation::secret_tmpfs::is_mount_point(&run).unwrap_or(false)
+            && holds_entries(&run);
+        if on_volume {
+            return Err(WorkerError::DiskQuota(format!(
+                "{} holds records on the sandbox's volume; move them to {} before the worker \
+                 shows that directory there",
+                run.display(),
+                self.run_outside.display()
+            )));
+        }
         bind_outside(&self.run_outside, &run).map_err(quota_error)
     }
 
