@@ -31,8 +31,6 @@ pub const SANDBOX_PIDS_DEFAULT: u64 = 4_096;
 /// The disk quota of a task's directory (its clone, outputs and logs) where the manifest sets
 /// no `disk`. The image is sparse: only what a task writes costs host space.
 pub const SANDBOX_DISK_BYTES_DEFAULT: u64 = 10 * 1024 * 1024 * 1024;
-/// Longest host name `--egress-allow` takes (DNS's limit).
-pub const HOST_NAME_BYTES_MAX: usize = 253;
 /// Most addresses one `--egress-allow` host name adds.
 pub const EGRESS_ALLOW_ADDRESSES_PER_HOST_MAX: usize = 64;
 /// A project sandbox's disk quota where the operator sets none: up to four agents' worktrees.
@@ -447,27 +445,15 @@ fn names_a_network(entry: &str) -> bool {
 /// (CDNs) belong in `--gateway-allow`, whose proxy resolves each connection.
 fn resolve_allowed_host(name: &str) -> Result<Vec<ipnet::Ipv4Net>, String> {
     use std::net::ToSocketAddrs;
-    let valid = !name.is_empty()
-        && name.len() <= HOST_NAME_BYTES_MAX
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
-    if !valid {
+    // The gateway's own definition of a domain name (a trailing dot and case are DNS's).
+    let name: &str = &crate::runtime::gateway::allow_list::normalise(name).map_err(|_| {
         let hint = if name.starts_with("*.") {
             " (subdomain patterns are --gateway-allow's)"
         } else {
             ""
         };
-        return Err(format!(
-            "{name:?} is not an IPv4 network (a.b.c.d/n), address or host name{hint}"
-        ));
-    }
+        format!("{name:?} is not an IPv4 network (a.b.c.d/n), address or host name{hint}")
+    })?;
     let addresses = (name, 0)
         .to_socket_addrs()
         .map_err(|e| format!("{name:?} does not resolve: {e}"))?;

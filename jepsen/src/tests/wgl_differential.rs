@@ -87,6 +87,16 @@ fn intervals(rng: &mut StdRng, n: usize) -> Vec<(f64, f64, f64)> {
         .collect()
 }
 
+/// Up to [`OPS_MAX`] operations' times ([`intervals`]), and their indices in the order of
+/// their linearization points: the order a generator runs them in.
+fn schedule(rng: &mut StdRng) -> (Vec<(f64, f64, f64)>, Vec<usize>) {
+    let n = rng.gen_range(1..=OPS_MAX);
+    let times = intervals(rng, n);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    (times, order)
+}
+
 /// Each step run at operation `i`, timed by `times[i]`; an unknown outcome has no return.
 fn timed<S>(steps: Vec<Option<(S, bool)>>, times: &[(f64, f64, f64)]) -> Vec<TimedStep<S>> {
     steps
@@ -105,10 +115,8 @@ fn timed<S>(steps: Vec<Option<(S, bool)>>, times: &[(f64, f64, f64)]) -> Vec<Tim
 /// A CAS register history: run at the linearization points, outcomes recorded truthfully,
 /// some unknown, then (about half the time) one outcome falsified.
 fn cas_history(rng: &mut StdRng) -> Vec<TimedStep<CasStep>> {
-    let n = rng.gen_range(1..=OPS_MAX);
-    let times = intervals(rng, n);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let (times, order) = schedule(rng);
+    let n = times.len();
     let mut state = CasState {
         version: 0,
         value: None,
@@ -180,10 +188,8 @@ fn cas_history(rng: &mut StdRng) -> Vec<TimedStep<CasStep>> {
 
 /// A lease register history built the same way from random reads, acquires and releases.
 fn lease_history(rng: &mut StdRng) -> Vec<TimedStep<LeaseStep>> {
-    let n = rng.gen_range(1..=OPS_MAX);
-    let times = intervals(rng, n);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let (times, order) = schedule(rng);
+    let n = times.len();
     let mut state = LeaseRegister.init();
     let mut steps: Vec<Option<(LeaseStep, bool)>> = vec![None; n];
     for i in order {
@@ -258,10 +264,8 @@ const PROJECT_PROFILES: u64 = 3;
 /// (an acquisition beyond them refused `capacity_full` with the true `held`), then, about half
 /// the time, one outcome or one reported `held` made wrong.
 fn project_history(rng: &mut StdRng) -> Vec<TimedStep<ProjectStep>> {
-    let n = rng.gen_range(1..=OPS_MAX);
-    let times = intervals(rng, n);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let (times, order) = schedule(rng);
+    let n = times.len();
     let mut state: BTreeMap<u64, LeaseState> = BTreeMap::new();
     let mut steps: Vec<Option<(ProjectStep, bool)>> = vec![None; n];
     for i in order {
@@ -327,10 +331,8 @@ fn project_history(rng: &mut StdRng) -> Vec<TimedStep<ProjectStep>> {
 /// from the state the task is in and to its next step, then (about half the time) one answer
 /// made wrong.
 fn task_history(rng: &mut StdRng) -> Vec<TimedStep<TaskStep>> {
-    let n = rng.gen_range(1..=OPS_MAX);
-    let times = intervals(rng, n);
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|a, b| times[*a].2.total_cmp(&times[*b].2));
+    let (times, order) = schedule(rng);
+    let n = times.len();
     let mut state = TaskLifecycle.init();
     let mut steps: Vec<Option<(TaskStep, bool)>> = vec![None; n];
     let any = |rng: &mut StdRng| TaskState::ALL[rng.gen_range(0..TaskState::ALL.len())];
