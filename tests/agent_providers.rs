@@ -19,9 +19,12 @@ use mcp_server::McpServer;
 
 use model_server::{ModelServer, Recorded, Step, TestNet, MODEL_PORT};
 use serde_json::{json, Value};
-use squadron_client::{LaunchAgent, SandboxRepository, StopAgent, TakeoverAgent, TakeoverKind};
+use squadron_client::{
+    AgentStatus, LaunchAgent, SandboxRepository, StopAgent, TakeoverAgent, TakeoverKind,
+};
 use squadron_core::ids::{ProfileId, WorkerId};
 use squadron_core::provider::Provider;
+use squadron_isolation::{CommitOutcome, CommitRequest, GitBrokerClient, RefusalCode};
 use support::*;
 
 const TURN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -54,6 +57,18 @@ struct Rig {
 
 impl Rig {
     fn start(name: &str, models: Vec<Model>, worker_args: &[&str]) -> Rig {
+        Rig::start_project(name, models, worker_args, &["writer"], 1)
+    }
+
+    /// As [`Rig::start`], with a profile per key in `keys` (ids 1, 2, … in that order, each
+    /// given every model's credential), at most `max_active` of them running.
+    fn start_project(
+        name: &str,
+        models: Vec<Model>,
+        worker_args: &[&str],
+        keys: &[&str],
+        max_active: usize,
+    ) -> Rig {
         let net = TestNet::new(name);
         let cluster = Cluster::start(1);
         let url = cluster.url(1);
@@ -91,28 +106,28 @@ impl Rig {
             env,
         );
         let repo = git_repo(cluster.dir.path());
-        for (path, body) in [
-            (
-                "projects".to_owned(),
-                json!({"tenant": "acme", "project": name, "max_profiles": 1, "max_active": 1}),
-            ),
-            (
-                format!("projects/acme/{name}/profiles"),
-                json!({"key": "writer", "providers": providers}),
-            ),
-        ] {
-            let r = post(&format!("{url}/api/v1/{path}"), body).expect(&path);
+        let project = json!({"tenant": "acme", "project": name,
+                             "max_profiles": keys.len(), "max_active": max_active});
+        let r = post(&format!("{url}/api/v1/projects"), project).expect("project");
+        assert!(r.ok(), "{r:?}");
+        for (i, key) in keys.iter().enumerate() {
+            let r = post(
+                &format!("{url}/api/v1/projects/acme/{name}/profiles"),
+                json!({"key": key, "providers": providers}),
+            )
+            .expect("profile");
+            assert!(r.ok(), "{r:?}");
+            assert_eq!(r.body["profile_created"]["profile"], i + 1, "{r:?}");
+            let r = http_send(
+                "PUT",
+                &format!("{url}/api/v1/profiles/{}/credentials", i + 1),
+                Some(json!({ "credential_refs": refs })),
+                None,
+            )
+            .expect("credentials");
             assert!(r.ok(), "{r:?}");
         }
         let id = 1;
-        let r = http_send(
-            "PUT",
-            &format!("{url}/api/v1/profiles/{id}/credentials"),
-            Some(json!({ "credential_refs": refs })),
-            None,
-        )
-        .expect("credentials");
-        assert!(r.ok(), "{r:?}");
         let sandbox = worker
             .data_dir
             .canonicalize()
@@ -173,9 +188,14 @@ impl Rig {
     }
 
     fn log(&self, generation: u64, stream: &str) -> String {
+        self.log_of("writer", generation, stream)
+    }
+
+    /// Profile `key`'s log of `generation` (`stream`: stdout or stderr).
+    fn log_of(&self, key: &str, generation: u64, stream: &str) -> String {
         std::fs::read_to_string(
             self.sandbox
-                .join(format!("state/writer/logs/g{generation}.{stream}.log")),
+                .join(format!("state/{key}/logs/g{generation}.{stream}.log")),
         )
         .unwrap_or_default()
     }
@@ -754,4 +774,349 @@ fn codex_reaches_only_its_granted_mcp_server_through_the_gateway() {
         !saw(&turns, "mcp__secrets"),
         "the model was told of a server not granted"
     );
+}
+
+/// Commits the paths it is given through the Git broker under the generation's own fence
+/// (the worktree's `.git` is read-only to providers), printing the broker's answer: what a
+/// real CLI runs, as a shell command, to commit its work in the canary below.
+const COMMIT_PY: &str = r#"import json, os, socket, sys
+def ask(req):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(os.environ["SQUADRON_BROKER_SOCKET"])
+    s.sendall((json.dumps(req) + "\n").encode())
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data)
+fence = {"profile": int(os.environ["SQUADRON_PROFILE_ID"]),
+         "lease": int(os.environ["SQUADRON_LEASE_ID"]),
+         "generation": int(os.environ["SQUADRON_GENERATION"])}
+head = ask(dict(op="head", **fence))
+print(json.dumps(ask(dict(op="commit", expected_head=head.get("head"), paths=sys.argv[1:],
+    message="notes of generation %d" % fence["generation"],
+    idempotency_key="notes-g%d" % fence["generation"], **fence))))
+"#;
+
+/// ADR-0011's canary with the real CLIs (issue 16): 8 profiles of one project in one
+/// sandbox, each preferring Codex and falling back to Claude Code; 4 launched at most, the
+/// rest refused while the project is full. Each running CLI commits its notes through the
+/// broker (a shell command its model asks for) and then waits on its model. A graceful
+/// takeover swaps Codex for Claude Code with Codex's capsule in Claude's first request; the
+/// fenced generation's commit is refused and writes nothing; kill -9 of another provider
+/// and a crash takeover start Claude Code from the account of the dead Codex; an MCP
+/// message for a server the profile was not granted is refused 403; once stopped, nothing
+/// is left — no lease, cgroup leaf or credential file — and `squadron evidence` passes every
+/// claim.
+#[test]
+fn the_adr_canary_runs_on_the_real_clis() {
+    const OPENAI_KEY: &str = "sk-openai-canary-0123456789abcdef";
+    const ANTHROPIC_KEY: &str = "sk-ant-canary-0123456789abcdef";
+    const COMMIT: &str = r#"echo "$SQUADRON_PROVIDER g$SQUADRON_GENERATION" >> notes.txt && python3 commit.py notes.txt"#;
+    let mcp = McpServer::start();
+    let offered = format!("notes={}", mcp.url);
+    let keys: Vec<String> = (0..8).map(|i| format!("agent-{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let rig = Rig::start_project(
+        "canary",
+        vec![
+            Model {
+                provider: Provider::Codex,
+                script: vec![
+                    Step::Tool {
+                        name: "exec_command",
+                        input: json!({ "cmd": COMMIT }),
+                    },
+                    Step::Hold,
+                ],
+                key: OPENAI_KEY,
+            },
+            Model {
+                provider: Provider::Claude,
+                script: vec![
+                    Step::Tool {
+                        name: "Bash",
+                        input: json!({"command": COMMIT, "description": "commit the notes"}),
+                    },
+                    Step::Hold,
+                ],
+                key: ANTHROPIC_KEY,
+            },
+        ],
+        &[
+            "--agent-stop-grace-ms",
+            "3000",
+            "--agent-lease-ttl-ms",
+            &LEASE_TTL_MS.to_string(),
+            "--mcp-server",
+            &offered,
+        ],
+        &keys,
+        4,
+    );
+    std::fs::write(rig.repo.join("commit.py"), COMMIT_PY).expect("commit.py");
+    git(&rig.repo, &["add", "commit.py"]);
+    git(
+        &rig.repo,
+        &["commit", "-q", "-m", "the broker's commit helper"],
+    );
+    let id = |i: usize| ProfileId::new(i as u64 + 1).expect("id");
+    let prompt = |i: usize| format!("You are agent-{i}. Keep the notes in notes.txt.");
+    // A CLI's requests of profile `i`'s conversations (its prompt is in each of them).
+    let turns_of = |server: usize, i: usize| -> Vec<Recorded> {
+        loop_requests(&rig.servers[server])
+            .into_iter()
+            .filter(|r| r.raw().contains(&prompt(i)))
+            .collect()
+    };
+    let wait_turns = |server: usize, i: usize, n: usize, generation: u64| -> Vec<Recorded> {
+        let seen = wait_until(TURN_TIMEOUT, || turns_of(server, i).len() >= n);
+        assert!(
+            seen.is_ok(),
+            "agent-{i} generation {generation} never reached turn {n}:\n{}",
+            rig.log_of(keys[i], generation, "stderr")
+        );
+        turns_of(server, i)
+    };
+    let head_subject = |i: usize| {
+        git(
+            &rig.sandbox.join("worktrees").join(keys[i]),
+            &["log", "-1", "--format=%s"],
+        )
+    };
+
+    // The first launch makes the sandbox; the other seven at once fill the other 3 slots.
+    let first = rig.launch(&rig.first_launch(Some(&prompt(0))));
+    assert_eq!(first.provider, Provider::Codex, "codex is preferred");
+    let results = rig.rt.block_on(async {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 1..8 {
+            let (c, launch) = (
+                rig.client.clone(),
+                LaunchAgent {
+                    prompt: Some(prompt(i)),
+                    ..LaunchAgent::default()
+                },
+            );
+            set.spawn(async move { (i, c.agent_launch(id(i), &launch).await) });
+        }
+        let mut all = Vec::new();
+        while let Some(r) = set.join_next().await {
+            all.push(r.expect("join"));
+        }
+        all.sort_by_key(|(i, _)| *i);
+        all
+    });
+    let mut running = vec![0usize];
+    for (i, r) in &results {
+        match r {
+            Ok(view) => {
+                assert_eq!(view.status, AgentStatus::Running);
+                assert_eq!(view.provider, Provider::Codex);
+                running.push(*i);
+            }
+            Err(squadron_client::ClientError::Api { status: 429, .. }) => {}
+            Err(e) => panic!("agent-{i}: a full project refuses with 429, not {e}"),
+        }
+    }
+    assert_eq!(running.len(), 4, "exactly 4 launched: {results:?}");
+
+    // Each Codex ran its command — a commit through the broker under its own lease — and
+    // waits on its model.
+    for &i in &running {
+        wait_turns(0, i, 2, 1);
+        assert_eq!(head_subject(i), "notes of generation 1", "agent-{i}");
+    }
+
+    // Graceful takeover of agent-0: Codex → Claude Code, carrying Codex's capsule.
+    let old = rig.rt.block_on(rig.client.agent_view(id(0))).expect("view");
+    let swapped = rig
+        .rt
+        .block_on(rig.client.agent_takeover(
+            id(0),
+            &TakeoverAgent {
+                kind: TakeoverKind::Graceful,
+                provider: None,
+                wait_for_expiry_ms: None,
+                prompt: None,
+            },
+        ))
+        .expect("graceful takeover");
+    assert_eq!(
+        swapped.provider,
+        Provider::Claude,
+        "the takeover swaps provider"
+    );
+    assert_eq!(swapped.generation.get(), 2);
+    assert!(!swapped.replaced.expect("the old generation").populated);
+    let capsules = rig
+        .rt
+        .block_on(
+            rig.client
+                .list_capsules(id(0), squadron_client::Consistency::Linearizable),
+        )
+        .expect("capsules");
+    assert_eq!(capsules.len(), 1, "{capsules:#?}");
+    assert!(capsules[0].verify(), "the committed capsule verifies");
+    let p = &capsules[0].payload;
+    assert!(
+        p.task_state.contains("generation 1 (codex, session"),
+        "{p:?}"
+    );
+    assert_eq!(p.pending_work, [prompt(0)], "{p:?}");
+    let claude = wait_turns(1, 0, 1, 2);
+    let text = claude[0].all_text();
+    assert_eq!(claude[0].header("x-api-key"), Some(ANTHROPIC_KEY));
+    for part in ["generation 1 left this continuity capsule", &p.context_ref] {
+        assert!(
+            text.contains(part),
+            "{part:?} not in Claude's first turn:\n{text}"
+        );
+    }
+    // Claude Code commits under generation 2's fence.
+    wait_turns(1, 0, 2, 2);
+    assert_eq!(head_subject(0), "notes of generation 2");
+
+    // The fenced generation's commit is refused and writes nothing.
+    let worktree = rig.sandbox.join("worktrees/agent-0");
+    let head_before = git(&worktree, &["rev-parse", "HEAD"]);
+    std::fs::write(worktree.join("stale.txt"), "stale\n").expect("write");
+    let broker = rig.worker.data_dir.join("agent-sockets/p1/git.sock");
+    let stale = rig
+        .rt
+        .block_on(GitBrokerClient::commit(
+            &broker,
+            &CommitRequest {
+                profile: 1,
+                lease: old.lease.get(),
+                generation: old.generation.get(),
+                expected_head: Some(head_before.clone()),
+                paths: vec!["stale.txt".into()],
+                message: "from a fenced generation".into(),
+                idempotency_key: "stale-1".into(),
+            },
+        ))
+        .expect("broker answers");
+    match stale {
+        CommitOutcome::Refused(r) => assert_eq!(r.code, RefusalCode::StaleGeneration, "{r}"),
+        other => panic!("a stale generation committed: {other:?}"),
+    }
+    assert_eq!(git(&worktree, &["rev-parse", "HEAD"]), head_before);
+
+    // Crash takeover: kill -9 of every process of another Codex; Claude Code starts from the
+    // account the next generation committed of it.
+    let victim = running[1];
+    let view = rig
+        .rt
+        .block_on(rig.client.agent_view(id(victim)))
+        .expect("view");
+    let procs = std::fs::read_to_string(Path::new(&view.cgroup).join("cgroup.procs"))
+        .expect("cgroup.procs");
+    for pid in procs.split_whitespace() {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", pid])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    wait_until(Duration::from_secs(30), || {
+        rig.rt
+            .block_on(rig.client.agent_view(id(victim)))
+            .is_ok_and(|v| v.status == AgentStatus::Crashed)
+    })
+    .expect("the worker sees the crash");
+    let crashed = rig
+        .rt
+        .block_on(rig.client.agent_takeover(
+            id(victim),
+            &TakeoverAgent {
+                kind: TakeoverKind::Crash,
+                provider: Some(Provider::Claude),
+                wait_for_expiry_ms: Some(LEASE_TTL_MS * 4),
+                prompt: None,
+            },
+        ))
+        .expect("crash takeover");
+    assert_eq!(crashed.generation.get(), 2);
+    assert_eq!(crashed.provider, Provider::Claude);
+    let replaced = crashed.replaced.expect("evidence");
+    assert!(!replaced.populated);
+    assert_eq!(replaced.cgroup, view.cgroup, "evidence names the dead leaf");
+    let claude = wait_turns(1, victim, 1, 2);
+    assert!(
+        claude[0].all_text().contains("ended without a handover"),
+        "{}",
+        claude[0].all_text()
+    );
+    wait_turns(1, victim, 2, 2);
+    assert_eq!(head_subject(victim), "notes of generation 2");
+
+    // An MCP message for a server the profile was not granted: 403, counted.
+    let token = std::fs::read_to_string(rig.sandbox.join("run/agent-0/g2/mcp-token"))
+        .expect("generation 2's MCP token");
+    let socket = rig.worker.data_dir.join("agent-sockets/p1/mcp.sock");
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let (status, answer) = gateway_post(&socket, "notes", Some(token.trim()), &ping);
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("insufficient_scope"), "{answer}");
+    assert!(
+        mcp.received().is_empty(),
+        "a refused message reached the server"
+    );
+
+    // Stopped, nothing is left, and the evidence passes every claim.
+    for &i in &running {
+        let v = rig
+            .rt
+            .block_on(rig.client.agent_stop(id(i), &StopAgent::default()))
+            .expect("stop");
+        assert_eq!(v.status, AgentStatus::Stopped, "agent-{i}");
+    }
+    let out = cli(&rig.url)
+        .args(["--endpoint", &rig.url, "--output", "json", "evidence"])
+        .args(["--tenant", "acme", "--project", "canary"])
+        .output()
+        .expect("squadron evidence");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev: Value = serde_json::from_slice(&out.stdout).expect("evidence json");
+    let failed: Vec<&Value> = ev["verdicts"]
+        .as_array()
+        .expect("verdicts")
+        .iter()
+        .filter(|v| v["pass"] != true)
+        .collect();
+    assert!(failed.is_empty(), "failed claims: {failed:#?}");
+    assert_eq!(ev["peak_slots_held"], 4, "{ev:#}");
+    assert_eq!(ev["takeovers_graceful"], 1, "{ev:#}");
+    assert_eq!(ev["takeovers_crash"], 1, "{ev:#}");
+    let w = &ev["worker"];
+    assert_eq!(w["broker"]["accepted_from_non_current"], 0, "{ev:#}");
+    assert!(
+        w["broker"]["refused_stale_generation"].as_u64() >= Some(1),
+        "{ev:#}"
+    );
+    assert!(
+        w["broker"]["commits_accepted"].as_u64() >= Some(6),
+        "{ev:#}"
+    );
+    assert_eq!(w["cgroup_leaves_left"], json!([]), "{ev:#}");
+    assert_eq!(w["credential_files_left"], json!([]), "{ev:#}");
+    assert_eq!(w["processes_now"], 0, "{ev:#}");
+    for (i, key) in keys.iter().enumerate() {
+        let generations = if i == 0 || i == victim { 2 } else { 1 };
+        for g in 1..=generations {
+            for stream in ["stdout", "stderr"] {
+                let text = rig.log_of(key, g, stream);
+                assert!(
+                    !text.contains(OPENAI_KEY) && !text.contains(ANTHROPIC_KEY),
+                    "{key} g{g}.{stream}.log holds a key"
+                );
+            }
+        }
+    }
 }

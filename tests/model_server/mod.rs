@@ -98,6 +98,22 @@ impl Recorded {
         self.body.to_string()
     }
 
+    /// What names the conversation: the text of its opening messages, before the model's
+    /// first turn (Messages API: `messages`; Responses API: `input`). A resumed conversation
+    /// opens the same; another CLI's, or another prompt's, does not.
+    pub fn conversation(&self) -> String {
+        let items = self.body["messages"]
+            .as_array()
+            .or_else(|| self.body["input"].as_array())
+            .cloned()
+            .unwrap_or_default();
+        let opening: Vec<Value> = items
+            .into_iter()
+            .take_while(|i| matches!(i["role"].as_str(), Some("user" | "developer" | "system")))
+            .collect();
+        contents_text(&opening)
+    }
+
     pub fn is_main_loop(&self) -> bool {
         self.body["tools"].as_array().is_some_and(|t| !t.is_empty())
     }
@@ -109,15 +125,16 @@ mod responses;
 struct Shared {
     script: Arc<Vec<Step>>,
     recorded: Arc<Mutex<Vec<Recorded>>>,
-    /// The turns whose [`Step::Hold`] has held once already.
-    held: Arc<Mutex<std::collections::BTreeSet<usize>>>,
+    /// The (conversation, turn) pairs whose [`Step::Hold`] has held once already: each
+    /// conversation holds once at that turn, however many CLIs share the server.
+    held: Arc<Mutex<std::collections::BTreeSet<(String, usize)>>>,
 }
 
 impl Shared {
-    /// The step that answers a request at `turn` (the model turns already in it), after the
-    /// wait of a hold: a hold waits once; a later request at the same turn (the next
-    /// generation resuming the conversation) gets the step after it.
-    async fn step(&self, turn: usize) -> Step {
+    /// The step that answers `request` at `turn` (the model turns already in it), after the
+    /// wait of a hold: a hold waits once per conversation; a later request of that
+    /// conversation at the same turn (the next generation resuming it) gets the step after it.
+    async fn step(&self, request: &Recorded, turn: usize) -> Step {
         let step = |t: usize| {
             self.script
                 .get(t)
@@ -128,7 +145,11 @@ impl Shared {
         if !matches!(here, Step::Hold) {
             return here;
         }
-        let first = self.held.lock().expect("held").insert(turn);
+        let first = self
+            .held
+            .lock()
+            .expect("held")
+            .insert((request.conversation(), turn));
         if first {
             tokio::time::sleep(HOLD_FOR).await;
             return Step::Hold;
@@ -267,7 +288,7 @@ async fn answer(
         .expect("recorded")
         .push(recorded.clone());
     if method == Method::POST && recorded.path.ends_with("/responses") {
-        let step = shared.step(responses::turn_of(&recorded)).await;
+        let step = shared.step(&recorded, responses::turn_of(&recorded)).await;
         return responses::answer(&step, &recorded);
     }
     if method != Method::POST || !recorded.path.ends_with("/v1/messages") {
@@ -279,7 +300,7 @@ async fn answer(
             .as_array()
             .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
             .unwrap_or(0);
-        shared.step(turn).await
+        shared.step(&recorded, turn).await
     } else {
         Step::Text("ok")
     };
