@@ -86,6 +86,10 @@ impl ProviderRun {
                 )
             }
         };
+        let mut args = args;
+        if runtime == "kvm" {
+            args.extend(kvm_worker_args(1));
+        }
         let worker = WorkerProc::start_with_env(
             cluster.dir.path(),
             // Both deliveries' tests run at once in this process: their workers' ids (and so
@@ -250,6 +254,29 @@ fn claude_code_completes_a_task_in_docker_with_its_key_injected_at_egress() {
 #[test]
 fn codex_completes_a_task_in_docker_with_its_key_injected_at_egress() {
     codex_completes_a_task_with("docker", Delivery::Egress("authorization", "Bearer "));
+}
+
+/// The pinned CLIs in a KVM guest (QEMU's software emulation here): the VM image's
+/// `providers/` share, the model server reached through the guest's `outbound` NIC. One guest
+/// at a time: two at once under emulation starve the other tests on two cores.
+static ONE_GUEST_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_guest_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_GUEST_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+#[test]
+fn claude_code_completes_a_task_in_a_vm() {
+    let _one = one_guest_at_a_time();
+    claude_code_completes_a_task("kvm");
+}
+
+#[test]
+fn codex_completes_a_task_in_a_vm() {
+    let _one = one_guest_at_a_time();
+    codex_completes_a_task("kvm");
 }
 
 fn claude_code_completes_a_task(runtime: &str) {

@@ -18,6 +18,7 @@
 //! | global dir                        | `/mnt/global`         | ro   |
 //! | `agent/`                          | `/run/squadron/agent` | rw   |
 //! | the worker's `squadron` binary    | `/usr/local/bin`      | ro   |
+//! | the image's provider CLIs         | `/usr/bin`            | ro   |
 //! | the credential session            | its sandbox path      | ro   |
 //!
 //! A read-only share is served by a virtiofs daemon started with `--readonly`, so no guest,
@@ -88,6 +89,10 @@ const SCRATCH_BYTES_MAX: u64 = 1 << 40;
 
 /// Where the guest finds the worker's binary (the share of `bin/`).
 const GUEST_BIN_DIR: &str = "/usr/local/bin";
+/// The image's pinned provider CLIs (`providers/` beside the kernel, from
+/// `scripts/build-vm-image`), and where the guest finds them: on the sandbox's fixed `PATH`.
+const PROVIDERS_DIR_NAME: &str = "providers";
+const GUEST_PROVIDERS_DIR: &str = "/usr/bin";
 /// How long the worker waits for the control port to take its `stop`.
 const CONTROL_WRITE_MS_MAX: u64 = 2_000;
 const POLL_MS: u64 = 100;
@@ -400,6 +405,10 @@ impl KvmRuntime {
             share("bin", self.files.bin_dir(), GUEST_BIN_DIR, true),
             share("lib", self.files.lib_dir(), AGENT_LIBRARY_DIR, true),
         ];
+        let providers = self.config.image_dir.join(PROVIDERS_DIR_NAME);
+        if providers.is_dir() {
+            shares.push(share("providers", providers, GUEST_PROVIDERS_DIR, true));
+        }
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
             shares.push(share("global", global.clone(), GLOBAL_MOUNT, true));
         }
@@ -922,6 +931,9 @@ fn lay_out(
             ));
         }
         agent_libraries::replace_with_copy(&source, &dest)?;
+    }
+    if !config.image_dir.join(PROVIDERS_DIR_NAME).is_dir() {
+        tracing::warn!(image_dir = %config.image_dir.display(), "the VM image has no provider CLIs: Claude Code and Codex tasks fail in guests until scripts/build-vm-image rebuilds it");
     }
     create_dir(&files.bin_dir(), 0o755)?;
     let linked = files.bin_dir().join("squadron");

@@ -36,6 +36,16 @@ impl DomainType {
             DomainType::Qemu => "qemu",
         }
     }
+
+    /// The guest's CPU: the host's own under hardware virtualisation, and under emulation
+    /// every feature QEMU emulates (`-cpu max`) — its default `qemu64` lacks the AVX the
+    /// provider CLIs' runtimes are built for (Claude Code died with SIGILL on it).
+    fn cpu_xml(self) -> &'static str {
+        match self {
+            DomainType::Kvm => "<cpu mode='host-passthrough'/>",
+            DomainType::Qemu => "<cpu mode='maximum'/>",
+        }
+    }
 }
 
 /// One virtiofs share: a host directory the guest mounts by `tag` at `guest_path`.
@@ -186,7 +196,7 @@ impl DomainSpec {
              <name>{name}</name>\
              <metadata><{METADATA_PREFIX}:attempt xmlns:{METADATA_PREFIX}='{METADATA_URI}' \
              task='{task}' attempt='{attempt}' worker='{worker}' dir='{dir}'/></metadata>\
-             <memory unit='MiB'>{memory}</memory><vcpu>{cpus}</vcpu>\
+             <memory unit='MiB'>{memory}</memory><vcpu>{cpus}</vcpu>{cpu}\
              <memoryBacking><source type='memfd'/><access mode='shared'/></memoryBacking>\
              <os><type arch='x86_64' machine='pc'>hvm</type>\
              <kernel>{kernel}</kernel><initrd>{initrd}</initrd><cmdline>{cmdline}</cmdline></os>\
@@ -202,6 +212,7 @@ impl DomainSpec {
             dir = escape(&m.dir),
             memory = self.memory_mib,
             cpus = self.cpus,
+            cpu = self.domain_type.cpu_xml(),
             kernel = path_text(&self.kernel, "kvm.kernel")?,
             initrd = path_text(&self.initrd, "kvm.initrd")?,
             cmdline = escape(&cmdline),

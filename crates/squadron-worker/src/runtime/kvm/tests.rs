@@ -82,6 +82,14 @@ fn read_only_shares_go_through_the_read_only_daemon_and_the_cmdline_names_every_
     assert!(spec(true).cmdline().unwrap().contains("squadron.preserve"));
     assert!(xml.contains("<memoryBacking><source type='memfd'/><access mode='shared'/>"));
     assert!(xml.contains("<domain type='qemu'>") && xml.contains("<vcpu>2</vcpu>"));
+    // Emulation offers every CPU feature it has (the CLIs need AVX); KVM passes the host's.
+    assert!(xml.contains("<cpu mode='maximum'/>"), "{xml}");
+    let mut kvm = spec(false);
+    kvm.domain_type = DomainType::Kvm;
+    assert!(kvm
+        .to_xml()
+        .unwrap()
+        .contains("<cpu mode='host-passthrough'/>"));
 }
 
 #[test]
