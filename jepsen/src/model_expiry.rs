@@ -85,7 +85,9 @@ fn phase_of(op: &Operation, v: &Value) -> Result<Phase, ModelError> {
 }
 
 impl ExpiringLease {
-    fn apply(&self, s: &ExpiryState, step: &ExpiryStep) -> Option<ExpiryState> {
+    /// `step` on `s` as it is, never fencing first (the differential's eager reference
+    /// fences explicitly, at any moment, and so checks the laziness of [`Model::step`]).
+    pub(crate) fn apply(&self, s: &ExpiryState, step: &ExpiryStep) -> Option<ExpiryState> {
         let live = |g: u64| s.phase == Phase::Live && s.generation == g;
         match *step {
             ExpiryStep::Read(seen) => (seen == *s).then_some(*s),

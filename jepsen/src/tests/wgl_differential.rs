@@ -4,7 +4,10 @@
 //! purpose — both must give the same verdict. The brute force tries every order of
 //! the operations that respects real time (an operation that returned before another was
 //! called comes first), with each operation of unknown outcome either placed after its call
-//! or left out, and accepts when the model accepts one of them.
+//! or left out, and accepts when the model accepts one of them. For the expiring lease the
+//! brute force also lets the lease be fenced at any moment, as the leader's sweep may, where
+//! the model fences lazily — only when an operation needs it —, so the two also check that
+//! laziness loses no linearization.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +16,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::model::Model;
 use crate::model_cas::{CasRegister, CasState, CasStep};
+use crate::model_expiry::{ExpiringLease, ExpiryState, ExpiryStep, Phase};
 use crate::model_lease::{LeaseRegister, LeaseState, LeaseStep};
 use crate::model_project::{ProjectCapacity, ProjectStep};
 use crate::model_task::{is_legal, TaskLifecycle, TaskStep};
@@ -26,17 +30,35 @@ const OPS_MAX: usize = 7;
 
 /// Whether some real-time-respecting order of `ops` (unknown outcomes optional) is accepted.
 fn brute_force<M: Model>(model: &M, ops: &[TimedStep<M::Step>]) -> bool {
-    let mut placed = vec![false; ops.len()];
-    let mut skipped = vec![false; ops.len()];
-    search(model, ops, &model.init(), &mut placed, &mut skipped)
+    brute_force_with(model, ops, &|_| None)
 }
 
+/// A change of state between operations that no operation asks for (the lease fenced by
+/// its expiry), if one may happen in this state.
+type Moment<'a, M> = &'a dyn Fn(&<M as Model>::State) -> Option<<M as Model>::State>;
+
+/// [`brute_force`], where `moment` may also change the state between any two operations.
+fn brute_force_with<M: Model>(model: &M, ops: &[TimedStep<M::Step>], moment: Moment<M>) -> bool {
+    let mut placed = vec![false; ops.len()];
+    let mut skipped = vec![false; ops.len()];
+    search(
+        model,
+        ops,
+        &model.init(),
+        (&mut placed, &mut skipped),
+        moment,
+    )
+}
+
+/// Every operation that may come next, placed (if `model` accepts it in `state`) or, unknown,
+/// left out; then the moment's change, and all of that again. A moment must lead to a state
+/// where it gives none, so the search ends.
 fn search<M: Model>(
     model: &M,
     ops: &[TimedStep<M::Step>],
     state: &M::State,
-    placed: &mut [bool],
-    skipped: &mut [bool],
+    (placed, skipped): (&mut [bool], &mut [bool]),
+    moment: Moment<M>,
 ) -> bool {
     let done = |i: usize, placed: &[bool], skipped: &[bool]| placed[i] || skipped[i];
     if (0..ops.len()).all(|i| done(i, placed, skipped) || ops[i].complete_ms.is_none()) {
@@ -57,7 +79,7 @@ fn search<M: Model>(
         }
         if let Some(next) = model.step(state, &ops[i].step) {
             placed[i] = true;
-            let found = search(model, ops, &next, placed, skipped);
+            let found = search(model, ops, &next, (placed, skipped), moment);
             placed[i] = false;
             if found {
                 return true;
@@ -66,14 +88,14 @@ fn search<M: Model>(
         if ops[i].complete_ms.is_none() {
             // An unknown outcome that never took effect.
             skipped[i] = true;
-            let found = search(model, ops, state, placed, skipped);
+            let found = search(model, ops, state, (placed, skipped), moment);
             skipped[i] = false;
             if found {
                 return true;
             }
         }
     }
-    false
+    moment(state).is_some_and(|next| search(model, ops, &next, (placed, skipped), moment))
 }
 
 /// Random call and return times for `n` operations, and each one's linearization point.
@@ -188,19 +210,29 @@ fn cas_history(rng: &mut StdRng) -> Vec<TimedStep<CasStep>> {
 
 /// A lease register history built the same way from random reads, acquires and releases.
 fn lease_history(rng: &mut StdRng) -> Vec<TimedStep<LeaseStep>> {
+    history(rng, LeaseRegister.init(), lease_step, falsified)
+}
+
+/// A history of one register: operations made by `step` on the true state from `state` in the
+/// order of their linearization points, outcomes recorded truthfully, some unknown; then,
+/// about half the time, one outcome made wrong by `falsify`.
+fn history<St: Copy, S: Clone>(
+    rng: &mut StdRng,
+    mut state: St,
+    step: fn(&mut StdRng, St) -> (S, St, bool),
+    falsify: fn(&S) -> S,
+) -> Vec<TimedStep<S>> {
     let (times, order) = schedule(rng);
-    let n = times.len();
-    let mut state = LeaseRegister.init();
-    let mut steps: Vec<Option<(LeaseStep, bool)>> = vec![None; n];
+    let mut steps: Vec<Option<(S, bool)>> = vec![None; times.len()];
     for i in order {
-        let (step, next, unknown) = lease_step(rng, state);
+        let (made, next, unknown) = step(rng, state);
         state = next;
-        steps[i] = Some((step, unknown));
+        steps[i] = Some((made, unknown));
     }
     let mut ops = timed(steps, &times);
     if rng.gen_bool(0.5) {
         let i = rng.gen_range(0..ops.len());
-        ops[i].step = falsified(&ops[i].step);
+        ops[i].step = falsify(&ops[i].step);
     }
     ops
 }
@@ -558,4 +590,223 @@ fn the_brute_force_itself_tells_good_from_bad() {
         &[unknown.clone(), read(1, 4.0, 5.0)]
     ));
     assert!(brute_force(&CasRegister, &[unknown, read(0, 4.0, 5.0)]));
+}
+
+/// The expiring lease without its lazy fence: every operation judged on the state as it is.
+/// The brute force fences it explicitly, at any moment ([`fence`]).
+struct EagerExpiry;
+
+impl Model for EagerExpiry {
+    type State = ExpiryState;
+    type Step = ExpiryStep;
+
+    fn name(&self) -> &'static str {
+        "eager-expiring-lease"
+    }
+
+    fn init(&self) -> ExpiryState {
+        ExpiringLease.init()
+    }
+
+    fn parse(
+        &self,
+        op: &crate::operation::Operation,
+    ) -> Result<Option<ExpiryStep>, crate::model::ModelError> {
+        ExpiringLease.parse(op)
+    }
+
+    fn step(&self, s: &ExpiryState, step: &ExpiryStep) -> Option<ExpiryState> {
+        ExpiringLease.apply(s, step)
+    }
+}
+
+/// The leader's sweep: a live lease may be fenced at any moment once past its expiry.
+fn fence(s: &ExpiryState) -> Option<ExpiryState> {
+    (s.phase == Phase::Live).then_some(ExpiryState {
+        generation: s.generation,
+        phase: Phase::Fenced,
+    })
+}
+
+/// An expiring lease's history: reads, acquires, releases, renewals and reaps run on the true
+/// state, which the sweep fences now and then between them (unseen by the history).
+fn expiry_history(rng: &mut StdRng) -> Vec<TimedStep<ExpiryStep>> {
+    let swept = |rng: &mut StdRng, s: ExpiryState| {
+        let s = if rng.gen_bool(0.3) {
+            fence(&s).unwrap_or(s)
+        } else {
+            s
+        };
+        expiry_step(rng, s)
+    };
+    history(rng, ExpiringLease.init(), swept, expiry_falsified)
+}
+
+/// One random operation on `s` (as [`lease_step`], with renewals and reaps), its true
+/// outcome, the state after it, and whether its outcome is recorded as unknown.
+fn expiry_step(rng: &mut StdRng, s: ExpiryState) -> (ExpiryStep, ExpiryState, bool) {
+    let near = |rng: &mut StdRng| s.generation.saturating_sub(1) + rng.gen_range(0..=2);
+    let live = |g: u64| s.phase == Phase::Live && s.generation == g;
+    let fenced_answer = |generation| ExpiryStep::ReleaseFenced {
+        generation,
+        current: Some(s.generation),
+    };
+    match rng.gen_range(0..5) {
+        0 => (ExpiryStep::Read(s), s, false),
+        1 => {
+            let expected = near(rng);
+            if s.generation != expected {
+                let current = Some(s.generation);
+                (ExpiryStep::AcquireStale { expected, current }, s, false)
+            } else if s.phase != Phase::Idle {
+                (ExpiryStep::AcquireBusy { expected }, s, false)
+            } else if rng.gen_bool(0.1) {
+                (ExpiryStep::AcquireCapacityFull { expected }, s, false)
+            } else {
+                let unknown = rng.gen_bool(0.2);
+                let granted = (!unknown).then_some(expected + 1);
+                let next = ExpiryState {
+                    generation: expected + 1,
+                    phase: Phase::Live,
+                };
+                (ExpiryStep::Acquire { expected, granted }, next, unknown)
+            }
+        }
+        2 => {
+            let generation = near(rng);
+            if live(generation) {
+                let next = ExpiryState {
+                    generation,
+                    phase: Phase::Idle,
+                };
+                (ExpiryStep::Release { generation }, next, rng.gen_bool(0.2))
+            } else {
+                (fenced_answer(generation), s, false)
+            }
+        }
+        3 => {
+            let generation = near(rng);
+            if !live(generation) {
+                (fenced_answer(generation), s, false)
+            } else if rng.gen_bool(0.5) {
+                // Past its expiry, not yet swept: refused, still live.
+                (ExpiryStep::RenewExpired { generation }, s, false)
+            } else {
+                (ExpiryStep::Renew { generation }, s, false)
+            }
+        }
+        _ if s.phase == Phase::Fenced => {
+            let generation = s.generation;
+            let next = ExpiryState {
+                generation,
+                phase: Phase::Idle,
+            };
+            (ExpiryStep::Reap { generation }, next, rng.gen_bool(0.2))
+        }
+        // Reap evidence for a lease that is not fenced is refused, which says nothing.
+        _ => (ExpiryStep::Read(s), s, false),
+    }
+}
+
+/// The step with its outcome made wrong.
+fn expiry_falsified(step: &ExpiryStep) -> ExpiryStep {
+    match step.clone() {
+        ExpiryStep::Read(s) => ExpiryStep::Read(ExpiryState {
+            generation: s.generation,
+            phase: match s.phase {
+                Phase::Idle => Phase::Live,
+                Phase::Live | Phase::Fenced => Phase::Idle,
+            },
+        }),
+        ExpiryStep::Acquire { expected, granted } => ExpiryStep::Acquire {
+            expected,
+            granted: Some(granted.unwrap_or(expected) + 2),
+        },
+        ExpiryStep::AcquireStale { expected, current } => ExpiryStep::AcquireStale {
+            expected,
+            current: Some(current.unwrap_or(expected) + 1),
+        },
+        ExpiryStep::AcquireBusy { expected } => ExpiryStep::AcquireCapacityFull { expected },
+        ExpiryStep::AcquireCapacityFull { expected } => ExpiryStep::AcquireBusy { expected },
+        ExpiryStep::Release { generation } => ExpiryStep::ReleaseFenced {
+            generation,
+            current: None,
+        },
+        ExpiryStep::ReleaseFenced { generation, .. } => ExpiryStep::Release { generation },
+        ExpiryStep::Renew { generation } | ExpiryStep::RenewExpired { generation } => {
+            ExpiryStep::Renew {
+                generation: generation + 1,
+            }
+        }
+        ExpiryStep::Reap { generation } => ExpiryStep::Reap {
+            generation: generation + 1,
+        },
+    }
+}
+
+#[test]
+fn wgl_agrees_with_brute_force_on_random_expiring_lease_histories() {
+    let (mut valid, mut fenced) = (0, 0);
+    for seed in 0..HISTORIES {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xe8b1);
+        let ops = expiry_history(&mut rng);
+        fenced += ops
+            .iter()
+            .filter(|op| {
+                matches!(
+                    op.step,
+                    ExpiryStep::Reap { .. } | ExpiryStep::ReleaseFenced { .. }
+                )
+            })
+            .count();
+        let wgl = WglSearch::default().check(&ExpiringLease, &ops);
+        assert!(
+            !matches!(wgl, Verdict::Unknown { .. }),
+            "seed {seed}: the search gave up on {} operations",
+            ops.len()
+        );
+        let brute = brute_force_with(&EagerExpiry, &ops, &fence);
+        assert_eq!(
+            wgl.is_linearizable(),
+            brute,
+            "seed {seed}: WGL with the lazy fence says {wgl:?}, the brute force with every \
+             fence {brute}, on {ops:#?}"
+        );
+        valid += u64::from(brute);
+    }
+    assert!(
+        (HISTORIES / 5..HISTORIES * 4 / 5).contains(&valid),
+        "{valid} of {HISTORIES} linearizable"
+    );
+    // Fences were judged in numbers: reaps of fenced leases and refusals as fenced.
+    assert!(fenced as u64 > HISTORIES / 2, "{fenced} fenced answers");
+}
+
+/// The eager brute force needs its fences: without them it refuses a reap that only an
+/// expiry explains, which the lazy model accepts.
+#[test]
+fn an_expiry_only_the_sweep_explains_needs_the_fence() {
+    let at = |id, step, invoke_ms, complete_ms| TimedStep {
+        id,
+        step,
+        invoke_ms,
+        complete_ms: Some(complete_ms),
+    };
+    let ops = [
+        at(
+            0,
+            ExpiryStep::Acquire {
+                expected: 0,
+                granted: Some(1),
+            },
+            0.0,
+            1.0,
+        ),
+        at(1, ExpiryStep::Reap { generation: 1 }, 2.0, 3.0),
+    ];
+    assert!(WglSearch::default()
+        .check(&ExpiringLease, &ops)
+        .is_linearizable());
+    assert!(brute_force_with(&EagerExpiry, &ops, &fence));
+    assert!(!brute_force(&EagerExpiry, &ops));
 }
