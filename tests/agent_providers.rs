@@ -39,8 +39,9 @@ struct Model {
     key: &'static str,
 }
 
-/// A one-node cluster, a process worker whose sandboxes reach the models' servers, and one
-/// agent profile (key `writer` of project `acme/{name}`) with a credential for each model.
+/// A one-node cluster, a process worker whose sandboxes reach the models' servers, and the
+/// agent profiles of project `acme/{name}` (one, key `writer`, unless made by
+/// [`Rig::start_project`]), each with a credential for each model.
 struct Rig {
     servers: Vec<ModelServer>,
     url: String,
@@ -810,6 +811,10 @@ print(json.dumps(ask(dict(op="commit", expected_head=head.get("head"), paths=sys
 /// message for a server the profile was not granted is refused 403; once stopped, nothing
 /// is left — no lease, cgroup leaf or credential file — and `squadron evidence` passes every
 /// claim.
+/// The canary's agent lease TTL: short, so the crash takeover's expiry comes soon, yet with
+/// room for renewals on a 2-core machine running six CLIs at once.
+const CANARY_LEASE_TTL_MS: u64 = 6_000;
+
 #[test]
 fn the_adr_canary_runs_on_the_real_clis() {
     const OPENAI_KEY: &str = "sk-openai-canary-0123456789abcdef";
@@ -849,7 +854,7 @@ fn the_adr_canary_runs_on_the_real_clis() {
             "--agent-stop-grace-ms",
             "3000",
             "--agent-lease-ttl-ms",
-            &LEASE_TTL_MS.to_string(),
+            &CANARY_LEASE_TTL_MS.to_string(),
             "--mcp-server",
             &offered,
         ],
@@ -1033,7 +1038,7 @@ fn the_adr_canary_runs_on_the_real_clis() {
             &TakeoverAgent {
                 kind: TakeoverKind::Crash,
                 provider: Some(Provider::Claude),
-                wait_for_expiry_ms: Some(LEASE_TTL_MS * 4),
+                wait_for_expiry_ms: Some(CANARY_LEASE_TTL_MS * 4),
                 prompt: None,
             },
         ))
@@ -1053,6 +1058,13 @@ fn the_adr_canary_runs_on_the_real_clis() {
     assert_eq!(head_subject(victim), "notes of generation 2");
 
     // An MCP message for a server the profile was not granted: 403, counted.
+    let denied = || {
+        http_get(&format!("{}/api/v1/projects/acme/canary/evidence", rig.url)).expect("evidence")
+            ["unauthorized_mcp_denied"]
+            .as_u64()
+            .expect("count")
+    };
+    let before = denied();
     let token = std::fs::read_to_string(rig.sandbox.join("run/agent-0/g2/mcp-token"))
         .expect("generation 2's MCP token");
     let socket = rig.worker.data_dir.join("agent-sockets/p1/mcp.sock");
@@ -1064,6 +1076,7 @@ fn the_adr_canary_runs_on_the_real_clis() {
         mcp.received().is_empty(),
         "a refused message reached the server"
     );
+    assert_eq!(denied(), before + 1, "the 403 is counted once");
 
     // Stopped, nothing is left, and the evidence passes every claim.
     for &i in &running {
@@ -1107,9 +1120,13 @@ fn the_adr_canary_runs_on_the_real_clis() {
     assert_eq!(w["cgroup_leaves_left"], json!([]), "{ev:#}");
     assert_eq!(w["credential_files_left"], json!([]), "{ev:#}");
     assert_eq!(w["processes_now"], 0, "{ev:#}");
-    for (i, key) in keys.iter().enumerate() {
-        let generations = if i == 0 || i == victim { 2 } else { 1 };
+    for &i in &running {
+        let (key, generations) = (keys[i], if i == 0 || i == victim { 2 } else { 1 });
         for g in 1..=generations {
+            assert!(
+                !rig.log_of(key, g, "stdout").is_empty(),
+                "{key} g{g} wrote no stdout log"
+            );
             for stream in ["stdout", "stderr"] {
                 let text = rig.log_of(key, g, stream);
                 assert!(

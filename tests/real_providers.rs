@@ -16,6 +16,8 @@ use serde_json::{json, Value};
 use support::*;
 
 const TASK_TIMEOUT: Duration = Duration::from_secs(180);
+/// In a guest under software emulation: the CLIs run several times slower there.
+const VM_TASK_TIMEOUT: Duration = Duration::from_secs(420);
 
 /// How the key reaches the provider.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -111,7 +113,11 @@ impl ProviderRun {
             &url,
             id,
             &["COMPLETED", "FAILED", "FAILED_PRESERVED"],
-            TASK_TIMEOUT,
+            if runtime == "kvm" {
+                VM_TASK_TIMEOUT
+            } else {
+                TASK_TIMEOUT
+            },
         );
         let run = ProviderRun {
             server,

@@ -576,6 +576,39 @@ fn outbox_links_are_not_followed(env: &Env) {
     assert!(listed.as_array().is_some_and(|a| !a.is_empty()), "{listed}");
 }
 
+/// A guest's code plants a link to a host file where the guest's init writes the agent's exit
+/// code (its agent directory is a share the sandbox user writes): the worker, which polls
+/// that file, never reads the host file through it — no byte of it reaches the task's error,
+/// events or logs — and the task still ends.
+fn a_planted_exit_code_link_reads_nothing_of_the_host(env: &Env) {
+    const MARKER: &str = "HOST-SECRET-5c1e";
+    let victim_dir = tempfile::tempdir().expect("tempdir");
+    let victim = victim_dir.path().join("victim.txt");
+    std::fs::write(&victim, format!("{MARKER}\n")).expect("victim");
+    let script = format!(
+        "ln -sf {victim} /run/squadron/agent/exit-code && echo planted\n\
+         sleep 15\n",
+        victim = victim.display()
+    );
+    let id = submit(
+        env.any(0),
+        &manifest(&env.repo, env.runtime, &script, "  timeout: 90s\n"),
+    );
+    let t = wait_task_state(env.any(1), id, &["COMPLETED", "FAILED"], env.timeout());
+    let everything = format!("{t:#}\n{}", explain(env.any(2), id));
+    assert!(
+        everything.contains("planted"),
+        "the link was not planted: {everything}"
+    );
+    assert!(
+        !everything.contains(MARKER),
+        "the worker read a host file through the guest's link: {everything}"
+    );
+    // The guest's init put the real exit code in place of the link when the agent exited.
+    assert_eq!(t["state"], "COMPLETED", "{everything}");
+    assert_eq!(t["exit_code"], 0, "{everything}");
+}
+
 /// Runs `script` to its end, which must be COMPLETED: what it printed.
 fn completed_stdout(env: &Env, script: &str, lifecycle: &str) -> String {
     let id = submit(
@@ -1464,6 +1497,10 @@ fn kvm_guests_hold_their_boundary() {
         &[
             ("kvm/isolated_probes", isolated_reaches_nothing_on_the_host),
             ("kvm/outbox_links", outbox_links_are_not_followed),
+            (
+                "kvm/exit_code_link",
+                a_planted_exit_code_link_reads_nothing_of_the_host,
+            ),
             (
                 "kvm/readiness",
                 a_failed_readiness_probe_fails_the_task_naming_it,

@@ -42,8 +42,9 @@ pub enum Step {
     },
     Text(&'static str),
     /// No answer for [`HOLD_FOR`]: the CLI waits on the model (and so keeps running) until it
-    /// is stopped. Only the first request at this turn waits; a later one (a resumed
-    /// conversation) is answered with the next step.
+    /// is stopped. Only a conversation's first request at this turn waits; a later one of the
+    /// same conversation (resumed by the next generation) is answered with the next step.
+    /// Each conversation holds on its own, so several CLIs can share one server.
     Hold,
 }
 

@@ -198,6 +198,9 @@ pub(crate) struct KvmRuntime {
     virtiofsd: PathBuf,
     domain_type: DomainType,
     networks: GuestNetworks,
+    /// The image's provider CLIs as resolved at start, beside the kernel and initramfs copied
+    /// then: a rebuild of the image links a new directory in, which a restart takes up.
+    providers: Option<PathBuf>,
 }
 
 impl KvmRuntime {
@@ -249,6 +252,12 @@ impl KvmRuntime {
         let (network, gateway) = (config.network.clone(), config.gateway.clone());
         let domains = files.root.join("domains");
         let networks = blocking(move || Ok(GuestNetworks::new(network, gateway, &domains))).await?;
+        let providers = std::fs::canonicalize(config.image_dir.join(PROVIDERS_DIR_NAME))
+            .ok()
+            .filter(|p| p.is_dir());
+        if providers.is_none() {
+            tracing::warn!(image_dir = %config.image_dir.display(), "the VM image has no provider CLIs: Claude Code and Codex tasks fail in guests until scripts/build-vm-image rebuilds it");
+        }
         let mut runtime = KvmRuntime {
             config,
             hypervisor,
@@ -256,6 +265,7 @@ impl KvmRuntime {
             virtiofsd,
             domain_type: DomainType::Qemu,
             networks,
+            providers,
         };
         runtime.domain_type = runtime.choose_domain_type(&capabilities).await;
         runtime.remove_orphan_domain_files().await;
@@ -405,9 +415,13 @@ impl KvmRuntime {
             share("bin", self.files.bin_dir(), GUEST_BIN_DIR, true),
             share("lib", self.files.lib_dir(), AGENT_LIBRARY_DIR, true),
         ];
-        let providers = self.config.image_dir.join(PROVIDERS_DIR_NAME);
-        if providers.is_dir() {
-            shares.push(share("providers", providers, GUEST_PROVIDERS_DIR, true));
+        if let Some(providers) = &self.providers {
+            shares.push(share(
+                "providers",
+                providers.clone(),
+                GUEST_PROVIDERS_DIR,
+                true,
+            ));
         }
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
             shares.push(share("global", global.clone(), GLOBAL_MOUNT, true));
@@ -493,24 +507,29 @@ impl KvmRuntime {
         user.share_work_tree(&spec.dir.inbox())
     }
 
-    /// The attempt's exit code, once `vm-init` wrote it.
+    /// The attempt's exit code, once `vm-init` wrote it. The agent directory is a share the
+    /// sandbox user writes, so the guest's code may put anything there first: a link to a
+    /// host file (read through it, the file would land in the task's error), a FIFO (an open
+    /// that never returns), garbage. None of that is an exit code: it is logged and read as
+    /// "not yet", so the guest's own `mv` of the real code, its hang timeout or its
+    /// destruction ends it, and a forged file never stops the domain from being destroyed.
     fn exit_code(dir: &Path) -> Result<Option<i32>, WorkerError> {
         let path = dir.join(EXIT_CODE_NAME);
-        let text = match read_small(&path) {
+        let text = match read_guest_small(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(WorkerError::io("read the agent's exit code", &path, e)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "not an exit code the guest's init wrote; ignored");
+                return Ok(None);
+            }
         };
-        text.trim().parse::<i32>().map(Some).map_err(|_| {
-            WorkerError::runtime(
-                RUNTIME_NAME,
-                format!(
-                    "{} holds {:?}, not an exit code",
-                    path.display(),
-                    text.trim()
-                ),
-            )
-        })
+        match text.trim().parse::<i32>() {
+            Ok(code) => Ok(Some(code)),
+            Err(_) => {
+                tracing::warn!(path = %path.display(), "holds no exit code; ignored");
+                Ok(None)
+            }
+        }
     }
 
     /// The agent directory of the attempt a domain belongs to, from its metadata.
@@ -932,9 +951,6 @@ fn lay_out(
         }
         agent_libraries::replace_with_copy(&source, &dest)?;
     }
-    if !config.image_dir.join(PROVIDERS_DIR_NAME).is_dir() {
-        tracing::warn!(image_dir = %config.image_dir.display(), "the VM image has no provider CLIs: Claude Code and Codex tasks fail in guests until scripts/build-vm-image rebuilds it");
-    }
     create_dir(&files.bin_dir(), 0o755)?;
     let linked = files.bin_dir().join("squadron");
     replace_with_link(binary, &linked)?;
@@ -1062,7 +1078,29 @@ fn read_small_path(path: &Path) -> std::io::Result<std::ffi::OsString> {
     Ok(std::os::unix::ffi::OsStringExt::from_vec(bytes))
 }
 
-/// A small file (an exit code, the probe's answer): at most 256 bytes are read.
+/// A small file a guest may have written: opened without following a link and without
+/// waiting on a FIFO, and read only if it is a plain file (at most 256 bytes).
+fn read_guest_small(path: &Path) -> std::io::Result<String> {
+    use rustix::fs::{Mode, OFlags};
+    use std::io::Read;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let file = std::fs::File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a plain file",
+        ));
+    }
+    let mut text = String::new();
+    file.take(256).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// A small file of the worker's own (the probe's answer): at most 256 bytes are read.
 fn read_small(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut text = String::new();

@@ -38,11 +38,18 @@ impl DomainType {
     }
 
     /// The guest's CPU: the host's own under hardware virtualisation, and under emulation
-    /// every feature QEMU emulates (`-cpu max`) — its default `qemu64` lacks the AVX the
-    /// provider CLIs' runtimes are built for (Claude Code died with SIGILL on it).
+    /// every feature QEMU emulates (`-cpu max`, libvirt 7.1 or later) — its default `qemu64`
+    /// lacks the AVX the provider CLIs' runtimes are built for (Claude Code died with SIGILL
+    /// on it). Under `kvm` without the virtualisation extensions: untrusted code must not run
+    /// a hypervisor of its own on the host kernel's nested virtualisation. Under emulation the
+    /// extensions QEMU offers are emulated in its own unprivileged process and reach no host
+    /// kernel code (and `max` without `svm` crashed the guest's init under QEMU 7.2's TCG).
     fn cpu_xml(self) -> &'static str {
         match self {
-            DomainType::Kvm => "<cpu mode='host-passthrough'/>",
+            DomainType::Kvm => {
+                "<cpu mode='host-passthrough'><feature policy='disable' name='vmx'/>\
+                 <feature policy='disable' name='svm'/></cpu>"
+            }
             DomainType::Qemu => "<cpu mode='maximum'/>",
         }
     }

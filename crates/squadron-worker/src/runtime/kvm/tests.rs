@@ -83,13 +83,17 @@ fn read_only_shares_go_through_the_read_only_daemon_and_the_cmdline_names_every_
     assert!(xml.contains("<memoryBacking><source type='memfd'/><access mode='shared'/>"));
     assert!(xml.contains("<domain type='qemu'>") && xml.contains("<vcpu>2</vcpu>"));
     // Emulation offers every CPU feature it has (the CLIs need AVX); KVM passes the host's.
+    // A KVM guest may not run a hypervisor of its own on the host kernel.
+    let no_nesting =
+        "<feature policy='disable' name='vmx'/><feature policy='disable' name='svm'/></cpu>";
     assert!(xml.contains("<cpu mode='maximum'/>"), "{xml}");
     let mut kvm = spec(false);
     kvm.domain_type = DomainType::Kvm;
-    assert!(kvm
-        .to_xml()
-        .unwrap()
-        .contains("<cpu mode='host-passthrough'/>"));
+    let kvm = kvm.to_xml().unwrap();
+    assert!(
+        kvm.contains(&format!("<cpu mode='host-passthrough'>{no_nesting}")),
+        "{kvm}"
+    );
 }
 
 #[test]
@@ -242,4 +246,39 @@ fn the_files_of_gone_data_directories_are_swept_and_no_other() {
     sweep_gone_workers(&mine);
     assert!(!gone.exists(), "a gone data directory's files stay");
     assert!(mine.exists() && alive.exists() && fresh.exists());
+}
+
+#[test]
+fn an_exit_code_is_read_only_from_a_plain_file_the_guest_could_not_aim_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("host-secret");
+    std::fs::write(&secret, "7\n").unwrap();
+    let agent = dir.path().join("agent");
+    std::fs::create_dir(&agent).unwrap();
+    let code = agent.join(EXIT_CODE_NAME);
+    assert_eq!(
+        KvmRuntime::exit_code(&agent).unwrap(),
+        None,
+        "not written yet"
+    );
+    // A link to a host file is not followed, even to one that holds a number.
+    std::os::unix::fs::symlink(&secret, &code).unwrap();
+    assert_eq!(KvmRuntime::exit_code(&agent).unwrap(), None);
+    std::fs::remove_file(&code).unwrap();
+    // A FIFO neither blocks the read nor passes for a code.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &code,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    assert_eq!(KvmRuntime::exit_code(&agent).unwrap(), None);
+    std::fs::remove_file(&code).unwrap();
+    // Garbage is ignored, not an error that would stop the domain's destruction.
+    std::fs::write(&code, "root:x:0:0\n").unwrap();
+    assert_eq!(KvmRuntime::exit_code(&agent).unwrap(), None);
+    std::fs::write(&code, "3\n").unwrap();
+    assert_eq!(KvmRuntime::exit_code(&agent).unwrap(), Some(3));
 }
