@@ -609,6 +609,26 @@ fn a_planted_exit_code_link_reads_nothing_of_the_host(env: &Env) {
     assert_eq!(t["exit_code"], 0, "{everything}");
 }
 
+/// A guest whose code uses up its memory: the guest's kernel kills it, which the host never
+/// sees as a cgroup event; the task fails naming the guest's memory and the kills, as a process
+/// or Docker task names its memory limit.
+fn a_guest_out_of_memory_is_named(env: &Env) {
+    let script = "echo before\nx=$(head -c 400000000 /dev/zero | tr '\\0' x)\necho never";
+    let yaml = manifest(&env.repo, env.runtime, script, "  timeout: 120s\n")
+        .replace("memory: 512Mi", "memory: 256Mi");
+    assert!(yaml.contains("memory: 256Mi"), "{yaml}");
+    let id = submit(env.any(0), &yaml);
+    let t = wait_task_state(env.any(1), id, &["FAILED", "COMPLETED"], env.timeout());
+    assert_eq!(t["state"], "FAILED", "{t:#}\n{}", explain(env.any(0), id));
+    let error = t["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("the guest's memory of 256 MiB was used up")
+            && error.contains("out of memory"),
+        "{t:#}"
+    );
+    assert!(!logs(env.any(2), id, "stream=stdout").contains("never"));
+}
+
 /// Runs `script` to its end, which must be COMPLETED: what it printed.
 fn completed_stdout(env: &Env, script: &str, lifecycle: &str) -> String {
     let id = submit(
@@ -1501,6 +1521,7 @@ fn kvm_guests_hold_their_boundary() {
                 "kvm/exit_code_link",
                 a_planted_exit_code_link_reads_nothing_of_the_host,
             ),
+            ("kvm/guest_oom", a_guest_out_of_memory_is_named),
             (
                 "kvm/readiness",
                 a_failed_readiness_probe_fails_the_task_naming_it,

@@ -7,7 +7,8 @@
 //! carrying this host's C runtime) boots directly; its one disk is the attempt's scratch disk
 //! (`scratch.img`, a sparse file of the sandbox's `disk`, its `/tmp`). `vm-init`, its PID 1,
 //! mounts the task's directories as virtiofs shares, runs the agent's start script as the
-//! sandbox user (uid 65534), writes the agent's exit code to `agent/exit-code` and powers the
+//! sandbox user (uid 65534), writes its kernel's out-of-memory kills to `agent/memory` and the
+//! agent's exit code to `agent/exit-code` and powers the
 //! guest off, or keeps it up with a console shell when the manifest preserves failures.
 //!
 //! | host                              | guest                 | mode |
@@ -58,7 +59,8 @@ use squadron_core::manifest::RuntimeKind;
 use tokio::io::AsyncWriteExt;
 
 use self::domain_xml::{
-    channel_socket, path_text, AttemptMark, DomainSpec, DomainType, GuestNic, Share, PRESERVE_FLAG,
+    channel_socket, memory_mib, path_text, AttemptMark, DomainSpec, DomainType, GuestNic, Share,
+    PRESERVE_FLAG,
 };
 use self::guest_network::{GuestNetworks, NETWORK_RECORD_NAME};
 use self::hypervisor::{Found, Hypervisor, Lifecycle};
@@ -79,6 +81,9 @@ const MEMORY_MIB_MAX: u64 = 256 * 1024;
 const CPUS_MAX: u32 = 64;
 /// The file `vm-init` writes the agent's exit code to, in the agent's directory.
 pub(crate) const EXIT_CODE_NAME: &str = "exit-code";
+/// The guest kernel's out-of-memory kills, written by `vm-init` beside the exit code
+/// (`oom_kill N`): a guest's memory is no cgroup of the host's, so only the guest can tell.
+const MEMORY_REPORT_NAME: &str = "memory";
 /// The guest's console, in its domain's directory and kept in the task directory.
 const CONSOLE_LOG_NAME: &str = "vm-console.log";
 /// The guest's scratch disk, in its domain's directory (removed with it).
@@ -656,10 +661,12 @@ impl Runtime for KvmRuntime {
         }
         self.hand_over(spec)?;
         let agent_dir = spec.dir.agent();
-        match std::fs::remove_file(agent_dir.join(EXIT_CODE_NAME)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(WorkerError::io("remove a stale exit code", &agent_dir, e)),
+        for stale in [EXIT_CODE_NAME, MEMORY_REPORT_NAME] {
+            match std::fs::remove_file(agent_dir.join(stale)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(WorkerError::io("remove a stale exit code", &agent_dir, e)),
+            }
         }
         let name = sandbox_name(&spec.dir, spec.attempt);
         let domain_dir = self.files.domain_dir(&name);
@@ -858,6 +865,24 @@ impl Runtime for KvmRuntime {
             .collect();
         names.sort();
         Ok(names)
+    }
+
+    /// The guest kernel's own account, which `vm-init` leaves beside the exit code: a guest
+    /// whose memory ran out killed processes itself, and the host saw only the exit code.
+    async fn limits_hit(&self, handle: &SandboxHandle) -> Option<String> {
+        let name = kvm_name(handle).ok()?;
+        let found = self.lookup(name).await.ok()??;
+        let report = Self::agent_dir_of(&found, name)
+            .ok()?
+            .join(MEMORY_REPORT_NAME);
+        let kills = oom_kills(&read_guest_small(&report).ok()?)?;
+        let memory = memory_mib(&found.xml)
+            .map(|m| format!(" of {m} MiB"))
+            .unwrap_or_default();
+        Some(format!(
+            "the guest's memory{memory} was used up: its kernel killed {kills} process(es) out \
+             of memory"
+        ))
     }
 
     fn break_glass(&self, handle: &SandboxHandle) -> String {
@@ -1076,6 +1101,16 @@ fn read_small_path(path: &Path) -> std::io::Result<std::ffi::OsString> {
         .take(DATA_DIR_BYTES_MAX)
         .read_to_end(&mut bytes)?;
     Ok(std::os::unix::ffi::OsStringExt::from_vec(bytes))
+}
+
+/// The out-of-memory kills a guest's report names (`oom_kill N`, from its `/proc/vmstat`), if
+/// any.
+fn oom_kills(report: &str) -> Option<u64> {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .filter(|n| *n > 0)
 }
 
 /// A small file a guest may have written: opened without following a link and without

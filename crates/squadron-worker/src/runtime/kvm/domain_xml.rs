@@ -292,6 +292,36 @@ pub(crate) fn parse_mark(xml: &str) -> Option<AttemptMark> {
     }
 }
 
+/// The guest's memory in MiB, from a domain's XML (libvirt's live XML says KiB; ours, MiB).
+pub(crate) fn memory_mib(xml: &str) -> Option<u64> {
+    let mut reader = Reader::from_str(xml);
+    let mut unit: Option<String> = None;
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e)) if e.name().as_ref() == b"memory" => {
+                unit = Some(
+                    e.try_get_attribute(b"unit")
+                        .ok()
+                        .flatten()
+                        .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
+                        .unwrap_or_else(|| "KiB".into()),
+                );
+            }
+            Ok(Event::Text(t)) if unit.is_some() => {
+                let n: u64 = t.unescape().ok()?.trim().parse().ok()?;
+                return match unit.as_deref()? {
+                    "KiB" | "k" => Some(n / 1024),
+                    "MiB" | "M" => Some(n),
+                    "GiB" | "G" => n.checked_mul(1024),
+                    _ => None,
+                };
+            }
+            Ok(Event::Eof) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
 /// The host socket libvirt made for the virtio-serial port `port`, from a live domain's XML.
 pub(crate) fn channel_socket(xml: &str, port: &str) -> Option<PathBuf> {
     let mut reader = Reader::from_str(xml);

@@ -282,3 +282,33 @@ fn an_exit_code_is_read_only_from_a_plain_file_the_guest_could_not_aim_elsewhere
     std::fs::write(&code, "3\n").unwrap();
     assert_eq!(KvmRuntime::exit_code(&agent).unwrap(), Some(3));
 }
+
+#[test]
+fn a_guest_s_memory_and_its_oom_kills_are_read_from_what_libvirt_and_the_guest_report() {
+    assert_eq!(
+        memory_mib("<domain><memory unit='KiB'>262144</memory></domain>"),
+        Some(256)
+    );
+    assert_eq!(
+        memory_mib("<domain><memory unit='MiB'>512</memory></domain>"),
+        Some(512)
+    );
+    assert_eq!(
+        memory_mib("<domain><memory>1048576</memory></domain>"),
+        Some(1024)
+    );
+    assert_eq!(
+        memory_mib("<domain><memory unit='b'>1</memory></domain>"),
+        None
+    );
+    assert_eq!(memory_mib("<domain/>"), None);
+    // Our own XML says MiB.
+    assert_eq!(
+        memory_mib(&spec(false).to_xml().unwrap()),
+        Some(spec(false).memory_mib)
+    );
+    assert_eq!(oom_kills("oom_kill 2\n"), Some(2));
+    assert_eq!(oom_kills("oom_kill 0\n"), None, "no kill, nothing to name");
+    assert_eq!(oom_kills("oom_kill x\n"), None);
+    assert_eq!(oom_kills(""), None);
+}
