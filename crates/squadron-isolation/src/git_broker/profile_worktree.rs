@@ -19,11 +19,17 @@ use super::commit_paths::{read_change, PathChange, STAGED_BYTES_PER_COMMIT_MAX};
 /// The trailer that lets a retry be recognised from the commit itself.
 const DIGEST_TRAILER: &str = "Squadron-Request-Digest";
 
-/// A profile's worktree, canonical, with the common Git dir it shares with its siblings.
+/// A profile's worktree, canonical, with the common Git dir it shares with its siblings and
+/// its own Git dir (a linked worktree's admin dir), both found once, at registration, before
+/// the sandbox runs. Every later request opens the repository from `git_dir`, never through
+/// the worktree's `.git`: the worktree is the sandbox's to write, and a `.git` it replaced
+/// with a link to a peer's admin dir or another project's repository would have the broker
+/// (root) commit there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProfileWorktree {
     pub worktree: PathBuf,
     pub common_dir: PathBuf,
+    pub git_dir: PathBuf,
 }
 
 /// HEAD of a worktree.
@@ -73,15 +79,45 @@ impl ProfileWorktree {
         }
         let common_dir = fs::canonicalize(repo.commondir())
             .map_err(|e| BrokerError::io("resolve the common git dir", repo.commondir(), e))?;
+        let git_dir = fs::canonicalize(repo.path())
+            .map_err(|e| BrokerError::io("resolve the git dir", repo.path(), e))?;
         Ok(ProfileWorktree {
             worktree,
             common_dir,
+            git_dir,
         })
+    }
+
+    /// The repository as registered: opened from its own Git dir, its work dir pinned to the
+    /// worktree, its common dir checked to be the one registered.
+    fn repo(&self) -> Result<Repository, BrokerError> {
+        let repo = Repository::open_ext(
+            &self.git_dir,
+            RepositoryOpenFlags::NO_SEARCH,
+            &[] as &[&OsStr],
+        )
+        .map_err(|e| BrokerError::git("open the repository", &self.git_dir, &e))?;
+        repo.set_workdir(&self.worktree, false)
+            .map_err(|e| BrokerError::git("pin the work dir", &self.worktree, &e))?;
+        let common = fs::canonicalize(repo.commondir())
+            .map_err(|e| BrokerError::io("resolve the common git dir", repo.commondir(), e))?;
+        if common != self.common_dir {
+            return Err(BrokerError::invalid(
+                "worktree",
+                format!(
+                    "{} now shares {}, not the registered {}",
+                    self.worktree.display(),
+                    common.display(),
+                    self.common_dir.display()
+                ),
+            ));
+        }
+        Ok(repo)
     }
 
     /// The worktree's HEAD now.
     pub(crate) fn head(&self) -> Result<HeadState, BrokerError> {
-        let repo = open_repo(&self.worktree)?;
+        let repo = self.repo()?;
         head_state(&repo).map_err(|e| BrokerError::git("read HEAD", &self.worktree, &e))
     }
 
@@ -99,7 +135,7 @@ impl ProfileWorktree {
             let worktree = self.worktree.clone();
             move |e: git2::Error| BrokerError::git(what, worktree, &e)
         };
-        let repo = open_repo(&self.worktree)?;
+        let repo = self.repo()?;
         let head = head_state(&repo).map_err(git("read HEAD"))?;
         let expected = match &request.expected_head {
             Some(text) => Some(

@@ -61,6 +61,29 @@ impl Fixture {
         }
     }
 
+    /// A linked worktree `wt-{profile}` on a branch `profile-{profile}` of its own, registered
+    /// for `profile`, whose lease (`100 + profile`, generation 1) is current.
+    pub fn add_worktree(&self, profile: u64) -> PathBuf {
+        let path = self.dir.path().join(format!("wt-{profile}"));
+        let branch = format!("profile-{profile}");
+        git(
+            &self.repo,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                &branch,
+                path.to_str().expect("a UTF-8 path"),
+            ],
+        );
+        self.fence.grant(profile, 100 + profile, 1);
+        self.broker
+            .register_profile(profile, &path)
+            .expect("register the worktree");
+        path
+    }
+
     /// A request from the current lease for `paths`, expecting the current HEAD.
     pub fn request(&self, paths: &[&str], key: &str) -> CommitRequest {
         CommitRequest {

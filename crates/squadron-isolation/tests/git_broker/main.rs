@@ -348,24 +348,7 @@ async fn two_worktrees_sharing_one_git_dir_commit_concurrently() {
     const COMMITS_PER_PROFILE: usize = 12;
     let f = Fixture::new().await;
     let worktrees: Vec<(u64, std::path::PathBuf)> = (2..=3)
-        .map(|profile| {
-            let path = f.dir.path().join(format!("wt-{profile}"));
-            let branch = format!("profile-{profile}");
-            git(
-                &f.repo,
-                &[
-                    "worktree",
-                    "add",
-                    "-q",
-                    "-b",
-                    &branch,
-                    path.to_str().unwrap(),
-                ],
-            );
-            f.fence.grant(profile, 100 + profile, 1);
-            f.broker.register_profile(profile, &path).unwrap();
-            (profile, path)
-        })
+        .map(|profile| (profile, f.add_worktree(profile)))
         .collect();
 
     let mut tasks = Vec::new();
@@ -632,4 +615,71 @@ async fn a_profile_socket_serves_that_profile_only() {
     own.shutdown().await;
     assert!(!own_socket.exists(), "socket file left behind");
     assert_eq!(f.broker.stats().refused_forbidden, 1);
+}
+
+/// A provider owns its worktree's files, `.git` among them: replacing that file with a link to
+/// a peer's admin dir, or to the main repository's own Git dir, must not make the broker
+/// (root) commit there. Every request opens the repository from the Git dir registered before
+/// the sandbox ran, so HEAD is still the profile's own, and neither the peer's branch nor
+/// `main` moves whatever HEAD the request names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worktree_whose_dot_git_was_relinked_still_commits_only_to_its_own_branch() {
+    let f = Fixture::new().await;
+    let (mine, peer) = (f.add_worktree(2), f.add_worktree(3));
+    let own_head = head(&mine);
+    let before: Vec<String> = ["main", "profile-3"]
+        .iter()
+        .map(|b| git(&f.repo, &["rev-parse", b]))
+        .collect();
+    let mut outcomes = Vec::new();
+    for target in [f.repo.join(".git/worktrees/wt-3"), f.repo.join(".git")] {
+        fs::remove_file(mine.join(".git")).ok();
+        std::os::unix::fs::symlink(&target, mine.join(".git")).unwrap();
+        fs::write(mine.join("stolen.txt"), "from profile 2\n").unwrap();
+        // What HEAD reads as through the link: the target's.
+        let theirs = if target.ends_with(".git") {
+            before[0].clone()
+        } else {
+            head(&peer)
+        };
+        for expected in [theirs, own_head.clone()] {
+            let request = CommitRequest {
+                profile: 2,
+                lease: 102,
+                generation: 1,
+                expected_head: Some(expected.clone()),
+                paths: vec!["stolen.txt".into()],
+                message: "through a relinked .git".into(),
+                idempotency_key: format!("relinked-{}", outcomes.len()),
+            };
+            outcomes.push(GitBrokerClient::commit(&f.socket, &request).await.unwrap());
+        }
+    }
+    // Each request was judged (none refused as malformed), and the one naming the profile's
+    // own HEAD committed.
+    assert!(
+        outcomes.iter().all(|o| !matches!(
+            o,
+            CommitOutcome::Refused(r) if r.code == RefusalCode::InvalidArgument
+        )),
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| matches!(o, CommitOutcome::Committed { .. })),
+        "{outcomes:?}"
+    );
+    let after: Vec<String> = ["main", "profile-3"]
+        .iter()
+        .map(|b| git(&f.repo, &["rev-parse", b]))
+        .collect();
+    assert_eq!(after, before, "a branch not the profile's moved");
+    // Whatever did land, landed on the profile's own branch.
+    let mine_now = git(&f.repo, &["rev-parse", "profile-2"]);
+    assert!(
+        mine_now == own_head || git(&f.repo, &["rev-parse", "profile-2~1"]) == own_head,
+        "profile-2 is {mine_now}"
+    );
+    git(&f.repo, &["fsck", "--strict", "--no-progress"]);
 }

@@ -717,6 +717,19 @@ impl Runtime for KvmRuntime {
             return Ok(RunStatus::Vanished);
         };
         if let Some(code) = Self::exit_code(&Self::agent_dir_of(&found, name)?)? {
+            // The exit code is the guest's to write, and what follows (collection, the
+            // volume's retirement) reads its shares: nothing in the guest may run by then. Its
+            // init powers it off right after writing the code (a guest that does not within
+            // `GUEST_POWEROFF_WAIT_MS_MAX` — out of memory, or lying — is powered off); a guest
+            // kept for break-glass is paused instead, and resumed once the worker is done with
+            // it (`preserved`).
+            if found.lifecycle == Lifecycle::Running {
+                if found.xml.contains(PRESERVE_FLAG) {
+                    self.on_domain(name, Hypervisor::suspend).await?;
+                } else if !self.let_guest_power_off(&found, name).await? {
+                    self.on_domain(name, Hypervisor::power_off).await?;
+                }
+            }
             return Ok(RunStatus::Exited { code });
         }
         Ok(match found.lifecycle {
@@ -738,8 +751,12 @@ impl Runtime for KvmRuntime {
         }
         let agent_dir = Self::agent_dir_of(&found, name)?;
         if Self::exit_code(&agent_dir)?.is_some() {
-            // The agent ended; the guest is kept up only for break-glass.
-            return Ok(());
+            // The agent ended (or the guest says so): a guest kept for break-glass is paused
+            // until the worker is done with its shares, any other powered off.
+            if found.xml.contains(PRESERVE_FLAG) {
+                return self.on_domain(name, Hypervisor::suspend).await;
+            }
+            return self.on_domain(name, Hypervisor::power_off).await;
         }
         let _held = self.ask_to_stop(&found, name).await;
         let exited = || Ok(Self::exit_code(&agent_dir)?.is_some());
@@ -883,6 +900,13 @@ impl Runtime for KvmRuntime {
             "the guest's memory{memory} was used up: its kernel killed {kills} process(es) out \
              of memory"
         ))
+    }
+
+    /// A guest kept for break-glass was paused while the worker read its shares: it runs
+    /// again, for its console.
+    async fn preserved(&self, handle: &SandboxHandle) -> Result<(), WorkerError> {
+        let name = kvm_name(handle)?;
+        self.on_domain(name, Hypervisor::resume).await
     }
 
     fn break_glass(&self, handle: &SandboxHandle) -> String {

@@ -188,6 +188,12 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
     fn break_glass(&self, handle: &SandboxHandle) -> String;
 
+    /// Called once a failed attempt's sandbox is kept for break-glass and the worker is done
+    /// reading it (outputs collected): a runtime that held it still meanwhile lets it run.
+    async fn preserved(&self, _handle: &SandboxHandle) -> Result<(), WorkerError> {
+        Ok(())
+    }
+
     /// The task sandboxes this runtime holds for this worker now (leaves, containers,
     /// domains), by name, sorted, at most [`SANDBOXES_LISTED_MAX`]: once every task ended and
     /// none was preserved, none — what a soak counts as leaked.

@@ -19,7 +19,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -367,16 +366,47 @@ fn bind(path: &Path, owner: (u32, u32)) -> Result<UnixListener, WorkerError> {
     }
     let listener =
         UnixListener::bind(path).map_err(|e| WorkerError::io("bind the agent socket", path, e))?;
-    std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1))
+    own_socket(path, owner)
         .map_err(|e| WorkerError::io("give the agent socket to the sandbox user", path, e))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| WorkerError::io("restrict the agent socket", path, e))?;
     Ok(listener)
+}
+
+/// Gives the socket just bound at `path` to `owner`, mode 0600, through a handle on the node
+/// itself: the directory is the sandbox's to write (a running container's, for a relay opened
+/// again after a restart), so between the bind and a chown by path it could put a link to any
+/// host file there, which root would then hand to the sandbox user.
+fn own_socket(path: &Path, owner: (u32, u32)) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    use std::os::fd::AsRawFd;
+    let node = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&node)?.st_mode) != FileType::Socket {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not the socket just bound (replaced)",
+        ));
+    }
+    rustix::fs::chownat(
+        &node,
+        "",
+        Some(rustix::fs::Uid::from_raw(owner.0)),
+        Some(rustix::fs::Gid::from_raw(owner.1)),
+        AtFlags::EMPTY_PATH,
+    )?;
+    // chmod has no empty-path form: the node's own /proc entry names it without a lookup.
+    rustix::fs::chmod(
+        format!("/proc/self/fd/{}", node.as_raw_fd()),
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -489,6 +519,32 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
+    }
+
+    /// A link planted where the socket was bound is never followed: the host file it names
+    /// keeps its owner and mode.
+    #[test]
+    fn a_socket_replaced_by_a_link_is_not_given_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "host file\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let path = dir.path().join("rest.sock");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let err = own_socket(&path, (65534, 65534)).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.uid()), (0o644, nix_uid()));
+        // A real socket is given away.
+        std::fs::remove_file(&path).unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        own_socket(&path, (65534, 65534)).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.uid()), (0o600, 65534));
+    }
+
+    fn nix_uid() -> u32 {
+        rustix::process::getuid().as_raw()
     }
 
     #[tokio::test]

@@ -868,7 +868,12 @@ impl TaskDriver {
         let preserved = if self.spec.lifecycle.failure_action == FailureAction::Preserve {
             match self.runtime() {
                 Ok(runtime) => match self.sandbox(&runtime).await {
-                    Ok(Some(h)) => Some(runtime.break_glass(&h)),
+                    Ok(Some(h)) => {
+                        if let Err(e) = runtime.preserved(&h).await {
+                            tracing::warn!(task = %self.task, error = %e, "the preserved sandbox could not be resumed");
+                        }
+                        Some(runtime.break_glass(&h))
+                    }
                     _ => None,
                 },
                 Err(_) => None,

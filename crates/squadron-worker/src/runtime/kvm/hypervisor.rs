@@ -152,6 +152,36 @@ impl Hypervisor {
         }
     }
 
+    /// Pauses a running domain (its vCPUs stop; nothing in it runs until resumed); a domain
+    /// already paused, or not running, is left as is.
+    pub(crate) fn suspend(&self, name: &str) -> Result<(), WorkerError> {
+        self.when_in(name, sys::VIR_DOMAIN_RUNNING, "pause", Domain::suspend)
+    }
+
+    /// Resumes a paused domain; any other is left as is.
+    pub(crate) fn resume(&self, name: &str) -> Result<(), WorkerError> {
+        self.when_in(name, sys::VIR_DOMAIN_PAUSED, "resume", Domain::resume)
+    }
+
+    /// `act` on the domain if it is in `state`; otherwise nothing.
+    fn when_in<T>(
+        &self,
+        name: &str,
+        state: sys::virDomainState,
+        what: &str,
+        act: impl FnOnce(&Domain) -> Result<T, virt::error::Error>,
+    ) -> Result<(), WorkerError> {
+        let session = self.open()?;
+        let domain = Domain::lookup_by_name(&session.0, name)
+            .map_err(|e| failed(&format!("look up domain {name}"), e))?;
+        match domain.get_state() {
+            Ok((now, _)) if now == state => act(&domain)
+                .map(|_| ())
+                .map_err(|e| failed(&format!("{what} domain {name}"), e)),
+            _ => Ok(()),
+        }
+    }
+
     /// Powers the domain off and removes its definition.
     pub(crate) fn remove(&self, name: &str) -> Result<(), WorkerError> {
         self.power_off(name)?;

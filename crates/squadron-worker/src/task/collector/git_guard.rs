@@ -8,6 +8,11 @@ use git2::Repository;
 /// Entries of `.git/objects` (loose objects included) inspected for symbolic links; a
 /// repository with more is not read at all.
 const GIT_OBJECT_ENTRIES_CHECKED_MAX: usize = 200_000;
+/// Entries of the work tree looked at for FIFOs, sockets and device nodes; a tree with more
+/// is not read by git at all.
+const SPECIAL_FILE_WALK_ENTRIES_MAX: usize = 1_000_000;
+/// The most of `.git/config` read to look for includes.
+const GIT_CONFIG_BYTES_MAX: u64 = 1 << 20;
 
 /// Opens the clone in `inbox` as git sees it, refusing the redirections an agent could plant
 /// to make the worker read the host's repositories or files: a `.git` that is a link or a
@@ -26,18 +31,34 @@ pub(super) fn open_worktree_repo(
     if !is_real_dir(&git_dir) {
         return Err(".git is missing or not a plain directory".into());
     }
+    remove_special_files(inbox, notes)?;
     for name in ["commondir", "gitdir"] {
         if std::fs::symlink_metadata(git_dir.join(name)).is_ok() {
             return Err(format!(".git/{name} exists; it would point git elsewhere"));
         }
     }
-    for name in ["HEAD", "config", "index", "packed-refs", "refs", "objects"] {
+    // git reads these by path: each must be what git writes there, never a link (to a host
+    // file) or a FIFO (an open that never returns).
+    for (name, dir) in [
+        ("HEAD", false),
+        ("config", false),
+        ("index", false),
+        ("packed-refs", false),
+        ("info/exclude", false),
+        ("info/attributes", false),
+        ("refs", true),
+        ("objects", true),
+    ] {
         if let Ok(meta) = std::fs::symlink_metadata(git_dir.join(name)) {
             if meta.file_type().is_symlink() {
                 return Err(format!(".git/{name} is a symbolic link"));
             }
+            if (dir && !meta.is_dir()) || (!dir && !meta.is_file()) {
+                return Err(format!(".git/{name} is not a plain {}", kind_name(dir)));
+            }
         }
     }
+    refuse_config_includes(&git_dir.join("config"))?;
     // Objects are read through links, so a linked loose object or pack would let the agent
     // name a blob of some other repository on the host and read it back in the patch.
     let objects = git_dir.join("objects");
@@ -84,4 +105,67 @@ pub(super) fn open_worktree_repo(
     repo.set_workdir(inbox, false)
         .map_err(|e| format!("cannot pin the work tree: {}", e.message()))?;
     Ok(repo)
+}
+
+fn kind_name(dir: bool) -> &'static str {
+    if dir {
+        "directory"
+    } else {
+        "file"
+    }
+}
+
+/// Removes the FIFOs, sockets and device nodes of the work tree (`.git` included) before git
+/// reads it: git stores none of them, and git opens what it reads (`.gitignore`,
+/// `.gitattributes`, its own files) with a blocking open, which a FIFO would hold forever.
+/// Links are not followed; a tree of more than [`SPECIAL_FILE_WALK_ENTRIES_MAX`] entries is
+/// not read.
+fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Result<(), String> {
+    let mut removed = 0usize;
+    let walk = walkdir::WalkDir::new(inbox)
+        .follow_links(false)
+        .same_file_system(true);
+    for (seen, entry) in walk.into_iter().enumerate() {
+        if seen >= SPECIAL_FILE_WALK_ENTRIES_MAX {
+            return Err(format!(
+                "the work tree holds more than {SPECIAL_FILE_WALK_ENTRIES_MAX} entries"
+            ));
+        }
+        let entry = entry.map_err(|e| format!("cannot walk the work tree: {e}"))?;
+        let kind = entry.file_type();
+        if kind.is_file() || kind.is_dir() || kind.is_symlink() {
+            continue;
+        }
+        std::fs::remove_file(entry.path())
+            .map_err(|e| format!("cannot remove {}: {e}", entry.path().display()))?;
+        removed += 1;
+    }
+    if removed > 0 {
+        notes.push(format!(
+            "removed {removed} FIFOs, sockets or device nodes from the work tree: git stores \
+             none, and reading one would hang the collection"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a `.git/config` that includes other files (`[include]`, `[includeIf …]`): git
+/// would read them by path, as root, wherever they point.
+fn refuse_config_includes(config: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open(config) else {
+        return Ok(());
+    };
+    let mut text = String::new();
+    file.take(GIT_CONFIG_BYTES_MAX)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read .git/config: {e}"))?;
+    let includes = text.lines().any(|l| {
+        let bare: String = l.chars().filter(|c| !c.is_whitespace()).collect();
+        bare.to_ascii_lowercase().starts_with("[include")
+    });
+    if includes {
+        return Err(".git/config includes other files".into());
+    }
+    Ok(())
 }

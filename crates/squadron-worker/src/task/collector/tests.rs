@@ -599,3 +599,57 @@ fn untracked_paths_are_one_per_line() {
     assert_eq!(quote_path(b"bad\xffname"), "\"bad\\377name\"");
     assert_eq!(quote_path(b"\x01"), "\"\\001\"");
 }
+
+/// A FIFO where git reads by path — a `.gitignore` of the work tree, `.git/info/exclude` —
+/// would hold the collection's open forever: FIFOs, sockets and device nodes are removed
+/// before git reads the tree, and the patch is still made. A `.git/config` that is a FIFO,
+/// or that includes another file, keeps git out instead.
+#[tokio::test]
+async fn fifos_never_hang_the_collection_and_config_includes_keep_git_out() {
+    let fifo = |path: &Path| {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap()
+    };
+    let source = SourceRepo::new();
+    let (_tmp, dir, spec) = staged(&source, 14, &[]).await;
+    let inbox = dir.inbox();
+    write(&inbox.join("README.md"), "agent change\n");
+    std::fs::create_dir_all(inbox.join("deep/er")).unwrap();
+    fifo(&inbox.join("deep/er/.gitignore"));
+    let _ = std::fs::remove_file(inbox.join(".git/info/exclude"));
+    fifo(&inbox.join(".git/info/exclude"));
+    let collected = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        collect(&dir, dir.task(), &spec, &facts(1)),
+    )
+    .await
+    .expect("the collection hung on a FIFO")
+    .unwrap();
+    let patch = std::fs::read_to_string(dir.artifacts().join("14.patch")).unwrap();
+    assert!(patch.contains("+agent change"), "{patch}");
+    assert!(!inbox.join("deep/er/.gitignore").exists());
+    assert!(
+        collected.metadata.notes.iter().any(|n| n.contains("FIFOs")),
+        "{:?}",
+        collected.metadata.notes
+    );
+
+    // An include in .git/config: no git outputs, but the rest works.
+    let config = inbox.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[ include ]\n\tpath = /etc/gitconfig\n");
+    write(&config, &text);
+    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    assert!(report.metadata.patch.is_none());
+    assert!(
+        report.metadata.notes.iter().any(|n| n.contains("includes")),
+        "{:?}",
+        report.metadata.notes
+    );
+}
