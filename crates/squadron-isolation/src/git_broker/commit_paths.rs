@@ -1,23 +1,25 @@
 //! The path set of a commit: the syntax every path must have, and the reading of one path
 //! from the worktree into what the index gets — without following a symlink out of it.
 //!
-//! The worktree is writable by the provider process while the broker reads it, so every
-//! check that matters is made on the opened file, not only on the name: the file is opened
-//! without blocking (a FIFO swapped in cannot hang the broker), its `fstat` must be a
-//! regular file, and the canonical path must be the worktree path itself and name the
-//! same inode as the open handle — a parent directory swapped for a symlink between the
-//! check and the open is caught there.
+//! The worktree is writable by the provider process while the broker reads it, so a file is
+//! opened beneath the worktree's own handle with no symbolic link resolved on the way
+//! (`Beneath`: `openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), without blocking (a
+//! FIFO swapped in cannot hang the broker), and its `fstat` must be a regular file with one
+//! link: a parent directory swapped for a link to `/etc` between any check and the open is
+//! refused by the kernel at the open itself, not by a path check that a rename race passes.
 //!
 //! Content is committed byte for byte: no clean or smudge filter runs, because a filter is
 //! a command named by `.gitattributes`, which the provider process can write.
 
-use std::fs::{self, File, Metadata, OpenOptions};
+use std::fs::{self, File, Metadata};
 use std::io::{ErrorKind, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use git2::{IndexEntry, IndexTime, Oid};
+
+use crate::beneath::Beneath;
 
 /// A path, in bytes.
 pub const PATH_BYTES_MAX: usize = 4096;
@@ -27,35 +29,6 @@ pub const PATH_COMPONENT_BYTES_MAX: usize = 255;
 pub const STAGED_FILE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// All files of one commit together (they are held in memory until the commit is made).
 pub const STAGED_BYTES_PER_COMMIT_MAX: u64 = 256 * 1024 * 1024;
-
-/// `O_NONBLOCK` where its value is the generic Linux one; elsewhere 0 (the FIFO guard is
-/// then only the `lstat` check before the open).
-#[cfg(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "powerpc64",
-        target_arch = "s390x"
-    )
-))]
-const OPEN_NONBLOCK_FLAG: i32 = 0o4000;
-#[cfg(not(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64",
-        target_arch = "powerpc64",
-        target_arch = "s390x"
-    )
-)))]
-const OPEN_NONBLOCK_FLAG: i32 = 0;
 
 const MODE_FILE: u32 = 0o100_644;
 const MODE_EXECUTABLE: u32 = 0o100_755;
@@ -163,26 +136,17 @@ pub(crate) fn read_change(worktree: &Path, relative: &str) -> Result<PathChange,
 }
 
 fn read_regular_file(worktree: &Path, relative: &str) -> Result<PathChange, String> {
-    let path = worktree.join(relative);
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(OPEN_NONBLOCK_FLAG)
-        .open(&path)
+    let file = Beneath::open(worktree)
+        .and_then(|top| top.read(Path::new(relative)))
         .map_err(|e| format!("cannot open {relative:?}: {e}"))?;
     let meta = file
         .metadata()
         .map_err(|e| format!("cannot stat {relative:?}: {e}"))?;
-    if !meta.file_type().is_file() {
-        return Err(format!(
-            "{relative:?} changed into something that is not a regular file"
-        ));
-    }
     if meta.len() > STAGED_FILE_BYTES_MAX {
         return Err(format!(
             "{relative:?} is larger than {STAGED_FILE_BYTES_MAX} bytes"
         ));
     }
-    check_same_inode(worktree, relative, &meta)?;
     let content = read_bounded(file, relative)?;
     let mode = if meta.mode() & 0o111 != 0 {
         MODE_EXECUTABLE
@@ -191,25 +155,6 @@ fn read_regular_file(worktree: &Path, relative: &str) -> Result<PathChange, Stri
     };
     let entry = index_entry(relative, &meta, mode, content.len());
     Ok(PathChange::Upsert { entry, content })
-}
-
-/// The open handle must be the file at the worktree path with no symlink on the way.
-fn check_same_inode(worktree: &Path, relative: &str, opened: &Metadata) -> Result<(), String> {
-    let path = worktree.join(relative);
-    let canonical =
-        fs::canonicalize(&path).map_err(|e| format!("cannot resolve {relative:?}: {e}"))?;
-    if canonical != path {
-        return Err(format!(
-            "{relative:?} resolves to {} through a symlink",
-            canonical.display()
-        ));
-    }
-    let now =
-        fs::symlink_metadata(&canonical).map_err(|e| format!("cannot stat {relative:?}: {e}"))?;
-    if now.dev() != opened.dev() || now.ino() != opened.ino() {
-        return Err(format!("{relative:?} was replaced while it was read"));
-    }
-    Ok(())
 }
 
 fn read_bounded(file: File, relative: &str) -> Result<Vec<u8>, String> {
@@ -307,5 +252,12 @@ mod tests {
         assert!(read_change(&root, "escape/secret")
             .unwrap_err()
             .contains("symlink"));
+        // Past the name checks (a directory swapped for a link after them), the open itself
+        // refuses: nothing outside the worktree is read.
+        let err = read_regular_file(&root, "escape/secret").unwrap_err();
+        assert!(err.contains("cannot open"), "{err}");
+        // A second name for a file is refused too (it may be a host file's).
+        fs::hard_link(root.join("file"), root.join("twin")).unwrap();
+        assert!(read_regular_file(&root, "twin").is_err());
     }
 }
