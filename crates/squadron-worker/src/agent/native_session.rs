@@ -58,16 +58,25 @@ impl NativeSession {
 
     /// Whether the CLI's record of this session lies below `state` (the sandbox's `$HOME`):
     /// Claude Code's `.claude/projects/{cwd}/{id}.jsonl`, Codex's
-    /// `.codex/sessions/YYYY/MM/DD/rollout-{time}-{id}.jsonl`. Links are not followed.
+    /// `.codex/sessions/YYYY/MM/DD/rollout-{time}-{id}.jsonl`. Links are not followed, the
+    /// two directories leading there included: the state directory is the provider's, and a
+    /// link there would have root walk the host.
     pub(crate) fn is_recorded_in(&self, state: &Path) -> bool {
-        let root = match self.provider {
-            Provider::Claude => state.join(".claude/projects"),
-            Provider::Codex => state.join(".codex/sessions"),
+        let (home, sessions) = match self.provider {
+            Provider::Claude => (".claude", "projects"),
+            Provider::Codex => (".codex", "sessions"),
             Provider::Script => return false,
         };
+        let plain_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        let root = state.join(home).join(sessions);
+        if !plain_dir(&state.join(home)) || !plain_dir(&root) {
+            return false;
+        }
         let exact = format!("{}.jsonl", self.id);
         let suffix = format!("-{}.jsonl", self.id);
         walkdir::WalkDir::new(root)
+            .follow_links(false)
+            .follow_root_links(false)
             .max_depth(SESSION_SEARCH_DEPTH_MAX)
             .into_iter()
             .take(SESSION_SEARCH_ENTRIES_MAX)
@@ -157,6 +166,17 @@ mod tests {
         .unwrap();
         assert_eq!(
             NativeSession::to_resume(Provider::Claude, &other, state.path()),
+            None
+        );
+        // Nor is one behind a linked directory: root never walks where the link points.
+        let host = tempfile::tempdir().unwrap();
+        let linked = host.path().join("projects/-workspace");
+        fs::create_dir_all(&linked).unwrap();
+        fs::write(linked.join(format!("{ID}.jsonl")), "{}\n").unwrap();
+        fs::remove_dir_all(state.path().join(".claude")).unwrap();
+        std::os::unix::fs::symlink(host.path(), state.path().join(".claude")).unwrap();
+        assert_eq!(
+            NativeSession::to_resume(Provider::Claude, &claude_ref, state.path()),
             None
         );
     }

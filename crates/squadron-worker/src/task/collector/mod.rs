@@ -37,6 +37,7 @@ mod pattern_copy;
 mod untracked;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use squadron_core::ids::TaskId;
@@ -62,6 +63,8 @@ pub(crate) const ARTIFACT_FILES_MAX: usize = TASK_ARTIFACTS_MAX - 3;
 pub(crate) const UNTRACKED_PATHS_MAX: usize = 100_000;
 /// Directory entries the pattern walk visits before it stops.
 pub(crate) const WALK_ENTRIES_MAX: usize = 1_000_000;
+/// How long one collection may take, all outputs together.
+pub(crate) const COLLECT_MS_MAX: u64 = 20 * 60 * 1_000;
 /// Directory depth the pattern walk descends to.
 pub(crate) const WALK_DEPTH_MAX: usize = 64;
 /// Skipped files (and files left out of the patch) listed by name in `metadata.json`;
@@ -248,9 +251,18 @@ pub(crate) async fn collect_with_limits(
         });
     }
     let (dir, spec, run, limits) = (dir.clone(), spec.clone(), run.clone(), limits.clone());
-    tokio::task::spawn_blocking(move || Collector::new(&dir, &spec, &run, &limits)?.run())
-        .await
-        .map_err(|e| WorkerError::Collect(format!("collection thread failed: {e}")))?
+    let collecting =
+        tokio::task::spawn_blocking(move || Collector::new(&dir, &spec, &run, &limits)?.run());
+    // A bound on the whole, whatever the sandbox left for git to read: the task fails naming
+    // it instead of staying COMPLETING (the known ways to hang it, FIFOs, are removed first).
+    match tokio::time::timeout(Duration::from_millis(COLLECT_MS_MAX), collecting).await {
+        Ok(joined) => {
+            joined.map_err(|e| WorkerError::Collect(format!("collection thread failed: {e}")))?
+        }
+        Err(_) => Err(WorkerError::Collect(format!(
+            "the collection did not finish within {COLLECT_MS_MAX} ms"
+        ))),
+    }
 }
 
 /// What git gave for the patch and the untracked list.
