@@ -44,7 +44,9 @@ fn a_stale_generation_cannot_commit_and_the_new_one_can() {
     let fence = ControlFence::for_worker(&config, tls).expect("fence");
     let broker =
         GitBroker::open(&cluster.dir.path().join("broker-state"), Arc::new(fence)).expect("broker");
-    broker.register_profile(profile, &repo).expect("register");
+    broker
+        .register_profile(profile, &repo, &repo.join(".git"))
+        .expect("register");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
 
     let (lease1, gen1) = acquire(&url, profile, 0);

@@ -155,11 +155,18 @@ impl GitBroker {
         })
     }
 
-    /// Routes `profile`'s requests to `worktree`: the top of a git worktree (linked worktrees
-    /// of one repository share its lock) or of a repository's work dir. Replaces an earlier
-    /// registration of the profile.
-    pub fn register_profile(&self, profile: u64, worktree: &Path) -> Result<(), BrokerError> {
-        let opened = ProfileWorktree::open(worktree)?;
+    /// Routes `profile`'s requests to `worktree`, whose Git dir is `git_dir`: a linked
+    /// worktree and its admin dir (linked worktrees of one repository share its lock), or a
+    /// repository's work dir and its `.git`. Both come from the caller's own layout, never from
+    /// the worktree's `.git`, which the provider writes. Replaces an earlier registration of
+    /// the profile.
+    pub fn register_profile(
+        &self,
+        profile: u64,
+        worktree: &Path,
+        git_dir: &Path,
+    ) -> Result<(), BrokerError> {
+        let opened = ProfileWorktree::open(worktree, git_dir)?;
         let mut profiles = self
             .inner
             .profiles

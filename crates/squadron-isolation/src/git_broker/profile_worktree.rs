@@ -53,39 +53,26 @@ pub(crate) enum CommitStep {
 }
 
 impl ProfileWorktree {
-    /// Opens `path`, which must be the top of a non-bare worktree (a linked `git worktree`
-    /// or a repository's own work dir).
-    pub(crate) fn open(path: &Path) -> Result<ProfileWorktree, BrokerError> {
+    /// Opens the worktree at `path` whose Git dir is `git_dir` — a linked worktree's admin
+    /// dir (`repo/.git/worktrees/{name}`) or a repository's own `.git` —, both named by the
+    /// caller from its own layout. The worktree's `.git` is never asked: the provider may
+    /// replace it with a link to any repository on the host, before any generation starts.
+    pub(crate) fn open(path: &Path, git_dir: &Path) -> Result<ProfileWorktree, BrokerError> {
         let worktree =
             fs::canonicalize(path).map_err(|e| BrokerError::io("resolve the worktree", path, e))?;
-        let repo = open_repo(&worktree)?;
-        let Some(workdir) = repo.workdir() else {
-            return Err(BrokerError::invalid(
-                "worktree",
-                format!("{} is a bare repository", worktree.display()),
-            ));
-        };
-        let workdir = fs::canonicalize(workdir)
-            .map_err(|e| BrokerError::io("resolve the work dir", workdir, e))?;
-        if workdir != worktree {
-            return Err(BrokerError::invalid(
-                "worktree",
-                format!(
-                    "{} is inside the worktree {}, not its top",
-                    worktree.display(),
-                    workdir.display()
-                ),
-            ));
-        }
+        let git_dir = fs::canonicalize(git_dir)
+            .map_err(|e| BrokerError::io("resolve the git dir", git_dir, e))?;
+        let repo = Repository::open_ext(&git_dir, RepositoryOpenFlags::NO_SEARCH, &[] as &[&OsStr])
+            .map_err(|e| BrokerError::git("open the repository", &git_dir, &e))?;
         let common_dir = fs::canonicalize(repo.commondir())
             .map_err(|e| BrokerError::io("resolve the common git dir", repo.commondir(), e))?;
-        let git_dir = fs::canonicalize(repo.path())
-            .map_err(|e| BrokerError::io("resolve the git dir", repo.path(), e))?;
-        Ok(ProfileWorktree {
+        let opened = ProfileWorktree {
             worktree,
             common_dir,
             git_dir,
-        })
+        };
+        opened.repo()?;
+        Ok(opened)
     }
 
     /// The repository as registered: opened from its own Git dir, its work dir pinned to the
@@ -285,11 +272,6 @@ impl ProfileWorktree {
             );
         }
     }
-}
-
-fn open_repo(worktree: &Path) -> Result<Repository, BrokerError> {
-    Repository::open_ext(worktree, RepositoryOpenFlags::NO_SEARCH, &[] as &[&OsStr])
-        .map_err(|e| BrokerError::git("open the repository", worktree, &e))
 }
 
 fn head_state(repo: &Repository) -> Result<HeadState, git2::Error> {

@@ -46,7 +46,7 @@ impl Fixture {
         let state_dir = dir.path().join("state");
         let broker = GitBroker::open(&state_dir, fence.clone()).expect("open the broker");
         broker
-            .register_profile(PROFILE, &repo)
+            .register_profile(PROFILE, &repo, &repo.join(".git"))
             .expect("register the profile");
         let socket = dir.path().join("broker.sock");
         let server = broker.serve(&socket).expect("serve the socket");
@@ -79,7 +79,14 @@ impl Fixture {
         );
         self.fence.grant(profile, 100 + profile, 1);
         self.broker
-            .register_profile(profile, &path)
+            .register_profile(
+                profile,
+                &path,
+                &self
+                    .repo
+                    .join(".git/worktrees")
+                    .join(format!("wt-{profile}")),
+            )
             .expect("register the worktree");
         path
     }
@@ -139,7 +146,7 @@ impl Fixture {
         self.broker =
             GitBroker::open(&self.state_dir, self.fence.clone()).expect("reopen the broker");
         self.broker
-            .register_profile(PROFILE, &self.repo)
+            .register_profile(PROFILE, &self.repo, &self.repo.join(".git"))
             .expect("register the profile");
         self.server = Some(self.broker.serve(&self.socket).expect("serve the socket"));
     }

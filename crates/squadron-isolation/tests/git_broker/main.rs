@@ -304,7 +304,9 @@ async fn the_first_commit_of_an_unborn_branch_expects_null() {
     let fence = Arc::new(InMemoryFence::default());
     fence.grant(7, 70, 3);
     let broker = GitBroker::open(&dir.path().join("state"), fence).unwrap();
-    broker.register_profile(7, &repo).unwrap();
+    broker
+        .register_profile(7, &repo, &repo.join(".git"))
+        .unwrap();
 
     let head_answer = broker
         .head(HeadRequest {
@@ -572,7 +574,9 @@ async fn a_profile_socket_serves_that_profile_only() {
     git(&peer, &["init", "-q", "-b", "main"]);
     fs::write(peer.join("p.txt"), "peer\n").unwrap();
     f.fence.grant(2, 20, 1);
-    f.broker.register_profile(2, &peer).unwrap();
+    f.broker
+        .register_profile(2, &peer, &peer.join(".git"))
+        .unwrap();
     let own_socket = f.dir.path().join("profile-1.sock");
     let own = f.broker.serve_profile(&own_socket, PROFILE).unwrap();
 
@@ -635,6 +639,10 @@ async fn a_worktree_whose_dot_git_was_relinked_still_commits_only_to_its_own_bra
     for target in [f.repo.join(".git/worktrees/wt-3"), f.repo.join(".git")] {
         fs::remove_file(mine.join(".git")).ok();
         std::os::unix::fs::symlink(&target, mine.join(".git")).unwrap();
+        // The next generation registers the profile again, with the link in place.
+        f.broker
+            .register_profile(2, &mine, &f.repo.join(".git/worktrees/wt-2"))
+            .unwrap();
         fs::write(mine.join("stolen.txt"), "from profile 2\n").unwrap();
         // What HEAD reads as through the link: the target's.
         let theirs = if target.ends_with(".git") {

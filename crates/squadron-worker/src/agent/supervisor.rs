@@ -435,9 +435,13 @@ impl AgentSupervisor {
         fs::create_dir_all(&dir)
             .map_err(|e| AgentError::from(WorkerError::io("creating", &dir, e)))?;
         let worktree = sandbox.profile_paths(&profile.key).worktree;
+        let admin = sandbox
+            .git_dir()
+            .join("worktrees")
+            .join(profile.key.as_str());
         self.inner
             .broker
-            .register_profile(profile.id.get(), &worktree)
+            .register_profile(profile.id.get(), &worktree, &admin)
             .map_err(|e| AgentError::new(ErrorCode::Internal, e.to_string()))?;
         let socket = dir.join(BROKER_SOCKET_NAME);
         let broker = self

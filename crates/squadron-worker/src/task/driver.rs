@@ -782,10 +782,40 @@ impl TaskDriver {
         if !self.dir.inbox().join(".git").exists() {
             return (Vec::new(), None);
         }
+        if let Err(why) = self.hold_sandbox_still().await {
+            return (
+                Vec::new(),
+                Some(format!("artifact collection failed: {why}")),
+            );
+        }
         match collect(&self.dir, self.task, &self.spec, &self.run_facts(exit_code)).await {
             Ok(r) => (r.names(), None),
             Err(e) => (Vec::new(), Some(format!("artifact collection failed: {e}"))),
         }
+    }
+
+    /// Nothing in the sandbox may run while the worker reads its files (it could swap one for
+    /// a link in between): a sandbox that still runs — a guest whose exit code was its own
+    /// word, one resumed for break-glass before a worker restart — is stopped (a guest kept
+    /// for break-glass, paused) first, and one whose state is unknown is not read.
+    async fn hold_sandbox_still(&self) -> Result<(), String> {
+        let Ok(runtime) = self.runtime() else {
+            return Ok(());
+        };
+        let Ok(Some(handle)) = self.sandbox(&runtime).await else {
+            return Ok(());
+        };
+        let state = |s: Result<RunStatus, WorkerError>| match s {
+            Ok(RunStatus::Running) => Err("the sandbox still runs".to_string()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("the sandbox's state is unknown: {e}")),
+        };
+        if state(runtime.status(&handle).await).is_ok() {
+            return Ok(());
+        }
+        let _ = runtime.terminate(&handle, Duration::ZERO).await;
+        state(runtime.status(&handle).await)
+            .map_err(|why| format!("{why}; its outputs are not read"))
     }
 
     async fn completing(&mut self) -> Result<Step, WorkerError> {

@@ -104,6 +104,7 @@ pub(super) fn open_worktree_repo(
         .map_err(|e| format!("cannot open the repository: {}", e.message()))?;
     repo.set_workdir(inbox, false)
         .map_err(|e| format!("cannot pin the work tree: {}", e.message()))?;
+    refuse_path_settings(&repo)?;
     Ok(repo)
 }
 
@@ -133,7 +134,11 @@ fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Result<(), Str
         }
         let entry = entry.map_err(|e| format!("cannot walk the work tree: {e}"))?;
         let kind = entry.file_type();
-        if kind.is_file() || kind.is_dir() || kind.is_symlink() {
+        if kind.is_symlink() {
+            refuse_git_link(inbox, entry.path())?;
+            continue;
+        }
+        if kind.is_file() || kind.is_dir() {
             continue;
         }
         std::fs::remove_file(entry.path())
@@ -144,6 +149,26 @@ fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Result<(), Str
         notes.push(format!(
             "removed {removed} FIFOs, sockets or device nodes from the work tree: git stores \
              none, and reading one would hang the collection"
+        ));
+    }
+    Ok(())
+}
+
+/// git reads what it finds in `.git`, and the work tree's `.gitignore` and `.gitattributes`,
+/// by path and follows links (libgit2 does; git itself stopped for the latter two in 2.32):
+/// any such link — a ref, `info/`, `shallow`, an ignore file pointing at a host FIFO or file —
+/// keeps git out of the work tree.
+fn refuse_git_link(inbox: &Path, link: &Path) -> Result<(), String> {
+    let relative = link.strip_prefix(inbox).unwrap_or(link);
+    let in_git_dir = relative.starts_with(".git");
+    let read_by_git = matches!(
+        link.file_name().and_then(|n| n.to_str()),
+        Some(".gitignore" | ".gitattributes")
+    );
+    if in_git_dir || read_by_git {
+        return Err(format!(
+            "{} is a symbolic link, which git would follow",
+            relative.display()
         ));
     }
     Ok(())
@@ -160,12 +185,34 @@ fn refuse_config_includes(config: &Path) -> Result<(), String> {
     file.take(GIT_CONFIG_BYTES_MAX)
         .read_to_string(&mut text)
         .map_err(|e| format!("cannot read .git/config: {e}"))?;
-    let includes = text.lines().any(|l| {
+    // git skips a byte order mark at the start, so the check does too.
+    let includes = text.trim_start_matches('\u{feff}').lines().any(|l| {
         let bare: String = l.chars().filter(|c| !c.is_whitespace()).collect();
         bare.to_ascii_lowercase().starts_with("[include")
     });
     if includes {
         return Err(".git/config includes other files".into());
+    }
+    Ok(())
+}
+
+/// Settings of the clone's own config that name other files for git to read, as root,
+/// wherever they point: refused, as includes are.
+const PATH_SETTINGS: [&str; 3] = [
+    "core.excludesfile",
+    "core.attributesfile",
+    "extensions.worktreeconfig",
+];
+
+fn refuse_path_settings(repo: &Repository) -> Result<(), String> {
+    let local = repo
+        .config()
+        .and_then(|c| c.open_level(git2::ConfigLevel::Local))
+        .map_err(|e| format!("cannot read .git/config: {}", e.message()))?;
+    for name in PATH_SETTINGS {
+        if local.get_entry(name).is_ok() {
+            return Err(format!(".git/config sets {name}"));
+        }
     }
     Ok(())
 }

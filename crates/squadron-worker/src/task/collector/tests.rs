@@ -653,3 +653,61 @@ async fn fifos_never_hang_the_collection_and_config_includes_keep_git_out() {
         report.metadata.notes
     );
 }
+
+/// What else would have git (root) read a file the sandbox chose: a link where git reads
+/// by path — a `.gitignore`, anything in `.git` —, an include hidden behind a byte order mark,
+/// settings that name files. Each keeps git out with a note naming it; the rest works.
+#[tokio::test]
+async fn links_and_settings_that_point_git_elsewhere_keep_it_out() {
+    let source = SourceRepo::new();
+    let outside = tempfile::tempdir().unwrap();
+    write(&outside.path().join("secret"), "host file\n");
+    let (_tmp, dir, spec) = staged(&source, 15, &[]).await;
+    let inbox = dir.inbox();
+    write(&inbox.join("README.md"), "agent change\n");
+    let ignore = inbox.join("sub/.gitignore");
+    std::fs::create_dir_all(ignore.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), &ignore).unwrap();
+    git_refused(&dir, &spec, "sub/.gitignore is a symbolic link").await;
+    std::fs::remove_file(&ignore).unwrap();
+
+    let git_file = inbox.join(".git/shallow");
+    std::os::unix::fs::symlink(outside.path().join("secret"), &git_file).unwrap();
+    git_refused(&dir, &spec, ".git/shallow is a symbolic link").await;
+    std::fs::remove_file(&git_file).unwrap();
+
+    let config = inbox.join(".git/config");
+    let plain = std::fs::read_to_string(&config).unwrap();
+    write(
+        &config,
+        format!("\u{feff}[include]\n\tpath = /etc/gitconfig\n{plain}"),
+    );
+    git_refused(&dir, &spec, "includes other files").await;
+    write(
+        &config,
+        format!("{plain}[core]\n\texcludesFile = /etc/shadow\n"),
+    );
+    git_refused(&dir, &spec, "core.excludesfile").await;
+    write(&config, &plain);
+    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    assert!(
+        report.metadata.patch.is_some(),
+        "{:?}",
+        report.metadata.notes
+    );
+}
+
+/// A collection without git outputs, for the reason `why`.
+async fn git_refused(dir: &TaskDir, spec: &TaskSpec, why: &str) {
+    let report = collect(dir, dir.task(), spec, &facts(1)).await.unwrap();
+    assert!(
+        report.metadata.patch.is_none(),
+        "{why}: {:?}",
+        report.metadata
+    );
+    assert!(
+        report.metadata.notes.iter().any(|n| n.contains(why)),
+        "{why}: {:?}",
+        report.metadata.notes
+    );
+}
