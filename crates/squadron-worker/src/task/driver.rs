@@ -802,8 +802,11 @@ impl TaskDriver {
         let Ok(runtime) = self.runtime() else {
             return Ok(());
         };
-        let Ok(Some(handle)) = self.sandbox(&runtime).await else {
-            return Ok(());
+        let handle = match self.sandbox(&runtime).await {
+            Ok(Some(handle)) => handle,
+            Ok(None) => return Ok(()),
+            // Adoption fails for a sandbox that runs on (its proxy not served again, say).
+            Err(e) => return Err(format!("the sandbox's state is unknown: {e}")),
         };
         let state = |s: Result<RunStatus, WorkerError>| match s {
             Ok(RunStatus::Running) => Err("the sandbox still runs".to_string()),

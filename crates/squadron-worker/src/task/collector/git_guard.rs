@@ -59,6 +59,10 @@ pub(super) fn open_worktree_repo(
         }
     }
     refuse_config_includes(&git_dir.join("config"))?;
+    // Read at the open itself when the config turns it on, includes and all.
+    if std::fs::symlink_metadata(git_dir.join("config.worktree")).is_ok() {
+        return Err(".git/config.worktree exists; git would read it, includes and all".into());
+    }
     // Objects are read through links, so a linked loose object or pack would let the agent
     // name a blob of some other repository on the host and read it back in the patch.
     let objects = git_dir.join("objects");
@@ -160,7 +164,8 @@ fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Result<(), Str
 /// keeps git out of the work tree.
 fn refuse_git_link(inbox: &Path, link: &Path) -> Result<(), String> {
     let relative = link.strip_prefix(inbox).unwrap_or(link);
-    let in_git_dir = relative.starts_with(".git");
+    // Hooks are linked in by setup scripts, and libgit2 runs and reads none.
+    let in_git_dir = relative.starts_with(".git") && !relative.starts_with(".git/hooks");
     let read_by_git = matches!(
         link.file_name().and_then(|n| n.to_str()),
         Some(".gitignore" | ".gitattributes")

@@ -671,6 +671,12 @@ async fn links_and_settings_that_point_git_elsewhere_keep_it_out() {
     git_refused(&dir, &spec, "sub/.gitignore is a symbolic link").await;
     std::fs::remove_file(&ignore).unwrap();
 
+    // A hook linked in by a setup script is no reason (git runs none here).
+    std::os::unix::fs::symlink(
+        outside.path().join("secret"),
+        inbox.join(".git/hooks/pre-commit"),
+    )
+    .unwrap();
     let git_file = inbox.join(".git/shallow");
     std::os::unix::fs::symlink(outside.path().join("secret"), &git_file).unwrap();
     git_refused(&dir, &spec, ".git/shallow is a symbolic link").await;
@@ -689,6 +695,12 @@ async fn links_and_settings_that_point_git_elsewhere_keep_it_out() {
     );
     git_refused(&dir, &spec, "core.excludesfile").await;
     write(&config, &plain);
+    write(
+        &inbox.join(".git/config.worktree"),
+        "[include]\n\tpath = /etc/gitconfig\n",
+    );
+    git_refused(&dir, &spec, "config.worktree exists").await;
+    std::fs::remove_file(inbox.join(".git/config.worktree")).unwrap();
     let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
     assert!(
         report.metadata.patch.is_some(),
