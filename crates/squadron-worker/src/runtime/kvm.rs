@@ -72,6 +72,7 @@ use crate::runtime::{sandbox_name, LaunchSpec, ReapReport, RunStatus, Runtime, S
 use crate::support::now_ms;
 use crate::task::sandbox_agent::{self, AGENT_DIR_MOUNT};
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+use squadron_isolation::beneath::Beneath;
 
 const RUNTIME_NAME: &str = "kvm";
 /// The guest's memory when the manifest sets none, and the least a guest is given.
@@ -520,9 +521,9 @@ impl KvmRuntime {
     /// destruction ends it, and a forged file never stops the domain from being destroyed.
     fn exit_code(dir: &Path) -> Result<Option<i32>, WorkerError> {
         let path = dir.join(EXIT_CODE_NAME);
-        let text = match read_guest_small(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let text = match read_guest_small(dir, EXIT_CODE_NAME) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(None),
             Err(e) => {
                 tracing::warn!(path = %path.display(), error = %e, "not an exit code the guest's init wrote; ignored");
                 return Ok(None);
@@ -889,10 +890,8 @@ impl Runtime for KvmRuntime {
     async fn limits_hit(&self, handle: &SandboxHandle) -> Option<String> {
         let name = kvm_name(handle).ok()?;
         let found = self.lookup(name).await.ok()??;
-        let report = Self::agent_dir_of(&found, name)
-            .ok()?
-            .join(MEMORY_REPORT_NAME);
-        let kills = oom_kills(&read_guest_small(&report).ok()?)?;
+        let agent_dir = Self::agent_dir_of(&found, name).ok()?;
+        let kills = oom_kills(&read_guest_small(&agent_dir, MEMORY_REPORT_NAME).ok()??)?;
         let memory = memory_mib(&found.xml)
             .map(|m| format!(" of {m} MiB"))
             .unwrap_or_default();
@@ -1137,26 +1136,21 @@ fn oom_kills(report: &str) -> Option<u64> {
         .filter(|n| *n > 0)
 }
 
-/// A small file a guest may have written: opened without following a link and without
-/// waiting on a FIFO, and read only if it is a plain file (at most 256 bytes).
-fn read_guest_small(path: &Path) -> std::io::Result<String> {
-    use rustix::fs::{Mode, OFlags};
+/// A small file a guest may have written in `dir` (a share the sandbox user writes), through
+/// the worker's one guard for such reads (`Beneath`: no link followed, no FIFO waited on,
+/// plain files of one link only); at most 256 bytes. `None` when it is not there.
+fn read_guest_small(dir: &Path, name: &str) -> Result<Option<String>, String> {
     use std::io::Read;
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let file = std::fs::File::from(fd);
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a plain file",
-        ));
-    }
+    let file = match Beneath::open(dir).and_then(|d| d.read(Path::new(name))) {
+        Ok(file) => file,
+        Err(e) if e.is_missing() => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
     let mut text = String::new();
-    file.take(256).read_to_string(&mut text)?;
-    Ok(text)
+    file.take(256)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("{}: {e}", dir.join(name).display()))?;
+    Ok(Some(text))
 }
 
 /// A small file of the worker's own (the probe's answer): at most 256 bytes are read.
