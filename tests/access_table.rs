@@ -728,6 +728,14 @@ async fn worker_control_probes(
                 .map(|_| ()),
             any_worker,
         ),
+        (
+            // No such lease: refused by the state (not found), not the rule.
+            "WorkerControl/GetAgentCredentialLease",
+            c.get_agent_credential_lease(CredentialLeaseId::new(999).expect("id"))
+                .await
+                .map(|_| ()),
+            any_worker,
+        ),
     ]
 }
 

@@ -4,6 +4,7 @@
 //! the generation's reap, its logs redacted first. A real node (RocksDB on disk), a real
 //! worker with bubblewrap and cgroups, a git repository made here.
 
+mod egress_upstream;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,34 @@ fn wait_log(sandbox: &Path, generation: u64, needle: &str) -> String {
     last
 }
 
+/// Project `acme/{project}` (room for two profiles, two active) and its profile `coder`.
+fn project_with_coder(url: &str, project: &str, providers: Value) -> ProfileId {
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": project, "max_profiles": 2, "max_active": 2}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/{project}/profiles"),
+        json!({"key": "coder", "providers": providers}),
+    )
+    .expect("profile");
+    ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id")
+}
+
+/// The profile's first launch: on `worker`, its project sandbox cloned from `repo`.
+fn first_launch(worker: &WorkerProc, repo: &Path) -> LaunchAgent {
+    LaunchAgent {
+        worker: Some(WorkerId::new(worker.id.clone()).expect("worker id")),
+        repository: Some(SandboxRepository {
+            url: repo.display().to_string(),
+            branch: Some("main".into()),
+        }),
+        ..LaunchAgent::default()
+    }
+}
+
 fn view(url: &str, profile: ProfileId) -> Value {
     http_get(&format!("{url}/api/v1/profiles/{profile}/credentials")).expect("credentials view")
 }
@@ -75,19 +104,7 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
     let url = cluster.url(1);
     let secret = format!("sk-agent-test-{}", std::process::id() * 7919);
     put_credential(&url, "cred_agent", &secret);
-    let r = post(
-        &format!("{url}/api/v1/projects"),
-        json!({"tenant": "acme", "project": "creds", "max_profiles": 2, "max_active": 2}),
-    )
-    .expect("project");
-    assert!(r.ok(), "{r:?}");
-    let r = post(
-        &format!("{url}/api/v1/projects/acme/creds/profiles"),
-        json!({"key": "coder", "providers": ["codex", "claude"]}),
-    )
-    .expect("profile");
-    let profile =
-        ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id");
+    let profile = project_with_coder(&url, "creds", json!(["codex", "claude"]));
     let id = profile.to_string();
 
     // Naming an unknown credential is refused, naming it, and changes nothing.
@@ -130,17 +147,7 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         Duration::from_secs(2),
     );
     let first = rt
-        .block_on(client.agent_launch(
-            profile,
-            &LaunchAgent {
-                worker: Some(WorkerId::new(worker.id.clone()).expect("worker id")),
-                repository: Some(SandboxRepository {
-                    url: repo.display().to_string(),
-                    branch: Some("main".into()),
-                }),
-                ..LaunchAgent::default()
-            },
-        ))
+        .block_on(client.agent_launch(profile, &first_launch(&worker, &repo)))
         .expect("launch");
     assert_eq!(first.generation.get(), 1);
     let sandbox = worker
@@ -275,41 +282,6 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
     let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
     assert!(!log.contains(&secret), "the worker's log holds the secret");
 
-    // Injected at egress: agent generations have no proxy, so the launch is refused naming
-    // the credential — never a file — and holds no slot.
-    let out = squadron(
-        &url,
-        &[
-            "credential",
-            "egress-set",
-            "cred_agent",
-            "--upstream",
-            "https://api.example.com",
-            "--header",
-            "x-api-key",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let err = rt
-        .block_on(client.agent_launch(profile, &LaunchAgent::default()))
-        .expect_err("a credential injected at egress refuses the launch");
-    assert!(
-        err.to_string().contains("cred_agent is injected at egress"),
-        "{err}"
-    );
-    let p = http_get(&format!("{url}/api/v1/profiles/{id}")).expect("profile");
-    assert!(
-        p["live_lease"].is_null(),
-        "the refused launch holds a lease: {p:#}"
-    );
-    assert!(!session_of(&sandbox, 5).exists());
-    let out = squadron(&url, &["credential", "egress-clear", "cred_agent"]);
-    assert!(out.status.success());
-
     // Revoked: the next launch is refused naming it, and holds no slot.
     let out = squadron(&url, &["credential", "revoke", "cred_agent"]);
     assert!(
@@ -326,5 +298,197 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         p["live_lease"].is_null(),
         "the refused launch holds a lease: {p:#}"
     );
-    assert!(!session_of(&sandbox, 6).exists());
+    assert!(!session_of(&sandbox, 5).exists());
+}
+
+/// Calls the API through its base URL every 300 ms with its placeholder, and once with a
+/// forged one; each answer is a line of its log.
+const EGRESS_PROVIDER: &str = r#"#!/bin/sh
+echo "file=${ANTHROPIC_API_KEY_FILE:-none} key=$ANTHROPIC_API_KEY"
+exec python3 - <<'PY'
+import os, signal, sys, time, urllib.request, urllib.error
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+base, key = os.environ["ANTHROPIC_BASE_URL"], os.environ["ANTHROPIC_API_KEY"]
+def post(k):
+    r = urllib.request.Request(base + "/v1/messages", data=b'{"model":"m"}', method="POST",
+        headers={"x-api-key": k, "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(r, timeout=10) as a: return a.status, a.read().decode().replace("\n", " ")
+    except urllib.error.HTTPError as e: return e.code, e.read().decode()
+    except Exception as e: return "unreachable", str(e).replace("\n", " ")
+print("forged", *post("sqd_egress_forged_0123456789abcdef"), flush=True)
+n = 0
+while True:
+    n += 1
+    print("call", n, *post(key), flush=True)
+    time.sleep(0.3)
+PY
+"#;
+
+/// The numbers of the calls of `log` that were answered `status`.
+fn calls_answered(log: &str, status: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("call")).then_some(())?;
+            let n = words.next()?.parse().ok()?;
+            (words.next() == Some(status)).then_some(n)
+        })
+        .collect()
+}
+
+/// Issue 14 item 8 for agent profiles: a credential an admin injects at egress reaches its
+/// upstream from a profile's generation while no process or file of the sandbox holds it; the
+/// proxy listens in the generation's own namespace, refuses a forged placeholder, is served
+/// again by a worker restarted under kill -9 (same placeholder), and refuses once the
+/// credential is revoked.
+#[test]
+fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never_its_sandbox() {
+    let upstream_dir = tempfile::tempdir().expect("tempdir");
+    let upstream = egress_upstream::Upstream::start(upstream_dir.path());
+    let ca = upstream.ca.display().to_string();
+    // Long enough for the worker to come back before the provider fences itself; nothing
+    // here waits for an expiry.
+    let (cluster, repo, mut worker) = script_agent_world_with(
+        "agent-egress",
+        EGRESS_PROVIDER,
+        60_000,
+        2_000,
+        &["--egress-ca", &ca],
+    );
+    let url = cluster.url(1);
+    let secret = format!("sk-agent-egress-{}", std::process::id() * 7919);
+    put_credential(&url, "cred_up", &secret);
+    let out = squadron(
+        &url,
+        &[
+            "credential",
+            "egress-set",
+            "cred_up",
+            "--upstream",
+            &upstream.url(),
+            "--header",
+            "x-api-key",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let profile = project_with_coder(&url, "egress", json!(["claude"]));
+    let id = profile.to_string();
+    let out = squadron(
+        &url,
+        &[
+            "profile",
+            "credentials-set",
+            &id,
+            "--ref",
+            "cred_up=anthropic_api_key",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+
+    let rt = rt();
+    let client = client_with_timeouts(
+        cluster.urls(),
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+    );
+    let first = rt
+        .block_on(client.agent_launch(profile, &first_launch(&worker, &repo)))
+        .expect("launch");
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/egress");
+    let g1 = wait_log(&sandbox, 1, "call 1 ");
+    assert!(g1.contains("file=none key=sqd_egress_"), "{g1}");
+    assert!(
+        g1.contains("forged 401"),
+        "a forged placeholder is refused: {g1}"
+    );
+    assert!(
+        g1.contains("call 1 200 data: one  data: two"),
+        "the answer streamed back: {g1}"
+    );
+    let requests = upstream.requests();
+    assert!(!requests.is_empty());
+    for got in &requests {
+        assert_eq!(got["path"], "/api/v1/messages", "{got}");
+        assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
+        assert!(!got.to_string().contains("sqd_egress_"), "{got}");
+    }
+    // Its processes hold the placeholder, never the value; no file of the sandbox does.
+    let sandboxed = pids_with_env("sqd_egress_");
+    assert!(!sandboxed.is_empty(), "no process holds the placeholder");
+    for pid in &sandboxed {
+        assert!(
+            !memory_holds(*pid, secret.as_bytes()),
+            "process {pid} of the sandbox holds the value in its memory"
+        );
+    }
+    assert!(pids_with_env(&secret).is_empty(), "an environment holds it");
+    assert_no_cmdline_holds(secret.as_bytes());
+    assert_no_bytes_below(&sandbox, secret.as_bytes(), "the project sandbox", "");
+
+    // kill -9 and back: the adopted generation's proxy is served again, accepting the
+    // placeholder its provider holds.
+    worker.kill();
+    let before = *calls_answered(&log_of(&sandbox, 1), "200")
+        .last()
+        .expect("answered calls");
+    worker.spawn();
+    let mut last = String::new();
+    wait_until(Duration::from_secs(30), || {
+        last = log_of(&sandbox, 1);
+        calls_answered(&last, "200").last() > Some(&before)
+    })
+    .unwrap_or_else(|_| panic!("no call answered after the restart: {last}"));
+    assert!(
+        calls_answered(&last, "unreachable")
+            .iter()
+            .any(|n| *n > before),
+        "the proxy was down while the worker was: {last}"
+    );
+    let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+    assert!(log.contains("egress injection served again"), "{log}");
+    assert_eq!(first.generation.get(), 1);
+
+    // Revoked: the agent credential lease ends, and the proxy refuses from then on.
+    let out = squadron(&url, &["credential", "revoke", "cred_up"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_until(Duration::from_secs(30), || {
+        last = log_of(&sandbox, 1);
+        last.contains(" 403 ") && last.contains("ended: credential cred_up revoked")
+    })
+    .unwrap_or_else(|_| panic!("the revoked lease is still served: {last}"));
+    let relayed = upstream.requests().len();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        upstream.requests().len(),
+        relayed,
+        "relayed after revocation"
+    );
+
+    // The stop closes the proxy with the generation's other sockets.
+    rt.block_on(client.agent_stop(profile, &StopAgent { grace_ms: None }))
+        .expect("stop");
+    let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+    let closed = format!("profile {id} generation 1");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("egress proxy closed") && l.contains(&closed)),
+        "{log}"
+    );
+    assert!(!log.contains(&secret), "the worker's log holds the value");
+    assert!(
+        log.contains("egress request relayed"),
+        "the relay is logged"
+    );
+    assert_no_bytes_below(&worker.data_dir, secret.as_bytes(), "worker data", "");
+    assert_no_bytes_below(
+        cluster.dir.path(),
+        secret.as_bytes(),
+        "node data and logs",
+        "",
+    );
 }

@@ -2,7 +2,7 @@
 //! every cycle goes as the ADR says (four of eight launched, a graceful and a crash takeover,
 //! the replaced generation's commit refused, a task completed) is leak-free; then a cgroup
 //! leaf and a lease leaked after a soak's first cycle are named in its report as leaks, with a
-//! non-zero exit. `SQUADRON_SOAK_S` sets the clean soak's length (60 s; the proof run of
+//! non-zero exit. `SQUADRON_SOAK_S` sets the clean soak's length (25 s, three cycles or so; the proof run of
 //! `docs/operations.md` gives 3600), `SQUADRON_SOAK_INTERVAL` its pause between cycles (0 s;
 //! the proof run's 60s) and `SQUADRON_SOAK_REPORT` keeps its report.
 
@@ -19,7 +19,7 @@ use support::*;
 
 const LEASE_TTL_MS: u64 = 3_000;
 /// The clean soak's length unless `SQUADRON_SOAK_S` says otherwise.
-const CLEAN_SOAK_S_DEFAULT: u64 = 60;
+const CLEAN_SOAK_S_DEFAULT: u64 = 25;
 
 /// Works until stopped; on SIGTERM writes a capsule and exits.
 const PROVIDER: &str = r#"#!/bin/sh

@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn worker_control() -> tonic_build::manual::Service {
     const API: &str = "squadron_api";
     const CORE: &str = "squadron_core";
-    let rows: [(&str, String, String); 24] = [
+    let rows: [(&str, String, String); 25] = [
         (
             "AcquireLease",
             addressed("ids::ProfileId", "leases::AcquireLease"),
@@ -149,6 +149,11 @@ fn worker_control() -> tonic_build::manual::Service {
             "GetCredentialLease",
             format!("{CORE}::ids::CredentialLeaseId"),
             format!("{API}::CredentialLeaseView"),
+        ),
+        (
+            "GetAgentCredentialLease",
+            format!("{CORE}::ids::CredentialLeaseId"),
+            format!("{API}::AgentCredentialLeaseView"),
         ),
         (
             "McpGrants",

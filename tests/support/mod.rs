@@ -5,6 +5,7 @@
 
 pub mod browser;
 mod browser_net;
+mod process_scan;
 mod tls;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)]
+pub use process_scan::{memchr_find, memory_holds, pids_with_env};
 use serde_json::{json, Value};
 #[allow(unused_imports)]
 pub use tls::{pki, presenting};

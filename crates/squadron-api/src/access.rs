@@ -201,6 +201,10 @@ pub const GRPC_METHODS: &[(&str, Access)] = &[
         "/squadron.v1.WorkerControl/GetCredentialLease",
         WORKER_CONTROL,
     ),
+    (
+        "/squadron.v1.WorkerControl/GetAgentCredentialLease",
+        WORKER_CONTROL,
+    ),
 ];
 
 /// The worker's calls that REST serves too (`worker_control`): a worker's certificate only.

@@ -198,6 +198,7 @@ fn agent_supervisor(config: &WorkerConfig, control: &ControlLink) -> Option<Agen
     agents.project_disk_bytes = config
         .disk_quota
         .then_some(config.sandbox_defaults.project_disk_bytes);
+    agents.egress_ca = config.egress_ca.clone();
     // Checked when the worker started (the task drivers use the same list).
     if let Ok(allowed) = EnvAllowlist::new(config.env_allowlist.iter().cloned()) {
         agents.inherited_env = allowed.resolve();

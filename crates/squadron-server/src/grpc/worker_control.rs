@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use squadron_api::leases::{AckMessages, AcquireLease, CommitCapsule, LeaseFence, Takeover};
 use squadron_api::{
-    Addressed, AttachSandbox, Consistency, CredentialLeaseGrant, CredentialLeaseView,
-    CurrentWriter, Enrolled, GrantAgentCredentialLease, GrantCredentialLease, McpDecision, McpUse,
-    MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
+    Addressed, AgentCredentialLeaseView, AttachSandbox, Consistency, CredentialLeaseGrant,
+    CredentialLeaseView, CurrentWriter, Enrolled, GrantAgentCredentialLease, GrantCredentialLease,
+    McpDecision, McpUse, MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
 };
 use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
@@ -66,6 +66,46 @@ impl WorkerControlGrpc {
             .await
             .map(Response::new)
             .map_err(Status::from)
+    }
+
+    /// The view `find` gives of a credential lease (a task attempt's or a profile
+    /// generation's), to the lease's own worker only.
+    async fn own_credential_lease<V: OwnedLease>(
+        &self,
+        request: Request<CredentialLeaseId>,
+        find: impl FnOnce(&State, CredentialLeaseId) -> Option<V>,
+    ) -> Result<Response<V>, Status> {
+        let caller = caller_of(&request)?;
+        let lease = *request.get_ref();
+        let view = self
+            .read(request, move |s, id| {
+                find(s, id)
+                    .ok_or_else(|| ApiError::not_found(format!("credential lease {id} not found")))
+            })
+            .await?;
+        itself(
+            &caller,
+            view.get_ref().worker(),
+            &format!("read credential lease {lease}"),
+        )?;
+        Ok(view)
+    }
+}
+
+/// A credential lease's view, held by one worker.
+trait OwnedLease {
+    fn worker(&self) -> &WorkerId;
+}
+
+impl OwnedLease for CredentialLeaseView {
+    fn worker(&self) -> &WorkerId {
+        &self.worker
+    }
+}
+
+impl OwnedLease for AgentCredentialLeaseView {
+    fn worker(&self) -> &WorkerId {
+        &self.worker
     }
 }
 
@@ -178,22 +218,24 @@ impl WorkerControl for WorkerControlGrpc {
         &self,
         request: Request<CredentialLeaseId>,
     ) -> Result<Response<CredentialLeaseView>, Status> {
-        let caller = caller_of(&request)?;
-        let lease = *request.get_ref();
-        let view = self
-            .read(request, move |s, id| {
-                s.credentials()
-                    .lease(id)
-                    .map(CredentialLeaseView::from)
-                    .ok_or_else(|| ApiError::not_found(format!("credential lease {id} not found")))
-            })
-            .await?;
-        itself(
-            &caller,
-            &view.get_ref().worker,
-            &format!("read credential lease {lease}"),
-        )?;
-        Ok(view)
+        self.own_credential_lease(request, |s, id| {
+            s.credentials().lease(id).map(CredentialLeaseView::from)
+        })
+        .await
+    }
+
+    /// An agent credential lease the caller holds: the egress proxy of a profile
+    /// generation asks before every request.
+    async fn get_agent_credential_lease(
+        &self,
+        request: Request<CredentialLeaseId>,
+    ) -> Result<Response<AgentCredentialLeaseView>, Status> {
+        self.own_credential_lease(request, |s, id| {
+            s.profile_credentials()
+                .lease(id)
+                .map(AgentCredentialLeaseView::from)
+        })
+        .await
     }
 
     async fn mcp_grants(

@@ -55,7 +55,9 @@ impl AgentSupervisor {
                 .generation_run_dir(lease.generation);
             let token = McpAccess::adopted_token(&run_dir)
                 .unwrap_or_else(|| McpAccess::new(Vec::new()).token);
-            Some(self.serve_sockets(&sandbox, &profile, &token)?)
+            let mut sockets = self.serve_sockets(&sandbox, &profile, &token)?;
+            sockets.egress = self.resume_egress(&attempt, &run_dir, lease.token()).await;
+            Some(sockets)
         } else {
             None
         };

@@ -28,7 +28,8 @@
 //!
 //! The network is the launch's mode (`runtime::boundary_network`); an agent attempt is always
 //! `outbound`: a namespace of its own with NAT and the egress filter, torn down with the
-//! proving reap and recorded in `run/{key}/g{n}.network` until then.
+//! proving reap and recorded in `run/{key}/g{n}.network` until then. Credentials injected at
+//! egress have their proxy listening on that namespace's loopback before the spawn.
 //!
 //! Restart safety as in the process runtime: output goes to files
 //! (`state/{key}/logs/g{n}.{stdout,stderr}.log`), the shim writes the exit code to
@@ -42,6 +43,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::ids::{Generation, ProfileKey};
@@ -54,8 +56,10 @@ use squadron_isolation::{
 use crate::agent::credentials::{self, AgentCredentials};
 use crate::agent::project_sandbox::{record_reap, ProfilePaths, ProjectSandbox};
 use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTIME};
+use crate::egress::EgressSession;
 use crate::error::WorkerError;
 use crate::runtime::boundary_network::{BoundaryNetwork, NetworkPermits};
+use crate::runtime::process::serve_egress;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
@@ -80,7 +84,7 @@ pub(crate) const RUN_FILE_BYTES_MAX: usize = 4 << 20;
 pub(crate) const RUN_FILE_NAME_BYTES_MAX: usize = 128;
 
 /// What one attempt runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct AgentLaunch {
     /// The command inside the boundary, e.g. `["/bin/sh", "/mnt/run/launch.sh"]`.
     pub(crate) argv: Vec<String>,
@@ -98,7 +102,8 @@ pub(crate) struct AgentLaunch {
     /// It must hold nothing else a provider may not read.
     pub(crate) broker_dir: Option<PathBuf>,
     /// The generation's filled credential tmpfs, shown read-only where it says
-    /// (`agent::credentials`); its `{MOUNT}_FILE` variables are already in `env`.
+    /// (`agent::credentials`); its `{MOUNT}_FILE` variables are already in `env`. Its
+    /// egress proxy, if any, is served in the generation's namespace before the spawn.
     pub(crate) credentials: Option<AgentCredentials>,
 }
 
@@ -162,6 +167,9 @@ impl AgentAttempt {
             &network_record(&paths, generation),
             false,
         )?;
+        if let Some(egress) = launch.credentials.as_ref().and_then(|c| c.egress.as_ref()) {
+            serve_egress(egress, &network)?;
+        }
         let boundary = boundary(runtime, sandbox, &paths, generation, launch, &network)?;
         let sandbox_launch = SandboxLaunch {
             leaf: leaf.clone(),
@@ -234,6 +242,27 @@ impl AgentAttempt {
             paths,
             generation,
         }))
+    }
+
+    /// After a worker restart: egress injection's proxy served again, in the namespace the
+    /// generation's network record names.
+    pub(crate) fn serve_egress_again(
+        &self,
+        egress: &Arc<EgressSession>,
+    ) -> Result<(), WorkerError> {
+        let record = network_record(&self.paths, self.generation);
+        let net = BoundaryNetwork::recorded(&self.runtime.config().network, &record)?.ok_or_else(
+            || {
+                invalid(
+                    "network_mode",
+                    format!(
+                        "generation {} of {} has no network of its own to serve egress in",
+                        self.generation, self.paths.key
+                    ),
+                )
+            },
+        )?;
+        serve_egress(egress, &BoundaryNetwork::Own(net))
     }
 
     pub(crate) fn generation(&self) -> Generation {

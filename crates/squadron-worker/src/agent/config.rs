@@ -57,6 +57,9 @@ pub struct AgentConfig {
     /// The disk quota every project sandbox lives on (`--project-disk`); `None`: none (the
     /// worker runs with `--no-disk-quota`). The worker sets it from its own configuration.
     pub project_disk_bytes: Option<u64>,
+    /// Trust anchors for egress injection's upstreams beyond the system's (`--egress-ca`),
+    /// the same file the worker's tasks use. The worker sets it from its own configuration.
+    pub egress_ca: Option<PathBuf>,
 }
 
 impl Default for AgentConfig {
@@ -76,6 +79,7 @@ impl Default for AgentConfig {
             inherited_env: BTreeMap::new(),
             repository_sources: WorkerPolicy::default().repository_sources,
             project_disk_bytes: None,
+            egress_ca: None,
         }
     }
 }

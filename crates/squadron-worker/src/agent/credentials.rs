@@ -9,12 +9,20 @@
 //! ends: stop, exit, takeover, crash takeover, a restarted worker's reap): its logs are
 //! first rewritten with `[REDACTED:cred_id]` in place of each value, read back from the files
 //! themselves, so a reap after a restart redacts as well. `g{n}.credentials.json` records
-//! which credential each mount holds (ids only).
+//! which credential each mount holds in a file (ids only).
+//!
+//! A credential an admin injects at egress (issue 14 item 8) never becomes a file: the
+//! generation gets a placeholder and its own loopback base URL instead
+//! (`/mnt/run/egress.env`, sourced before the provider starts), and the worker's proxy,
+//! listening in the generation's network namespace, puts the value on the way out. The proxy
+//! closes with the generation's sockets (`AgentSockets`) and asks the control plane at every
+//! request whether the lease is still active.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use squadron_client::{CredentialLeaseGrant, GrantAgentCredentialLease};
 use squadron_core::ids::Generation;
@@ -22,23 +30,33 @@ use squadron_core::lease::FencingToken;
 use squadron_core::manifest::CredentialRef;
 use squadron_core::profile_credentials::agent_session_name;
 
+use crate::agent::attempt::AgentAttempt;
 use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::ProfilePaths;
+use crate::agent::stream_capsule::read_run_file;
 use crate::agent::supervisor::AgentSupervisor;
+use crate::egress::{EgressOwner, EgressSession};
 use crate::error::WorkerError;
 use crate::support::write_atomic;
-use crate::task::credential_session::{CredentialSession, Redactor};
+use crate::task::credential_session::{file_variable, CredentialSession, Redactor};
+use crate::task::launcher::EGRESS_ENV_FILE_NAME;
 use squadron_isolation::secret_tmpfs::{wipe_secret_tmpfs, SECRET_TMPFS_BYTES_DEFAULT};
 
+/// Largest `egress.env` read back after a restart (a few base URLs and a placeholder).
+const EGRESS_ENV_BYTES_MAX: u64 = 64 * 1024;
+
 /// What a started generation is shown of its credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) struct AgentCredentials {
     /// The filled tmpfs on the worker.
     pub(crate) host: PathBuf,
     /// Where it appears inside the boundary.
     pub(crate) sandbox: String,
-    /// `{MOUNT}_FILE` → the file's path inside: paths only.
+    /// `{MOUNT}_FILE` → the file's path inside, for the mounts held in files: paths only.
     pub(crate) env: BTreeMap<String, String>,
+    /// The proxy of the credentials injected at egress, served in the generation's network
+    /// namespace before its provider starts.
+    pub(crate) egress: Option<Arc<EgressSession>>,
 }
 
 impl AgentSupervisor {
@@ -59,43 +77,125 @@ impl AgentSupervisor {
         if refs.is_empty() {
             return Ok(None);
         }
-        let req = GrantAgentCredentialLease {
-            worker: self.inner.worker.clone(),
-            fence: token,
-        };
         let grant = self
-            .inner
-            .control
-            .grant_agent_credential_lease(token.profile, &req)
+            .grant_credentials(token)
             .await
-            .map_err(|e| AgentError::from(e).context("taking the profile's credentials"))?;
-        // Never a file for a value an admin keeps out of sandboxes; agent generations have
-        // no egress proxy yet, so the launch fails naming the credential.
-        if let Some(injected) = grant.credentials.iter().find(|c| c.egress.is_some()) {
-            return Err(AgentError::invalid(
-                "credential_refs",
-                format!(
-                    "credential {} is injected at egress, which agent profiles do not support \
-                     yet; name a credential without an egress binding",
-                    injected.id
-                ),
-            ));
-        }
+            .map_err(|e| e.context("taking the profile's credentials"))?;
+        // Never a file for a value an admin keeps out of sandboxes: its proxy instead.
+        let egress = EgressSession::of(
+            EgressOwner::Agent {
+                profile: token.profile,
+                generation: token.generation,
+            },
+            &grant,
+            self.inner.control.clone(),
+            self.inner.config.egress_ca.as_deref(),
+        )
+        .map_err(|e| AgentError::from(e).context("taking the profile's credentials"))?;
+        let injected: BTreeSet<String> = egress
+            .iter()
+            .flat_map(|e| e.mounts().map(str::to_owned))
+            .collect();
         let session_name = agent_session_name(token.profile, token.generation);
         let session = CredentialSession::at(
             credentials_dir(paths, token.generation),
             &session_name,
             refs.clone(),
         );
-        let (host, sandbox, env) = (
+        let mut env = session.env();
+        env.retain(|name, _| !injected.iter().any(|m| file_variable(m) == *name));
+        let (host, sandbox) = (
             session.host_dir().to_path_buf(),
             session.sandbox_dir().to_owned(),
-            session.env(),
         );
+        // The record names the mounts held in files: those are what the reap reads back to
+        // redact, and a live read demands every one it names.
+        let in_files: Vec<CredentialRef> = refs
+            .into_iter()
+            .filter(|r| !injected.contains(&r.mount))
+            .collect();
         let record = credentials_record(paths, token.generation);
-        super::supervisor::blocking(move || fill(&session, &grant, owner, &record, &refs)).await?;
-        tracing::info!(profile = %token.profile, generation = %token.generation, session = %session_name, "credentials leased");
-        Ok(Some(AgentCredentials { host, sandbox, env }))
+        super::supervisor::blocking(move || fill(&session, &grant, owner, &record, &in_files))
+            .await?;
+        tracing::info!(profile = %token.profile, generation = %token.generation, session = %session_name, injected = injected.len(), "credentials leased");
+        Ok(Some(AgentCredentials {
+            host,
+            sandbox,
+            env,
+            egress,
+        }))
+    }
+}
+
+impl AgentSupervisor {
+    /// An adopted generation whose provider holds a placeholder the worker's last life gave
+    /// it (its `egress.env`): the lease again (the same one: a second grant under one runtime
+    /// lease returns it) and the proxy served again, accepting that placeholder. Failing
+    /// that, the provider meets a refused connection, as if the upstream were down; `None`.
+    pub(super) async fn resume_egress(
+        &self,
+        attempt: &AgentAttempt,
+        run_dir: &Path,
+        token: FencingToken,
+    ) -> Option<Arc<EgressSession>> {
+        let text = read_run_file(&run_dir.join(EGRESS_ENV_FILE_NAME), EGRESS_ENV_BYTES_MAX)?;
+        match self.serve_egress_again(attempt, token, &text).await {
+            Ok(egress) => {
+                tracing::info!(profile = %token.profile, generation = %token.generation, "egress injection served again");
+                Some(egress)
+            }
+            Err(e) => {
+                tracing::warn!(profile = %token.profile, generation = %token.generation, error = %e, "egress injection not served again after a restart");
+                None
+            }
+        }
+    }
+
+    /// The generation's credential lease, as the control plane grants it to this worker
+    /// (the same lease again for a second grant under one runtime lease).
+    async fn grant_credentials(
+        &self,
+        token: FencingToken,
+    ) -> Result<CredentialLeaseGrant, AgentError> {
+        let req = GrantAgentCredentialLease {
+            worker: self.inner.worker.clone(),
+            fence: token,
+        };
+        Ok(self
+            .inner
+            .control
+            .grant_agent_credential_lease(token.profile, &req)
+            .await?)
+    }
+
+    async fn serve_egress_again(
+        &self,
+        attempt: &AgentAttempt,
+        token: FencingToken,
+        egress_env: &[u8],
+    ) -> Result<Arc<EgressSession>, AgentError> {
+        let egress_env = std::str::from_utf8(egress_env)
+            .map_err(|e| AgentError::invalid(EGRESS_ENV_FILE_NAME, e.to_string()))?;
+        let grant = self.grant_credentials(token).await?;
+        let owner = EgressOwner::Agent {
+            profile: token.profile,
+            generation: token.generation,
+        };
+        let egress = EgressSession::resumed(
+            owner,
+            &grant,
+            self.inner.control.clone(),
+            self.inner.config.egress_ca.as_deref(),
+            egress_env,
+        )?
+        .ok_or_else(|| {
+            AgentError::invalid(
+                "credential_refs",
+                "no credential is injected at egress any more",
+            )
+        })?;
+        attempt.serve_egress_again(&egress)?;
+        Ok(egress)
     }
 }
 

@@ -33,13 +33,16 @@ use crate::agent::supervisor::{
     blocking, check_prompt, grant_token, unexpected, AgentSupervisor, AGENTS_MAX,
     BROKER_SOCKET_NAME,
 };
+use crate::egress::EgressSession;
 use crate::runtime::sandbox_user::SandboxUser;
-use crate::task::launcher::{cli_script, provider_env};
+use crate::task::launcher::{cli_script, provider_env, EGRESS_ENV_FILE_NAME};
 
 /// The watchdog every provider runs under: it forwards SIGTERM and kills the provider once
 /// the worker's deadline for the lease has passed (self-fencing). Exit status is the
 /// provider's.
 const WATCHDOG_SCRIPT: &str = include_str!("watchdog.sh");
+/// The launch file the watchdog runs: the provider's command.
+const PROVIDER_SCRIPT_NAME: &str = "provider.sh";
 
 /// A lease just granted and what its provider starts with.
 pub(super) struct GrantedAttempt<'a> {
@@ -250,25 +253,36 @@ impl AgentSupervisor {
             .config()
             .sandbox_user
             .map_or((0, 0), SandboxUser::pair);
-        if let Some(credentials) = self.take_credentials(&paths, g.token, owner).await? {
-            launch.env.extend(credentials.env.clone());
-            launch.credentials = Some(credentials);
-        }
-        let sockets = self.serve_sockets(&g.sandbox, g.profile, &mcp.token)?;
         let (rt, sb, key, generation) = (
             self.inner.runtime.clone(),
             g.sandbox.clone(),
             g.profile.key.clone(),
             g.token.generation,
         );
-        let attempt = blocking(move || {
-            AgentAttempt::start(&rt, &sb, &key, generation, &launch).inspect_err(|_| {
-                // Nothing of the generation runs: its files go now, not at a reap that may
-                // never find a start to reap.
+        // Nothing of the generation runs after a failure from here on: its files go now, not
+        // at a reap that may never find a start to reap.
+        let wipe = {
+            let (paths, key) = (paths.clone(), key.clone());
+            move || {
                 if let Err(e) = credentials::redact_and_wipe(&paths, generation) {
                     tracing::error!(profile = %key, %generation, error = %e, "cannot wipe the credentials of a failed start");
                 }
-            })
+            }
+        };
+        if let Some(credentials) = self.take_credentials(&paths, g.token, owner).await? {
+            launch.env.extend(credentials.env.clone());
+            if let Some(egress) = &credentials.egress {
+                source_egress_env(&mut launch, egress).inspect_err(|_| wipe())?;
+            }
+            launch.credentials = Some(credentials);
+        }
+        let mut sockets = self
+            .serve_sockets(&g.sandbox, g.profile, &mcp.token)
+            .inspect_err(|_| wipe())?;
+        // Closed with the sockets, whichever way the generation ends (a failed start too).
+        sockets.egress = launch.credentials.as_ref().and_then(|c| c.egress.clone());
+        let attempt = blocking(move || {
+            AgentAttempt::start(&rt, &sb, &key, generation, &launch).inspect_err(|_| wipe())
         })
         .await?;
         let (profile, token) = (g.profile, g.token);
@@ -311,7 +325,7 @@ impl AgentSupervisor {
         let mut run_files = run_files(g, deadline, roster)?;
         run_files.extend(mcp.run_files());
         let (script, prompt, provider_env) = self.provider_command(g, mcp)?;
-        run_files.insert("provider.sh".to_owned(), script);
+        run_files.insert(PROVIDER_SCRIPT_NAME.to_owned(), script);
         let argv = vec![
             "/bin/sh".to_owned(),
             format!("{AGENT_RUN_MOUNT}/watchdog.sh"),
@@ -343,6 +357,25 @@ impl AgentSupervisor {
             credentials: None,
         })
     }
+}
+
+/// The launch of a generation with credentials injected at egress: `egress.env` (the proxy's
+/// base URLs and the generation's placeholder, nothing secret) among its launch files, sourced
+/// by `provider.sh` before anything else, so the values reach the provider as files do,
+/// never on bubblewrap's command line.
+fn source_egress_env(launch: &mut AgentLaunch, egress: &EgressSession) -> Result<(), AgentError> {
+    let script = launch
+        .run_files
+        .get_mut(PROVIDER_SCRIPT_NAME)
+        .ok_or_else(|| AgentError::new(ErrorCode::Internal, "the launch has no provider.sh"))?;
+    let mut sourced = format!(". {AGENT_RUN_MOUNT}/{EGRESS_ENV_FILE_NAME}\n").into_bytes();
+    sourced.append(script);
+    *script = sourced;
+    launch.run_files.insert(
+        EGRESS_ENV_FILE_NAME.to_owned(),
+        egress.env_script()?.into_bytes(),
+    );
+    Ok(())
 }
 
 /// What the provider runs as: its script, its first turn on stdin, and the variables it

@@ -250,6 +250,15 @@ impl Registry {
         }
     }
 
+    /// Closes the sockets (broker, MCP gateway, egress proxy) of whichever attempt runs under
+    /// `lease`, if any: it is being stopped, and what survives a failed stop must not keep
+    /// them while its lease runs out.
+    pub(crate) fn close_sockets_of(&mut self, lease: LeaseId) {
+        if let Some(entry) = self.agents.values_mut().find(|e| e.state.lease == lease) {
+            entry.sockets = None;
+        }
+    }
+
     /// The generation's evidence is recorded: nothing is pending and its socket is closed.
     pub(crate) fn reaped(&mut self, id: ProfileId) {
         if let Some(entry) = self.agents.get_mut(&id) {

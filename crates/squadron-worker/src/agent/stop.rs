@@ -134,7 +134,12 @@ impl AgentSupervisor {
             }
             a.reap()
         })
-        .await?;
+        .await;
+        // Whatever the outcome, the generation is served nothing more: a process that
+        // survived a failed stop keeps no broker, gateway or egress proxy until its lease
+        // runs out.
+        self.registry().close_sockets_of(lease);
+        let evidence = evidence?;
         if evidence.populated {
             return Err(AgentError::new(
                 ErrorCode::Internal,

@@ -63,6 +63,7 @@ use crate::agent::runtime::AgentRuntime;
 use crate::agent::state::AgentState;
 use crate::config::SandboxDefaults;
 use crate::control_link::ControlLink;
+use crate::egress::EgressSession;
 use crate::error::WorkerError;
 
 /// How often running attempts are checked for exit and mailboxes for news.
@@ -74,11 +75,22 @@ pub(crate) const AGENTS_MAX: usize = 1_024;
 /// The broker socket's name in `/mnt/broker`.
 pub(crate) const BROKER_SOCKET_NAME: &str = "git.sock";
 
-/// A running generation's sockets; both close when this is dropped (the attempt stops).
+/// A running generation's sockets; all close when this is dropped (the attempt stops).
 #[derive(Debug)]
 pub(crate) struct AgentSockets {
     _broker: BrokerServer,
     _mcp: McpSocket,
+    /// The proxy of its credentials injected at egress, if any.
+    pub(super) egress: Option<Arc<EgressSession>>,
+}
+
+impl Drop for AgentSockets {
+    /// The proxy's accept loop holds the session too: closing it is what ends the serving.
+    fn drop(&mut self) {
+        if let Some(egress) = &self.egress {
+            egress.close();
+        }
+    }
 }
 
 /// Cheap to clone; clones share the supervisor.
@@ -464,6 +476,7 @@ impl AgentSupervisor {
         Ok(AgentSockets {
             _broker: broker,
             _mcp: mcp,
+            egress: None,
         })
     }
 

@@ -11,9 +11,9 @@ use squadron_api::leases::{
 };
 use squadron_api::worker_control::WORKER_CONTROL_MESSAGE_BYTES_MAX;
 use squadron_api::{
-    Addressed, AttachSandbox, CredentialLeaseGrant, CredentialLeaseView, CurrentWriter, Enrolled,
-    GrantAgentCredentialLease, GrantCredentialLease, McpDecision, McpUse, MintAgentToken,
-    MintedAgentToken, ProjectRef, RenewCertificate,
+    Addressed, AgentCredentialLeaseView, AttachSandbox, CredentialLeaseGrant, CredentialLeaseView,
+    CurrentWriter, Enrolled, GrantAgentCredentialLease, GrantCredentialLease, McpDecision, McpUse,
+    MintAgentToken, MintedAgentToken, ProjectRef, RenewCertificate,
 };
 use squadron_core::agent_session::AgentSession;
 use squadron_core::capsule::ContinuityCapsule;
@@ -227,6 +227,15 @@ impl ControlLink {
         id: CredentialLeaseId,
     ) -> Result<CredentialLeaseView, CallError> {
         call!(self, get_credential_lease, id, None)
+    }
+
+    /// One of this worker's agent credential leases (a profile generation's), as the state
+    /// has it now.
+    pub(crate) async fn get_agent_credential_lease(
+        &self,
+        id: CredentialLeaseId,
+    ) -> Result<AgentCredentialLeaseView, CallError> {
+        call!(self, get_agent_credential_lease, id, None)
     }
 
     pub(crate) async fn mcp_grants(&self, id: ProfileId) -> Result<Vec<McpServerId>, CallError> {

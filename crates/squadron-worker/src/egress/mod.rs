@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use squadron_client::CredentialLeaseGrant;
 use squadron_core::credential_egress::EgressBinding;
-use squadron_core::ids::{CredentialId, CredentialLeaseId, TaskId};
+use squadron_core::ids::{CredentialId, CredentialLeaseId, Generation, ProfileId, TaskId};
 use squadron_pki::{SecretToken, TokenHash, TokenKind};
 use tokio::task::JoinHandle;
 use zeroize::Zeroizing;
@@ -52,6 +52,29 @@ const PROVIDER_BASE_URL_VARIABLES: [(&str, &str); 2] = [
 /// `exec` takes `CODEX_API_KEY`).
 const PROVIDER_KEY_VARIABLES: [(&str, &str); 1] = [("openai_api_key", "CODEX_API_KEY")];
 
+/// Whose attempt a session serves: which kind of credential lease it checks, and what logs
+/// call it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EgressOwner {
+    Task(TaskId),
+    Agent {
+        profile: ProfileId,
+        generation: Generation,
+    },
+}
+
+impl std::fmt::Display for EgressOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EgressOwner::Task(task) => write!(f, "task {task}"),
+            EgressOwner::Agent {
+                profile,
+                generation,
+            } => write!(f, "profile {profile} generation {generation}"),
+        }
+    }
+}
+
 /// One credential the proxy injects.
 struct Route {
     id: CredentialId,
@@ -62,7 +85,7 @@ struct Route {
 
 /// One attempt's injected credentials and its proxy.
 pub(crate) struct EgressSession {
-    task: TaskId,
+    owner: EgressOwner,
     /// The credential lease the values came with: every request waits for the control
     /// plane to confirm it is still active.
     lease: CredentialLeaseId,
@@ -71,13 +94,15 @@ pub(crate) struct EgressSession {
     placeholder_hash: TokenHash,
     routes: BTreeMap<String, Route>,
     http: reqwest::Client,
-    serving: Mutex<Option<JoinHandle<()>>>,
+    /// The accept loop; `Err(())` once closed, for good: a `serve` that comes after a
+    /// `close` (a start still running when its launch was abandoned) is refused.
+    serving: Mutex<Result<Option<JoinHandle<()>>, ()>>,
 }
 
 impl std::fmt::Debug for EgressSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EgressSession")
-            .field("task", &self.task)
+            .field("owner", &self.owner)
             .field("mounts", &self.routes.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
@@ -87,29 +112,29 @@ impl EgressSession {
     /// The session for the granted values bound to an upstream, with a new placeholder;
     /// `None` when there are none.
     pub(crate) fn of(
-        task: TaskId,
+        owner: EgressOwner,
         grant: &CredentialLeaseGrant,
         control: ControlLink,
         extra_ca: Option<&Path>,
     ) -> Result<Option<Arc<EgressSession>>, WorkerError> {
-        Self::with_placeholder(task, grant, control, extra_ca, None)
+        Self::with_placeholder(owner, grant, control, extra_ca, None)
     }
 
     /// The session of an adopted attempt: the placeholder is the one `egress_env` (the
     /// attempt's `egress.env`, written by the worker's last life) gave the provider.
     pub(crate) fn resumed(
-        task: TaskId,
+        owner: EgressOwner,
         grant: &CredentialLeaseGrant,
         control: ControlLink,
         extra_ca: Option<&Path>,
         egress_env: &str,
     ) -> Result<Option<Arc<EgressSession>>, WorkerError> {
         let placeholder = placeholder_in(egress_env)?;
-        Self::with_placeholder(task, grant, control, extra_ca, Some(placeholder))
+        Self::with_placeholder(owner, grant, control, extra_ca, Some(placeholder))
     }
 
     fn with_placeholder(
-        task: TaskId,
+        owner: EgressOwner,
         grant: &CredentialLeaseGrant,
         control: ControlLink,
         extra_ca: Option<&Path>,
@@ -141,14 +166,14 @@ impl EgressSession {
             None => SecretToken::generate(TokenKind::Egress),
         };
         Ok(Some(Arc::new(EgressSession {
-            task,
+            owner,
             lease: grant.lease,
             control,
             placeholder_hash: placeholder.hash(),
             placeholder,
             routes,
             http: upstream_client(extra_ca)?,
-            serving: Mutex::new(None),
+            serving: Mutex::new(Ok(None)),
         })))
     }
 
@@ -177,21 +202,30 @@ impl EgressSession {
     ) -> Result<(), WorkerError> {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| WorkerError::runtime("egress proxy", e.to_string()))?;
+        let mut slot = self.serving_slot();
+        let Ok(serving) = &mut *slot else {
+            return Err(WorkerError::runtime(
+                "egress proxy",
+                format!("the proxy of {} was closed", self.owner),
+            ));
+        };
         let handle = tokio::spawn(proxy::accept_loop(listener, self.clone()));
-        if let Some(old) = self.serving_slot().replace(handle) {
+        if let Some(old) = serving.replace(handle) {
             old.abort();
         }
         Ok(())
     }
 
-    /// Stops serving: every connection ends and nothing is injected any more.
+    /// Stops serving, for good: every connection ends and nothing is injected any more.
     pub(crate) fn close(&self) {
-        if let Some(handle) = self.serving_slot().take() {
+        let mut slot = self.serving_slot();
+        if let Ok(Some(handle)) = std::mem::replace(&mut *slot, Err(())) {
             handle.abort();
+            tracing::info!(owner = %self.owner, "egress proxy closed");
         }
     }
 
-    fn serving_slot(&self) -> std::sync::MutexGuard<'_, Option<JoinHandle<()>>> {
+    fn serving_slot(&self) -> std::sync::MutexGuard<'_, Result<Option<JoinHandle<()>>, ()>> {
         self.serving.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

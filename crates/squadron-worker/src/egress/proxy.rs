@@ -20,7 +20,7 @@ use tokio_stream::StreamExt as _;
 use crate::http1_server::{self, Http1Limits};
 
 use super::{
-    EgressSession, Route, EGRESS_CONNECTIONS_MAX, EGRESS_HEADER_READ_MS_MAX,
+    EgressOwner, EgressSession, Route, EGRESS_CONNECTIONS_MAX, EGRESS_HEADER_READ_MS_MAX,
     EGRESS_REQUEST_BYTES_MAX,
 };
 
@@ -48,7 +48,7 @@ pub(super) async fn accept_loop(listener: TcpListener, session: Arc<EgressSessio
         connections_max: EGRESS_CONNECTIONS_MAX,
         header_read_ms_max: EGRESS_HEADER_READ_MS_MAX,
     };
-    let what = format!("egress proxy of task {}", session.task);
+    let what = format!("egress proxy of {}", session.owner);
     http1_server::serve(listener, limits, what, move |req| {
         let session = session.clone();
         async move { session.answer(req).await }
@@ -70,11 +70,11 @@ impl EgressSession {
             return refusal;
         }
         if let Err(refusal) = self.lease_active().await {
-            tracing::warn!(task = %self.task, credential = %route.id, status = refusal.status().as_u16(), "egress request refused: the lease is not active");
+            tracing::warn!(owner = %self.owner, credential = %route.id, status = refusal.status().as_u16(), "egress request refused: the lease is not active");
             return refusal;
         }
         let answer = self.relay(req, route, rest).await;
-        tracing::info!(task = %self.task, credential = %route.id, %mount, status = answer.status().as_u16(), "egress request relayed");
+        tracing::info!(owner = %self.owner, credential = %route.id, %mount, status = answer.status().as_u16(), "egress request relayed");
         answer
     }
 
@@ -102,15 +102,29 @@ impl EgressSession {
     /// The lease must still be active (revoking the credential ends it); a control plane that
     /// cannot say so refuses too.
     async fn lease_active(&self) -> Result<(), Answer> {
-        match self.control.get_credential_lease(self.lease).await {
-            Ok(view) if view.revoked_at_ms.is_none() => Ok(()),
-            Ok(view) => Err(error(
+        let revoked = match self.owner {
+            EgressOwner::Task(_) => self
+                .control
+                .get_credential_lease(self.lease)
+                .await
+                .map(|v| {
+                    v.revoked_at_ms
+                        .map(|_| v.revoked_reason.unwrap_or_default())
+                }),
+            EgressOwner::Agent { .. } => self
+                .control
+                .get_agent_credential_lease(self.lease)
+                .await
+                .map(|v| {
+                    v.revoked_at_ms
+                        .map(|_| v.revoked_reason.unwrap_or_default())
+                }),
+        };
+        match revoked {
+            Ok(None) => Ok(()),
+            Ok(Some(reason)) => Err(error(
                 StatusCode::FORBIDDEN,
-                &format!(
-                    "credential lease {} ended: {}",
-                    self.lease,
-                    view.revoked_reason.unwrap_or_default()
-                ),
+                &format!("credential lease {} ended: {reason}", self.lease),
             )),
             Err(e) => Err(error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -162,7 +176,7 @@ impl EgressSession {
             Ok(answer) => stream_back(answer),
             Err(e) => {
                 let e = e.without_url();
-                tracing::warn!(task = %self.task, credential = %route.id, error = %e, "egress upstream unreachable");
+                tracing::warn!(owner = %self.owner, credential = %route.id, error = %e, "egress upstream unreachable");
                 error(StatusCode::BAD_GATEWAY, &format!("upstream: {e}"))
             }
         }

@@ -681,8 +681,8 @@ fn joined(e: tokio::task::JoinError) -> WorkerError {
 }
 
 /// Serves egress injection's proxy on the loopback of the sandbox's own namespace, before the
-/// provider can ask for it.
-fn serve_egress(
+/// provider can ask for it (a task's, or an agent generation's).
+pub(crate) fn serve_egress(
     egress: &std::sync::Arc<crate::egress::EgressSession>,
     network: &BoundaryNetwork,
 ) -> Result<(), WorkerError> {

@@ -7,7 +7,7 @@ use super::TaskDriver;
 use crate::runtime::{LaunchSpec, Runtime, SandboxHandle};
 use squadron_core::manifest::{Keyword as _, NetworkMode};
 
-use crate::egress::EgressSession;
+use crate::egress::{EgressOwner, EgressSession};
 use crate::error::WorkerError;
 use crate::support::{remove_path, write_atomic};
 use crate::task::credential_session::{CredentialSession, Redactor};
@@ -29,7 +29,7 @@ impl TaskDriver {
         };
         let grant = self.grant_lease().await?;
         let egress = EgressSession::of(
-            self.task,
+            EgressOwner::Task(self.task),
             &grant,
             self.ctx.control.clone(),
             self.ctx.config.egress_ca.as_deref(),
@@ -154,7 +154,7 @@ impl TaskDriver {
             Err(e) => return Err(format!("credentials: {}: {e}", path.display())),
         };
         let egress = EgressSession::resumed(
-            self.task,
+            EgressOwner::Task(self.task),
             &grant,
             self.ctx.control.clone(),
             self.ctx.config.egress_ca.as_deref(),

@@ -1,0 +1,68 @@
+//! What the host's processes hold: their environments and memory, scanned for a value that
+//! must never reach them (egress injection's tests).
+
+/// Host pids whose environment holds `needle`.
+pub fn pids_with_env(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if memchr_find(&env, needle.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+pub fn memchr_find(haystack: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(haystack, needle).is_some()
+}
+
+/// Largest mapping read when scanning a process's memory: heaps and stacks are far smaller,
+/// and a runtime's reserved-but-untouched regions are not worth gigabytes of reads.
+const MAPPING_BYTES_MAX: u64 = 256 << 20;
+/// Bytes read at a time from `/proc/{pid}/mem`.
+const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// Whether any readable mapping of `pid`'s memory holds `needle`, read in chunks that overlap
+/// by the needle's length.
+pub fn memory_holds(pid: u32, needle: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+        return false;
+    };
+    let mut buf = vec![0u8; READ_CHUNK_BYTES + needle.len()];
+    for line in maps.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(range), Some(perms)) = (words.next(), words.next()) else {
+            continue;
+        };
+        if !perms.starts_with('r') || line.ends_with("[vvar]") {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let end = b.min(a + MAPPING_BYTES_MAX);
+        let mut at = a;
+        while at < end {
+            let want = ((end - at) as usize).min(buf.len());
+            match mem.read_at(&mut buf[..want], at) {
+                Ok(n) if n > 0 => {
+                    if memchr_find(&buf[..n], needle) {
+                        return true;
+                    }
+                    at += READ_CHUNK_BYTES as u64;
+                }
+                _ => break,
+            }
+        }
+    }
+    false
+}
