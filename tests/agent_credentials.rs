@@ -317,6 +317,9 @@ def post(k):
     except urllib.error.HTTPError as e: return e.code, e.read().decode()
     except Exception as e: return "unreachable", str(e).replace("\n", " ")
 print("forged", *post("sqd_egress_forged_0123456789abcdef"), flush=True)
+r = urllib.request.Request(base + "/v1/echo", data=b"{}", method="POST", headers={"x-api-key": key})
+with urllib.request.urlopen(r, timeout=10) as a:
+    print("echoed", a.headers.get("x-echo"), a.read().decode().strip(), flush=True)
 n = 0
 while True:
     n += 1
@@ -410,10 +413,20 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
         g1.contains("call 1 200 data: one  data: two"),
         "the answer streamed back: {g1}"
     );
+    // An upstream that echoes the value sends it into the sandbox scrubbed, in its header
+    // and in a body that split it across two pieces.
+    assert!(
+        g1.contains("echoed [REDACTED:cred_up] data: got [REDACTED:cred_up] ok"),
+        "{g1}"
+    );
     let requests = upstream.requests();
     assert!(!requests.is_empty());
     for got in &requests {
-        assert_eq!(got["path"], "/api/v1/messages", "{got}");
+        let path = got["path"].as_str().unwrap_or_default();
+        assert!(
+            ["/api/v1/messages", "/api/v1/echo"].contains(&path),
+            "{got}"
+        );
         assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
         assert!(!got.to_string().contains("sqd_egress_"), "{got}");
     }
@@ -431,7 +444,8 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
     assert_no_bytes_below(&sandbox, secret.as_bytes(), "the project sandbox", "");
 
     // kill -9 and back: the adopted generation's proxy is served again, accepting the
-    // placeholder its provider holds.
+    // placeholder its provider holds (the proxy's socket was the dead worker's: without
+    // the serving again, every call after the kill is refused at the connection).
     worker.kill();
     let before = *calls_answered(&log_of(&sandbox, 1), "200")
         .last()
@@ -443,12 +457,6 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
         calls_answered(&last, "200").last() > Some(&before)
     })
     .unwrap_or_else(|_| panic!("no call answered after the restart: {last}"));
-    assert!(
-        calls_answered(&last, "unreachable")
-            .iter()
-            .any(|n| *n > before),
-        "the proxy was down while the worker was: {last}"
-    );
     let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
     assert!(log.contains("egress injection served again"), "{log}");
     assert_eq!(first.generation.get(), 1);

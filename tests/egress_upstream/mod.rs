@@ -1,6 +1,7 @@
 //! A stand-in for an upstream API (Anthropic's, say) in a network namespace this test makes:
 //! a TLS server, its certificate from a CA of the test's own, that records the head of every
-//! request it gets (one JSON line each) and answers in two streamed pieces.
+//! request it gets (one JSON line each) and answers in two streamed pieces (with the key it
+//! got, when the path asks for an echo).
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -23,11 +24,21 @@ class H(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
         with open(record, "a") as f:
             f.write(json.dumps({"path": self.path, "headers": dict(self.headers.items()), "body": body.decode()}) + "\n")
+        # "/echo" in the path: the key it got comes back, in a header and split across two
+        # pieces of the body, as an upstream quoting a bad key would.
+        key = self.headers.get("x-api-key", "").encode()
+        echo = b"echo" in self.path.encode()
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
+        if echo:
+            self.send_header("x-echo", key.decode())
         self.end_headers()
-        for piece in [b"data: one\n\n", b"data: two\n\n"]:
+        pieces = [b"data: one\n\n", b"data: two\n\n"]
+        if echo:
+            half = len(key) // 2
+            pieces = [b"data: got " + key[:half], key[half:] + b" ok\n\n"]
+        for piece in pieces:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")

@@ -9,6 +9,7 @@
 //! lease again and serves the proxy again, accepting the placeholder the provider already
 //! holds (read back from `egress.env`, which the sandbox can read but not write).
 
+mod echo_scrub;
 mod proxy;
 
 use std::collections::BTreeMap;

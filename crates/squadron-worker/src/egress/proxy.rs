@@ -19,6 +19,7 @@ use tokio_stream::StreamExt as _;
 
 use crate::http1_server::{self, Http1Limits};
 
+use super::echo_scrub::EchoScrub;
 use super::{
     EgressOwner, EgressSession, Route, EGRESS_CONNECTIONS_MAX, EGRESS_HEADER_READ_MS_MAX,
     EGRESS_REQUEST_BYTES_MAX,
@@ -153,7 +154,13 @@ impl EgressSession {
         url.set_query(parts.uri.query());
         let mut out = self.http.request(parts.method, url).body(body);
         for (name, value) in &parts.headers {
-            if !HOP_HEADERS.contains(&name.as_str()) && name.as_str() != route.binding.header {
+            let name_str = name.as_str();
+            // No accept-encoding: the answer comes back uncompressed, so an echoed value is
+            // found and scrubbed on its way in.
+            if !HOP_HEADERS.contains(&name_str)
+                && name_str != route.binding.header
+                && name_str != "accept-encoding"
+            {
                 out = out.header(name, value.clone());
             }
         }
@@ -173,7 +180,7 @@ impl EgressSession {
         secret.set_sensitive(true);
         out = out.header(route.binding.header.as_str(), secret);
         match out.send().await {
-            Ok(answer) => stream_back(answer),
+            Ok(answer) => stream_back(answer, EchoScrub::new(&route.value, route.id.as_str())),
             Err(e) => {
                 let e = e.without_url();
                 tracing::warn!(owner = %self.owner, credential = %route.id, error = %e, "egress upstream unreachable");
@@ -183,24 +190,29 @@ impl EgressSession {
     }
 }
 
-/// The answer's status and headers at once, its body as it arrives.
-fn stream_back(mut answer: reqwest::Response) -> Answer {
+/// The answer's status and headers at once, its body as it arrives; the value wherever the
+/// upstream echoed it scrubbed.
+fn stream_back(mut answer: reqwest::Response, mut scrub: EchoScrub) -> Answer {
     let mut back = Response::builder().status(answer.status().as_u16());
     for (name, value) in answer.headers() {
         if !HOP_HEADERS.contains(&name.as_str()) {
-            back = back.header(name.as_str(), value.as_bytes());
+            back = back.header(name.as_str(), scrub.scrub(value.as_bytes()));
         }
     }
     let (tx, rx) = tokio::sync::mpsc::channel(ANSWER_CHUNKS_BUFFERED);
     tokio::spawn(async move {
         loop {
-            let next = match answer.chunk().await {
-                Ok(Some(chunk)) => Ok(chunk),
-                Ok(None) => break,
-                Err(e) => Err(std::io::Error::other(e.without_url().to_string())),
+            let (next, end) = match answer.chunk().await {
+                Ok(Some(chunk)) => (Ok(scrub.push(&chunk)), false),
+                Ok(None) => (Ok(scrub.finish()), true),
+                Err(e) => (
+                    Err(std::io::Error::other(e.without_url().to_string())),
+                    true,
+                ),
             };
-            let failed = next.is_err();
-            if tx.send(next).await.is_err() || failed {
+            // A chunk held back whole (it may be the value's start) sends nothing yet.
+            let empty = next.as_ref().is_ok_and(Bytes::is_empty);
+            if (!empty && tx.send(next).await.is_err()) || end {
                 break;
             }
         }
