@@ -267,10 +267,14 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         "g4's files outlived its reap"
     );
 
+    // This worker's: the other test's worker runs beside it with a tmpfs of its own.
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let ours = sandbox.display().to_string();
     assert!(
-        !mounts.contains(".credentials"),
-        "a credential tmpfs is still mounted"
+        !mounts
+            .lines()
+            .any(|m| m.contains(&ours) && m.contains(".credentials")),
+        "a credential tmpfs is still mounted: {mounts}"
     );
     assert_no_bytes_below(&worker.data_dir, secret.as_bytes(), "worker data", "");
     assert_no_bytes_below(
@@ -362,19 +366,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
     let url = cluster.url(1);
     let secret = format!("sk-agent-egress-{}", std::process::id() * 7919);
     put_credential(&url, "cred_up", &secret);
-    let out = squadron(
-        &url,
-        &[
-            "credential",
-            "egress-set",
-            "cred_up",
-            "--upstream",
-            &upstream.url(),
-            "--header",
-            "x-api-key",
-        ],
-    );
-    assert!(out.status.success(), "{out:?}");
+    bind_to(&url, &upstream.url());
     let profile = project_with_coder(&url, "egress", json!(["claude"]));
     let id = profile.to_string();
     let out = squadron(
@@ -499,4 +491,61 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
         "node data and logs",
         "",
     );
+
+    // Put again and bound again: the next generation is served the new value. Once its
+    // lease is revoked, a restarted worker never serves that generation again, whatever the
+    // credential holds by then: the value put after the revocation never leaves.
+    put_credential(&url, "cred_up", &format!("{secret}-second"));
+    bind_to(&url, &upstream.url());
+    let second = rt
+        .block_on(client.agent_launch(profile, &LaunchAgent::default()))
+        .expect("launch g2");
+    assert_eq!(second.generation.get(), 2);
+    wait_log(&sandbox, 2, "call 1 200");
+    let out = squadron(&url, &["credential", "revoke", "cred_up"]);
+    assert!(out.status.success(), "{out:?}");
+    wait_log(&sandbox, 2, "ended: credential cred_up revoked");
+    let third = format!("{secret}-third");
+    put_credential(&url, "cred_up", &third);
+    bind_to(&url, &upstream.url());
+    worker.kill();
+    worker.spawn();
+    wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&worker.log)
+            .is_ok_and(|l| l.contains("egress injection not served again"))
+    })
+    .expect("the adopted generation is not served again");
+    std::thread::sleep(Duration::from_secs(1));
+    let log = log_of(&sandbox, 2);
+    let last_call = log.lines().rev().find(|l| l.starts_with("call "));
+    assert!(
+        last_call.is_some_and(|l| l.contains("unreachable")),
+        "{log}"
+    );
+    assert!(
+        upstream
+            .requests()
+            .iter()
+            .all(|r| r["headers"]["x-api-key"] != third.as_str()),
+        "the value put after the revocation reached the upstream"
+    );
+    rt.block_on(client.agent_stop(profile, &StopAgent { grace_ms: None }))
+        .expect("stop g2");
+}
+
+/// Binds `cred_up` to `upstream` in `x-api-key`.
+fn bind_to(url: &str, upstream: &str) {
+    let out = squadron(
+        url,
+        &[
+            "credential",
+            "egress-set",
+            "cred_up",
+            "--upstream",
+            upstream,
+            "--header",
+            "x-api-key",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
 }

@@ -265,6 +265,10 @@ impl AgentAttempt {
         serve_egress(egress, &BoundaryNetwork::Own(net))
     }
 
+    pub(crate) fn paths(&self) -> &ProfilePaths {
+        &self.paths
+    }
+
     pub(crate) fn generation(&self) -> Generation {
         self.generation
     }

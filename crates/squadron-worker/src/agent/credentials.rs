@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use squadron_client::{CredentialLeaseGrant, GrantAgentCredentialLease};
-use squadron_core::ids::Generation;
+use squadron_core::ids::{CredentialLeaseId, Generation};
 use squadron_core::lease::FencingToken;
 use squadron_core::manifest::CredentialRef;
 use squadron_core::profile_credentials::agent_session_name;
@@ -115,8 +115,21 @@ impl AgentSupervisor {
             .filter(|r| !injected.contains(&r.mount))
             .collect();
         let record = credentials_record(paths, token.generation);
-        super::supervisor::blocking(move || fill(&session, &grant, owner, &record, &in_files))
-            .await?;
+        let lease = egress.as_ref().map(|_| {
+            (
+                egress_lease_record(paths, token.generation),
+                grant.lease.to_string(),
+            )
+        });
+        super::supervisor::blocking(move || {
+            // The lease the proxy was served under: a restarted worker serves it again only
+            // while that very lease is active (`serve_egress_again`).
+            if let Some((path, id)) = &lease {
+                write_atomic(path, id.as_bytes())?;
+            }
+            fill(&session, &grant, owner, &record, &in_files)
+        })
+        .await?;
         tracing::info!(profile = %token.profile, generation = %token.generation, session = %session_name, injected = injected.len(), "credentials leased");
         Ok(Some(AgentCredentials {
             host,
@@ -168,6 +181,32 @@ impl AgentSupervisor {
             .await?)
     }
 
+    /// The credential lease the worker's last life served the generation's proxy under,
+    /// still active: a lease that ended (the credential revoked) is never followed by a new
+    /// one for the same generation, whatever the credential holds now.
+    async fn served_lease(
+        &self,
+        attempt: &AgentAttempt,
+        token: FencingToken,
+    ) -> Result<CredentialLeaseId, AgentError> {
+        let path = egress_lease_record(attempt.paths(), token.generation);
+        let text = read_run_file(&path, EGRESS_ENV_BYTES_MAX).unwrap_or_default();
+        let id = std::str::from_utf8(&text)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .and_then(|n| CredentialLeaseId::new(n).ok())
+            .ok_or_else(|| {
+                AgentError::precondition(format!("{} names no credential lease", path.display()))
+            })?;
+        let view = self.inner.control.get_agent_credential_lease(id).await?;
+        match view.revoked_reason {
+            Some(reason) if view.revoked_at_ms.is_some() => Err(AgentError::precondition(format!(
+                "credential lease {id} ended: {reason}"
+            ))),
+            _ => Ok(id),
+        }
+    }
+
     async fn serve_egress_again(
         &self,
         attempt: &AgentAttempt,
@@ -176,7 +215,14 @@ impl AgentSupervisor {
     ) -> Result<Arc<EgressSession>, AgentError> {
         let egress_env = std::str::from_utf8(egress_env)
             .map_err(|e| AgentError::invalid(EGRESS_ENV_FILE_NAME, e.to_string()))?;
+        let served = self.served_lease(attempt, token).await?;
         let grant = self.grant_credentials(token).await?;
+        if grant.lease != served {
+            return Err(AgentError::precondition(format!(
+                "the generation's credential lease {served} was replaced by {}",
+                grant.lease
+            )));
+        }
         let owner = EgressOwner::Agent {
             profile: token.profile,
             generation: token.generation,
@@ -225,6 +271,12 @@ fn credentials_record(paths: &ProfilePaths, generation: Generation) -> PathBuf {
     paths.run.join(format!("g{generation}.credentials.json"))
 }
 
+/// `run/{key}/g{n}.egress-lease`: the credential lease the generation's egress proxy serves
+/// under (an id, nothing secret), beside the other records the sandbox never sees.
+fn egress_lease_record(paths: &ProfilePaths, generation: Generation) -> PathBuf {
+    paths.run.join(format!("g{generation}.egress-lease"))
+}
+
 /// At the proving reap: the generation's logs redacted with the values still in its files,
 /// then the files and the tmpfs gone. Nothing to do for a generation without credentials.
 pub(crate) fn redact_and_wipe(
@@ -233,6 +285,7 @@ pub(crate) fn redact_and_wipe(
 ) -> Result<(), WorkerError> {
     let dir = credentials_dir(paths, generation);
     let record = credentials_record(paths, generation);
+    crate::support::remove_path(&egress_lease_record(paths, generation))?;
     if !dir.exists() && !record.exists() {
         return Ok(());
     }
