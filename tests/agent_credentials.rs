@@ -313,8 +313,8 @@ exec python3 - <<'PY'
 import os, signal, sys, time, urllib.request, urllib.error
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 base, key = os.environ["ANTHROPIC_BASE_URL"], os.environ["ANTHROPIC_API_KEY"]
-def post(k):
-    r = urllib.request.Request(base + "/v1/messages", data=b'{"model":"m"}', method="POST",
+def post(k, url=base + "/v1/messages"):
+    r = urllib.request.Request(url, data=b'{"model":"m"}', method="POST",
         headers={"x-api-key": k, "content-type": "application/json"})
     try:
         with urllib.request.urlopen(r, timeout=10) as a: return a.status, a.read().decode().replace("\n", " ")
@@ -324,6 +324,7 @@ print("forged", *post("sqd_egress_forged_0123456789abcdef"), flush=True)
 r = urllib.request.Request(base + "/v1/echo", data=b"{}", method="POST", headers={"x-api-key": key})
 with urllib.request.urlopen(r, timeout=10) as a:
     print("echoed", a.headers.get("x-echo"), a.read().decode().strip(), flush=True)
+print("gzipped", *post(key, base + "/v1/gzip"), flush=True)
 n = 0
 while True:
     n += 1
@@ -411,14 +412,18 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
         g1.contains("echoed [REDACTED:cred_up] data: got [REDACTED:cred_up] ok"),
         "{g1}"
     );
+    // An upstream that compresses anyway is not relayed: the scrub could not see inside.
+    assert!(g1.contains("gzipped 502 "), "{g1}");
+    assert!(g1.contains("content-encoding gzip"), "{g1}");
     let requests = upstream.requests();
     assert!(!requests.is_empty());
     for got in &requests {
         let path = got["path"].as_str().unwrap_or_default();
         assert!(
-            ["/api/v1/messages", "/api/v1/echo"].contains(&path),
+            ["/api/v1/messages", "/api/v1/echo", "/api/v1/gzip"].contains(&path),
             "{got}"
         );
+        assert_eq!(got["headers"]["accept-encoding"], "identity", "{got}");
         assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
         assert!(!got.to_string().contains("sqd_egress_"), "{got}");
     }
@@ -439,18 +444,30 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
     // placeholder its provider holds (the proxy's socket was the dead worker's: without
     // the serving again, every call after the kill is refused at the connection).
     worker.kill();
-    let before = *calls_answered(&log_of(&sandbox, 1), "200")
-        .last()
-        .expect("answered calls");
     worker.spawn();
-    let mut last = String::new();
+    wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&worker.log)
+            .is_ok_and(|l| l.contains("egress injection served again"))
+    })
+    .expect("the adopted generation's proxy is served again");
+    // A call begun after that is answered: the number of the last call made so far, plus one.
+    let mut last = log_of(&sandbox, 1);
+    let made = last
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("call ")?
+                .split(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0);
     wait_until(Duration::from_secs(30), || {
         last = log_of(&sandbox, 1);
-        calls_answered(&last, "200").last() > Some(&before)
+        calls_answered(&last, "200").last() > Some(&made)
     })
     .unwrap_or_else(|_| panic!("no call answered after the restart: {last}"));
-    let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
-    assert!(log.contains("egress injection served again"), "{log}");
     assert_eq!(first.generation.get(), 1);
 
     // Revoked: the agent credential lease ends, and the proxy refuses from then on.

@@ -1,7 +1,7 @@
 //! A stand-in for an upstream API (Anthropic's, say) in a network namespace this test makes:
 //! a TLS server, its certificate from a CA of the test's own, that records the head of every
 //! request it gets (one JSON line each) and answers in two streamed pieces (with the key it
-//! got, when the path asks for an echo).
+//! got, when the path asks for an echo; gzipped, when it asks for gzip).
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -28,6 +28,16 @@ class H(http.server.BaseHTTPRequestHandler):
         # pieces of the body, as an upstream quoting a bad key would.
         key = self.headers.get("x-api-key", "").encode()
         echo = b"echo" in self.path.encode()
+        if b"gzip" in self.path.encode():
+            # Compressed whatever the request asked: the proxy must not relay it.
+            import gzip
+            body = gzip.compress(b"got " + key)
+            self.send_response(200)
+            self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")

@@ -199,12 +199,13 @@ impl AgentSupervisor {
                 AgentError::precondition(format!("{} names no credential lease", path.display()))
             })?;
         let view = self.inner.control.get_agent_credential_lease(id).await?;
-        match view.revoked_reason {
-            Some(reason) if view.revoked_at_ms.is_some() => Err(AgentError::precondition(format!(
-                "credential lease {id} ended: {reason}"
-            ))),
-            _ => Ok(id),
+        if view.revoked_at_ms.is_some() {
+            return Err(AgentError::precondition(format!(
+                "credential lease {id} ended: {}",
+                view.revoked_reason.unwrap_or_default()
+            )));
         }
+        Ok(id)
     }
 
     async fn serve_egress_again(

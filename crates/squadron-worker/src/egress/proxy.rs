@@ -38,6 +38,9 @@ const HOP_HEADERS: [&str; 10] = [
     "host",
     "content-length",
 ];
+/// Request headers never relayed upstream: each would let an echoed value come back in a
+/// shape the scrub cannot see (compressed, or cut into ranges fetched apart).
+const SCRUB_DEFEATING_HEADERS: [&str; 3] = ["accept-encoding", "range", "if-range"];
 /// Chunks of an answer buffered between the upstream and the sandbox.
 const ANSWER_CHUNKS_BUFFERED: usize = 16;
 
@@ -154,16 +157,16 @@ impl EgressSession {
         url.set_query(parts.uri.query());
         let mut out = self.http.request(parts.method, url).body(body);
         for (name, value) in &parts.headers {
-            let name_str = name.as_str();
-            // No accept-encoding: the answer comes back uncompressed, so an echoed value is
-            // found and scrubbed on its way in.
-            if !HOP_HEADERS.contains(&name_str)
-                && name_str != route.binding.header
-                && name_str != "accept-encoding"
+            let name = name.as_str();
+            if !HOP_HEADERS.contains(&name)
+                && !SCRUB_DEFEATING_HEADERS.contains(&name)
+                && name != route.binding.header
             {
                 out = out.header(name, value.clone());
             }
         }
+        // The answer uncompressed, so an echoed value is found and scrubbed on its way in.
+        out = out.header("accept-encoding", "identity");
         let mut secret = match HeaderValue::from_str(&format!(
             "{}{}",
             route.binding.value_prefix,
@@ -193,6 +196,22 @@ impl EgressSession {
 /// The answer's status and headers at once, its body as it arrives; the value wherever the
 /// upstream echoed it scrubbed.
 fn stream_back(mut answer: reqwest::Response, mut scrub: EchoScrub) -> Answer {
+    // Asked for `identity`; an upstream that encodes anyway is not relayed: its bytes could
+    // hide an echoed value from the scrub.
+    if let Some(coding) = answer
+        .headers()
+        .get("content-encoding")
+        .filter(|c| !c.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        return error(
+            StatusCode::BAD_GATEWAY,
+            &format!(
+                "the upstream answered with content-encoding {}; the proxy relays \
+                 uncompressed answers only",
+                String::from_utf8_lossy(coding.as_bytes())
+            ),
+        );
+    }
     let mut back = Response::builder().status(answer.status().as_u16());
     for (name, value) in answer.headers() {
         if !HOP_HEADERS.contains(&name.as_str()) {
@@ -202,7 +221,12 @@ fn stream_back(mut answer: reqwest::Response, mut scrub: EchoScrub) -> Answer {
     let (tx, rx) = tokio::sync::mpsc::channel(ANSWER_CHUNKS_BUFFERED);
     tokio::spawn(async move {
         loop {
-            let (next, end) = match answer.chunk().await {
+            // A sandbox that hung up ends the relay now, not at the upstream's next chunk.
+            let chunk = tokio::select! {
+                chunk = answer.chunk() => chunk,
+                () = tx.closed() => break,
+            };
+            let (next, end) = match chunk {
                 Ok(Some(chunk)) => (Ok(scrub.push(&chunk)), false),
                 Ok(None) => (Ok(scrub.finish()), true),
                 Err(e) => (
