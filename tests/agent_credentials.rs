@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use squadron_client::{LaunchAgent, SandboxRepository, StopAgent, TakeoverAgent, TakeoverKind};
+use squadron_client::{
+    AgentView, LaunchAgent, SandboxRepository, SquadronClient, StopAgent, TakeoverAgent,
+    TakeoverKind,
+};
 use squadron_core::ids::{ProfileId, WorkerId};
 use support::*;
 
@@ -65,16 +68,38 @@ fn project_with_coder(url: &str, project: &str, providers: Value) -> ProfileId {
     ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id")
 }
 
-/// The profile's first launch: on `worker`, its project sandbox cloned from `repo`.
-fn first_launch(worker: &WorkerProc, repo: &Path) -> LaunchAgent {
-    LaunchAgent {
+/// The profile's first launch, on `worker`, its project sandbox `acme/{project}` cloned from
+/// `repo`: the runtime and client that launched it, its view, and the sandbox's directory.
+fn launch_first(
+    cluster: &Cluster,
+    worker: &WorkerProc,
+    repo: &Path,
+    profile: ProfileId,
+    project: &str,
+) -> (tokio::runtime::Runtime, SquadronClient, AgentView, PathBuf) {
+    let rt = rt();
+    let client = client_with_timeouts(
+        cluster.urls(),
+        Duration::from_secs(120),
+        Duration::from_secs(2),
+    );
+    let launch = LaunchAgent {
         worker: Some(WorkerId::new(worker.id.clone()).expect("worker id")),
         repository: Some(SandboxRepository {
             url: repo.display().to_string(),
             branch: Some("main".into()),
         }),
         ..LaunchAgent::default()
-    }
+    };
+    let first = rt
+        .block_on(client.agent_launch(profile, &launch))
+        .expect("launch");
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join(format!("projects/acme/{project}"));
+    (rt, client, first, sandbox)
 }
 
 fn view(url: &str, profile: ProfileId) -> Value {
@@ -140,21 +165,8 @@ fn inv_13_a_profile_s_generations_get_their_credentials_as_files_that_end_with_t
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let rt = rt();
-    let client = client_with_timeouts(
-        cluster.urls(),
-        Duration::from_secs(120),
-        Duration::from_secs(2),
-    );
-    let first = rt
-        .block_on(client.agent_launch(profile, &first_launch(&worker, &repo)))
-        .expect("launch");
+    let (rt, client, first, sandbox) = launch_first(&cluster, &worker, &repo, profile, "creds");
     assert_eq!(first.generation.get(), 1);
-    let sandbox = worker
-        .data_dir
-        .canonicalize()
-        .expect("data dir")
-        .join("projects/acme/creds");
 
     // The provider read its file: 0400, the sandbox user's (nobody), not writable.
     let g1 = wait_log(&sandbox, 1, "key: ");
@@ -382,20 +394,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
     );
     assert!(out.status.success(), "{out:?}");
 
-    let rt = rt();
-    let client = client_with_timeouts(
-        cluster.urls(),
-        Duration::from_secs(120),
-        Duration::from_secs(2),
-    );
-    let first = rt
-        .block_on(client.agent_launch(profile, &first_launch(&worker, &repo)))
-        .expect("launch");
-    let sandbox = worker
-        .data_dir
-        .canonicalize()
-        .expect("data dir")
-        .join("projects/acme/egress");
+    let (rt, client, first, sandbox) = launch_first(&cluster, &worker, &repo, profile, "egress");
     let g1 = wait_log(&sandbox, 1, "call 1 ");
     assert!(g1.contains("file=none key=sqd_egress_"), "{g1}");
     assert!(
@@ -428,14 +427,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_from_a_profile_and_never
         assert!(!got.to_string().contains("sqd_egress_"), "{got}");
     }
     // Its processes hold the placeholder, never the value; no file of the sandbox does.
-    let sandboxed = pids_with_env("sqd_egress_");
-    assert!(!sandboxed.is_empty(), "no process holds the placeholder");
-    for pid in &sandboxed {
-        assert!(
-            !memory_holds(*pid, secret.as_bytes()),
-            "process {pid} of the sandbox holds the value in its memory"
-        );
-    }
+    assert_placeholder_holders_lack(secret.as_bytes(), "the sandbox");
     assert!(pids_with_env(&secret).is_empty(), "an environment holds it");
     assert_no_cmdline_holds(secret.as_bytes());
     assert_no_bytes_below(&sandbox, secret.as_bytes(), "the project sandbox", "");

@@ -185,14 +185,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
     .expect("the provider called the API");
 
     // While it runs: its processes hold the placeholder, never the value.
-    let sandboxed = pids_with_env("sqd_egress_");
-    assert!(!sandboxed.is_empty(), "no process holds the placeholder");
-    for pid in &sandboxed {
-        assert!(
-            !memory_holds(*pid, secret.as_bytes()),
-            "process {pid} of the sandbox holds the value in its memory"
-        );
-    }
+    assert_placeholder_holders_lack(secret.as_bytes(), "the sandbox");
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let path = entry.path().join("cmdline");
         let cmdline = std::fs::read(&path).unwrap_or_default();
@@ -295,17 +288,7 @@ fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
     let inspect = String::from_utf8_lossy(&inspect.stdout);
     assert!(inspect.contains("/mnt/run"), "{inspect}");
     assert!(!inspect.contains(secret), "docker inspect holds the value");
-    let sandboxed = pids_with_env("sqd_egress_");
-    assert!(
-        !sandboxed.is_empty(),
-        "no process of the container holds the placeholder"
-    );
-    for pid in &sandboxed {
-        assert!(
-            !memory_holds(*pid, secret.as_bytes()),
-            "process {pid} of the container holds the value in its memory"
-        );
-    }
+    assert_placeholder_holders_lack(secret.as_bytes(), "the container");
 
     let t = wait_task_state(url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
     let (_, stdout) = http_text(&stdout_url).expect("stdout");

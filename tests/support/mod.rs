@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
-pub use process_scan::{memchr_find, memory_holds, pids_with_env};
+pub use process_scan::{assert_placeholder_holders_lack, memchr_find, memory_holds, pids_with_env};
 use serde_json::{json, Value};
 #[allow(unused_imports)]
 pub use tls::{pki, presenting};

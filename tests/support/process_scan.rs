@@ -66,3 +66,19 @@ pub fn memory_holds(pid: u32, needle: &[u8]) -> bool {
     }
     false
 }
+
+/// The processes holding an egress placeholder (`whose`, a sandbox's: no other process has
+/// one) hold `secret` nowhere in their memory; at least one such process exists.
+pub fn assert_placeholder_holders_lack(secret: &[u8], whose: &str) {
+    let sandboxed = pids_with_env("sqd_egress_");
+    assert!(
+        !sandboxed.is_empty(),
+        "no process of {whose} holds the placeholder"
+    );
+    for pid in &sandboxed {
+        assert!(
+            !memory_holds(*pid, secret),
+            "process {pid} of {whose} holds the value in its memory"
+        );
+    }
+}

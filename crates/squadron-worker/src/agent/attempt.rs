@@ -59,7 +59,7 @@ use crate::agent::runtime::{isolation, AgentRuntime, ProjectCgroups, AGENT_RUNTI
 use crate::egress::EgressSession;
 use crate::error::WorkerError;
 use crate::runtime::boundary_network::{BoundaryNetwork, NetworkPermits};
-use crate::runtime::process::serve_egress;
+use crate::runtime::process::{serve_egress, serve_egress_recorded};
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
@@ -250,19 +250,12 @@ impl AgentAttempt {
         &self,
         egress: &Arc<EgressSession>,
     ) -> Result<(), WorkerError> {
-        let record = network_record(&self.paths, self.generation);
-        let net = BoundaryNetwork::recorded(&self.runtime.config().network, &record)?.ok_or_else(
-            || {
-                invalid(
-                    "network_mode",
-                    format!(
-                        "generation {} of {} has no network of its own to serve egress in",
-                        self.generation, self.paths.key
-                    ),
-                )
-            },
-        )?;
-        serve_egress(egress, &BoundaryNetwork::Own(net))
+        serve_egress_recorded(
+            egress,
+            &self.runtime.config().network,
+            &network_record(&self.paths, self.generation),
+            &format!("generation {} of {}", self.generation, self.paths.key),
+        )
     }
 
     pub(crate) fn paths(&self) -> &ProfilePaths {

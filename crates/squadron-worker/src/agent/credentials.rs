@@ -44,6 +44,8 @@ use squadron_isolation::secret_tmpfs::{wipe_secret_tmpfs, SECRET_TMPFS_BYTES_DEF
 
 /// Largest `egress.env` read back after a restart (a few base URLs and a placeholder).
 const EGRESS_ENV_BYTES_MAX: u64 = 64 * 1024;
+/// Largest `g{n}.egress-lease` read back (a credential lease id).
+const EGRESS_LEASE_RECORD_BYTES_MAX: u64 = 64;
 
 /// What a started generation is shown of its credentials.
 #[derive(Debug, Clone)]
@@ -138,9 +140,7 @@ impl AgentSupervisor {
             egress,
         }))
     }
-}
 
-impl AgentSupervisor {
     /// An adopted generation whose provider holds a placeholder the worker's last life gave
     /// it (its `egress.env`): the lease again (the same one: a second grant under one runtime
     /// lease returns it) and the proxy served again, accepting that placeholder. Failing
@@ -190,11 +190,10 @@ impl AgentSupervisor {
         token: FencingToken,
     ) -> Result<CredentialLeaseId, AgentError> {
         let path = egress_lease_record(attempt.paths(), token.generation);
-        let text = read_run_file(&path, EGRESS_ENV_BYTES_MAX).unwrap_or_default();
+        let text = read_run_file(&path, EGRESS_LEASE_RECORD_BYTES_MAX).unwrap_or_default();
         let id = std::str::from_utf8(&text)
             .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok())
-            .and_then(|n| CredentialLeaseId::new(n).ok())
+            .and_then(|t| t.trim().parse::<CredentialLeaseId>().ok())
             .ok_or_else(|| {
                 AgentError::precondition(format!("{} names no credential lease", path.display()))
             })?;

@@ -41,7 +41,7 @@ impl AgentSupervisor {
                 reg.queue_evidence(token.profile, proof);
             }
             // A newer generation of the profile keeps its socket.
-            reg.close_broker(token.profile, token.lease)
+            reg.close_sockets_of(token.lease)
         };
         if closed {
             self.inner.broker.unregister_profile(token.profile.get());

@@ -238,24 +238,17 @@ impl Registry {
         Some(crashed)
     }
 
-    /// Closes the sockets of `lease`'s attempt; `false` when the profile has moved on
-    /// to a newer generation, which keeps its socket.
-    pub(crate) fn close_broker(&mut self, id: ProfileId, lease: LeaseId) -> bool {
-        match self.agents.get_mut(&id) {
-            Some(entry) if entry.state.lease == lease => {
+    /// Closes the sockets (broker, MCP gateway, egress proxy) of whichever attempt runs under
+    /// `lease`: it is being stopped, or its lease ended (what survives a failed stop must not
+    /// keep them while its lease runs out). `false` when none does — the profile has moved
+    /// on to a newer generation, which keeps its sockets.
+    pub(crate) fn close_sockets_of(&mut self, lease: LeaseId) -> bool {
+        match self.agents.values_mut().find(|e| e.state.lease == lease) {
+            Some(entry) => {
                 entry.sockets = None;
                 true
             }
-            _ => false,
-        }
-    }
-
-    /// Closes the sockets (broker, MCP gateway, egress proxy) of whichever attempt runs under
-    /// `lease`, if any: it is being stopped, and what survives a failed stop must not keep
-    /// them while its lease runs out.
-    pub(crate) fn close_sockets_of(&mut self, lease: LeaseId) {
-        if let Some(entry) = self.agents.values_mut().find(|e| e.state.lease == lease) {
-            entry.sockets = None;
+            None => false,
         }
     }
 

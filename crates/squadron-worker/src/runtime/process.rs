@@ -377,14 +377,7 @@ impl Runtime for ProcessRuntime {
         let files = self.files(&leaf).ok_or_else(|| {
             WorkerError::runtime(PROCESS_RUNTIME, format!("{} is not adopted", handle.id))
         })?;
-        let net =
-            BoundaryNetwork::recorded(&self.config.network, &files.network)?.ok_or_else(|| {
-                WorkerError::Invalid {
-                    field: "network_mode".to_owned(),
-                    message: format!("{} has no network of its own to serve egress in", handle.id),
-                }
-            })?;
-        serve_egress(egress, &BoundaryNetwork::Own(net))
+        serve_egress_recorded(egress, &self.config.network, &files.network, &handle.id)
     }
 
     fn serves_egress(&self) -> bool {
@@ -678,6 +671,21 @@ fn isolation(e: IsolationError) -> WorkerError {
 
 fn joined(e: tokio::task::JoinError) -> WorkerError {
     WorkerError::runtime(PROCESS_RUNTIME, format!("blocking task failed: {e}"))
+}
+
+/// For a sandbox adopted after a restart (`whose`, for the error): egress injection's proxy
+/// served again in the namespace its network `record` names.
+pub(crate) fn serve_egress_recorded(
+    egress: &std::sync::Arc<crate::egress::EgressSession>,
+    network: &NetworkConfig,
+    record: &Path,
+    whose: &dyn std::fmt::Display,
+) -> Result<(), WorkerError> {
+    let net = BoundaryNetwork::recorded(network, record)?.ok_or_else(|| WorkerError::Invalid {
+        field: "network_mode".to_owned(),
+        message: format!("{whose} has no network of its own to serve egress in"),
+    })?;
+    serve_egress(egress, &BoundaryNetwork::Own(net))
 }
 
 /// Serves egress injection's proxy on the loopback of the sandbox's own namespace, before the
