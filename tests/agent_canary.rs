@@ -932,12 +932,44 @@ fn every_live_worker_s_build_is_part_of_the_one_build_claim() {
     );
 }
 
+/// Waits for a `placement: project` task of the `runner` profile of `acme/{project}` to
+/// complete, checks that it ran in that generation's leaf under the project's cgroup, reaped
+/// (`populated 0`), and returns its patch.
+fn completed_project_task(url: &str, task: u64, project: &str, generation: u64) -> String {
+    let done = wait_task_state(
+        url,
+        task,
+        &["COMPLETED", "FAILED", "CANCELLED"],
+        Duration::from_secs(120),
+    );
+    assert_eq!(done["state"], "COMPLETED", "{done:#}");
+    let (_, events) =
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
+    let leaf = format!("/tenant-acme/project-{project}/profile-runner-g{generation}");
+    let reaped = events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == "reaped");
+    assert!(
+        reaped.as_ref().is_some_and(|e| e["populated"] == false
+            && e["sandbox"].as_str().is_some_and(|s| s.ends_with(&leaf))),
+        "the generation's leaf in the project's cgroup, reaped: {events}"
+    );
+    let (status, patch) =
+        http_text(&format!("{url}/api/v1/tasks/{task}/artifacts/{task}.patch")).expect("patch");
+    assert_eq!(status, 200, "{patch}");
+    patch
+}
+
 /// `placement: project` with real processes: four agents hold the project's four slots, a task
 /// of the project's fifth profile waits in PENDING (never a fifth process), and runs to
-/// COMPLETED under that profile's lease once an agent stops and frees a slot; the lease ends
-/// with the task.
+/// COMPLETED under that profile's lease once an agent stops and frees a slot — as a generation
+/// of the profile inside the project's sandbox: in its cgroup leaf under the project's cgroup,
+/// in its worktree, where its change stays. A second task of the profile runs as the next
+/// generation on top of that change, and its patch holds its own change only. Each lease
+/// ends with its task.
 #[test]
-fn a_project_task_at_full_capacity_waits_then_runs_when_a_slot_frees() {
+fn a_project_task_at_full_capacity_waits_then_runs_in_its_profile_s_worktree() {
     const IDLE: &str = "#!/bin/sh\ntrap 'exit 0' TERM\nwhile :; do sleep 0.2; done\n";
     let (cluster, repo, worker) = script_agent_world("ptask", IDLE, 10_000, 2_000);
     let url = cluster.url(1);
@@ -974,16 +1006,21 @@ fn a_project_task_at_full_capacity_waits_then_runs_when_a_slot_frees() {
     };
     assert_eq!(slots(), 4);
 
-    let manifest = format!(
-        "version: \"1\"\nkind: Task\nmetadata:\n  name: crowd-task\nrepository:\n  url: {}\n  \
-         branch: main\nagent:\n  prompt: change the readme\n  provider: script\n  script: |\n    \
-         echo 'changed by a project task' >> README.md\nvm:\n  runtime: process\n\
-         placement:\n  kind: project\n  tenant: acme\n  project: crowd\n  profile: runner\n",
-        repo.display()
-    );
-    let r = submit_yaml(&url, &manifest);
-    assert!(r.ok(), "{r:?}");
-    let task = r.body["task_submitted"]["task"].as_u64().expect("task id");
+    let submit = |line: &str| {
+        let manifest = format!(
+            "version: \"1\"\nkind: Task\nmetadata:\n  name: crowd-task\nrepository:\n  url: {}\n  \
+             branch: main\nagent:\n  prompt: change the readme\n  provider: script\n  script: |\n    \
+             echo '{line}' >> README.md\n    \
+             echo \"cwd=$(pwd) as $SQUADRON_PROFILE_KEY g$SQUADRON_GENERATION\"\nvm:\n  \
+             runtime: process\n\
+             placement:\n  kind: project\n  tenant: acme\n  project: crowd\n  profile: runner\n",
+            repo.display()
+        );
+        let r = submit_yaml(&url, &manifest);
+        assert!(r.ok(), "{r:?}");
+        r.body["task_submitted"]["task"].as_u64().expect("task id")
+    };
+    let task = submit("changed by a project task");
     // Several scheduler passes at full capacity: still PENDING, no fifth slot, no lease.
     std::thread::sleep(Duration::from_secs(4));
     let t = http_get(&format!("{url}/api/v1/tasks/{task}")).expect("task");
@@ -1001,24 +1038,122 @@ fn a_project_task_at_full_capacity_waits_then_runs_when_a_slot_frees() {
     )
     .expect("stop");
     assert!(r.ok(), "{r:?}");
-    let done = wait_task_state(
-        &url,
-        task,
-        &["COMPLETED", "FAILED", "CANCELLED"],
-        Duration::from_secs(120),
-    );
-    assert_eq!(done["state"], "COMPLETED", "{done:#}");
+    let sandbox = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/crowd");
+    let worktree = sandbox.join("worktrees/runner");
+    let run_task = |task: u64, generation: u64| -> String {
+        let patch = completed_project_task(&url, task, "crowd", generation);
+        // It ran as the runner's generation, in the runner's worktree.
+        let (status, out) =
+            http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=stdout")).expect("logs");
+        assert_eq!(status, 200, "{out}");
+        assert!(
+            out.contains(&format!("cwd=/mnt/inbox as runner g{generation}")),
+            "{out}"
+        );
+        // Its lease ended with it; the three agents still hold theirs.
+        let p = http_get(&format!("{url}/api/v1/profiles/{runner}")).expect("runner");
+        assert_eq!(p["generation"], generation, "{p:#}");
+        assert!(p["live_lease"].is_null(), "{p:#}");
+        assert_eq!(slots(), 3);
+        patch
+    };
+    let patch = run_task(task, 1);
+    assert!(patch.contains("+changed by a project task"), "{patch}");
+    let readme = std::fs::read_to_string(worktree.join("README.md")).expect("worktree readme");
     assert!(
-        done["artifacts"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|n| n == &json!(format!("{task}.patch")))),
-        "{done:#}"
+        readme.ends_with("changed by a project task\n"),
+        "the change stays in the profile's worktree: {readme}"
     );
-    // It ran under the runner's lease (its first generation), which ended with it.
-    let p = http_get(&format!("{url}/api/v1/profiles/{runner}")).expect("runner");
+
+    let second = submit("a second change");
+    let patch = run_task(second, 2);
+    assert!(patch.contains("+a second change"), "{patch}");
+    assert!(
+        !patch.contains("+changed by a project task"),
+        "the first task's change is the worktree the second found, not its work: {patch}"
+    );
+    let readme = std::fs::read_to_string(worktree.join("README.md")).expect("worktree readme");
+    assert!(
+        readme.ends_with("changed by a project task\na second change\n"),
+        "{readme}"
+    );
+    drop(worker);
+}
+
+/// A `placement: project` task whose worker is killed while it runs: the generation runs on
+/// in the project's cgroup, the restarted worker adopts it from its record (and measures its
+/// usage there), and the task completes with the whole of its work in the patch, its generation reaped and its lease
+/// released.
+#[test]
+fn a_project_task_survives_its_worker_s_restart() {
+    const IDLE: &str = "#!/bin/sh\ntrap 'exit 0' TERM\nwhile :; do sleep 0.2; done\n";
+    let (cluster, repo, mut worker) = script_agent_world("prestart", IDLE, 10_000, 2_000);
+    let url = cluster.url(1);
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "steady", "max_profiles": 2, "max_active": 4}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let mut ids = Vec::new();
+    for (key, provider) in [("a0", "codex"), ("runner", "script")] {
+        let r = post(
+            &format!("{url}/api/v1/projects/acme/steady/profiles"),
+            json!({"key": key, "providers": [provider]}),
+        )
+        .expect("profile");
+        assert!(r.ok(), "{r:?}");
+        ids.push(r.body["profile_created"]["profile"].as_u64().expect("id"));
+    }
+    // The first launch makes the project's sandbox on this worker.
+    let r = post(
+        &format!("{url}/api/v1/profiles/{}/agent/launch", ids[0]),
+        json!({"worker": worker.id,
+               "repository": {"url": repo.display().to_string(), "branch": "main"}}),
+    )
+    .expect("launch");
+    assert_eq!(r.status, 201, "{r:?}");
+    let manifest = format!(
+        "version: \"1\"\nkind: Task\nmetadata:\n  name: steady-task\nrepository:\n  url: {}\n  \
+         branch: main\nagent:\n  prompt: change the readme\n  provider: script\n  script: |\n    \
+         echo before >> README.md\n    sleep 10\n    echo after >> README.md\nvm:\n  \
+         runtime: process\nplacement:\n  kind: project\n  tenant: acme\n  project: steady\n  \
+         profile: runner\n",
+        repo.display()
+    );
+    let r = submit_yaml(&url, &manifest);
+    assert!(r.ok(), "{r:?}");
+    let task = r.body["task_submitted"]["task"].as_u64().expect("task id");
+    wait_task_state(&url, task, &["RUNNING"], Duration::from_secs(60));
+    worker.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    worker.spawn();
+    // The adopted generation's usage is its leaf's, measured by the restarted worker.
+    let mut last = String::new();
+    let measured = wait_until(Duration::from_secs(8), || {
+        let (status, body) =
+            http_text(&format!("{url}/api/v1/tasks/{task}/usage")).unwrap_or_default();
+        last = format!("{status}: {body}");
+        status == 200
+            && serde_json::from_str::<Value>(&body)
+                .is_ok_and(|u| u["usage"]["memory_bytes"].as_u64() > Some(0))
+    });
+    assert!(
+        measured.is_ok(),
+        "usage of the running project task: {last}"
+    );
+    let patch = completed_project_task(&url, task, "steady", 1);
+    assert!(
+        patch.contains("+before") && patch.contains("+after"),
+        "{patch}"
+    );
+    let p = http_get(&format!("{url}/api/v1/profiles/{}", ids[1])).expect("runner");
     assert_eq!(p["generation"], 1, "{p:#}");
     assert!(p["live_lease"].is_null(), "{p:#}");
-    assert_eq!(slots(), 3, "the three agents still hold theirs");
     drop(worker);
 }
 

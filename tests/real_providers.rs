@@ -159,6 +159,24 @@ impl ProviderRun {
             .unwrap_or_else(|| panic!("no provider_summary event in:\n{events}"))
     }
 
+    /// The tools of the `tool_call` events the worker wrote while the CLI ran, in order, each
+    /// numbered one after the other.
+    fn tool_calls(&self) -> Vec<String> {
+        let events = self.output("events");
+        let calls: Vec<Value> = events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["event"] == "tool_call")
+            .collect();
+        for (i, call) in calls.iter().enumerate() {
+            assert_eq!(call["tool_calls"], i as u64 + 1, "{events}");
+        }
+        calls
+            .iter()
+            .map(|c| c["tool"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
     fn artifact(&self, name: &str) -> String {
         let (status, text) = http_text(&format!(
             "{}/api/v1/tasks/{}/artifacts/{name}",
@@ -365,6 +383,11 @@ fn claude_code_completes_a_task_with(runtime: &str, delivery: Delivery) {
     assert_eq!(summary["result"], "success", "{summary:#}");
     assert!(summary["input_tokens"].as_u64() > Some(0), "{summary:#}");
     assert!(summary["cost_usd"].as_f64().is_some(), "{summary:#}");
+    // Each call was told while the CLI ran.
+    let told = run.tool_calls();
+    assert_eq!(told.len(), 5, "{told:?}");
+    assert_eq!(told.iter().filter(|t| *t == "Read").count(), 2, "{told:?}");
+    assert_eq!(told.last().map(String::as_str), Some("Bash"), "{told:?}");
 }
 
 /// Codex (`codex exec --json`) does the same through its `exec_command` tool: the worker's
@@ -432,4 +455,9 @@ fn codex_completes_a_task_with(runtime: &str, delivery: Delivery) {
     assert_eq!(summary["turns"], 1, "{summary:#}");
     assert!(summary["input_tokens"].as_u64() > Some(0), "{summary:#}");
     assert!(summary["session_id"].is_string(), "{summary:#}");
+    assert_eq!(
+        run.tool_calls(),
+        ["command_execution", "command_execution"],
+        "each call told while the CLI ran"
+    );
 }

@@ -24,6 +24,7 @@ use squadron_core::ids::TaskId;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
+use crate::agent::supervisor::AgentSupervisor;
 use crate::runtime::probe::RuntimeSet;
 use crate::task::credential_session::{LiveRedactions, Redactor, REDACTED_FILE_BYTES_MAX};
 use crate::task::outbox_reader::{self, OutboxError};
@@ -76,6 +77,8 @@ struct ServerState {
     active: ActiveTasks,
     redactions: LiveRedactions,
     runtimes: RuntimeSet,
+    /// For `placement: project` tasks, whose sandboxes are the agent supervisor's.
+    agents: Option<AgentSupervisor>,
 }
 
 pub(crate) fn router(
@@ -83,6 +86,7 @@ pub(crate) fn router(
     active: ActiveTasks,
     redactions: LiveRedactions,
     runtimes: RuntimeSet,
+    agents: Option<AgentSupervisor>,
 ) -> Router {
     Router::new()
         .route("/worker/v1/tasks/:id/logs", get(logs))
@@ -96,6 +100,7 @@ pub(crate) fn router(
             active,
             redactions,
             runtimes,
+            agents,
         })
 }
 
@@ -159,7 +164,7 @@ async fn usage(State(state): State<ServerState>, UrlPath(raw): UrlPath<String>) 
         Err(refused) => return refused,
     };
     let dir = TaskDir::new(&state.data_dir, id);
-    match task_usage::measure(&state.runtimes, &dir).await {
+    match task_usage::measure(&state.runtimes, state.agents.as_ref(), &dir).await {
         Ok(usage) => Json(usage).into_response(),
         Err(e @ UsageUnavailable::NoAttempt(_)) => not_found(e.to_string()),
         Err(e @ (UsageUnavailable::AgentReports(..) | UsageUnavailable::NotMeasured(_))) => error(
@@ -719,6 +724,7 @@ mod tests {
             active: ActiveTasks::default(),
             redactions: LiveRedactions::default(),
             runtimes: RuntimeSet::default(),
+            agents: None,
         };
         let (status, body) = answer(
             &state,

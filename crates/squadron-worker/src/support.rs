@@ -53,6 +53,23 @@ pub(crate) fn truncate_at_char(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// Reads `path` whole when it holds at most `bytes_max` bytes; a larger file is an
+/// `InvalidData` error, read no further than the bound.
+pub(crate) fn read_bounded(path: &Path, bytes_max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(bytes_max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > bytes_max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} holds more than {bytes_max} bytes", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, Retryable};
-use squadron_core::ids::TaskId;
+use squadron_core::ids::{Generation, LeaseId, TaskId};
 use squadron_core::manifest::TaskSpec;
 use squadron_core::task::TaskState;
 use squadron_proto::v1 as pb;
@@ -24,7 +24,7 @@ use crate::retry;
 use crate::runtime::probe::RuntimeSet;
 use crate::runtime::process::ProcessRuntimeConfig;
 use crate::task::agent_relay::AgentRelays;
-use crate::task::driver::{DriverContext, TaskDriver};
+use crate::task::driver::{DriverContext, TaskDriver, TaskLease};
 use crate::task::env_allowlist::EnvAllowlist;
 use squadron_pki::{serve_tls, server_config, ClientAuth, NodesOnly};
 
@@ -101,6 +101,7 @@ pub async fn start(
         active.clone(),
         redactions.clone(),
         runtimes.clone(),
+        agents.clone(),
     );
     if let Some(s) = &agents {
         app = app.merge(crate::agent::api::router(s.clone(), runtimes.clone()));
@@ -136,6 +137,7 @@ pub async fn start(
         redactions,
         env_allowlist,
         relays: AgentRelays::for_link(control.clone(), &config.control),
+        agents: agents.clone(),
     });
     let heartbeat = tokio::spawn(heartbeat_loop(
         control.clone(),
@@ -315,6 +317,7 @@ fn on_event(
             return;
         }
     };
+    let lease = task_lease(&e);
     let Some(spec) = assigned_spec(task, e.spec) else {
         return;
     };
@@ -322,7 +325,7 @@ fn on_event(
         drivers.retain(|_, d| !d.handle.is_finished());
     }
     let (tx, rx) = watch::channel(cancel);
-    let driver = TaskDriver::new(ctx.clone(), task, e.attempt, spec, rx);
+    let driver = TaskDriver::new(ctx.clone(), task, e.attempt, spec, lease, rx);
     tracing::info!(%task, attempt = e.attempt, %state, "driving task");
     let handle = tokio::spawn(driver.run(state));
     drivers.insert(
@@ -333,6 +336,16 @@ fn on_event(
             handle,
         },
     );
+}
+
+/// A `placement: project` task's lease, when the assignment carries one (0 is neither a
+/// lease id nor a granted generation).
+fn task_lease(e: &pb::AssignmentEvent) -> Option<TaskLease> {
+    let lease = LeaseId::new(e.lease).ok()?;
+    (e.generation != 0).then(|| TaskLease {
+        lease,
+        generation: Generation::new(e.generation),
+    })
 }
 
 /// The task spec of an assignment, or `None` (logged) when it is absent, too large or not a

@@ -159,12 +159,17 @@ impl WorkerService for WorkerGrpc {
                         .iter()
                         .filter(|k| !sent.contains(k))
                         .filter_map(|(id, _, _)| s.task(*id))
-                        .map(|t| pb::AssignmentEvent {
-                            task: t.id.get(),
-                            attempt: t.attempt,
-                            state: t.state.as_str().to_string(),
-                            cancel_requested: t.cancel_requested.clone().unwrap_or_default(),
-                            spec: Some((&t.spec).into()),
+                        .map(|t| {
+                            let lease = s.task_lease(t.id).and_then(|l| s.lease(l));
+                            pb::AssignmentEvent {
+                                task: t.id.get(),
+                                attempt: t.attempt,
+                                state: t.state.as_str().to_string(),
+                                cancel_requested: t.cancel_requested.clone().unwrap_or_default(),
+                                spec: Some((&t.spec).into()),
+                                lease: lease.map_or(0, |l| l.id.get()),
+                                generation: lease.map_or(0, |l| l.generation.get()),
+                            }
                         })
                         .collect()
                 });

@@ -32,7 +32,7 @@ impl AgentSupervisor {
             return Ok(false);
         }
         let profile = self.profile(lease.profile).await?;
-        let sandbox = self.sandbox_of(&profile).await?;
+        let sandbox = self.sandbox_of(&profile.tenant, &profile.project).await?;
         let (rt, sb, key, generation) = (
             self.inner.runtime.clone(),
             sandbox.clone(),

@@ -10,6 +10,8 @@
 //! - `/mnt/run`: the generation's launch files, read-only.
 //! - `/mnt/broker`, when the launch names one: the Git broker's socket directory, read-only
 //!   (connecting to a Unix socket is not a write, so a read-only mount suffices).
+//! - for a `placement: project` task's attempt: its outbox writable at `/mnt/outbox`, and the
+//!   worktree at `/mnt/inbox` as well (its `launch.sh` is the one a dedicated task runs).
 //! - the host's system directories read-only, a private /tmp, a PID namespace, no
 //!   capabilities, no_new_privs, exactly the given environment (`squadron-isolation`), as
 //!   the worker's sandbox user (nobody by default): the worktree is shared with it (its top
@@ -64,6 +66,7 @@ use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{RunStatus, SandboxLimits};
 use crate::support::remove_path;
 use crate::support::write_atomic;
+use crate::task::task_dir::{INBOX_MOUNT, OUTBOX_MOUNT};
 
 /// Where the profile's worktree appears inside the boundary.
 pub(crate) const WORKSPACE_MOUNT: &str = "/workspace";
@@ -105,6 +108,9 @@ pub(crate) struct AgentLaunch {
     /// (`agent::credentials`); its `{MOUNT}_FILE` variables are already in `env`. Its
     /// egress proxy, if any, is served in the generation's namespace before the spawn.
     pub(crate) credentials: Option<AgentCredentials>,
+    /// A `placement: project` task's outbox: shown writable at `/mnt/outbox`, with the
+    /// worktree shown at `/mnt/inbox` too, where the task's `launch.sh` works.
+    pub(crate) task_outbox: Option<PathBuf>,
 }
 
 /// A started (or adopted) attempt: the handle the worker keeps for (profile, generation).
@@ -165,7 +171,12 @@ impl AgentAttempt {
             },
             &leaf_path.display().to_string(),
             &network_record(&paths, generation),
-            false,
+            // An `isolated` project task with credentials injected at egress gets a namespace
+            // of its own for the proxy to listen in.
+            launch
+                .credentials
+                .as_ref()
+                .is_some_and(|c| c.egress.is_some()),
         )?;
         if let Some(egress) = launch.credentials.as_ref().and_then(|c| c.egress.as_ref()) {
             serve_egress(egress, &network)?;
@@ -457,6 +468,11 @@ fn boundary(
     }
     if let Some(credentials) = &launch.credentials {
         command = command.bind_ro(&credentials.host, credentials.sandbox.clone());
+    }
+    if let Some(outbox) = &launch.task_outbox {
+        command = command
+            .bind_rw(&paths.worktree, INBOX_MOUNT)
+            .bind_rw(outbox, OUTBOX_MOUNT);
     }
     command.argv().map_err(isolation)
 }

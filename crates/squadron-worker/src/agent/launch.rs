@@ -355,6 +355,7 @@ impl AgentSupervisor {
             limits: self.inner.limits.limits(None, None),
             broker_dir: Some(self.broker_dir(g.profile.id)),
             credentials: None,
+            task_outbox: None,
         })
     }
 }

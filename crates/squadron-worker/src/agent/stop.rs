@@ -105,7 +105,7 @@ impl AgentSupervisor {
                 old.id, old.generation, old.expires_at_ms
             )));
         }
-        let sandbox = self.sandbox_of(&profile).await?;
+        let sandbox = self.sandbox_of(&profile.tenant, &profile.project).await?;
         let proof = self
             .reap_generation(&sandbox, &profile, old.generation)
             .await?;

@@ -159,6 +159,11 @@ impl AgentSupervisor {
         &self.inner.worker
     }
 
+    /// The runtime its attempts run in: a `placement: project` task's attempt runs there too.
+    pub(crate) fn runtime(&self) -> &AgentRuntime {
+        &self.inner.runtime
+    }
+
     /// The one lock over the supervisor's state; hold it for one transition, never across
     /// an await.
     pub(super) fn registry(&self) -> MutexGuard<'_, Registry> {
@@ -293,7 +298,7 @@ impl AgentSupervisor {
                     profile.tenant, profile.project, attached.worker, self.inner.worker
                 )));
             }
-            return self.sandbox_of(profile).await;
+            return self.sandbox_of(&profile.tenant, &profile.project).await;
         }
         let repo = self.new_sandbox_repository(profile, repository, worker)?;
         let (data_dir, tenant, proj, url, branch) = (
@@ -388,19 +393,17 @@ impl AgentSupervisor {
     }
 
     /// The project's sandbox on this worker, opened from its record.
-    pub(super) async fn sandbox_of(
+    pub(crate) async fn sandbox_of(
         &self,
-        profile: &AgentProfile,
+        tenant: &TenantId,
+        project: &ProjectId,
     ) -> Result<Arc<ProjectSandbox>, AgentError> {
-        let key = (profile.tenant.clone(), profile.project.clone());
+        let key = (tenant.clone(), project.clone());
         if let Some(s) = self.registry().sandbox(&key) {
             return Ok(s);
         }
-        let (data_dir, tenant, project) = (
-            self.inner.data_dir.clone(),
-            profile.tenant.clone(),
-            profile.project.clone(),
-        );
+        let (data_dir, tenant, project) =
+            (self.inner.data_dir.clone(), tenant.clone(), project.clone());
         let quota = self.inner.config.project_disk_bytes;
         let sandbox = blocking(move || {
             let data_dir = fs::canonicalize(&data_dir)

@@ -183,7 +183,7 @@ impl AgentSupervisor {
             .wait_for_expiry_ms
             .unwrap_or(self.inner.config.lease_ttl_ms + WAIT_FOR_EXPIRY_MARGIN_MS);
         self.wait_for_expiry(&old, wait).await?;
-        let sandbox = self.sandbox_of(&profile).await?;
+        let sandbox = self.sandbox_of(&profile.tenant, &profile.project).await?;
         let proof = if old.holder.worker == self.inner.worker && old.state.holds_slot() {
             Some(
                 self.reap_generation(&sandbox, &profile, old.generation)

@@ -13,6 +13,7 @@ pub(crate) mod gateway;
 pub(crate) mod kvm;
 pub(crate) mod probe;
 pub(crate) mod process;
+pub(crate) mod project;
 pub(crate) mod sandbox_user;
 #[cfg(test)]
 pub(crate) mod test_internet;

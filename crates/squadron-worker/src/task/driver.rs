@@ -14,27 +14,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use squadron_core::command::TransitionDetail;
-use squadron_core::ids::TaskId;
-use squadron_core::manifest::{FailureAction, TaskSpec};
+use squadron_core::ids::{Generation, LeaseId, TaskId};
+use squadron_core::manifest::{FailureAction, Placement, TaskSpec};
 use squadron_core::task::TaskState;
 use tokio::sync::watch;
 
+use crate::agent::supervisor::AgentSupervisor;
 use crate::config::WorkerConfig;
 use crate::control_link::{ControlLink, ReportAnswer};
 use crate::error::WorkerError;
 use crate::output_server::ActiveTasks;
 use crate::retry;
 use crate::runtime::probe::RuntimeSet;
+use crate::runtime::project::{ProjectRuntime, PROJECT_RUNTIME};
 use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
 use crate::task::agent_relay::AgentRelays;
 use crate::task::checkpoint::TaskCheckpoint;
-use crate::task::collector::{collect, RunFacts};
+use crate::task::collector::{collect, spec_subpath, CollectSource, RunFacts};
 use crate::task::credential_session::{CredentialSession, LiveRedactions, Redactor};
 use crate::task::env_allowlist::EnvAllowlist;
 use crate::task::launcher::prepare_launch;
 use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
+use crate::task::provider_progress::ProviderLive;
 use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
+use crate::task::task_dir::INBOX_MOUNT;
 use provision::{provision_sandbox, ProvisionFailure};
 
 /// Longest error text sent to the control plane.
@@ -52,6 +56,16 @@ pub(crate) struct DriverContext {
     pub(crate) env_allowlist: EnvAllowlist,
     /// The relays of sandbox agents to the control plane.
     pub(crate) relays: AgentRelays,
+    /// The agent supervisor, on a worker that runs agent profiles: a `placement: project`
+    /// task runs as a generation of its profile in the supervisor's project sandbox.
+    pub(crate) agents: Option<AgentSupervisor>,
+}
+
+/// A `placement: project` task's runtime lease, as its assignment carried it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TaskLease {
+    pub(crate) lease: LeaseId,
+    pub(crate) generation: Generation,
 }
 
 /// Why a run stopped before the provider exited on its own.
@@ -136,6 +150,10 @@ pub(crate) struct TaskDriver {
     redactor: Option<Arc<Redactor>>,
     /// The attempt's credentials injected at egress, while its proxy serves.
     egress: Option<Arc<crate::egress::EgressSession>>,
+    /// A `placement: project` task's lease, from its assignment.
+    lease: Option<TaskLease>,
+    /// A `placement: project` task's runtime, once its project sandbox is open.
+    project: Option<Arc<ProjectRuntime>>,
 }
 
 /// How a step ended.
@@ -152,6 +170,7 @@ impl TaskDriver {
         task: TaskId,
         attempt: u32,
         spec: TaskSpec,
+        lease: Option<TaskLease>,
         cancel: watch::Receiver<Option<String>>,
     ) -> Self {
         let dir = TaskDir::new(&ctx.config.data_dir, task);
@@ -164,6 +183,8 @@ impl TaskDriver {
             cancel,
             redactor: None,
             egress: None,
+            lease,
+            project: None,
         }
     }
 
@@ -203,6 +224,12 @@ impl TaskDriver {
     }
 
     fn runtime(&self) -> Result<Arc<dyn Runtime>, WorkerError> {
+        if self.is_project_task() {
+            let project = self.project.clone().ok_or_else(|| {
+                WorkerError::runtime(PROJECT_RUNTIME, "the project sandbox is not open")
+            })?;
+            return Ok(project);
+        }
         let kind = self.spec.sandbox.runtime;
         self.ctx
             .runtimes
@@ -214,7 +241,48 @@ impl TaskDriver {
             })
     }
 
+    fn is_project_task(&self) -> bool {
+        matches!(self.spec.placement, Placement::Project { .. })
+    }
+
+    /// A `placement: project` task's runtime: its profile's generation in the project's
+    /// sandbox on this worker.
+    async fn open_project(&mut self) -> Result<(), String> {
+        let Placement::Project {
+            tenant,
+            project,
+            profile,
+        } = &self.spec.placement
+        else {
+            return Ok(());
+        };
+        if self.project.is_some() {
+            return Ok(());
+        }
+        let agents = self.ctx.agents.as_ref().ok_or_else(|| {
+            "this worker runs no agent profiles, so no placement: project task".to_string()
+        })?;
+        let lease = self.lease.ok_or_else(|| {
+            "no runtime lease came with the assignment of this placement: project task".to_string()
+        })?;
+        let sandbox = agents
+            .sandbox_of(tenant, project)
+            .await
+            .map_err(|e| format!("opening the sandbox of project {tenant}/{project}: {e}"))?;
+        self.project = Some(Arc::new(ProjectRuntime::new(
+            agents.runtime().clone(),
+            sandbox,
+            profile.clone(),
+            lease.generation,
+        )));
+        self.event(serde_json::json!({"event": "project_lease", "profile": profile, "lease": lease.lease.get(), "generation": lease.generation.get()}));
+        Ok(())
+    }
+
     async fn step(&mut self, state: TaskState) -> Result<Step, WorkerError> {
+        if let Err(why) = self.open_project().await {
+            return Ok(self.fail(state, None, why).await);
+        }
         if let Some(reason) = self.cancel_reason() {
             return Ok(self.cancel_now(state, reason).await);
         }
@@ -396,6 +464,19 @@ impl TaskDriver {
             );
             return Ok(self.fail(TaskState::Staging, None, why).await);
         }
+        if self.is_project_task() {
+            // Its work tree is the profile's worktree, made at PROVISIONING: nothing to clone.
+            if let Err(e) = self.project_dirs() {
+                return Ok(self.fail(TaskState::Staging, None, e.to_string()).await);
+            }
+            return self
+                .report(
+                    TaskState::Staging,
+                    TaskState::Provisioning,
+                    TransitionDetail::default(),
+                )
+                .await;
+        }
         let limit = Duration::from_millis(self.spec.lifecycle.stage_timeout_ms);
         let opts = self.staging_options();
         let staged = tokio::time::timeout(
@@ -428,15 +509,39 @@ impl TaskDriver {
         .await
     }
 
+    /// A project task's own directories: its launch files and its outbox, an earlier
+    /// attempt's gone first (they hold that attempt's output).
+    fn project_dirs(&self) -> Result<(), WorkerError> {
+        let earlier = (1..self.attempt).any(|a| ProjectRuntime::record_path(&self.dir, a).exists());
+        if earlier && ProjectRuntime::record(&self.dir, self.attempt)?.is_none() {
+            for path in [self.dir.run(), self.dir.outbox()] {
+                crate::support::remove_path(&path)?;
+            }
+        }
+        for path in [self.dir.run(), self.dir.progress(), self.dir.artifacts()] {
+            std::fs::create_dir_all(&path).map_err(|e| WorkerError::io("creating", &path, e))?;
+        }
+        Ok(())
+    }
+
     /// The launch for this attempt; deterministic, so it is rebuilt after a restart.
     async fn launch_spec(&self) -> Result<LaunchSpec, WorkerError> {
-        let opts = self.staging_options();
-        let staged = stage(&self.dir, self.task, self.attempt, &self.spec, &opts).await?;
+        let workdir = if self.is_project_task() {
+            match spec_subpath(&self.spec) {
+                subpath if subpath.is_empty() => INBOX_MOUNT.to_string(),
+                subpath => format!("{INBOX_MOUNT}/{subpath}"),
+            }
+        } else {
+            let opts = self.staging_options();
+            stage(&self.dir, self.task, self.attempt, &self.spec, &opts)
+                .await?
+                .workdir
+        };
         let plan = prepare_launch(
             &self.dir,
             self.attempt,
             &self.spec,
-            &staged.workdir,
+            &workdir,
             &self.ctx.env_allowlist,
         )?;
         let credentials = CredentialSession::of(
@@ -715,8 +820,10 @@ impl TaskDriver {
     ) -> Result<(Option<i32>, RunEnd), WorkerError> {
         let lifecycle = self.spec.lifecycle.clone();
         let monitor = Duration::from_millis(self.ctx.config.monitor_interval_ms);
+        let mut live = ProviderLive::resume(&self.dir, self.spec.agent.provider, self.attempt);
         loop {
             let now = squadron_client::now_ms();
+            self.tell_tool_calls(&mut live);
             let counts = progress.look(now);
             if progress.due(now, self.ctx.config.progress_interval_ms)
                 && self
@@ -728,8 +835,14 @@ impl TaskDriver {
                 progress.sent(counts, now);
             }
             match runtime.status(handle).await? {
-                RunStatus::Exited { code } => return Ok((Some(code), RunEnd::Exited)),
-                RunStatus::Vanished => return Ok((None, RunEnd::Vanished)),
+                RunStatus::Exited { code } => {
+                    self.tell_tool_calls(&mut live);
+                    return Ok((Some(code), RunEnd::Exited));
+                }
+                RunStatus::Vanished => {
+                    self.tell_tool_calls(&mut live);
+                    return Ok((None, RunEnd::Vanished));
+                }
                 RunStatus::Created | RunStatus::Running => {}
             }
             let interruption = if let Some(reason) = self.cancel_reason() {
@@ -751,11 +864,21 @@ impl TaskDriver {
                     RunStatus::Exited { code } => Some(code),
                     _ => None,
                 };
+                self.tell_tool_calls(&mut live);
                 return Ok((code, RunEnd::Interrupted(i)));
             }
             tokio::select! {
                 _ = tokio::time::sleep(monitor) => {}
                 _ = self.cancel.changed() => {}
+            }
+        }
+    }
+
+    /// The tool calls the provider's stream tells since the last look, as events.
+    fn tell_tool_calls(&self, live: &mut Option<ProviderLive>) {
+        if let Some(live) = live {
+            for event in live.look(&self.dir) {
+                self.event(event);
             }
         }
     }
@@ -779,19 +902,43 @@ impl TaskDriver {
 
     /// Collects what exists; a failure to collect is recorded, not fatal.
     async fn collect_what_exists(&self, exit_code: Option<i32>) -> (Vec<String>, Option<String>) {
-        if !self.dir.inbox().join(".git").exists() {
-            return (Vec::new(), None);
-        }
+        let source = match self.collect_source() {
+            Ok(Some(source)) => source,
+            Ok(None) => return (Vec::new(), None),
+            Err(e) => return (Vec::new(), Some(format!("artifact collection failed: {e}"))),
+        };
         if let Err(why) = self.hold_sandbox_still().await {
             return (
                 Vec::new(),
                 Some(format!("artifact collection failed: {why}")),
             );
         }
-        match collect(&self.dir, self.task, &self.spec, &self.run_facts(exit_code)).await {
+        let facts = self.run_facts(exit_code);
+        match collect(&self.dir, self.task, &self.spec, &facts, &source).await {
             Ok(r) => (r.names(), None),
             Err(e) => (Vec::new(), Some(format!("artifact collection failed: {e}"))),
         }
+    }
+
+    /// Where the attempt's work lies, if it got as far as having a work tree.
+    fn collect_source(&self) -> Result<Option<CollectSource>, WorkerError> {
+        if !self.is_project_task() {
+            return Ok(self
+                .dir
+                .inbox()
+                .join(".git")
+                .exists()
+                .then_some(CollectSource::Inbox));
+        }
+        let (Some(project), Some(run)) = (
+            &self.project,
+            ProjectRuntime::record(&self.dir, self.attempt)?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(CollectSource::ProfileWorktree(
+            project.collect_source(&run),
+        )))
     }
 
     /// Nothing in the sandbox may run while the worker reads its files (it could swap one for

@@ -1,19 +1,24 @@
 //! What a provider CLI's own structured stream says about its run: Claude Code's
-//! `stream-json` and Codex's `exec --json` JSONL, both the task's stdout. Read once the
-//! provider has exited: the session id and model, each tool call by name, the tokens, the
-//! cost where the CLI gives one, the turns and how the run ended. The driver appends the
-//! summary to `events.jsonl` as `provider_summary` (the seed's progress tracking: tool
-//! calls, current tool, tokens).
+//! `stream-json` and Codex's `exec --json` JSONL, both the task's stdout: the session id and
+//! model, each tool call by name, the tokens, the cost where the CLI gives one, the turns and
+//! how the run ended (the seed's progress tracking: tool calls, current tool, tokens).
+//!
+//! While the provider runs, the driver follows the stream ([`ProviderFollower`]): each tool
+//! call becomes a `tool_call` event in `events.jsonl` as it happens, and the running summary
+//! is what the task's usage shows (`provider`). Once the provider exited, the whole stream's
+//! summary is appended as `provider_summary`.
 //!
 //! Lines that are not JSON, or not an event this reads, are skipped: the stream is the
 //! provider's, and a provider may print anything.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
 use squadron_core::provider::Provider;
+use squadron_isolation::beneath::Beneath;
 
 /// Most bytes of the stream read; a longer stream is summarized from its start.
 pub(crate) const PROVIDER_STREAM_BYTES_MAX: u64 = 64 * 1024 * 1024;
@@ -45,6 +50,9 @@ pub(crate) struct ProviderSummary {
     /// Lines read and lines that were not JSON.
     pub(crate) lines: u64,
     pub(crate) unparsed_lines: u64,
+    /// The tools called since the follower last took them, in order.
+    #[serde(skip)]
+    called: Vec<String>,
 }
 
 impl ProviderSummary {
@@ -61,6 +69,7 @@ impl ProviderSummary {
         };
         *self.tools.entry(key).or_insert(0) += 1;
         self.last_tool = Some(name.to_string());
+        self.called.push(name.to_string());
     }
 }
 
@@ -75,57 +84,137 @@ pub(crate) fn cut_at(text: &str, max: usize) -> &str {
 
 /// Summarizes the stream of `provider`; `None` for a provider without a structured stream.
 pub(crate) fn summarize(provider: Provider, stream: impl Read) -> Option<ProviderSummary> {
-    let read_event: fn(&mut ProviderSummary, &Value) = match provider {
-        Provider::Claude => claude_event,
-        Provider::Codex => codex_event,
-        Provider::Script => return None,
-    };
-    let mut summary = ProviderSummary::default();
-    let mut reader = BufReader::new(stream.take(PROVIDER_STREAM_BYTES_MAX));
-    let mut line = Vec::new();
+    let mut follower = ProviderFollower::new(provider)?;
+    let mut stream = stream.take(PROVIDER_STREAM_BYTES_MAX);
+    let mut chunk = vec![0u8; FOLLOW_CHUNK_BYTES];
     loop {
-        line.clear();
-        match reader
-            .by_ref()
-            .take(PROVIDER_LINE_BYTES_MAX as u64 + 1)
-            .read_until(b'\n', &mut line)
-        {
+        match stream.read(&mut chunk) {
             Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        if line.len() > PROVIDER_LINE_BYTES_MAX {
-            if line.last() != Some(&b'\n') {
-                skip_line(&mut reader);
+            Ok(n) => {
+                follower.feed(&chunk[..n]);
             }
-            summary.lines += 1;
-            summary.unparsed_lines += 1;
-            continue;
-        }
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        summary.lines += 1;
-        match serde_json::from_slice::<Value>(&line) {
-            Ok(event) => read_event(&mut summary, &event),
-            Err(_) => summary.unparsed_lines += 1,
         }
     }
-    Some(summary)
+    follower.finish();
+    Some(follower.summary)
 }
 
-/// Consumes the rest of the current line without keeping it.
-fn skip_line(reader: &mut impl BufRead) {
-    loop {
-        let (used, done) = match reader.fill_buf() {
-            Ok(buf) if !buf.is_empty() => match buf.iter().position(|b| *b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (buf.len(), false),
-            },
-            _ => return,
+/// Bytes read at a time from the stream.
+const FOLLOW_CHUNK_BYTES: usize = 64 * 1024;
+/// Most bytes of the stream one look of a running provider reads; the rest waits for the
+/// next look.
+pub(crate) const FOLLOW_READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// The stream read as it grows, while the provider runs: each look feeds what was appended
+/// since the last one, line by line, to the summary, and says which tools were called in it
+/// (the `tool_call` events of `events.jsonl`). A line still being written waits for its end.
+#[derive(Debug)]
+pub(crate) struct ProviderFollower {
+    read_event: fn(&mut ProviderSummary, &Value),
+    summary: ProviderSummary,
+    /// The start of a line not yet ended.
+    partial: Vec<u8>,
+    /// Inside a line longer than [`PROVIDER_LINE_BYTES_MAX`], skipped to its end.
+    skipping: bool,
+    /// Bytes of the stream fed so far: where the next look reads from.
+    offset: u64,
+}
+
+impl ProviderFollower {
+    /// `None` for a provider without a structured stream (`script`).
+    pub(crate) fn new(provider: Provider) -> Option<Self> {
+        let read_event: fn(&mut ProviderSummary, &Value) = match provider {
+            Provider::Claude => claude_event,
+            Provider::Codex => codex_event,
+            Provider::Script => return None,
         };
-        reader.consume(used);
-        if done {
+        Some(ProviderFollower {
+            read_event,
+            summary: ProviderSummary::default(),
+            partial: Vec::new(),
+            skipping: false,
+            offset: 0,
+        })
+    }
+
+    pub(crate) fn summary(&self) -> &ProviderSummary {
+        &self.summary
+    }
+
+    /// Reads what `name` beneath `outbox` gained since the last look (at most
+    /// [`FOLLOW_READ_BYTES_MAX`]; no link followed) and feeds it; the tools called in it.
+    pub(crate) fn look(&mut self, outbox: &Path, name: &str) -> Vec<String> {
+        let opened = Beneath::open(outbox).and_then(|o| o.read(Path::new(name)));
+        let Ok(mut file) = opened else {
+            return Vec::new();
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len <= self.offset || self.offset >= PROVIDER_STREAM_BYTES_MAX {
+            return Vec::new();
+        }
+        let want = (len - self.offset)
+            .min(FOLLOW_READ_BYTES_MAX)
+            .min(PROVIDER_STREAM_BYTES_MAX - self.offset);
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut bytes = Vec::new();
+        match file.take(want).read_to_end(&mut bytes) {
+            Ok(_) => self.feed(&bytes),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Feeds bytes that follow what was fed before; the tools called in the lines they end.
+    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
+        self.offset += bytes.len() as u64;
+        let mut called = Vec::new();
+        for piece in bytes.split_inclusive(|b| *b == b'\n') {
+            let ended = piece.last() == Some(&b'\n');
+            if self.skipping || self.partial.len() + piece.len() > PROVIDER_LINE_BYTES_MAX {
+                // An over-long line is skipped whole and counted once, at its end.
+                self.partial.clear();
+                self.skipping = !ended;
+                if ended {
+                    self.summary.lines += 1;
+                    self.summary.unparsed_lines += 1;
+                }
+                continue;
+            }
+            self.partial.extend_from_slice(piece);
+            if ended {
+                let line = std::mem::take(&mut self.partial);
+                self.line(&line, &mut called);
+            }
+        }
+        called
+    }
+
+    /// The stream ended: a last line without its newline is read too.
+    pub(crate) fn finish(&mut self) -> Vec<String> {
+        let mut called = Vec::new();
+        if self.skipping {
+            self.summary.lines += 1;
+            self.summary.unparsed_lines += 1;
+        } else {
+            let line = std::mem::take(&mut self.partial);
+            self.line(&line, &mut called);
+        }
+        self.skipping = false;
+        called
+    }
+
+    fn line(&mut self, line: &[u8], called: &mut Vec<String>) {
+        if line.iter().all(u8::is_ascii_whitespace) {
             return;
+        }
+        self.summary.lines += 1;
+        match serde_json::from_slice::<Value>(line) {
+            Ok(event) => {
+                (self.read_event)(&mut self.summary, &event);
+                called.append(&mut self.summary.called);
+            }
+            Err(_) => self.summary.unparsed_lines += 1,
         }
     }
 }

@@ -10,9 +10,13 @@ use squadron_core::agent_session::SandboxUsage;
 use squadron_core::manifest::RuntimeKind;
 use squadron_isolation::LeafUsage;
 
+use std::sync::Arc;
+
+use crate::agent::supervisor::AgentSupervisor;
 use crate::error::WorkerError;
 use crate::runtime::probe::RuntimeSet;
-use crate::runtime::SandboxHandle;
+use crate::runtime::project::ProjectRuntime;
+use crate::runtime::{Runtime, SandboxHandle};
 use crate::support::now_ms;
 use crate::task::checkpoint::TaskCheckpoint;
 use crate::task::task_dir::TaskDir;
@@ -33,16 +37,32 @@ pub(crate) enum UsageUnavailable {
     Worker(#[from] WorkerError),
 }
 
-/// The task's current attempt's usage now; none once its sandbox is gone.
+/// The task's current attempt's usage now; none once its sandbox is gone. A `placement:
+/// project` task's is its generation's leaf in `agents`' project sandbox, and the disk it
+/// uses the profile's worktree with its outbox.
 pub(crate) async fn measure(
     runtimes: &RuntimeSet,
+    agents: Option<&AgentSupervisor>,
     dir: &TaskDir,
 ) -> Result<TaskUsage, UsageUnavailable> {
     let task = dir.task().get();
     let c = TaskCheckpoint::load(&dir.state_json())?.ok_or(UsageUnavailable::NoAttempt(task))?;
-    let runtime = runtimes
-        .get(c.runtime)
-        .ok_or(UsageUnavailable::NoAttempt(task))?;
+    let (runtime, disk_dirs): (Arc<dyn Runtime>, _) =
+        match (ProjectRuntime::record(dir, c.attempt)?, agents) {
+            (Some(run), Some(agents)) => {
+                let project = ProjectRuntime::of_record(agents, &run).await?;
+                let dirs = vec![project.worktree(), dir.outbox()];
+                (Arc::new(project), dirs)
+            }
+            (Some(_), None) => return Err(UsageUnavailable::NoAttempt(task)),
+            (None, _) => (
+                runtimes
+                    .get(c.runtime)
+                    .ok_or(UsageUnavailable::NoAttempt(task))?
+                    .clone(),
+                vec![dir.inbox(), dir.outbox()],
+            ),
+        };
     if runtime.runs_agent() {
         return Err(UsageUnavailable::AgentReports(c.runtime, task));
     }
@@ -60,7 +80,7 @@ pub(crate) async fn measure(
         None => None,
     };
     let usage = match leaf {
-        Some(leaf) => Some(with_disk(leaf, vec![dir.inbox(), dir.outbox()]).await?),
+        Some(leaf) => Some(with_disk(leaf, disk_dirs).await?),
         None => None,
     };
     Ok(TaskUsage {
@@ -69,6 +89,7 @@ pub(crate) async fn measure(
         runtime: c.runtime,
         state: c.state,
         usage,
+        provider: crate::task::provider_progress::read(dir),
         measured_at_ms: now_ms(),
     })
 }

@@ -136,6 +136,7 @@ fn launch(script: &str) -> AgentLaunch {
         limits: SandboxLimits::default(),
         broker_dir: None,
         credentials: None,
+        task_outbox: None,
     }
 }
 

@@ -125,7 +125,7 @@ fn kind_name(dir: bool) -> &'static str {
 /// `.gitattributes`, its own files) with a blocking open, which a FIFO would hold forever.
 /// Links are not followed; a tree of more than [`SPECIAL_FILE_WALK_ENTRIES_MAX`] entries is
 /// not read.
-fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Result<(), String> {
+pub(super) fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Result<(), String> {
     let mut removed = 0usize;
     let walk = walkdir::WalkDir::new(inbox)
         .follow_links(false)

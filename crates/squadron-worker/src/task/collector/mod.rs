@@ -35,6 +35,7 @@ mod git_guard;
 mod patch;
 mod pattern_copy;
 mod untracked;
+pub(crate) mod worktree;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -221,25 +222,48 @@ impl CollectReport {
     }
 }
 
-/// Collects the artifacts of `task` with the default [`CollectLimits`].
+/// Where the work the task did lies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CollectSource {
+    /// The clone staging made in `inbox/` (a dedicated task).
+    Inbox,
+    /// A profile's worktree in its project's sandbox (`placement: project`).
+    ProfileWorktree(worktree::ProfileWorktree),
+}
+
+/// Collects the artifacts of `task` from `source` with the default [`CollectLimits`].
 pub(crate) async fn collect(
     dir: &TaskDir,
     task: TaskId,
     spec: &TaskSpec,
     run: &RunFacts,
+    source: &CollectSource,
 ) -> Result<CollectReport, WorkerError> {
-    collect_with_limits(dir, task, spec, run, &CollectLimits::default()).await
+    collect_from(dir, task, spec, run, &CollectLimits::default(), source).await
 }
 
-/// Collects the artifacts of `task` within `limits`. Git trouble (a broken or hostile
-/// repository) does not fail the collection: the patch or list is left out and a note says
-/// why. Errors are reserved for the worker's own file system.
+/// Collects the artifacts of a dedicated task within `limits`.
+#[cfg(test)]
 pub(crate) async fn collect_with_limits(
     dir: &TaskDir,
     task: TaskId,
     spec: &TaskSpec,
     run: &RunFacts,
     limits: &CollectLimits,
+) -> Result<CollectReport, WorkerError> {
+    collect_from(dir, task, spec, run, limits, &CollectSource::Inbox).await
+}
+
+/// Collects the artifacts of `task` from `source` within `limits`. Git trouble (a broken or
+/// hostile repository) does not fail the collection: the patch or list is left out and a
+/// note says why. Errors are reserved for the worker's own file system.
+pub(crate) async fn collect_from(
+    dir: &TaskDir,
+    task: TaskId,
+    spec: &TaskSpec,
+    run: &RunFacts,
+    limits: &CollectLimits,
+    source: &CollectSource,
 ) -> Result<CollectReport, WorkerError> {
     if dir.task() != task {
         return Err(WorkerError::Invalid {
@@ -250,9 +274,16 @@ pub(crate) async fn collect_with_limits(
             ),
         });
     }
-    let (dir, spec, run, limits) = (dir.clone(), spec.clone(), run.clone(), limits.clone());
-    let collecting =
-        tokio::task::spawn_blocking(move || Collector::new(&dir, &spec, &run, &limits)?.run());
+    let (dir, spec, run, limits, source) = (
+        dir.clone(),
+        spec.clone(),
+        run.clone(),
+        limits.clone(),
+        source.clone(),
+    );
+    let collecting = tokio::task::spawn_blocking(move || {
+        Collector::new(&dir, &spec, &run, &limits, source)?.run()
+    });
     // A bound on the whole, whatever the sandbox left for git to read: the task fails naming
     // it instead of staying COMPLETING (the known ways to hang it, FIFOs, are removed first).
     match tokio::time::timeout(Duration::from_millis(COLLECT_MS_MAX), collecting).await {
@@ -279,6 +310,9 @@ struct Collector<'a> {
     spec: &'a TaskSpec,
     run: &'a RunFacts,
     limits: &'a CollectLimits,
+    source: CollectSource,
+    /// The work tree on the host: `inbox/`, or the profile's worktree.
+    work_tree: PathBuf,
     staged: Option<StagingReport>,
     assembly: PathBuf,
     artifacts: Vec<ArtifactEntry>,
@@ -295,23 +329,33 @@ impl<'a> Collector<'a> {
         spec: &'a TaskSpec,
         run: &'a RunFacts,
         limits: &'a CollectLimits,
+        source: CollectSource,
     ) -> Result<Self, WorkerError> {
-        let staged = StagingReport::load(dir)?;
         let mut notes = Vec::new();
-        match &staged {
-            None => notes
-                .push("no staging record (run/staged); the patch is relative to HEAD".to_string()),
-            Some(s) if s.attempt != run.attempt => notes.push(format!(
-                "staged for attempt {} but collecting attempt {}",
-                s.attempt, run.attempt
-            )),
-            Some(_) => {}
-        }
+        let (staged, work_tree) = match &source {
+            CollectSource::Inbox => {
+                let staged = StagingReport::load(dir)?;
+                match &staged {
+                    None => notes.push(
+                        "no staging record (run/staged); the patch is relative to HEAD".to_string(),
+                    ),
+                    Some(s) if s.attempt != run.attempt => notes.push(format!(
+                        "staged for attempt {} but collecting attempt {}",
+                        s.attempt, run.attempt
+                    )),
+                    Some(_) => {}
+                }
+                (staged, dir.inbox())
+            }
+            CollectSource::ProfileWorktree(w) => (None, w.worktree.clone()),
+        };
         Ok(Self {
             dir,
             spec,
             run,
             limits,
+            source,
+            work_tree,
             staged,
             assembly: dir.root().join(ASSEMBLY_DIR_NAME),
             artifacts: Vec::new(),
@@ -358,6 +402,10 @@ impl<'a> Collector<'a> {
 
     /// The patch and the untracked list, each left out with a note when git cannot give it.
     fn git_outputs(&mut self) -> GitOutputs {
+        if let CollectSource::ProfileWorktree(w) = &self.source {
+            let w = w.clone();
+            return self.worktree_outputs(&w);
+        }
         let task = self.dir.task();
         let mut out = GitOutputs {
             base_commit: self.staged.as_ref().and_then(|s| s.base_commit.clone()),
@@ -422,22 +470,13 @@ impl<'a> Collector<'a> {
     fn workdir(&self) -> (PathBuf, String) {
         let subpath = match &self.staged {
             Some(s) => s.subpath.clone(),
-            None => self
-                .spec
-                .repository
-                .subpath
-                .as_deref()
-                .unwrap_or("")
-                .split('/')
-                .filter(|p| !p.is_empty() && *p != "." && *p != "..")
-                .collect::<Vec<_>>()
-                .join("/"),
+            None => spec_subpath(self.spec),
         };
         if subpath.is_empty() {
-            (self.dir.inbox(), INBOX_MOUNT.to_string())
+            (self.work_tree.clone(), INBOX_MOUNT.to_string())
         } else {
             (
-                self.dir.inbox().join(&subpath),
+                self.work_tree.join(&subpath),
                 format!("{INBOX_MOUNT}/{subpath}"),
             )
         }
@@ -452,6 +491,19 @@ impl<'a> Collector<'a> {
             });
         }
     }
+}
+
+/// `repository.subpath` as a relative path of plain components (`.`, `..` and empty ones
+/// dropped); empty for the repository's root.
+pub(crate) fn spec_subpath(spec: &TaskSpec) -> String {
+    spec.repository
+        .subpath
+        .as_deref()
+        .unwrap_or("")
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != "." && *p != "..")
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// At most [`NOTES_MAX`] notes, the last one counting those dropped.

@@ -54,17 +54,43 @@ impl Collector<'_> {
         let diff = repo
             .diff_tree_to_workdir_with_index(base, Some(&mut opts))
             .map_err(|e| format!("git diff failed: {}", e.message()))?;
+        self.write_diff(repo, &diff, name)
+    }
+
+    /// The patch of `base` → `end`, two trees of the repository.
+    pub(super) fn write_tree_patch(
+        &mut self,
+        repo: &Repository,
+        base: &Tree<'_>,
+        end: &Tree<'_>,
+        name: &str,
+    ) -> Result<PatchSummary, String> {
+        let mut opts = DiffOptions::new();
+        opts.show_binary(true).id_abbrev(40).ignore_submodules(true);
+        let diff = repo
+            .diff_tree_to_tree(Some(base), Some(end), Some(&mut opts))
+            .map_err(|e| format!("git diff failed: {}", e.message()))?;
+        self.write_diff(repo, &diff, name)
+    }
+
+    /// Writes `diff` as the patch `name`, within the patch budget.
+    fn write_diff(
+        &mut self,
+        repo: &Repository,
+        diff: &Diff<'_>,
+        name: &str,
+    ) -> Result<PatchSummary, String> {
         let odb = repo
             .odb()
             .map_err(|e| format!("cannot open the object database: {}", e.message()))?;
-        let inbox = self.dir.inbox();
+        let inbox = self.work_tree.clone();
         let budget_total = self.limits.patch_bytes_max;
         let mut out: Vec<u8> = Vec::new();
         let mut files = 0u64;
         let mut omitted = Omitted::default();
         for idx in 0..diff.deltas().len() {
             let remaining = budget_total.saturating_sub(out.len() as u64);
-            match file_patch(&diff, idx, &odb, &inbox, budget_total, remaining)? {
+            match file_patch(diff, idx, &odb, &inbox, budget_total, remaining)? {
                 FilePatch::Nothing => {}
                 FilePatch::Omitted(path) => omitted.add(path),
                 FilePatch::Text(text) => {

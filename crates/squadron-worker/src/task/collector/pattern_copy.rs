@@ -86,7 +86,7 @@ impl Collector<'_> {
         if patterns.is_empty() {
             return None;
         }
-        let inbox_real = match std::fs::canonicalize(self.dir.inbox()) {
+        let inbox_real = match std::fs::canonicalize(&self.work_tree) {
             Ok(path) => path,
             Err(e) => {
                 self.notes
@@ -111,7 +111,7 @@ impl Collector<'_> {
         Some(PatternWalk {
             patterns,
             inbox_real,
-            own_file: (root == self.dir.inbox()).then_some(task_md),
+            own_file: (root == self.work_tree).then_some(task_md),
         })
     }
 

@@ -109,7 +109,9 @@ async fn the_patch_reproduces_every_change_on_a_fresh_clone() {
     write(&inbox.join("build.tmp"), "ignored\n");
     write(&inbox.join("ignored/deep/x.txt"), "ignored dir\n");
 
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     let artifacts = dir.artifacts();
     let patch_path = artifacts.join("7.patch");
     let patch = std::fs::read_to_string(&patch_path).unwrap();
@@ -159,7 +161,9 @@ async fn metadata_records_the_run() {
     let mut run = facts(1);
     run.exit_code = Some(3);
     run.runtime = RuntimeKind::Docker;
-    let report = collect(&dir, dir.task(), &spec, &run).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &run, &CollectSource::Inbox)
+        .await
+        .unwrap();
     let text = std::fs::read_to_string(dir.artifacts().join(METADATA_NAME)).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(json["task_id"], 8);
@@ -194,10 +198,14 @@ async fn metadata_records_the_run() {
     assert_eq!(decoded, report.metadata);
 
     run.exit_code = Some(0);
-    let report = collect(&dir, dir.task(), &spec, &run).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &run, &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(report.metadata.success);
     run.exit_code = None;
-    let report = collect(&dir, dir.task(), &spec, &run).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &run, &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(!report.metadata.success && report.metadata.exit_code.is_none());
 }
 
@@ -226,7 +234,9 @@ async fn patterns_select_files_under_files_dir() {
     // Never copied: the task's own instructions and git's internals.
     write(&inbox.join(".git/hooks/x.log"), "inside .git");
 
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     let files: Vec<String> = report
         .names()
         .into_iter()
@@ -273,7 +283,9 @@ async fn patterns_are_relative_to_the_subpath() {
         .unwrap();
     write(&dir.inbox().join("packages/auth/out/r.txt"), "r");
     write(&dir.inbox().join("outside-subpath.txt"), "no");
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     let files: Vec<String> = report
         .names()
         .into_iter()
@@ -301,7 +313,9 @@ async fn symlinks_are_never_followed() {
     std::os::unix::fs::symlink(outside.path(), inbox.join("linked-dir")).unwrap();
     std::os::unix::fs::symlink(inbox.join("README.md"), inbox.join("inner-link.md")).unwrap();
 
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     let names = report.names();
     assert!(names.contains(&"files/README.md".to_string()), "{names:?}");
     for name in &names {
@@ -352,7 +366,9 @@ async fn a_hostile_git_directory_cannot_redirect_the_collector() {
         &inbox.join(".git/objects/info/alternates"),
         format!("{}/.git/objects\n", source.url()),
     );
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     let patch = std::fs::read_to_string(dir.artifacts().join("12.patch")).unwrap();
     assert!(patch.contains("+agent change"), "{patch}");
     assert!(!patch.contains("host file"));
@@ -371,7 +387,9 @@ async fn a_hostile_git_directory_cannot_redirect_the_collector() {
     let git_dir = inbox.join(".git");
     std::fs::rename(&git_dir, outside.path().join("moved.git")).unwrap();
     std::os::unix::fs::symlink(outside.path().join("moved.git"), &git_dir).unwrap();
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert_eq!(report.names(), ["metadata.json"]);
     assert!(report.metadata.patch.is_none());
     assert!(
@@ -509,7 +527,9 @@ async fn whatever_the_sandbox_left_in_artifacts_is_replaced() {
     std::fs::create_dir_all(dir.artifacts()).unwrap();
     std::os::unix::fs::symlink(outside.path(), dir.artifacts().join("files")).unwrap();
     write(&dir.artifacts().join("stale"), "old");
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     assert!(!std::fs::symlink_metadata(dir.artifacts().join("files"))
         .unwrap()
@@ -530,7 +550,9 @@ async fn whatever_the_sandbox_left_in_artifacts_is_replaced() {
     // The artifacts directory itself replaced by a link.
     remove_path(&dir.artifacts()).unwrap();
     std::os::unix::fs::symlink(outside.path(), dir.artifacts()).unwrap();
-    collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(std::fs::symlink_metadata(dir.artifacts()).unwrap().is_dir());
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
@@ -541,7 +563,9 @@ async fn without_a_staging_record_the_patch_is_relative_to_head() {
     let (_tmp, dir, spec) = staged(&source, 16, &[]).await;
     std::fs::remove_file(crate::task::staging::staged_marker(&dir)).unwrap();
     write(&dir.inbox().join("README.md"), "edited\n");
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert_eq!(
         report.metadata.base_commit.as_deref(),
         Some(source.main_head.as_str())
@@ -553,9 +577,15 @@ async fn without_a_staging_record_the_patch_is_relative_to_head() {
         .any(|n| n.contains("no staging record")));
     let patch = std::fs::read_to_string(dir.artifacts().join("16.patch")).unwrap();
     assert!(patch.contains("+edited"));
-    let err = collect(&dir, TaskId::new(99).unwrap(), &spec, &facts(1))
-        .await
-        .unwrap_err();
+    let err = collect(
+        &dir,
+        TaskId::new(99).unwrap(),
+        &spec,
+        &facts(1),
+        &CollectSource::Inbox,
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("task_id"));
 }
 
@@ -566,7 +596,9 @@ async fn a_linked_object_keeps_git_out() {
     let objects = dir.inbox().join(".git/objects/ab");
     std::fs::create_dir_all(&objects).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", objects.join("cdef0123")).unwrap();
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(report.metadata.patch.is_none() && report.metadata.untracked.is_none());
     assert!(
         report
@@ -626,7 +658,7 @@ async fn fifos_never_hang_the_collection_and_config_includes_keep_git_out() {
     fifo(&inbox.join(".git/info/exclude"));
     let collected = tokio::time::timeout(
         std::time::Duration::from_secs(60),
-        collect(&dir, dir.task(), &spec, &facts(1)),
+        collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox),
     )
     .await
     .expect("the collection hung on a FIFO")
@@ -645,7 +677,9 @@ async fn fifos_never_hang_the_collection_and_config_includes_keep_git_out() {
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str("[ include ]\n\tpath = /etc/gitconfig\n");
     write(&config, &text);
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(report.metadata.patch.is_none());
     assert!(
         report.metadata.notes.iter().any(|n| n.contains("includes")),
@@ -701,7 +735,9 @@ async fn links_and_settings_that_point_git_elsewhere_keep_it_out() {
     );
     git_refused(&dir, &spec, "config.worktree exists").await;
     std::fs::remove_file(inbox.join(".git/config.worktree")).unwrap();
-    let report = collect(&dir, dir.task(), &spec, &facts(1)).await.unwrap();
+    let report = collect(&dir, dir.task(), &spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(
         report.metadata.patch.is_some(),
         "{:?}",
@@ -711,7 +747,9 @@ async fn links_and_settings_that_point_git_elsewhere_keep_it_out() {
 
 /// A collection without git outputs, for the reason `why`.
 async fn git_refused(dir: &TaskDir, spec: &TaskSpec, why: &str) {
-    let report = collect(dir, dir.task(), spec, &facts(1)).await.unwrap();
+    let report = collect(dir, dir.task(), spec, &facts(1), &CollectSource::Inbox)
+        .await
+        .unwrap();
     assert!(
         report.metadata.patch.is_none(),
         "{why}: {:?}",
@@ -722,4 +760,108 @@ async fn git_refused(dir: &TaskDir, spec: &TaskSpec, why: &str) {
         "{why}: {:?}",
         report.metadata.notes
     );
+}
+
+/// A profile's worktree (`placement: project`): the patch is the work tree as the task left it
+/// against the snapshot taken before it started — uncommitted work of earlier generations
+/// stays out, new, changed and removed files are in, ignored ones are not — and it applies
+/// to the worktree's commit with that earlier work. Git is reached through the worktree's
+/// administrative directory, so a `.git` file the provider rewrote points nowhere it wants.
+#[tokio::test]
+async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
+    let source = SourceRepo::new();
+    let root = tempfile::tempdir().unwrap();
+    let worktree = root.path().join("wt");
+    git(
+        &source.path,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "squadron/runner",
+            worktree.to_str().unwrap(),
+        ],
+    );
+    let admin = source.path.join(".git/worktrees/wt");
+    // An earlier generation's uncommitted work.
+    write(&worktree.join("README.md"), "# Project\n\nearlier work\n");
+    write(&worktree.join("notes.txt"), "earlier notes\n");
+    let (_tmp, dir) = task_dir(7);
+    std::fs::create_dir_all(dir.artifacts()).unwrap();
+    let mut notes = Vec::new();
+    let scratch = dir.root().join(worktree::SCRATCH_INDEX_NAME);
+    let base = worktree::snapshot_worktree(&admin, &worktree, &scratch, &mut notes).unwrap();
+    assert_eq!(base.head.as_deref(), Some(source.main_head.as_str()));
+    assert!(!scratch.exists(), "the scratch index is removed");
+
+    // The task's work, and what a hostile provider leaves besides.
+    write(
+        &worktree.join("src/lib.rs"),
+        "pub fn answer() -> u32 {\n    44\n}\n",
+    );
+    write(&worktree.join("new.txt"), "made by the task\n");
+    write(&worktree.join("scratch.tmp"), "ignored\n");
+    std::fs::remove_file(worktree.join("docs/guide.md")).unwrap();
+    let fifo = worktree.join("pipe");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    write(&worktree.join(".git"), "gitdir: /nonexistent\n");
+    let index_before = std::fs::read(admin.join("index")).unwrap();
+
+    let spec = spec_for(&source.url());
+    let w = worktree::ProfileWorktree {
+        worktree: worktree.clone(),
+        admin: admin.clone(),
+        base,
+    };
+    let report = collect(
+        &dir,
+        dir.task(),
+        &spec,
+        &facts(1),
+        &CollectSource::ProfileWorktree(w),
+    )
+    .await
+    .unwrap();
+    let patch = std::fs::read_to_string(dir.artifacts().join(patch_name(dir.task()))).unwrap();
+    assert!(patch.contains("+    44"), "{patch}");
+    assert!(patch.contains("+made by the task"), "{patch}");
+    assert!(patch.contains("deleted file mode"), "{patch}");
+    for absent in ["earlier work", "earlier notes", "ignored", "pipe"] {
+        assert!(!patch.contains(absent), "{absent} in {patch}");
+    }
+    assert!(
+        !fifo.exists(),
+        "the FIFO is removed before git reads the tree"
+    );
+    assert_eq!(
+        std::fs::read(admin.join("index")).unwrap(),
+        index_before,
+        "the worktree's own index is never written"
+    );
+    assert_eq!(
+        report.metadata.base_commit.as_deref(),
+        Some(source.main_head.as_str())
+    );
+    let untracked =
+        std::fs::read_to_string(dir.artifacts().join(untracked_name(dir.task()))).unwrap();
+    assert!(untracked.contains("new.txt"), "{untracked}");
+
+    // Applied to the commit plus the earlier work, it gives the task's result.
+    let fresh = tempfile::tempdir().unwrap();
+    git(fresh.path(), &["clone", "-q", &source.url(), "c"]);
+    let clone = fresh.path().join("c");
+    write(&clone.join("README.md"), "# Project\n\nearlier work\n");
+    write(&clone.join("notes.txt"), "earlier notes\n");
+    let patch_path = dir.artifacts().join(patch_name(dir.task()));
+    git(&clone, &["apply", patch_path.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(clone.join("src/lib.rs")).unwrap(),
+        "pub fn answer() -> u32 {\n    44\n}\n"
+    );
+    assert!(!clone.join("docs/guide.md").exists());
 }
