@@ -1148,8 +1148,24 @@ fn a_project_task_survives_its_worker_s_restart() {
     );
     let patch = completed_project_task(&url, task, "steady", 1);
     assert!(
-        patch.contains("+before") && patch.contains("+after"),
+        patch.matches("+before").count() == 1 && patch.matches("+after").count() == 1,
         "{patch}"
+    );
+    // Started once: the restarted worker adopted the generation, it did not run it again.
+    let worktree = worker
+        .data_dir
+        .canonicalize()
+        .expect("data dir")
+        .join("projects/acme/steady/worktrees/runner");
+    let readme = std::fs::read_to_string(worktree.join("README.md")).expect("readme");
+    assert!(readme.ends_with("\nbefore\nafter\n"), "{readme}");
+    assert_eq!(readme.matches("before").count(), 1, "{readme}");
+    let (_, events) =
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
+    assert_eq!(
+        events.matches("\"event\":\"started\"").count(),
+        1,
+        "{events}"
     );
     let p = http_get(&format!("{url}/api/v1/profiles/{}", ids[1])).expect("runner");
     assert_eq!(p["generation"], 1, "{p:#}");

@@ -177,6 +177,12 @@ impl ProviderRun {
             .collect()
     }
 
+    /// The provider's account in the task's replicated record.
+    fn provider(&self) -> Value {
+        http_get(&format!("{}/api/v1/tasks/{}/provider", self.url, self.id))
+            .expect("provider progress")
+    }
+
     fn artifact(&self, name: &str) -> String {
         let (status, text) = http_text(&format!(
             "{}/api/v1/tasks/{}/artifacts/{name}",
@@ -388,6 +394,17 @@ fn claude_code_completes_a_task_with(runtime: &str, delivery: Delivery) {
     assert_eq!(told.len(), 5, "{told:?}");
     assert_eq!(told.iter().filter(|t| *t == "Read").count(), 2, "{told:?}");
     assert_eq!(told.last().map(String::as_str), Some("Bash"), "{told:?}");
+    let recorded = run.provider();
+    assert_eq!(recorded["progress"]["tool_calls"], 5, "{recorded:#}");
+    assert_eq!(recorded["progress"]["current_tool"], "Bash", "{recorded:#}");
+    assert_eq!(
+        recorded["progress"]["model"], "claude-scripted-1",
+        "{recorded:#}"
+    );
+    assert!(
+        recorded["progress"]["cost_micro_usd"].as_u64().is_some(),
+        "{recorded:#}"
+    );
 }
 
 /// Codex (`codex exec --json`) does the same through its `exec_command` tool: the worker's
@@ -459,5 +476,11 @@ fn codex_completes_a_task_with(runtime: &str, delivery: Delivery) {
         run.tool_calls(),
         ["command_execution", "command_execution"],
         "each call told while the CLI ran"
+    );
+    let recorded = run.provider();
+    assert_eq!(recorded["progress"]["tool_calls"], 2, "{recorded:#}");
+    assert!(
+        recorded["progress"]["input_tokens"].as_u64() > Some(0),
+        "{recorded:#}"
     );
 }

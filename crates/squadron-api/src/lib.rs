@@ -46,9 +46,7 @@ pub use queries::{
     AuditQuery, CancelQuery, ClusterStatusQuery, Consistency, ConsistencyQuery, LogQuery,
     LogStream, StreamQuery, TaskListQuery, TaskOrder,
 };
-pub use tasks::{
-    ArtifactEntry, ProviderProgress, ReportProgress, ReportTransition, TaskPage, TaskUsage,
-};
+pub use tasks::{ArtifactEntry, ReportProgress, ReportTransition, TaskPage, TaskUsage};
 pub use tokens::{CreateToken, CreatedToken, TokenView};
 pub use trace_id::{TraceId, TRACEPARENT_HEADER};
 pub use worker_control::{Addressed, CurrentWriter, ProjectRef};

@@ -42,6 +42,9 @@ pub struct ReportProgress {
     pub stderr_bytes: u64,
     pub lines: u64,
     pub events: u64,
+    /// What the provider's own stream said so far; absent for a provider without one.
+    #[serde(default)]
+    pub provider: Option<squadron_core::task::ProviderProgress>,
 }
 
 /// One entry of `GET /api/v1/tasks/{id}/artifacts`.
@@ -56,7 +59,7 @@ pub struct ArtifactEntry {
 /// the runtimes whose sandboxes run no agent (the process runtime) answer it from the host's
 /// accounting of the attempt's cgroup leaf; the others' agents report theirs
 /// (`GET /api/v1/tasks/{id}/agent`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskUsage {
     pub task: TaskId,
@@ -67,26 +70,6 @@ pub struct TaskUsage {
     /// `null` once the attempt's sandbox is gone (or before it exists): a poll that races
     /// the end of a task reads that, not an error.
     pub usage: Option<SandboxUsage>,
-    /// What the provider CLI's own stream said so far (Claude Code, Codex); `null` for the
-    /// `script` provider and before its first line.
-    #[serde(default)]
-    pub provider: Option<ProviderProgress>,
     /// When the worker measured it (worker clock).
     pub measured_at_ms: u64,
-}
-
-/// A provider CLI's run as its own stream tells it while it runs (`stream-json`, `--json`):
-/// the seed's progress tracking — tool calls, the current tool, tokens.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderProgress {
-    pub model: Option<String>,
-    pub tool_calls: u64,
-    /// The tool it called last (Codex: the kind of work — `command_execution`, …).
-    pub current_tool: Option<String>,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// Where the CLI gives one (Claude Code, once it finished).
-    pub cost_usd: Option<f64>,
-    pub turns: u64,
 }

@@ -316,6 +316,15 @@ fn project_agent_and_task_bodies_schemas_agree_with_the_decoder() {
         stderr_bytes: 0,
         lines: 1,
         events: 0,
+        provider: Some(squadron_core::task::ProviderProgress {
+            model: Some("claude-scripted-1".into()),
+            tool_calls: 2,
+            current_tool: Some("Bash".into()),
+            input_tokens: 600,
+            output_tokens: 120,
+            cost_micro_usd: Some(4_800),
+            turns: 1,
+        }),
     });
     println!("project, agent and task bodies: {checked} bodies checked");
     assert!(checked > 300, "only {checked} bodies checked");

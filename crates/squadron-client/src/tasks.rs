@@ -78,6 +78,16 @@ impl SquadronClient {
         self.get(&format!("/api/v1/tasks/{task}"), c).await
     }
 
+    /// What the task's provider CLI said of its run (tool calls, current tool, tokens), as
+    /// its worker last reported it; a 404 before the first report.
+    pub async fn task_provider(
+        &self,
+        task: TaskId,
+        c: Consistency,
+    ) -> Result<squadron_core::task::AttemptProviderProgress, ClientError> {
+        self.get(&format!("/api/v1/tasks/{task}/provider"), c).await
+    }
+
     /// A slice of a task's output, relayed from its worker: `stream` is `stdout`, `stderr` or
     /// `events`; `offset` starts at a byte, `tail` at the last lines (give one or neither).
     pub async fn task_logs(

@@ -140,6 +140,7 @@ impl State {
             "task {id} was pruned but not indexed as ended at {at}"
         );
         self.unlink_pruned(id);
+        self.provider_progress.remove(&id);
         self.pruned_tasks.add(&task);
     }
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::access::{AgentIdentity, Subject};
 use crate::command::{
-    AssignTasks, Assignment, CancelTask, ReportProgress, ReportTransition, SubmitTask,
-    TransitionDetail,
+    AssignTasks, Assignment, CancelTask, ReportProgress, ReportProgressV2, ReportTransition,
+    SubmitTask, TransitionDetail,
 };
 use crate::ids::{TaskId, WorkerId};
 use crate::limits::CHILD_TASKS_PER_TASK_MAX;
@@ -18,7 +18,7 @@ use crate::manifest::{FailureAction, Placement};
 use crate::rejection::{Entity, Rejection};
 use crate::response::{AssignmentResult, Outcome};
 use crate::state::State;
-use crate::task::{Task, TaskProgress, TaskState, TransitionActor};
+use crate::task::{AttemptProviderProgress, Task, TaskProgress, TaskState, TransitionActor};
 
 /// The pending-queue key: higher priority first, then submission order.
 pub(crate) fn queue_key(task: &Task) -> (u8, TaskId) {
@@ -431,6 +431,26 @@ impl State {
             .expect("checked above")
             .progress = progress;
         Ok(Outcome::ProgressRecorded)
+    }
+
+    /// The counters as `report_progress` takes them, and the provider's progress: validated
+    /// first, so a rejection changes nothing; it replaces the attempt's last.
+    pub(crate) fn report_progress_v2(
+        &mut self,
+        subject: &Subject,
+        command: ReportProgressV2,
+    ) -> Result<Outcome, Rejection> {
+        let ReportProgressV2 { counts, provider } = command;
+        if let Some(p) = &provider {
+            p.validate()?;
+        }
+        let (task, attempt) = (counts.task, counts.attempt);
+        let outcome = self.report_progress(subject, counts)?;
+        if let Some(progress) = provider {
+            self.provider_progress
+                .insert(task, AttemptProviderProgress { attempt, progress });
+        }
+        Ok(outcome)
     }
 
     pub(crate) fn cancel_task(

@@ -28,6 +28,25 @@ impl State {
         Ok(())
     }
 
+    /// A provider's progress is of a task that exists, and of an attempt it had.
+    fn check_provider_progress(&self) -> Result<(), String> {
+        for (id, p) in &self.provider_progress {
+            let Some(task) = self.tasks.get(id) else {
+                return Err(format!(
+                    "progress: the provider progress of unknown task {id}"
+                ));
+            };
+            if p.attempt == 0 || p.attempt > task.attempt {
+                return Err(format!(
+                    "progress: task {id} is on attempt {} but its provider progress is of \
+                     attempt {}",
+                    task.attempt, p.attempt
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// INV-4/INV-5 for project tasks: a bound lease is the lease of the task's own profile,
     /// held by the task's worker, while the task is between assignment and its end. It holds
     /// a slot unless it was reaped while the task ran.
@@ -84,6 +103,7 @@ impl State {
             return Err(format!("workers: a policy of unknown worker {w}"));
         }
         self.check_agent_sessions()?;
+        self.check_provider_progress()?;
         self.check_task_leases()?;
         self.idempotency.check()
     }

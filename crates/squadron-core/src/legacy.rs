@@ -193,7 +193,21 @@ impl From<StateV1> for State {
             profile_credentials: ProfileCredentials::default(),
             credential_egress: BTreeMap::new(),
             pruned_tasks: crate::task_tally::TaskTally::default(),
+            provider_progress: BTreeMap::new(),
             ended: Default::default(),
+        }
+    }
+}
+
+/// Snapshot version 9: version 8, then the figures of pruned tasks; no provider progress.
+#[derive(Debug, Deserialize)]
+pub(crate) struct StateV9(StateV8, crate::task_tally::TaskTally);
+
+impl From<StateV9> for State {
+    fn from(StateV9(v8, pruned_tasks): StateV9) -> Self {
+        State {
+            pruned_tasks,
+            ..v8.into()
         }
     }
 }

@@ -11,8 +11,11 @@ pub const SNAPSHOT_MAGIC: &[u8; 8] = b"SQDSNAP\0";
 /// certificates, audit) and task lineage, version 3 the credentials, version 4 the workers'
 /// policies, version 5 the agent sessions, version 6 the project tasks' leases, version 7 the
 /// credentials of agent profiles, version 8 the egress bindings, version 9 the figures of
-/// pruned tasks; earlier versions still decode, with what they lack empty.
-pub const SNAPSHOT_VERSION: u32 = 9;
+/// pruned tasks, version 10 the providers' progress; earlier versions still decode, with what
+/// they lack empty.
+pub const SNAPSHOT_VERSION: u32 = 10;
+/// The layout before the providers' progress.
+pub const SNAPSHOT_VERSION_V9: u32 = 9;
 /// The layout before the figures of pruned tasks.
 pub const SNAPSHOT_VERSION_V8: u32 = 8;
 /// The layout before egress bindings.
@@ -94,6 +97,8 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
     let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
     let (mut state, used): (State, usize) = match version {
         SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
+        SNAPSHOT_VERSION_V9 => bincode::serde::decode_from_slice(body, config())
+            .map(|(v9, used): (crate::legacy::StateV9, usize)| (v9.into(), used)),
         SNAPSHOT_VERSION_V8 => bincode::serde::decode_from_slice(body, config())
             .map(|(v8, used): (crate::legacy::StateV8, usize)| (v8.into(), used)),
         SNAPSHOT_VERSION_V7 => bincode::serde::decode_from_slice(body, config())

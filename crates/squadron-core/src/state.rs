@@ -29,7 +29,7 @@ use crate::profile_credentials::ProfileCredentials;
 use crate::project::Project;
 use crate::rejection::{Entity, Rejection};
 use crate::response::{Outcome, Response};
-use crate::task::{Task, TaskState};
+use crate::task::{AttemptProviderProgress, Task, TaskState};
 use crate::task_tally::TaskTally;
 use crate::worker::Worker;
 use crate::worker_policy::WorkerPolicy;
@@ -100,6 +100,9 @@ pub struct State {
     // From here on: snapshot version 9.
     /// The figures of the ended tasks the retention policy pruned.
     pub(crate) pruned_tasks: TaskTally,
+    // From here on: snapshot version 10.
+    /// What each task's provider said of its run, as its worker last reported it.
+    pub(crate) provider_progress: BTreeMap<TaskId, AttemptProviderProgress>,
     /// Ended tasks by end time: derived from `tasks`, rebuilt when a snapshot is decoded.
     #[serde(skip)]
     pub(crate) ended: EndedTasks,
@@ -138,6 +141,7 @@ impl State {
             profile_credentials: ProfileCredentials::default(),
             credential_egress: BTreeMap::new(),
             pruned_tasks: TaskTally::default(),
+            provider_progress: BTreeMap::new(),
             ended: EndedTasks::default(),
         }
     }
@@ -243,6 +247,7 @@ impl State {
             C::AssignTasks(c) => self.assign_tasks(now, c),
             C::ReportTransition(c) => self.report_transition(now, s, c),
             C::ReportProgress(c) => self.report_progress(s, c),
+            C::ReportProgressV2(c) => self.report_progress_v2(s, c),
             C::CancelTask(c) => self.cancel_task(now, c),
             C::RegisterWorker(c) => self.register_worker(now, s, c),
             C::WorkerHeartbeat(c) => self.worker_heartbeat(now, s, c),
@@ -346,6 +351,11 @@ impl State {
     /// The lease the running attempt of a `placement: project` task holds, if any.
     pub fn task_lease(&self, task: TaskId) -> Option<LeaseId> {
         self.task_leases.get(&task).copied()
+    }
+
+    /// What the task's provider said of its run, as its worker last reported it.
+    pub fn provider_progress(&self, task: TaskId) -> Option<&AttemptProviderProgress> {
+        self.provider_progress.get(&task)
     }
 
     /// Whether `lease` is a project task's (a worker's agent supervisor leaves those alone).

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{TaskId, WorkerId};
 use crate::manifest::TaskSpec;
+use crate::validation_error::ValidationError;
 
 /// The states of the task lifecycle, as in `task-run-lifecycle.txt`.
 #[derive(
@@ -124,6 +125,57 @@ impl fmt::Display for TaskState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Longest model or tool name a provider's progress records.
+pub const PROVIDER_NAME_BYTES_MAX: usize = 128;
+
+/// What a provider CLI's own stream (Claude Code's stream-json, Codex's JSONL) said while the
+/// attempt ran, as its worker last reported it: the seed's progress tracking — tool calls,
+/// the current tool, tokens. Each report replaces the last of the same attempt.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProviderProgress {
+    pub model: Option<String>,
+    pub tool_calls: u64,
+    /// The tool it called last (Codex: the kind of work — `command_execution`, …).
+    pub current_tool: Option<String>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Millionths of a US dollar, where the CLI states a cost (Claude Code, once it finished).
+    pub cost_micro_usd: Option<u64>,
+    pub turns: u64,
+}
+
+impl ProviderProgress {
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        for (field, name) in [
+            ("provider.model", &self.model),
+            ("provider.current_tool", &self.current_tool),
+        ] {
+            if let Some(name) = name {
+                if name.is_empty()
+                    || name.len() > PROVIDER_NAME_BYTES_MAX
+                    || name.chars().any(char::is_control)
+                {
+                    return Err(ValidationError::new(
+                        field,
+                        format!(
+                            "must be 1..={PROVIDER_NAME_BYTES_MAX} bytes without control \
+                             characters"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A task's provider progress and the attempt it is of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AttemptProviderProgress {
+    pub attempt: u32,
+    pub progress: ProviderProgress,
 }
 
 /// Output counters; the output itself never passes through Raft.

@@ -85,6 +85,7 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("register_worker_with_policy", r#"{"register_worker_with_policy":{"registration":{"worker":"w1","address":"127.0.0.1:9000","runtimes":["process"],"capacity":2,"labels":{},"heartbeat_interval_ms":1000},"policy":{"network_modes":["isolated","outbound"],"full_control":false,"repository_sources":["https","ssh","local"],"cpus_max":4,"memory_bytes_max":null,"disk_bytes_max":null}}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642d0277310e3132372e302e302e313a3930303001000200fb03e8020001000300020401040000"),
     ("leader_sweep", r#"{"leader_sweep":{"term_started_ms":1700000000050}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642efd0000018bcfe56832"),
     ("prune_tasks", r#"{"prune_tasks":{"age_ms_max":604800000,"count_max":100000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642ffc240c8400fc000186a0"),
+    ("report_progress_v2", r#"{"report_progress_v2":{"counts":{"task":5,"worker":"w1","attempt":1,"stdout_bytes":1024,"stderr_bytes":12,"lines":40,"events":3},"provider":{"model":"claude-scripted-1","tool_calls":2,"current_tool":"Bash","input_tokens":600,"output_tokens":120,"cost_micro_usd":4800,"turns":1}}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464300502773101fb04000c2803010111636c617564652d73637269707465642d3102010442617368fb02587801fb12c001"),
 
 ];
 
@@ -366,6 +367,7 @@ const VARIANTS: &[&str] = &[
     "register_worker_with_policy",
     "leader_sweep",
     "prune_tasks",
+    "report_progress_v2",
 ];
 
 /// The declaration index of each variant: an exhaustive match, so a variant added to `Command`
@@ -421,6 +423,7 @@ fn variant_index(command: &Command) -> usize {
         C::RegisterWorkerWithPolicy(_) => 45,
         C::LeaderSweep(_) => 46,
         C::PruneTasks(_) => 47,
+        C::ReportProgressV2(_) => 48,
     }
 }
 

@@ -1,5 +1,6 @@
 //! Generated gRPC code for Squadron's services, and the conversions of its typed messages to
-//! the core's types (`task_spec`, `worker_policy`; both refuse with a [`ConversionError`]);
+//! the core's types (`task_spec`, `worker_policy`; both refuse with a [`ConversionError`];
+//! `provider_progress`);
 //! `WorkerControl`, whose messages are the API's serde types in JSON (`json_codec`).
 
 #[allow(
@@ -17,6 +18,7 @@ pub mod v1 {
 pub mod json_codec;
 
 mod conversion_error;
+mod provider_progress;
 mod task_spec;
 mod worker_policy;
 

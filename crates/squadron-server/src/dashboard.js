@@ -118,7 +118,7 @@ const MiB=b=>(b/1048576).toFixed(1)+' MiB';
 // that reports it; the process runtime runs none, and its worker measures the attempt's
 // cgroup leaf instead.
 const AGENT_RUNTIMES=['docker','kvm'],LIVE_STATES=['READY','RUNNING','COMPLETING'];
-const providerLine=p=>p?'; provider: '+p.tool_calls+' tool calls'+(p.current_tool?', current '+p.current_tool:'')+', tokens in/out '+p.input_tokens+'/'+p.output_tokens:'';
+const providerLine=p=>'; provider: '+p.tool_calls+' tool calls'+(p.current_tool?', current '+p.current_tool:'')+', tokens in/out '+p.input_tokens+'/'+p.output_tokens;
 const usageLine=u=>'CPU '+(u.cpu_usec/1e6).toFixed(2)+' s, memory '+MiB(u.memory_bytes)+', disk '+MiB(u.disk_bytes);
 // `id` as the page holds it (the button's text), which the answer's number would not equal.
 // Each read has a number: a slow answer that comes after a later one's is dropped.
@@ -128,13 +128,14 @@ async function showUsage(id,t){
  if(!LIVE_STATES.includes(t.state))text='sandbox usage: measured while an attempt runs';
  else if(!AGENT_RUNTIMES.includes(t.spec?.sandbox?.runtime))try{
   const m=await load('/api/v1/tasks/'+encodeURIComponent(id)+'/usage');
-  text=(m.usage?'sandbox: '+usageLine(m.usage)+' (attempt '+m.attempt+', measured by its worker)':'sandbox usage: attempt '+m.attempt+' has no sandbox now')+providerLine(m.provider)}
+  text=m.usage?'sandbox: '+usageLine(m.usage)+' (attempt '+m.attempt+', measured by its worker)':'sandbox usage: attempt '+m.attempt+' has no sandbox now'}
  catch(e){if(e.status===401){signIn(e.message);return}text='sandbox usage: '+e.message}
  else try{const a=await load('/api/v1/tasks/'+encodeURIComponent(id)+'/agent?consistency=stale');const u=a.usage;
   const seen=Math.max(0,Math.round((Date.now()-a.last_seen_ms)/1000));
   text=u?'sandbox: '+usageLine(u)+' (agent of attempt '+a.attempt+', last check-in '+seen+' s ago)':'sandbox: its agent registered and has not reported usage yet'}
  catch(e){if(e.status===401){signIn(e.message);return}
   text=e.status===404?'sandbox usage: its agent has not registered yet':e.message}
+ try{text+=providerLine((await load('/api/v1/tasks/'+encodeURIComponent(id)+'/provider?consistency=stale')).progress)}catch(e){}
  if(detailId===id&&me===usageReads)$('usage').textContent=text;
 }
 function projects(p){return table(['tenant','project','profiles','slots','max','sandbox',''],p.map(x=>cells([x.tenant,x.project,x.profiles,x.slots_held,x.max_active,x.sandbox]).concat(

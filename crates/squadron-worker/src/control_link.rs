@@ -19,7 +19,7 @@ use squadron_core::error_code::{ErrorCode, ERROR_CODE_TABLE};
 use squadron_core::ids::TaskId;
 use squadron_core::lease::FencingToken;
 use squadron_core::manifest::Keyword as _;
-use squadron_core::task::TaskState;
+use squadron_core::task::{ProviderProgress, TaskState};
 use squadron_proto::v1 as pb;
 use squadron_proto::v1::worker_service_client::WorkerServiceClient;
 
@@ -204,7 +204,13 @@ impl ControlLink {
     }
 
     /// Best effort: a lost counter update is replaced by the next one.
-    pub(crate) async fn progress(&self, task: TaskId, attempt: u32, c: OutputCounts) -> bool {
+    pub(crate) async fn progress(
+        &self,
+        task: TaskId,
+        attempt: u32,
+        c: OutputCounts,
+        provider: Option<ProviderProgress>,
+    ) -> bool {
         let req = pb::ReportProgressRequest {
             task: task.get(),
             worker: self.config.id.to_string(),
@@ -213,6 +219,7 @@ impl ControlLink {
             stderr_bytes: c.stderr_bytes,
             lines: c.lines,
             events: c.events,
+            provider: provider.as_ref().map(Into::into),
         };
         self.call_leader(PROGRESS_ATTEMPTS_MAX, |mut client| {
             let request = tonic::Request::new(req.clone());

@@ -44,8 +44,8 @@ pub use projects::{
     SetCapabilityManifest,
 };
 pub use tasks::{
-    AssignTasks, Assignment, CancelTask, ReportProgress, ReportTransition, SubmitTask,
-    TransitionDetail,
+    AssignTasks, Assignment, CancelTask, ReportProgress, ReportProgressV2, ReportTransition,
+    SubmitTask, TransitionDetail,
 };
 pub use workers::{
     DecommissionWorker, RegisterWorker, RegisterWorkerWithPolicy, SetWorkerPolicy, WorkerHeartbeat,
@@ -157,6 +157,11 @@ pub enum Command {
     LeaderSweep(LeaderSweep),
     /// Proposed by the leader: the retention of ended tasks (`apply_retention`).
     PruneTasks(PruneTasks),
+
+    // --- tasks, continued ----------------------------------------------------------------
+    /// What workers report in place of `ReportProgress`: the counters and the provider's
+    /// progress.
+    ReportProgressV2(ReportProgressV2),
 }
 
 impl Command {
@@ -211,6 +216,7 @@ impl Command {
             Command::RegisterWorkerWithPolicy(_) => "register_worker_with_policy",
             Command::LeaderSweep(_) => "leader_sweep",
             Command::PruneTasks(_) => "prune_tasks",
+            Command::ReportProgressV2(_) => "report_progress_v2",
         }
     }
 
@@ -222,6 +228,7 @@ impl Command {
                 | Command::RenewLeases(_)
                 | Command::WorkerHeartbeat(_)
                 | Command::ReportProgress(_)
+                | Command::ReportProgressV2(_)
                 | Command::AckMessages(_)
                 | Command::AssignTasks(_)
                 | Command::AssignProjectTasks(_)
@@ -268,6 +275,7 @@ impl Command {
             | C::Batch(_) => String::new(),
             C::ReportTransition(c) => format!("task {}", c.task),
             C::ReportProgress(c) => format!("task {}", c.task),
+            C::ReportProgressV2(c) => format!("task {}", c.counts.task),
             C::CancelTask(c) => format!("task {}", c.task),
             C::RegisterWorker(c) => format!("worker {}", c.worker),
             C::WorkerHeartbeat(c) => format!("worker {}", c.worker),

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{TaskId, WorkerId};
 use crate::manifest::TaskSpec;
-use crate::task::{TaskProgress, TaskState};
+use crate::task::{ProviderProgress, TaskProgress, TaskState};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SubmitTask {
@@ -69,6 +69,15 @@ impl ReportProgress {
             events: self.events,
         }
     }
+}
+
+/// Progress with what the provider's own stream said; what a worker reports since
+/// `ReportProgress` (which older logs still hold) alone carried the counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReportProgressV2 {
+    pub counts: ReportProgress,
+    /// `None` for a provider without a structured stream (`script`), or before its first line.
+    pub provider: Option<ProviderProgress>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -696,13 +696,13 @@ fn a_version_1_snapshot_decodes_with_an_empty_trust_state() {
     fx.state.access = crate::access::AccessState::default();
     let state = fx.state.clone();
     let v6 = encode_snapshot(&state);
-    // Version 1 was this state without the nine trailing parts; empty, they take 23 bytes
+    // Version 1 was this state without the ten trailing parts; empty, they take 24 bytes
     // (four empty maps, an empty audit of two zero counters, two empty lineage maps, the
     // credentials' three empty maps and first lease id, the empty map of policies, the
     // empty map of agent sessions, the empty map of task leases, the profile credentials'
-    // three empty maps, the empty map of egress bindings, and the pruned tasks' zero count
-    // and three empty maps).
-    let mut v1 = v6[..v6.len() - 23].to_vec();
+    // three empty maps, the empty map of egress bindings, the pruned tasks' zero count and
+    // three empty maps, and the empty map of providers' progress).
+    let mut v1 = v6[..v6.len() - 24].to_vec();
     v1[8..12].copy_from_slice(&1u32.to_be_bytes());
     let decoded = decode_snapshot(&v1).expect("version 1 decodes");
     assert_eq!(decoded, state);

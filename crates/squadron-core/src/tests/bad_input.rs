@@ -369,19 +369,62 @@ fn task_and_worker_fields() {
     ] {
         refused_naming(&mut fx, transition(detail), field);
     }
-    let progress = |stdout_bytes| {
-        Command::ReportProgress(ReportProgress {
-            task: t,
-            worker: worker(),
-            attempt: 1,
-            stdout_bytes,
-            stderr_bytes: 0,
-            lines: 0,
-            events: 0,
-        })
+    let counts = |stdout_bytes| ReportProgress {
+        task: t,
+        worker: worker(),
+        attempt: 1,
+        stdout_bytes,
+        stderr_bytes: 0,
+        lines: 0,
+        events: 0,
     };
+    let progress = |stdout_bytes| Command::ReportProgress(counts(stdout_bytes));
     fx.ok(progress(100));
     refused_naming(&mut fx, progress(99), "stdout_bytes");
+    let v2 = |stdout_bytes, tool: &str| {
+        Command::ReportProgressV2(crate::command::ReportProgressV2 {
+            counts: counts(stdout_bytes),
+            provider: Some(crate::task::ProviderProgress {
+                tool_calls: 2,
+                current_tool: Some(tool.into()),
+                ..Default::default()
+            }),
+        })
+    };
+    let long = "x".repeat(crate::task::PROVIDER_NAME_BYTES_MAX + 1);
+    for (command, field) in [
+        (v2(200, "a\nb"), "provider.current_tool"),
+        (v2(200, &long), "provider.current_tool"),
+        (v2(200, ""), "provider.current_tool"),
+        (v2(99, "Bash"), "stdout_bytes"),
+    ] {
+        refused_naming(&mut fx, command, field);
+    }
+    assert!(fx.state.provider_progress(t).is_none(), "nothing recorded");
+    fx.ok(v2(200, "Bash"));
+    let p = fx.state.provider_progress(t).expect("recorded");
+    assert_eq!(
+        (
+            p.attempt,
+            p.progress.tool_calls,
+            p.progress.current_tool.as_deref()
+        ),
+        (1, 2, Some("Bash"))
+    );
+    assert_eq!(fx.state.task(t).unwrap().progress.stdout_bytes, 200);
+    // The checker refuses progress of a task or an attempt that never was.
+    let mut broken = fx.state.clone();
+    let p = broken.provider_progress.remove(&t).unwrap();
+    broken
+        .provider_progress
+        .insert(crate::ids::TaskId::new(t.get() + 1_000).unwrap(), p.clone());
+    assert!(broken
+        .check_invariants()
+        .unwrap_err()
+        .contains("unknown task"));
+    let mut broken = fx.state.clone();
+    broken.provider_progress.get_mut(&t).unwrap().attempt = 2;
+    assert!(broken.check_invariants().unwrap_err().contains("attempt 2"));
     refused_naming(
         &mut fx,
         Command::CancelTask(CancelTask {

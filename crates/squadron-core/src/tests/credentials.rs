@@ -335,22 +335,24 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     assert_eq!(decode_snapshot(&bytes).unwrap(), fx.state);
 
     // A version-2 snapshot is this layout without the trailing credential state, worker
-    // policies, agent sessions, task leases, profile credentials, egress bindings and figures
-    // of pruned tasks; empty, they encode as three empty maps, the first lease id, seven more
-    // empty maps, and a zero count and three empty maps, one byte each. Version 3 keeps the
-    // credentials, version 4 the policies, version 5 the agent sessions, version 6 the task
-    // leases, version 7 the profile credentials, version 8 the egress bindings.
+    // policies, agent sessions, task leases, profile credentials, egress bindings, figures
+    // of pruned tasks and providers' progress; empty, they encode as three empty maps, the
+    // first lease id, seven more empty maps, a zero count and three empty maps, and one more
+    // empty map, one byte each. Version 3 keeps the credentials, version 4 the policies,
+    // version 5 the agent sessions, version 6 the task leases, version 7 the profile
+    // credentials, version 8 the egress bindings, version 9 the figures of pruned tasks.
     let empty = Fx::new().state;
     let v6 = encode_snapshot(&empty);
     let header = SNAPSHOT_MAGIC.len() + 4;
     for (version, cut) in [
-        (SNAPSHOT_VERSION_V2, 15),
-        (SNAPSHOT_VERSION_V3, 11),
-        (crate::snapshot::SNAPSHOT_VERSION_V4, 10),
-        (crate::snapshot::SNAPSHOT_VERSION_V5, 9),
-        (crate::snapshot::SNAPSHOT_VERSION_V6, 8),
-        (crate::snapshot::SNAPSHOT_VERSION_V7, 5),
-        (crate::snapshot::SNAPSHOT_VERSION_V8, 4),
+        (SNAPSHOT_VERSION_V2, 16),
+        (SNAPSHOT_VERSION_V3, 12),
+        (crate::snapshot::SNAPSHOT_VERSION_V4, 11),
+        (crate::snapshot::SNAPSHOT_VERSION_V5, 10),
+        (crate::snapshot::SNAPSHOT_VERSION_V6, 9),
+        (crate::snapshot::SNAPSHOT_VERSION_V7, 6),
+        (crate::snapshot::SNAPSHOT_VERSION_V8, 5),
+        (crate::snapshot::SNAPSHOT_VERSION_V9, 1),
     ] {
         let mut old = SNAPSHOT_MAGIC.to_vec();
         old.extend_from_slice(&version.to_be_bytes());
@@ -361,7 +363,7 @@ fn inv_13_snapshots_carry_credentials_and_version_2_still_decodes() {
     let bytes = encode_snapshot(&with_credentials);
     let mut v3 = SNAPSHOT_MAGIC.to_vec();
     v3.extend_from_slice(&SNAPSHOT_VERSION_V3.to_be_bytes());
-    v3.extend_from_slice(&bytes[header..bytes.len() - 11]);
+    v3.extend_from_slice(&bytes[header..bytes.len() - 12]);
     assert_eq!(decode_snapshot(&v3).unwrap(), with_credentials);
 }
 

@@ -141,12 +141,12 @@ fn inv_12_corrupt_snapshots_are_refused() {
         decode_snapshot(b"nope").unwrap_err(),
         SnapshotError::BadMagic
     );
-    // A version this build does not know (the current one is 9; 1 to 8 still decode).
-    let mut v10 = bytes.clone();
-    v10[11] = 10;
+    // A version this build does not know (the current one is 10; 1 to 9 still decode).
+    let mut v11 = bytes.clone();
+    v11[11] = 11;
     assert!(matches!(
-        decode_snapshot(&v10),
-        Err(SnapshotError::UnsupportedVersion { found: 10, .. })
+        decode_snapshot(&v11),
+        Err(SnapshotError::UnsupportedVersion { found: 11, .. })
     ));
     assert!(matches!(
         decode_snapshot(&bytes[..bytes.len() - 3]),

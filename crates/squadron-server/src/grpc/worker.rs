@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use squadron_core::command::{
     RecordReapEvidence, RegisterWorker, RegisterWorkerWithPolicy, RenewLeases, ReportProgress,
-    ReportTransition, SetWorkerPolicy, TransitionDetail, WorkerHeartbeat,
+    ReportProgressV2, ReportTransition, SetWorkerPolicy, TransitionDetail, WorkerHeartbeat,
 };
 use squadron_core::ids::{Generation, LeaseId, ProfileId, TaskId, WorkerId};
 use squadron_core::lease::{EvidenceSource, FencingToken, ReapEvidence};
@@ -230,14 +230,17 @@ impl WorkerService for WorkerGrpc {
         let caller = caller_of(&request)?;
         let key = key_of(&request)?;
         let r = request.into_inner();
-        let command = Command::ReportProgress(ReportProgress {
-            task: TaskId::new(r.task).map_err(invalid)?,
-            worker: worker_id(&r.worker)?,
-            attempt: r.attempt,
-            stdout_bytes: r.stdout_bytes,
-            stderr_bytes: r.stderr_bytes,
-            lines: r.lines,
-            events: r.events,
+        let command = Command::ReportProgressV2(ReportProgressV2 {
+            counts: ReportProgress {
+                task: TaskId::new(r.task).map_err(invalid)?,
+                worker: worker_id(&r.worker)?,
+                attempt: r.attempt,
+                stdout_bytes: r.stdout_bytes,
+                stderr_bytes: r.stderr_bytes,
+                lines: r.lines,
+                events: r.events,
+            },
+            provider: r.provider.map(Into::into),
         });
         propose(&self.node, &caller, key, command).await?;
         Ok(Response::new(pb::ReportProgressReply {}))

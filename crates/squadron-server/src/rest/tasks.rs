@@ -66,6 +66,17 @@ pub fn routes(book: RouteBook) -> RouteBook {
         get(get_agent),
     )
     .add(
+        "GET",
+        "/api/v1/tasks/:id/provider",
+        "What the provider CLI's own stream said of the attempt's run, as its worker last \
+         reported it: tool calls, the current tool, tokens, cost where stated; 404 before the \
+         first report and for a provider without a stream (script)",
+        query::<ConsistencyQuery>(),
+        json::<squadron_core::task::AttemptProviderProgress>(),
+        Access::viewer(Scope::Task).and_workers(),
+        get(get_provider),
+    )
+    .add(
         "DELETE",
         "/api/v1/tasks/:id",
         "Cancel a task: a queued one ends at once, an assigned one is asked to stop",
@@ -86,7 +97,7 @@ pub fn routes(book: RouteBook) -> RouteBook {
     .add(
         "POST",
         "/api/v1/tasks/:id/progress",
-        "A worker reports output counters",
+        "A worker reports output counters and what the provider's own stream said so far",
         body::<squadron_api::ReportProgress>(),
         json::<Outcome>(),
         Access::worker_only(Scope::Body),
@@ -226,6 +237,21 @@ async fn get_task(
     read(&node, q.consistency, |s| task_of(s, id).map(Json)).await
 }
 
+async fn get_provider(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ConsistencyQuery>,
+) -> Result<Json<squadron_core::task::AttemptProviderProgress>, ApiError> {
+    let id = task_id(&id)?;
+    read(&node, q.consistency, |s| {
+        task_of(s, id)?;
+        s.provider_progress(id).cloned().map(Json).ok_or_else(|| {
+            ApiError::not_found(format!("task {id}'s provider has reported no progress"))
+        })
+    })
+    .await
+}
+
 async fn get_agent(
     State(node): State<AppState>,
     Path(id): Path<String>,
@@ -313,14 +339,17 @@ async fn progress(
         &node,
         &caller,
         &headers,
-        Command::ReportProgress(cmd::ReportProgress {
-            task,
-            worker: b.worker,
-            attempt: b.attempt,
-            stdout_bytes: b.stdout_bytes,
-            stderr_bytes: b.stderr_bytes,
-            lines: b.lines,
-            events: b.events,
+        Command::ReportProgressV2(cmd::ReportProgressV2 {
+            counts: cmd::ReportProgress {
+                task,
+                worker: b.worker,
+                attempt: b.attempt,
+                stdout_bytes: b.stdout_bytes,
+                stderr_bytes: b.stderr_bytes,
+                lines: b.lines,
+                events: b.events,
+            },
+            provider: b.provider,
         }),
     )
     .await

@@ -376,6 +376,15 @@ impl Runtime for ProjectRuntime {
             });
         };
         let evidence = blocking(move || attempt.reap()).await?;
+        if evidence.populated {
+            return Err(WorkerError::runtime(
+                PROJECT_RUNTIME,
+                format!(
+                    "{} is still populated after the reap ({:?}); it is not proven quiescent",
+                    evidence.cgroup, evidence.steps
+                ),
+            ));
+        }
         Ok(ReapReport {
             sandbox: evidence.cgroup.clone(),
             populated: evidence.populated,

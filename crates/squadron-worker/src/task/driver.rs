@@ -16,7 +16,7 @@ use std::time::Duration;
 use squadron_core::command::TransitionDetail;
 use squadron_core::ids::{Generation, LeaseId, TaskId};
 use squadron_core::manifest::{FailureAction, Placement, TaskSpec};
-use squadron_core::task::TaskState;
+use squadron_core::task::{ProviderProgress, TaskState};
 use tokio::sync::watch;
 
 use crate::agent::supervisor::AgentSupervisor;
@@ -40,6 +40,10 @@ use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
 use crate::task::task_dir::INBOX_MOUNT;
 use provision::{provision_sandbox, ProvisionFailure};
+
+/// Tries at opening a project task's sandbox, a pause apart.
+const PROJECT_OPEN_TRIES_MAX: u32 = 5;
+const PROJECT_OPEN_PAUSE_MS: u64 = 1_000;
 
 /// Longest error text sent to the control plane.
 pub(crate) const ERROR_TEXT_BYTES_MAX: usize = 2_000;
@@ -100,6 +104,9 @@ struct Progress {
     last_output_ms: u64,
     reported: OutputCounts,
     last_report_ms: u64,
+    /// What the provider's stream said, as last looked at and as last reported.
+    provider: Option<ProviderProgress>,
+    reported_provider: Option<ProviderProgress>,
 }
 
 impl Progress {
@@ -112,6 +119,8 @@ impl Progress {
             last_output_ms: squadron_client::now_ms(),
             reported: OutputCounts::default(),
             last_report_ms: 0,
+            provider: None,
+            reported_provider: None,
         }
     }
 
@@ -129,11 +138,16 @@ impl Progress {
 
     /// Whether the counters changed since the last report and the interval has passed.
     fn due(&self, now: u64, interval_ms: u64) -> bool {
-        self.last != self.reported && now.saturating_sub(self.last_report_ms) >= interval_ms
+        self.unreported() && now.saturating_sub(self.last_report_ms) >= interval_ms
+    }
+
+    fn unreported(&self) -> bool {
+        self.last != self.reported || self.provider != self.reported_provider
     }
 
     fn sent(&mut self, counts: OutputCounts, now: u64) {
         self.reported = counts;
+        self.reported_provider = self.provider.clone();
         self.last_report_ms = now;
     }
 }
@@ -154,6 +168,8 @@ pub(crate) struct TaskDriver {
     lease: Option<TaskLease>,
     /// A `placement: project` task's runtime, once its project sandbox is open.
     project: Option<Arc<ProjectRuntime>>,
+    /// A `placement: project` task an earlier build started in a sandbox of its own.
+    own_sandbox: bool,
 }
 
 /// How a step ended.
@@ -185,6 +201,7 @@ impl TaskDriver {
             egress: None,
             lease,
             project: None,
+            own_sandbox: false,
         }
     }
 
@@ -241,12 +258,17 @@ impl TaskDriver {
             })
     }
 
+    /// Whether the attempt runs as its profile's generation in the project's sandbox: a
+    /// `placement: project` task, unless an earlier build of the worker started it in a
+    /// sandbox of its own (it is driven there to its end).
     fn is_project_task(&self) -> bool {
-        matches!(self.spec.placement, Placement::Project { .. })
+        matches!(self.spec.placement, Placement::Project { .. }) && !self.own_sandbox
     }
 
     /// A `placement: project` task's runtime: its profile's generation in the project's
-    /// sandbox on this worker.
+    /// sandbox on this worker — the one its record names once PROVISIONING made it, else the
+    /// one the assignment's lease holds. The sandbox is asked for a few times: its volume may
+    /// be being mounted again after a reboot.
     async fn open_project(&mut self) -> Result<(), String> {
         let Placement::Project {
             tenant,
@@ -256,32 +278,66 @@ impl TaskDriver {
         else {
             return Ok(());
         };
-        if self.project.is_some() {
+        if self.project.is_some() || self.own_sandbox {
             return Ok(());
         }
-        let agents = self.ctx.agents.as_ref().ok_or_else(|| {
+        let record = ProjectRuntime::record(&self.dir, self.attempt).map_err(|e| e.to_string())?;
+        if record.is_none() && self.load_checkpoint().and_then(|c| c.sandbox).is_some() {
+            self.own_sandbox = true;
+            return Ok(());
+        }
+        let agents = self.ctx.agents.clone().ok_or_else(|| {
             "this worker runs no agent profiles, so no placement: project task".to_string()
         })?;
-        let lease = self.lease.ok_or_else(|| {
-            "no runtime lease came with the assignment of this placement: project task".to_string()
-        })?;
-        let sandbox = agents
-            .sandbox_of(tenant, project)
-            .await
-            .map_err(|e| format!("opening the sandbox of project {tenant}/{project}: {e}"))?;
+        let generation = match (&record, self.lease) {
+            (Some(run), _) => run.generation,
+            (None, Some(lease)) => lease.generation,
+            (None, None) => {
+                return Err(
+                    "no runtime lease came with the assignment of this placement: \
+                            project task"
+                        .to_string(),
+                )
+            }
+        };
+        let mut tries = 0;
+        let sandbox = loop {
+            match agents.sandbox_of(tenant, project).await {
+                Ok(sandbox) => break sandbox,
+                Err(e) if tries + 1 >= PROJECT_OPEN_TRIES_MAX => {
+                    return Err(format!(
+                        "opening the sandbox of project {tenant}/{project}: {e}"
+                    ))
+                }
+                Err(e) => {
+                    tracing::warn!(task = %self.task, error = %e, "the project sandbox cannot be opened yet");
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(PROJECT_OPEN_PAUSE_MS)).await;
+                }
+            }
+        };
         self.project = Some(Arc::new(ProjectRuntime::new(
             agents.runtime().clone(),
             sandbox,
             profile.clone(),
-            lease.generation,
+            generation,
         )));
-        self.event(serde_json::json!({"event": "project_lease", "profile": profile, "lease": lease.lease.get(), "generation": lease.generation.get()}));
+        if let (None, Some(lease)) = (&record, self.lease) {
+            self.event(serde_json::json!({"event": "project_lease", "profile": profile, "lease": lease.lease.get(), "generation": lease.generation.get()}));
+        }
         Ok(())
     }
 
     async fn step(&mut self, state: TaskState) -> Result<Step, WorkerError> {
         if let Err(why) = self.open_project().await {
-            return Ok(self.fail(state, None, why).await);
+            if ProjectRuntime::record(&self.dir, self.attempt).is_ok_and(|r| r.is_none()) {
+                return Ok(self.fail(state, None, why).await);
+            }
+            // Its generation may run: the end is not reported (the lease keeps its slot)
+            // until a later life of this driver can reap it.
+            tracing::error!(task = %self.task, error = %why, "a project task's generation cannot be reached; its end waits");
+            self.event(serde_json::json!({"event": "project_unreachable", "error": why}));
+            return Ok(Step::Done);
         }
         if let Some(reason) = self.cancel_reason() {
             return Ok(self.cancel_now(state, reason).await);
@@ -430,6 +486,11 @@ impl TaskDriver {
                     && task.worker.as_ref() == Some(&self.ctx.config.id);
                 if !ours || task.state.is_terminal() {
                     tracing::info!(task = %self.task, state = %task.state, trace_id = %trace, "the attempt is no longer ours or has ended");
+                    if self.is_project_task() {
+                        // Nothing of it may run on: its lease is no longer the task's.
+                        self.stop_if_running(0).await;
+                        self.destroy_sandbox().await;
+                    }
                     return Ok(Step::Done);
                 }
                 if task.state == from {
@@ -454,6 +515,11 @@ impl TaskDriver {
         if let Err(why) = self.ensure_volume().await {
             return Ok(self.fail(TaskState::Staging, None, why).await);
         }
+        // Read before the checkpoint below says this attempt.
+        let earlier_attempt = TaskCheckpoint::load(&self.dir.state_json())
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.attempt != self.attempt);
         self.checkpoint(|c| c.state = TaskState::Staging);
         // Checked here too: a task assigned before the control plane had this policy, or by
         // a control plane that ignored it, still does not run.
@@ -466,7 +532,7 @@ impl TaskDriver {
         }
         if self.is_project_task() {
             // Its work tree is the profile's worktree, made at PROVISIONING: nothing to clone.
-            if let Err(e) = self.project_dirs() {
+            if let Err(e) = self.project_dirs(earlier_attempt) {
                 return Ok(self.fail(TaskState::Staging, None, e.to_string()).await);
             }
             return self
@@ -511,9 +577,8 @@ impl TaskDriver {
 
     /// A project task's own directories: its launch files and its outbox, an earlier
     /// attempt's gone first (they hold that attempt's output).
-    fn project_dirs(&self) -> Result<(), WorkerError> {
-        let earlier = (1..self.attempt).any(|a| ProjectRuntime::record_path(&self.dir, a).exists());
-        if earlier && ProjectRuntime::record(&self.dir, self.attempt)?.is_none() {
+    fn project_dirs(&self, earlier_attempt: bool) -> Result<(), WorkerError> {
+        if earlier_attempt {
             for path in [self.dir.run(), self.dir.outbox()] {
                 crate::support::remove_path(&path)?;
             }
@@ -739,11 +804,16 @@ impl TaskDriver {
             self.note_agent_exit(code).await;
         }
         self.note_provider_summary().await;
-        let counts = progress.counter.look();
-        if counts != progress.reported {
+        progress.last = progress.counter.look();
+        if progress.unreported() {
             self.ctx
                 .control
-                .progress(self.task, self.attempt, counts)
+                .progress(
+                    self.task,
+                    self.attempt,
+                    progress.last,
+                    progress.provider.clone(),
+                )
                 .await;
         }
         self.checkpoint(|c| c.exit_code = code);
@@ -823,24 +893,24 @@ impl TaskDriver {
         let mut live = ProviderLive::resume(&self.dir, self.spec.agent.provider, self.attempt);
         loop {
             let now = squadron_client::now_ms();
-            self.tell_tool_calls(&mut live);
+            self.follow_provider(&mut live, progress, false).await;
             let counts = progress.look(now);
             if progress.due(now, self.ctx.config.progress_interval_ms)
                 && self
                     .ctx
                     .control
-                    .progress(self.task, self.attempt, counts)
+                    .progress(self.task, self.attempt, counts, progress.provider.clone())
                     .await
             {
                 progress.sent(counts, now);
             }
             match runtime.status(handle).await? {
                 RunStatus::Exited { code } => {
-                    self.tell_tool_calls(&mut live);
+                    self.follow_provider(&mut live, progress, true).await;
                     return Ok((Some(code), RunEnd::Exited));
                 }
                 RunStatus::Vanished => {
-                    self.tell_tool_calls(&mut live);
+                    self.follow_provider(&mut live, progress, true).await;
                     return Ok((None, RunEnd::Vanished));
                 }
                 RunStatus::Created | RunStatus::Running => {}
@@ -864,7 +934,7 @@ impl TaskDriver {
                     RunStatus::Exited { code } => Some(code),
                     _ => None,
                 };
-                self.tell_tool_calls(&mut live);
+                self.follow_provider(&mut live, progress, true).await;
                 return Ok((code, RunEnd::Interrupted(i)));
             }
             tokio::select! {
@@ -874,13 +944,38 @@ impl TaskDriver {
         }
     }
 
-    /// The tool calls the provider's stream tells since the last look, as events.
-    fn tell_tool_calls(&self, live: &mut Option<ProviderLive>) {
-        if let Some(live) = live {
-            for event in live.look(&self.dir) {
-                self.event(event);
-            }
+    /// The tool calls the provider's stream tells since the last look, as events, and its
+    /// running account for the next progress report.
+    /// With `ended`, the provider exited: the rest of its stream is read.
+    async fn follow_provider(
+        &self,
+        live: &mut Option<ProviderLive>,
+        progress: &mut Progress,
+        ended: bool,
+    ) {
+        let Some(mut following) = live.take() else {
+            return;
+        };
+        let dir = self.dir.clone();
+        // Reads and parses up to a few MiB and writes the record: off the async threads.
+        let looked = tokio::task::spawn_blocking(move || {
+            let events = if ended {
+                following.drain(&dir)
+            } else {
+                following.look(&dir)
+            };
+            (following, events)
+        })
+        .await;
+        let Ok((following, events)) = looked else {
+            tracing::warn!(task = %self.task, "following the provider's stream failed; it is not followed further");
+            return;
+        };
+        for event in events {
+            self.event(event);
         }
+        progress.provider = following.progress();
+        *live = Some(following);
     }
 
     fn run_facts(&self, exit_code: Option<i32>) -> RunFacts {
@@ -977,7 +1072,11 @@ impl TaskDriver {
         let (artifacts, collect_error) = self.collect_what_exists(code).await;
         let success = code.is_some_and(|c| self.spec.lifecycle.is_success_exit_code(c));
         if success && collect_error.is_none() {
-            self.destroy_sandbox().await;
+            if let Some(e) = self.destroy_sandbox().await {
+                if self.is_project_task() {
+                    return Ok(self.hold_end(e));
+                }
+            }
             let detail = TransitionDetail {
                 exit_code: code,
                 error: None,
@@ -1004,6 +1103,16 @@ impl TaskDriver {
         let runtime = self.runtime().ok()?;
         let handle = self.sandbox(&runtime).await.ok().flatten()?;
         runtime.limits_hit(&handle).await
+    }
+
+    /// A project task's end releases its lease and the slot with it (INV-5): it is not
+    /// reported before a proving reap of its generation. Without one the driver stops here,
+    /// the task stays where it is and the lease keeps its slot; a later life of the driver
+    /// (the worker's restart) tries again.
+    fn hold_end(&self, why: String) -> Step {
+        tracing::error!(task = %self.task, error = %why, "the generation is not proven quiescent; the task's end waits");
+        self.event(serde_json::json!({"event": "end_held", "error": why}));
+        Step::Done
     }
 
     async fn destroy_sandbox(&self) -> Option<String> {
@@ -1045,7 +1154,11 @@ impl TaskDriver {
         self.ctx.active.remove(self.task);
         let mut error = why;
         let mut to = TaskState::Failed;
-        let preserved = if self.spec.lifecycle.failure_action == FailureAction::Preserve {
+        // A project task's work stays in the profile's worktree anyway; its generation is
+        // reaped like any other.
+        let preserved = if self.spec.lifecycle.failure_action == FailureAction::Preserve
+            && !self.is_project_task()
+        {
             match self.runtime() {
                 Ok(runtime) => match self.sandbox(&runtime).await {
                     Ok(Some(h)) => {
@@ -1071,6 +1184,9 @@ impl TaskDriver {
             }
             None => {
                 if let Some(e) = self.destroy_sandbox().await {
+                    if self.is_project_task() {
+                        return self.hold_end(e);
+                    }
                     error = format!("{error}; destroying the sandbox failed: {e}");
                 }
             }
@@ -1117,6 +1233,9 @@ impl TaskDriver {
         self.ctx.active.remove(self.task);
         let (artifacts, _) = self.collect_what_exists(code).await;
         let destroy_error = self.destroy_sandbox().await;
+        if let (Some(e), true) = (&destroy_error, self.is_project_task()) {
+            return self.hold_end(e.clone());
+        }
         self.event(serde_json::json!({"event": "cancelled", "reason": reason}));
         let detail = TransitionDetail {
             exit_code: None,

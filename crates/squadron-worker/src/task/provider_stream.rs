@@ -18,6 +18,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 use squadron_core::provider::Provider;
+use squadron_core::task::PROVIDER_NAME_BYTES_MAX;
 use squadron_isolation::beneath::Beneath;
 
 /// Most bytes of the stream read; a longer stream is summarized from its start.
@@ -61,6 +62,7 @@ impl ProviderSummary {
     }
 
     fn tool(&mut self, name: &str) {
+        let name = cut_at(name, PROVIDER_NAME_BYTES_MAX);
         self.tool_calls += 1;
         let key = if self.tools.len() < PROVIDER_TOOL_NAMES_MAX || self.tools.contains_key(name) {
             name.to_string()
@@ -118,6 +120,8 @@ pub(crate) struct ProviderFollower {
     skipping: bool,
     /// Bytes of the stream fed so far: where the next look reads from.
     offset: u64,
+    /// The last look left bytes of the stream unread.
+    behind: bool,
 }
 
 impl ProviderFollower {
@@ -134,7 +138,13 @@ impl ProviderFollower {
             partial: Vec::new(),
             skipping: false,
             offset: 0,
+            behind: false,
         })
+    }
+
+    /// Whether the last look left bytes unread (at most [`FOLLOW_READ_BYTES_MAX`] a look).
+    pub(crate) fn behind(&self) -> bool {
+        self.behind
     }
 
     pub(crate) fn summary(&self) -> &ProviderSummary {
@@ -149,12 +159,21 @@ impl ProviderFollower {
             return Vec::new();
         };
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < self.offset {
+            // Replaced or cut by the sandbox: what it holds now is read from its start.
+            self.summary = ProviderSummary::default();
+            self.partial.clear();
+            self.skipping = false;
+            self.offset = 0;
+        }
         if len <= self.offset || self.offset >= PROVIDER_STREAM_BYTES_MAX {
+            self.behind = false;
             return Vec::new();
         }
         let want = (len - self.offset)
             .min(FOLLOW_READ_BYTES_MAX)
             .min(PROVIDER_STREAM_BYTES_MAX - self.offset);
+        self.behind = self.offset + want < len.min(PROVIDER_STREAM_BYTES_MAX);
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
             return Vec::new();
         }
@@ -219,8 +238,10 @@ impl ProviderFollower {
     }
 }
 
+/// A string field of an event, cut at [`PROVIDER_NAME_BYTES_MAX`]: ids and names only.
 fn text(v: &Value) -> Option<String> {
-    v.as_str().map(str::to_string)
+    v.as_str()
+        .map(|s| cut_at(s, PROVIDER_NAME_BYTES_MAX).to_string())
 }
 
 /// Claude Code `stream-json`: `system/init` (session, model), `assistant` messages whose

@@ -71,8 +71,9 @@ pub(crate) async fn measure(
     }
     let leaf = match &c.sandbox {
         Some(id) => {
+            // A project task's sandbox is its project's, whatever its `vm.runtime`.
             let handle = SandboxHandle {
-                runtime: c.runtime,
+                runtime: runtime.kind(),
                 id: id.clone(),
             };
             runtime.usage(&handle).await?
@@ -89,7 +90,6 @@ pub(crate) async fn measure(
         runtime: c.runtime,
         state: c.state,
         usage,
-        provider: crate::task::provider_progress::read(dir),
         measured_at_ms: now_ms(),
     })
 }

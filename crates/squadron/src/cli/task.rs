@@ -12,7 +12,7 @@ use squadron_client::{
 };
 use squadron_core::ids::TaskId;
 use squadron_core::manifest::Keyword as _;
-use squadron_core::task::{Task, TaskState};
+use squadron_core::task::{AttemptProviderProgress, Task, TaskState};
 use squadron_core::worker::WorkerStatus;
 use squadron_core::ValidationError;
 
@@ -121,7 +121,13 @@ pub async fn run(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
         }
         TaskCmd::Get { id } => {
             let t = c.get_task(id, ctx.consistency).await?;
-            emit(ctx.out, &t, |t| output::key_values(&task_pairs(t)))
+            // Shown in the table only: the JSON output stays the task record.
+            let provider = c.task_provider(id, ctx.consistency).await.ok();
+            emit(ctx.out, &t, |t| {
+                let mut pairs = task_pairs(t);
+                pairs.extend(provider_pairs(provider.as_ref()));
+                output::key_values(&pairs)
+            })
         }
         TaskCmd::Logs {
             id,
@@ -345,6 +351,34 @@ fn task_pairs(t: &Task) -> Vec<(String, String)> {
             },
         ),
         ("submitted_at_ms".into(), t.submitted_at_ms.to_string()),
+    ]
+}
+
+/// The provider's own account of its run, when it gave one.
+fn provider_pairs(p: Option<&AttemptProviderProgress>) -> Vec<(String, String)> {
+    let Some(AttemptProviderProgress { attempt, progress }) = p else {
+        return Vec::new();
+    };
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    vec![
+        (
+            "tool_calls".into(),
+            format!("{} (attempt {attempt})", progress.tool_calls),
+        ),
+        ("current_tool".into(), opt(&progress.current_tool)),
+        (
+            "tokens".into(),
+            format!(
+                "{} in, {} out",
+                progress.input_tokens, progress.output_tokens
+            ),
+        ),
+        (
+            "cost_usd".into(),
+            progress
+                .cost_micro_usd
+                .map_or("-".into(), |m| format!("{:.6}", m as f64 / 1e6)),
+        ),
     ]
 }
 

@@ -158,7 +158,8 @@ pub(super) fn remove_special_files(inbox: &Path, notes: &mut Vec<String>) -> Res
     Ok(())
 }
 
-/// git reads what it finds in `.git`, and the work tree's `.gitignore` and `.gitattributes`,
+/// git reads what it finds in `.git`, and the work tree's `.gitignore`, `.gitattributes` and
+/// `.gitmodules`,
 /// by path and follows links (libgit2 does; git itself stopped for the latter two in 2.32):
 /// any such link — a ref, `info/`, `shallow`, an ignore file pointing at a host FIFO or file —
 /// keeps git out of the work tree.
@@ -168,7 +169,7 @@ fn refuse_git_link(inbox: &Path, link: &Path) -> Result<(), String> {
     let in_git_dir = relative.starts_with(".git") && !relative.starts_with(".git/hooks");
     let read_by_git = matches!(
         link.file_name().and_then(|n| n.to_str()),
-        Some(".gitignore" | ".gitattributes")
+        Some(".gitignore" | ".gitattributes" | ".gitmodules")
     );
     if in_git_dir || read_by_git {
         return Err(format!(

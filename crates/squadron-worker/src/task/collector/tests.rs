@@ -810,6 +810,11 @@ async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
         .unwrap()
         .success());
     write(&worktree.join(".git"), "gitdir: /nonexistent\n");
+    // A repository of its own inside the worktree: never opened, never a submodule entry.
+    let nested = worktree.join("vendored");
+    std::fs::create_dir_all(&nested).unwrap();
+    git(&nested, &["init", "-q"]);
+    write(&nested.join("lib.txt"), "vendored\n");
     let index_before = std::fs::read(admin.join("index")).unwrap();
 
     let spec = spec_for(&source.url());
@@ -831,7 +836,14 @@ async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
     assert!(patch.contains("+    44"), "{patch}");
     assert!(patch.contains("+made by the task"), "{patch}");
     assert!(patch.contains("deleted file mode"), "{patch}");
-    for absent in ["earlier work", "earlier notes", "ignored", "pipe"] {
+    for absent in [
+        "earlier work",
+        "earlier notes",
+        "ignored",
+        "pipe",
+        "Subproject",
+        "vendored",
+    ] {
         assert!(!patch.contains(absent), "{absent} in {patch}");
     }
     assert!(
@@ -849,7 +861,10 @@ async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
     );
     let untracked =
         std::fs::read_to_string(dir.artifacts().join(untracked_name(dir.task()))).unwrap();
-    assert!(untracked.contains("new.txt"), "{untracked}");
+    assert_eq!(
+        untracked, "new.txt\n",
+        "the new files are the task's: not earlier work, not a nested repository"
+    );
 
     // Applied to the commit plus the earlier work, it gives the task's result.
     let fresh = tempfile::tempdir().unwrap();

@@ -19,11 +19,20 @@ impl Collector<'_> {
         let statuses = repo
             .statuses(Some(&mut opts))
             .map_err(|e| format!("git status failed: {}", e.message()))?;
-        let mut paths: Vec<String> = statuses
+        let paths: Vec<String> = statuses
             .iter()
             .filter(|entry| entry.status().contains(Status::WT_NEW))
             .map(|entry| quote_path(entry.path_bytes()))
             .collect();
+        self.write_path_list(paths, name)
+    }
+
+    /// `paths`, sorted and bounded, one per line, as the artifact `name`.
+    pub(super) fn write_path_list(
+        &mut self,
+        mut paths: Vec<String>,
+        name: &str,
+    ) -> Result<UntrackedSummary, String> {
         paths.sort();
         let truncated = paths.len() > self.limits.untracked_paths_max;
         if truncated {

@@ -12,10 +12,11 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{IndexAddOption, Oid, Repository};
+use git2::{Delta, IndexAddOption, Oid, Repository, Tree};
 use serde::{Deserialize, Serialize};
 
 use super::git_guard::remove_special_files;
+use super::untracked::quote_path;
 use super::{patch_name, untracked_name, Collector, GitOutputs};
 use crate::support::remove_path;
 
@@ -57,7 +58,7 @@ pub(crate) fn snapshot_worktree(
 ) -> Result<WorktreeSnapshot, String> {
     remove_special_files(worktree, notes)?;
     let repo = open_profile_worktree(admin, worktree)?;
-    let tree = snapshot_tree(&repo, admin, scratch)?;
+    let tree = snapshot_tree(&repo, admin, worktree, scratch)?;
     let head = repo
         .head()
         .ok()
@@ -70,7 +71,14 @@ pub(crate) fn snapshot_worktree(
 }
 
 /// The work tree's files as a tree written to `repo`, through a scratch index at `scratch`.
-fn snapshot_tree(repo: &Repository, admin: &Path, scratch: &Path) -> Result<Oid, String> {
+/// Directories are never added as such: one holding a `.git` would be added as a submodule,
+/// which git opens — wherever its `.git` points — to read its HEAD.
+fn snapshot_tree(
+    repo: &Repository,
+    admin: &Path,
+    worktree: &Path,
+    scratch: &Path,
+) -> Result<Oid, String> {
     let failed = |what: &str, e: git2::Error| format!("cannot {what}: {}", e.message());
     remove_path(scratch).map_err(|e| e.to_string())?;
     let real = admin.join("index");
@@ -91,11 +99,15 @@ fn snapshot_tree(repo: &Repository, admin: &Path, scratch: &Path) -> Result<Oid,
                 index.read_tree(&tree).map_err(|e| failed("read HEAD", e))?;
             }
         }
+        let mut files_only = |path: &Path, _: &[u8]| -> i32 {
+            let is_dir = std::fs::symlink_metadata(worktree.join(path)).is_ok_and(|m| m.is_dir());
+            i32::from(is_dir)
+        };
         index
-            .add_all(["*"], IndexAddOption::DEFAULT, None)
+            .add_all(["*"], IndexAddOption::DEFAULT, Some(&mut files_only))
             .map_err(|e| failed("add the work tree", e))?;
         index
-            .update_all(["*"], None)
+            .update_all(["*"], Some(&mut files_only))
             .map_err(|e| failed("note removed files", e))?;
         index.write_tree().map_err(|e| failed("write the tree", e))
     })();
@@ -140,19 +152,38 @@ impl Collector<'_> {
                 .and_then(|oid| repo.find_tree(oid))
                 .map_err(|e| format!("snapshot {id} unreadable: {}", e.message()))
         };
-        match tree(&w.base.tree).and_then(|base| Ok((base, tree(&end.tree)?))) {
-            Ok((base, end)) => match self.write_tree_patch(&repo, &base, &end, &patch_name(task)) {
-                Ok(summary) => out.patch = Some(summary),
-                Err(e) => self.notes.push(format!("no patch: {e}")),
-            },
+        let (base, end) = match tree(&w.base.tree).and_then(|base| Ok((base, tree(&end.tree)?))) {
+            Ok(trees) => trees,
+            Err(e) => {
+                self.notes.push(format!("no patch or untracked list: {e}"));
+                return out;
+            }
+        };
+        match self.write_tree_patch(&repo, &base, &end, &patch_name(task)) {
+            Ok(summary) => out.patch = Some(summary),
             Err(e) => self.notes.push(format!("no patch: {e}")),
         }
-        match self.write_untracked(&repo, &untracked_name(task)) {
+        // The new files are the task's: those the base snapshot lacks.
+        let listed = added_paths(&repo, &base, &end)
+            .and_then(|paths| self.write_path_list(paths, &untracked_name(task)));
+        match listed {
             Ok(summary) => out.untracked = Some(summary),
             Err(e) => self.notes.push(format!("no untracked list: {e}")),
         }
         out
     }
+}
+
+/// The paths `end` has and `base` lacks.
+fn added_paths(repo: &Repository, base: &Tree<'_>, end: &Tree<'_>) -> Result<Vec<String>, String> {
+    let diff = repo
+        .diff_tree_to_tree(Some(base), Some(end), None)
+        .map_err(|e| format!("git diff failed: {}", e.message()))?;
+    Ok(diff
+        .deltas()
+        .filter(|d| d.status() == Delta::Added)
+        .filter_map(|d| d.new_file().path_bytes().map(quote_path))
+        .collect())
 }
 
 /// The scratch index of a snapshot, in the task's root (never mounted in a sandbox).
