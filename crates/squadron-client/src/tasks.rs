@@ -78,13 +78,13 @@ impl SquadronClient {
         self.get(&format!("/api/v1/tasks/{task}"), c).await
     }
 
-    /// What the task's provider CLI said of its run (tool calls, current tool, tokens), as
-    /// its worker last reported it; a 404 before the first report.
+    /// What the task's provider CLI said of its current attempt's run (tool calls, current
+    /// tool, tokens), as its worker last reported it; `None` before the first report.
     pub async fn task_provider(
         &self,
         task: TaskId,
         c: Consistency,
-    ) -> Result<squadron_core::task::AttemptProviderProgress, ClientError> {
+    ) -> Result<Option<squadron_core::task::AttemptProviderProgress>, ClientError> {
         self.get(&format!("/api/v1/tasks/{task}/provider"), c).await
     }
 

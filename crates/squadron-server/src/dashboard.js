@@ -135,7 +135,7 @@ async function showUsage(id,t){
   text=u?'sandbox: '+usageLine(u)+' (agent of attempt '+a.attempt+', last check-in '+seen+' s ago)':'sandbox: its agent registered and has not reported usage yet'}
  catch(e){if(e.status===401){signIn(e.message);return}
   text=e.status===404?'sandbox usage: its agent has not registered yet':e.message}
- try{text+=providerLine((await load('/api/v1/tasks/'+encodeURIComponent(id)+'/provider?consistency=stale')).progress)}catch(e){}
+ if(t.spec?.agent?.provider!=='script')try{const p=await load('/api/v1/tasks/'+encodeURIComponent(id)+'/provider?consistency=stale');if(p)text+=providerLine(p.progress)}catch(e){}
  if(detailId===id&&me===usageReads)$('usage').textContent=text;
 }
 function projects(p){return table(['tenant','project','profiles','slots','max','sandbox',''],p.map(x=>cells([x.tenant,x.project,x.profiles,x.slots_held,x.max_active,x.sandbox]).concat(

@@ -49,6 +49,26 @@ fn preserved(fx: &mut Fx) -> TaskId {
             worker: worker(),
         }],
     }));
+    // The provider's account goes with the task when it is pruned (the checker refuses one
+    // of an unknown task).
+    fx.ok(Command::ReportProgressV2(
+        crate::command::ReportProgressV2 {
+            counts: crate::command::ReportProgress {
+                task: t,
+                worker: worker(),
+                attempt: 1,
+                stdout_bytes: 1,
+                stderr_bytes: 0,
+                lines: 1,
+                events: 0,
+            },
+            provider: Some(crate::task::ProviderProgress {
+                tool_calls: 1,
+                current_tool: Some("Bash".into()),
+                ..Default::default()
+            }),
+        },
+    ));
     assert!(report(fx, t, Staging, FailedPreserved, None).is_ok());
     t
 }

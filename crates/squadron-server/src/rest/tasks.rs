@@ -68,11 +68,11 @@ pub fn routes(book: RouteBook) -> RouteBook {
     .add(
         "GET",
         "/api/v1/tasks/:id/provider",
-        "What the provider CLI's own stream said of the attempt's run, as its worker last \
-         reported it: tool calls, the current tool, tokens, cost where stated; 404 before the \
-         first report and for a provider without a stream (script)",
+        "What the provider CLI's own stream said of the current attempt's run, as its worker \
+         last reported it: tool calls, the current tool, tokens, cost where stated; null before \
+         the first report and for a provider without a stream (script)",
         query::<ConsistencyQuery>(),
-        json::<squadron_core::task::AttemptProviderProgress>(),
+        json::<Option<squadron_core::task::AttemptProviderProgress>>(),
         Access::viewer(Scope::Task).and_workers(),
         get(get_provider),
     )
@@ -241,13 +241,15 @@ async fn get_provider(
     State(node): State<AppState>,
     Path(id): Path<String>,
     QueryParams(q): QueryParams<ConsistencyQuery>,
-) -> Result<Json<squadron_core::task::AttemptProviderProgress>, ApiError> {
+) -> Result<Json<Option<squadron_core::task::AttemptProviderProgress>>, ApiError> {
     let id = task_id(&id)?;
     read(&node, q.consistency, |s| {
-        task_of(s, id)?;
-        s.provider_progress(id).cloned().map(Json).ok_or_else(|| {
-            ApiError::not_found(format!("task {id}'s provider has reported no progress"))
-        })
+        let task = task_of(s, id)?;
+        Ok(Json(
+            s.provider_progress(id)
+                .filter(|p| p.attempt == task.attempt)
+                .cloned(),
+        ))
     })
     .await
 }

@@ -41,6 +41,10 @@ use crate::task::task_dir::TaskDir;
 use crate::task::task_dir::INBOX_MOUNT;
 use provision::{provision_sandbox, ProvisionFailure};
 
+/// Tries at a proving reap of a project task's generation before its end is held, a pause
+/// apart.
+const PROJECT_REAP_TRIES_MAX: u32 = 5;
+const PROJECT_REAP_PAUSE_MS: u64 = 2_000;
 /// Tries at opening a project task's sandbox, a pause apart.
 const PROJECT_OPEN_TRIES_MAX: u32 = 5;
 const PROJECT_OPEN_PAUSE_MS: u64 = 1_000;
@@ -337,6 +341,7 @@ impl TaskDriver {
             // until a later life of this driver can reap it.
             tracing::error!(task = %self.task, error = %why, "a project task's generation cannot be reached; its end waits");
             self.event(serde_json::json!({"event": "project_unreachable", "error": why}));
+            self.ctx.active.remove(self.task);
             return Ok(Step::Done);
         }
         if let Some(reason) = self.cancel_reason() {
@@ -515,11 +520,17 @@ impl TaskDriver {
         if let Err(why) = self.ensure_volume().await {
             return Ok(self.fail(TaskState::Staging, None, why).await);
         }
-        // Read before the checkpoint below says this attempt.
-        let earlier_attempt = TaskCheckpoint::load(&self.dir.state_json())
-            .ok()
-            .flatten()
-            .is_some_and(|c| c.attempt != self.attempt);
+        if self.is_project_task() {
+            // Before the checkpoint below names this attempt: a crash in between must not
+            // hand an earlier attempt's output to this one.
+            let earlier_attempt = TaskCheckpoint::load(&self.dir.state_json())
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.attempt != self.attempt);
+            if let Err(e) = self.project_dirs(earlier_attempt) {
+                return Ok(self.fail(TaskState::Staging, None, e.to_string()).await);
+            }
+        }
         self.checkpoint(|c| c.state = TaskState::Staging);
         // Checked here too: a task assigned before the control plane had this policy, or by
         // a control plane that ignored it, still does not run.
@@ -532,9 +543,6 @@ impl TaskDriver {
         }
         if self.is_project_task() {
             // Its work tree is the profile's worktree, made at PROVISIONING: nothing to clone.
-            if let Err(e) = self.project_dirs(earlier_attempt) {
-                return Ok(self.fail(TaskState::Staging, None, e.to_string()).await);
-            }
             return self
                 .report(
                     TaskState::Staging,
@@ -1105,6 +1113,40 @@ impl TaskDriver {
         runtime.limits_hit(&handle).await
     }
 
+    /// A project task's generation reaped with proof, tried a few times (a leaf empties as
+    /// its last processes exit); the error when it cannot be, or cannot even be reached —
+    /// never "nothing to reap" unless PROVISIONING never recorded a generation.
+    async fn reap_project_generation(&self) -> Option<String> {
+        let runtime = match self.runtime() {
+            Ok(runtime) => runtime,
+            Err(e) => return Some(e.to_string()),
+        };
+        let handle = match self.sandbox(&runtime).await {
+            Ok(Some(handle)) => handle,
+            Ok(None) => return None,
+            Err(e) => return Some(e.to_string()),
+        };
+        let mut last = String::new();
+        for tried in 1..=PROJECT_REAP_TRIES_MAX {
+            match runtime.destroy(&handle).await {
+                Ok(report) => {
+                    self.event(serde_json::json!({"event": "reaped", "sandbox": report.sandbox, "populated": report.populated, "observed_at_ms": report.observed_at_ms, "detail": report.detail}));
+                    return None;
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    self.event(
+                        serde_json::json!({"event": "reap_failed", "error": last, "try": tried}),
+                    );
+                }
+            }
+            if tried < PROJECT_REAP_TRIES_MAX {
+                tokio::time::sleep(Duration::from_millis(PROJECT_REAP_PAUSE_MS)).await;
+            }
+        }
+        Some(last)
+    }
+
     /// A project task's end releases its lease and the slot with it (INV-5): it is not
     /// reported before a proving reap of its generation. Without one the driver stops here,
     /// the task stays where it is and the lease keeps its slot; a later life of the driver
@@ -1116,6 +1158,9 @@ impl TaskDriver {
     }
 
     async fn destroy_sandbox(&self) -> Option<String> {
+        if self.is_project_task() {
+            return self.reap_project_generation().await;
+        }
         let runtime = self.runtime().ok()?;
         let handle = self.sandbox(&runtime).await.ok().flatten()?;
         match runtime.destroy(&handle).await {

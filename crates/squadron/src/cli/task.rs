@@ -122,7 +122,7 @@ pub async fn run(ctx: &Ctx, cmd: TaskCmd) -> anyhow::Result<()> {
         TaskCmd::Get { id } => {
             let t = c.get_task(id, ctx.consistency).await?;
             // Shown in the table only: the JSON output stays the task record.
-            let provider = c.task_provider(id, ctx.consistency).await.ok();
+            let provider = c.task_provider(id, ctx.consistency).await.ok().flatten();
             emit(ctx.out, &t, |t| {
                 let mut pairs = task_pairs(t);
                 pairs.extend(provider_pairs(provider.as_ref()));

@@ -815,6 +815,19 @@ async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
     std::fs::create_dir_all(&nested).unwrap();
     git(&nested, &["init", "-q"]);
     write(&nested.join("lib.txt"), "vendored\n");
+    git(&nested, &["add", "lib.txt"]);
+    git(
+        &nested,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+            "commit",
+            "-qm",
+            "v",
+        ],
+    );
     let index_before = std::fs::read(admin.join("index")).unwrap();
 
     let spec = spec_for(&source.url());
@@ -879,4 +892,70 @@ async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
         "pub fn answer() -> u32 {\n    44\n}\n"
     );
     assert!(!clone.join("docs/guide.md").exists());
+}
+
+/// A submodule of the profile's branch whose `.git` the provider pointed at a "repository"
+/// elsewhere on the host, its HEAD a FIFO: the snapshots never open it (they would hang on
+/// the FIFO), and the submodule's entry stays what the branch holds.
+#[test]
+fn a_submodule_s_gitfile_pointing_elsewhere_is_never_opened() {
+    let source = SourceRepo::new();
+    let root = tempfile::tempdir().unwrap();
+    let worktree = root.path().join("wt");
+    git(
+        &source.path,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "squadron/sub",
+            worktree.to_str().unwrap(),
+        ],
+    );
+    let admin = source.path.join(".git/worktrees/wt");
+    let cacheinfo = format!("160000,{},sub", source.main_first);
+    git(
+        &worktree,
+        &["update-index", "--add", "--cacheinfo", &cacheinfo],
+    );
+    git(&worktree, &["commit", "-qm", "a submodule"]);
+    // Outside the worktree, so no sweep of the worktree removes the FIFO.
+    let elsewhere = root.path().join("elsewhere");
+    for dir in ["objects", "refs"] {
+        std::fs::create_dir_all(elsewhere.join(dir)).unwrap();
+    }
+    assert!(std::process::Command::new("mkfifo")
+        .arg(elsewhere.join("HEAD"))
+        .status()
+        .unwrap()
+        .success());
+    write(
+        &worktree.join("sub/.git"),
+        format!("gitdir: {}\n", elsewhere.display()),
+    );
+    write(&worktree.join("README.md"), "# Project\n\nchanged\n");
+    let (_tmp, dir) = task_dir(9);
+    std::fs::create_dir_all(dir.root()).unwrap();
+    let scratch = dir.root().join(worktree::SCRATCH_INDEX_NAME);
+    // On a thread of its own: a snapshot that opened the FIFO would block it for good.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (a, w, s) = (admin.clone(), worktree.clone(), scratch.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(worktree::snapshot_worktree(&a, &w, &s, &mut Vec::new()));
+    });
+    let snapshot = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the snapshot finished: the submodule's gitfile was not followed")
+        .unwrap();
+    let repo = git2::Repository::open(&admin).unwrap();
+    let tree = repo
+        .find_tree(git2::Oid::from_str(&snapshot.tree).unwrap())
+        .unwrap();
+    let sub = tree.get_path(std::path::Path::new("sub")).unwrap();
+    assert_eq!(sub.filemode(), 0o160000, "the submodule's entry is kept");
+    assert_eq!(sub.id().to_string(), source.main_first);
+    let readme = tree.get_path(std::path::Path::new("README.md")).unwrap();
+    let blob = repo.find_blob(readme.id()).unwrap();
+    assert_eq!(blob.content(), b"# Project\n\nchanged\n");
 }

@@ -10,9 +10,11 @@
 //! work tree is pinned. Snapshots go through a scratch index of their own (a copy of the
 //! worktree's, for its stat cache), so the worktree's real index is never written.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use git2::{Delta, IndexAddOption, Oid, Repository, Tree};
+use git2::{Delta, IndexAddOption, IndexEntry, Oid, Repository, Tree};
 use serde::{Deserialize, Serialize};
 
 use super::git_guard::remove_special_files;
@@ -99,9 +101,19 @@ fn snapshot_tree(
                 index.read_tree(&tree).map_err(|e| failed("read HEAD", e))?;
             }
         }
+        // Submodules out while the work tree is read: git would open each one's `.git` —
+        // wherever a gitfile the provider wrote there points — for its status. They go back
+        // as they were: a task does not move a submodule.
+        let gitlinks: Vec<IndexEntry> = index.iter().filter(|e| e.mode == GITLINK_MODE).collect();
+        for entry in &gitlinks {
+            index
+                .remove_path(Path::new(OsStr::from_bytes(&entry.path)))
+                .map_err(|e| failed("set a submodule aside", e))?;
+        }
         let mut files_only = |path: &Path, _: &[u8]| -> i32 {
+            let dir_delta = path.as_os_str().as_bytes().ends_with(b"/");
             let is_dir = std::fs::symlink_metadata(worktree.join(path)).is_ok_and(|m| m.is_dir());
-            i32::from(is_dir)
+            i32::from(dir_delta || is_dir)
         };
         index
             .add_all(["*"], IndexAddOption::DEFAULT, Some(&mut files_only))
@@ -109,6 +121,11 @@ fn snapshot_tree(
         index
             .update_all(["*"], Some(&mut files_only))
             .map_err(|e| failed("note removed files", e))?;
+        for entry in &gitlinks {
+            index
+                .add(entry)
+                .map_err(|e| failed("put a submodule back", e))?;
+        }
         index.write_tree().map_err(|e| failed("write the tree", e))
     })();
     remove_path(scratch).map_err(|e| e.to_string())?;
@@ -185,6 +202,9 @@ fn added_paths(repo: &Repository, base: &Tree<'_>, end: &Tree<'_>) -> Result<Vec
         .filter_map(|d| d.new_file().path_bytes().map(quote_path))
         .collect())
 }
+
+/// The mode of a submodule's entry (a commit of another repository).
+const GITLINK_MODE: u32 = 0o160_000;
 
 /// The scratch index of a snapshot, in the task's root (never mounted in a sandbox).
 pub(crate) const SCRATCH_INDEX_NAME: &str = ".snapshot.index";
