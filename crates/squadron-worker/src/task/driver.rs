@@ -41,10 +41,11 @@ use crate::task::task_dir::TaskDir;
 use crate::task::task_dir::INBOX_MOUNT;
 use provision::{provision_sandbox, ProvisionFailure};
 
-/// Tries at a proving reap of a project task's generation before its end is held, a pause
-/// apart.
+/// Tries at a proving reap of a project task's generation, a pause apart, before its end is
+/// said to be held; the tries go on, the pause doubling up to the last bound.
 const PROJECT_REAP_TRIES_MAX: u32 = 5;
 const PROJECT_REAP_PAUSE_MS: u64 = 2_000;
+const PROJECT_REAP_PAUSE_MS_MAX: u64 = 60_000;
 /// Tries at opening a project task's sandbox, a pause apart.
 const PROJECT_OPEN_TRIES_MAX: u32 = 5;
 const PROJECT_OPEN_PAUSE_MS: u64 = 1_000;
@@ -1113,9 +1114,11 @@ impl TaskDriver {
         runtime.limits_hit(&handle).await
     }
 
-    /// A project task's generation reaped with proof, tried a few times (a leaf empties as
-    /// its last processes exit); the error when it cannot be, or cannot even be reached —
-    /// never "nothing to reap" unless PROVISIONING never recorded a generation.
+    /// A project task's generation reaped with proof — tried again and again, the pauses
+    /// growing to [`PROJECT_REAP_PAUSE_MS_MAX`], for as long as it takes: the task's end, which
+    /// releases its lease's slot, waits for it (`end_held` says so after the first tries).
+    /// The error only when the generation cannot be reached at all — never "nothing to reap"
+    /// unless PROVISIONING never recorded a generation.
     async fn reap_project_generation(&self) -> Option<String> {
         let runtime = match self.runtime() {
             Ok(runtime) => runtime,
@@ -1126,33 +1129,42 @@ impl TaskDriver {
             Ok(None) => return None,
             Err(e) => return Some(e.to_string()),
         };
-        let mut last = String::new();
-        for tried in 1..=PROJECT_REAP_TRIES_MAX {
+        let mut pause_ms = PROJECT_REAP_PAUSE_MS;
+        let mut tried: u32 = 0;
+        loop {
+            tried = tried.saturating_add(1);
             match runtime.destroy(&handle).await {
                 Ok(report) => {
                     self.event(serde_json::json!({"event": "reaped", "sandbox": report.sandbox, "populated": report.populated, "observed_at_ms": report.observed_at_ms, "detail": report.detail}));
                     return None;
                 }
-                Err(e) => {
-                    last = e.to_string();
+                Err(e) if tried <= PROJECT_REAP_TRIES_MAX => {
+                    let error = e.to_string();
                     self.event(
-                        serde_json::json!({"event": "reap_failed", "error": last, "try": tried}),
+                        serde_json::json!({"event": "reap_failed", "error": error, "try": tried}),
                     );
+                    if tried == PROJECT_REAP_TRIES_MAX {
+                        tracing::error!(task = %self.task, %error, "the generation is not proven quiescent; the task's end waits");
+                        self.event(serde_json::json!({"event": "end_held", "error": error}));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(task = %self.task, error = %e, tried, "the generation is still not proven quiescent");
                 }
             }
-            if tried < PROJECT_REAP_TRIES_MAX {
-                tokio::time::sleep(Duration::from_millis(PROJECT_REAP_PAUSE_MS)).await;
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+            if tried >= PROJECT_REAP_TRIES_MAX {
+                pause_ms = (pause_ms * 2).min(PROJECT_REAP_PAUSE_MS_MAX);
             }
         }
-        Some(last)
     }
 
     /// A project task's end releases its lease and the slot with it (INV-5): it is not
-    /// reported before a proving reap of its generation. Without one the driver stops here,
-    /// the task stays where it is and the lease keeps its slot; a later life of the driver
-    /// (the worker's restart) tries again.
+    /// reported while its generation cannot even be reached. The driver stops here, the task
+    /// stays where it is and the lease keeps its slot; a later life of the driver (the
+    /// worker's restart) tries again.
     fn hold_end(&self, why: String) -> Step {
-        tracing::error!(task = %self.task, error = %why, "the generation is not proven quiescent; the task's end waits");
+        tracing::error!(task = %self.task, error = %why, "the generation cannot be reached; the task's end waits");
         self.event(serde_json::json!({"event": "end_held", "error": why}));
         Step::Done
     }

@@ -24,6 +24,8 @@ pub(crate) const EVENTS_LOG: &str = "progress/events.jsonl";
 pub(crate) const ARTIFACTS: &str = "artifacts";
 
 /// Where the task's directories appear inside every sandbox, whatever the runtime.
+/// The attempt's checkpoint in the task's root (`checkpoint.rs`).
+pub(crate) const STATE_JSON_NAME: &str = "state.json";
 pub(crate) const INBOX_MOUNT: &str = "/mnt/inbox";
 pub(crate) const OUTBOX_MOUNT: &str = "/mnt/outbox";
 pub(crate) const GLOBAL_MOUNT: &str = "/mnt/global";
@@ -56,7 +58,7 @@ impl TaskDir {
         self.root.join("manifest.yaml")
     }
     pub(crate) fn state_json(&self) -> PathBuf {
-        self.root.join("state.json")
+        self.root.join(STATE_JSON_NAME)
     }
     /// Written when the end-of-attempt redaction could not rewrite a file of the outbox (it
     /// names them): the task's output is not served from then on.

@@ -19,7 +19,8 @@ use crate::runtime::project::ProjectRuntime;
 use crate::runtime::{Runtime, SandboxHandle};
 use crate::support::now_ms;
 use crate::task::checkpoint::TaskCheckpoint;
-use crate::task::task_dir::TaskDir;
+use crate::task::task_dir::{TaskDir, STATE_JSON_NAME};
+use crate::task::task_volume::TaskVolume;
 
 /// Why a task's usage cannot be measured here.
 #[derive(Debug, thiserror::Error)]
@@ -46,7 +47,7 @@ pub(crate) async fn measure(
     dir: &TaskDir,
 ) -> Result<TaskUsage, UsageUnavailable> {
     let task = dir.task().get();
-    let c = TaskCheckpoint::load(&dir.state_json())?.ok_or(UsageUnavailable::NoAttempt(task))?;
+    let c = checkpoint_of(dir)?.ok_or(UsageUnavailable::NoAttempt(task))?;
     let (runtime, disk_dirs): (Arc<dyn Runtime>, _) =
         match (ProjectRuntime::record(dir, c.attempt)?, agents) {
             (Some(run), Some(agents)) => {
@@ -92,6 +93,19 @@ pub(crate) async fn measure(
         usage,
         measured_at_ms: now_ms(),
     })
+}
+
+/// The attempt's checkpoint. A task that just ended may be retiring its volume: its kept files
+/// wait beside the directory for a moment before they move in (`TaskVolume::retire`), so the
+/// copy is asked, and the directory again after it.
+fn checkpoint_of(dir: &TaskDir) -> Result<Option<TaskCheckpoint>, WorkerError> {
+    let retired = TaskVolume::retired_dir(dir).join(STATE_JSON_NAME);
+    for path in [dir.state_json(), retired, dir.state_json()] {
+        if let Some(c) = TaskCheckpoint::load(&path)? {
+            return Ok(Some(c));
+        }
+    }
+    Ok(None)
 }
 
 /// A leaf's usage with the bytes under `dirs` (a bounded walk that follows no link, off the

@@ -20,7 +20,7 @@ use squadron_isolation::disk_quota::DiskQuota;
 
 use crate::error::WorkerError;
 use crate::task::checkpoint::TaskCheckpoint;
-use crate::task::task_dir::{TaskDir, UNREDACTED_MARKER_NAME};
+use crate::task::task_dir::{TaskDir, STATE_JSON_NAME, UNREDACTED_MARKER_NAME};
 
 // Every `vm.disk` a manifest may ask for is a quota the isolation crate can make.
 const _: () = assert!(
@@ -42,7 +42,7 @@ const RETIRE_PATH_BYTES_MAX: usize = 3_072;
 /// the volume is retired).
 const KEPT_FILES: [&str; 4] = [
     "manifest.yaml",
-    "state.json",
+    STATE_JSON_NAME,
     "vm-console.log",
     UNREDACTED_MARKER_NAME,
 ];
@@ -65,7 +65,7 @@ impl TaskVolume {
         let id = dir.task().get();
         let image = data_dir.join(VOLUMES_DIR).join(format!("{id}.img"));
         let root = dir.root().to_path_buf();
-        let retired = root.with_file_name(format!(".{id}.retired"));
+        let retired = Self::retired_dir(dir);
         Self {
             quota: DiskQuota::new(image, root.clone()),
             root,
@@ -76,6 +76,13 @@ impl TaskVolume {
     /// Mounts the quota on the task directory, or adopts the mount a previous life left.
     pub(crate) fn ensure(&self, quota_bytes: u64) -> Result<(), WorkerError> {
         self.quota.ensure(quota_bytes).map_err(isolation)
+    }
+
+    /// Where a retirement keeps its copy of what outlives the task, beside the directory,
+    /// until the copy moves in: `.{id}.retired`.
+    pub(crate) fn retired_dir(dir: &TaskDir) -> PathBuf {
+        dir.root()
+            .with_file_name(format!(".{}.retired", dir.task().get()))
     }
 
     /// Whether a retirement is under way (or was interrupted): the copy exists.

@@ -762,6 +762,26 @@ async fn git_refused(dir: &TaskDir, spec: &TaskSpec, why: &str) {
     );
 }
 
+/// A linked worktree of `source` on branch `squadron/{key}`, as a project sandbox makes one: the
+/// directory holding it, the work tree, and its administrative directory.
+fn profile_worktree(source: &SourceRepo, key: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let worktree = root.path().join("wt");
+    let branch = format!("squadron/{key}");
+    git(
+        &source.path,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            &branch,
+            worktree.to_str().unwrap(),
+        ],
+    );
+    (root, worktree, source.path.join(".git/worktrees/wt"))
+}
+
 /// A profile's worktree (`placement: project`): the patch is the work tree as the task left it
 /// against the snapshot taken before it started — uncommitted work of earlier generations
 /// stays out, new, changed and removed files are in, ignored ones are not — and it applies
@@ -770,20 +790,7 @@ async fn git_refused(dir: &TaskDir, spec: &TaskSpec, why: &str) {
 #[tokio::test]
 async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
     let source = SourceRepo::new();
-    let root = tempfile::tempdir().unwrap();
-    let worktree = root.path().join("wt");
-    git(
-        &source.path,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "squadron/runner",
-            worktree.to_str().unwrap(),
-        ],
-    );
-    let admin = source.path.join(".git/worktrees/wt");
+    let (_root, worktree, admin) = profile_worktree(&source, "runner");
     // An earlier generation's uncommitted work.
     write(&worktree.join("README.md"), "# Project\n\nearlier work\n");
     write(&worktree.join("notes.txt"), "earlier notes\n");
@@ -900,20 +907,7 @@ async fn a_profile_worktree_patch_holds_only_what_the_task_changed() {
 #[test]
 fn a_submodule_s_gitfile_pointing_elsewhere_is_never_opened() {
     let source = SourceRepo::new();
-    let root = tempfile::tempdir().unwrap();
-    let worktree = root.path().join("wt");
-    git(
-        &source.path,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "squadron/sub",
-            worktree.to_str().unwrap(),
-        ],
-    );
-    let admin = source.path.join(".git/worktrees/wt");
+    let (root, worktree, admin) = profile_worktree(&source, "sub");
     let cacheinfo = format!("160000,{},sub", source.main_first);
     git(
         &worktree,
