@@ -27,7 +27,7 @@ use crate::output_server::ActiveTasks;
 use crate::retry;
 use crate::runtime::probe::RuntimeSet;
 use crate::runtime::project::{ProjectRuntime, PROJECT_RUNTIME};
-use crate::runtime::{LaunchSpec, RunStatus, Runtime, SandboxHandle, SandboxLimits};
+use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle, SandboxLimits};
 use crate::task::agent_relay::AgentRelays;
 use crate::task::checkpoint::TaskCheckpoint;
 use crate::task::collector::{collect, spec_subpath, CollectSource, RunFacts};
@@ -592,10 +592,7 @@ impl TaskDriver {
                 crate::support::remove_path(&path)?;
             }
         }
-        for path in [self.dir.run(), self.dir.progress(), self.dir.artifacts()] {
-            std::fs::create_dir_all(&path).map_err(|e| WorkerError::io("creating", &path, e))?;
-        }
-        Ok(())
+        self.dir.make_attempt_dirs()
     }
 
     /// The launch for this attempt; deterministic, so it is rebuilt after a restart.
@@ -1135,7 +1132,7 @@ impl TaskDriver {
             tried = tried.saturating_add(1);
             match runtime.destroy(&handle).await {
                 Ok(report) => {
-                    self.event(serde_json::json!({"event": "reaped", "sandbox": report.sandbox, "populated": report.populated, "observed_at_ms": report.observed_at_ms, "detail": report.detail}));
+                    self.note_reaped(&report);
                     return None;
                 }
                 Err(e) if tried <= PROJECT_REAP_TRIES_MAX => {
@@ -1169,6 +1166,10 @@ impl TaskDriver {
         Step::Done
     }
 
+    fn note_reaped(&self, report: &ReapReport) {
+        self.event(serde_json::json!({"event": "reaped", "sandbox": report.sandbox, "populated": report.populated, "observed_at_ms": report.observed_at_ms, "detail": report.detail}));
+    }
+
     async fn destroy_sandbox(&self) -> Option<String> {
         if self.is_project_task() {
             return self.reap_project_generation().await;
@@ -1177,7 +1178,7 @@ impl TaskDriver {
         let handle = self.sandbox(&runtime).await.ok().flatten()?;
         match runtime.destroy(&handle).await {
             Ok(report) => {
-                self.event(serde_json::json!({"event": "reaped", "sandbox": report.sandbox, "populated": report.populated, "observed_at_ms": report.observed_at_ms, "detail": report.detail}));
+                self.note_reaped(&report);
                 None
             }
             Err(e) => {

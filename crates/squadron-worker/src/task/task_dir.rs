@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use squadron_core::ids::TaskId;
 use squadron_isolation::beneath::{Beneath, BeneathError};
 
+use crate::error::WorkerError;
+
 /// The progress files and the artifacts, beneath the outbox (which the sandbox owns: open them
 /// only through [`TaskDir::outbox_beneath`]).
 pub(crate) const STDOUT_LOG: &str = "progress/stdout.log";
@@ -57,6 +59,15 @@ impl TaskDir {
     pub(crate) fn manifest(&self) -> PathBuf {
         self.root.join("manifest.yaml")
     }
+    /// An attempt's own directories, made if missing: `run/`, `outbox/progress/`,
+    /// `outbox/artifacts/`.
+    pub(crate) fn make_attempt_dirs(&self) -> Result<(), WorkerError> {
+        for path in [self.run(), self.progress(), self.artifacts()] {
+            std::fs::create_dir_all(&path).map_err(|e| WorkerError::io("creating", &path, e))?;
+        }
+        Ok(())
+    }
+
     pub(crate) fn state_json(&self) -> PathBuf {
         self.root.join(STATE_JSON_NAME)
     }

@@ -203,9 +203,7 @@ fn prepare(
         }
         None => {}
     }
-    for path in [dir.run(), dir.progress(), dir.artifacts()] {
-        std::fs::create_dir_all(&path).map_err(|e| WorkerError::io("creating", &path, e))?;
-    }
+    dir.make_attempt_dirs()?;
     // Clone tries a crashed worker left behind.
     let root = dir.root();
     let entries = std::fs::read_dir(root).map_err(|e| WorkerError::io("listing", root, e))?;
