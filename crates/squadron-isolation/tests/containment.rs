@@ -119,9 +119,15 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The file's text once it holds a whole line: `echo x > f` makes the file before it writes,
+/// and on a busy machine a read can fall between the two.
 fn wait_file(path: &Path) -> String {
-    eventually(&format!("{}", path.display()), || path.exists());
-    fs::read_to_string(path).expect("read")
+    let mut text = String::new();
+    eventually(&format!("a line in {}", path.display()), || {
+        text = fs::read_to_string(path).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    text
 }
 
 #[test]
@@ -520,18 +526,30 @@ fn a_leafs_usage_counts_its_processes_cpu_and_memory() {
         .expect("usage")
         .expect("the leaf exists");
     assert_eq!(idle.cpu_usec, 0, "{idle:?}");
+    // It spins until told to stop, so a busy machine only makes the wait longer: the count
+    // must reach half a second of CPU while it spins, and keep it once it stopped.
     let (process, _launch) = fx.launch(
         &leaf,
-        "end=$(($(date +%s) + 1)); while [ $(date +%s) -le $end ]; do :; done; \
+        "while [ ! -e /out/stop ]; do :; done; \
          echo spun > /out/spun; x=$(head -c 20000000 /dev/zero | tr '\\0' x); \
          echo held > /out/held; sleep 600",
     );
     process.detach();
+    eventually("half a second of spinning counted", || {
+        LeafUsage::of(&leaf)
+            .ok()
+            .flatten()
+            .is_some_and(|u| u.cpu_usec >= 500_000)
+    });
+    fs::write(fx.path("out/stop"), "").expect("tell it to stop");
     wait_file(&fx.path("out/held"));
     let busy = LeafUsage::of(&leaf)
         .expect("usage")
         .expect("the leaf exists");
-    assert!(busy.cpu_usec >= 500_000, "a second of spinning: {busy:?}");
+    assert!(
+        busy.cpu_usec >= 500_000,
+        "the spinning stays counted: {busy:?}"
+    );
     assert!(
         busy.memory_bytes >= 20_000_000,
         "20 MB held by the shell: {busy:?}"

@@ -402,11 +402,23 @@ fn a_sandbox_lives_on_its_disk_quota_and_a_lost_mount_comes_back() {
     fs::remove_file(&big).unwrap();
 
     // A reboot unmounts it: the sandbox's files are out of sight until it is mounted again.
-    let out = std::process::Command::new("umount")
-        .arg("-R")
-        .arg(&root)
-        .output()
-        .unwrap();
+    // Tried again while busy: a process another test forks holds the test's descriptors for
+    // the moment between its fork and its exec.
+    let mut out = None;
+    for _ in 0..50 {
+        let tried = std::process::Command::new("umount")
+            .arg("-R")
+            .arg(&root)
+            .output()
+            .unwrap();
+        let busy = String::from_utf8_lossy(&tried.stderr).contains("busy");
+        out = Some(tried);
+        if !busy {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = out.expect("umount ran");
     assert!(out.status.success(), "{out:?}");
     assert!(!root.join(SANDBOX_RECORD_NAME).exists());
     ProjectVolume::remount_all(&data_dir);
