@@ -348,12 +348,11 @@ impl State {
         // A task's agent lives as long as its task: an agent key that leaked from a sandbox
         // must not outlive the task by renewing itself.
         if let Identity::Agent(crate::access::AgentIdentity::Task(task)) = &c.identity {
-            match self.tasks.get(task) {
-                Some(t) if !t.state.is_terminal() => {}
-                Some(t) => {
+            match self.task_state(*task) {
+                Some(s) if !s.is_terminal() => {}
+                Some(s) => {
                     return Err(Rejection::denied(format!(
-                        "task {task} is {}: its agent's certificate is not renewed",
-                        t.state
+                        "task {task} is {s}: its agent's certificate is not renewed"
                     )))
                 }
                 None => return Err(Rejection::not_found(crate::rejection::Entity::Task, task)),

@@ -34,7 +34,7 @@ impl State {
                 )))
             }
         }
-        let task = self.task_ref(c.task)?;
+        let task = &self.task_ref(c.task)?;
         if c.attempt != task.attempt {
             return Err(Rejection::NotTaskOwner {
                 reason: format!(
@@ -118,7 +118,7 @@ impl State {
                 "worker {w} mints tokens only for the agents of its tasks, not {agent}"
             )));
         };
-        let task = self.task_ref(*t)?;
+        let task = &self.task_ref(*t)?;
         if task.worker.as_ref() != Some(w) || task.state != TaskState::Provisioning {
             return Err(Rejection::denied(format!(
                 "worker {w} may mint an agent token for task {t} only while it provisions it \
@@ -145,7 +145,9 @@ impl State {
             .retain(|_, t| match &t.purpose {
                 BootstrapPurpose::Agent {
                     agent: AgentIdentity::Task(id),
-                } => tasks.get(id).is_some_and(|task| !task.state.is_terminal()),
+                } => tasks
+                    .get(id)
+                    .is_some_and(|task| !task.state().is_terminal()),
                 _ => true,
             });
         (before - self.access.bootstrap_tokens.len()) as u64

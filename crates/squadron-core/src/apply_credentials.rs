@@ -134,7 +134,7 @@ impl State {
                 c.worker
             )));
         }
-        let task = self.task_ref(c.task)?;
+        let task = &self.task_ref(c.task)?;
         self.check_owner(task, &c.worker, c.attempt)?;
         if !matches!(
             task.state,

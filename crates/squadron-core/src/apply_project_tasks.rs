@@ -20,8 +20,6 @@
 //! project task keeps its old meaning, so a log written by an earlier build replays to the state
 //! it had.
 
-use std::sync::Arc;
-
 use crate::command::{AssignTasks, Assignment, NextHolder};
 use crate::ids::{LeaseId, ProfileId, TaskId, WorkerId};
 use crate::lease::{LeaseHolder, LeaseState};
@@ -31,6 +29,7 @@ use crate::rejection::{Entity, Rejection};
 use crate::response::{AssignmentResult, Outcome};
 use crate::state::State;
 use crate::task::{Task, TaskState, TransitionActor};
+use crate::task_record::TaskRecord;
 
 /// What admission says of a project task on a worker now.
 #[derive(Debug)]
@@ -67,7 +66,7 @@ impl State {
         id: TaskId,
         worker: WorkerId,
     ) -> Result<(), Rejection> {
-        let task = self.task_ref(id)?;
+        let task = &self.task_ref(id)?;
         match self.project_admission(now, task, &worker) {
             ProjectAdmission::Wait(why) => Err(why),
             ProjectAdmission::Refuse(why) => {
@@ -183,7 +182,7 @@ impl State {
 
     /// PENDING → FAILED by the control plane, for a task that can never be placed.
     fn fail_pending(&mut self, now: u64, id: TaskId, error: String) {
-        let task = self.tasks.get(&id).expect("caller checked the task");
+        let task = &self.task_ref(id).expect("caller checked the task");
         assert!(task
             .state
             .can_move(TaskState::Failed, TransitionActor::ControlPlane));
@@ -192,7 +191,7 @@ impl State {
         let task = self
             .tasks
             .get_mut(&id)
-            .map(Arc::make_mut)
+            .map(TaskRecord::live_mut)
             .expect("checked above");
         task.state = TaskState::Failed;
         task.entered_at_ms.insert(TaskState::Failed, now);

@@ -11,6 +11,7 @@ use crate::rejection::Rejection;
 use crate::response::Outcome;
 use crate::state::State;
 use crate::task::{Task, TaskState};
+use crate::task_tally::TaskTally;
 
 /// The ended tasks by the time they ended, the order they are pruned in. Derived from the
 /// tasks (rebuilt when a snapshot is decoded), so it is not part of the snapshot's encoding.
@@ -21,6 +22,10 @@ pub(crate) struct EndedTasks {
     /// FAILED_PRESERVED tasks, pruned by age only: their record carries the break-glass line
     /// to a sandbox the worker keeps, which a burst of ordinary tasks must not push out.
     preserved: crate::state::PSet<(u64, TaskId)>,
+    /// The figures of every task that ended, the pruned ones included: an ended task's never
+    /// change, so a scrape adds only the live tasks' to these instead of decoding every
+    /// ended one.
+    figures: TaskTally,
 }
 
 impl EndedTasks {
@@ -47,7 +52,7 @@ impl EndedTasks {
 }
 
 /// When an ended task entered its end state: its key in [`EndedTasks`].
-fn ended_at_ms(task: &Task) -> u64 {
+pub(crate) fn ended_at_ms(task: &Task) -> u64 {
     task.entered_at_ms.get(&task.state).copied().unwrap_or(0)
 }
 
@@ -56,15 +61,28 @@ impl State {
     /// a task calls it; the full invariant check compares the index with the tasks.
     pub(crate) fn note_ended(&mut self, id: TaskId, state: TaskState, at_ms: u64) {
         assert!(state.is_terminal(), "task {id} noted as ended in {state}");
+        let record = self.tasks.get_mut(&id).expect("an ended task is held");
+        self.ended.figures.add(&record.task());
+        record.seal();
+        assert_eq!(
+            record.ended_at_ms(),
+            Some(at_ms),
+            "task {id} ended at another time"
+        );
         self.ended.set_of(state).insert((at_ms, id));
     }
 
     /// Builds the index of ended tasks from the tasks themselves.
     pub(crate) fn rebuild_ended_index(&mut self) {
-        let mut ended = EndedTasks::default();
-        for t in self.tasks.values().filter(|t| t.state.is_terminal()) {
-            let at = ended_at_ms(t);
-            ended.set_of(t.state).insert((at, t.id));
+        let mut ended = EndedTasks {
+            figures: self.pruned_tasks.clone(),
+            ..EndedTasks::default()
+        };
+        for (id, t) in &self.tasks {
+            if let Some(at) = t.ended_at_ms() {
+                ended.set_of(t.state()).insert((at, *id));
+                ended.figures.add(&t.task());
+            }
         }
         self.ended = ended;
     }
@@ -98,8 +116,13 @@ impl State {
     }
 
     /// Tasks pruned so far, summed.
-    pub fn pruned_tasks(&self) -> &crate::task_tally::TaskTally {
+    pub fn pruned_tasks(&self) -> &TaskTally {
         &self.pruned_tasks
+    }
+
+    /// Every task that ended so far, summed: the ended tasks held and the pruned ones.
+    pub fn ended_tasks_tally(&self) -> &TaskTally {
+        &self.ended.figures
     }
 
     /// Whether task `id` existed once and was pruned: ids are handed out in order and a task
@@ -127,13 +150,11 @@ impl State {
     }
 
     fn remove_ended_task(&mut self, id: TaskId) {
-        let task = self.tasks.remove(&id).expect("the index lists only tasks");
-        assert!(
-            task.state.is_terminal(),
-            "pruning task {id} in {}",
-            task.state
-        );
-        let at = ended_at_ms(&task);
+        let record = self.tasks.remove(&id).expect("the index lists only tasks");
+        let at = record
+            .ended_at_ms()
+            .unwrap_or_else(|| panic!("pruning task {id} in {}", record.state()));
+        let task = record.task();
         let removed = self.ended.set_of(task.state).remove(&(at, id));
         assert!(
             removed.is_some(),
@@ -169,14 +190,17 @@ impl State {
     /// The index of ended tasks lists exactly the ended tasks, each at its end time.
     pub(crate) fn check_ended_index(&self) -> Result<(), String> {
         let mut ended = 0;
-        for t in self.tasks.values().filter(|t| t.state.is_terminal()) {
+        for (id, record) in &self.tasks {
+            let state = record.state();
+            let Some(at) = record.ended_at_ms() else {
+                if state.is_terminal() {
+                    return Err(format!("retention: task {id} in {state} is held as live"));
+                }
+                continue;
+            };
             ended += 1;
-            let at = ended_at_ms(t);
-            if !self.ended.contains(t.state, at, t.id) {
-                return Err(format!(
-                    "retention: ended task {} is not indexed at {at}",
-                    t.id
-                ));
+            if !self.ended.contains(state, at, *id) {
+                return Err(format!("retention: ended task {id} is not indexed at {at}"));
             }
         }
         if ended != self.ended.len() {

@@ -1,7 +1,6 @@
 //! Task submission, assignment, transitions (INV-10), progress and cancellation.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use crate::access::{AgentIdentity, Subject};
 use crate::command::{
@@ -19,6 +18,7 @@ use crate::rejection::{Entity, Rejection};
 use crate::response::{AssignmentResult, Outcome};
 use crate::state::State;
 use crate::task::{AttemptProviderProgress, Task, TaskProgress, TaskState, TransitionActor};
+use crate::task_record::TaskRecord;
 
 /// The pending-queue key: higher priority first, then submission order.
 pub(crate) fn queue_key(task: &Task) -> (u8, TaskId) {
@@ -173,7 +173,7 @@ impl State {
             artifacts: Vec::new(),
         };
         self.pending.insert(queue_key(&task));
-        self.tasks.insert(id, Arc::new(task));
+        self.tasks.insert(id, TaskRecord::new(task));
         if let Some(parent) = parent {
             self.lineage.link(parent, id);
         }
@@ -186,7 +186,7 @@ impl State {
     fn parent_for(&self, subject: &Subject) -> Result<Option<TaskId>, Rejection> {
         match subject {
             Subject::Agent(AgentIdentity::Task(parent)) => {
-                let task = self.task_ref(*parent)?;
+                let task = &self.task_ref(*parent)?;
                 if task.state.is_terminal() {
                     return Err(Rejection::denied(format!(
                         "task {parent} has ended; it cannot submit children"
@@ -281,7 +281,7 @@ impl State {
         let mut results = Vec::with_capacity(assignments.len());
         for Assignment { task, worker } in assignments {
             let refusal = match self.task_ref(task) {
-                Ok(t) => self.assignment_refusal(now, t, &worker),
+                Ok(t) => self.assignment_refusal(now, &t, &worker),
                 Err(e) => Some(e),
             };
             if let Some(r) = refusal {
@@ -305,7 +305,7 @@ impl State {
         let t = self
             .tasks
             .get_mut(&task)
-            .map(Arc::make_mut)
+            .map(TaskRecord::live_mut)
             .expect("caller checked the task");
         self.pending.remove(&queue_key(t));
         t.state = TaskState::Staging;
@@ -364,13 +364,13 @@ impl State {
             check_text("detail.error", e, TASK_ERROR_BYTES_MAX)?;
         }
         check_artifacts(&detail.artifacts)?;
-        let task = self.task_ref(id)?;
+        let task = &self.task_ref(id)?;
         self.check_owner(task, &worker, attempt)?;
         check_transition(task, from, to, &detail)?;
         let task = self
             .tasks
             .get_mut(&id)
-            .map(Arc::make_mut)
+            .map(TaskRecord::live_mut)
             .expect("checked above");
         task.state = to;
         task.entered_at_ms.insert(to, now);
@@ -402,7 +402,7 @@ impl State {
     ) -> Result<Outcome, Rejection> {
         self.require_worker(subject, &command.worker)?;
         let (id, progress) = (command.task, command.progress());
-        let task = self.task_ref(id)?;
+        let task = &self.task_ref(id)?;
         self.check_owner(task, &command.worker, command.attempt)?;
         if task.state.is_terminal() {
             return Err(Rejection::IllegalTransition {
@@ -427,7 +427,7 @@ impl State {
         }
         self.tasks
             .get_mut(&id)
-            .map(Arc::make_mut)
+            .map(TaskRecord::live_mut)
             .expect("checked above")
             .progress = progress;
         Ok(Outcome::ProgressRecorded)
@@ -460,7 +460,7 @@ impl State {
     ) -> Result<Outcome, Rejection> {
         let CancelTask { task: id, reason } = command;
         check_text("reason", &reason, REASON_BYTES_MAX)?;
-        let task = self.task_ref(id)?;
+        let task = &self.task_ref(id)?;
         if task.state.is_terminal() {
             return Err(Rejection::IllegalTransition {
                 from: task.state,
@@ -472,7 +472,7 @@ impl State {
         let task = self
             .tasks
             .get_mut(&id)
-            .map(Arc::make_mut)
+            .map(TaskRecord::live_mut)
             .expect("checked above");
         if task.state == TaskState::Pending {
             // Nothing runs yet: the control plane ends it at once.
@@ -505,7 +505,7 @@ impl State {
             let task = self
                 .tasks
                 .get_mut(&id)
-                .map(Arc::make_mut)
+                .map(TaskRecord::live_mut)
                 .expect("worker tasks exist");
             let before_running = matches!(
                 task.state,

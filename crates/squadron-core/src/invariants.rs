@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::apply_retention::ended_at_ms;
 use crate::apply_tasks::queue_key;
 use crate::lease::LeaseState;
 use crate::state::State;
@@ -13,7 +14,7 @@ impl State {
     /// An agent session belongs to the current attempt of a task whose sandbox exists.
     fn check_agent_sessions(&self) -> Result<(), String> {
         for (id, session) in &self.agent_sessions {
-            let Some(task) = self.tasks.get(id) else {
+            let Some(task) = self.task(*id) else {
                 return Err(format!("agents: a session of unknown task {id}"));
             };
             if session.attempt != task.attempt
@@ -31,7 +32,7 @@ impl State {
     /// A provider's progress is of a task that exists, and of an attempt it had.
     fn check_provider_progress(&self) -> Result<(), String> {
         for (id, p) in &self.provider_progress {
-            let Some(task) = self.tasks.get(id) else {
+            let Some(task) = self.task(*id) else {
                 return Err(format!(
                     "progress: the provider progress of unknown task {id}"
                 ));
@@ -52,7 +53,7 @@ impl State {
     /// a slot unless it was reaped while the task ran.
     fn check_task_leases(&self) -> Result<(), String> {
         for (id, lease_id) in &self.task_leases {
-            let Some(task) = self.tasks.get(id) else {
+            let Some(task) = self.task(*id) else {
                 return Err(format!("INV-5: a lease bound to unknown task {id}"));
             };
             if matches!(task.state, TaskState::Pending) || task.state.is_terminal() {
@@ -156,8 +157,7 @@ impl State {
                 .filter(|l| l.is_active() && l.task == *task)
                 .ok_or_else(|| format!("credentials: task {task} indexes a dead lease {id}"))?;
             let t = self
-                .tasks
-                .get(task)
+                .task(*task)
                 .ok_or_else(|| format!("credentials: lease {id} of a missing task {task}"))?;
             if t.state.is_terminal()
                 || t.attempt != lease.attempt
@@ -476,7 +476,17 @@ impl State {
     fn check_tasks(&self) -> Result<(), String> {
         let mut pending = BTreeSet::new();
         let mut assigned: BTreeMap<_, BTreeSet<_>> = BTreeMap::new();
-        for (id, t) in &self.tasks {
+        let mut ended_figures = self.pruned_tasks.clone();
+        for (id, record) in &self.tasks {
+            let t = &record.task();
+            if t.state != record.state()
+                || record.ended_at_ms() != t.state.is_terminal().then(|| ended_at_ms(t))
+            {
+                return Err(format!("task {id} is held unlike it is ({})", t.state));
+            }
+            if t.state.is_terminal() {
+                ended_figures.add(t);
+            }
             if t.id != *id || *id >= self.next_task_id {
                 return Err(format!(
                     "task {id} stored under another id or above the allocator"
@@ -513,6 +523,9 @@ impl State {
         }
         if !pending.iter().eq(self.pending.iter()) {
             return Err("INV-10: the pending queue does not match the PENDING tasks".into());
+        }
+        if ended_figures != *self.ended_tasks_tally() {
+            return Err("retention: the ended tasks' figures disagree with the tasks".into());
         }
         for (wid, w) in &self.workers {
             let expect = assigned.remove(wid).unwrap_or_default();

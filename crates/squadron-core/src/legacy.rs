@@ -26,7 +26,7 @@ use crate::profile::AgentProfile;
 use crate::profile_credentials::ProfileCredentials;
 use crate::project::Project;
 use crate::state::{ProjectKey, State};
-use crate::task::Task;
+use crate::task_record::TaskRecord;
 use crate::worker::Worker;
 use crate::worker_policy::WorkerPolicy;
 
@@ -156,7 +156,7 @@ pub(crate) struct StateV1 {
     lease_expiry: BTreeSet<(u64, LeaseId)>,
     mailboxes: BTreeMap<ProfileId, Mailbox>,
     mcp_use: BTreeSet<(ProfileId, McpServerId)>,
-    tasks: BTreeMap<TaskId, std::sync::Arc<Task>>,
+    tasks: BTreeMap<TaskId, TaskRecord>,
     pending: BTreeSet<(u8, TaskId)>,
     workers: BTreeMap<WorkerId, Worker>,
     idempotency: IdempotencyLedger,

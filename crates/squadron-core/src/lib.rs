@@ -52,6 +52,7 @@ pub mod scheduler;
 pub mod snapshot;
 pub mod state;
 pub mod task;
+pub mod task_record;
 pub mod task_tally;
 pub mod validation_error;
 pub mod worker;

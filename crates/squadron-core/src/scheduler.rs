@@ -52,12 +52,12 @@ pub fn schedule(state: &State, now_ms: u64, max: usize) -> Plan {
             continue;
         };
         let (worker, claim) = if task.spec.placement == Placement::Dedicated {
-            match best_worker(state, now, task, &free) {
+            match best_worker(state, now, &task, &free) {
                 Some(w) => (w, None),
                 None => continue,
             }
         } else {
-            match claimed.sandbox_worker(state, now, task, &free) {
+            match claimed.sandbox_worker(state, now, &task, &free) {
                 Some((w, claim)) => (w, Some(claim)),
                 None => continue,
             }
@@ -73,7 +73,7 @@ pub fn schedule(state: &State, now_ms: u64, max: usize) -> Plan {
             None => plan.dedicated.push(assignment),
             Some(claim) => {
                 if let Some(profile) = claim {
-                    claimed.take(profile, task);
+                    claimed.take(profile, &task);
                 }
                 plan.project.push(assignment);
             }

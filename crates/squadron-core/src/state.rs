@@ -30,6 +30,7 @@ use crate::project::Project;
 use crate::rejection::{Entity, Rejection};
 use crate::response::{Outcome, Response};
 use crate::task::{AttemptProviderProgress, Task, TaskState};
+use crate::task_record::TaskRecord;
 use crate::task_tally::TaskTally;
 use crate::worker::Worker;
 use crate::worker_policy::WorkerPolicy;
@@ -63,11 +64,12 @@ pub struct State {
     pub(crate) mailboxes: PMap<ProfileId, Arc<Mailbox>>,
     /// Relation tuples `profile:{id} → mcp_server:{name}#use` (INV-14).
     pub(crate) mcp_use: BTreeSet<(ProfileId, McpServerId)>,
-    /// Each task behind an `Arc`, so that a change to a map node a copy of the state shares
-    /// copies the node's pointers, not its tasks; a task is copied only when it changes itself
-    /// while a copy holds it (`Arc::make_mut`).
+    /// Each live task behind an `Arc`, so that a change to a map node a copy of the state
+    /// shares copies the node's pointers, not its tasks; a task is copied only when it changes
+    /// itself while a copy holds it (`Arc::make_mut`). Ended tasks are kept encoded
+    /// (`task_record.rs`).
     #[serde(deserialize_with = "crate::persistent_maps::deserialize_map")]
-    pub(crate) tasks: PMap<TaskId, Arc<Task>>,
+    pub(crate) tasks: PMap<TaskId, TaskRecord>,
     /// PENDING tasks by (inverse priority rank, id): first is next.
     #[serde(deserialize_with = "crate::persistent_maps::deserialize_set")]
     pub(crate) pending: PSet<(u8, TaskId)>,
@@ -322,7 +324,7 @@ impl State {
 
     /// Every task held, as a persistent map: a copy that shares the state's nodes, to scan
     /// after the state's lock is released.
-    pub fn tasks_shared(&self) -> PMap<TaskId, Arc<Task>> {
+    pub fn tasks_shared(&self) -> PMap<TaskId, TaskRecord> {
         self.tasks.clone()
     }
 
@@ -368,27 +370,38 @@ impl State {
         self.agent_sessions.iter().map(|(t, s)| (*t, s))
     }
 
-    pub fn task(&self, id: TaskId) -> Option<&Task> {
-        self.tasks.get(&id).map(Arc::as_ref)
+    /// The task, decoded if it ended.
+    pub fn task(&self, id: TaskId) -> Option<Arc<Task>> {
+        self.tasks.get(&id).map(TaskRecord::task)
     }
 
-    /// Tasks in id order, optionally only those in one state.
-    pub fn tasks(&self, state: Option<TaskState>) -> impl Iterator<Item = &Task> {
+    /// The task's state, without decoding an ended one.
+    pub fn task_state(&self, id: TaskId) -> Option<TaskState> {
+        self.tasks.get(&id).map(TaskRecord::state)
+    }
+
+    /// Tasks in id order, optionally only those in one state (filtered before an ended task
+    /// is decoded).
+    pub fn tasks(&self, state: Option<TaskState>) -> impl Iterator<Item = Arc<Task>> + '_ {
         self.tasks
             .values()
-            .map(Arc::as_ref)
-            .filter(move |t| state.is_none_or(|s| t.state == s))
+            .filter(move |t| state.is_none_or(|s| t.state() == s))
+            .map(TaskRecord::task)
     }
 
     /// Tasks with an id above `after`, in id order, optionally only those in one state. Starts
     /// at `after` in the map instead of walking from the first task, so paging through a
     /// million tasks costs each page only its own entries.
-    pub fn tasks_after(&self, after: u64, state: Option<TaskState>) -> impl Iterator<Item = &Task> {
+    pub fn tasks_after(
+        &self,
+        after: u64,
+        state: Option<TaskState>,
+    ) -> impl Iterator<Item = Arc<Task>> + '_ {
         let from = TaskId::new(after.saturating_add(1)).unwrap_or(TaskId::FIRST);
         self.tasks
             .range(from..)
-            .map(|(_, t)| t.as_ref())
-            .filter(move |t| t.id.get() > after && state.is_none_or(|s| t.state == s))
+            .filter(move |(id, t)| id.get() > after && state.is_none_or(|s| t.state() == s))
+            .map(|(_, t)| t.task())
     }
 
     /// Tasks with an id below `before`, newest first, optionally only those in one state: the
@@ -397,12 +410,12 @@ impl State {
         &self,
         before: u64,
         state: Option<TaskState>,
-    ) -> impl Iterator<Item = &Task> {
+    ) -> impl Iterator<Item = Arc<Task>> + '_ {
         self.tasks
             .range(..TaskId::new(before).unwrap_or(TaskId::FIRST))
             .rev()
-            .map(|(_, t)| t.as_ref())
-            .filter(move |t| t.id.get() < before && state.is_none_or(|s| t.state == s))
+            .filter(move |(id, t)| id.get() < before && state.is_none_or(|s| t.state() == s))
+            .map(|(_, t)| t.task())
     }
 
     /// PENDING tasks in the order the scheduler takes them: priority, then submission.
@@ -480,10 +493,10 @@ impl State {
             .ok_or_else(|| Rejection::not_found(Entity::Lease, id))
     }
 
-    pub(crate) fn task_ref(&self, id: TaskId) -> Result<&Task, Rejection> {
+    pub(crate) fn task_ref(&self, id: TaskId) -> Result<Arc<Task>, Rejection> {
         self.tasks
             .get(&id)
-            .map(Arc::as_ref)
+            .map(TaskRecord::task)
             .ok_or_else(|| Rejection::not_found(Entity::Task, id))
     }
 

@@ -29,16 +29,18 @@ pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub async fn render(State(node): State<AppState>) -> Response {
-    // The state's figures: the small parts read under the lock, the tasks scanned after it
-    // from a copy of their persistent map, on the blocking pool, so a large state holds
-    // neither apply nor a runtime thread (and the heartbeats behind it).
+    // The state's figures: the small parts read under the lock, the live tasks scanned after
+    // it from a copy of their persistent map, on the blocking pool, so a large state holds
+    // neither apply nor a runtime thread (and the heartbeats behind it). The ended tasks'
+    // figures the state keeps summed: they never change, and decoding each would cost a
+    // scrape a second at a million tasks.
     let reader = node.clone();
     let gauges = tokio::task::spawn_blocking(move || {
         let now_ms = reader.clock.now_ms();
         let (mut gauges, tasks) = reader
             .state
             .with_state(|s| (StateGauges::of(s, now_ms), s.tasks_shared()));
-        gauges.add_tasks(tasks.values().map(|t| t.as_ref()));
+        gauges.add_live_tasks(tasks.values().filter_map(|t| t.live()));
         gauges
     })
     .await;
@@ -397,10 +399,10 @@ struct StateGauges {
 }
 
 impl StateGauges {
-    /// Everything but the tasks held, which [`Self::add_tasks`] adds.
+    /// Everything but the live tasks, which [`Self::add_live_tasks`] adds.
     fn of(s: &squadron_core::State, now_ms: u64) -> StateGauges {
         let mut g = StateGauges::default();
-        g.add_pruned(s.pruned_tasks());
+        g.add_ended(s.ended_tasks_tally(), s.pruned_tasks().count);
         g.agents_connected = s
             .agent_sessions()
             .filter(|(_, a)| now_ms.saturating_sub(a.last_seen_ms) <= AGENT_CONNECTED_WITHIN_MS)
@@ -426,7 +428,7 @@ impl StateGauges {
         g
     }
 
-    fn add_tasks<'a>(&mut self, tasks: impl Iterator<Item = &'a squadron_core::task::Task>) {
+    fn add_live_tasks<'a>(&mut self, tasks: impl Iterator<Item = &'a squadron_core::task::Task>) {
         for t in tasks {
             self.tally.add(t);
             if !t.state.is_terminal() {
@@ -435,10 +437,11 @@ impl StateGauges {
         }
     }
 
-    /// Counts and durations only grow: the tasks the retention policy pruned still count.
-    fn add_pruned(&mut self, pruned: &TaskTally) {
-        self.tally.absorb(pruned);
-        self.pruned = pruned.count;
+    /// Every task that ended, the ones the retention policy pruned too (`pruned` of them):
+    /// counts and durations only grow.
+    fn add_ended(&mut self, ended: &TaskTally, pruned: u64) {
+        self.tally.absorb(ended);
+        self.pruned = pruned;
     }
 
     fn encode(&self, e: &mut DescriptorEncoder) -> fmt::Result {
@@ -611,7 +614,7 @@ mod tests {
         let mut tally = DurationTally::default();
         tally.observe(400);
         pruned.durations.insert(TaskState::Completed, tally);
-        g.add_pruned(&pruned);
+        g.add_ended(&pruned, 5);
         let text = exposition_of(g);
         for want in [
             "# TYPE squadron_tasks counter\n",

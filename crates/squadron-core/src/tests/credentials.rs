@@ -313,7 +313,7 @@ fn inv_13_the_checker_catches_a_lease_that_outlives_its_attempt() {
     let task = provisioning_task(&mut fx);
     grant(&mut fx, task);
     let mut broken = fx.state.clone();
-    std::sync::Arc::make_mut(broken.tasks.get_mut(&task).unwrap()).attempt = 2;
+    broken.tasks.get_mut(&task).unwrap().live_mut().attempt = 2;
     let e = broken.check_invariants().unwrap_err();
     assert!(e.contains("outlived"), "{e}");
     let mut broken = fx.state.clone();

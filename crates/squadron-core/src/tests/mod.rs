@@ -15,6 +15,7 @@ mod mailboxes_and_scheduling;
 mod profile_credentials;
 mod project_tasks;
 mod retention;
+mod task_records;
 mod worker_grace;
 mod worker_policy;
 

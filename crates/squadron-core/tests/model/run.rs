@@ -39,7 +39,7 @@ pub(crate) fn views(s: &State) -> Views {
             .profiles()
             .filter_map(|p| s.mailbox(p.id).cloned())
             .collect(),
-        tasks: s.tasks(None).cloned().collect(),
+        tasks: s.tasks(None).map(|t| (*t).clone()).collect(),
         pending: s.pending_queue().collect(),
         workers: s.workers().cloned().collect(),
     }

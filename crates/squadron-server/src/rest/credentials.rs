@@ -352,7 +352,7 @@ async fn leases(
     let task: TaskId = parse_id("task_id", &id)?;
     read(&node, q.consistency, |s| {
         // A pruned task's leases stay listed for their own retention (a day after their end).
-        if s.task(task).is_none() && !s.task_was_pruned(task) {
+        if s.task_state(task).is_none() && !s.task_was_pruned(task) {
             return Err(ApiError::not_found(format!("task {task} not found")));
         }
         let views = s

@@ -294,7 +294,7 @@ async fn stream(
     let worker = worker_base(&node, id).await?;
     let path = format!("/worker/v1/tasks/{id}/logs{}", follow_all(&from));
     Ok(relay_upgrade(ws, worker, path, move || {
-        let task = node.state.with_state(|s| s.task(id).cloned());
+        let task = node.state.with_state(|s| s.task(id));
         serde_json::json!({"type": "task", "task": task})
     }))
 }

@@ -1,5 +1,7 @@
 //! Tasks: submit (YAML or JSON manifest), list, get, cancel, and the worker's reports.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -186,7 +188,7 @@ async fn list(
     }
     let before = q.before.unwrap_or(u64::MAX);
     read(&node, q.consistency, |s| {
-        let listed: Box<dyn Iterator<Item = &Task>> = match (parent, q.order) {
+        let listed: Box<dyn Iterator<Item = Arc<Task>>> = match (parent, q.order) {
             // The other bound ends the walk, not only filters it.
             (None, TaskOrder::Oldest) => Box::new(
                 s.tasks_after(after, state)
@@ -198,7 +200,7 @@ async fn list(
             ),
             (Some(p), order) => {
                 let children = s.lineage().children(p).filter_map(|id| s.task(id));
-                let children: Box<dyn Iterator<Item = &Task>> = match order {
+                let children: Box<dyn Iterator<Item = Arc<Task>>> = match order {
                     TaskOrder::Oldest => Box::new(children),
                     TaskOrder::Newest => Box::new(children.collect::<Vec<_>>().into_iter().rev()),
                 };
@@ -212,7 +214,7 @@ async fn list(
                 caller.sees(project.as_ref().map(|(t, p)| (t, p)))
             })
             .take(limit + 1)
-            .cloned()
+            .map(Arc::unwrap_or_clone)
             .collect();
         let (tasks, next) = super::page(tasks, limit, |t| t.id.get());
         let (next_after, next_before) = match q.order {
@@ -271,7 +273,9 @@ async fn get_agent(
 }
 
 pub(crate) fn task_of(s: &squadron_core::State, id: TaskId) -> Result<Task, ApiError> {
-    s.task(id).cloned().ok_or_else(|| task_not_found(s, id))
+    s.task(id)
+        .map(Arc::unwrap_or_clone)
+        .ok_or_else(|| task_not_found(s, id))
 }
 
 /// 404 for a task the state does not hold, saying whether it never existed or ended and was
