@@ -389,32 +389,57 @@ impl State {
             .map(TaskRecord::task)
     }
 
-    /// Tasks with an id above `after`, in id order, optionally only those in one state. Starts
-    /// at `after` in the map instead of walking from the first task, so paging through a
-    /// million tasks costs each page only its own entries.
+    /// The task as the state holds it: what a filter reads before deciding to decode it.
+    pub fn task_record(&self, id: TaskId) -> Option<&TaskRecord> {
+        self.tasks.get(&id)
+    }
+
+    /// Task records with an id above `after`, in id order. Starts at `after` in the map
+    /// instead of walking from the first task, so paging through a million tasks costs each
+    /// page only its own entries.
+    pub fn task_records_after(
+        &self,
+        after: u64,
+    ) -> impl Iterator<Item = (TaskId, &TaskRecord)> + '_ {
+        let from = TaskId::new(after.saturating_add(1)).unwrap_or(TaskId::FIRST);
+        self.tasks
+            .range(from..)
+            .map(|(id, t)| (*id, t))
+            .filter(move |(id, _)| id.get() > after)
+    }
+
+    /// Task records with an id below `before`, newest first: the other direction of
+    /// `task_records_after`, with the same cost per page.
+    pub fn task_records_before(
+        &self,
+        before: u64,
+    ) -> impl Iterator<Item = (TaskId, &TaskRecord)> + '_ {
+        self.tasks
+            .range(..TaskId::new(before).unwrap_or(TaskId::FIRST))
+            .rev()
+            .map(|(id, t)| (*id, t))
+            .filter(move |(id, _)| id.get() < before)
+    }
+
+    /// Tasks with an id above `after`, in id order, optionally only those in one state.
     pub fn tasks_after(
         &self,
         after: u64,
         state: Option<TaskState>,
     ) -> impl Iterator<Item = Arc<Task>> + '_ {
-        let from = TaskId::new(after.saturating_add(1)).unwrap_or(TaskId::FIRST);
-        self.tasks
-            .range(from..)
-            .filter(move |(id, t)| id.get() > after && state.is_none_or(|s| t.state() == s))
+        self.task_records_after(after)
+            .filter(move |(_, t)| state.is_none_or(|s| t.state() == s))
             .map(|(_, t)| t.task())
     }
 
-    /// Tasks with an id below `before`, newest first, optionally only those in one state: the
-    /// other direction of `tasks_after`, with the same cost per page.
+    /// Tasks with an id below `before`, newest first, optionally only those in one state.
     pub fn tasks_before(
         &self,
         before: u64,
         state: Option<TaskState>,
     ) -> impl Iterator<Item = Arc<Task>> + '_ {
-        self.tasks
-            .range(..TaskId::new(before).unwrap_or(TaskId::FIRST))
-            .rev()
-            .filter(move |(id, t)| id.get() < before && state.is_none_or(|s| t.state() == s))
+        self.task_records_before(before)
+            .filter(move |(_, t)| state.is_none_or(|s| t.state() == s))
             .map(|(_, t)| t.task())
     }
 

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::ids::{ProjectId, TenantId};
+use crate::manifest::Placement;
 use crate::task::{Task, TaskState};
 
 /// One task of the state.
@@ -28,6 +30,9 @@ pub enum TaskRecord {
 pub struct EndedTask {
     state: TaskState,
     ended_at_ms: u64,
+    /// The project of a `placement: project` task, so a listing scoped to projects skips the
+    /// others without decoding them.
+    project: Option<Arc<(TenantId, ProjectId)>>,
     /// Shared by copies of the state, as a live task's `Arc` is.
     bytes: Arc<[u8]>,
 }
@@ -60,6 +65,19 @@ impl TaskRecord {
         match self {
             TaskRecord::Live(_) => None,
             TaskRecord::Ended(e) => Some(e.ended_at_ms),
+        }
+    }
+
+    /// The project the task belongs to (`placement: project`), without decoding.
+    pub fn project(&self) -> Option<(&TenantId, &ProjectId)> {
+        match self {
+            TaskRecord::Live(t) => match &t.spec.placement {
+                Placement::Dedicated => None,
+                Placement::Project {
+                    tenant, project, ..
+                } => Some((tenant, project)),
+            },
+            TaskRecord::Ended(e) => e.project.as_deref().map(|(t, p)| (t, p)),
         }
     }
 
@@ -113,6 +131,7 @@ impl EndedTask {
         EndedTask {
             state: task.state,
             ended_at_ms: task.entered_at_ms.get(&task.state).copied().unwrap_or(0),
+            project: task.spec.placement.project().map(Arc::new),
             bytes: bytes.into(),
         }
     }
@@ -131,6 +150,7 @@ impl std::fmt::Debug for EndedTask {
         f.debug_struct("EndedTask")
             .field("state", &self.state)
             .field("ended_at_ms", &self.ended_at_ms)
+            .field("project", &self.project)
             .field("encoded_bytes", &self.bytes.len())
             .finish()
     }

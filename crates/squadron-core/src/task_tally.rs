@@ -1,7 +1,7 @@
 //! Counts and durations of a set of tasks. The state keeps one of the tasks its retention
 //! policy pruned, so that figures which only ever grow (a Prometheus counter or histogram)
-//! keep growing after the records themselves are gone; `/metrics` adds one of the tasks held
-//! to it.
+//! keep growing after the records themselves are gone, and (derived) one of every task that
+//! ended; `/metrics` adds one of the live tasks to the latter.
 
 use std::collections::BTreeMap;
 
@@ -68,11 +68,11 @@ impl DurationTally {
     }
 }
 
-/// Tasks summed: the state's pruned ones, or a scrape's.
+/// Tasks summed: the state's pruned ones, its ended ones, or a scrape's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskTally {
     pub count: u64,
-    /// For each state, how many of the pruned tasks had entered it.
+    /// For each state, how many of the tasks had entered it.
     pub entered: BTreeMap<TaskState, u64>,
     /// Submit to end, by the state the task ended in.
     pub durations: BTreeMap<TaskState, DurationTally>,

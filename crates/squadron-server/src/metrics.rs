@@ -82,9 +82,9 @@ impl Collector for NodeMetrics {
 /// default 30 s heartbeats.
 pub const AGENT_CONNECTED_WITHIN_MS: u64 = 90_000;
 /// A histogram in seconds read from tallies in milliseconds: the live tasks' durations, observed
-/// as the state is scanned, plus those of the tasks the retention policy pruned, which the
+/// as the state is scanned, plus those of the ended tasks (the pruned ones too), which the
 /// state keeps summed. prometheus-client's `Histogram` takes observations one by one, and the
-/// pruned ones exist only as bucket counts.
+/// ended ones exist only as bucket counts.
 #[derive(Debug, Clone, Copy)]
 struct TallyHistogram<'a>(&'a DurationTally);
 
@@ -430,10 +430,14 @@ impl StateGauges {
 
     fn add_live_tasks<'a>(&mut self, tasks: impl Iterator<Item = &'a squadron_core::task::Task>) {
         for t in tasks {
+            assert!(
+                !t.state.is_terminal(),
+                "task {} is held live in {}",
+                t.id,
+                t.state
+            );
             self.tally.add(t);
-            if !t.state.is_terminal() {
-                *self.active.entry(t.state.as_str()).or_default() += 1;
-            }
+            *self.active.entry(t.state.as_str()).or_default() += 1;
         }
     }
 

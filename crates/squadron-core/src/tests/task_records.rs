@@ -41,9 +41,32 @@ fn a_live_task_is_held_whole_and_an_ended_one_encoded() {
         record.ended_at_ms(),
         after.entered_at_ms.get(&Cancelled).copied()
     );
+    assert_eq!(record.project(), None, "a dedicated task is no project's");
+
+    // A project's task keeps its project beside its encoding, for scoped listings.
+    fx.profile("alpha");
+    let placed = fx
+        .submit("placement:\n  kind: project\n  tenant: acme\n  project: web\n  profile: alpha\n");
+    assert_eq!(
+        fx.state.tasks[&placed].project(),
+        Some((&tenant(), &project()))
+    );
+    cancel(&mut fx, placed);
+    assert!(matches!(fx.state.tasks[&placed], TaskRecord::Ended(_)));
+    assert_eq!(
+        fx.state.tasks[&placed].project(),
+        Some((&tenant(), &project()))
+    );
+
     // The listings filter by state before decoding, and decode what they yield.
     let listed: Vec<TaskId> = fx.state.tasks(Some(Cancelled)).map(|t| t.id).collect();
-    assert_eq!(listed, vec![ended]);
+    assert_eq!(listed, vec![ended, placed]);
+    let listed: Vec<TaskId> = fx
+        .state
+        .tasks_before(u64::MAX, None)
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(listed, vec![placed, ended, queued]);
     let listed: Vec<TaskId> = fx
         .state
         .tasks_after(0, Some(Pending))

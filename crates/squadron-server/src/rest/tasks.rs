@@ -11,6 +11,7 @@ use squadron_core::command as cmd;
 use squadron_core::ids::TaskId;
 use squadron_core::manifest::{parse_manifest_json, parse_manifest_yaml};
 use squadron_core::task::{Task, TaskState};
+use squadron_core::task_record::TaskRecord;
 use squadron_core::{Command, Outcome};
 
 use super::{
@@ -188,33 +189,38 @@ async fn list(
     }
     let before = q.before.unwrap_or(u64::MAX);
     read(&node, q.consistency, |s| {
-        let listed: Box<dyn Iterator<Item = Arc<Task>>> = match (parent, q.order) {
+        // Records are filtered by id, state and the caller's projects before the page's are
+        // decoded: an ended task is held encoded, and a scoped caller may walk past many.
+        let listed: Box<dyn Iterator<Item = (TaskId, &TaskRecord)>> = match (parent, q.order) {
             // The other bound ends the walk, not only filters it.
             (None, TaskOrder::Oldest) => Box::new(
-                s.tasks_after(after, state)
-                    .take_while(move |t| t.id.get() < before),
+                s.task_records_after(after)
+                    .take_while(move |(id, _)| id.get() < before),
             ),
             (None, TaskOrder::Newest) => Box::new(
-                s.tasks_before(before, state)
-                    .take_while(move |t| t.id.get() > after),
+                s.task_records_before(before)
+                    .take_while(move |(id, _)| id.get() > after),
             ),
             (Some(p), order) => {
-                let children = s.lineage().children(p).filter_map(|id| s.task(id));
-                let children: Box<dyn Iterator<Item = Arc<Task>>> = match order {
+                let children = s
+                    .lineage()
+                    .children(p)
+                    .filter_map(|id| s.task_record(id).map(|r| (id, r)));
+                match order {
                     TaskOrder::Oldest => Box::new(children),
                     TaskOrder::Newest => Box::new(children.collect::<Vec<_>>().into_iter().rev()),
-                };
-                Box::new(children.filter(move |t| state.is_none_or(|st| t.state == st)))
+                }
             }
         };
         let tasks: Vec<Task> = listed
-            .filter(|t| t.id.get() > after && t.id.get() < before)
-            .filter(|t| {
-                let project = t.spec.placement.project();
-                caller.sees(project.as_ref().map(|(t, p)| (t, p)))
+            .filter(|(id, r)| {
+                id.get() > after
+                    && id.get() < before
+                    && state.is_none_or(|st| r.state() == st)
+                    && caller.sees(r.project())
             })
             .take(limit + 1)
-            .map(Arc::unwrap_or_clone)
+            .map(|(_, r)| Arc::unwrap_or_clone(r.task()))
             .collect();
         let (tasks, next) = super::page(tasks, limit, |t| t.id.get());
         let (next_after, next_before) = match q.order {
