@@ -62,7 +62,7 @@ impl State {
     pub(crate) fn note_ended(&mut self, id: TaskId, state: TaskState, at_ms: u64) {
         assert!(state.is_terminal(), "task {id} noted as ended in {state}");
         let record = self.tasks.get_mut(&id).expect("an ended task is held");
-        self.ended.figures.add(&record.task());
+        self.ended.figures.add(&record.view());
         record.seal();
         assert_eq!(
             record.ended_at_ms(),

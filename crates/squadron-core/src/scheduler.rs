@@ -8,6 +8,7 @@ use crate::ids::{ProfileId, WorkerId};
 use crate::manifest::Placement;
 use crate::state::{ProjectKey, State};
 use crate::task::Task;
+use crate::task_record::TaskRecord;
 
 /// What one scheduling pass proposes: dedicated tasks go in `AssignTasks`, project tasks in
 /// `AssignProjectTasks` (each with its profile's lease).
@@ -48,7 +49,7 @@ pub fn schedule(state: &State, now_ms: u64, max: usize) -> Plan {
         if plan.len() >= max || free.values().all(|n| *n == 0) {
             break;
         }
-        let Some(task) = state.task(task_id) else {
+        let Some(task) = state.task_record(task_id).map(TaskRecord::view) else {
             continue;
         };
         let (worker, claim) = if task.spec.placement == Placement::Dedicated {

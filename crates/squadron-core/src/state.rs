@@ -4,6 +4,7 @@
 //! area of the domain. Every handler checks everything first and mutates only after all checks
 //! passed, so a rejected command changes nothing (the clock aside).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -518,10 +519,10 @@ impl State {
             .ok_or_else(|| Rejection::not_found(Entity::Lease, id))
     }
 
-    pub(crate) fn task_ref(&self, id: TaskId) -> Result<Arc<Task>, Rejection> {
+    pub(crate) fn task_ref(&self, id: TaskId) -> Result<Cow<'_, Task>, Rejection> {
         self.tasks
             .get(&id)
-            .map(TaskRecord::task)
+            .map(TaskRecord::view)
             .ok_or_else(|| Rejection::not_found(Entity::Task, id))
     }
 

@@ -8,6 +8,7 @@
 //! decoded when read. The snapshot encodes a record exactly as it encodes the task, so
 //! snapshots, digests and the replicas' agreement are unchanged.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -86,6 +87,17 @@ impl TaskRecord {
         match self {
             TaskRecord::Live(t) => Some(t),
             TaskRecord::Ended(_) => None,
+        }
+    }
+
+    /// The task to read: borrowed while live, decoded if it ended. Apply's handlers read
+    /// through this, not [`TaskRecord::task`]: a borrow holds no second reference to a live
+    /// task, so the change that follows a check does not copy the task (`Arc::make_mut`), and
+    /// the borrow checker sees that the view is gone before the change.
+    pub fn view(&self) -> Cow<'_, Task> {
+        match self {
+            TaskRecord::Live(t) => Cow::Borrowed(t),
+            TaskRecord::Ended(e) => Cow::Owned(e.decode()),
         }
     }
 
