@@ -86,7 +86,9 @@ impl TestInternet {
 
     fn make() -> TestInternet {
         let pid = std::process::id();
-        let k = (pid % 250) as u8;
+        let _nets = lock_test_nets();
+        // 100.100.0-199: the model servers' nets take 200-249.
+        let k = free_test_subnet(0..200, pid);
         let netns = format!("sqt-{pid}");
         let host_if = format!("sqt{:04x}", pid % 0x10000);
         let (host, address) = (Ipv4Addr::new(100, 100, k, 1), Ipv4Addr::new(100, 100, k, 2));
@@ -209,4 +211,39 @@ pub(crate) fn host_addresses() -> Vec<Ipv4Addr> {
                 .then_some(addr)
         })
         .collect()
+}
+
+/// Test binaries run side by side (`scripts/run-tests.py`), and the worker's unit tests and
+/// the integration tests' model servers both make 100.100.K.0/30 networks on the host: a
+/// subnet is chosen, and its address added, under this lock, and only one no interface holds.
+/// The same lock and choice as `tests/model_server/mod.rs`: the test code of two crates cannot share a
+/// module (the worker's is `cfg(test)`).
+const TEST_NETS_LOCK: &str = "/run/lock/squadron-test-nets.lock";
+
+/// Holds [`TEST_NETS_LOCK`] until dropped.
+fn lock_test_nets() -> std::fs::File {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(TEST_NETS_LOCK)
+        .expect("the test networks' lock file");
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .expect("lock the test networks");
+    file
+}
+
+/// The first K of `range`, from `start` on, whose 100.100.K.1 no interface of the host holds.
+fn free_test_subnet(range: std::ops::Range<u32>, start: u32) -> u8 {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr show");
+    let used = String::from_utf8_lossy(&out.stdout);
+    let span = range.end - range.start;
+    (0..span)
+        .map(|i| range.start + (start.wrapping_add(i)) % span)
+        .find(|k| !used.contains(&format!(" 100.100.{k}.1/")))
+        .and_then(|k| u8::try_from(k).ok())
+        .expect("a free test subnet")
 }
