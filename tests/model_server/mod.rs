@@ -557,7 +557,7 @@ fn run_ip(args: &[&str], quiet: bool) -> bool {
 /// subnet is chosen, and its address added, under this lock, and only one no interface holds.
 /// The same lock and choice as the worker's `runtime/test_internet.rs`: the test code of two crates cannot share a
 /// module (the worker's is `cfg(test)`).
-const TEST_NETS_LOCK: &str = "/run/lock/squadron-test-nets.lock";
+const TEST_NETS_LOCK: &str = "/tmp/squadron-test-nets.lock";
 
 /// Holds [`TEST_NETS_LOCK`] until dropped.
 fn lock_test_nets() -> std::fs::File {

@@ -218,7 +218,7 @@ pub(crate) fn host_addresses() -> Vec<Ipv4Addr> {
 /// subnet is chosen, and its address added, under this lock, and only one no interface holds.
 /// The same lock and choice as `tests/model_server/mod.rs`: the test code of two crates cannot share a
 /// module (the worker's is `cfg(test)`).
-const TEST_NETS_LOCK: &str = "/run/lock/squadron-test-nets.lock";
+const TEST_NETS_LOCK: &str = "/tmp/squadron-test-nets.lock";
 
 /// Holds [`TEST_NETS_LOCK`] until dropped.
 fn lock_test_nets() -> std::fs::File {
