@@ -478,7 +478,7 @@ impl State {
         let mut assigned: BTreeMap<_, BTreeSet<_>> = BTreeMap::new();
         let mut ended_figures = self.pruned_tasks.clone();
         for (id, record) in &self.tasks {
-            let t = &record.task();
+            let t = &record.view();
             if t.state != record.state()
                 || record.ended_at_ms() != t.state.is_terminal().then(|| ended_at_ms(t))
             {

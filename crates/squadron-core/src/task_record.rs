@@ -142,7 +142,7 @@ impl EndedTask {
             .unwrap_or_else(|e| panic!("encoding task {} failed: {e}", task.id));
         EndedTask {
             state: task.state,
-            ended_at_ms: task.entered_at_ms.get(&task.state).copied().unwrap_or(0),
+            ended_at_ms: crate::apply_retention::ended_at_ms(task),
             project: task.spec.placement.project().map(Arc::new),
             bytes: bytes.into(),
         }

@@ -220,7 +220,7 @@ async fn list(
                     && caller.sees(r.project())
             })
             .take(limit + 1)
-            .map(|(_, r)| Arc::unwrap_or_clone(r.task()))
+            .map(|(_, r)| r.view().into_owned())
             .collect();
         let (tasks, next) = super::page(tasks, limit, |t| t.id.get());
         let (next_after, next_before) = match q.order {
