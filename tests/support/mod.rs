@@ -797,6 +797,12 @@ impl WorkerProc {
 
 impl Drop for WorkerProc {
     fn drop(&mut self) {
+        // A failing test's message says what it waited for; the worker's last lines say why
+        // it never came (CI keeps nothing but the test's output).
+        if std::thread::panicking() {
+            eprintln!("worker {} log, last lines:\n{}", self.id, tail(&self.log));
+            print_guest_consoles(&self.data_dir);
+        }
         self.kill();
         self.remove_leftovers();
     }
@@ -819,6 +825,31 @@ fn remove_kvm_files_of(data_dir: &Path) {
         let owner = std::fs::read(entry.path().join("data-dir")).unwrap_or_default();
         if owner == data_dir.as_os_str().as_encoded_bytes() {
             let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The last lines of each guest console of this data directory's KVM runtime.
+fn print_guest_consoles(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir("/var/lib/squadron/vm/workers") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let owner = std::fs::read(entry.path().join("data-dir")).unwrap_or_default();
+        if owner != data_dir.as_os_str().as_encoded_bytes() {
+            continue;
+        }
+        for domain in std::fs::read_dir(entry.path().join("domains"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let console = domain.path().join("vm-console.log");
+            eprintln!(
+                "guest console {}, last lines:\n{}",
+                console.display(),
+                tail(&console)
+            );
         }
     }
 }
