@@ -1,5 +1,7 @@
 //! The versioned snapshot encoding of the whole state, and the state digest (INV-12).
 
+use std::io::{BufReader, Read};
+
 use sha2::{Digest as _, Sha256};
 
 use crate::ids::Digest;
@@ -34,6 +36,8 @@ pub const SNAPSHOT_VERSION_V2: u32 = 2;
 pub const SNAPSHOT_VERSION_V1: u32 = 1;
 /// Largest snapshot accepted when decoding.
 pub const SNAPSHOT_BYTES_MAX: usize = 8 * 1024 * 1024 * 1024;
+/// The buffer a snapshot is read through while it is decoded.
+const DECODE_BUFFER_BYTES: usize = 1024 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SnapshotError {
@@ -87,46 +91,30 @@ pub fn encode_snapshot_into<W: std::io::Write + ?Sized>(
 /// Decodes a snapshot and checks every invariant before handing the state out: a corrupt or
 /// forged snapshot is refused rather than installed.
 pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
-    let rest = bytes
+    decode_snapshot_from(bytes, bytes.len() as u64)
+}
+
+/// [`decode_snapshot`] of the `len` bytes `source` yields, read as they are decoded: a
+/// snapshot file is never whole in memory (at a million tasks it is 230 MB beside the state).
+/// Bytes after `len` are not read; fewer than `len` are refused.
+pub fn decode_snapshot_from<R: Read>(source: R, len: u64) -> Result<State, SnapshotError> {
+    let mut reader = BufReader::with_capacity(DECODE_BUFFER_BYTES, source.take(len));
+    let mut head = Vec::with_capacity(SNAPSHOT_MAGIC.len() + 4);
+    (&mut reader)
+        .take((SNAPSHOT_MAGIC.len() + 4) as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| SnapshotError::Malformed(e.to_string()))?;
+    let rest = head
         .strip_prefix(SNAPSHOT_MAGIC.as_slice())
         .ok_or(SnapshotError::BadMagic)?;
-    if rest.len() < 4 {
-        return Err(SnapshotError::Malformed("truncated header".into()));
-    }
-    let (version, body) = rest.split_at(4);
-    let version = u32::from_be_bytes([version[0], version[1], version[2], version[3]]);
-    let (mut state, used): (State, usize) = match version {
-        SNAPSHOT_VERSION => bincode::serde::decode_from_slice(body, config()),
-        SNAPSHOT_VERSION_V9 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v9, used): (crate::legacy::StateV9, usize)| (v9.into(), used)),
-        SNAPSHOT_VERSION_V8 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v8, used): (crate::legacy::StateV8, usize)| (v8.into(), used)),
-        SNAPSHOT_VERSION_V7 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v7, used): (crate::legacy::StateV7, usize)| (v7.into(), used)),
-        SNAPSHOT_VERSION_V6 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v6, used): (crate::legacy::StateV6, usize)| (v6.into(), used)),
-        SNAPSHOT_VERSION_V5 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v5, used): (crate::legacy::StateV5, usize)| (v5.into(), used)),
-        SNAPSHOT_VERSION_V4 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v4, used): (crate::legacy::StateV4, usize)| (v4.into(), used)),
-        SNAPSHOT_VERSION_V3 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v3, used): (crate::legacy::StateV3, usize)| (v3.into(), used)),
-        SNAPSHOT_VERSION_V2 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v2, used): (crate::legacy::StateV2, usize)| (v2.into(), used)),
-        SNAPSHOT_VERSION_V1 => bincode::serde::decode_from_slice(body, config())
-            .map(|(v1, used): (crate::legacy::StateV1, usize)| (v1.into(), used)),
-        found => {
-            return Err(SnapshotError::UnsupportedVersion {
-                found,
-                supported: SNAPSHOT_VERSION,
-            })
-        }
-    }
-    .map_err(|e| SnapshotError::Malformed(e.to_string()))?;
-    if used != body.len() {
+    let version: [u8; 4] = rest
+        .try_into()
+        .map_err(|_| SnapshotError::Malformed("truncated header".into()))?;
+    let mut state = decode_body(u32::from_be_bytes(version), &mut reader)?;
+    let trailing = reader.buffer().len() as u64 + reader.get_ref().limit();
+    if trailing != 0 {
         return Err(SnapshotError::Malformed(format!(
-            "{} trailing bytes",
-            body.len() - used
+            "{trailing} trailing bytes"
         )));
     }
     state.rebuild_ended_index();
@@ -134,6 +122,34 @@ pub fn decode_snapshot(bytes: &[u8]) -> Result<State, SnapshotError> {
         .check_invariants()
         .map_err(SnapshotError::Inconsistent)?;
     Ok(state)
+}
+
+/// The state of a body in layout `version`, the older layouts converted.
+fn decode_body(version: u32, body: &mut impl Read) -> Result<State, SnapshotError> {
+    fn layout<T: serde::de::DeserializeOwned + Into<State>>(
+        body: &mut impl Read,
+    ) -> Result<State, bincode::error::DecodeError> {
+        bincode::serde::decode_from_std_read::<T, _, _>(body, config()).map(Into::into)
+    }
+    match version {
+        SNAPSHOT_VERSION => layout::<State>(body),
+        SNAPSHOT_VERSION_V9 => layout::<crate::legacy::StateV9>(body),
+        SNAPSHOT_VERSION_V8 => layout::<crate::legacy::StateV8>(body),
+        SNAPSHOT_VERSION_V7 => layout::<crate::legacy::StateV7>(body),
+        SNAPSHOT_VERSION_V6 => layout::<crate::legacy::StateV6>(body),
+        SNAPSHOT_VERSION_V5 => layout::<crate::legacy::StateV5>(body),
+        SNAPSHOT_VERSION_V4 => layout::<crate::legacy::StateV4>(body),
+        SNAPSHOT_VERSION_V3 => layout::<crate::legacy::StateV3>(body),
+        SNAPSHOT_VERSION_V2 => layout::<crate::legacy::StateV2>(body),
+        SNAPSHOT_VERSION_V1 => layout::<crate::legacy::StateV1>(body),
+        found => {
+            return Err(SnapshotError::UnsupportedVersion {
+                found,
+                supported: SNAPSHOT_VERSION,
+            })
+        }
+    }
+    .map_err(|e| SnapshotError::Malformed(e.to_string()))
 }
 
 /// SHA-256 of the snapshot encoding: equal on replicas that applied the same index (INV-12).

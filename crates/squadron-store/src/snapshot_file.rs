@@ -22,9 +22,14 @@
 //! (`atomic-write-file`). A snapshot the node builds is encoded straight into that temporary
 //! file (`SnapshotDir::write_new`): the state length is filled in once known and the checksum
 //! read back from the file, so the bytes are those `encode_envelope` would build in memory.
+//! A snapshot a follower receives is written chunk by chunk into `receiving.snap`
+//! (`SnapshotDir::new_receiving`), checked and decoded from there, and renamed into place:
+//! neither side ever holds a snapshot's bytes whole in memory (`read_envelope` checks a file
+//! as it streams through it).
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 
 use atomic_write_file::AtomicWriteFile;
@@ -50,6 +55,8 @@ const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 /// Name of the live snapshot file inside the snapshot directory.
 pub const SNAPSHOT_FILE_NAME: &str = "current.snap";
 const SNAPSHOT_TMP_FILE_NAME: &str = "current.snap.tmp";
+/// The snapshot a follower is receiving, until it is checked and renamed into place.
+const RECEIVING_FILE_NAME: &str = "receiving.snap";
 
 /// Why a snapshot envelope was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,13 +79,24 @@ pub enum EnvelopeError {
     MetaMismatch { found: String, expected: String },
 }
 
-/// Why writing a snapshot file failed: the envelope, or the disk.
+/// Why a snapshot file could not be written or read: the envelope, or the disk.
 #[derive(Debug, thiserror::Error)]
-pub enum EnvelopeWriteError {
+pub enum SnapshotFileError {
     #[error(transparent)]
     Envelope(#[from] EnvelopeError),
-    #[error("writing the snapshot file: {0}")]
+    #[error("snapshot file: {0}")]
     Io(#[from] io::Error),
+}
+
+/// What [`read_envelope`] found: the meta, and where the core's state bytes lie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Envelope {
+    pub meta: SnapshotMeta,
+    /// The offset of the state's bytes.
+    pub state_at: u64,
+    pub state_len: u64,
+    /// The whole envelope's size.
+    pub size: u64,
 }
 
 /// A writer that counts what passes through it.
@@ -141,10 +159,18 @@ pub fn encode_envelope(meta: &SnapshotMeta, state_bytes: &[u8]) -> Result<Vec<u8
     Ok(out)
 }
 
-/// Checks the framing and the checksum, and returns the meta and the core state bytes (not yet
-/// decoded: the caller decides whether it needs the state).
-pub fn decode_envelope(bytes: &[u8]) -> Result<(SnapshotMeta, &[u8]), EnvelopeError> {
-    let rest = bytes
+/// Checks an envelope's framing and checksum as it streams through `source` (a file of any
+/// size, read through a fixed buffer), and says where its state lies; the state itself is not
+/// decoded (the caller decides whether it needs it). Reading from the start, whatever the
+/// source's position.
+pub fn read_envelope<R: Read + Seek>(source: &mut R) -> Result<Envelope, SnapshotFileError> {
+    let size = source.seek(SeekFrom::End(0))?;
+    source.seek(SeekFrom::Start(0))?;
+    let mut header = Vec::with_capacity(HEADER_BYTES);
+    (&mut *source)
+        .take(HEADER_BYTES as u64)
+        .read_to_end(&mut header)?;
+    let rest = header
         .strip_prefix(ENVELOPE_MAGIC.as_slice())
         .ok_or(EnvelopeError::BadMagic)?;
     let (version, rest) = split_u32(rest)?;
@@ -152,37 +178,63 @@ pub fn decode_envelope(bytes: &[u8]) -> Result<(SnapshotMeta, &[u8]), EnvelopeEr
         return Err(EnvelopeError::UnsupportedVersion {
             found: version,
             supported: ENVELOPE_VERSION,
-        });
+        }
+        .into());
     }
-    if bytes.len() < HEADER_BYTES + STATE_LEN_BYTES + CHECKSUM_BYTES {
-        return Err(EnvelopeError::Truncated);
-    }
-    let (covered, checksum) = bytes.split_at(bytes.len() - CHECKSUM_BYTES);
-    let computed: [u8; CHECKSUM_BYTES] = Sha256::digest(covered).into();
-    if computed.as_slice() != checksum {
-        return Err(EnvelopeError::ChecksumMismatch);
+    let covered = size
+        .checked_sub(CHECKSUM_BYTES as u64)
+        .filter(|c| *c >= (HEADER_BYTES + STATE_LEN_BYTES) as u64)
+        .ok_or(EnvelopeError::Truncated)?;
+    source.seek(SeekFrom::Start(0))?;
+    let computed = sha256_of(source, covered)?;
+    let mut checksum = [0u8; CHECKSUM_BYTES];
+    source.read_exact(&mut checksum)?;
+    if computed != checksum {
+        return Err(EnvelopeError::ChecksumMismatch.into());
     }
     // From here on only the checksummed part is parsed.
-    let rest = &rest[..rest.len() - CHECKSUM_BYTES];
-    let (meta_len, rest) = split_u32(rest)?;
+    let (meta_len, _) = split_u32(rest)?;
     let meta_len = usize::try_from(meta_len).map_err(|_| EnvelopeError::Truncated)?;
     if meta_len > SNAPSHOT_META_BYTES_MAX {
         return Err(EnvelopeError::MetaTooLarge {
             size: meta_len,
             max: SNAPSHOT_META_BYTES_MAX,
-        });
+        }
+        .into());
     }
-    if rest.len() < meta_len {
-        return Err(EnvelopeError::Truncated);
+    let state_len_at = (HEADER_BYTES + meta_len) as u64;
+    if state_len_at + STATE_LEN_BYTES as u64 > covered {
+        return Err(EnvelopeError::Truncated.into());
     }
-    let (meta_bytes, rest) = rest.split_at(meta_len);
-    let meta: SnapshotMeta =
-        codec::decode_snapshot_meta(meta_bytes).map_err(EnvelopeError::Meta)?;
-    let (state_len, state) = split_u64(rest)?;
-    if u64::try_from(state.len()).ok() != Some(state_len) {
-        return Err(EnvelopeError::Truncated);
+    source.seek(SeekFrom::Start(HEADER_BYTES as u64))?;
+    let mut meta_bytes = vec![0u8; meta_len];
+    source.read_exact(&mut meta_bytes)?;
+    let meta = codec::decode_snapshot_meta(&meta_bytes).map_err(EnvelopeError::Meta)?;
+    let mut state_len = [0u8; STATE_LEN_BYTES];
+    source.read_exact(&mut state_len)?;
+    let state_len = u64::from_be_bytes(state_len);
+    let state_at = state_len_at + STATE_LEN_BYTES as u64;
+    if state_at.checked_add(state_len) != Some(covered) {
+        return Err(EnvelopeError::Truncated.into());
     }
-    Ok((meta, state))
+    Ok(Envelope {
+        meta,
+        state_at,
+        state_len,
+        size,
+    })
+}
+
+/// [`read_envelope`] of bytes in memory: the meta and the state's bytes.
+pub fn decode_envelope(bytes: &[u8]) -> Result<(SnapshotMeta, &[u8]), EnvelopeError> {
+    let found = read_envelope(&mut io::Cursor::new(bytes)).map_err(|e| match e {
+        SnapshotFileError::Envelope(e) => e,
+        // Reading a slice fails only past its end.
+        SnapshotFileError::Io(_) => EnvelopeError::Truncated,
+    })?;
+    // Both bounds were checked against the slice's length.
+    let state = &bytes[found.state_at as usize..(found.state_at + found.state_len) as usize];
+    Ok((found.meta, state))
 }
 
 fn split_u32(bytes: &[u8]) -> Result<(u32, &[u8]), EnvelopeError> {
@@ -190,13 +242,6 @@ fn split_u32(bytes: &[u8]) -> Result<(u32, &[u8]), EnvelopeError> {
         .split_first_chunk::<4>()
         .ok_or(EnvelopeError::Truncated)?;
     Ok((u32::from_be_bytes(*head), rest))
-}
-
-fn split_u64(bytes: &[u8]) -> Result<(u64, &[u8]), EnvelopeError> {
-    let (head, rest) = bytes
-        .split_first_chunk::<8>()
-        .ok_or(EnvelopeError::Truncated)?;
-    Ok((u64::from_be_bytes(*head), rest))
 }
 
 /// The directory that holds the live snapshot file.
@@ -218,7 +263,10 @@ impl SnapshotDir {
             let entry = entry?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name == SNAPSHOT_TMP_FILE_NAME || name.starts_with(&leftover_prefix) {
+            if name == SNAPSHOT_TMP_FILE_NAME
+                || name == RECEIVING_FILE_NAME
+                || name.starts_with(&leftover_prefix)
+            {
                 match fs::remove_file(entry.path()) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                     _ => {}
@@ -232,12 +280,80 @@ impl SnapshotDir {
         self.dir.join(SNAPSHOT_FILE_NAME)
     }
 
-    /// Reads the live snapshot, or `None` when no snapshot was ever written.
+    fn receiving_path(&self) -> PathBuf {
+        self.dir.join(RECEIVING_FILE_NAME)
+    }
+
+    /// The live snapshot, opened, or `None` when no snapshot was ever written. A file
+    /// replaced after it was opened stays readable through the handle.
+    pub fn open_current(&self) -> io::Result<Option<fs::File>> {
+        match fs::File::open(self.path()) {
+            Ok(file) => Ok(Some(file)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the live snapshot whole, or `None` when no snapshot was ever written. For tests
+    /// and tools: the node itself reads it through [`Self::open_current`].
     pub fn read(&self) -> io::Result<Option<Vec<u8>>> {
         match fs::read(self.path()) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// An empty file for a snapshot about to be received. One is received at a time (openraft
+    /// begins a stream only once the one before was installed or abandoned), so an earlier
+    /// file is abandoned and goes: unlinked, not truncated, should a handle on it live on.
+    pub fn new_receiving(&self) -> io::Result<fs::File> {
+        match fs::remove_file(self.receiving_path()) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(self.receiving_path())
+    }
+
+    /// Whether `file` is the snapshot being received (not some other file handed in).
+    fn is_receiving(&self, file: &fs::File) -> io::Result<bool> {
+        let held = file.metadata()?;
+        match fs::metadata(self.receiving_path()) {
+            Ok(named) => Ok(named.dev() == held.dev() && named.ino() == held.ino()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Puts a checked snapshot in place of the live one, atomically and durably: the received
+    /// file itself is fsynced and renamed (its bytes are not written twice); any other file
+    /// (openraft's storage suite hands one in) is copied through a temporary file.
+    pub fn replace_with_received(&self, mut file: fs::File) -> io::Result<()> {
+        if !self.is_receiving(&file)? {
+            let mut copy = AtomicWriteFile::open(self.path())?;
+            file.seek(SeekFrom::Start(0))?;
+            io::copy(
+                &mut io::BufReader::with_capacity(WRITE_BUFFER_BYTES, file),
+                &mut copy,
+            )?;
+            return copy.commit();
+        }
+        file.sync_all()?;
+        fs::rename(self.receiving_path(), self.path())?;
+        // The rename is durable only once the directory entry is.
+        fs::File::open(&self.dir)?.sync_all()
+    }
+
+    /// Removes the received file after its checks failed or a newer snapshot won.
+    pub fn discard_received(&self) {
+        if let Err(e) = fs::remove_file(self.receiving_path()) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(error = %e, "cannot remove a received snapshot file");
+            }
         }
     }
 
@@ -251,7 +367,7 @@ impl SnapshotDir {
         &self,
         meta: &SnapshotMeta,
         encode: impl FnOnce(&mut dyn Write) -> io::Result<()>,
-    ) -> Result<(AtomicWriteFile, u64), EnvelopeWriteError> {
+    ) -> Result<(AtomicWriteFile, u64), SnapshotFileError> {
         let meta_bytes = codec::encode(meta).map_err(EnvelopeError::Meta)?;
         let meta_len = u32::try_from(meta_bytes.len())
             .ok()
@@ -290,16 +406,6 @@ impl SnapshotDir {
     /// Puts a file from [`Self::write_new`] in place of the live snapshot, atomically and
     /// durably.
     pub fn replace_with(&self, file: AtomicWriteFile) -> io::Result<()> {
-        file.commit()
-    }
-
-    /// Replaces the live snapshot atomically and durably: a crash leaves either the old file
-    /// or the new one, never a torn one.
-    pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        // A temporary file beside it, fsynced, renamed over it, and the directory fsynced:
-        // the rename is durable only once the directory entry is.
-        let mut file = AtomicWriteFile::open(self.path())?;
-        file.write_all(bytes)?;
         file.commit()
     }
 }
@@ -362,7 +468,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let live = encode_envelope(&meta(), b"state").unwrap();
         std::fs::write(dir.path().join(SNAPSHOT_FILE_NAME), &live).unwrap();
-        for leftover in [".current.snap.a1B2c3", SNAPSHOT_TMP_FILE_NAME] {
+        for leftover in [
+            ".current.snap.a1B2c3",
+            SNAPSHOT_TMP_FILE_NAME,
+            RECEIVING_FILE_NAME,
+        ] {
             std::fs::write(dir.path().join(leftover), b"half a snapshot").unwrap();
         }
         let snapshots = SnapshotDir::open(dir.path().to_path_buf()).unwrap();

@@ -9,7 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::fmt;
-use std::io::Cursor;
+use std::io::{Seek as _, SeekFrom};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -17,12 +17,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 use openraft::{AnyError, EntryPayload, OptionalSend, StorageError, StorageIOError};
 use squadron_core::ids::Digest;
-use squadron_core::snapshot::{decode_snapshot, encode_snapshot_into, state_digest};
+use squadron_core::snapshot::{decode_snapshot_from, encode_snapshot_into, state_digest};
 use squadron_core::{Rejection, Response, State};
 
 use crate::machine_stats::MachineStats;
 use crate::replicated_clock::ReplicatedClock;
-use crate::snapshot_file::{check_meta, decode_envelope, EnvelopeError, SnapshotDir};
+use crate::snapshot_file::{
+    check_meta, read_envelope, EnvelopeError, SnapshotDir, SnapshotFileError,
+};
 use crate::type_config::{
     Entry, LogId, NodeId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
 };
@@ -135,14 +137,19 @@ struct SnapshotSlot {
 }
 
 impl SnapshotSlot {
-    /// Writes `envelope` as the live snapshot unless a newer one is already there (an install
-    /// can overtake a build that started earlier). Returns whether it was written.
-    fn persist(&self, meta: &SnapshotMeta, envelope: &[u8]) -> std::io::Result<bool> {
-        self.persist_with(meta, || self.dir.write(envelope))
+    /// Puts a received and checked snapshot `file` in place as the live snapshot unless a
+    /// newer one is already there (an install can overtake a build that started earlier).
+    /// Returns whether it was put in place; if not, the file is removed.
+    fn persist_received(&self, meta: &SnapshotMeta, file: std::fs::File) -> std::io::Result<bool> {
+        let persisted = self.persist_with(meta, || self.dir.replace_with_received(file))?;
+        if !persisted {
+            self.dir.discard_received();
+        }
+        Ok(persisted)
     }
 
-    /// [`Self::persist`] for a file written as the state was encoded: put in place unless a
-    /// newer snapshot already is (then the file is dropped, and removed with it).
+    /// [`Self::persist_received`] for a file written as the state was encoded: put in place
+    /// unless a newer snapshot already is (then the file is dropped, and removed with it).
     fn persist_file(
         &self,
         meta: &SnapshotMeta,
@@ -210,22 +217,24 @@ impl StateMachineStore {
     pub(crate) fn load(dir: SnapshotDir) -> Result<Self, StoreError> {
         let path = dir.path();
         let stats = MachineStats::default();
-        let (data, current) = match dir.read().map_err(|source| StoreError::Io {
+        let io_error = |source| StoreError::Io {
             path: path.clone(),
             source,
-        })? {
+        };
+        let (data, current) = match dir.open_current().map_err(io_error)? {
             None => (StateMachineData::default(), None),
-            Some(bytes) => {
+            Some(mut file) => {
                 let corrupt = |source| StoreError::CorruptSnapshot {
                     path: path.clone(),
                     source,
                 };
+                let (meta, state) = read_state(&mut file).map_err(|e| match e {
+                    SnapshotFileError::Envelope(e) => corrupt(e),
+                    SnapshotFileError::Io(e) => io_error(e),
+                })?;
                 stats
                     .snapshot_bytes
-                    .store(bytes.len() as u64, Ordering::Relaxed);
-                let (meta, state_bytes) = decode_envelope(&bytes).map_err(corrupt)?;
-                let state =
-                    decode_snapshot(state_bytes).map_err(|e| corrupt(EnvelopeError::State(e)))?;
+                    .store(file.metadata().map_or(0, |m| m.len()), Ordering::Relaxed);
                 let data = StateMachineData {
                     last_applied: meta.last_log_id,
                     last_membership: meta.last_membership.clone(),
@@ -298,23 +307,37 @@ fn build_blocking(
         (meta, copy)
     };
     let signature = Some(meta.signature());
+    let failed = |e: &(dyn std::error::Error + 'static)| {
+        StorageIOError::write_snapshot(signature.clone(), AnyError::from_dyn(e, None))
+    };
     // Encoded straight into the new file, never whole in memory.
     let (file, size) = slot
         .dir
         .write_new(&meta, |out| encode_snapshot_into(&state, out))
-        .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+        .map_err(|e| failed(&e))?;
     drop(state);
-    slot.persist_file(&meta, file)
-        .map_err(|e| StorageIOError::write_snapshot(signature, &e))?;
+    // A handle on the file's inode: it holds this build's bytes even when a newer install
+    // overtakes it and the file is not put in place.
+    let mut built = file.as_file().try_clone().map_err(|e| failed(&e))?;
+    slot.persist_file(&meta, file).map_err(|e| failed(&e))?;
+    built.seek(SeekFrom::Start(0)).map_err(|e| failed(&e))?;
     stats.snapshot_written(&stats.snapshot_build_seconds, started, size as usize);
-    // openraft keeps only the meta of a snapshot it had built (0.9: the state machine
-    // worker answers `BuildSnapshot(snap.meta)`); a follower is sent the file, read by
-    // `get_current_snapshot`. Should a later version ship this data, the follower would
-    // refuse it (no envelope magic), not install it.
+    // openraft 0.9 keeps only the meta of a snapshot it had built (the state machine worker
+    // answers `BuildSnapshot(snap.meta)`); a follower is sent the file `get_current_snapshot`
+    // opens.
     Ok(Snapshot {
         meta,
-        snapshot: Box::new(Cursor::new(Vec::new())),
+        snapshot: Box::new(tokio::fs::File::from_std(built)),
     })
+}
+
+/// The meta and the decoded state of a snapshot file, its checksum checked first; both passes
+/// stream through the file.
+fn read_state(file: &mut std::fs::File) -> Result<(SnapshotMeta, State), SnapshotFileError> {
+    let found = read_envelope(file)?;
+    file.seek(SeekFrom::Start(found.state_at))?;
+    let state = decode_snapshot_from(&mut *file, found.state_len).map_err(EnvelopeError::State)?;
+    Ok((found.meta, state))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -329,21 +352,33 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-/// Checks a received snapshot completely, persists it, and returns the decoded state. Nothing
-/// is written unless every check passed.
+/// Checks a received snapshot file completely, persists it, and returns the decoded state
+/// and the file's size. Nothing is put in place unless every check passed; a file that fails
+/// them is removed.
 fn check_and_persist(
     slot: &SnapshotSlot,
     meta: &SnapshotMeta,
-    bytes: &[u8],
-) -> Result<State, StorageIOError<NodeId>> {
+    mut file: std::fs::File,
+) -> Result<(State, u64), StorageIOError<NodeId>> {
     let signature = Some(meta.signature());
-    let refuse = |e: EnvelopeError| StorageIOError::read_snapshot(signature.clone(), &e);
-    let (found, state_bytes) = decode_envelope(bytes).map_err(refuse)?;
-    check_meta(&found, meta).map_err(refuse)?;
-    let state = decode_snapshot(state_bytes).map_err(|e| refuse(EnvelopeError::State(e)))?;
-    slot.persist(meta, bytes)
+    let checked = read_state(&mut file).and_then(|(found, state)| {
+        check_meta(&found, meta)?;
+        Ok(state)
+    });
+    let state = match checked {
+        Ok(state) => state,
+        Err(e) => {
+            slot.dir.discard_received();
+            return Err(StorageIOError::read_snapshot(signature, &e));
+        }
+    };
+    let size = file
+        .metadata()
+        .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?
+        .len();
+    slot.persist_received(meta, file)
         .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
-    Ok(state)
+    Ok((state, size))
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
@@ -391,22 +426,32 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<tokio::fs::File>> {
+        let slot = self.snapshots.clone();
+        let file = tokio::task::spawn_blocking(move || slot.dir.new_receiving())
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        Ok(Box::new(tokio::fs::File::from_std(file)))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<tokio::fs::File>,
     ) -> StoreResult<()> {
         let started = Instant::now();
-        let bytes = snapshot.into_inner();
-        let size = bytes.len();
+        let mut file = *snapshot;
+        // openraft shuts the stream down before it installs; a write still in tokio's buffer
+        // would otherwise be missing from the file.
+        tokio::io::AsyncWriteExt::flush(&mut file)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let file = file.into_std().await;
         let slot = self.snapshots.clone();
         let owned_meta = meta.clone();
-        let state =
-            tokio::task::spawn_blocking(move || check_and_persist(&slot, &owned_meta, &bytes))
+        let (state, size) =
+            tokio::task::spawn_blocking(move || check_and_persist(&slot, &owned_meta, file))
                 .await
                 .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))??;
         let mut guard = self.data.write().map_err(|_| poisoned())?;
@@ -418,7 +463,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clock.publish(guard.state.clock_ms());
         drop(guard);
         self.stats
-            .snapshot_written(&self.stats.snapshot_install_seconds, started, size);
+            .snapshot_written(&self.stats.snapshot_install_seconds, started, size as usize);
         tracing::info!(%meta, "snapshot installed");
         Ok(())
     }
@@ -426,19 +471,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot>> {
         let slot = self.snapshots.clone();
         tokio::task::spawn_blocking(move || -> Result<_, StorageIOError<NodeId>> {
-            let Some(bytes) = slot
-                .dir
-                .read()
-                .map_err(|e| StorageIOError::read_snapshot(None, &e))?
-            else {
+            let refused = |e: &(dyn std::error::Error + 'static)| {
+                StorageIOError::read_snapshot(None, AnyError::from_dyn(e, None))
+            };
+            let Some(mut file) = slot.dir.open_current().map_err(|e| refused(&e))? else {
                 return Ok(None);
             };
             // Re-check the checksum so a file damaged on disk is never shipped to a follower.
-            let (meta, _) =
-                decode_envelope(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            let found = read_envelope(&mut file).map_err(|e| refused(&e))?;
+            file.seek(SeekFrom::Start(0)).map_err(|e| refused(&e))?;
             Ok(Some(Snapshot {
-                meta,
-                snapshot: Box::new(Cursor::new(bytes)),
+                meta: found.meta,
+                snapshot: Box::new(tokio::fs::File::from_std(file)),
             }))
         })
         .await

@@ -3,7 +3,6 @@
 
 use squadron_core::access::Subject;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Cursor;
 use std::path::Path;
 use std::time::Instant;
 
@@ -18,6 +17,7 @@ use squadron_core::ids::{ProjectId, TenantId, WorkerId};
 use squadron_core::manifest::RuntimeKind;
 use squadron_core::{CommandEnvelope, Outcome, Response};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt as _, AsyncSeekExt as _, AsyncWriteExt as _};
 
 use crate::log_store::{index_key, CF_LOG, CF_META, KEY_VOTE};
 use crate::snapshot_file::{encode_envelope, SNAPSHOT_FILE_NAME};
@@ -246,7 +246,7 @@ async fn corrupt_snapshot_install_is_refused_and_old_state_stays() {
     // A built snapshot's data is the file on disk (openraft keeps only the meta of a build).
     let current = sm.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(current.meta, good.meta);
-    let good_bytes = current.snapshot.into_inner();
+    let good_bytes = read_all(*current.snapshot).await;
     let mut flipped = good_bytes.clone();
     let middle = flipped.len() / 2;
     flipped[middle] ^= 0x40;
@@ -261,7 +261,7 @@ async fn corrupt_snapshot_install_is_refused_and_old_state_stays() {
     ];
     for (meta, bytes, why) in offers {
         let mut receiving = sm.begin_receiving_snapshot().await.unwrap();
-        *receiving = Cursor::new(bytes);
+        receiving.write_all(&bytes).await.unwrap();
         let err = sm.install_snapshot(&meta, receiving).await.unwrap_err();
         assert!(err.to_string().contains(why), "{err} does not say {why}");
         assert_eq!(
@@ -280,13 +280,111 @@ async fn corrupt_snapshot_install_is_refused_and_old_state_stays() {
     {
         let (_log, mut fresh) = open(other.path()).await.unwrap();
         let mut receiving = fresh.begin_receiving_snapshot().await.unwrap();
-        *receiving = Cursor::new(good_bytes);
+        receiving.write_all(&good_bytes).await.unwrap();
         fresh.install_snapshot(&good.meta, receiving).await.unwrap();
         assert_eq!(fresh.reader().digest(), before.1);
     }
     let (_log, mut fresh) = open(other.path()).await.unwrap();
     assert_eq!(fresh.applied_state().await.unwrap(), before.0);
     assert_eq!(fresh.reader().digest(), before.1);
+}
+
+/// A snapshot's data read whole (the tests' snapshots are small).
+async fn read_all(mut data: tokio::fs::File) -> Vec<u8> {
+    data.seek(std::io::SeekFrom::Start(0)).await.unwrap();
+    let mut bytes = Vec::new();
+    data.read_to_end(&mut bytes).await.unwrap();
+    bytes
+}
+
+/// A follower receives a snapshot as openraft streams it, chunk by chunk at their offsets (a
+/// chunk sent again after a timeout is written again), into a file that is checked and then
+/// renamed into place: the file installed is the one received, and the receiving file is gone.
+#[tokio::test]
+async fn a_snapshot_received_in_chunks_is_renamed_into_place() {
+    let dir = TempDir::new().unwrap();
+    let (_log, mut sm) = open(dir.path()).await.unwrap();
+    sm.apply(commands()).await.unwrap();
+    let built = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let sent = sm.get_current_snapshot().await.unwrap().unwrap();
+    let bytes = read_all(*sent.snapshot).await;
+    assert_eq!(
+        read_all(*built.snapshot).await,
+        bytes,
+        "the build's own data"
+    );
+    let digest = sm.reader().digest();
+
+    let other = TempDir::new().unwrap();
+    let (_log, mut fresh) = open(other.path()).await.unwrap();
+    let mut receiving = fresh.begin_receiving_snapshot().await.unwrap();
+    let chunk = 7;
+    for (i, part) in bytes.chunks(chunk).enumerate() {
+        receiving
+            .seek(std::io::SeekFrom::Start((i * chunk) as u64))
+            .await
+            .unwrap();
+        receiving.write_all(part).await.unwrap();
+        if i == 3 {
+            receiving
+                .seek(std::io::SeekFrom::Start((2 * chunk) as u64))
+                .await
+                .unwrap();
+            receiving
+                .write_all(&bytes[2 * chunk..3 * chunk])
+                .await
+                .unwrap();
+        }
+    }
+    receiving.shutdown().await.unwrap();
+    let snapshot_dir = other.path().join(SNAPSHOT_DIR_NAME);
+    let received = std::fs::metadata(snapshot_dir.join("receiving.snap")).unwrap();
+    fresh.install_snapshot(&sent.meta, receiving).await.unwrap();
+    assert_eq!(fresh.reader().digest(), digest);
+    let installed = std::fs::metadata(snapshot_dir.join(SNAPSHOT_FILE_NAME)).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::ino(&installed),
+        std::os::unix::fs::MetadataExt::ino(&received),
+        "the received file itself is the live snapshot"
+    );
+    assert!(!snapshot_dir.join("receiving.snap").exists());
+    assert_eq!(
+        std::fs::read(snapshot_dir.join(SNAPSHOT_FILE_NAME)).unwrap(),
+        bytes
+    );
+}
+
+/// A received snapshot that fails its checks leaves nothing behind, and beginning a new one
+/// abandons a half-received one.
+#[tokio::test]
+async fn a_refused_or_abandoned_received_snapshot_leaves_no_file() {
+    let dir = TempDir::new().unwrap();
+    let (_log, mut sm) = open(dir.path()).await.unwrap();
+    let snapshot_dir = dir.path().join(SNAPSHOT_DIR_NAME);
+    let mut abandoned = sm.begin_receiving_snapshot().await.unwrap();
+    abandoned.write_all(b"half a snap").await.unwrap();
+    abandoned.flush().await.unwrap();
+    let mut receiving = sm.begin_receiving_snapshot().await.unwrap();
+    receiving.write_all(b"garbage").await.unwrap();
+    let err = sm
+        .install_snapshot(&meta_at(9), receiving)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("bad magic"), "{err}");
+    let names: Vec<_> = std::fs::read_dir(&snapshot_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(names.is_empty(), "left behind: {names:?}");
+    assert_eq!(
+        sm.get_current_snapshot().await.unwrap().map(|s| s.meta),
+        None
+    );
 }
 
 #[tokio::test]

@@ -1,7 +1,6 @@
 //! The openraft type configuration: what the Raft log carries and how nodes are addressed.
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 use squadron_core::{CommandEnvelope, Response};
@@ -42,7 +41,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = NodeAddr,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
