@@ -143,6 +143,11 @@ fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
         applied >= entries as f64 && applied >= applies,
         "{applied} entries applied in {applies} batches; {entries} entries proposed"
     );
+    assert_eq!(
+        value("squadron_apply_entry_duration_seconds_count"),
+        applied,
+        "each entry applied is timed"
+    );
     let answered = metric(
         &f_url,
         "squadron_http_request_duration_seconds_count{method=\"POST\",status=\"2xx\"}",

@@ -1,6 +1,6 @@
 //! The versioned snapshot encoding of the whole state, and the state digest (INV-12).
 
-use std::io::{BufReader, Read};
+use std::io::{BufRead as _, BufReader, Read};
 
 use sha2::{Digest as _, Sha256};
 
@@ -111,11 +111,17 @@ pub fn decode_snapshot_from<R: Read>(source: R, len: u64) -> Result<State, Snaps
         .try_into()
         .map_err(|_| SnapshotError::Malformed("truncated header".into()))?;
     let mut state = decode_body(u32::from_be_bytes(version), &mut reader)?;
-    let trailing = reader.buffer().len() as u64 + reader.get_ref().limit();
-    if trailing != 0 {
-        return Err(SnapshotError::Malformed(format!(
-            "{trailing} trailing bytes"
-        )));
+    // Whatever is left of the `len` bytes: buffered, or not yet read.
+    let unread = reader.buffer().len() as u64 + reader.get_ref().limit();
+    if unread != 0 {
+        let more = reader
+            .fill_buf()
+            .map_err(|e| SnapshotError::Malformed(e.to_string()))?;
+        return Err(SnapshotError::Malformed(if more.is_empty() {
+            format!("the source ended {unread} bytes short of its length")
+        } else {
+            format!("{unread} trailing bytes")
+        }));
     }
     state.rebuild_ended_index();
     state

@@ -204,6 +204,12 @@ fn machine(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
     )?;
     histogram(
         e,
+        "squadron_apply_entry_duration_seconds",
+        "Each log entry applied (one entry may carry a batch of concurrent commands), under the lock",
+        &m.apply_entry_seconds,
+    )?;
+    histogram(
+        e,
         "squadron_apply_lock_wait_seconds",
         "The part of each apply spent waiting for the lock (readers, a snapshot's copy)",
         &m.apply_lock_wait_seconds,

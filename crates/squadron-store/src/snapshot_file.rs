@@ -49,6 +49,13 @@ pub const SNAPSHOT_META_BYTES_MAX: usize = 1024 * 1024;
 const HEADER_BYTES: usize = 8 + 4 + 4;
 const STATE_LEN_BYTES: usize = 8;
 const CHECKSUM_BYTES: usize = 32;
+/// The largest envelope read: the largest state and meta with their framing. A peer can make
+/// a received file of any size (a chunk at any offset); beyond this it is not hashed.
+const ENVELOPE_BYTES_MAX: u64 = (squadron_core::snapshot::SNAPSHOT_BYTES_MAX
+    + SNAPSHOT_META_BYTES_MAX
+    + HEADER_BYTES
+    + STATE_LEN_BYTES
+    + CHECKSUM_BYTES) as u64;
 /// The buffer a snapshot is written and read back through.
 const WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
@@ -71,6 +78,8 @@ pub enum EnvelopeError {
     MetaTooLarge { size: usize, max: usize },
     #[error("snapshot checksum mismatch")]
     ChecksumMismatch,
+    #[error("snapshot file of {size} bytes exceeds the {max}-byte limit")]
+    TooLarge { size: u64, max: u64 },
     #[error("snapshot meta is malformed: {0}")]
     Meta(CodecError),
     #[error("snapshot state is refused: {0}")]
@@ -165,6 +174,13 @@ pub fn encode_envelope(meta: &SnapshotMeta, state_bytes: &[u8]) -> Result<Vec<u8
 /// source's position.
 pub fn read_envelope<R: Read + Seek>(source: &mut R) -> Result<Envelope, SnapshotFileError> {
     let size = source.seek(SeekFrom::End(0))?;
+    if size > ENVELOPE_BYTES_MAX {
+        return Err(EnvelopeError::TooLarge {
+            size,
+            max: ENVELOPE_BYTES_MAX,
+        }
+        .into());
+    }
     source.seek(SeekFrom::Start(0))?;
     let mut header = Vec::with_capacity(HEADER_BYTES);
     (&mut *source)
@@ -348,8 +364,18 @@ impl SnapshotDir {
         fs::File::open(&self.dir)?.sync_all()
     }
 
-    /// Removes the received file after its checks failed or a newer snapshot won.
-    pub fn discard_received(&self) {
+    /// Removes the received file `file` after its checks failed or a newer snapshot won; a
+    /// file handed in from elsewhere is left alone. An abandoned one (a stream that never
+    /// ended, or one openraft did not install) goes at the next receive or start.
+    pub fn discard_received(&self, file: &fs::File) {
+        match self.is_receiving(file) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot tell whether a snapshot file is the one received");
+                return;
+            }
+        }
         if let Err(e) = fs::remove_file(self.receiving_path()) {
             if e.kind() != io::ErrorKind::NotFound {
                 tracing::warn!(error = %e, "cannot remove a received snapshot file");
@@ -483,6 +509,47 @@ mod tests {
         names.sort();
         assert_eq!(names, [SNAPSHOT_FILE_NAME]);
         assert_eq!(snapshots.read().unwrap(), Some(live));
+    }
+
+    /// A source that counts the bytes read from it.
+    struct CountedReads<R> {
+        inner: R,
+        read: u64,
+    }
+
+    impl<R: Read> Read for CountedReads<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+
+    impl<R: Seek> Seek for CountedReads<R> {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.inner.seek(pos)
+        }
+    }
+
+    /// A received file can be made of any size (a chunk at any offset); one beyond the largest
+    /// envelope is refused before a byte of it is read (here a sparse file of 8 GiB).
+    #[test]
+    fn a_file_beyond_the_largest_envelope_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.path().join("huge"))
+            .unwrap();
+        file.set_len(ENVELOPE_BYTES_MAX + 1).unwrap();
+        let mut counted = CountedReads {
+            inner: file,
+            read: 0,
+        };
+        let refused = read_envelope(&mut counted).unwrap_err().to_string();
+        assert!(refused.contains("exceeds the"), "{refused}");
+        assert_eq!(counted.read, 0);
     }
 
     #[test]

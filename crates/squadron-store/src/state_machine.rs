@@ -141,11 +141,12 @@ impl SnapshotSlot {
     /// newer one is already there (an install can overtake a build that started earlier).
     /// Returns whether it was put in place; if not, the file is removed.
     fn persist_received(&self, meta: &SnapshotMeta, file: std::fs::File) -> std::io::Result<bool> {
-        let persisted = self.persist_with(meta, || self.dir.replace_with_received(file))?;
-        if !persisted {
-            self.dir.discard_received();
+        let held = file.try_clone()?;
+        let persisted = self.persist_with(meta, || self.dir.replace_with_received(file));
+        if !matches!(persisted, Ok(true)) {
+            self.dir.discard_received(&held);
         }
-        Ok(persisted)
+        persisted
     }
 
     /// [`Self::persist_received`] for a file written as the state was encoded: put in place
@@ -363,19 +364,15 @@ fn check_and_persist(
     let signature = Some(meta.signature());
     let checked = read_state(&mut file).and_then(|(found, state)| {
         check_meta(&found, meta)?;
-        Ok(state)
+        Ok((state, file.metadata()?.len()))
     });
-    let state = match checked {
-        Ok(state) => state,
+    let (state, size) = match checked {
+        Ok(checked) => checked,
         Err(e) => {
-            slot.dir.discard_received();
+            slot.dir.discard_received(&file);
             return Err(StorageIOError::read_snapshot(signature, &e));
         }
     };
-    let size = file
-        .metadata()
-        .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?
-        .len();
     slot.persist_received(meta, file)
         .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
     Ok((state, size))
@@ -401,6 +398,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut guard = self.data.write().map_err(|_| poisoned())?;
         let locked = Instant::now();
         for entry in entries {
+            let started = Instant::now();
             guard.last_applied = Some(entry.log_id);
             let response = match entry.payload {
                 EntryPayload::Normal(envelope) => guard.state.apply(envelope),
@@ -411,6 +409,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 }
             };
             responses.push(response);
+            self.stats
+                .apply_entry_seconds
+                .observe(started.elapsed().as_secs_f64());
         }
         self.clock.publish(guard.state.clock_ms());
         drop(guard);
@@ -444,10 +445,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut file = *snapshot;
         // openraft shuts the stream down before it installs; a write still in tokio's buffer
         // would otherwise be missing from the file.
-        tokio::io::AsyncWriteExt::flush(&mut file)
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let flushed = tokio::io::AsyncWriteExt::flush(&mut file).await;
         let file = file.into_std().await;
+        if let Err(e) = flushed {
+            self.snapshots.dir.discard_received(&file);
+            return Err(StorageIOError::write_snapshot(Some(meta.signature()), &e).into());
+        }
         let slot = self.snapshots.clone();
         let owned_meta = meta.clone();
         let (state, size) =

@@ -273,6 +273,13 @@ async fn corrupt_snapshot_install_is_refused_and_old_state_stays() {
             current.meta, good.meta,
             "the persisted snapshot was replaced"
         );
+        assert!(
+            !dir.path()
+                .join(SNAPSHOT_DIR_NAME)
+                .join("receiving.snap")
+                .exists(),
+            "{why}: the refused file stayed"
+        );
     }
 
     // The sound one installs on a fresh node, and survives its reopen.

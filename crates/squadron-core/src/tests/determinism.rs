@@ -154,10 +154,25 @@ fn inv_12_corrupt_snapshots_are_refused() {
     ));
     let mut trailing = bytes.clone();
     trailing.push(0);
-    assert!(matches!(
+    assert_eq!(
         decode_snapshot(&trailing),
-        Err(SnapshotError::Malformed(_))
-    ));
+        Err(SnapshotError::Malformed("1 trailing bytes".into()))
+    );
+    // Streamed from a reader (a snapshot file): only the `len` bytes given are read, and a
+    // source that ends before them is refused, saying so.
+    let mut file = bytes.clone();
+    file.extend_from_slice(b"the next record");
+    assert_eq!(
+        crate::snapshot::decode_snapshot_from(&file[..], bytes.len() as u64)
+            .map(|s| state_digest(&s)),
+        Ok(state_digest(&s))
+    );
+    assert_eq!(
+        crate::snapshot::decode_snapshot_from(&bytes[..], bytes.len() as u64 + 2),
+        Err(SnapshotError::Malformed(
+            "the source ended 2 bytes short of its length".into()
+        ))
+    );
     // Well-formed but inconsistent: a slot counter that disagrees with the leases.
     let mut forged = s.clone();
     forged.projects = forged
