@@ -185,6 +185,8 @@ pub struct WorkerConfig {
     pub disk_quota: bool,
     /// The KVM runtime's libvirt, image and files (used when built with `libvirt`).
     pub vm: VmConfig,
+    /// How long an ended task's files stay, by its manifest's retention class.
+    pub output_retention: crate::OutputRetention,
 }
 
 /// How the KVM runtime reaches libvirt and what it boots.
@@ -249,6 +251,7 @@ impl WorkerConfig {
             vm: VmConfig::default(),
             policy: squadron_core::worker_policy::WorkerPolicy::default(),
             disk_quota: true,
+            output_retention: crate::OutputRetention::default(),
         }
     }
 

@@ -61,4 +61,7 @@ pub use config::{
 };
 pub use error::WorkerError;
 pub use runtime::probe::{probe_runtimes, RuntimeSet};
+pub use task::output_retention::{
+    OutputRetention, OUTPUT_RETENTION_MS_MAX, OUTPUT_RETENTION_MS_MIN,
+};
 pub use worker::{start, RunningWorker};

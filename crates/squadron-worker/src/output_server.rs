@@ -207,6 +207,9 @@ async fn task_dir(state: &ServerState, raw: &str) -> Result<TaskDir, Response> {
     if !dir.root().is_dir() {
         return Err(not_found(format!("task {id} has no files on this worker")));
     }
+    if let Some(why) = crate::task::output_retention::removed_message(&dir) {
+        return Err(not_found(why));
+    }
     if let Ok(files) = std::fs::read_to_string(dir.unredacted_marker()) {
         return Err(error(
             StatusCode::FORBIDDEN,

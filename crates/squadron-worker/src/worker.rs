@@ -3,6 +3,7 @@
 //! assigned, unfinished task replayed on the stream and resumes each from its confirmed state.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,7 +151,11 @@ pub async fn start(
         control.clone(),
         config.advertised_host().into_iter().collect(),
     ));
-    let mut tasks = vec![server, heartbeat, watcher, renewal];
+    let retention = tokio::spawn(output_retention_loop(
+        config.data_dir.clone(),
+        config.output_retention.clone(),
+    ));
+    let mut tasks = vec![server, heartbeat, watcher, renewal, retention];
     if let Some(s) = agents {
         tasks.push(tokio::spawn(adopt_agents(s.clone())));
         tasks.extend(s.spawn_loops());
@@ -179,6 +184,11 @@ async fn prepare_data_dir(config: &WorkerConfig) -> Result<(), WorkerError> {
         let retired = crate::task::task_volume::TaskVolume::sweep(&data_dir);
         // Project sandboxes' files are where the output server looks for them.
         crate::agent::project_sandbox::ProjectVolume::remount_all(&data_dir);
+        // Every ended task's files age from here on, whether or not its driver said so.
+        let recorded = crate::task::output_retention::record_unrecorded(&data_dir);
+        if !recorded.is_empty() {
+            tracing::info!(tasks = ?recorded, "recorded the retention of ended tasks a driver left unrecorded");
+        }
         (wiped, retired)
     })
     .await
@@ -242,6 +252,27 @@ async fn adopt_agents(supervisor: AgentSupervisor) {
         Ok(n) => tracing::info!(adopted = n, "agent attempts adopted after restart"),
         // Unreachable: the pauses never run out.
         Err(e) => tracing::error!(error = %e, "agent attempts not adopted"),
+    }
+}
+
+/// Removes ended tasks' files as their retention classes' ages run out.
+async fn output_retention_loop(data_dir: PathBuf, retention: crate::OutputRetention) {
+    let mut tick = tokio::time::interval(Duration::from_millis(retention.sweep_interval_ms()));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (dir, r) = (data_dir.clone(), retention.clone());
+        let swept = tokio::task::spawn_blocking(move || {
+            crate::task::output_retention::sweep(&dir, &r, crate::support::now_ms())
+        })
+        .await;
+        match swept {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(tasks = ?removed, "removed the files of ended tasks whose retention ran out")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "the output retention sweep failed"),
+        }
     }
 }
 

@@ -312,6 +312,10 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     config.gateway_allow = args.gateway_allow;
     config.egress_ca = args.egress_ca;
     config.disk_quota = !args.no_disk_quota;
+    config.output_retention = args.output_retention.iter().try_fold(
+        squadron_worker::OutputRetention::default(),
+        |r, (class, ms)| r.with_age(class, *ms),
+    )?;
     config.sandbox_defaults = squadron_worker::SandboxDefaults {
         cpus: args.sandbox_cpus,
         memory_bytes: squadron_core::quantity::parse_byte_size(

@@ -43,6 +43,21 @@ pub const REDACTION_PROFILE_SHAPES: &str = "provider-secrets-v1";
 /// Every redaction profile a manifest may name.
 pub const REDACTION_PROFILES: [&str; 2] = [REDACTION_PROFILE_VALUES, REDACTION_PROFILE_SHAPES];
 
+/// `startup_profile.observation.retention_class`: how long a worker keeps a task's outputs
+/// (logs, events, artifacts, its clone) after it ended; each worker sets the age of each class
+/// (`squadron worker --output-retention`). The class of a task without a startup profile.
+pub const RETENTION_CLASS_STANDARD: &str = "standard";
+/// Kept briefly.
+pub const RETENTION_CLASS_SHORT: &str = "short";
+/// Kept briefly, for outputs made with credentials at hand (the seed's name).
+pub const RETENTION_CLASS_CREDENTIALED_SHORT: &str = "credentialed-short";
+/// Every retention class a manifest may name.
+pub const RETENTION_CLASSES: [&str; 3] = [
+    RETENTION_CLASS_STANDARD,
+    RETENTION_CLASS_SHORT,
+    RETENTION_CLASS_CREDENTIALED_SHORT,
+];
+
 /// The only manifest `version` this core reads.
 pub const MANIFEST_VERSION: &str = "1";
 /// The only manifest `kind` this core reads.

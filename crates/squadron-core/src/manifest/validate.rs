@@ -188,19 +188,35 @@ impl StartupProfileSpec {
         )
     }
 
-    /// What only a new submission is held to: the redaction profile is one this build knows.
+    /// What only a new submission is held to: the redaction profile and the retention class
+    /// are ones this build knows (entries of the log written before they were named apply as
+    /// they did).
     pub(super) fn check_admission(&self) -> Result<(), ValidationError> {
-        let profile = &self.observation.redaction_profile;
-        if !super::REDACTION_PROFILES.contains(&profile.as_str()) {
-            return Err(ValidationError::new(
-                "observation.redaction_profile",
+        let known = |field: &str, what: &str, value: &str, names: &[&str]| {
+            if names.contains(&value) {
+                return Ok(());
+            }
+            Err(ValidationError::new(
+                field,
                 format!(
-                    "unknown redaction profile {profile:?}; expected one of {}",
-                    super::REDACTION_PROFILES.join(", ")
+                    "unknown {what} {value:?}; expected one of {}",
+                    names.join(", ")
                 ),
-            ));
-        }
-        Ok(())
+            ))
+        };
+        let o = &self.observation;
+        known(
+            "observation.redaction_profile",
+            "redaction profile",
+            &o.redaction_profile,
+            &super::REDACTION_PROFILES,
+        )?;
+        known(
+            "observation.retention_class",
+            "retention class",
+            &o.retention_class,
+            &super::RETENTION_CLASSES,
+        )
     }
 }
 

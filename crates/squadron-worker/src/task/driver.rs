@@ -35,6 +35,7 @@ use crate::task::credential_session::{CredentialSession, LiveRedactions, Redacto
 use crate::task::env_allowlist::EnvAllowlist;
 use crate::task::launcher::prepare_launch;
 use crate::task::output_counter::{append_event, OutputCounter, OutputCounts};
+use crate::task::output_retention::{class_of, RetentionRecord};
 use crate::task::provider_progress::ProviderLive;
 use crate::task::staging::{stage, StagingOptions};
 use crate::task::task_dir::TaskDir;
@@ -237,7 +238,21 @@ impl TaskDriver {
             .await
             .is_some_and(|s| s != TaskState::FailedPreserved)
         {
-            self.retire_volume().await;
+            // A volume not retired now is the next start's, which records the retention then.
+            if self.retire_volume().await {
+                self.start_retention();
+            }
+        }
+    }
+
+    /// From now on the task's files age by its retention class (`output_retention.rs`).
+    fn start_retention(&self) {
+        let record = RetentionRecord {
+            class: class_of(&self.spec).to_string(),
+            ended_at_ms: crate::support::now_ms(),
+        };
+        if let Err(e) = record.write(&self.dir) {
+            tracing::warn!(task = %self.task, error = %e, "cannot record the task's retention; its files stay");
         }
     }
 

@@ -10,6 +10,7 @@ pub(crate) mod env_allowlist;
 pub(crate) mod launcher;
 pub(crate) mod outbox_reader;
 pub(crate) mod output_counter;
+pub(crate) mod output_retention;
 pub(crate) mod provider_progress;
 pub(crate) mod provider_stream;
 pub(crate) mod sandbox_agent;

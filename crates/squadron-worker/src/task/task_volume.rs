@@ -90,6 +90,12 @@ impl TaskVolume {
         self.retired.exists()
     }
 
+    /// Whether the task's files may still be inside its volume: mounted, being retired, or
+    /// not known (an error counts as mounted).
+    pub(crate) fn holds_files(&self) -> bool {
+        self.retiring() || !matches!(self.quota.is_mounted(), Ok(false))
+    }
+
     /// Whether the task used its quota up (`false` for a directory without one).
     pub(crate) fn exhausted(&self) -> bool {
         matches!(self.quota.is_mounted(), Ok(true)) && matches!(self.quota.exhausted(), Ok(true))

@@ -24,6 +24,21 @@ pub struct WorkerArgs {
     pub run: WorkerRunArgs,
 }
 
+/// `CLASS=DURATION` of `--output-retention`, the duration in ms; checked as the worker's
+/// configuration will check it, so a bad value stops the command before anything starts.
+fn parse_retention(s: &str) -> Result<(String, u64), String> {
+    let (class, age) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: say CLASS=DURATION, e.g. short=12h"))?;
+    let age =
+        humantime::parse_duration(age).map_err(|e| format!("{s:?}: {e} (say 30m, 12h, 7d)"))?;
+    let ms = u64::try_from(age.as_millis()).map_err(|_| format!("{s:?}: too long"))?;
+    squadron_worker::OutputRetention::default()
+        .with_age(class, ms)
+        .map_err(|e| e.to_string())?;
+    Ok((class.to_string(), ms))
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct WorkerRunArgs {
     /// This worker's id; defaults to the host name.
@@ -116,6 +131,12 @@ pub struct WorkerRunArgs {
     /// a worker that is not root refuses to start without this).
     #[arg(long)]
     pub no_disk_quota: bool,
+    /// How long an ended task's files (logs, events, artifacts) stay on this worker, by its
+    /// manifest's `retention_class`: `CLASS=DURATION`, repeat or comma-separate.
+    /// Default: standard=7d, short=1d, credentialed-short=1d (a task kept for break-glass
+    /// stays until it is removed).
+    #[arg(long, value_name = "CLASS=DURATION", value_delimiter = ',', value_parser = parse_retention)]
+    pub output_retention: Vec<(String, u64)>,
     /// Processes one sandbox may hold.
     #[arg(long, value_name = "N", default_value_t = squadron_worker::SANDBOX_PIDS_DEFAULT)]
     pub sandbox_pids: u64,

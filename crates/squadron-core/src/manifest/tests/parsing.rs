@@ -309,3 +309,43 @@ fn an_unknown_redaction_profile_is_refused_at_submission_only() {
         .redaction_profile = "secrets-v1".into();
     decoded.validate().expect("the log's old names still apply");
 }
+
+/// The same for the retention class: a new submission names one a worker knows the age of; the
+/// log's older names still apply.
+#[test]
+fn an_unknown_retention_class_is_refused_at_submission_only() {
+    for known in crate::manifest::RETENTION_CLASSES {
+        let spec = parse_manifest_yaml(&SEED.replace(
+            "retention_class: credentialed-short",
+            &format!("retention_class: {known}"),
+        ))
+        .unwrap_or_else(|e| panic!("{known}: {e}"));
+        let profile = spec
+            .startup_profile
+            .expect("the seed has a startup profile");
+        assert_eq!(profile.observation.retention_class, known);
+    }
+    let refused = parse_manifest_yaml(&SEED.replace(
+        "retention_class: credentialed-short",
+        "retention_class: forever",
+    ))
+    .unwrap_err();
+    assert_eq!(
+        refused.field, "startup_profile.observation.retention_class",
+        "{refused}"
+    );
+    assert!(
+        refused
+            .reason
+            .contains("\"forever\"; expected one of standard, short, credentialed-short"),
+        "{refused}"
+    );
+    let mut decoded = parse_manifest_yaml(SEED).unwrap();
+    decoded
+        .startup_profile
+        .as_mut()
+        .expect("the seed has a startup profile")
+        .observation
+        .retention_class = "forever".into();
+    decoded.validate().expect("the log's old names still apply");
+}

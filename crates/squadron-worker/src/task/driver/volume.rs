@@ -36,18 +36,25 @@ impl TaskDriver {
 
     /// Retires the volume once the sandbox is gone: with one still running (a destroy that
     /// failed), walking its outbox could race what it writes, so the volume stays for the
-    /// next start's sweep.
-    pub(super) async fn retire_volume(&self) {
+    /// next start's sweep. Whether the task's files are out of it (a task without a volume:
+    /// yes).
+    pub(super) async fn retire_volume(&self) -> bool {
         if self.sandbox_still_runs().await {
             tracing::error!(task = %self.task, "the sandbox still runs: its volume is not retired");
-            return;
+            return false;
         }
         let volume = self.volume();
         let task = self.task;
         match tokio::task::spawn_blocking(move || volume.retire()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(%task, error = %e, "cannot retire the task's volume"),
-            Err(e) => tracing::error!(%task, error = %e, "the volume's retirement panicked"),
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::error!(%task, error = %e, "cannot retire the task's volume");
+                false
+            }
+            Err(e) => {
+                tracing::error!(%task, error = %e, "the volume's retirement panicked");
+                false
+            }
         }
     }
 
