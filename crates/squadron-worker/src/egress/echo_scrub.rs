@@ -5,23 +5,94 @@
 //! rather than with the task redactor: that one rewrites files at rest, this one holds back
 //! only the few bytes that could still become the value.
 
+use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
 use zeroize::Zeroizing;
 
-/// Replaces one secret value in a stream of chunks.
+/// Values shorter than this are scrubbed as they are only: their encodings' stable parts
+/// would be a few characters, which occur by chance.
+const ENCODED_FORMS_VALUE_BYTES_MIN: usize = 8;
+
+/// Replaces one secret value, and the forms an upstream would echo it in, in a stream of
+/// chunks.
 pub(super) struct EchoScrub {
-    value: Zeroizing<Vec<u8>>,
+    /// The value as it is, then its encodings (`forms`), longest first.
+    forms: Vec<Zeroizing<Vec<u8>>>,
     label: Vec<u8>,
-    /// The tail of what arrived that could be the start of the value: at most its length
-    /// less one byte.
+    /// The tail of what arrived that could be the start of a form: at most the longest form's
+    /// length less one byte.
     held: Zeroizing<Vec<u8>>,
 }
 
+/// The value and what an echo of it may look like: JSON-escaped, percent-encoded, and base64
+/// (standard and URL-safe) at each of the three offsets it can start at in a longer encoded
+/// text — for those, the characters that depend only on the value (the first and last ones
+/// mix in the neighbouring bytes). Each distinct, none empty.
+fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
+    let mut forms = vec![Zeroizing::new(value.to_vec())];
+    if value.len() >= ENCODED_FORMS_VALUE_BYTES_MIN {
+        if let Ok(text) = std::str::from_utf8(value) {
+            let json = Zeroizing::new(serde_json::to_string(text).unwrap_or_default());
+            forms.push(Zeroizing::new(json.trim_matches('"').as_bytes().to_vec()));
+        }
+        forms.push(Zeroizing::new(percent_encoded(value)));
+        for engine in [
+            base64::engine::general_purpose::STANDARD_NO_PAD,
+            base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        ] {
+            for offset in 0..3 {
+                forms.push(base64_core(&engine, value, offset));
+            }
+        }
+    }
+    forms.retain(|f| !f.is_empty());
+    forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    forms.dedup();
+    forms
+}
+
+/// Every byte outside RFC 3986's unreserved set as `%XX`.
+fn percent_encoded(value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len() * 3);
+    for &b in value {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+/// The base64 characters of `value` that are the same wherever it starts `offset` bytes
+/// into a 3-byte group: whole groups only, without the characters a neighbour shares.
+fn base64_core(
+    engine: &base64::engine::GeneralPurpose,
+    value: &[u8],
+    offset: usize,
+) -> Zeroizing<Vec<u8>> {
+    let mut bytes = Zeroizing::new(vec![0u8; offset]);
+    bytes.extend_from_slice(value);
+    let whole = bytes.len() - bytes.len() % 3;
+    let encoded = Zeroizing::new(engine.encode(&bytes[..whole]));
+    // Characters 4 per group; the padding bytes reach into the first 2 (offset 1) or 3
+    // (offset 2) of them.
+    let shared = [0, 2, 3][offset];
+    Zeroizing::new(
+        encoded
+            .as_bytes()
+            .get(shared..)
+            .unwrap_or_default()
+            .to_vec(),
+    )
+}
+
 impl EchoScrub {
-    /// A scrub of `value`, shown as `[REDACTED:{credential}]`. An empty value scrubs nothing.
+    /// A scrub of `value` and its encodings, shown as `[REDACTED:{credential}]`. An empty
+    /// value scrubs nothing.
     pub(super) fn new(value: &str, credential: &str) -> EchoScrub {
         EchoScrub {
-            value: Zeroizing::new(value.as_bytes().to_vec()),
+            forms: forms(value.as_bytes()),
             label: format!("[REDACTED:{credential}]").into_bytes(),
             held: Zeroizing::new(Vec::new()),
         }
@@ -29,16 +100,21 @@ impl EchoScrub {
 
     /// What of `chunk` (after what was held) can go on now.
     pub(super) fn push(&mut self, chunk: &[u8]) -> Bytes {
-        if self.value.is_empty() {
+        if self.forms.is_empty() {
             return Bytes::copy_from_slice(chunk);
         }
         let mut all = Zeroizing::new(std::mem::take(&mut *self.held));
         all.extend_from_slice(chunk);
         let (mut out, rest) = self.replace_in(&all);
-        // Hold back the longest tail that is a start of the value; release the rest.
-        let keep = (1..self.value.len())
+        // Hold back the longest tail that is a start of some form; release the rest.
+        let keep = (1..=rest.len().min(self.forms[0].len() - 1))
             .rev()
-            .find(|n| rest.len() >= *n && self.value.starts_with(&rest[rest.len() - n..]))
+            .find(|n| {
+                let tail = &rest[rest.len() - n..];
+                self.forms
+                    .iter()
+                    .any(|f| f.len() > *n && f.starts_with(tail))
+            })
             .unwrap_or(0);
         out.extend_from_slice(&rest[..rest.len() - keep]);
         self.held.extend_from_slice(&rest[rest.len() - keep..]);
@@ -50,26 +126,32 @@ impl EchoScrub {
         Bytes::copy_from_slice(&std::mem::take(&mut *self.held))
     }
 
-    /// `text` with every whole occurrence of the value replaced (a header's, say).
+    /// `text` with every whole occurrence of a form replaced (a header's, say).
     pub(super) fn scrub(&self, text: &[u8]) -> Vec<u8> {
-        if self.value.is_empty() {
-            return text.to_vec();
-        }
         let (mut out, rest) = self.replace_in(text);
         out.extend_from_slice(rest);
         out.to_vec()
     }
 
-    /// Every whole occurrence replaced, up to the tail after the last one.
+    /// Every whole occurrence of a form replaced, earliest first (the longest form where two
+    /// start at one place), up to the tail after the last one.
     fn replace_in<'a>(&self, text: &'a [u8]) -> (BytesMut, &'a [u8]) {
         let mut out = BytesMut::with_capacity(text.len());
         let mut rest = text;
-        while let Some(at) = memchr::memmem::find(rest, &self.value) {
+        loop {
+            // `forms` is longest first, so `min_by_key` keeps the longest of equal starts.
+            let found = self
+                .forms
+                .iter()
+                .filter_map(|f| memchr::memmem::find(rest, f).map(|at| (at, f.len())))
+                .min_by_key(|(at, _)| *at);
+            let Some((at, len)) = found else {
+                return (out, rest);
+            };
             out.extend_from_slice(&rest[..at]);
             out.extend_from_slice(&self.label);
-            rest = &rest[at + self.value.len()..];
+            rest = &rest[at + len..];
         }
-        (out, rest)
     }
 }
 
@@ -108,6 +190,46 @@ mod tests {
         assert_eq!(&scrub.finish()[..], b"secre");
         let mut empty = EchoScrub::new("", "c");
         assert_eq!(&empty.push(b"anything")[..], b"anything");
+    }
+
+    /// An upstream that echoes the value encoded — inside a base64 blob at any offset, either
+    /// alphabet, percent-encoded in a URL, JSON-escaped — has it replaced too, split across
+    /// chunks or not; the text around it is left as it was.
+    #[test]
+    fn an_encoded_echo_is_replaced_too() {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+        let value = "sk-ant-api03-AbC/def+GHI=jkl\\\"x";
+        let cases: Vec<String> = (0..3)
+            .flat_map(|pad| {
+                let raw = format!("{}{value} trailing words", "p".repeat(pad));
+                [STANDARD.encode(&raw), URL_SAFE.encode(&raw)]
+            })
+            .chain([
+                format!(
+                    "https://h/cb?key={}&x=1",
+                    percent_encoded(value.as_bytes()).escape_ascii()
+                ),
+                serde_json::json!({ "error": format!("bad key {value}") }).to_string(),
+            ])
+            .collect();
+        for text in cases {
+            let scrubbed = EchoScrub::new(value, "c").scrub(text.as_bytes());
+            let scrubbed = String::from_utf8(scrubbed).unwrap();
+            assert!(scrubbed.contains("[REDACTED:c]"), "{text} -> {scrubbed}");
+            for (at, cut) in [(3, 17), (text.len() / 2, text.len() / 2 + 1)] {
+                let mut scrub = EchoScrub::new(value, "c");
+                let got = through(&mut scrub, &[&text[..at], &text[at..cut], &text[cut..]]);
+                assert_eq!(got, scrubbed, "split at {at}, {cut}");
+            }
+        }
+        // Short values are scrubbed only as they are.
+        let short = EchoScrub::new("k3y", "c");
+        assert_eq!(short.forms.len(), 1);
+        let plain = "nothing secret here, just text";
+        assert_eq!(
+            EchoScrub::new(value, "c").scrub(plain.as_bytes()),
+            plain.as_bytes()
+        );
     }
 
     #[test]
