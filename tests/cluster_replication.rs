@@ -148,6 +148,7 @@ fn concurrent_writes_to_a_follower_share_forward_requests_and_raft_entries() {
         applied,
         "each entry applied is timed"
     );
+    assert_eq!(value("squadron_apply_entry_cpu_seconds_count"), applied);
     let answered = metric(
         &f_url,
         "squadron_http_request_duration_seconds_count{method=\"POST\",status=\"2xx\"}",

@@ -67,6 +67,7 @@ async fn a_loaded_cluster_reports_apply_snapshots_memory_restart_and_catch_up() 
         );
         assert_eq!(n.apply_lock_wait.count, n.apply.count, "{table}");
         assert_eq!(n.apply_entry.count, n.entries_applied, "{table}");
+        assert_eq!(n.apply_entry_cpu.count, n.entries_applied, "{table}");
         assert!(n.apply.p50_le_ms.is_some(), "{table}");
         // Thousands of writes in entries of a few each: far more than 100 entries.
         assert!(

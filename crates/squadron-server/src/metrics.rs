@@ -210,6 +210,12 @@ fn machine(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
     )?;
     histogram(
         e,
+        "squadron_apply_entry_cpu_seconds",
+        "The applying thread's CPU time for each log entry (its wall time less the time its core was taken)",
+        &m.apply_entry_cpu_seconds,
+    )?;
+    histogram(
+        e,
         "squadron_apply_lock_wait_seconds",
         "The part of each apply spent waiting for the lock (readers, a snapshot's copy)",
         &m.apply_lock_wait_seconds,

@@ -20,7 +20,7 @@ use squadron_core::ids::Digest;
 use squadron_core::snapshot::{decode_snapshot_from, encode_snapshot_into, state_digest};
 use squadron_core::{Rejection, Response, State};
 
-use crate::machine_stats::MachineStats;
+use crate::machine_stats::{thread_cpu_seconds, MachineStats};
 use crate::replicated_clock::ReplicatedClock;
 use crate::snapshot_file::{
     check_meta, read_envelope, EnvelopeError, SnapshotDir, SnapshotFileError,
@@ -399,6 +399,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let locked = Instant::now();
         for entry in entries {
             let started = Instant::now();
+            let cpu_started = thread_cpu_seconds();
             guard.last_applied = Some(entry.log_id);
             let response = match entry.payload {
                 EntryPayload::Normal(envelope) => guard.state.apply(envelope),
@@ -412,6 +413,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.stats
                 .apply_entry_seconds
                 .observe(started.elapsed().as_secs_f64());
+            self.stats
+                .apply_entry_cpu_seconds
+                .observe((thread_cpu_seconds() - cpu_started).max(0.0));
         }
         self.clock.publish(guard.state.clock_ms());
         drop(guard);
