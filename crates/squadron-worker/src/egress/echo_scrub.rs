@@ -33,9 +33,15 @@ fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     if value.len() >= ENCODED_FORMS_VALUE_BYTES_MIN {
         if let Ok(text) = std::str::from_utf8(value) {
             let json = Zeroizing::new(serde_json::to_string(text).unwrap_or_default());
-            forms.push(Zeroizing::new(json.trim_matches('"').as_bytes().to_vec()));
+            // Without the quotes around it (only those: the value may end in an escaped one).
+            let inner = json
+                .get(1..json.len().saturating_sub(1))
+                .unwrap_or_default();
+            forms.push(Zeroizing::new(inner.as_bytes().to_vec()));
         }
-        forms.push(Zeroizing::new(percent_encoded(value)));
+        let percent = percent_encoded(value);
+        forms.push(Zeroizing::new(percent.to_ascii_lowercase()));
+        forms.push(Zeroizing::new(percent));
         for engine in [
             base64::engine::general_purpose::STANDARD_NO_PAD,
             base64::engine::general_purpose::URL_SAFE_NO_PAD,
@@ -65,7 +71,7 @@ fn percent_encoded(value: &[u8]) -> Vec<u8> {
 }
 
 /// The base64 characters of `value` that are the same wherever it starts `offset` bytes
-/// into a 3-byte group: whole groups only, without the characters a neighbour shares.
+/// into a 3-byte group: none that a neighbouring byte reaches into.
 fn base64_core(
     engine: &base64::engine::GeneralPurpose,
     value: &[u8],
@@ -73,15 +79,17 @@ fn base64_core(
 ) -> Zeroizing<Vec<u8>> {
     let mut bytes = Zeroizing::new(vec![0u8; offset]);
     bytes.extend_from_slice(value);
-    let whole = bytes.len() - bytes.len() % 3;
-    let encoded = Zeroizing::new(engine.encode(&bytes[..whole]));
-    // Characters 4 per group; the padding bytes reach into the first 2 (offset 1) or 3
-    // (offset 2) of them.
+    let encoded = Zeroizing::new(engine.encode(&bytes[..]));
+    // 4 characters per 3 bytes. The bytes before the value reach into the first 2 (offset 1)
+    // or 3 (offset 2) of them; after the last whole group, 1 trailing byte fills 1 character
+    // alone and 2 fill 2 (the next one mixes in the byte after the value).
     let shared = [0, 2, 3][offset];
+    let rest = bytes.len() % 3;
+    let own = (bytes.len() - rest) / 3 * 4 + [0, 1, 2][rest];
     Zeroizing::new(
         encoded
             .as_bytes()
-            .get(shared..)
+            .get(shared..own)
             .unwrap_or_default()
             .to_vec(),
     )
@@ -192,13 +200,28 @@ mod tests {
         assert_eq!(&empty.push(b"anything")[..], b"anything");
     }
 
+    /// The cores of `ABCDEFGH` at each offset: every character the value alone decides (found
+    /// in the encodings of the value between random bytes).
+    #[test]
+    fn a_base64_core_keeps_every_character_the_value_alone_decides() {
+        let engine = base64::engine::general_purpose::STANDARD_NO_PAD;
+        let cores: Vec<String> = (0..3)
+            .map(|o| String::from_utf8(base64_core(&engine, b"ABCDEFGH", o).to_vec()).unwrap())
+            .collect();
+        assert_eq!(cores, ["QUJDREVGR0", "FCQ0RFRkdI", "BQkNERUZHS"]);
+        // A value that ends in a quote keeps its escaped quote in its JSON form.
+        let quoted = forms(b"abcdefgh\"");
+        assert!(quoted.iter().any(|f| f.as_slice() == b"abcdefgh\\\""));
+    }
+
     /// An upstream that echoes the value encoded — inside a base64 blob at any offset, either
     /// alphabet, percent-encoded in a URL, JSON-escaped — has it replaced too, split across
     /// chunks or not; the text around it is left as it was.
     #[test]
     fn an_encoded_echo_is_replaced_too() {
         use base64::engine::general_purpose::{STANDARD, URL_SAFE};
-        let value = "sk-ant-api03-AbC/def+GHI=jkl\\\"x";
+        // `??>>` makes `+` and `/` in base64, so the URL-safe forms differ.
+        let value = "sk-ant-api03-??>>AbC/def+GHI=jkl\\\"x";
         let cases: Vec<String> = (0..3)
             .flat_map(|pad| {
                 let raw = format!("{}{value} trailing words", "p".repeat(pad));
