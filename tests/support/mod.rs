@@ -818,28 +818,30 @@ impl WorkerProc {
 
 /// The KVM runtime's files of this data directory (they hold a link to the worker binary).
 fn remove_kvm_files_of(data_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir("/var/lib/squadron/vm/workers") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let owner = std::fs::read(entry.path().join("data-dir")).unwrap_or_default();
-        if owner == data_dir.as_os_str().as_encoded_bytes() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
+    for dir in kvm_dirs_of(data_dir) {
+        let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The KVM runtime's directories whose owner file names this data directory.
+fn kvm_dirs_of(data_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/var/lib/squadron/vm/workers") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|dir| {
+            std::fs::read(dir.join("data-dir")).unwrap_or_default()
+                == data_dir.as_os_str().as_encoded_bytes()
+        })
+        .collect()
 }
 
 /// The last lines of each guest console of this data directory's KVM runtime.
 fn print_guest_consoles(data_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir("/var/lib/squadron/vm/workers") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let owner = std::fs::read(entry.path().join("data-dir")).unwrap_or_default();
-        if owner != data_dir.as_os_str().as_encoded_bytes() {
-            continue;
-        }
-        for domain in std::fs::read_dir(entry.path().join("domains"))
+    for dir in kvm_dirs_of(data_dir) {
+        for domain in std::fs::read_dir(dir.join("domains"))
             .into_iter()
             .flatten()
             .flatten()
