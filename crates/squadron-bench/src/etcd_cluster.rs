@@ -38,6 +38,8 @@ async fn look(
 #[derive(Debug)]
 pub(crate) struct EtcdCluster {
     members: Vec<EtcdMember>,
+    /// The index of the member the members last agreed leads (`wait_for_leader`).
+    leader: Option<usize>,
 }
 
 impl EtcdCluster {
@@ -55,6 +57,7 @@ impl EtcdCluster {
         let token = format!("squadron-bench-{}", std::process::id());
         let mut cluster = EtcdCluster {
             members: Vec::new(),
+            leader: None,
         };
         for (i, (client, peer)) in ports.iter().enumerate() {
             let name = format!("m{}", i + 1);
@@ -96,13 +99,16 @@ impl EtcdCluster {
         Ok(cluster)
     }
 
-    /// Client URLs of the running members.
+    /// Client URLs of the running members, the last agreed leader first.
     pub(crate) fn endpoints(&self) -> Vec<String> {
-        self.members
+        let mut running: Vec<(usize, &EtcdMember)> = self
+            .members
             .iter()
-            .filter(|m| m.process.running())
-            .map(|m| m.client_url.clone())
-            .collect()
+            .enumerate()
+            .filter(|(_, m)| m.process.running())
+            .collect();
+        running.sort_by_key(|(i, _)| Some(*i) != self.leader);
+        running.iter().map(|(_, m)| m.client_url.clone()).collect()
     }
 
     /// Waits until every running member names the same leader, one of them; returns the
@@ -118,7 +124,10 @@ impl EtcdCluster {
             .when(|e| matches!(e, LeaderWait::NotYet(_)) && start.elapsed() < timeout)
             .await;
         match agreed {
-            Ok(index) => Ok(index),
+            Ok(index) => {
+                this.leader = Some(index);
+                Ok(index)
+            }
             Err(LeaderWait::Exited(message)) => Err(this.startup_error(message)),
             Err(LeaderWait::NotYet(last)) => {
                 Err(this.startup_error(format!("no agreed leader after {timeout:?}: {last}")))

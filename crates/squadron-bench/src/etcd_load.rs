@@ -25,7 +25,7 @@ use crate::etcd_client::{
     EtcdClient, EtcdError, KeyValue,
 };
 use crate::load::{FailoverProbe, OpResult, Recorder};
-use crate::options::EtcdProtocol;
+use crate::options::{ClientRoute, EtcdProtocol};
 use crate::squadron_load::{
     client_seed, ADMISSION_ATTEMPTS_MAX, CAPACITY_PROFILES, CAPACITY_SLOTS, CONNECT_TIMEOUT_MS,
     LEASE_TTL_MS, REQUEST_TIMEOUT_MS, TASK_MANIFEST,
@@ -60,13 +60,15 @@ pub(crate) struct EtcdData {
 /// The cluster's client URLs and the protocol the load speaks to them.
 #[derive(Debug, Clone)]
 pub(crate) struct EtcdEndpoints {
+    /// The leader first (`EtcdCluster::endpoints`).
     pub(crate) urls: Vec<String>,
     pub(crate) protocol: EtcdProtocol,
+    pub(crate) route: ClientRoute,
 }
 
 pub(crate) fn client_for(endpoints: &EtcdEndpoints, i: usize) -> EtcdClient {
     let mut rotated = endpoints.urls.clone();
-    if !rotated.is_empty() {
+    if endpoints.route == ClientRoute::Spread && !rotated.is_empty() {
         rotated.rotate_left(i % endpoints.urls.len());
     }
     EtcdClient::new(

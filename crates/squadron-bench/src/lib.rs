@@ -44,7 +44,7 @@ pub use histogram::{LatencyHistogram, LatencySummary};
 pub use load::PointStats;
 pub use machine::MachineInfo;
 pub use options::{
-    CompareOptions, EtcdProtocol, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT,
+    ClientRoute, CompareOptions, EtcdProtocol, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT,
     FAILOVER_CLIENTS_DEFAULT, NODES_MAX,
 };
 pub use process::{rss_kib, NodeMemory};
@@ -137,6 +137,7 @@ pub async fn compare_with(
             String::new()
         },
         etcd_protocol: opts.etcd_protocol,
+        route: opts.route,
         nodes: opts.nodes,
         clients: opts.clients.clone(),
         duration_s: opts.duration.as_secs_f64(),
@@ -308,7 +309,7 @@ async fn run_squadron(
 ) -> Result<SystemRun, BenchError> {
     steps(&format!("squadron: starting {} nodes", opts.nodes));
     let mut cluster = SquadronCluster::start(&opts.squadron_bin, dir, opts.nodes).await?;
-    let endpoints = cluster.endpoints();
+    let endpoints = cluster.endpoints().routed(opts.route);
     let setup_client = squadron_load::client_for(&endpoints, 0);
     let as_worker = squadron_load::worker_client(&endpoints)?;
     let data = squadron_load::setup(&setup_client, &as_worker, opts.clients_max()).await?;
@@ -412,6 +413,7 @@ async fn run_etcd(
     let endpoints = etcd_load::EtcdEndpoints {
         urls: cluster.endpoints(),
         protocol: opts.etcd_protocol,
+        route: opts.route,
     };
     let setup_client = etcd_load::client_for(&endpoints, 0);
     let data = etcd_load::setup(&setup_client, opts.clients_max()).await?;

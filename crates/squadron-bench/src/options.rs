@@ -135,6 +135,50 @@ impl FromStr for EtcdProtocol {
     }
 }
 
+/// Which node a client sends to first (the rest follow in order, for when it fails).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientRoute {
+    /// Every client starts at the leader the cluster agreed on before the run: where
+    /// Squadron's agents and workers send (gRPC to the leader), and what a leader-aware client
+    /// of either system does. The default.
+    Leader,
+    /// Client `i` starts at node `i mod n`; a follower passes the write on to the leader
+    /// (both systems do), an extra hop for two clients in three.
+    Spread,
+}
+
+impl ClientRoute {
+    /// What reports written before the choice existed used.
+    pub fn spread() -> Self {
+        ClientRoute::Spread
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientRoute::Leader => "leader",
+            ClientRoute::Spread => "spread",
+        }
+    }
+}
+
+impl fmt::Display for ClientRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ClientRoute {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "leader" => Ok(ClientRoute::Leader),
+            "spread" => Ok(ClientRoute::Spread),
+            other => Err(format!("{other:?}: leader or spread")),
+        }
+    }
+}
+
 /// The options of `squadron bench compare`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompareOptions {
@@ -157,6 +201,8 @@ pub struct CompareOptions {
     pub etcd_bin: PathBuf,
     /// How the load reaches etcd.
     pub etcd_protocol: EtcdProtocol,
+    /// Which node each client of either system sends to first.
+    pub route: ClientRoute,
     /// Where node directories go (a fresh temporary directory inside it, removed at the end);
     /// the system's temporary directory when `None`.
     pub work_dir: Option<PathBuf>,
@@ -181,6 +227,7 @@ impl CompareOptions {
             squadron_bin,
             etcd_bin: PathBuf::from(ETCD_BIN_DEFAULT),
             etcd_protocol: EtcdProtocol::Grpc,
+            route: ClientRoute::Leader,
             work_dir: None,
             keep_work_dir: false,
             seed: 1,
@@ -240,6 +287,23 @@ impl CompareOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_routes_round_trip_and_a_bad_one_is_named() {
+        for r in [ClientRoute::Leader, ClientRoute::Spread] {
+            assert_eq!(r.as_str().parse::<ClientRoute>().unwrap(), r);
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+        let err = "random".parse::<ClientRoute>().unwrap_err();
+        assert!(
+            err.contains("random") && err.contains("leader or spread"),
+            "{err}"
+        );
+        assert_eq!(
+            CompareOptions::new(PathBuf::from("/bin/true")).route,
+            ClientRoute::Leader
+        );
+    }
 
     #[test]
     fn workload_names_round_trip() {

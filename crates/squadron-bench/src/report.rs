@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::load::PointStats;
 use crate::machine::MachineInfo;
-use crate::options::{EtcdProtocol, Workload};
+use crate::options::{ClientRoute, EtcdProtocol, Workload};
 use crate::process::NodeMemory;
 
 /// Squadron's figure divided by etcd's. Above 1 is better for ops/s, below 1 is better for
@@ -105,6 +105,9 @@ pub struct SquadronInternals {
     /// Read-index rounds and the linearizable reads they answered.
     pub read_rounds: u64,
     pub reads: u64,
+    /// Writes a follower passed on to the leader (reports saved before it was counted: 0).
+    #[serde(default)]
+    pub forwards: u64,
 }
 
 impl SquadronInternals {
@@ -135,6 +138,7 @@ impl SquadronInternals {
                 "squadron_proposal_commands_total" => &mut self.proposal_commands,
                 "squadron_read_index_rounds_total" => &mut self.read_rounds,
                 "squadron_read_index_reads_total" => &mut self.reads,
+                "squadron_forwards_total" => &mut self.forwards,
                 _ => continue,
             };
             *field += value;
@@ -152,6 +156,10 @@ pub struct CompareReport {
     /// choice existed went through the gateway).
     #[serde(default = "EtcdProtocol::gateway")]
     pub etcd_protocol: EtcdProtocol,
+    /// Which node each client sent to first (reports saved before the choice existed spread
+    /// their clients over the nodes).
+    #[serde(default = "ClientRoute::spread")]
+    pub route: ClientRoute,
     pub nodes: usize,
     pub clients: Vec<usize>,
     pub duration_s: f64,

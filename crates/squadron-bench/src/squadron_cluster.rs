@@ -10,6 +10,7 @@ use backon::{ConstantBuilder, RetryableWithContext};
 use squadron_client::{Consistency, Credentials, SquadronClient};
 
 use crate::error::BenchError;
+use crate::options::ClientRoute;
 use crate::process::{free_port, NodeMemory, NodeProcess};
 use crate::squadron_load::Endpoints;
 
@@ -106,6 +107,8 @@ pub(crate) struct SquadronCluster {
     /// The run's directory, and what every node's config adds to the generated one.
     dir: std::path::PathBuf,
     extra_config: String,
+    /// The leader the nodes last agreed on (`wait_for_leader`).
+    leader: Option<u64>,
 }
 
 impl SquadronCluster {
@@ -156,6 +159,7 @@ impl SquadronCluster {
             worker_credentials,
             dir: dir.to_path_buf(),
             extra_config: extra_config.to_string(),
+            leader: None,
         };
         for (id, rest, base, path) in &configs {
             let process = spawn_node(bin, *id, base, path)?;
@@ -246,16 +250,19 @@ impl SquadronCluster {
     }
 
     /// `https://host:port` of every running node, with the cluster's credentials.
+    /// The running nodes, the last agreed leader first; clients spread over them.
     pub(crate) fn endpoints(&self) -> Endpoints {
+        let mut running: Vec<&SquadronNode> =
+            self.nodes.iter().filter(|n| n.process.running()).collect();
+        running.sort_by_key(|n| Some(n.id) != self.leader);
         Endpoints {
-            urls: self
-                .nodes
+            urls: running
                 .iter()
-                .filter(|n| n.process.running())
                 .map(|n| format!("https://{}", n.rest))
                 .collect(),
             credentials: self.credentials.clone(),
             worker_credentials: self.worker_credentials.clone(),
+            route: ClientRoute::Spread,
         }
     }
 
@@ -271,7 +278,10 @@ impl SquadronCluster {
             .when(|e| matches!(e, LeaderWait::NotYet(_)) && start.elapsed() < timeout)
             .await;
         match agreed {
-            Ok(leader) => Ok(leader),
+            Ok(leader) => {
+                this.leader = Some(leader);
+                Ok(leader)
+            }
             Err(LeaderWait::Exited(message)) => Err(this.startup_error(message)),
             Err(LeaderWait::NotYet(last)) => {
                 Err(this.startup_error(format!("no agreed leader after {timeout:?}: {last}")))

@@ -25,6 +25,7 @@ use squadron_core::Rejection;
 
 use crate::error::BenchError;
 use crate::load::{FailoverProbe, OpResult, Recorder};
+use crate::options::ClientRoute;
 
 const SYSTEM: &str = "squadron";
 pub(crate) const BENCH_TENANT: &str = "bench";
@@ -211,10 +212,19 @@ async fn project(
 /// clients present (the run's CA and admin token).
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoints {
+    /// The leader first (`SquadronCluster::endpoints`).
     pub(crate) urls: Vec<String>,
     pub(crate) credentials: squadron_client::Credentials,
     /// The bench worker's certificate.
     pub(crate) worker_credentials: squadron_client::Credentials,
+    /// Which node each client sends to first.
+    pub(crate) route: ClientRoute,
+}
+
+impl Endpoints {
+    pub(crate) fn routed(self, route: ClientRoute) -> Self {
+        Self { route, ..self }
+    }
 }
 
 /// A client presenting the bench worker's certificate.
@@ -226,7 +236,7 @@ pub(crate) fn worker_client(endpoints: &Endpoints) -> Result<SquadronClient, Ben
 /// A client of its own (own connection pool) whose first endpoint is node `i % n`.
 pub(crate) fn client_for(endpoints: &Endpoints, i: usize) -> SquadronClient {
     let mut rotated = endpoints.urls.clone();
-    if !rotated.is_empty() {
+    if endpoints.route == ClientRoute::Spread && !rotated.is_empty() {
         rotated.rotate_left(i % endpoints.urls.len());
     }
     let (request, connect) = (

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use comfy_table::{presets, CellAlignment, ContentArrangement, Table, TableComponent};
 
 use crate::load::PointStats;
-use crate::options::EtcdProtocol;
+use crate::options::{ClientRoute, EtcdProtocol};
 use crate::report::{mean_rss_kib, CompareReport};
 
 fn num(v: Option<f64>, decimals: usize) -> String {
@@ -108,10 +108,14 @@ pub fn render_table(report: &CompareReport) -> String {
     let mut out = points_table(report);
     out.push_str(&format!(
         "latencies in ms; x = squadron / etcd (ops/s: higher is better for squadron, latencies: \
-         lower); etcd driven through its {}\n",
+         lower); etcd driven through its {}; {}\n",
         match report.etcd_protocol {
             EtcdProtocol::Grpc => "gRPC API",
             EtcdProtocol::Gateway => "JSON gateway",
+        },
+        match report.route {
+            ClientRoute::Leader => "every client sends to the leader",
+            ClientRoute::Spread => "client i sends to node i mod n",
         }
     ));
     failover_lines(report, &mut out);
@@ -174,14 +178,15 @@ fn internals_line(report: &CompareReport, out: &mut String) {
         let _ = writeln!(
             out,
             "\nsquadron batching (all nodes): {} log entries in {} fsyncs ({} per fsync); \
-             {} writes in {} proposed entries ({} per entry); {} reads in {} read-index rounds \
-             ({} per round)",
+             {} writes in {} proposed entries ({} per entry), {} forwarded by followers; {} reads \
+             in {} read-index rounds ({} per round)",
             i.log_entries,
             i.log_appends,
             num(i.entries_per_fsync(), 2),
             i.proposal_commands,
             i.proposal_entries,
             num(i.writes_per_entry(), 2),
+            i.forwards,
             i.reads,
             i.read_rounds,
             num(i.reads_per_round(), 2),
@@ -255,6 +260,7 @@ mod tests {
             squadron_version: "squadron 0.1.0".into(),
             etcd_version: "etcd Version: 3.4.23".into(),
             etcd_protocol: EtcdProtocol::Grpc,
+            route: ClientRoute::Leader,
             nodes: 3,
             clients: vec![16],
             duration_s: 10.0,
@@ -302,6 +308,7 @@ mod tests {
                 proposal_commands: 200,
                 read_rounds: 10,
                 reads: 90,
+                forwards: 0,
             }),
             memory: MemoryComparison {
                 squadron: vec![NodeMemory {
@@ -323,6 +330,16 @@ mod tests {
         assert_eq!(r.etcd_protocol, EtcdProtocol::Gateway);
         assert!(render_table(&r).contains("etcd driven through its JSON gateway"));
         assert!(render_table(&report()).contains("etcd driven through its gRPC API"));
+    }
+
+    #[test]
+    fn a_report_saved_before_the_route_choice_reads_as_spread() {
+        let mut saved = serde_json::to_value(report()).unwrap();
+        saved.as_object_mut().unwrap().remove("route");
+        let r: CompareReport = serde_json::from_value(saved).unwrap();
+        assert_eq!(r.route, ClientRoute::Spread);
+        assert!(render_table(&r).contains("client i sends to node i mod n"));
+        assert!(render_table(&report()).contains("every client sends to the leader"));
     }
 
     #[test]

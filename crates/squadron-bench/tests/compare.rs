@@ -72,6 +72,14 @@ async fn squadron_and_etcd_side_by_side() {
         assert_eq!(nodes.len(), 3, "{table}");
         assert!(nodes.iter().all(|n| n.rss_kib > 1024), "{nodes:?}");
     }
+    // Every client started at the leader (the default route): no follower passed a write on.
+    assert_eq!(report.route, squadron_bench::ClientRoute::Leader);
+    let internals = report
+        .squadron_internals
+        .as_ref()
+        .expect("squadron's counters");
+    assert!(internals.proposal_commands > 0, "{internals:?}");
+    assert_eq!(internals.forwards, 0, "{table}");
     assert!(report.machine.cpus >= 1);
     assert_eq!(
         report.etcd_protocol,

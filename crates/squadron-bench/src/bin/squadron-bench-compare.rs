@@ -81,6 +81,7 @@ fn options(args: &[String]) -> Result<(CompareOptions, bool), String> {
                     .parse()
                     .map_err(|e| format!("--etcd-client: {e}"))?
             }
+            "--route" => opts.route = value()?.parse().map_err(|e| format!("--route: {e}"))?,
             "--work-dir" => opts.work_dir = Some(PathBuf::from(value()?)),
             "--keep-work-dir" => opts.keep_work_dir = true,
             "--seed" => opts.seed = value()?.parse().map_err(|_| "--seed: not a number")?,

@@ -140,6 +140,11 @@ pub struct CompareArgs {
     /// `gateway` (its JSON gateway, which etcd 3.4 turns into a second gRPC call).
     #[arg(long, value_name = "grpc|gateway", default_value = "grpc")]
     pub etcd_client: squadron_bench::EtcdProtocol,
+    /// Which node each client of either system sends to first: `leader` (every client, as
+    /// Squadron's agents and workers and a leader-aware client do) or `spread` (client i at
+    /// node i mod n; followers pass writes on to the leader).
+    #[arg(long, value_name = "leader|spread", default_value = "leader")]
+    pub route: squadron_bench::ClientRoute,
     /// The squadron binary that runs the nodes (default: this one).
     #[arg(long, value_name = "PATH")]
     pub squadron: Option<std::path::PathBuf>,
@@ -222,6 +227,7 @@ async fn compare(out: OutputFormat, args: CompareArgs) -> anyhow::Result<()> {
     opts.failover = !args.no_failover;
     opts.etcd_bin = args.etcd;
     opts.etcd_protocol = args.etcd_client;
+    opts.route = args.route;
     opts.seed = args.seed;
     opts.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     let progress = Progress::start(out, "bench compare");
