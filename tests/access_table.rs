@@ -691,6 +691,7 @@ async fn worker_control_probes(
                 squadron_api::GrantAgentCredentialLease {
                     worker: w1.clone(),
                     fence: token,
+                    only_lease: None,
                 },
             ))
             .await

@@ -129,6 +129,11 @@ pub struct SetProfileCredentials {
 pub struct GrantAgentCredentialLease {
     pub worker: WorkerId,
     pub fence: FencingToken,
+    /// A restarted worker resuming the generation: only this lease, while it is still the
+    /// generation's active one; once it ended the grant is refused (naming `only_lease`) and
+    /// nothing is recorded, where a grant without it would record a new lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_lease: Option<CredentialLeaseId>,
 }
 
 /// `GET /api/v1/profiles/:id/credentials`: what the profile is given, and its leases (never

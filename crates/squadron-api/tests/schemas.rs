@@ -398,6 +398,16 @@ fn worker_cluster_and_access_bodies_schemas_agree_with_the_decoder() {
             lease: LeaseId::new(5).expect("lease"),
             generation: Generation::new(2),
         },
+        only_lease: None,
+    });
+    checked += agree(&GrantAgentCredentialLease {
+        worker: worker(),
+        fence: FencingToken {
+            profile: ProfileId::new(3).expect("profile"),
+            lease: LeaseId::new(5).expect("lease"),
+            generation: Generation::new(2),
+        },
+        only_lease: Some(squadron_core::ids::CredentialLeaseId::new(7).expect("credential lease")),
     });
     checked += agree(&MintBootstrap {
         worker: Some(worker()),

@@ -2,14 +2,18 @@
 //! hands them to the generation running under an active runtime lease.
 
 use crate::access::Subject;
-use crate::command::{GrantAgentCredentialLease, SetProfileCredentials};
+use crate::command::{
+    GrantAgentCredentialLease, RegrantAgentCredentialLease, SetProfileCredentials,
+};
 use crate::credential::{still_kept, LeaseRevocation};
+use crate::ids::WorkerId;
 use crate::ids::{CredentialId, CredentialLeaseId, LeaseId};
+use crate::lease::FencingToken;
 use crate::limits::CREDENTIAL_LEASES_MAX;
 use crate::manifest::check_credential_refs;
 use crate::profile_credentials::{agent_session_name, AgentCredentialLease};
 use crate::rejection::Rejection;
-use crate::response::Outcome;
+use crate::response::{GrantedCredential, Outcome};
 use crate::state::State;
 
 impl State {
@@ -48,46 +52,96 @@ impl State {
         subject: &Subject,
         c: GrantAgentCredentialLease,
     ) -> Result<Outcome, Rejection> {
-        if subject.worker() != Some(&c.worker) {
+        let granted = self.agent_grant_values(now, subject, &c.fence, &c.worker)?;
+        let id = match self.active_agent_lease(&c.fence) {
+            Some(id) => id,
+            None => {
+                let leased = crate::apply_credentials::leased(&granted);
+                self.record_agent_credential_lease(now, &c, leased)?
+            }
+        };
+        Ok(self.agent_lease_granted(&c.fence, id, granted))
+    }
+
+    /// A resumed generation's lease again, with the values current now, while it is the
+    /// generation's active one; otherwise a refusal that changes nothing.
+    pub(crate) fn regrant_agent_credential_lease(
+        &mut self,
+        now: u64,
+        subject: &Subject,
+        c: RegrantAgentCredentialLease,
+    ) -> Result<Outcome, Rejection> {
+        let granted = self.agent_grant_values(now, subject, &c.fence, &c.worker)?;
+        match self.active_agent_lease(&c.fence) {
+            Some(id) if id == c.only_lease => Ok(self.agent_lease_granted(&c.fence, id, granted)),
+            _ => Err(Rejection::invalid(
+                "only_lease",
+                format!(
+                    "credential lease {} is not the active one of profile {} generation {} \
+                     (it ended); a resumed generation is given no new one",
+                    c.only_lease, c.fence.profile, c.fence.generation
+                ),
+            )),
+        }
+    }
+
+    /// What every grant checks: the caller is the worker holding the generation's active
+    /// runtime lease, and the profile names credentials, each still live.
+    fn agent_grant_values(
+        &self,
+        now: u64,
+        subject: &Subject,
+        fence: &FencingToken,
+        worker: &WorkerId,
+    ) -> Result<Vec<GrantedCredential>, Rejection> {
+        if subject.worker() != Some(worker) {
             return Err(Rejection::denied(format!(
-                "only worker {} may take the credentials of a generation it runs, not \
-                 {subject}",
-                c.worker
+                "only worker {worker} may take the credentials of a generation it runs, not \
+                 {subject}"
             )));
         }
-        let lease = self.check_fence(&c.fence, now, true)?;
-        if lease.holder.worker != c.worker {
+        let lease = self.check_fence(fence, now, true)?;
+        if lease.holder.worker != *worker {
             return Err(Rejection::denied(format!(
-                "lease {} is held by worker {}, not {}",
-                lease.id, lease.holder.worker, c.worker
+                "lease {} is held by worker {}, not {worker}",
+                lease.id, lease.holder.worker
             )));
         }
-        let refs = self.profile_credentials.refs_of(c.fence.profile).to_vec();
+        let refs = self.profile_credentials.refs_of(fence.profile);
         if refs.is_empty() {
             return Err(Rejection::invalid(
                 "credential_refs",
-                format!("profile {} names no credentials", c.fence.profile),
+                format!("profile {} names no credentials", fence.profile),
             ));
         }
-        let granted = self.granted_values("credential_refs", &refs)?;
-        let leased = crate::apply_credentials::leased(&granted);
-        let id = match self.profile_credentials.active_by_lease.get(&c.fence.lease) {
-            Some(id) => {
-                let held = self
-                    .profile_credentials
-                    .leases
-                    .get_mut(id)
-                    .expect("active leases exist");
-                held.credentials = leased;
-                *id
-            }
-            None => self.record_agent_credential_lease(now, &c, leased)?,
-        };
-        Ok(Outcome::CredentialLeaseGranted {
+        self.granted_values("credential_refs", refs)
+    }
+
+    fn active_agent_lease(&self, fence: &FencingToken) -> Option<CredentialLeaseId> {
+        self.profile_credentials
+            .active_by_lease
+            .get(&fence.lease)
+            .copied()
+    }
+
+    /// The answer of a grant of lease `id`, whose record now lists the values granted.
+    fn agent_lease_granted(
+        &mut self,
+        fence: &FencingToken,
+        id: CredentialLeaseId,
+        granted: Vec<GrantedCredential>,
+    ) -> Outcome {
+        let held = self
+            .profile_credentials
+            .leases
+            .get_mut(&id)
+            .expect("active leases exist");
+        held.credentials = crate::apply_credentials::leased(&granted);
+        Outcome::CredentialLeaseGranted {
             lease: id,
-            session: agent_session_name(c.fence.profile, c.fence.generation),
+            session: agent_session_name(fence.profile, fence.generation),
             credentials: granted,
-        })
+        }
     }
 
     fn record_agent_credential_lease(

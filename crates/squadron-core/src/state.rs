@@ -276,6 +276,7 @@ impl State {
             C::AssignProjectTasks(c) => self.assign_project_tasks(now, c),
             C::SetProfileCredentials(c) => self.set_profile_credentials(now, s, c),
             C::GrantAgentCredentialLease(c) => self.grant_agent_credential_lease(now, s, c),
+            C::RegrantAgentCredentialLease(c) => self.regrant_agent_credential_lease(now, s, c),
             C::SetCredentialEgress(c) => self.set_credential_egress(now, s, c),
             C::RegisterWorkerWithPolicy(c) => self.register_worker_with_policy(now, s, c),
         };

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::credential::SealedSecret;
 use crate::credential_egress::EgressBinding;
-use crate::ids::{CredentialId, ProfileId, TaskId, WorkerId};
+use crate::ids::{CredentialId, CredentialLeaseId, ProfileId, TaskId, WorkerId};
 use crate::lease::FencingToken;
 use crate::manifest::CredentialRef;
 
@@ -62,4 +62,16 @@ pub struct SetCredentialEgress {
 pub struct GrantAgentCredentialLease {
     pub fence: FencingToken,
     pub worker: WorkerId,
+}
+
+/// A restarted worker resuming a generation asks for the credential lease it served before,
+/// and only that one: while it is still the generation's active lease the answer is that lease
+/// with the values current now; once it ended (the credential revoked) nothing is granted and
+/// nothing recorded. A plain grant in its place would record a new lease the worker refuses to
+/// serve, left active until the runtime lease ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RegrantAgentCredentialLease {
+    pub fence: FencingToken,
+    pub worker: WorkerId,
+    pub only_lease: CredentialLeaseId,
 }

@@ -30,8 +30,8 @@ pub use access::{
 pub use agents::{AgentCheckIn, AgentOperation, RequestAgentOperation};
 pub use batch::{Batch, BatchedCommand};
 pub use credentials::{
-    GrantAgentCredentialLease, GrantCredentialLease, PutCredential, RevokeCredential,
-    RotateCredential, SetCredentialEgress, SetProfileCredentials,
+    GrantAgentCredentialLease, GrantCredentialLease, PutCredential, RegrantAgentCredentialLease,
+    RevokeCredential, RotateCredential, SetCredentialEgress, SetProfileCredentials,
 };
 pub use leases::{
     AcquireLease, CommitCapsule, CrashTakeover, FenceLease, GracefulTakeover, NextHolder,
@@ -162,6 +162,11 @@ pub enum Command {
     /// What workers report in place of `ReportProgress`: the counters and the provider's
     /// progress.
     ReportProgressV2(ReportProgressV2),
+
+    // --- credentials of agent profiles, continued ------------------------------------------
+    /// What a restarted worker resuming a generation asks in place of
+    /// `GrantAgentCredentialLease`: the lease it served before, or none.
+    RegrantAgentCredentialLease(RegrantAgentCredentialLease),
 }
 
 impl Command {
@@ -217,6 +222,7 @@ impl Command {
             Command::LeaderSweep(_) => "leader_sweep",
             Command::PruneTasks(_) => "prune_tasks",
             Command::ReportProgressV2(_) => "report_progress_v2",
+            Command::RegrantAgentCredentialLease(_) => "regrant_agent_credential_lease",
         }
     }
 
@@ -302,6 +308,10 @@ impl Command {
             C::GrantAgentCredentialLease(c) => format!(
                 "profile {} generation {}",
                 c.fence.profile, c.fence.generation
+            ),
+            C::RegrantAgentCredentialLease(c) => format!(
+                "profile {} generation {} credential lease {}",
+                c.fence.profile, c.fence.generation, c.only_lease
             ),
             C::SetCredentialEgress(c) => format!("credential {}", c.id),
             C::RegisterWorkerWithPolicy(c) => format!("worker {}", c.registration.worker),

@@ -3,7 +3,9 @@
 //! lease stops being active.
 
 use super::*;
-use crate::command::{GrantAgentCredentialLease, SetProfileCredentials};
+use crate::command::{
+    GrantAgentCredentialLease, RegrantAgentCredentialLease, SetProfileCredentials,
+};
 use crate::credential::{SealedSecret, SEALED_NONCE_BYTES};
 use crate::ids::{CredentialId, CredentialLeaseId};
 use crate::lease::LeaseState;
@@ -188,6 +190,65 @@ fn inv_13_revoking_a_credential_ends_the_profile_leases_holding_it() {
         "{r:?}"
     );
     assert_eq!(fx.state.profile_credentials().refs_of(p).len(), 2);
+}
+
+fn regrant_cmd(g: &LeaseGrant, only_lease: CredentialLeaseId) -> Command {
+    Command::RegrantAgentCredentialLease(RegrantAgentCredentialLease {
+        fence: token(g),
+        worker: worker(),
+        only_lease,
+    })
+}
+
+/// A restarted worker resuming a generation asks for the lease it served, and only that one:
+/// a lease that ended between its look and its grant is never followed by a new one (a plain
+/// grant would record one, and the worker would refuse to serve it).
+#[test]
+fn inv_13_a_resumed_generation_gets_its_own_lease_again_or_nothing() {
+    let mut fx = Fx::new();
+    let (p, g) = running_profile(&mut fx);
+    let (served, _) = granted(&mut fx, &g);
+    match fx.ok_as(&as_worker(), regrant_cmd(&g, served)) {
+        Outcome::CredentialLeaseGranted {
+            lease, credentials, ..
+        } => assert_eq!((lease, credentials.len()), (served, 2)),
+        o => panic!("unexpected {o:?}"),
+    }
+    let other = Subject::Worker(WorkerId::new("w-other").unwrap());
+    let r = fx.rejected_as(&other, regrant_cmd(&g, served));
+    assert!(matches!(r, Rejection::PermissionDenied { .. }), "{r:?}");
+
+    // The credential is revoked (the lease ends) and the profile given a live list again.
+    fx.ok(Command::RevokeCredential(RevokeCredential {
+        id: cid("cred_b"),
+    }));
+    put(&mut fx, "cred_c");
+    fx.ok(set(
+        p,
+        vec![
+            cref("cred_a", "anthropic_api_key"),
+            cref("cred_c", "openai_api_key"),
+        ],
+    ));
+    let before = fx.state.clone();
+    let r = fx.rejected_as(&as_worker(), regrant_cmd(&g, served));
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "only_lease"
+            && e.reason.contains(&served.to_string())),
+        "{r:?}"
+    );
+    assert_eq!(fx.state, before, "a refused regrant changed the state");
+    assert!(fx.state.profile_credentials().active_for(g.lease).is_none());
+
+    // A plain grant records a new lease; asking for the old one still gets nothing.
+    let (fresh, _) = granted(&mut fx, &g);
+    assert_ne!(fresh, served);
+    let r = fx.rejected_as(&as_worker(), regrant_cmd(&g, served));
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "only_lease"),
+        "{r:?}"
+    );
+    fx.state.check_invariants().unwrap();
 }
 
 #[test]

@@ -283,10 +283,19 @@ pub(crate) async fn grant_agent_lease(
             ),
         ));
     }
-    let command = Command::GrantAgentCredentialLease(cmd::GrantAgentCredentialLease {
-        fence: b.fence,
-        worker: b.worker,
-    });
+    let command = match b.only_lease {
+        None => Command::GrantAgentCredentialLease(cmd::GrantAgentCredentialLease {
+            fence: b.fence,
+            worker: b.worker,
+        }),
+        Some(only_lease) => {
+            Command::RegrantAgentCredentialLease(cmd::RegrantAgentCredentialLease {
+                fence: b.fence,
+                worker: b.worker,
+                only_lease,
+            })
+        }
+    };
     open_grant(node, caller, idempotency, command).await
 }
 

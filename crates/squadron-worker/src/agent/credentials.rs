@@ -80,7 +80,7 @@ impl AgentSupervisor {
             return Ok(None);
         }
         let grant = self
-            .grant_credentials(token)
+            .grant_credentials(token, None)
             .await
             .map_err(|e| e.context("taking the profile's credentials"))?;
         // Never a file for a value an admin keeps out of sandboxes: its proxy instead.
@@ -165,14 +165,17 @@ impl AgentSupervisor {
     }
 
     /// The generation's credential lease, as the control plane grants it to this worker
-    /// (the same lease again for a second grant under one runtime lease).
+    /// (the same lease again for a second grant under one runtime lease); with `only`, that
+    /// lease or a refusal, never a new one.
     async fn grant_credentials(
         &self,
         token: FencingToken,
+        only: Option<CredentialLeaseId>,
     ) -> Result<CredentialLeaseGrant, AgentError> {
         let req = GrantAgentCredentialLease {
             worker: self.inner.worker.clone(),
             fence: token,
+            only_lease: only,
         };
         Ok(self
             .inner
@@ -181,30 +184,22 @@ impl AgentSupervisor {
             .await?)
     }
 
-    /// The credential lease the worker's last life served the generation's proxy under,
-    /// still active: a lease that ended (the credential revoked) is never followed by a new
+    /// The credential lease the worker's last life served the generation's proxy under. It is
+    /// asked for again as the only lease the grant may answer with (in the same command that
+    /// checks it is active): one that ended (the credential revoked) is never followed by a new
     /// one for the same generation, whatever the credential holds now.
-    async fn served_lease(
-        &self,
+    fn served_lease(
         attempt: &AgentAttempt,
         token: FencingToken,
     ) -> Result<CredentialLeaseId, AgentError> {
         let path = egress_lease_record(attempt.paths(), token.generation);
         let text = read_run_file(&path, EGRESS_LEASE_RECORD_BYTES_MAX).unwrap_or_default();
-        let id = std::str::from_utf8(&text)
+        std::str::from_utf8(&text)
             .ok()
             .and_then(|t| t.trim().parse::<CredentialLeaseId>().ok())
             .ok_or_else(|| {
                 AgentError::precondition(format!("{} names no credential lease", path.display()))
-            })?;
-        let view = self.inner.control.get_agent_credential_lease(id).await?;
-        if view.revoked_at_ms.is_some() {
-            return Err(AgentError::precondition(format!(
-                "credential lease {id} ended: {}",
-                view.revoked_reason.unwrap_or_default()
-            )));
-        }
-        Ok(id)
+            })
     }
 
     async fn serve_egress_again(
@@ -215,11 +210,12 @@ impl AgentSupervisor {
     ) -> Result<Arc<EgressSession>, AgentError> {
         let egress_env = std::str::from_utf8(egress_env)
             .map_err(|e| AgentError::invalid(EGRESS_ENV_FILE_NAME, e.to_string()))?;
-        let served = self.served_lease(attempt, token).await?;
-        let grant = self.grant_credentials(token).await?;
+        let served = Self::served_lease(attempt, token)?;
+        let grant = self.grant_credentials(token, Some(served)).await?;
+        // The control plane answers with that lease or refuses; anything else is a bug there.
         if grant.lease != served {
             return Err(AgentError::precondition(format!(
-                "the generation's credential lease {served} was replaced by {}",
+                "asked for credential lease {served} only, granted {}",
                 grant.lease
             )));
         }
