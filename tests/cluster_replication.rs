@@ -1025,3 +1025,55 @@ fn linearizable_reads_on_the_leader_reuse_the_connections_to_the_followers() {
         "{reads} reads made the leader open {opened} connections to follower {follower}"
     );
 }
+
+/// Raft appends to a follower go on one long-lived stream (issue 18: a unary call per append
+/// cost each entry two HTTP/2 streams' set-up, headers and trailers on both nodes), and a
+/// stopping follower ends the stream rather than wait out the listener's shutdown grace.
+#[test]
+fn appends_to_a_follower_share_one_stream_that_a_stopping_follower_ends() {
+    let mut cluster = Cluster::start(3);
+    let leader = cluster.wait_for_leader(Duration::from_secs(20));
+    let url = cluster.url(leader);
+    let streamed_before = metric(&url, "squadron_raft_appends_streamed_total");
+    let writes = 60;
+    for i in 0..writes {
+        let r = post(
+            &format!("{url}/api/v1/projects"),
+            json!({"tenant": "acme", "project": format!("streamed-{i}")}),
+        )
+        .unwrap();
+        assert!(r.ok(), "{r:?}");
+    }
+    let opened = metric(&url, "squadron_raft_append_streams_opened_total");
+    let streamed = metric(&url, "squadron_raft_appends_streamed_total") - streamed_before;
+    let unary = metric(&url, "squadron_raft_appends_unary_total");
+    println!(
+        "{writes} writes: {streamed} appends streamed, {unary} unary, {opened} streams opened"
+    );
+    // Each write is an entry sent to both followers.
+    assert!(
+        streamed >= 2 * writes,
+        "{streamed} appends streamed for {writes} writes"
+    );
+    // A stream is opened again only after a failure or a timeout (a slow fsync on a busy
+    // machine); unary calls would open none and stream none.
+    assert!(
+        opened >= 2 && opened * 10 <= streamed,
+        "{opened} streams opened to 2 followers for {streamed} appends: not reused"
+    );
+
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    let took = cluster.terminate(follower);
+    println!("follower {follower} stopped in {took:?}");
+    assert!(
+        took < Duration::from_millis(squadron_pki::tls_listener::SHUTDOWN_GRACE_MS - 1_000),
+        "the follower took {took:?} to stop: its append stream held the shutdown grace"
+    );
+    // The other follower still makes a majority: writes go on.
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": "after-stop"}),
+    )
+    .unwrap();
+    assert!(r.ok(), "{r:?}");
+}

@@ -289,6 +289,30 @@ impl Cluster {
         .unwrap_or_else(|_| panic!("node {id} did not start; log:\n{}", tail(&node.log)));
     }
 
+    /// SIGTERM, the node's own shutdown; answers how long it took to exit.
+    pub fn terminate(&mut self, id: u64) -> Duration {
+        let mut child = self
+            .nodes
+            .get_mut(&id)
+            .and_then(|n| n.child.take())
+            .unwrap_or_else(|| panic!("node {id} is not running"));
+        let started = Instant::now();
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(sent.success(), "kill -TERM node {id}: {sent}");
+        let exited = wait_until(Duration::from_secs(30), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if exited.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("node {id} did not stop within 30 s of SIGTERM");
+        }
+        started.elapsed()
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill(&mut self, id: u64) {
         if let Some(mut child) = self.nodes.get_mut(&id).and_then(|n| n.child.take()) {

@@ -1,6 +1,7 @@
 //! The client side of Raft RPC: one lazily connected gRPC channel per peer.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use squadron_proto::v1::RaftPayload;
 use squadron_store::{NodeAddr, NodeId, TypeConfig};
 use tonic::transport::{Channel, Endpoint};
 
+use crate::append_stream::{AppendSlot, AppendStats};
 use crate::wire;
 
 /// How long establishing a connection (TCP and TLS) to a peer may take. Well under the
@@ -53,19 +55,43 @@ pub struct GrpcNetworkFactory {
     channels: PeerChannels,
 }
 
-/// The channels of a [`GrpcNetworkFactory`], per peer: the address each dials, and the
-/// channel. A handle the node keeps to forget them when its certificate is rotated.
+/// The channels of a [`GrpcNetworkFactory`], per peer: the address each dials, the channel and
+/// the append stream on it. A handle the node keeps to forget them when its certificate is
+/// rotated.
 #[derive(Debug, Clone, Default)]
-pub struct PeerChannels(Arc<Mutex<BTreeMap<NodeId, (String, Channel)>>>);
+pub struct PeerChannels {
+    peers: Arc<Mutex<BTreeMap<NodeId, Peer>>>,
+    /// Kept when the peers are forgotten.
+    stats: Arc<AppendStats>,
+}
+
+#[derive(Clone)]
+struct Peer {
+    address: String,
+    channel: Channel,
+    append: Arc<tokio::sync::Mutex<AppendSlot>>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
 
 impl PeerChannels {
     /// Clients made from now on dial afresh, with the certificate the connector holds then;
     /// clients made before keep their connections until those drop.
     pub fn forget_all(&self) {
-        self.0
+        self.peers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    pub fn append_stats(&self) -> &AppendStats {
+        &self.stats
     }
 }
 
@@ -82,15 +108,15 @@ impl GrpcNetworkFactory {
 
     /// The channel to `target` at `peer`: the one made before, unless the peer's address
     /// changed (a member replaced under the same id).
-    fn channel(&self, target: NodeId, peer: &str) -> Result<Channel, String> {
+    fn peer(&self, target: NodeId, peer: &str) -> Result<Peer, String> {
         let mut channels = self
             .channels
-            .0
+            .peers
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some((address, channel)) = channels.get(&target) {
-            if address == peer {
-                return Ok(channel.clone());
+        if let Some(known) = channels.get(&target) {
+            if known.address == peer {
+                return Ok(known.clone());
             }
         }
         let channel = Endpoint::from_shared(format!("https://{peer}"))
@@ -103,8 +129,13 @@ impl GrpcNetworkFactory {
                     .connect_with_connector_lazy(self.connector.clone())
             })
             .map_err(|e| e.to_string())?;
-        channels.insert(target, (peer.to_string(), channel.clone()));
-        Ok(channel)
+        let made = Peer {
+            address: peer.to_string(),
+            channel,
+            append: Arc::default(),
+        };
+        channels.insert(target, made.clone());
+        Ok(made)
     }
 }
 
@@ -115,7 +146,8 @@ impl RaftNetworkFactory<TypeConfig> for GrpcNetworkFactory {
         GrpcNetwork {
             target,
             node: node.clone(),
-            channel: self.channel(target, &node.peer),
+            peer: self.peer(target, &node.peer),
+            stats: self.channels.stats.clone(),
         }
     }
 }
@@ -126,7 +158,8 @@ pub struct GrpcNetwork {
     target: NodeId,
     node: NodeAddr,
     /// An address that does not parse is kept as the error, reported on every call.
-    channel: Result<Channel, String>,
+    peer: Result<Peer, String>,
+    stats: Arc<AppendStats>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,11 +176,11 @@ impl GrpcNetwork {
         E: std::error::Error + DeserializeOwned,
     {
         let channel = self
-            .channel
-            .clone()
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&TransportError(e))))?;
-        let data = wire::encode(req)
-            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;
+            .peer
+            .as_ref()
+            .map(|p| p.channel.clone())
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&TransportError(e.clone()))))?;
+        let data = encode(req)?;
         let mut request = tonic::Request::new(RaftPayload { data });
         request.set_timeout(option.hard_ttl());
         let mut client = RaftServiceClient::new(channel)
@@ -165,7 +198,16 @@ impl GrpcNetwork {
                 _ => RPCError::Network(NetworkError::new(&err)),
             }
         })?;
-        let result: Result<Resp, E> = wire::decode(&reply.into_inner().data)
+        self.answer(&reply.into_inner())
+    }
+
+    /// The peer's answer: its result, or openraft's error it sent back.
+    fn answer<Resp, E>(&self, reply: &RaftPayload) -> Rpc<Resp, E>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let result: Result<Resp, E> = wire::decode(&reply.data)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))?;
         result.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(
@@ -175,6 +217,53 @@ impl GrpcNetwork {
             ))
         })
     }
+
+    /// An append on the peer's stream, unless another client of the peer is using it or the
+    /// peer has none (`None`: make a unary call). The exchange is bounded by openraft's soft
+    /// time-to-live, so this error path normally runs before openraft drops the call at its
+    /// hard one (either way the stream is dropped, `AppendSlot::exchange`).
+    async fn append_streamed(
+        &self,
+        data: Vec<u8>,
+        option: &RPCOption,
+    ) -> Option<Result<RaftPayload, RPCError<NodeId, NodeAddr, RaftError<NodeId>>>> {
+        let peer = self.peer.as_ref().ok()?;
+        let mut slot = peer.append.clone().try_lock_owned().ok()?;
+        if slot.unsupported() {
+            return None;
+        }
+        let exchange = slot.exchange(peer.channel.clone(), data, &self.stats);
+        let failed = match tokio::time::timeout(option.soft_ttl(), exchange).await {
+            Ok(Ok(reply)) => {
+                self.stats.streamed.fetch_add(1, Ordering::Relaxed);
+                return Some(Ok(reply));
+            }
+            Ok(Err(e)) if e.unsupported() => {
+                slot.mark_unsupported();
+                return None;
+            }
+            Ok(Err(e)) => {
+                let err = TransportError(e.to_string());
+                if e.unreachable() {
+                    RPCError::Unreachable(Unreachable::new(&err))
+                } else {
+                    RPCError::Network(NetworkError::new(&err))
+                }
+            }
+            Err(_) => RPCError::Network(NetworkError::new(&TransportError(format!(
+                "append stream: no answer within {:?}",
+                option.soft_ttl()
+            )))),
+        };
+        Some(Err(failed))
+    }
+}
+
+fn encode<T: Serialize, E: std::error::Error>(
+    req: &T,
+) -> Result<Vec<u8>, RPCError<NodeId, NodeAddr, E>> {
+    wire::encode(req)
+        .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e.to_string()))))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -194,7 +283,13 @@ impl RaftNetwork<TypeConfig> for GrpcNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        self.call(RpcKind::Append, &rpc, &option).await
+        match self.append_streamed(encode(&rpc)?, &option).await {
+            Some(reply) => self.answer(&reply?),
+            None => {
+                self.stats.unary.fetch_add(1, Ordering::Relaxed);
+                self.call(RpcKind::Append, &rpc, &option).await
+            }
+        }
     }
 
     async fn install_snapshot(

@@ -7,10 +7,14 @@ use squadron_proto::v1::raft_service_server::RaftService;
 use squadron_proto::v1::RaftPayload;
 use tonic::{Request, Response, Status};
 
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::Stream;
 use openraft::raft::{AppendEntriesResponse, InstallSnapshotRequest};
 use squadron_store::TypeConfig;
+use tokio::sync::watch;
+use tonic::Streaming;
 
 use crate::{wire, LeaderContact, RaftNode};
 
@@ -20,6 +24,9 @@ pub struct RaftGrpcService {
     raft: RaftNode,
     /// Touched by every append-entries and snapshot from a current leader.
     contact: Arc<LeaderContact>,
+    /// Turns true when the node stops: append streams end then, rather than hold the
+    /// listener's graceful shutdown for its whole grace (a leader never ends them itself).
+    stop: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for RaftGrpcService {
@@ -29,10 +36,42 @@ impl std::fmt::Debug for RaftGrpcService {
 }
 
 impl RaftGrpcService {
-    pub fn new(raft: RaftNode, contact: Arc<LeaderContact>) -> Self {
-        Self { raft, contact }
+    pub fn new(raft: RaftNode, contact: Arc<LeaderContact>, stop: watch::Receiver<bool>) -> Self {
+        Self {
+            raft,
+            contact,
+            stop,
+        }
+    }
+
+    async fn append(&self, data: &[u8]) -> Result<RaftPayload, Status> {
+        let rpc = wire::decode(data).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let answer = self.raft.append_entries(rpc).await;
+        if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.contact.touch();
+        }
+        let data = wire::encode(&answer).map_err(|e| Status::internal(e.to_string()))?;
+        Ok(RaftPayload { data })
+    }
+
+    /// The next request of an append stream, or `None` when it should end: the leader closed
+    /// it, the node stops, or the request could not be read.
+    async fn next_request(
+        &mut self,
+        requests: &mut Streaming<RaftPayload>,
+    ) -> Option<Result<RaftPayload, Status>> {
+        if *self.stop.borrow() {
+            return None;
+        }
+        tokio::select! {
+            _ = self.stop.changed() => None,
+            next = requests.message() => next.transpose(),
+        }
     }
 }
+
+/// An append stream's answers: one per request, in order; it ends after the first error.
+type AppendAnswers = Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send + 'static>>;
 
 fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
     wire::decode(&req.into_inner().data).map_err(|e| Status::invalid_argument(e.to_string()))
@@ -49,12 +88,28 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc = decode(request)?;
-        let answer = self.raft.append_entries(rpc).await;
-        if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-            self.contact.touch();
-        }
-        reply(&answer)
+        self.append(&request.into_inner().data)
+            .await
+            .map(Response::new)
+    }
+
+    type AppendEntriesStreamStream = AppendAnswers;
+
+    async fn append_entries_stream(
+        &self,
+        request: Request<Streaming<RaftPayload>>,
+    ) -> Result<Response<AppendAnswers>, Status> {
+        let state = Some((self.clone(), request.into_inner()));
+        let answers = futures_util::stream::unfold(state, |state| async move {
+            let (mut this, mut requests) = state?;
+            let answer = match this.next_request(&mut requests).await? {
+                Ok(request) => this.append(&request.data).await,
+                Err(status) => Err(status),
+            };
+            let next = answer.is_ok().then_some((this, requests));
+            Some((answer, next))
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {

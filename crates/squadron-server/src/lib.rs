@@ -157,7 +157,7 @@ pub async fn start(config: NodeConfig) -> Result<RunningNode, ServerError> {
         serve(
             (peer_listener, node.counters.accepted.peer.clone()),
             tls.mtls_server()?,
-            squadron_pki::NodesOnly::new(peer_router(&node)),
+            squadron_pki::NodesOnly::new(peer_router(&node, shutdown_rx.clone())),
             shutdown_rx.clone(),
         ),
         reload_on_hangup(tls.clone(), shutdown_rx.clone()),
@@ -284,10 +284,11 @@ fn grpc_router(node: &Arc<ControlNode>) -> axum::Router {
 
 /// The peer listener's services: Raft and the node-to-node protocol. `lib.rs` wraps it so
 /// only node certificates reach it.
-fn peer_router(node: &Arc<ControlNode>) -> axum::Router {
+fn peer_router(node: &Arc<ControlNode>, stop: watch::Receiver<bool>) -> axum::Router {
     let raft_service = RaftServiceServer::new(RaftGrpcService::new(
         node.raft.clone(),
         node.leader_contact.clone(),
+        stop,
     ))
     .max_decoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX)
     .max_encoding_message_size(wire::RAFT_PAYLOAD_BYTES_MAX);

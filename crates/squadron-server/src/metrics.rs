@@ -292,6 +292,25 @@ fn writes(node: &ControlNode, e: &mut DescriptorEncoder) -> fmt::Result {
         "Writes that arrived while this node knew no leader and waited for an election",
         stats.leader_waits.load(Ordering::Relaxed),
     )?;
+    let appends = node.tls.raft_append_stats();
+    counter(
+        e,
+        "squadron_raft_append_streams_opened",
+        "Streams this node opened to its peers for Raft appends",
+        appends.streams_opened.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "squadron_raft_appends_streamed",
+        "Raft appends this node sent on a stream and had answered",
+        appends.streamed.load(Ordering::Relaxed),
+    )?;
+    counter(
+        e,
+        "squadron_raft_appends_unary",
+        "Raft appends this node sent as unary calls (the peer's stream busy, or none)",
+        appends.unary.load(Ordering::Relaxed),
+    )?;
     counter(
         e,
         "squadron_forward_requests",

@@ -134,4 +134,9 @@ impl NodeTls {
         self.raft_channels.forget_all();
         Ok(())
     }
+
+    /// How this node's Raft appends reached its peers (streamed or unary).
+    pub fn raft_append_stats(&self) -> &squadron_raft::AppendStats {
+        self.raft_channels.append_stats()
+    }
 }
