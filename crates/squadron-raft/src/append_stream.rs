@@ -155,8 +155,11 @@ mod tests {
     use tonic::{Request, Response, Status};
 
     /// Answers each message of a stream with its own bytes, after a pause when they are
-    /// `b"slow"`: a follower whose fsync outlasts the caller's deadline.
-    struct Echo;
+    /// `b"slow"`: a follower whose fsync outlasts the caller's deadline. `old`: a node of an
+    /// earlier version, which has no append stream.
+    struct Echo {
+        old: bool,
+    }
 
     type Answers = Pin<Box<dyn futures_util::Stream<Item = Result<RaftPayload, Status>> + Send>>;
 
@@ -173,6 +176,9 @@ mod tests {
             &self,
             r: Request<Streaming<RaftPayload>>,
         ) -> Result<Response<Answers>, Status> {
+            if self.old {
+                return Err(Status::unimplemented("no such method"));
+            }
             let answers = futures_util::stream::unfold(r.into_inner(), |mut rx| async move {
                 let p = rx.message().await.ok()??;
                 if p.data == b"slow" {
@@ -193,12 +199,12 @@ mod tests {
         }
     }
 
-    async fn echo_channel() -> Channel {
+    async fn echo_channel(old: bool) -> Channel {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(RaftServiceServer::new(Echo))
+                .add_service(RaftServiceServer::new(Echo { old }))
                 .serve_with_incoming(TcpListenerStream::new(listener)),
         );
         tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
@@ -210,7 +216,7 @@ mod tests {
     /// leave that answer to be read as the next request's: the next exchange gets its own.
     #[tokio::test]
     async fn an_abandoned_exchange_never_hands_its_answer_to_the_next_request() {
-        let channel = echo_channel().await;
+        let channel = echo_channel(false).await;
         let stats = AppendStats::default();
         let mut slot = AppendSlot::default();
         let first = slot.exchange(channel.clone(), b"one".to_vec(), &stats);
@@ -227,5 +233,28 @@ mod tests {
         assert_eq!(last.await.unwrap().data, b"three");
         // The abandoned stream was dropped and one opened in its place, then reused.
         assert_eq!(stats.streams_opened.load(Ordering::Relaxed), 2);
+    }
+
+    /// A peer of an earlier version answers the stream `Unimplemented`: the slot says so (the
+    /// caller then makes unary calls) and does so only for a while.
+    #[tokio::test]
+    async fn a_peer_without_append_streams_is_marked_for_unary_calls() {
+        let stats = AppendStats::default();
+        let mut slot = AppendSlot::default();
+        assert!(!slot.unsupported());
+        let refused = slot
+            .exchange(echo_channel(true).await, b"one".to_vec(), &stats)
+            .await
+            .unwrap_err();
+        assert!(refused.unsupported() && !refused.unreachable(), "{refused}");
+        slot.mark_unsupported();
+        assert!(slot.unsupported());
+        slot.unsupported_at =
+            Some(Instant::now() - Duration::from_millis(UNSUPPORTED_RETRY_MS + 1));
+        assert!(
+            !slot.unsupported(),
+            "tried again after {UNSUPPORTED_RETRY_MS} ms"
+        );
+        assert_eq!(stats.streams_opened.load(Ordering::Relaxed), 0);
     }
 }

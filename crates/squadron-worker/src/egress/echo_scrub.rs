@@ -113,7 +113,7 @@ impl EchoScrub {
         }
         let mut all = Zeroizing::new(std::mem::take(&mut *self.held));
         all.extend_from_slice(chunk);
-        let (mut out, rest) = self.replace_in(&all);
+        let (mut out, rest) = self.replace_in(&all, true);
         // Hold back the longest tail that is a start of some form; release the rest.
         let keep = (1..=rest.len().min(self.forms[0].len() - 1))
             .rev()
@@ -129,21 +129,26 @@ impl EchoScrub {
         out.freeze()
     }
 
-    /// What was held back, at the end of the stream.
+    /// What was held back, at the end of the stream (a form that could have grown into a
+    /// longer one, replaced now).
     pub(super) fn finish(&mut self) -> Bytes {
-        Bytes::copy_from_slice(&std::mem::take(&mut *self.held))
+        let held = Zeroizing::new(std::mem::take(&mut *self.held));
+        Bytes::from(self.scrub(&held))
     }
 
     /// `text` with every whole occurrence of a form replaced (a header's, say).
     pub(super) fn scrub(&self, text: &[u8]) -> Vec<u8> {
-        let (mut out, rest) = self.replace_in(text);
+        let (mut out, rest) = self.replace_in(text, false);
         out.extend_from_slice(rest);
         out.to_vec()
     }
 
     /// Every whole occurrence of a form replaced, earliest first (the longest form where two
-    /// start at one place), up to the tail after the last one.
-    fn replace_in<'a>(&self, text: &'a [u8]) -> (BytesMut, &'a [u8]) {
+    /// start at one place), up to the tail after the last one. With `more_to_come`, a match
+    /// that reaches the end of `text` and is also the start of a longer form (a value ending
+    /// in `%` is the start of its percent-encoding) is not replaced yet: the tail from it is
+    /// left for the caller to hold, so the longer form's last bytes never go out unscrubbed.
+    fn replace_in<'a>(&self, text: &'a [u8], more_to_come: bool) -> (BytesMut, &'a [u8]) {
         let mut out = BytesMut::with_capacity(text.len());
         let mut rest = text;
         loop {
@@ -156,10 +161,21 @@ impl EchoScrub {
             let Some((at, len)) = found else {
                 return (out, rest);
             };
+            if more_to_come && self.may_grow(&rest[at..], len) {
+                out.extend_from_slice(&rest[..at]);
+                return (out, &rest[at..]);
+            }
             out.extend_from_slice(&rest[..at]);
             out.extend_from_slice(&self.label);
             rest = &rest[at + len..];
         }
+    }
+
+    /// `tail` begins with a form `len` bytes long and is, whole, the start of a longer form.
+    fn may_grow(&self, tail: &[u8], len: usize) -> bool {
+        self.forms
+            .iter()
+            .any(|f| f.len() > len && f.len() > tail.len() && f.starts_with(tail))
     }
 }
 
@@ -253,6 +269,27 @@ mod tests {
             EchoScrub::new(value, "c").scrub(plain.as_bytes()),
             plain.as_bytes()
         );
+    }
+
+    /// A value ending in `%` is, as it is, the start of its percent-encoding (`…%25`): a chunk
+    /// that ends right after it must not release the encoding's last bytes unscrubbed.
+    #[test]
+    fn a_form_that_starts_a_longer_one_waits_for_it() {
+        let value = "abcdefg%";
+        let percent = "abcdefg%25";
+        assert!(forms(value.as_bytes())
+            .iter()
+            .any(|f| f.as_slice() == percent.as_bytes()));
+        for (chunks, want) in [
+            (vec!["x ", value, "25 y"], "x [REDACTED:c] y"),
+            (vec!["x ", value, "2", "5 y"], "x [REDACTED:c] y"),
+            (vec!["x ", value, " y"], "x [REDACTED:c] y"),
+            (vec!["x ", value], "x [REDACTED:c]"),
+            (vec!["x ", value, "2"], "x [REDACTED:c]2"),
+        ] {
+            let mut scrub = EchoScrub::new(value, "c");
+            assert_eq!(through(&mut scrub, &chunks), want, "{chunks:?}");
+        }
     }
 
     #[test]
