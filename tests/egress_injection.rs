@@ -232,9 +232,8 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
     assert_eq!(got["body"], "{\"model\":\"m\"}", "{got}");
     assert!(!got.to_string().contains("sqd_egress_"), "{got}");
 
-    let events = http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events"))
-        .expect("events")
-        .1;
+    // The driver closes the proxy once the end is committed: the event may follow the state.
+    let events = task_events_with(&url, task, "egress_closed");
     assert!(events.contains("egress_closed"), "{events}");
     assert_no_bytes_below(&worker.data_dir, secret.as_bytes(), "worker data", "inbox");
     let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
@@ -302,8 +301,7 @@ fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
         stdout.contains("forged") && stdout.contains("401"),
         "a forged placeholder is refused: {stdout}"
     );
-    let (_, events) =
-        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
+    let events = task_events_with(url, task, "egress_closed");
     assert!(events.contains("egress_closed"), "{events}");
     assert!(!events.contains(secret), "{events}");
 }
@@ -373,8 +371,7 @@ fn a_restarted_worker_serves_an_adopted_attempts_egress_again_and_still_redacts(
     for got in &requests {
         assert_eq!(got["headers"]["x-api-key"], secret, "{got}");
     }
-    let (_, events) =
-        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events")).expect("events");
+    let events = task_events_with(&url, task, "egress_closed");
     assert!(
         events.contains("\"credentials_resumed\"") && events.contains("\"egress\":true"),
         "{events}"

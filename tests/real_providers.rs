@@ -196,6 +196,12 @@ impl ProviderRun {
     /// Injected at egress, the worker served the proxy and closed it at the end, and the key
     /// reached no file of the worker's.
     fn check_delivery(&self, delivery: Delivery) {
+        // The driver writes `egress_closed` once the end is committed: it may follow the state.
+        if delivery != Delivery::File {
+            let _ = wait_until(Duration::from_secs(10), || {
+                self.output("events").contains("egress_closed")
+            });
+        }
         let events = self.output("events");
         let egress = events.contains("egress_closed");
         assert_eq!(egress, delivery != Delivery::File, "{events}");

@@ -423,6 +423,18 @@ pub fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(40)..].join("\n")
 }
 
+/// A task's events once they hold `needle` (or after 10 s, as they are): a driver writes some
+/// events — `egress_closed` — after the end it reported is committed.
+pub fn task_events_with(url: &str, task: impl std::fmt::Display, needle: &str) -> String {
+    let events = || {
+        http_text(&format!("{url}/api/v1/tasks/{task}/logs?stream=events"))
+            .expect("events")
+            .1
+    };
+    let _ = wait_until(Duration::from_secs(10), || events().contains(needle));
+    events()
+}
+
 pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> Result<(), ()> {
     let start = Instant::now();
     while start.elapsed() < timeout {

@@ -10,10 +10,10 @@ use crate::ids::WorkerId;
 use crate::ids::{CredentialId, CredentialLeaseId, LeaseId};
 use crate::lease::FencingToken;
 use crate::limits::CREDENTIAL_LEASES_MAX;
-use crate::manifest::check_credential_refs;
+use crate::manifest::{check_credential_refs, CredentialRef};
 use crate::profile_credentials::{agent_session_name, AgentCredentialLease};
 use crate::rejection::Rejection;
-use crate::response::{GrantedCredential, Outcome};
+use crate::response::Outcome;
 use crate::state::State;
 
 impl State {
@@ -45,22 +45,33 @@ impl State {
 
     /// The worker holding the profile's active runtime lease gets the values the profile
     /// names. A second grant under the same runtime lease hands out the same lease again (a
-    /// lost answer), with the values current now.
+    /// lost answer): its own credentials, with the values current now (the profile's list
+    /// applies from the next generation on).
     pub(crate) fn grant_agent_credential_lease(
         &mut self,
         now: u64,
         subject: &Subject,
         c: GrantAgentCredentialLease,
     ) -> Result<Outcome, Rejection> {
-        let granted = self.agent_grant_values(now, subject, &c.fence, &c.worker)?;
-        let id = match self.active_agent_lease(&c.fence) {
-            Some(id) => id,
-            None => {
-                let leased = crate::apply_credentials::leased(&granted);
-                self.record_agent_credential_lease(now, &c, leased)?
-            }
-        };
-        Ok(self.agent_lease_granted(&c.fence, id, granted))
+        self.check_agent_grant(now, subject, &c.fence, &c.worker)?;
+        if let Some(id) = self.active_agent_lease(&c.fence) {
+            return self.agent_lease_again(&c.fence, id);
+        }
+        let refs = self.profile_credentials.refs_of(c.fence.profile);
+        if refs.is_empty() {
+            return Err(Rejection::invalid(
+                "credential_refs",
+                format!("profile {} names no credentials", c.fence.profile),
+            ));
+        }
+        let granted = self.granted_values("credential_refs", refs)?;
+        let leased = crate::apply_credentials::leased(&granted);
+        let id = self.record_agent_credential_lease(now, &c, leased)?;
+        Ok(Outcome::CredentialLeaseGranted {
+            lease: id,
+            session: agent_session_name(c.fence.profile, c.fence.generation),
+            credentials: granted,
+        })
     }
 
     /// A resumed generation's lease again, with the values current now, while it is the
@@ -71,9 +82,9 @@ impl State {
         subject: &Subject,
         c: RegrantAgentCredentialLease,
     ) -> Result<Outcome, Rejection> {
-        let granted = self.agent_grant_values(now, subject, &c.fence, &c.worker)?;
+        self.check_agent_grant(now, subject, &c.fence, &c.worker)?;
         match self.active_agent_lease(&c.fence) {
-            Some(id) if id == c.only_lease => Ok(self.agent_lease_granted(&c.fence, id, granted)),
+            Some(id) if id == c.only_lease => self.agent_lease_again(&c.fence, id),
             _ => Err(Rejection::invalid(
                 "only_lease",
                 format!(
@@ -86,14 +97,14 @@ impl State {
     }
 
     /// What every grant checks: the caller is the worker holding the generation's active
-    /// runtime lease, and the profile names credentials, each still live.
-    fn agent_grant_values(
+    /// runtime lease.
+    fn check_agent_grant(
         &self,
         now: u64,
         subject: &Subject,
         fence: &FencingToken,
         worker: &WorkerId,
-    ) -> Result<Vec<GrantedCredential>, Rejection> {
+    ) -> Result<(), Rejection> {
         if subject.worker() != Some(worker) {
             return Err(Rejection::denied(format!(
                 "only worker {worker} may take the credentials of a generation it runs, not \
@@ -107,14 +118,7 @@ impl State {
                 lease.id, lease.holder.worker
             )));
         }
-        let refs = self.profile_credentials.refs_of(fence.profile);
-        if refs.is_empty() {
-            return Err(Rejection::invalid(
-                "credential_refs",
-                format!("profile {} names no credentials", fence.profile),
-            ));
-        }
-        self.granted_values("credential_refs", refs)
+        Ok(())
     }
 
     fn active_agent_lease(&self, fence: &FencingToken) -> Option<CredentialLeaseId> {
@@ -124,24 +128,38 @@ impl State {
             .copied()
     }
 
-    /// The answer of a grant of lease `id`, whose record now lists the values granted.
-    fn agent_lease_granted(
+    /// Active lease `id` granted again: the credentials it was granted (each still live, or
+    /// the lease would have ended), their values and versions as they are now.
+    fn agent_lease_again(
         &mut self,
         fence: &FencingToken,
         id: CredentialLeaseId,
-        granted: Vec<GrantedCredential>,
-    ) -> Outcome {
+    ) -> Result<Outcome, Rejection> {
         let held = self
             .profile_credentials
             .leases
-            .get_mut(&id)
+            .get(&id)
             .expect("active leases exist");
-        held.credentials = crate::apply_credentials::leased(&granted);
-        Outcome::CredentialLeaseGranted {
+        let refs: Vec<CredentialRef> = held
+            .credentials
+            .iter()
+            .map(|l| CredentialRef {
+                id: l.id.clone(),
+                mount: l.mount.clone(),
+            })
+            .collect();
+        let granted = self.granted_values("credential_refs", &refs)?;
+        let leased = crate::apply_credentials::leased(&granted);
+        self.profile_credentials
+            .leases
+            .get_mut(&id)
+            .expect("active leases exist")
+            .credentials = leased;
+        Ok(Outcome::CredentialLeaseGranted {
             lease: id,
             session: agent_session_name(fence.profile, fence.generation),
             credentials: granted,
-        }
+        })
     }
 
     fn record_agent_credential_lease(

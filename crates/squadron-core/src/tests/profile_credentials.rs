@@ -218,11 +218,26 @@ fn inv_13_a_resumed_generation_gets_its_own_lease_again_or_nothing() {
     let r = fx.rejected_as(&other, regrant_cmd(&g, served));
     assert!(matches!(r, Rejection::PermissionDenied { .. }), "{r:?}");
 
+    // The profile's list changes mid-generation: it applies from the next generation on, so
+    // the lease is granted again with its own credentials, by a regrant and a plain grant.
+    put(&mut fx, "cred_c");
+    fx.ok(set(p, vec![cref("cred_c", "other_key")]));
+    for again in [regrant_cmd(&g, served), grant_cmd(&g)] {
+        match fx.ok_as(&as_worker(), again) {
+            Outcome::CredentialLeaseGranted {
+                lease, credentials, ..
+            } => {
+                let ids: Vec<&str> = credentials.iter().map(|c| c.id.as_str()).collect();
+                assert_eq!((lease, ids), (served, vec!["cred_a", "cred_b"]));
+            }
+            o => panic!("unexpected {o:?}"),
+        }
+    }
+
     // The credential is revoked (the lease ends) and the profile given a live list again.
     fx.ok(Command::RevokeCredential(RevokeCredential {
         id: cid("cred_b"),
     }));
-    put(&mut fx, "cred_c");
     fx.ok(set(
         p,
         vec![

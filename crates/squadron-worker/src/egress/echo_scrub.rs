@@ -39,9 +39,8 @@ fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
                 .unwrap_or_default();
             forms.push(Zeroizing::new(inner.as_bytes().to_vec()));
         }
-        let percent = percent_encoded(value);
-        forms.push(Zeroizing::new(percent.to_ascii_lowercase()));
-        forms.push(Zeroizing::new(percent));
+        forms.push(Zeroizing::new(percent_encoded(value, false)));
+        forms.push(Zeroizing::new(percent_encoded(value, true)));
         for engine in [
             base64::engine::general_purpose::STANDARD_NO_PAD,
             base64::engine::general_purpose::URL_SAFE_NO_PAD,
@@ -57,14 +56,17 @@ fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     forms
 }
 
-/// Every byte outside RFC 3986's unreserved set as `%XX`.
-fn percent_encoded(value: &[u8]) -> Vec<u8> {
+/// Every byte outside RFC 3986's unreserved set as `%XX`, in upper- or lower-case hex (the
+/// value's own letters as they are).
+fn percent_encoded(value: &[u8], upper_hex: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(value.len() * 3);
     for &b in value {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
             out.push(b);
-        } else {
+        } else if upper_hex {
             out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        } else {
+            out.extend_from_slice(format!("%{b:02x}").as_bytes());
         }
     }
     out
@@ -246,7 +248,12 @@ mod tests {
             .chain([
                 format!(
                     "https://h/cb?key={}&x=1",
-                    percent_encoded(value.as_bytes()).escape_ascii()
+                    percent_encoded(value.as_bytes(), true).escape_ascii()
+                ),
+                // Lower-case hex, the value's own capitals kept (.NET's `UrlEncode`).
+                format!(
+                    "https://h/cb?key={}&x=1",
+                    percent_encoded(value.as_bytes(), false).escape_ascii()
                 ),
                 serde_json::json!({ "error": format!("bad key {value}") }).to_string(),
             ])
