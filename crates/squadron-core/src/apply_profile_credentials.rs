@@ -13,7 +13,7 @@ use crate::limits::CREDENTIAL_LEASES_MAX;
 use crate::manifest::{check_credential_refs, CredentialRef};
 use crate::profile_credentials::{agent_session_name, AgentCredentialLease};
 use crate::rejection::Rejection;
-use crate::response::Outcome;
+use crate::response::{GrantedCredential, Outcome};
 use crate::state::State;
 
 impl State {
@@ -67,11 +67,7 @@ impl State {
         let granted = self.granted_values("credential_refs", refs)?;
         let leased = crate::apply_credentials::leased(&granted);
         let id = self.record_agent_credential_lease(now, &c, leased)?;
-        Ok(Outcome::CredentialLeaseGranted {
-            lease: id,
-            session: agent_session_name(c.fence.profile, c.fence.generation),
-            credentials: granted,
-        })
+        Ok(lease_granted(&c.fence, id, granted))
     }
 
     /// A resumed generation's lease again, with the values current now, while it is the
@@ -155,11 +151,7 @@ impl State {
             .get_mut(&id)
             .expect("active leases exist")
             .credentials = leased;
-        Ok(Outcome::CredentialLeaseGranted {
-            lease: id,
-            session: agent_session_name(fence.profile, fence.generation),
-            credentials: granted,
-        })
+        Ok(lease_granted(fence, id, granted))
     }
 
     fn record_agent_credential_lease(
@@ -245,5 +237,17 @@ impl State {
 
     pub fn profile_credentials(&self) -> &crate::profile_credentials::ProfileCredentials {
         &self.profile_credentials
+    }
+}
+
+fn lease_granted(
+    fence: &FencingToken,
+    lease: CredentialLeaseId,
+    credentials: Vec<GrantedCredential>,
+) -> Outcome {
+    Outcome::CredentialLeaseGranted {
+        lease,
+        session: agent_session_name(fence.profile, fence.generation),
+        credentials,
     }
 }

@@ -192,11 +192,10 @@ impl GrpcNetwork {
             RpcKind::Snapshot => client.install_snapshot(request).await,
         };
         let reply = reply.map_err(|status| {
-            let err = TransportError(format!("{}: {}", status.code(), status.message()));
-            match status.code() {
-                tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&err)),
-                _ => RPCError::Network(NetworkError::new(&err)),
-            }
+            failure(
+                status.code() == tonic::Code::Unavailable,
+                format!("{}: {}", status.code(), status.message()),
+            )
         })?;
         self.answer(&reply.into_inner())
     }
@@ -222,16 +221,22 @@ impl GrpcNetwork {
     /// peer has none (`None`: make a unary call). The exchange is bounded by openraft's soft
     /// time-to-live, so this error path normally runs before openraft drops the call at its
     /// hard one (either way the stream is dropped, `AppendSlot::exchange`).
+    /// The request is encoded only once the stream is this caller's, so a unary call made in
+    /// its place encodes it once.
     async fn append_streamed(
         &self,
-        data: Vec<u8>,
+        rpc: &AppendEntriesRequest<TypeConfig>,
         option: &RPCOption,
-    ) -> Option<Result<RaftPayload, RPCError<NodeId, NodeAddr, RaftError<NodeId>>>> {
+    ) -> Option<Rpc<RaftPayload, RaftError<NodeId>>> {
         let peer = self.peer.as_ref().ok()?;
         let mut slot = peer.append.clone().try_lock_owned().ok()?;
         if slot.unsupported() {
             return None;
         }
+        let data = match encode(rpc) {
+            Ok(data) => data,
+            Err(e) => return Some(Err(e)),
+        };
         let exchange = slot.exchange(peer.channel.clone(), data, &self.stats);
         let failed = match tokio::time::timeout(option.soft_ttl(), exchange).await {
             Ok(Ok(reply)) => {
@@ -242,20 +247,27 @@ impl GrpcNetwork {
                 slot.mark_unsupported();
                 return None;
             }
-            Ok(Err(e)) => {
-                let err = TransportError(e.to_string());
-                if e.unreachable() {
-                    RPCError::Unreachable(Unreachable::new(&err))
-                } else {
-                    RPCError::Network(NetworkError::new(&err))
-                }
-            }
-            Err(_) => RPCError::Network(NetworkError::new(&TransportError(format!(
-                "append stream: no answer within {:?}",
-                option.soft_ttl()
-            )))),
+            Ok(Err(e)) => failure(e.unreachable(), e.to_string()),
+            Err(_) => failure(
+                false,
+                format!("append stream: no answer within {:?}", option.soft_ttl()),
+            ),
         };
         Some(Err(failed))
+    }
+}
+
+/// A call that got no answer from the peer: unreachable (openraft backs off before the next
+/// try) or a network error.
+fn failure<E: std::error::Error>(
+    unreachable: bool,
+    message: String,
+) -> RPCError<NodeId, NodeAddr, E> {
+    let err = TransportError(message);
+    if unreachable {
+        RPCError::Unreachable(Unreachable::new(&err))
+    } else {
+        RPCError::Network(NetworkError::new(&err))
     }
 }
 
@@ -283,7 +295,7 @@ impl RaftNetwork<TypeConfig> for GrpcNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        match self.append_streamed(encode(&rpc)?, &option).await {
+        match self.append_streamed(&rpc, &option).await {
             Some(reply) => self.answer(&reply?),
             None => {
                 self.stats.unary.fetch_add(1, Ordering::Relaxed);

@@ -44,14 +44,12 @@ impl RaftGrpcService {
         }
     }
 
-    async fn append(&self, data: &[u8]) -> Result<RaftPayload, Status> {
-        let rpc = wire::decode(data).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let answer = self.raft.append_entries(rpc).await;
+    async fn append(&self, request: &RaftPayload) -> Result<RaftPayload, Status> {
+        let answer = self.raft.append_entries(decode(request)?).await;
         if matches!(&answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
             self.contact.touch();
         }
-        let data = wire::encode(&answer).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(RaftPayload { data })
+        encode(&answer)
     }
 
     /// The next request of an append stream, or `None` when it should end: the leader closed
@@ -73,13 +71,13 @@ impl RaftGrpcService {
 /// An append stream's answers: one per request, in order; it ends after the first error.
 type AppendAnswers = Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send + 'static>>;
 
-fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
-    wire::decode(&req.into_inner().data).map_err(|e| Status::invalid_argument(e.to_string()))
+fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, Status> {
+    wire::decode(&payload.data).map_err(|e| Status::invalid_argument(e.to_string()))
 }
 
-fn reply<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, Status> {
+fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, Status> {
     let data = wire::encode(value).map_err(|e| Status::internal(e.to_string()))?;
-    Ok(Response::new(RaftPayload { data }))
+    Ok(RaftPayload { data })
 }
 
 #[tonic::async_trait]
@@ -88,9 +86,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        self.append(&request.into_inner().data)
-            .await
-            .map(Response::new)
+        self.append(request.get_ref()).await.map(Response::new)
     }
 
     type AppendEntriesStreamStream = AppendAnswers;
@@ -103,7 +99,7 @@ impl RaftService for RaftGrpcService {
         let answers = futures_util::stream::unfold(state, |state| async move {
             let (mut this, mut requests) = state?;
             let answer = match this.next_request(&mut requests).await? {
-                Ok(request) => this.append(&request.data).await,
+                Ok(request) => this.append(&request).await,
                 Err(status) => Err(status),
             };
             let next = answer.is_ok().then_some((this, requests));
@@ -113,21 +109,21 @@ impl RaftService for RaftGrpcService {
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        let rpc = decode(request)?;
-        reply(&self.raft.vote(rpc).await)
+        let rpc = decode(request.get_ref())?;
+        encode(&self.raft.vote(rpc).await).map(Response::new)
     }
 
     async fn install_snapshot(
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode(request)?;
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
         let sender = rpc.vote;
         let answer = self.raft.install_snapshot(rpc).await;
         // A reply carrying a higher vote than the sender's: the sender is no leader now.
         if matches!(&answer, Ok(r) if r.vote <= sender) {
             self.contact.touch();
         }
-        reply(&answer)
+        encode(&answer).map(Response::new)
     }
 }
