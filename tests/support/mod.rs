@@ -98,6 +98,8 @@ pub struct ClusterOptions {
     pub snapshot_after_entries: u64,
     pub keep_entries_after_snapshot: u64,
     pub sweep_interval_ms: u64,
+    /// `server.schedule_interval_ms`: the scheduler's tick (commands wake it in between).
+    pub schedule_interval_ms: u64,
     /// The nodes' `RUST_LOG`.
     pub log_filter: &'static str,
     /// `server.agent_cert_ttl_ms`: the life of an agent's certificate.
@@ -114,6 +116,7 @@ impl Default for ClusterOptions {
             snapshot_after_entries: 10_000,
             keep_entries_after_snapshot: 1_000,
             sweep_interval_ms: 500,
+            schedule_interval_ms: 500,
             log_filter: "info",
             agent_cert_ttl_ms: 24 * 3_600_000,
             leader_wait_ms: 2_000,
@@ -178,7 +181,8 @@ impl Cluster {
             "node_id = {id}\nrest_listen = \"{rest}\"\ngrpc_listen = \"{grpc}\"\npeer_listen = \"{peer}\"\n\
              data_dir = \"data\"\n\n\
              {members}[raft]\nsnapshot_after_entries = {snap}\nmax_in_snapshot_log_to_keep = {keep}\n\n\
-             [server]\nsweep_interval_ms = {sweep}\nagent_cert_ttl_ms = {agent_ttl}\n\
+             [server]\nsweep_interval_ms = {sweep}\nschedule_interval_ms = {schedule}\n\
+             agent_cert_ttl_ms = {agent_ttl}\n\
              leader_wait_ms = {leader_wait}\n\n{extra}",
             id = spec.id,
             rest = spec.rest,
@@ -187,6 +191,7 @@ impl Cluster {
             snap = o.snapshot_after_entries,
             keep = o.keep_entries_after_snapshot,
             sweep = o.sweep_interval_ms,
+            schedule = o.schedule_interval_ms,
             agent_ttl = o.agent_cert_ttl_ms,
             leader_wait = o.leader_wait_ms,
             extra = o.extra_config,
@@ -937,6 +942,28 @@ pub fn remove_worker_leftovers(id: &str, data_dir: &Path) {
                         .output();
                 }
             }
+        }
+    }
+    // Warm containers carry the worker's label, not a task directory's.
+    if let Ok(out) = Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=squadron.worker={id}"),
+        ])
+        .args([
+            "--filter",
+            "label=squadron.pool-slot",
+            "--format",
+            "{{.ID}}",
+        ])
+        .output()
+    {
+        for container in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = Command::new("docker")
+                .args(["rm", "-f", container])
+                .output();
         }
     }
     for root in [

@@ -15,6 +15,9 @@ use tokio::sync::watch;
 use crate::node::ControlNode;
 use crate::raft_view;
 
+/// The shortest time between two scheduler rounds that commands woke.
+const PLACEMENT_ROUND_GAP_MS: u64 = 10;
+
 pub fn spawn(
     node: Arc<ControlNode>,
     mut shutdown: watch::Receiver<bool>,
@@ -28,6 +31,7 @@ pub fn spawn(
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         place.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut term_start = TermStart::default();
+        let mut last_woken = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
@@ -44,21 +48,36 @@ pub fn spawn(
                     }
                     prune_ended_tasks(&node).await;
                 }
-                _ = place.tick() => {
-                    if !node.is_leader() {
-                        continue;
-                    }
-                    let now = node.clock.now_ms();
-                    let plan = node.state.with_state(|s| schedule(s, now, ASSIGNMENTS_PER_BATCH_MAX));
-                    for command in plan_commands(plan) {
-                        if let Err(e) = node.propose_here(Subject::System, command, None).await {
-                            tracing::debug!(error = ?e, "assignments not proposed");
-                        }
-                    }
+                _ = place.tick() => place_tasks(&node).await,
+                // A submission or a freed slot is placed now, not at the next tick (up to
+                // `schedule_interval_ms` later); rounds at most every `PLACEMENT_ROUND_GAP_MS`,
+                // so a stream of submissions that cannot be placed does not rescan the
+                // queue for each one.
+                _ = node.writes.placement_wake().notified() => {
+                    let gap = Duration::from_millis(PLACEMENT_ROUND_GAP_MS);
+                    tokio::time::sleep(gap.saturating_sub(last_woken.elapsed())).await;
+                    last_woken = tokio::time::Instant::now();
+                    place_tasks(&node).await;
                 }
             }
         }
     })
+}
+
+/// One scheduler round on the leader: the plan, proposed.
+async fn place_tasks(node: &ControlNode) {
+    if !node.is_leader() {
+        return;
+    }
+    let now = node.clock.now_ms();
+    let plan = node
+        .state
+        .with_state(|s| schedule(s, now, ASSIGNMENTS_PER_BATCH_MAX));
+    for command in plan_commands(plan) {
+        if let Err(e) = node.propose_here(Subject::System, command, None).await {
+            tracing::debug!(error = ?e, "assignments not proposed");
+        }
+    }
 }
 
 /// The commands that carry a plan: dedicated and project tasks are assigned by commands of their

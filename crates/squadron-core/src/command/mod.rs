@@ -170,6 +170,25 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether applying the command may let the scheduler place a task it could not before:
+    /// a task to place, a task that ended (capacity freed), a worker that came or changed.
+    /// The leader runs its scheduler after such a command instead of at its next tick;
+    /// missing one costs latency only, never a placement (the tick still runs).
+    pub fn wakes_scheduler(&self) -> bool {
+        match self {
+            Command::SubmitTask(_)
+            | Command::ReportTransition(_)
+            | Command::CancelTask(_)
+            | Command::RegisterWorker(_)
+            | Command::RegisterWorkerWithPolicy(_)
+            | Command::SetWorkerPolicy(_)
+            | Command::ReleaseLease(_)
+            | Command::FenceLease(_) => true,
+            Command::Batch(b) => b.commands.iter().any(|c| c.command.wakes_scheduler()),
+            _ => false,
+        }
+    }
+
     /// A short stable name, for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {

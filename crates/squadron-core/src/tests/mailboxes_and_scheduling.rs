@@ -303,3 +303,37 @@ fn tasks_before_pages_newest_first_and_filters_by_state() {
         Vec::<TaskId>::new()
     );
 }
+
+#[test]
+fn commands_that_may_allow_a_placement_wake_the_scheduler_and_others_do_not() {
+    let submit = Command::SubmitTask(SubmitTask {
+        spec: Box::new(spec("")),
+    });
+    let cancel = Command::CancelTask(crate::command::CancelTask {
+        task: TaskId::new(1).unwrap(),
+        reason: "no longer needed".into(),
+    });
+    assert!(submit.wakes_scheduler());
+    assert!(cancel.wakes_scheduler());
+    // The scheduler's own commands and the lease traffic never wake it: a round would
+    // follow each of its own assignments, and writes that free no slot only cost a scan.
+    let assign = Command::AssignTasks(crate::command::AssignTasks {
+        assignments: Vec::new(),
+    });
+    assert!(!assign.wakes_scheduler());
+    assert!(!Command::Sweep.wakes_scheduler());
+    let batch = |commands: Vec<Command>| {
+        Command::Batch(crate::command::Batch {
+            commands: commands
+                .into_iter()
+                .map(|command| crate::command::BatchedCommand {
+                    subject: Subject::Legacy,
+                    idempotency_key: None,
+                    command,
+                })
+                .collect(),
+        })
+    };
+    assert!(batch(vec![Command::Sweep, submit]).wakes_scheduler());
+    assert!(!batch(vec![Command::Sweep, assign]).wakes_scheduler());
+}

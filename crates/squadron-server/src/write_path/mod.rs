@@ -78,6 +78,8 @@ pub struct WritePath {
     /// A follower's writes to the leader, sent in shared requests.
     forwarder: ForwardBatcher,
     stats: WriteStats,
+    /// Woken after a committed command that may allow a placement (`wakes_scheduler`).
+    placement: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for WritePath {
@@ -113,7 +115,14 @@ impl WritePath {
             leader_wait,
             peer,
             stats: WriteStats::default(),
+            placement: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// Notified after a command that may let the scheduler place a task; a wake while
+    /// nobody waits is kept for the next wait.
+    pub fn placement_wake(&self) -> &tokio::sync::Notify {
+        &self.placement
     }
 
     pub fn stats(&self) -> &WriteStats {
@@ -141,6 +150,7 @@ impl WritePath {
         command: Command,
         idempotency_key: Option<IdempotencyKey>,
     ) -> Result<Response, WriteError> {
+        let wakes_scheduler = command.wakes_scheduler();
         // On a timeout the entry may still commit: the outcome is unknown, so the caller must
         // not retry a compare-and-swap blindly.
         let response = tokio::time::timeout(
@@ -154,6 +164,8 @@ impl WritePath {
             self.stats
                 .proposals_rejected
                 .fetch_add(1, Ordering::Relaxed);
+        } else if wakes_scheduler {
+            self.placement.notify_one();
         }
         Ok(response)
     }
