@@ -1321,7 +1321,14 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
         &unique_worker_id("w-docker"),
         cluster.urls(),
         "docker",
-        vec!["--agent-heartbeat-interval-ms".into(), "2000".into()],
+        // Two warm containers: the scenarios' tasks of the default shape claim them while
+        // they last and start cold when none is idle, so both paths run every scenario.
+        vec![
+            "--agent-heartbeat-interval-ms".into(),
+            "2000".into(),
+            "--docker-warm-pool".into(),
+            "2".into(),
+        ],
     );
     let repo = git_repo(cluster.dir.path());
     let on = |runtime: &'static str| Env {
@@ -1435,6 +1442,29 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
     ];
     run_scenarios(scenarios, &[&process, &docker]);
     the_seed_task_metrics_count_what_ran(&cluster.urls()[1]);
+    the_warm_pool_served_starts(&cluster.urls()[2], &docker.id);
+}
+
+/// The Docker scenarios above ran through the warm pool where their shape allowed: the
+/// worker's metrics (relayed by a node) count claims of warm containers.
+fn the_warm_pool_served_starts(url: &str, worker: &str) {
+    let (status, text) =
+        http_text(&format!("{url}/api/v1/workers/{worker}/metrics")).expect("worker metrics");
+    assert_eq!(status, 200, "{text}");
+    let hits = text
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "squadron_worker_sandbox_pool_claims_total{runtime=\"docker\",result=\"hit\"}",
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        hits >= 1,
+        "no Docker scenario claimed a warm container:\n{text}"
+    );
 }
 
 /// The seed's task metrics, read by a Prometheus text parser from a node's `/metrics` after

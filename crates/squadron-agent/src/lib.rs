@@ -1,5 +1,7 @@
 //! `squadron agent`: the process inside every sandbox (DESIGN §1, §5).
 //!
+//! 0. In a warm sandbox (the worker's pool), waits for the launch file the worker writes
+//!    once it claimed the container for a task (`pooled_launch`).
 //! 1. Reads its environment file (`agent_env`) and scrubs the one-time token from it.
 //! 2. Enrolls through the worker's REST relay for `spiffe://squadron.local/agent/task-{id}`
 //!    (`enrollment`), retried on the task's agent connect table while the relay or the
@@ -23,6 +25,7 @@ pub mod channel_bridge;
 pub mod control_session;
 pub mod enrollment;
 pub mod error;
+pub mod pooled_launch;
 pub mod provider_run;
 pub mod sandbox_usage;
 pub mod virtio_port;
@@ -37,6 +40,7 @@ use tokio::signal::unix::{signal, SignalKind};
 pub use agent_env::AgentEnv;
 pub use control_session::{ControlSession, RunOrder};
 pub use error::AgentError;
+pub use provider_run::Launch;
 
 /// Largest CA certificate file read.
 pub const CA_FILE_BYTES_MAX: u64 = 64 * 1024;
@@ -51,15 +55,32 @@ pub struct AgentOptions {
     pub env_file: PathBuf,
     /// The provider launcher and its arguments.
     pub launch: Vec<String>,
+    /// A warm sandbox's: the agent waits for this file, which names the launch instead.
+    pub launch_file: Option<PathBuf>,
 }
 
 /// Runs the agent to the end; the answer is the exit code the process should end with.
 pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
-    if options.launch.is_empty() {
-        return Err(AgentError::Launch(
-            "no launcher given: squadron agent --env-file FILE -- PROGRAM [ARGS…]".into(),
-        ));
-    }
+    let launch = match (&options.launch_file, options.launch.is_empty()) {
+        (None, false) => Launch::CommandLine(options.launch.clone()),
+        (Some(file), true) => match pooled_launch::wait(file).await? {
+            Some(pooled) => Launch::Pooled(pooled),
+            None => {
+                tracing::info!("SIGTERM while waiting for a task");
+                return Ok(STOPPED_EXIT_CODE);
+            }
+        },
+        (None, true) => {
+            return Err(AgentError::Launch(
+                "no launcher given: squadron agent --env-file FILE -- PROGRAM [ARGS…]".into(),
+            ))
+        }
+        (Some(_), false) => {
+            return Err(AgentError::Launch(
+                "--launch-file names the launcher: give no PROGRAM after --".into(),
+            ))
+        }
+    };
     // rustix reads these from /proc/self/auxv once, which an undumpable process may not
     // open: read them first (the heartbeat's figures need both).
     let _ = (
@@ -116,7 +137,7 @@ pub async fn run(options: AgentOptions) -> Result<i32, AgentError> {
     };
     drop(terminate);
     let code = match order? {
-        RunOrder::Run => provider_run::run(&options.launch).await?,
+        RunOrder::Run => provider_run::run(&launch).await?,
         RunOrder::Ended { state } => {
             heartbeats.abort();
             tracing::info!(%state, "the task ended before it ran; nothing to start");

@@ -5,7 +5,7 @@
 
 use std::process::ExitStatus;
 
-use squadron_api::agent_channel::AGENT_LIBRARY_DIR;
+use squadron_api::agent_channel::{PooledLaunch, AGENT_LIBRARY_DIR};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::error::AgentError;
@@ -18,8 +18,28 @@ pub fn exit_code(status: ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-pub async fn run(argv: &[String]) -> Result<i32, AgentError> {
-    let (program, args) = argv
+/// What the provider runs.
+#[derive(Debug, Clone)]
+pub enum Launch {
+    /// The command line's launcher, in the sandbox's own environment and directory.
+    CommandLine(Vec<String>),
+    /// A warm sandbox's launch file: the task's environment over the container's, and the
+    /// task's directory.
+    Pooled(PooledLaunch),
+}
+
+impl Launch {
+    fn argv(&self) -> &[String] {
+        match self {
+            Launch::CommandLine(argv) => argv,
+            Launch::Pooled(p) => &p.argv,
+        }
+    }
+}
+
+pub async fn run(launch: &Launch) -> Result<i32, AgentError> {
+    let (program, args) = launch
+        .argv()
         .split_first()
         .ok_or_else(|| AgentError::Launch("no launcher given".into()))?;
     let mut terminate =
@@ -29,6 +49,11 @@ pub async fn run(argv: &[String]) -> Result<i32, AgentError> {
     // it alone); the provider gets the image's own.
     if std::env::var_os("LD_LIBRARY_PATH").is_some_and(|v| v == AGENT_LIBRARY_DIR) {
         command.env_remove("LD_LIBRARY_PATH");
+    }
+    // The task's environment over the container's own (the image's, as a cold container's
+    // provider has it), in the task's directory.
+    if let Launch::Pooled(p) = launch {
+        command.envs(&p.env).current_dir(&p.workdir);
     }
     let mut child = command
         .args(args)
@@ -61,18 +86,32 @@ mod tests {
 
     #[tokio::test]
     async fn the_launchers_exit_code_is_the_agents() {
-        let code = run(&["/bin/sh".into(), "-c".into(), "exit 7".into()])
-            .await
-            .unwrap();
-        assert_eq!(code, 7);
-        let code = run(&["/bin/sh".into(), "-c".into(), "kill -9 $$".into()])
-            .await
-            .unwrap();
-        assert_eq!(code, 137);
-        let err = run(&["/nonexistent/launcher".into()])
+        let sh =
+            |script: &str| Launch::CommandLine(vec!["/bin/sh".into(), "-c".into(), script.into()]);
+        assert_eq!(run(&sh("exit 7")).await.unwrap(), 7);
+        assert_eq!(run(&sh("kill -9 $$")).await.unwrap(), 137);
+        let err = run(&Launch::CommandLine(vec!["/nonexistent/launcher".into()]))
             .await
             .unwrap_err()
             .to_string();
         assert!(err.contains("/nonexistent/launcher"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_pooled_launch_runs_in_its_directory_with_its_environment_over_the_sandboxs() {
+        let dir = tempfile::tempdir().unwrap();
+        let workdir = dir.path().canonicalize().unwrap();
+        // The container's own environment (here the test runner's, CARGO_*) stays, as a cold
+        // container's image environment does.
+        let script = format!(
+            r#"[ "$(pwd)" = "{}" ] && [ "$TASK_VALUE" = given ] && [ -n "$CARGO_PKG_NAME" ] || exit 3"#,
+            workdir.display()
+        );
+        let launch = Launch::Pooled(PooledLaunch {
+            argv: vec!["/bin/sh".into(), "-c".into(), script],
+            workdir: workdir.display().to_string(),
+            env: [("TASK_VALUE".to_string(), "given".to_string())].into(),
+        });
+        assert_eq!(run(&launch).await.unwrap(), 0);
     }
 }

@@ -16,3 +16,21 @@ pub const TARGET_GRPC: u8 = b'G';
 /// Where a sandbox finds the shared libraries of the worker's binary it runs as its agent
 /// (`LD_LIBRARY_PATH` for the agent, never for the provider it starts).
 pub const AGENT_LIBRARY_DIR: &str = "/usr/local/lib/squadron";
+
+/// The file a pooled sandbox's agent waits for (`squadron agent --launch-file`): a warm
+/// container starts before any task is known, so what its provider runs arrives here, written
+/// by the worker into the task's `run/` (read-only in every sandbox) at the claimed
+/// container's start.
+pub const POOLED_LAUNCH_FILE_NAME: &str = "pooled-launch.json";
+/// The largest launch file an agent reads.
+pub const POOLED_LAUNCH_BYTES_MAX: u64 = 1024 * 1024;
+
+/// What a pooled sandbox's provider runs: the launcher, its working directory and its whole
+/// environment (the container's own carries only what the agent needs).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PooledLaunch {
+    pub argv: Vec<String>,
+    pub workdir: String,
+    pub env: std::collections::BTreeMap<String, String>,
+}

@@ -355,14 +355,14 @@ fn validate_absolute(field: &'static str, path: &Path) -> Result<(), IsolationEr
 
 /// One line of /proc/self/mountinfo, the fields we use.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Mount {
+pub(crate) struct Mount {
     root: String,
-    mount_point: PathBuf,
+    pub(crate) mount_point: PathBuf,
     fs_type: String,
     super_options: Vec<String>,
 }
 
-fn read_mounts() -> Result<Vec<Mount>, IsolationError> {
+pub(crate) fn read_mounts() -> Result<Vec<Mount>, IsolationError> {
     let text = fs_util::read_to_string(Path::new(MOUNTINFO), "read mount table")?;
     Ok(text.lines().filter_map(parse_mountinfo_line).collect())
 }

@@ -33,6 +33,7 @@ pub mod reaper;
 pub mod sandbox_network;
 pub mod sandbox_process;
 pub mod secret_tmpfs;
+pub mod slot_mounts;
 pub mod termination;
 
 mod clock;

@@ -141,6 +141,8 @@ pub struct WorkerConfig {
     /// cgroup v2 mount of the process runtime; detected when unset.
     pub cgroup_root: Option<PathBuf>,
     pub docker_image: String,
+    /// Warm Docker containers kept started (`runtime::docker::warm_pool`); 0: none.
+    pub docker_warm_pool: usize,
     /// The `squadron` binary Docker sandboxes run `squadron agent` from (bound read-only, so
     /// the agent is the worker's own version). `squadron worker` sets its own executable;
     /// unset, containers start the launcher directly (the runtime's own tests).
@@ -234,6 +236,7 @@ impl WorkerConfig {
             tls: None,
             cgroup_root: None,
             docker_image: DOCKER_IMAGE_DEFAULT.to_string(),
+            docker_warm_pool: 0,
             agent_binary: None,
             agent_heartbeat_ms: AGENT_HEARTBEAT_MS_DEFAULT,
             global_dir: None,
@@ -401,6 +404,12 @@ impl WorkerConfig {
         }
         if self.runtimes.is_empty() {
             return bad("runtimes", "at least one runtime is needed".into());
+        }
+        if self.docker_warm_pool > crate::runtime::docker::WARM_POOL_SIZE_MAX {
+            return bad(
+                "docker_warm_pool",
+                format!("must be 0..={}", crate::runtime::docker::WARM_POOL_SIZE_MAX),
+            );
         }
         if self.capacity == 0 || self.capacity > CAPACITY_MAX {
             return bad("capacity", format!("must be 1..={CAPACITY_MAX}"));

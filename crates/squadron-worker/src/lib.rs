@@ -46,6 +46,7 @@ pub(crate) mod task;
 #[cfg(test)]
 mod test_support;
 pub(crate) mod worker;
+pub(crate) mod worker_metrics;
 
 pub use agent::config::{
     AgentConfig, ProviderLauncher, AGENT_LEASE_TTL_MS_DEFAULT, AGENT_STOP_GRACE_MS_DEFAULT,

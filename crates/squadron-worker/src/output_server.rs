@@ -94,6 +94,7 @@ pub(crate) fn router(
         .route("/worker/v1/tasks/:id/artifacts", get(list_artifacts))
         .route("/worker/v1/tasks/:id/artifacts/*name", get(artifact))
         .route("/worker/v1/build", get(build))
+        .route("/worker/v1/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(ServerState {
             data_dir,
@@ -154,6 +155,10 @@ async fn build() -> Response {
     // Hashed once per process (at start, `worker.rs`).
     let sha256 = squadron_pki::own_binary_sha256_or_empty().await;
     Json(squadron_client::WorkerBuild { sha256 }).into_response()
+}
+
+async fn metrics(State(state): State<ServerState>) -> Response {
+    crate::worker_metrics::render(&state.runtimes)
 }
 
 /// The sandbox's usage now (`task_usage`): not output, so a task whose output is withheld

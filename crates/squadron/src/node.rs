@@ -49,6 +49,7 @@ pub async fn dev(
     grpc_listen: SocketAddr,
     peer_listen: SocketAddr,
     worker_listen: Option<SocketAddr>,
+    docker_warm_pool: usize,
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
@@ -111,6 +112,7 @@ pub async fn dev(
             let mut config =
                 WorkerConfig::new(id, vec![format!("https://{rest}")], worker_dir, addr);
             config.tls = Some(tls);
+            config.docker_warm_pool = docker_warm_pool;
             config.runtimes = [RuntimeKind::Process, RuntimeKind::Docker].into();
             // A build with the KVM runtime offers it too where libvirt answers (the probe
             // leaves it out, saying why, elsewhere).
@@ -278,6 +280,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
         .map(|d| absolute("--cgroup-root", &d))
         .transpose()?;
     config.docker_image = args.docker_image;
+    config.docker_warm_pool = args.docker_warm_pool;
     // Docker sandboxes run `squadron agent` from this very binary (bound read-only), so the
     // agent is always the worker's own version.
     config.agent_binary = Some(

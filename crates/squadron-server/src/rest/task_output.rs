@@ -169,7 +169,11 @@ const RELAYED_HEADERS: [&str; 5] = [
 ];
 
 /// Sends GET `path` to the worker and turns its answer into ours, body streamed through.
-async fn relay(worker: &WorkerRelay, path: String, streaming: bool) -> Result<Response, ApiError> {
+pub(crate) async fn relay(
+    worker: &WorkerRelay,
+    path: String,
+    streaming: bool,
+) -> Result<Response, ApiError> {
     let answer = worker
         .get(&path, streaming)
         .send()

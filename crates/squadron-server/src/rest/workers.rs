@@ -48,6 +48,16 @@ pub fn routes(book: RouteBook) -> RouteBook {
         get(get_worker),
     )
     .add(
+        "GET",
+        "/api/v1/workers/:id/metrics",
+        "What only the worker counts, relayed from it (OpenMetrics text): its warm pool's \
+         claims and idle sandboxes",
+        Input::NONE,
+        super::Answer::text(crate::metrics::OPENMETRICS_CONTENT_TYPE),
+        Access::viewer(Scope::Unbound),
+        get(worker_metrics),
+    )
+    .add(
         "POST",
         "/api/v1/workers/:id/heartbeat",
         "Worker heartbeat",
@@ -138,6 +148,21 @@ async fn get_worker(
             .ok_or_else(|| ApiError::not_found(format!("worker {id} not found")))
     })
     .await
+}
+
+async fn worker_metrics(
+    State(node): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::response::Response, ApiError> {
+    let id: WorkerId = parse_id("worker", &id)?;
+    let address = read(&node, crate::node::Consistency::Linearizable, |s| {
+        s.worker(&id)
+            .map(|w| w.address.clone())
+            .ok_or_else(|| ApiError::not_found(format!("worker {id} not found")))
+    })
+    .await?;
+    let worker = super::task_output::WorkerRelay::new(&node, &id, &address)?;
+    super::task_output::relay(&worker, "/worker/v1/metrics".to_string(), false).await
 }
 
 async fn heartbeat(

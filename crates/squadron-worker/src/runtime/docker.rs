@@ -95,6 +95,8 @@ use crate::runtime::{LaunchSpec, ReapReport, RunStatus, Runtime, SandboxHandle};
 use crate::support::now_ms;
 use crate::task::sandbox_agent::{self, AGENT_BINARY_MOUNT, AGENT_DIR_MOUNT};
 use crate::task::task_dir::{TaskDir, GLOBAL_MOUNT, INBOX_MOUNT, OUTBOX_MOUNT, RUN_MOUNT};
+pub(crate) use warm_pool::{PoolFigures, WarmPoolConfig, WARM_POOL_SIZE_MAX};
+use warm_pool::{WarmPool, LABEL_POOL_SLOT};
 
 /// The engine socket when the configuration names none.
 pub(crate) const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
@@ -154,6 +156,8 @@ pub(crate) struct DockerConfig {
     /// The libraries that binary links beyond the image's C runtime (`agent_libraries`),
     /// bound read-only at `AGENT_LIBRARY_DIR`.
     pub(crate) agent_libraries: Option<PathBuf>,
+    /// Warm containers kept started for claims (`warm_pool`); `None`: every start is cold.
+    pub(crate) warm_pool: Option<WarmPoolConfig>,
 }
 
 impl DockerConfig {
@@ -171,6 +175,7 @@ impl DockerConfig {
             gateway: None,
             agent_binary: None,
             agent_libraries: None,
+            warm_pool: None,
         }
     }
 }
@@ -184,6 +189,7 @@ pub(crate) struct DockerRuntime {
     managed: ManagedNetwork,
     /// The bridge `gateway` containers join and its proxy, where the worker allows the mode.
     gateway: Option<Arc<GatewayBridge>>,
+    pool: Option<Arc<WarmPool>>,
 }
 
 /// The gateway bridge, its proxy, and the address each of its containers was admitted by.
@@ -254,12 +260,41 @@ impl DockerRuntime {
             )),
             None => None,
         };
-        Ok(DockerRuntime {
+        let pool = match &config.warm_pool {
+            // Without root nothing beneath the slots can be unbound; a pool asked for says so.
+            Some(c) if c.size == 0 && !rustix::process::geteuid().is_root() => None,
+            Some(c) if c.needed() => Some(Arc::new(WarmPool::new(c.clone())?)),
+            _ => None,
+        };
+        let runtime = DockerRuntime {
             docker,
             config,
             managed,
             gateway,
-        })
+            pool,
+        };
+        match &runtime.pool {
+            Some(pool) => runtime.start_pool(pool).await?,
+            None => runtime.remove_idle_warm().await?,
+        }
+        Ok(runtime)
+    }
+
+    /// Whether the container is this attempt's: by its labels, or, for a claimed warm
+    /// container (whose labels were set before its task was known), by the attempt's name.
+    fn is_attempts(&self, found: &ContainerInspectResponse, dir: &TaskDir, attempt: u32) -> bool {
+        let labels = found
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        if labels_match(&labels, dir, attempt) {
+            return true;
+        }
+        let name = format!("/{}", Self::container_name(dir, attempt));
+        labels.contains_key(LABEL_POOL_SLOT)
+            && labels.get(LABEL_WORKER) == Some(&self.config.worker.as_str().to_string())
+            && found.name.as_deref() == Some(name.as_str())
     }
 
     fn permits(&self) -> NetworkPermits {
@@ -421,61 +456,58 @@ impl DockerRuntime {
         user.share_work_tree(&spec.dir.inbox())
     }
 
-    /// The mounts, network, limits and logging of an attempt's container.
-    fn host_config(&self, spec: &LaunchSpec) -> Result<HostConfig, WorkerError> {
-        let mut mounts = vec![
-            bind(&spec.dir.inbox(), INBOX_MOUNT, false, "inbox")?,
-            bind(&spec.dir.outbox(), OUTBOX_MOUNT, false, "outbox")?,
-            bind(&spec.dir.run(), RUN_MOUNT, true, "run")?,
+    /// The task's own directories, as (host directory, path in the container, read-only,
+    /// field named in an error): what a warm container gets bound in when it is claimed.
+    fn task_binds(&self, spec: &LaunchSpec) -> Vec<(PathBuf, String, bool, &'static str)> {
+        let mut binds = vec![
+            (spec.dir.inbox(), INBOX_MOUNT.to_owned(), false, "inbox"),
+            (spec.dir.outbox(), OUTBOX_MOUNT.to_owned(), false, "outbox"),
+            (spec.dir.run(), RUN_MOUNT.to_owned(), true, "run"),
         ];
         if let Some(global) = spec.global_dir.as_ref().or(self.config.global_dir.as_ref()) {
-            mounts.push(bind(global, GLOBAL_MOUNT, true, "global_dir")?);
+            binds.push((global.clone(), GLOBAL_MOUNT.to_owned(), true, "global_dir"));
         }
+        if self.config.agent_binary.is_some() {
+            binds.push((spec.dir.agent(), AGENT_DIR_MOUNT.to_owned(), false, "agent"));
+        }
+        if let Some(session) = &spec.credentials {
+            // The container config holds the path, never a value (INV-13).
+            binds.push((
+                session.host_dir().to_path_buf(),
+                session.sandbox_dir().to_owned(),
+                true,
+                "credentials",
+            ));
+        }
+        binds
+    }
+
+    /// The worker's own files every container with the agent gets: the binary and its
+    /// libraries.
+    fn agent_mounts(&self) -> Result<Vec<Mount>, WorkerError> {
+        let mut mounts = Vec::new();
         if let Some(binary) = &self.config.agent_binary {
             mounts.push(bind_file(binary, AGENT_BINARY_MOUNT, "agent_binary")?);
-            mounts.push(bind(&spec.dir.agent(), AGENT_DIR_MOUNT, false, "agent")?);
             if let Some(libraries) = &self.config.agent_libraries {
                 mounts.push(bind(libraries, AGENT_LIBRARY_DIR, true, "agent_libraries")?);
             }
         }
-        if let Some(session) = &spec.credentials {
-            // The container config holds the path, never a value (INV-13).
-            mounts.push(bind(
-                session.host_dir(),
-                session.sandbox_dir(),
-                true,
-                "credentials",
-            )?);
+        Ok(mounts)
+    }
+
+    /// The mounts, network, limits and logging of an attempt's container.
+    fn host_config(&self, spec: &LaunchSpec) -> Result<HostConfig, WorkerError> {
+        let mut mounts = Vec::new();
+        for (host, target, read_only, field) in self.task_binds(spec) {
+            mounts.push(bind(&host, &target, read_only, field)?);
         }
-        let mut host = HostConfig {
-            mounts: Some(mounts),
-            network_mode: Some(self.network_mode(spec.network)),
-            init: Some(true),
-            privileged: Some(false),
-            auto_remove: Some(false),
-            log_config: Some(HostConfigLogConfig {
-                typ: Some("json-file".to_string()),
-                config: Some(HashMap::from([
-                    ("max-size".to_string(), LOG_FILE_BYTES_MAX.to_string()),
-                    ("max-file".to_string(), LOG_FILES_MAX.to_string()),
-                ])),
-            }),
-            ..Default::default()
-        };
-        if let Some(cpus) = spec.limits.cpus {
-            host.nano_cpus = Some(i64::from(cpus).saturating_mul(NANO_CPUS_PER_CPU));
-        }
-        if let Some(bytes) = spec.limits.memory_bytes {
-            let bytes = i64::try_from(bytes)
-                .map_err(|_| invalid("limits.memory_bytes", format!("{bytes} is too large")))?;
-            host.memory = Some(bytes);
-            host.memory_swap = Some(bytes);
-        }
-        if let Some(pids) = spec.limits.pids_max {
-            let pids = i64::try_from(pids)
-                .map_err(|_| invalid("limits.pids_max", format!("{pids} is too large")))?;
-            host.pids_limit = Some(pids);
-        }
+        mounts.extend(self.agent_mounts()?);
+        let mut host = base_host_config(mounts, self.network_mode(spec.network));
+        let limits = EngineLimits::of(&spec.limits)?;
+        host.nano_cpus = limits.nano_cpus;
+        host.memory = limits.memory;
+        host.memory_swap = limits.memory;
+        host.pids_limit = limits.pids;
         Ok(host)
     }
 
@@ -554,6 +586,10 @@ impl Runtime for DockerRuntime {
         self.config.agent_binary.is_some()
     }
 
+    fn pool_figures(&self) -> Option<PoolFigures> {
+        self.pool.as_ref().map(|p| p.figures())
+    }
+
     /// Only with the agent: it starts the provider once RUNNING, after the proxy listens;
     /// a container that runs its provider from the start could ask before that.
     fn serves_egress(&self) -> bool {
@@ -597,6 +633,9 @@ impl Runtime for DockerRuntime {
     /// crashed between create and checkpoint), returns it instead.
     async fn provision(&self, spec: &LaunchSpec) -> Result<SandboxHandle, WorkerError> {
         BoundaryNetwork::check_mode(spec.network, self.permits())?;
+        if let Some(claimed) = self.claim_warm(spec).await {
+            return Ok(claimed);
+        }
         self.hand_over(spec)?;
         let config = self.container_config(spec)?;
         let name = Self::container_name(&spec.dir, spec.attempt);
@@ -640,12 +679,7 @@ impl Runtime for DockerRuntime {
                 format!("container {id} vanished before start"),
             )
         })?;
-        let labels = found
-            .config
-            .as_ref()
-            .and_then(|c| c.labels.clone())
-            .unwrap_or_default();
-        if !labels_match(&labels, &spec.dir, spec.attempt) {
+        if !self.is_attempts(&found, &spec.dir, spec.attempt) {
             return Err(WorkerError::runtime(
                 RUNTIME_NAME,
                 format!(
@@ -653,6 +687,15 @@ impl Runtime for DockerRuntime {
                     spec.task, spec.attempt
                 ),
             ));
+        }
+        // A claimed warm container runs already; its agent waits for the launch.
+        let slot = found
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(LABEL_POOL_SLOT));
+        if let Some(slot) = slot {
+            self.give_launch(slot, spec)?;
         }
         let status = found.state.as_ref().and_then(|s| s.status);
         if status != Some(ContainerStateStatusEnum::CREATED) {
@@ -764,7 +807,13 @@ impl Runtime for DockerRuntime {
         let sandbox = format!("docker:{id}");
         let mut steps = Vec::new();
         self.forget_gateway(id);
-        match self.inspect(id).await? {
+        let found = self.inspect(id).await?;
+        let slot = found
+            .as_ref()
+            .and_then(|c| c.config.as_ref())
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(LABEL_POOL_SLOT).cloned());
+        match found {
             None => steps.push("already removed".to_string()),
             Some(found) => {
                 let state = found.state.unwrap_or_default();
@@ -801,6 +850,7 @@ impl Runtime for DockerRuntime {
             tokio::time::sleep(Duration::from_millis(REAP_POLL_MS)).await;
         }
         steps.push("engine reports no such container".to_string());
+        self.clear_claimed_slot(id, slot.as_ref());
         Ok(ReapReport {
             sandbox,
             populated: false,
@@ -827,7 +877,7 @@ impl Runtime for DockerRuntime {
             .await?;
         let name = format!("/{}", Self::container_name(dir, attempt));
         let chosen = match found.len() {
-            0 => return Ok(None),
+            0 => return self.adopt_claimed(dir, attempt).await,
             1 => found.into_iter().next(),
             _ => {
                 // Only the container under the attempt's own name is ours; the name is unique.
@@ -863,7 +913,8 @@ impl Runtime for DockerRuntime {
         }))
     }
 
-    /// This worker's containers, running or not, by name.
+    /// This worker's containers, running or not, by name; idle warm containers hold no
+    /// task and are not listed.
     async fn sandboxes(&self) -> Result<Vec<String>, WorkerError> {
         let labels = vec![
             format!("{LABEL_MANAGED}=true"),
@@ -876,6 +927,7 @@ impl Runtime for DockerRuntime {
             .into_iter()
             .filter_map(|c| c.names?.into_iter().next())
             .map(|n| n.trim_start_matches('/').to_owned())
+            .filter(|n| !Self::is_idle_warm_name(n))
             .take(crate::runtime::SANDBOXES_LISTED_MAX)
             .collect();
         names.sort();
@@ -961,6 +1013,61 @@ fn check_launch(spec: &LaunchSpec) -> Result<(), WorkerError> {
 
 /// Without full control: no capabilities, no new privileges, a read-only root with a
 /// private /tmp.
+/// A sandbox's limits in the engine's units: nano-CPUs, memory bytes (swap set equal, so
+/// none), pids.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct EngineLimits {
+    nano_cpus: Option<i64>,
+    memory: Option<i64>,
+    pids: Option<i64>,
+}
+
+impl EngineLimits {
+    fn of(limits: &crate::runtime::SandboxLimits) -> Result<Self, WorkerError> {
+        let memory = limits
+            .memory_bytes
+            .map(|bytes| {
+                i64::try_from(bytes)
+                    .map_err(|_| invalid("limits.memory_bytes", format!("{bytes} is too large")))
+            })
+            .transpose()?;
+        let pids = limits
+            .pids_max
+            .map(|pids| {
+                i64::try_from(pids)
+                    .map_err(|_| invalid("limits.pids_max", format!("{pids} is too large")))
+            })
+            .transpose()?;
+        Ok(EngineLimits {
+            nano_cpus: limits
+                .cpus
+                .map(|cpus| i64::from(cpus).saturating_mul(NANO_CPUS_PER_CPU)),
+            memory,
+            pids,
+        })
+    }
+}
+
+/// What every container of this runtime has: its mounts, its network, the engine's init as
+/// pid 1, never privileged, and a capped log.
+fn base_host_config(mounts: Vec<Mount>, network_mode: String) -> HostConfig {
+    HostConfig {
+        mounts: Some(mounts),
+        network_mode: Some(network_mode),
+        init: Some(true),
+        privileged: Some(false),
+        auto_remove: Some(false),
+        log_config: Some(HostConfigLogConfig {
+            typ: Some("json-file".to_string()),
+            config: Some(HashMap::from([
+                ("max-size".to_string(), LOG_FILE_BYTES_MAX.to_string()),
+                ("max-file".to_string(), LOG_FILES_MAX.to_string()),
+            ])),
+        }),
+        ..Default::default()
+    }
+}
+
 fn harden(host: &mut HostConfig) {
     host.cap_drop = Some(vec!["ALL".to_string()]);
     host.security_opt = Some(vec!["no-new-privileges".to_string()]);
@@ -1054,3 +1161,4 @@ fn invalid(field: &str, message: String) -> WorkerError {
 
 #[cfg(test)]
 mod tests;
+mod warm_pool;

@@ -261,6 +261,11 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// How the runtime's warm pool's claims went, when it keeps one (`/worker/v1/metrics`).
+    fn pool_figures(&self) -> Option<docker::PoolFigures> {
+        None
+    }
+
     /// The host end of the agent's channel of a started sandbox, once it exists.
     async fn agent_channel(
         &self,

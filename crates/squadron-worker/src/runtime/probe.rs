@@ -12,6 +12,9 @@ use crate::runtime::docker::{DockerConfig, DockerRuntime};
 use crate::runtime::process::{ProcessRuntime, ProcessRuntimeConfig};
 use crate::runtime::Runtime;
 
+/// The Docker runtime's warm pool slots, under the data directory.
+const DOCKER_POOL_DIR_NAME: &str = "docker-pool";
+
 /// The runtimes a worker starts with, by kind: what [`probe_runtimes`] found on this host.
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeSet(BTreeMap<RuntimeKind, Arc<dyn Runtime>>);
@@ -55,6 +58,10 @@ pub async fn probe_runtimes(config: &WorkerConfig) -> (RuntimeSet, Vec<(RuntimeK
                 dc.global_dir = config.global_dir.clone();
                 dc.allow_full_network = config.allow_full_network;
                 dc.agent_binary = config.agent_binary.clone();
+                dc.warm_pool = Some(crate::runtime::docker::WarmPoolConfig {
+                    size: config.docker_warm_pool,
+                    dir: config.data_dir.join(DOCKER_POOL_DIR_NAME),
+                });
                 let libraries = match &config.agent_binary {
                     Some(binary) => {
                         let dir = config.data_dir.join("agent-lib");

@@ -31,6 +31,10 @@ pub struct DevArgs {
     /// Do not start the local worker.
     #[arg(long)]
     pub no_worker: bool,
+    /// Warm Docker containers the local worker keeps started for claims (0: none; see
+    /// `squadron worker --docker-warm-pool`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub docker_warm_pool: usize,
 }
 
 pub async fn server(args: ServerArgs) -> anyhow::Result<()> {
@@ -44,6 +48,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         args.grpc_listen,
         args.peer_listen,
         (!args.no_worker).then_some(args.worker_listen),
+        args.docker_warm_pool,
     )
     .await
 }

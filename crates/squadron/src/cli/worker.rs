@@ -84,6 +84,10 @@ pub struct WorkerRunArgs {
     /// Image of the Docker runtime.
     #[arg(long, default_value = "squadron-agent:latest")]
     pub docker_image: String,
+    /// Warm Docker containers kept started, so a task of the default shape (hardened,
+    /// `network_mode: outbound`) skips the engine's create and start; needs root. 0: none.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub docker_warm_pool: usize,
     /// libvirt URI of the KVM runtime.
     #[arg(long, value_name = "URI", default_value = "qemu:///system")]
     pub vm_uri: String,
