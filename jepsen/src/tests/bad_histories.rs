@@ -798,3 +798,45 @@ fn a_task_moved_from_a_state_it_was_not_in_or_against_the_lifecycle_fails() {
     );
     assert_eq!(check(&b.build()).valid, Validity::Invalid);
 }
+
+/// After every node was crashed and started again, the first read may take the cluster's cold
+/// start more than the read bound (`COLD_CLUSTER_START_MS`): 3 s is within it, 6 s is not; the
+/// same 3 s after a partition is late.
+#[test]
+fn a_cold_start_of_every_node_gets_its_start_added_to_the_read_bound() {
+    use crate::recovery::RecoveryCheck;
+    let history = |fault: &str, read_at: f64| {
+        let mut b = Builder::new();
+        b.nemesis(0.0, "start", fault)
+            .nemesis(1_000.0, "stop", "heal");
+        b.acquire(1_100.0, 1_150.0, 1, "lease/1", 0, 1);
+        b.invoke(1_000.0, 2, "read", "lease/1", Value::Null).fail(
+            1_010.0,
+            2,
+            "read",
+            "lease/1",
+            json!({"error": "no leader"}),
+        );
+        b.read_lease(read_at, read_at + 10.0, 2, "lease/1", 1, true);
+        b.nemesis(20_000.0, "start", "kill-one")
+            .nemesis(21_000.0, "stop", "heal");
+        b.build()
+    };
+    let late = |fault: &str, read_at: f64| {
+        let h = history(fault, read_at);
+        RecoveryCheck {
+            bound_ms: 30_000.0,
+            read_bound_ms: 2_000.0,
+        }
+        .check(&h.operations().unwrap(), &h.nemesis_intervals())
+        .1
+    };
+    assert!(late("crash-all", 4_000.0).is_empty());
+    let named = late("crash-all", 7_000.0);
+    assert_eq!(named.len(), 1, "{named:?}");
+    assert!(
+        named[0].message.contains("the bound is 5000 ms"),
+        "{named:?}"
+    );
+    assert_eq!(late("partition-leader", 4_000.0).len(), 1);
+}
