@@ -604,6 +604,7 @@ async fn worker_control_probes(
                 GrantCredentialLease {
                     worker: w1.clone(),
                     attempt: 99,
+                    only_lease: None,
                 },
             ))
             .await

@@ -311,41 +311,71 @@ fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
 /// again in the sandbox's namespace, accepting the placeholder the provider already holds; and
 /// what the provider printed of a file credential is still redacted at the end, though the
 /// values went with the killed worker.
+/// A process task with an injected credential (`cred_up`) and a file one (`cred_file`) whose
+/// provider has made its first call (`RESTART_SCRIPT`), on a worker the test kills and starts.
+struct RestartCase {
+    _cluster: Cluster,
+    url: String,
+    _dir: tempfile::TempDir,
+    upstream: Upstream,
+    worker: WorkerProc,
+    task: u64,
+    stdout_url: String,
+}
+
+impl RestartCase {
+    fn start(prefix: &str, secret: &str, file_secret: &str) -> RestartCase {
+        let cluster = Cluster::start(1);
+        let url = cluster.url(1);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = git_repo(dir.path());
+        let upstream = Upstream::start(dir.path());
+        let worker = WorkerProc::start_with(
+            dir.path(),
+            &unique_worker_id(prefix),
+            vec![url.clone()],
+            "process",
+            vec!["--egress-ca".into(), upstream.ca.display().to_string()],
+        );
+        put_credential(&url, "cred_up", secret);
+        put_credential(&url, "cred_file", file_secret);
+        bind(&url, &upstream.url());
+        let refs = "    - { id: cred_up, mount: anthropic_api_key }\n    - { id: cred_file, mount: gh_token }\n";
+        let vm = "  runtime: process\n  network_mode: isolated\n";
+        let reply = submit_yaml(&url, &manifest_with_refs(&repo, vm, RESTART_SCRIPT, refs));
+        assert!(reply.ok(), "{reply:?}");
+        let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
+        let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
+        wait_until(TASK_TIMEOUT, || {
+            http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("before"))
+        })
+        .unwrap_or_else(|_| {
+            panic!(
+                "no first call: {:?}\n{}",
+                http_text(&stdout_url),
+                tail(&worker.log)
+            )
+        });
+        RestartCase {
+            _cluster: cluster,
+            url,
+            _dir: dir,
+            upstream,
+            worker,
+            task,
+            stdout_url,
+        }
+    }
+}
+
 #[test]
 fn a_restarted_worker_serves_an_adopted_attempts_egress_again_and_still_redacts() {
-    let cluster = Cluster::start(1);
-    let url = cluster.url(1);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let repo = git_repo(dir.path());
-    let upstream = Upstream::start(dir.path());
-    let mut worker = WorkerProc::start_with(
-        dir.path(),
-        &unique_worker_id("egress-restart"),
-        vec![url.clone()],
-        "process",
-        vec!["--egress-ca".into(), upstream.ca.display().to_string()],
-    );
     let secret = format!("sk-egress-restart-{}", std::process::id() * 7919);
     let file_secret = format!("ghp-file-restart-{}", std::process::id() * 104_729);
-    put_credential(&url, "cred_up", &secret);
-    put_credential(&url, "cred_file", &file_secret);
-    bind(&url, &upstream.url());
-    let refs = "    - { id: cred_up, mount: anthropic_api_key }\n    - { id: cred_file, mount: gh_token }\n";
-    let vm = "  runtime: process\n  network_mode: isolated\n";
-    let reply = submit_yaml(&url, &manifest_with_refs(&repo, vm, RESTART_SCRIPT, refs));
-    assert!(reply.ok(), "{reply:?}");
-    let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
-    let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
-    wait_until(TASK_TIMEOUT, || {
-        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("before"))
-    })
-    .unwrap_or_else(|_| {
-        panic!(
-            "no first call: {:?}\n{}",
-            http_text(&stdout_url),
-            tail(&worker.log)
-        )
-    });
+    // Whole: the cluster and the directories live as long as the case.
+    let mut case = RestartCase::start("egress-restart", &secret, &file_secret);
+    let (url, task, stdout_url) = (case.url.clone(), case.task, case.stdout_url.clone());
+    let (worker, upstream) = (&mut case.worker, &case.upstream);
     worker.kill();
     worker.spawn();
     let t = wait_task_state(&url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
@@ -384,4 +414,47 @@ fn a_restarted_worker_serves_an_adopted_attempts_egress_again_and_still_redacts(
         "worker data",
         "inbox",
     );
+}
+
+/// The same restart, but the credential is revoked and put again with a new value while the
+/// worker is down: the resumed attempt asks for the lease it held (`only_lease`), which ended,
+/// so it is given none — its proxy is not served again and the new value never reaches the
+/// upstream. A plain grant would have recorded a new lease with the new value and served it.
+#[test]
+fn a_credential_revoked_and_put_again_while_the_worker_is_down_never_reaches_the_upstream() {
+    let secret = format!("sk-egress-old-{}", std::process::id() * 7919);
+    let next = format!("sk-egress-new-{}", std::process::id() * 104_729);
+    let mut case = RestartCase::start("egress-revoked", &secret, "ghp-file-unused-value");
+    let (url, task) = (case.url.clone(), case.task);
+    let (worker, upstream) = (&mut case.worker, &case.upstream);
+    worker.kill();
+    let revoke = cli(&url)
+        .args(["--endpoint", &url, "credential", "revoke", "cred_up"])
+        .output()
+        .expect("squadron credential revoke");
+    assert!(revoke.status.success(), "{revoke:?}");
+    put_credential(&url, "cred_up", &next);
+    bind(&url, &upstream.url());
+    worker.spawn();
+    let t = wait_task_state(&url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
+    let requests = upstream.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "only the call before the kill: {requests:?}"
+    );
+    assert_eq!(requests[0]["headers"]["x-api-key"], secret, "{t:#}");
+    let events = std::fs::read_to_string(
+        worker
+            .task_dir(task)
+            .join("outbox")
+            .join("progress")
+            .join("events.jsonl"),
+    )
+    .expect("events");
+    assert!(
+        events.contains("\"credentials_not_resumed\"") && events.contains("only_lease"),
+        "{events}"
+    );
+    assert!(!events.contains("\"credentials_resumed\""), "{events}");
 }

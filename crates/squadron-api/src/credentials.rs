@@ -77,6 +77,11 @@ pub struct CredentialView {
 pub struct GrantCredentialLease {
     pub worker: WorkerId,
     pub attempt: u32,
+    /// A restarted worker resuming the attempt: only this lease, while it is still the task's
+    /// active one; once it ended the grant is refused (naming `only_lease`) and nothing is
+    /// recorded, where a grant without it would record a new lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_lease: Option<CredentialLeaseId>,
 }
 
 /// One value of a grant, opened for the worker.

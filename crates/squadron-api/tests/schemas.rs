@@ -384,6 +384,12 @@ fn worker_cluster_and_access_bodies_schemas_agree_with_the_decoder() {
     checked += agree(&GrantCredentialLease {
         worker: worker(),
         attempt: 1,
+        only_lease: None,
+    });
+    checked += agree(&GrantCredentialLease {
+        worker: worker(),
+        attempt: 1,
+        only_lease: Some(squadron_core::ids::CredentialLeaseId::new(7).expect("credential lease")),
     });
     checked += agree(&SetProfileCredentials {
         credential_refs: vec![squadron_core::manifest::CredentialRef {

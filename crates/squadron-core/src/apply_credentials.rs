@@ -2,7 +2,8 @@
 
 use crate::access::Subject;
 use crate::command::{
-    GrantCredentialLease, PutCredential, RevokeCredential, RotateCredential, SetCredentialEgress,
+    GrantCredentialLease, PutCredential, RegrantCredentialLease, RevokeCredential,
+    RotateCredential, SetCredentialEgress,
 };
 use crate::credential::{
     session_name, still_kept, Credential, CredentialLease, LeaseRevocation, LeasedCredential,
@@ -128,6 +129,63 @@ impl State {
         subject: &Subject,
         c: GrantCredentialLease,
     ) -> Result<Outcome, Rejection> {
+        let granted = self.task_grant_values(subject, &c)?;
+        let lease = match self.credentials.active_by_task.get(&c.task).copied() {
+            // A rotation in between hands out the current value: the lease says which.
+            Some(id) => {
+                let lease = self
+                    .credentials
+                    .leases
+                    .get_mut(&id)
+                    .expect("active leases exist");
+                lease.credentials = leased(&granted);
+                id
+            }
+            None => self.record_credential_lease(now, &c, &granted)?,
+        };
+        Ok(Outcome::CredentialLeaseGranted {
+            lease,
+            session: session_name(c.task, c.attempt),
+            credentials: granted,
+        })
+    }
+
+    /// A resumed attempt's lease again, with the values current now, while it is the task's
+    /// active one; otherwise a refusal that changes nothing.
+    pub(crate) fn regrant_credential_lease(
+        &mut self,
+        now: u64,
+        subject: &Subject,
+        c: RegrantCredentialLease,
+    ) -> Result<Outcome, Rejection> {
+        let grant = GrantCredentialLease {
+            task: c.task,
+            worker: c.worker,
+            attempt: c.attempt,
+        };
+        let active = self.credentials.active_by_task.get(&c.task).copied();
+        if active != Some(c.only_lease) {
+            // The checks first: a caller that may not ask learns nothing of the lease.
+            self.task_grant_values(subject, &grant)?;
+            return Err(Rejection::invalid(
+                "only_lease",
+                format!(
+                    "credential lease {} is not the active one of task {} (it ended); a resumed \
+                     attempt is given no new one",
+                    c.only_lease, c.task
+                ),
+            ));
+        }
+        self.grant_credential_lease(now, subject, grant)
+    }
+
+    /// What every grant of a task's credentials checks — the caller runs the task's current
+    /// attempt, which is being set up or runs, and names credentials — and their values now.
+    fn task_grant_values(
+        &self,
+        subject: &Subject,
+        c: &GrantCredentialLease,
+    ) -> Result<Vec<GrantedCredential>, Rejection> {
         if subject.worker() != Some(&c.worker) {
             return Err(Rejection::denied(format!(
                 "only worker {} may take the credentials of its task, not {subject}",
@@ -154,25 +212,7 @@ impl State {
                 format!("task {} names no credentials", c.task),
             ));
         }
-        let granted = self.granted_values("startup_profile.credential_refs", refs)?;
-        let lease = match self.credentials.active_by_task.get(&c.task).copied() {
-            // A rotation in between hands out the current value: the lease says which.
-            Some(id) => {
-                let lease = self
-                    .credentials
-                    .leases
-                    .get_mut(&id)
-                    .expect("active leases exist");
-                lease.credentials = leased(&granted);
-                id
-            }
-            None => self.record_credential_lease(now, &c, &granted)?,
-        };
-        Ok(Outcome::CredentialLeaseGranted {
-            lease,
-            session: session_name(c.task, c.attempt),
-            credentials: granted,
-        })
+        self.granted_values("startup_profile.credential_refs", refs)
     }
 
     /// The values `refs` name, each of a live credential; errors name `{field}[i].id`.

@@ -277,6 +277,7 @@ impl State {
             C::SetProfileCredentials(c) => self.set_profile_credentials(now, s, c),
             C::GrantAgentCredentialLease(c) => self.grant_agent_credential_lease(now, s, c),
             C::RegrantAgentCredentialLease(c) => self.regrant_agent_credential_lease(now, s, c),
+            C::RegrantCredentialLease(c) => self.regrant_credential_lease(now, s, c),
             C::SetCredentialEgress(c) => self.set_credential_egress(now, s, c),
             C::RegisterWorkerWithPolicy(c) => self.register_worker_with_policy(now, s, c),
         };

@@ -87,6 +87,7 @@ const NEW_GOLDENS: &[(&str, &str, &str)] = &[
     ("prune_tasks", r#"{"prune_tasks":{"age_ms_max":604800000,"count_max":100000}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364642ffc240c8400fc000186a0"),
     ("report_progress_v2", r#"{"report_progress_v2":{"counts":{"task":5,"worker":"w1","attempt":1,"stdout_bytes":1024,"stderr_bytes":12,"lines":40,"events":3},"provider":{"model":"claude-scripted-1","tool_calls":2,"current_tool":"Bash","input_tokens":600,"output_tokens":120,"cost_micro_usd":4800,"turns":1}}}"#, "02fd0000018bcfe5686400031030303131323233336161626263636464300502773101fb04000c2803010111636c617564652d73637269707465642d3102010442617368fb02587801fb12c001"),
     ("regrant_agent_credential_lease", r#"{"regrant_agent_credential_lease":{"fence":{"profile":3,"lease":5,"generation":2},"worker":"w1","only_lease":7}}"#, "02fd0000018bcfe56864000310303031313232333361616262636364643103050202773107"),
+    ("regrant_credential_lease", r#"{"regrant_credential_lease":{"task":5,"worker":"w1","attempt":1,"only_lease":7}}"#, "02fd0000018bcfe568640003103030313132323333616162626363646432050277310107"),
 
 ];
 
@@ -370,6 +371,7 @@ const VARIANTS: &[&str] = &[
     "prune_tasks",
     "report_progress_v2",
     "regrant_agent_credential_lease",
+    "regrant_credential_lease",
 ];
 
 /// The declaration index of each variant: an exhaustive match, so a variant added to `Command`
@@ -427,6 +429,7 @@ fn variant_index(command: &Command) -> usize {
         C::PruneTasks(_) => 47,
         C::ReportProgressV2(_) => 48,
         C::RegrantAgentCredentialLease(_) => 49,
+        C::RegrantCredentialLease(_) => 50,
     }
 }
 

@@ -40,6 +40,19 @@ pub struct GrantCredentialLease {
     pub attempt: u32,
 }
 
+/// A restarted worker resuming a task attempt asks for the credential lease it held before,
+/// and only that one: while it is still the task's active lease the answer is that lease with
+/// the values current now; once it ended (a credential revoked) nothing is granted and
+/// nothing recorded, where a plain grant would record a new lease with whatever value was put
+/// since — and the attempt's resumed proxy would inject it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RegrantCredentialLease {
+    pub task: TaskId,
+    pub worker: WorkerId,
+    pub attempt: u32,
+    pub only_lease: CredentialLeaseId,
+}
+
 /// An admin names the credentials a profile's providers are given; an empty list gives none.
 /// Generations running already keep what their leases handed them; the next one gets these.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -31,7 +31,8 @@ pub use agents::{AgentCheckIn, AgentOperation, RequestAgentOperation};
 pub use batch::{Batch, BatchedCommand};
 pub use credentials::{
     GrantAgentCredentialLease, GrantCredentialLease, PutCredential, RegrantAgentCredentialLease,
-    RevokeCredential, RotateCredential, SetCredentialEgress, SetProfileCredentials,
+    RegrantCredentialLease, RevokeCredential, RotateCredential, SetCredentialEgress,
+    SetProfileCredentials,
 };
 pub use leases::{
     AcquireLease, CommitCapsule, CrashTakeover, FenceLease, GracefulTakeover, NextHolder,
@@ -167,6 +168,9 @@ pub enum Command {
     /// What a restarted worker resuming a generation asks in place of
     /// `GrantAgentCredentialLease`: the lease it served before, or none.
     RegrantAgentCredentialLease(RegrantAgentCredentialLease),
+    /// What a restarted worker resuming a task attempt asks in place of
+    /// `GrantCredentialLease`: the lease it held before, or none.
+    RegrantCredentialLease(RegrantCredentialLease),
 }
 
 impl Command {
@@ -242,6 +246,7 @@ impl Command {
             Command::PruneTasks(_) => "prune_tasks",
             Command::ReportProgressV2(_) => "report_progress_v2",
             Command::RegrantAgentCredentialLease(_) => "regrant_agent_credential_lease",
+            Command::RegrantCredentialLease(_) => "regrant_credential_lease",
         }
     }
 
@@ -331,6 +336,10 @@ impl Command {
             C::RegrantAgentCredentialLease(c) => format!(
                 "profile {} generation {} credential lease {}",
                 c.fence.profile, c.fence.generation, c.only_lease
+            ),
+            C::RegrantCredentialLease(c) => format!(
+                "task {} attempt {} credential lease {}",
+                c.task, c.attempt, c.only_lease
             ),
             C::SetCredentialEgress(c) => format!("credential {}", c.id),
             C::RegisterWorkerWithPolicy(c) => format!("worker {}", c.registration.worker),

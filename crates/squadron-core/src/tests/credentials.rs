@@ -395,3 +395,64 @@ fn inv_13_a_grant_after_a_rotation_records_the_version_it_hands_out() {
     assert_eq!(recorded.credentials[0].version, 2, "{recorded:?}");
     assert_eq!(recorded.credentials[1].version, 1);
 }
+
+#[test]
+fn inv_13_a_resumed_attempt_gets_its_own_lease_again_or_nothing() {
+    let mut fx = Fx::new();
+    let task = provisioning_task(&mut fx);
+    let Outcome::CredentialLeaseGranted { lease, .. } = grant(&mut fx, task) else {
+        panic!("no grant")
+    };
+    let regrant = |fx: &Fx, worker: WorkerId, only_lease| {
+        Command::RegrantCredentialLease(crate::command::RegrantCredentialLease {
+            task,
+            worker,
+            attempt: fx.state.task(task).unwrap().attempt,
+            only_lease,
+        })
+    };
+    // The lease it held: the same lease, with its two credentials.
+    let cmd = regrant(&fx, worker(), lease);
+    let Outcome::CredentialLeaseGranted {
+        lease: again,
+        credentials,
+        ..
+    } = fx.ok_as(&worker_subject(), cmd)
+    else {
+        panic!("no regrant")
+    };
+    assert_eq!(again, lease);
+    assert_eq!(credentials.len(), 2);
+    // Another worker may not ask, and learns nothing of the lease.
+    let other = WorkerId::new("w2").unwrap();
+    fx.register_worker(other.clone());
+    let cmd = regrant(&fx, other.clone(), lease);
+    let r = fx.rejected_as(&Subject::Worker(other), cmd);
+    assert!(matches!(r, Rejection::NotTaskOwner { .. }), "{r:?}");
+    // Revoked and put again while the worker was down: the lease ended, and asking for it
+    // again records nothing.
+    fx.ok(Command::RevokeCredential(RevokeCredential {
+        id: cid("cred_b"),
+    }));
+    put(&mut fx, "cred_b", 9);
+    let before = fx.state.clone();
+    let cmd = regrant(&fx, worker(), lease);
+    let r = fx.rejected_as(&worker_subject(), cmd);
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "only_lease"),
+        "{r:?}"
+    );
+    assert_eq!(fx.state.credentials(), before.credentials());
+    // A plain grant would have recorded a new lease with the new value: what a resumed
+    // attempt must not be handed. The old lease stays refused.
+    let Outcome::CredentialLeaseGranted { lease: fresh, .. } = grant(&mut fx, task) else {
+        panic!("no grant")
+    };
+    assert_ne!(fresh, lease);
+    let cmd = regrant(&fx, worker(), lease);
+    let r = fx.rejected_as(&worker_subject(), cmd);
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "only_lease"),
+        "{r:?}"
+    );
+}

@@ -257,11 +257,19 @@ pub(crate) async fn grant_lease(
     b: GrantCredentialLease,
 ) -> Result<CredentialLeaseGrant, ApiError> {
     data_key(node)?;
-    let command = Command::GrantCredentialLease(cmd::GrantCredentialLease {
-        task,
-        worker: b.worker,
-        attempt: b.attempt,
-    });
+    let command = match b.only_lease {
+        None => Command::GrantCredentialLease(cmd::GrantCredentialLease {
+            task,
+            worker: b.worker,
+            attempt: b.attempt,
+        }),
+        Some(only_lease) => Command::RegrantCredentialLease(cmd::RegrantCredentialLease {
+            task,
+            worker: b.worker,
+            attempt: b.attempt,
+            only_lease,
+        }),
+    };
     open_grant(node, caller, idempotency, command).await
 }
 

@@ -28,6 +28,10 @@ pub(crate) struct TaskCheckpoint {
     pub(crate) exit_code: Option<i32>,
     pub(crate) error: Option<String>,
     pub(crate) updated_at_ms: u64,
+    /// The credential lease this attempt took: a restarted worker asks for it again and only
+    /// for it (absent in checkpoints of older workers, which then take a plain grant).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) credential_lease: Option<u64>,
 }
 
 impl TaskCheckpoint {
@@ -44,6 +48,7 @@ impl TaskCheckpoint {
             exit_code: None,
             error: None,
             updated_at_ms: 0,
+            credential_lease: None,
         }
     }
 
@@ -100,6 +105,7 @@ mod tests {
             exit_code: None,
             error: None,
             updated_at_ms: 6,
+            credential_lease: Some(3),
         };
         c.store(&path).unwrap();
         assert_eq!(TaskCheckpoint::load(&path).unwrap(), Some(c));

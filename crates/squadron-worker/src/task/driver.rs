@@ -453,6 +453,7 @@ impl TaskDriver {
             c.sandbox = None;
             c.started_at_ms = None;
             c.exit_code = None;
+            c.credential_lease = None;
         }
         f(&mut c);
         c.updated_at_ms = squadron_client::now_ms();

@@ -27,7 +27,8 @@ impl TaskDriver {
             self.redact_shapes_only();
             return Ok(());
         };
-        let grant = self.grant_lease().await?;
+        let grant = self.grant_lease(None).await?;
+        self.checkpoint(|c| c.credential_lease = Some(grant.lease.get()));
         let egress = EgressSession::of(
             EgressOwner::Task(self.task),
             &grant,
@@ -145,7 +146,13 @@ impl TaskDriver {
         runtime: &dyn Runtime,
         handle: &SandboxHandle,
     ) -> Result<bool, String> {
-        let grant = self.grant_lease().await?;
+        // The lease the last life took, and only it: a credential revoked (and put again)
+        // since ended it, and a plain grant would hand the provider's proxy the new value.
+        let held = self
+            .load_checkpoint()
+            .and_then(|c| c.credential_lease)
+            .and_then(|id| squadron_core::ids::CredentialLeaseId::new(id).ok());
+        let grant = self.grant_lease(held).await?;
         self.install_redactor(Redactor::of_grant(&grant).with_profile(&self.spec));
         let path = self.dir.run().join(EGRESS_ENV_FILE_NAME);
         let egress_env = match std::fs::read_to_string(&path) {
@@ -172,11 +179,16 @@ impl TaskDriver {
         Ok(true)
     }
 
-    /// This attempt's credential lease, as the control plane grants it to this worker.
-    async fn grant_lease(&self) -> Result<squadron_client::CredentialLeaseGrant, String> {
+    /// This attempt's credential lease, as the control plane grants it to this worker; with
+    /// `only_lease`, that lease or a refusal.
+    async fn grant_lease(
+        &self,
+        only_lease: Option<squadron_core::ids::CredentialLeaseId>,
+    ) -> Result<squadron_client::CredentialLeaseGrant, String> {
         let req = squadron_client::GrantCredentialLease {
             worker: self.ctx.config.id.clone(),
             attempt: self.attempt,
+            only_lease,
         };
         self.ctx
             .control
