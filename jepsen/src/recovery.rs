@@ -4,9 +4,12 @@
 //! refused, such as `expiry`'s at full capacity, still reads at once). The runner keeps every
 //! quiet gap at least as long as the read bound, so every heal but the last is judged.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::anomaly::{Anomaly, AnomalyKind};
+
 use crate::history::NemesisInterval;
 use crate::operation::Operation;
 
@@ -112,15 +115,21 @@ fn unavailable(
     )
 }
 
+/// The read bound after the heal of `fault`: a cold start of the whole cluster gets
+/// `COLD_CLUSTER_START_MS` more. The runner keeps the quiet gap after each heal at least this
+/// long, so every heal but the last is judged.
+pub fn read_bound_after(fault: &str, read_bound: Duration) -> Duration {
+    if COLD_START_FAULTS.contains(&fault) {
+        read_bound + Duration::from_millis(COLD_CLUSTER_START_MS)
+    } else {
+        read_bound
+    }
+}
+
 impl RecoveryCheck {
-    /// The read bound after the heal of `fault`: a cold start of the whole cluster gets
-    /// `COLD_CLUSTER_START_MS` more.
     fn read_bound_for(&self, fault: &str) -> f64 {
-        if COLD_START_FAULTS.contains(&fault) {
-            self.read_bound_ms + COLD_CLUSTER_START_MS as f64
-        } else {
-            self.read_bound_ms
-        }
+        let bound = Duration::from_secs_f64(self.read_bound_ms / 1000.0);
+        read_bound_after(fault, bound).as_secs_f64() * 1000.0
     }
 
     pub fn check(

@@ -249,15 +249,24 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
 
     // The nemesis: quiet, fault, heal, until the time limit.
     let mut last_heal_ms = recorder.now_ms();
+    let mut last_fault: Option<String> = None;
     while !nemesis.is_idle() {
-        let quiet = Duration::from_millis(nemesis.jitter_ms(cfg.quiet.as_millis() as u64))
-            .max(cfg.read_recovery);
+        // Never shorter than the read bound of the heal before it, so every heal is judged.
+        let read_bound = crate::recovery::read_bound_after(
+            last_fault.as_deref().unwrap_or(""),
+            cfg.read_recovery,
+        );
+        let quiet =
+            Duration::from_millis(nemesis.jitter_ms(cfg.quiet.as_millis() as u64)).max(read_bound);
         if Instant::now() + quiet >= deadline {
             break;
         }
         tokio::time::sleep(quiet).await;
         match nemesis.start(&mut cluster).await {
-            Ok((fault, detail)) => recorder.nemesis("start", fault, detail),
+            Ok((fault, detail)) => {
+                last_fault = Some(fault.to_string());
+                recorder.nemesis("start", fault, detail)
+            }
             Err(e) => {
                 eprintln!("squadron-jepsen: nemesis: {e}");
                 recorder.nemesis("error", "start", json!(e.to_string()));

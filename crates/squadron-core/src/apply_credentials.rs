@@ -163,8 +163,16 @@ impl State {
             worker: c.worker,
             attempt: c.attempt,
         };
-        let active = self.credentials.active_by_task.get(&c.task).copied();
-        if active != Some(c.only_lease) {
+        // The task's active lease, and (a second guard: every change of attempt or owner ends
+        // it) one granted to this attempt on this worker.
+        let held = self
+            .credentials
+            .active_by_task
+            .get(&c.task)
+            .filter(|id| **id == c.only_lease)
+            .and_then(|id| self.credentials.leases.get(id))
+            .is_some_and(|l| l.attempt == c.attempt && l.worker == grant.worker);
+        if !held {
             // The checks first: a caller that may not ask learns nothing of the lease.
             self.task_grant_values(subject, &grant)?;
             return Err(Rejection::invalid(

@@ -831,6 +831,15 @@ fn a_cold_start_of_every_node_gets_its_start_added_to_the_read_bound() {
         .check(&h.operations().unwrap(), &h.nemesis_intervals())
         .1
     };
+    assert_eq!(
+        crate::recovery::read_bound_after("crash-all", std::time::Duration::from_secs(2)),
+        std::time::Duration::from_secs(5),
+        "the runner's quiet gap after it is as long, so it is judged"
+    );
+    assert_eq!(
+        crate::recovery::read_bound_after("partition-one", std::time::Duration::from_secs(2)),
+        std::time::Duration::from_secs(2)
+    );
     assert!(late("crash-all", 4_000.0).is_empty());
     let named = late("crash-all", 7_000.0);
     assert_eq!(named.len(), 1, "{named:?}");

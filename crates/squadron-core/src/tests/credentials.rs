@@ -44,6 +44,11 @@ fn worker_subject() -> Subject {
 fn provisioning_task(fx: &mut Fx) -> TaskId {
     put(fx, "cred_a", 1);
     put(fx, "cred_b", 2);
+    provisioning_task_again(fx)
+}
+
+/// Another such task, the credentials already stored.
+fn provisioning_task_again(fx: &mut Fx) -> TaskId {
     let task = fx.submit(REFS);
     fx.ok(Command::AssignTasks(AssignTasks {
         assignments: vec![Assignment {
@@ -423,6 +428,17 @@ fn inv_13_a_resumed_attempt_gets_its_own_lease_again_or_nothing() {
     };
     assert_eq!(again, lease);
     assert_eq!(credentials.len(), 2);
+    // The same worker's active lease of another task is not this task's.
+    let second = provisioning_task_again(&mut fx);
+    let Outcome::CredentialLeaseGranted { lease: theirs, .. } = grant(&mut fx, second) else {
+        panic!("no grant")
+    };
+    let cmd = regrant(&fx, worker(), theirs);
+    let r = fx.rejected_as(&worker_subject(), cmd);
+    assert!(
+        matches!(&r, Rejection::Invalid(e) if e.field == "only_lease"),
+        "{r:?}"
+    );
     // Another worker may not ask, and learns nothing of the lease.
     let other = WorkerId::new("w2").unwrap();
     fx.register_worker(other.clone());

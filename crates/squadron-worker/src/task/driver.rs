@@ -436,6 +436,14 @@ impl TaskDriver {
     }
 
     fn checkpoint(&self, f: impl FnOnce(&mut TaskCheckpoint)) {
+        if let Err(e) = self.try_checkpoint(f) {
+            tracing::warn!(task = %self.task, error = %e, "could not write the checkpoint");
+        }
+    }
+
+    /// The checkpoint updated by `f`, or why it could not be written: for what a restarted
+    /// worker must find, where a lost write is not merely a repeated step.
+    fn try_checkpoint(&self, f: impl FnOnce(&mut TaskCheckpoint)) -> Result<(), WorkerError> {
         let path = self.dir.state_json();
         let mut c = TaskCheckpoint::load(&path)
             .ok()
@@ -457,12 +465,9 @@ impl TaskDriver {
         }
         f(&mut c);
         c.updated_at_ms = squadron_client::now_ms();
-        if let Err(e) = std::fs::create_dir_all(self.dir.root()) {
-            tracing::warn!(task = %self.task, error = %e, "could not create the task directory");
-        }
-        if let Err(e) = c.store(&path) {
-            tracing::warn!(task = %self.task, error = %e, "could not write the checkpoint");
-        }
+        std::fs::create_dir_all(self.dir.root())
+            .map_err(|e| WorkerError::io("create the task directory", self.dir.root(), e))?;
+        c.store(&path)
     }
 
     fn load_checkpoint(&self) -> Option<TaskCheckpoint> {

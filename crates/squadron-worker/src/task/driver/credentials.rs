@@ -28,7 +28,10 @@ impl TaskDriver {
             return Ok(());
         };
         let grant = self.grant_lease(None).await?;
-        self.checkpoint(|c| c.credential_lease = Some(grant.lease.get()));
+        // Before the provider starts: a restarted worker must ask for this lease and no other
+        // (a plain grant would hand its proxy a value put after a revoke).
+        self.try_checkpoint(|c| c.credential_lease = Some(grant.lease.get()))
+            .map_err(|e| format!("credentials: recording the lease: {e}"))?;
         let egress = EgressSession::of(
             EgressOwner::Task(self.task),
             &grant,
@@ -148,10 +151,14 @@ impl TaskDriver {
     ) -> Result<bool, String> {
         // The lease the last life took, and only it: a credential revoked (and put again)
         // since ended it, and a plain grant would hand the provider's proxy the new value.
-        let held = self
-            .load_checkpoint()
-            .and_then(|c| c.credential_lease)
-            .and_then(|id| squadron_core::ids::CredentialLeaseId::new(id).ok());
+        let held = match self.load_checkpoint().and_then(|c| c.credential_lease) {
+            Some(id) => Some(
+                squadron_core::ids::CredentialLeaseId::new(id)
+                    .map_err(|e| format!("credentials: the recorded lease {id}: {e}"))?,
+            ),
+            // A checkpoint of a worker older than the record: the plain grant it would take.
+            None => None,
+        };
         let grant = self.grant_lease(held).await?;
         self.install_redactor(Redactor::of_grant(&grant).with_profile(&self.spec));
         let path = self.dir.run().join(EGRESS_ENV_FILE_NAME);
