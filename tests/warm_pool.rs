@@ -3,8 +3,9 @@
 //! the task in the task's own directories with its limits and the sandbox user, is never
 //! used for a second task, and leaves no bind behind; the claims are counted in the worker's
 //! metrics, relayed by the node; a restarted worker replaces the idle container its last
-//! life left. The scheduler's tick is longer than the test, so each placement also proves
-//! that a submission (and a task's end) wakes the scheduler at once.
+//! life left, adopts a claimed one, and a stop on SIGTERM removes the idle ones. The
+//! scheduler's tick is longer than the test, so each placement also proves that a submission
+//! (and a task's end) wakes the scheduler at once.
 
 mod support;
 
@@ -236,4 +237,14 @@ fn warm_containers_are_claimed_once_set_to_the_task_and_replaced() {
         slot_mounts(&pool),
         containers(&[&ours, "name=squadron-task-"])
     );
+
+    // A stop on SIGTERM removes the idle containers: nothing of the pool outlives the worker.
+    wait_idle(&url, &id);
+    worker.terminate();
+    assert_eq!(
+        containers(&[&ours, "name=squadron-pool-"]),
+        Vec::<String>::new(),
+        "idle warm containers outlive the stop"
+    );
+    assert!(slot_mounts(&pool).is_empty(), "{:?}", slot_mounts(&pool));
 }

@@ -823,6 +823,26 @@ impl WorkerProc {
         });
     }
 
+    /// SIGTERM, as a service manager stops it; waits up to 30 s for the exit.
+    pub fn terminate(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(sent.success(), "kill -TERM worker {}: {sent}", self.id);
+        let exited = wait_until(Duration::from_secs(30), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
+        if exited.is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("worker {} did not stop within 30 s of SIGTERM", self.id);
+        }
+    }
+
     /// SIGKILL: sandboxes keep running, as after a crash.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -53,13 +53,39 @@ struct DriverSlot {
 pub struct RunningWorker {
     pub url: String,
     tasks: Vec<JoinHandle<()>>,
+    runtimes: RuntimeSet,
 }
+
+/// The longest a stop waits for the runtimes to remove what no task holds.
+const STOP_DRAIN_MS_MAX: u64 = 15_000;
 
 impl RunningWorker {
     /// Stops the worker's loops. Sandboxes keep running; a restarted worker adopts them.
     pub fn shutdown(self) {
         for t in self.tasks {
             t.abort();
+        }
+    }
+
+    /// A stop on a signal: the loops end, then each runtime removes what holds no task (the
+    /// Docker runtime's idle warm containers), within `STOP_DRAIN_MS_MAX`. Sandboxes of tasks
+    /// keep running, as after `shutdown`.
+    pub async fn stop(self) {
+        let runtimes = self.runtimes.clone();
+        self.shutdown();
+        let drains = runtimes.kinds().filter_map(|k| runtimes.get(k).cloned());
+        let drained = futures_util::future::join_all(drains.map(|r| async move {
+            if let Err(e) = r.drain_idle().await {
+                tracing::warn!(runtime = ?r.kind(), error = %e, "idle sandboxes not removed at stop");
+            }
+        }));
+        if tokio::time::timeout(Duration::from_millis(STOP_DRAIN_MS_MAX), drained)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "idle sandboxes not all removed within {STOP_DRAIN_MS_MAX} ms of the stop"
+            );
         }
     }
 }
@@ -130,6 +156,7 @@ pub async fn start(
         .await?;
     tracing::info!(worker = %config.id, url = %config.advertised_url(), runtimes = ?config.runtimes, "worker registered");
     let url = config.advertised_url();
+    let ctx_runtimes = runtimes.clone();
     let ctx = Arc::new(DriverContext {
         config: config.clone(),
         control: control.clone(),
@@ -160,7 +187,11 @@ pub async fn start(
         tasks.push(tokio::spawn(adopt_agents(s.clone())));
         tasks.extend(s.spawn_loops());
     }
-    Ok(RunningWorker { url, tasks })
+    Ok(RunningWorker {
+        url,
+        tasks,
+        runtimes: ctx_runtimes,
+    })
 }
 
 /// The data directory before anything runs: made, with what an earlier life left cleaned up

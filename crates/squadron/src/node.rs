@@ -138,7 +138,7 @@ pub async fn dev(
     };
     running.wait().await;
     if let Some(w) = worker {
-        w.shutdown();
+        w.stop().await;
     }
     Ok(())
 }
@@ -360,7 +360,7 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
     let w = start_worker(config).await?;
     println!("squadron worker running; output server {}", w.url);
     shutdown_signal().await;
-    w.shutdown();
+    w.stop().await;
     Ok(())
 }
 

@@ -590,6 +590,10 @@ impl Runtime for DockerRuntime {
         self.pool.as_ref().map(|p| p.figures())
     }
 
+    async fn drain_idle(&self) -> Result<(), WorkerError> {
+        self.drain_pool().await
+    }
+
     /// Only with the agent: it starts the provider once RUNNING, after the proxy listens;
     /// a container that runs its provider from the start could ask before that.
     fn serves_egress(&self) -> bool {

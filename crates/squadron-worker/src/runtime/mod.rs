@@ -266,6 +266,11 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// At the worker's stop: removes what holds no task (warm sandboxes) and makes no more.
+    async fn drain_idle(&self) -> Result<(), WorkerError> {
+        Ok(())
+    }
+
     /// The host end of the agent's channel of a started sandbox, once it exists.
     async fn agent_channel(
         &self,

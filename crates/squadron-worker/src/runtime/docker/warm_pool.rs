@@ -30,7 +30,8 @@
 //! # Refill and restart
 //!
 //! A background loop keeps `N` idle containers, one created at a time, and waits
-//! `REFILL_RETRY_MS` after a failure. A starting worker — with a pool or without one, as long
+//! `REFILL_RETRY_MS` after a failure. A worker stopping on a signal closes the pool and
+//! removes its idle containers (`drain_pool`). A starting worker — with a pool or without one, as long
 //! as an earlier life left the pool's directory — removes its idle containers of earlier
 //! lives (by their `squadron-pool-` names), the binds a crash left at staging points and the
 //! slots no container holds, and keeps the claimed ones for their tasks. Not pooled:
@@ -40,7 +41,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -124,6 +125,8 @@ pub(crate) struct WarmPool {
     hits: AtomicU64,
     misses: AtomicU64,
     ineligible: AtomicU64,
+    /// Set at the worker's stop: no claim, no refill.
+    closed: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +167,7 @@ impl WarmPool {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             ineligible: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -256,7 +260,15 @@ impl DockerRuntime {
     async fn refill_loop(self, pool: Arc<WarmPool>) {
         loop {
             while pool.state().idle.len() < pool.config.size {
+                if pool.closed.load(Ordering::SeqCst) {
+                    return;
+                }
                 match self.create_warm(&pool).await {
+                    // Made while the stop drained the pool: it goes too.
+                    Ok(warm) if pool.closed.load(Ordering::SeqCst) => {
+                        self.discard_warm(&pool, &warm).await;
+                        return;
+                    }
                     Ok(warm) => {
                         tracing::debug!(container = %warm.id, slot = warm.slot, "warm container ready");
                         pool.state().idle.push_back(warm);
@@ -319,6 +331,30 @@ impl DockerRuntime {
         }
         pool.state().next_slot = highest + 1;
         Ok(())
+    }
+
+    /// At the worker's stop: the pool closes and its idle containers and their slots go.
+    pub(super) async fn drain_pool(&self) -> Result<(), WorkerError> {
+        let Some(pool) = &self.pool else {
+            return Ok(());
+        };
+        pool.closed.store(true, Ordering::SeqCst);
+        pool.refill.notify_one();
+        let idle: Vec<WarmContainer> = pool.state().idle.drain(..).collect();
+        for warm in &idle {
+            self.discard_warm(pool, warm).await;
+        }
+        tracing::info!(removed = idle.len(), "warm containers removed at stop");
+        Ok(())
+    }
+
+    /// A warm container that will serve no task, removed with its slot.
+    async fn discard_warm(&self, pool: &WarmPool, warm: &WarmContainer) {
+        if let Err(e) = self.remove_forced(&warm.id).await {
+            tracing::warn!(container = %warm.id, error = %e, "cannot remove a warm container");
+        }
+        pool.release(&warm.id);
+        pool.clear_slot(warm.slot);
     }
 
     /// This worker's warm containers, idle or claimed, running or not.
@@ -453,6 +489,9 @@ impl DockerRuntime {
     /// pool is empty, or the claim failed (then the caller provisions cold).
     pub(super) async fn claim_warm(&self, spec: &LaunchSpec) -> Option<SandboxHandle> {
         let pool = self.pool.as_ref()?;
+        if pool.closed.load(Ordering::SeqCst) {
+            return None;
+        }
         if !self.poolable(spec) {
             pool.ineligible.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -486,11 +525,7 @@ impl DockerRuntime {
             Err(e) => {
                 pool.misses.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(container = %warm.id, error = %e, "a warm container could not be claimed; provisioning cold");
-                if let Err(e) = self.remove_forced(&warm.id).await {
-                    tracing::warn!(container = %warm.id, error = %e, "cannot remove the unclaimed warm container");
-                }
-                pool.release(&warm.id);
-                pool.clear_slot(warm.slot);
+                self.discard_warm(pool, &warm).await;
                 None
             }
         }
