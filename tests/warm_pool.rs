@@ -45,32 +45,6 @@ fn manifest(repo: &std::path::Path, network: &str, then: &str) -> String {
     )
 }
 
-/// The worker's metrics, relayed by the node.
-fn worker_metrics(url: &str, worker: &str) -> String {
-    let (status, text) =
-        http_text(&format!("{url}/api/v1/workers/{worker}/metrics")).expect("worker metrics");
-    assert_eq!(status, 200, "{text}");
-    text
-}
-
-fn sample(metrics: &str, prefix: &str) -> u64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no sample {prefix} in:\n{metrics}"))
-}
-
-fn claims(metrics: &str, result: &str) -> u64 {
-    sample(
-        metrics,
-        &format!(
-            "squadron_worker_sandbox_pool_claims_total{{runtime=\"docker\",result=\"{result}\"}}"
-        ),
-    )
-}
-
 fn wait_idle(url: &str, worker: &str) {
     let idle = "squadron_worker_sandbox_pool_idle{runtime=\"docker\"}";
     let mut last = String::new();
@@ -158,8 +132,8 @@ fn warm_containers_are_claimed_once_set_to_the_task_and_replaced() {
         ran.push(run(&url, &manifest(&repo, "outbound", "")));
     }
     let metrics = worker_metrics(&url, &id);
-    assert_eq!(claims(&metrics, "hit"), 2, "{metrics}");
-    assert_eq!(claims(&metrics, "miss"), 0, "{metrics}");
+    assert_eq!(docker_pool_claims(&metrics, "hit"), 2, "{metrics}");
+    assert_eq!(docker_pool_claims(&metrics, "miss"), 0, "{metrics}");
     for (task, stdout, _) in &ran {
         // The task's own directory, environment and limits; never root.
         assert!(stdout.contains("pwd=/mnt/inbox\n"), "{stdout}");
@@ -184,8 +158,8 @@ fn warm_containers_are_claimed_once_set_to_the_task_and_replaced() {
     // A shape the pool does not hold starts cold and is counted so.
     run(&url, &manifest(&repo, "isolated", ""));
     let metrics = worker_metrics(&url, &id);
-    assert_eq!(claims(&metrics, "ineligible"), 1, "{metrics}");
-    assert_eq!(claims(&metrics, "hit"), 2, "{metrics}");
+    assert_eq!(docker_pool_claims(&metrics, "ineligible"), 1, "{metrics}");
+    assert_eq!(docker_pool_claims(&metrics, "hit"), 2, "{metrics}");
 
     // kill -9 leaves the idle container; the next life removes it and makes a new one.
     wait_idle(&url, &id);
@@ -208,7 +182,7 @@ fn warm_containers_are_claimed_once_set_to_the_task_and_replaced() {
     }
     let (_, stdout, _) = run(&url, &manifest(&repo, "outbound", ""));
     assert!(stdout.contains("pwd=/mnt/inbox\n"), "{stdout}");
-    assert_eq!(claims(&worker_metrics(&url, &id), "hit"), 1);
+    assert_eq!(docker_pool_claims(&worker_metrics(&url, &id), "hit"), 1);
 
     // A claimed container outlives a kill -9 of its worker: the next life adopts it by the
     // attempt's name and the task ends there, its binds gone with it.

@@ -1448,19 +1448,8 @@ fn tasks_end_to_end_on_the_process_and_docker_runtimes() {
 /// The Docker scenarios above ran through the warm pool where their shape allowed: the
 /// worker's metrics (relayed by a node) count claims of warm containers.
 fn the_warm_pool_served_starts(url: &str, worker: &str) {
-    let (status, text) =
-        http_text(&format!("{url}/api/v1/workers/{worker}/metrics")).expect("worker metrics");
-    assert_eq!(status, 200, "{text}");
-    let hits = text
-        .lines()
-        .find(|l| {
-            l.starts_with(
-                "squadron_worker_sandbox_pool_claims_total{runtime=\"docker\",result=\"hit\"}",
-            )
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
+    let text = worker_metrics(url, worker);
+    let hits = docker_pool_claims(&text, "hit");
     assert!(
         hits >= 1,
         "no Docker scenario claimed a warm container:\n{text}"

@@ -1416,3 +1416,31 @@ pub fn rt() -> tokio::runtime::Runtime {
         .build()
         .expect("runtime")
 }
+
+/// A worker's metrics (OpenMetrics), relayed by the node at `url`.
+pub fn worker_metrics(url: &str, worker: &str) -> String {
+    let (status, text) =
+        http_text(&format!("{url}/api/v1/workers/{worker}/metrics")).expect("worker metrics");
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
+/// The value of the sample whose line starts with `prefix` (name and labels).
+pub fn metric_sample(metrics: &str, prefix: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {prefix} in:\n{metrics}"))
+}
+
+/// The Docker warm pool's claims of `result` (hit, miss, ineligible) in a worker's metrics.
+pub fn docker_pool_claims(metrics: &str, result: &str) -> u64 {
+    metric_sample(
+        metrics,
+        &format!(
+            "squadron_worker_sandbox_pool_claims_total{{runtime=\"docker\",result=\"{result}\"}}"
+        ),
+    )
+}

@@ -52,6 +52,11 @@ pub use trace_id::{TraceId, TRACEPARENT_HEADER};
 pub use worker_control::{Addressed, CurrentWriter, ProjectRef};
 pub use workers::{Decommission, RegisterWorker};
 
+/// The content type of an OpenMetrics text exposition: a node's `/metrics` and a worker's
+/// `/worker/v1/metrics`, which nodes relay.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// The header (and gRPC metadata key) that carries a client's idempotency key (INV-11).
 /// Lowercase: gRPC metadata keys must be, and HTTP header names compare without case.
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";

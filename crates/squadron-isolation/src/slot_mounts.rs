@@ -78,17 +78,16 @@ fn bind_through(
 /// Unmounts every mount strictly beneath `dir`, deepest first, and answers how many. Detached:
 /// a container that still holds a copy keeps it until it is gone, the host is free at once.
 pub fn unmount_beneath(dir: &Path) -> Result<usize, IsolationError> {
-    let dir = match canonical(dir) {
-        Ok(dir) => dir,
-        Err(_) if !dir.exists() => return Ok(0),
-        Err(e) => return Err(e),
+    let Some(dir) = existing(dir)? else {
+        return Ok(0);
     };
     let mut beneath: Vec<PathBuf> = read_mounts()?
         .into_iter()
         .map(|m| m.mount_point)
         .filter(|p| p.starts_with(&dir) && *p != dir)
         .collect();
-    beneath.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    // Deepest first; a point listed twice (stacked binds) counted once.
+    beneath.sort_by(|a, b| (b.components().count(), a).cmp(&(a.components().count(), b)));
     beneath.dedup();
     for point in &beneath {
         // Stacked binds on one point each need their own unmount.
@@ -102,10 +101,9 @@ pub fn unmount_beneath(dir: &Path) -> Result<usize, IsolationError> {
 
 /// Whether something is mounted at `point` (a bind beneath a slot).
 pub fn is_bound(point: &Path) -> Result<bool, IsolationError> {
-    match canonical(point) {
-        Ok(point) => mounted_at(&point),
-        Err(_) if !point.exists() => Ok(false),
-        Err(e) => Err(e),
+    match existing(point)? {
+        Some(point) => mounted_at(&point),
+        None => Ok(false),
     }
 }
 
@@ -116,6 +114,15 @@ fn mounted_at(point: &Path) -> Result<bool, IsolationError> {
 fn canonical(dir: &Path) -> Result<PathBuf, IsolationError> {
     dir.canonicalize()
         .map_err(|e| IsolationError::io("resolve", dir, e))
+}
+
+/// `path` resolved, or `None` when nothing is there.
+fn existing(path: &Path) -> Result<Option<PathBuf>, IsolationError> {
+    match canonical(path) {
+        Ok(path) => Ok(Some(path)),
+        Err(_) if !path.exists() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

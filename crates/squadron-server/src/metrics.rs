@@ -24,9 +24,7 @@ use squadron_core::task_tally::{DurationTally, TaskTally, DURATION_BUCKET_BOUNDS
 use crate::node::ControlNode;
 use crate::rest::AppState;
 
-/// The content type of an OpenMetrics text exposition.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use squadron_api::OPENMETRICS_CONTENT_TYPE;
 
 pub async fn render(State(node): State<AppState>) -> Response {
     // The state's figures: the small parts read under the lock, the live tasks scanned after

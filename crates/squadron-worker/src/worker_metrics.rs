@@ -10,12 +10,10 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use squadron_api::OPENMETRICS_CONTENT_TYPE;
 use squadron_core::manifest::Keyword as _;
 
 use crate::runtime::probe::RuntimeSet;
-
-/// The content type of an OpenMetrics text exposition.
-const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClaimLabels {

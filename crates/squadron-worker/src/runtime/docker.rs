@@ -63,6 +63,12 @@
 //! so a SIGTERM it does not handle still ends it, and orphaned children are reaped. The
 //! launch script redirects its own output into the progress files; the engine's log only
 //! catches what comes before that, capped at `LOG_FILE_BYTES_MAX`.
+//!
+//! # Warm containers
+//!
+//! With `--docker-warm-pool N`, a task of the default shape claims a container started before
+//! it came instead (`warm_pool`): same image, user, hardening and network, the task's
+//! directories bound in beneath its slot, its limits set at the claim.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -275,7 +281,9 @@ impl DockerRuntime {
         };
         match &runtime.pool {
             Some(pool) => runtime.start_pool(pool).await?,
-            None => runtime.remove_idle_warm().await?,
+            None => {
+                runtime.remove_idle_warm().await?;
+            }
         }
         Ok(runtime)
     }
@@ -511,6 +519,21 @@ impl DockerRuntime {
         Ok(host)
     }
 
+    /// Removes the container with force (SIGKILL to what runs) and its anonymous volumes;
+    /// `false` when the engine no longer knew it.
+    async fn remove_forced(&self, id: &str) -> Result<bool, WorkerError> {
+        let options = RemoveContainerOptions {
+            force: true,
+            v: true,
+            link: false,
+        };
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(engine_error(&format!("remove container {id}"), e)),
+        }
+    }
+
     /// The container by id or name; `None` once the engine no longer knows it.
     async fn inspect(&self, id: &str) -> Result<Option<ContainerInspectResponse>, WorkerError> {
         match self.docker.inspect_container(id, None).await {
@@ -693,12 +716,7 @@ impl Runtime for DockerRuntime {
             ));
         }
         // A claimed warm container runs already; its agent waits for the launch.
-        let slot = found
-            .config
-            .as_ref()
-            .and_then(|c| c.labels.as_ref())
-            .and_then(|l| l.get(LABEL_POOL_SLOT));
-        if let Some(slot) = slot {
+        if let Some(slot) = pool_slot(&found) {
             self.give_launch(slot, spec)?;
         }
         let status = found.state.as_ref().and_then(|s| s.status);
@@ -812,11 +830,7 @@ impl Runtime for DockerRuntime {
         let mut steps = Vec::new();
         self.forget_gateway(id);
         let found = self.inspect(id).await?;
-        let slot = found
-            .as_ref()
-            .and_then(|c| c.config.as_ref())
-            .and_then(|c| c.labels.as_ref())
-            .and_then(|l| l.get(LABEL_POOL_SLOT).cloned());
+        let slot = found.as_ref().and_then(pool_slot).map(str::to_owned);
         match found {
             None => steps.push("already removed".to_string()),
             Some(found) => {
@@ -831,15 +845,9 @@ impl Runtime for DockerRuntime {
                     }
                     _ => steps.push(format!("was {status}")),
                 }
-                let options = RemoveContainerOptions {
-                    force: true,
-                    v: true,
-                    link: false,
-                };
-                match self.docker.remove_container(id, Some(options)).await {
-                    Ok(()) => steps.push("removed with force".to_string()),
-                    Err(e) if is_not_found(&e) => steps.push("gone before removal".to_string()),
-                    Err(e) => return Err(engine_error(&format!("remove container {id}"), e)),
+                match self.remove_forced(id).await? {
+                    true => steps.push("removed with force".to_string()),
+                    false => steps.push("gone before removal".to_string()),
                 }
             }
         }
@@ -854,7 +862,7 @@ impl Runtime for DockerRuntime {
             tokio::time::sleep(Duration::from_millis(REAP_POLL_MS)).await;
         }
         steps.push("engine reports no such container".to_string());
-        self.clear_claimed_slot(id, slot.as_ref());
+        self.clear_claimed_slot(id, slot.as_deref());
         Ok(ReapReport {
             sandbox,
             populated: false,
@@ -1080,6 +1088,17 @@ fn harden(host: &mut HostConfig) {
         "/tmp".to_string(),
         format!("rw,exec,nosuid,nodev,mode=1777,size={TMP_TMPFS_BYTES_MAX}"),
     )]));
+}
+
+/// The warm pool slot a container was made in, from its label; `None` for a cold one.
+fn pool_slot(found: &ContainerInspectResponse) -> Option<&str> {
+    found
+        .config
+        .as_ref()?
+        .labels
+        .as_ref()?
+        .get(LABEL_POOL_SLOT)
+        .map(String::as_str)
 }
 
 fn labels_match(labels: &HashMap<String, String>, dir: &TaskDir, attempt: u32) -> bool {

@@ -166,7 +166,13 @@ fn check_socket_room(dir: &Path) -> Result<(), WorkerError> {
     Ok(())
 }
 
-fn write_owned(path: &Path, bytes: &[u8], owner: (u32, u32), mode: u32) -> Result<(), WorkerError> {
+/// `bytes` at `path`, replaced atomically, then `owner`'s with `mode`.
+pub(crate) fn write_owned(
+    path: &Path,
+    bytes: &[u8],
+    owner: (u32, u32),
+    mode: u32,
+) -> Result<(), WorkerError> {
     let io = |what, e| WorkerError::io(what, path, e);
     crate::support::write_atomic(path, bytes)?;
     std::os::unix::fs::chown(path, Some(owner.0), Some(owner.1)).map_err(|e| io("chown", e))?;

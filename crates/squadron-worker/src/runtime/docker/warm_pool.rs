@@ -39,15 +39,14 @@
 //! running as root (the slot's binds need it) or without the agent.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bollard::container::{
-    Config, CreateContainerOptions, RemoveContainerOptions, RenameContainerOptions,
-    UpdateContainerOptions,
+    Config, CreateContainerOptions, RenameContainerOptions, UpdateContainerOptions,
 };
 use bollard::models::{
     ContainerSummary, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountTypeEnum,
@@ -57,14 +56,16 @@ use squadron_core::manifest::{NetworkMode, RuntimeKind};
 use tokio::sync::Notify;
 
 use super::{
-    base_host_config, check_launch, engine_error, harden, is_not_found, DockerRuntime,
-    EngineLimits, LABEL_MANAGED, LABEL_WORKER, NANO_CPUS_PER_CPU, RUNTIME_NAME,
+    base_host_config, check_launch, engine_error, harden, DockerRuntime, EngineLimits,
+    LABEL_MANAGED, LABEL_WORKER, NANO_CPUS_PER_CPU, RUNTIME_NAME,
 };
 use crate::error::WorkerError;
 use crate::runtime::agent_libraries::AGENT_LIBRARY_DIR;
 use crate::runtime::sandbox_user::SandboxUser;
 use crate::runtime::{LaunchSpec, SandboxHandle};
-use crate::task::sandbox_agent::{AGENT_BINARY_MOUNT, AGENT_DIR_MOUNT, AGENT_ENV_NAME};
+use crate::task::sandbox_agent::{
+    write_owned, AGENT_BINARY_MOUNT, AGENT_DIR_MOUNT, AGENT_ENV_NAME,
+};
 use crate::task::task_dir::{TaskDir, RUN_MOUNT};
 
 /// Label with the slot number of a warm container, claimed or not.
@@ -79,6 +80,8 @@ const REFILL_RETRY_MS: u64 = 5_000;
 const IDLE_MEMORY_BYTES: i64 = 128 * 1024 * 1024;
 const IDLE_PIDS_MAX: i64 = 64;
 const IDLE_CPUS: i64 = 1;
+/// The launch file: the sandbox user reads it, nobody writes it.
+const LAUNCH_FILE_MODE: u32 = 0o400;
 /// The slot's directories and where a warm container sees them.
 const SLOT_BINDS: [(&str, &str); 2] = [("mnt", "/mnt"), ("squadron", "/run/squadron")];
 
@@ -291,29 +294,10 @@ impl DockerRuntime {
             tracing::warn!(error = %e, "cannot unbind the warm pool's staging points");
         }
         let _ = crate::support::remove_path(&staging);
-        let found = self.warm_containers().await?;
-        let mut held = HashSet::new();
-        let mut highest = 0u64;
-        for c in found {
-            let (Some(id), Some(name)) = (c.id, c.names.and_then(|n| n.into_iter().next())) else {
-                continue;
-            };
-            let slot = c
-                .labels
-                .and_then(|l| l.get(LABEL_POOL_SLOT).and_then(|s| s.parse::<u64>().ok()));
-            let Some(slot) = slot else { continue };
-            highest = highest.max(slot);
-            if Self::is_idle_warm_name(&name) {
-                self.remove_forced(&id).await?;
-                tracing::info!(container = %id, slot, "removed a warm container of an earlier life");
-            } else if name
-                .trim_start_matches('/')
-                .starts_with(crate::runtime::SANDBOX_NAME_PREFIX)
-            {
-                held.insert(slot);
-                pool.state().claimed.insert(id, slot);
-            }
-        }
+        let claimed = self.remove_idle_warm().await?;
+        let held: HashSet<u64> = claimed.values().copied().collect();
+        let mut highest = held.iter().copied().max().unwrap_or(0);
+        pool.state().claimed.extend(claimed);
         let entries = std::fs::read_dir(&pool.config.dir)
             .map_err(|e| WorkerError::io("list the warm pool", &pool.config.dir, e))?;
         for entry in entries.flatten() {
@@ -368,31 +352,29 @@ impl DockerRuntime {
             .await
     }
 
-    /// A worker started without a pool removes the idle warm containers an earlier life
-    /// with one left (their slots hold nothing bound).
-    pub(super) async fn remove_idle_warm(&self) -> Result<(), WorkerError> {
-        let found = self.warm_containers().await?;
-        for c in found {
-            let idle = c.names.iter().flatten().any(|n| Self::is_idle_warm_name(n));
-            if let (true, Some(id)) = (idle, c.id) {
+    /// Removes the idle warm containers earlier lives left (their slots hold nothing bound)
+    /// and answers the claimed ones, renamed for their tasks: container id → slot.
+    pub(super) async fn remove_idle_warm(&self) -> Result<HashMap<String, u64>, WorkerError> {
+        let mut claimed = HashMap::new();
+        for c in self.warm_containers().await? {
+            let (Some(id), Some(name)) = (c.id, c.names.and_then(|n| n.into_iter().next())) else {
+                continue;
+            };
+            let slot = c
+                .labels
+                .and_then(|l| l.get(LABEL_POOL_SLOT).and_then(|s| s.parse::<u64>().ok()));
+            if Self::is_idle_warm_name(&name) {
                 self.remove_forced(&id).await?;
-                tracing::info!(container = %id, "removed a warm container of an earlier life");
+                tracing::info!(container = %id, ?slot, "removed a warm container of an earlier life");
+            } else if let (true, Some(slot)) = (
+                name.trim_start_matches('/')
+                    .starts_with(crate::runtime::SANDBOX_NAME_PREFIX),
+                slot,
+            ) {
+                claimed.insert(id, slot);
             }
         }
-        Ok(())
-    }
-
-    async fn remove_forced(&self, id: &str) -> Result<(), WorkerError> {
-        let options = RemoveContainerOptions {
-            force: true,
-            v: true,
-            link: false,
-        };
-        match self.docker.remove_container(id, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(engine_error(&format!("remove container {id}"), e)),
-        }
+        Ok(claimed)
     }
 
     /// Creates and starts one warm container in a new slot.
@@ -628,7 +610,7 @@ impl DockerRuntime {
     }
 
     /// After a claimed container is gone: the slot's binds and directories go too.
-    pub(super) fn clear_claimed_slot(&self, id: &str, label: Option<&String>) {
+    pub(super) fn clear_claimed_slot(&self, id: &str, label: Option<&str>) {
         let Some(pool) = &self.pool else { return };
         let slot = pool
             .release(id)
@@ -672,7 +654,6 @@ impl DockerRuntime {
 /// user alone, replaced atomically. It holds the allowlisted environment (`--env-allow`),
 /// which a cold container's engine config holds instead.
 fn write_launch(spec: &LaunchSpec, user: SandboxUser) -> Result<(), WorkerError> {
-    use std::io::Write;
     let mut env = spec.env.clone();
     SandboxUser::git_env(&mut env);
     let launch = PooledLaunch {
@@ -684,21 +665,8 @@ fn write_launch(spec: &LaunchSpec, user: SandboxUser) -> Result<(), WorkerError>
         field: "launch".into(),
         message: e.to_string(),
     })?;
-    let dir = spec.dir.run();
-    let path = dir.join(POOLED_LAUNCH_FILE_NAME);
-    let temporary = dir.join(format!(".{POOLED_LAUNCH_FILE_NAME}.new"));
-    let io = |e| WorkerError::io("write the warm container's launch", &temporary, e);
-    let _ = std::fs::remove_file(&temporary);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o400)
-        .open(&temporary)
-        .map_err(io)?;
-    file.write_all(&bytes).map_err(io)?;
-    file.sync_all().map_err(io)?;
-    std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid)).map_err(io)?;
-    std::fs::rename(&temporary, &path).map_err(io)
+    let path = spec.dir.run().join(POOLED_LAUNCH_FILE_NAME);
+    write_owned(&path, &bytes, user.pair(), LAUNCH_FILE_MODE)
 }
 
 /// A bind whose later mounts beneath the host directory show inside the container.
