@@ -492,6 +492,31 @@ mod tests {
     /// `--egress-allow` takes host names beside networks and addresses: a name is resolved
     /// to its IPv4 addresses (`localhost` is in every Debian's /etc/hosts); a name that does
     /// not resolve, a subdomain pattern or a malformed network is refused naming the field.
+    /// `--docker-warm-pool` above its ceiling is refused naming the field; the ceiling itself
+    /// and 0 (no pool) pass.
+    #[test]
+    fn a_warm_pool_larger_than_its_ceiling_is_refused_naming_the_field() {
+        let listen: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let with_pool = |n: usize| {
+            let mut c = WorkerConfig::new(
+                WorkerId::new("w").unwrap(),
+                vec!["https://x".into()],
+                "/data".into(),
+                listen,
+            );
+            c.docker_warm_pool = n;
+            c.validate()
+        };
+        let max = crate::runtime::docker::WARM_POOL_SIZE_MAX;
+        assert!(with_pool(0).is_ok());
+        assert!(with_pool(max).is_ok());
+        let e = with_pool(max + 1).unwrap_err().to_string();
+        assert!(
+            e.contains("docker_warm_pool") && e.contains(&max.to_string()),
+            "{e}"
+        );
+    }
+
     #[test]
     fn egress_allow_resolves_host_names_and_names_the_field_when_bad() {
         let listen: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
