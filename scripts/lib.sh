@@ -60,8 +60,9 @@ SQUADRON_TEST_PACKAGES=("${SQUADRON_RUN_PACKAGES[@]}" python3 docker.io busybox-
 # cpio to pack its initramfs, libvirt's daemon and its C library (the `libvirt` feature
 # builds against libvirt-dev), and what the Rust virtiofsd builds against (libseccomp,
 # libcap-ng; QEMU 7's own C daemon cannot serve read-only shares). Installed with
-# --no-recommends: QEMU's would bring a desktop's worth of packages.
-SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static libvirt-daemon-system libvirt-clients libvirt-dev libseccomp-dev libcap-ng-dev)
+# --no-recommends: QEMU's would bring a desktop's worth of packages. openssh-client is the
+# operator's side of a kept guest's break-glass SSH line, which the kvm scenarios run.
+SQUADRON_VM_PACKAGES=(qemu-system-x86 cpio busybox-static libvirt-daemon-system libvirt-clients libvirt-dev libseccomp-dev libcap-ng-dev openssh-client)
 # The virtiofs daemon the KVM runtime uses, built from crates.io once per machine.
 SQUADRON_VIRTIOFSD_VERSION=1.14.0
 SQUADRON_TOOLS_DIR="${HOME}/.cache/squadron-tools"

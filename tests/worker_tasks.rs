@@ -283,6 +283,34 @@ fn failure_preserves_the_sandbox(env: &Env) {
         assert!(error.contains(&format!("console {domain}")), "{error}");
         let (found, state) = virsh(&["domstate", &domain]);
         assert!(found && state.contains("running"), "not running: {state}");
+        // The seed's `ssh -i … agent@…`, run as printed (the `preserved` event holds the whole
+        // line; the error may be cut), gets the sandbox user's shell in the kept guest. A
+        // session cut off mid-way leaves nothing in the port that spoils the next one, and
+        // another key is refused.
+        let line = preserved_line(env, id);
+        let (ok, out) = break_glass_ssh(
+            &line,
+            None,
+            "echo user=$USER uid=$(id -u) code=$(cat /run/squadron/agent/exit-code)",
+        );
+        assert!(ok, "{out}");
+        assert!(out.contains("user=agent uid=65534 code=4"), "{out}");
+        cut_a_break_glass_session(&line);
+        let (ok, out) = break_glass_ssh(&line, None, "echo again");
+        assert!(ok && out.contains("\nagain\n"), "{out}");
+        let other = tempfile::tempdir().expect("tempdir");
+        let other_key = other.path().join("id_ed25519");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&other_key)
+            .status()
+            .expect("ssh-keygen");
+        assert!(made.success());
+        let (ok, out) = break_glass_ssh(&line, Some(&other_key), "echo in");
+        assert!(
+            !ok && out.contains("Permission denied (publickey)"),
+            "{out}"
+        );
         // The test cleans up what an operator would.
         virsh(&["destroy", &domain]);
         virsh(&["undefine", "--nvram", &domain]);
@@ -1640,6 +1668,90 @@ fn a_slow_guest_boot_hits_the_provision_timeout() {
     assert!(!logs(env.any(0), id, "stream=stdout").contains("never"));
 }
 
+/// The break-glass line of a kept task, from its `preserved` event.
+fn preserved_line(env: &Env, id: u64) -> String {
+    event_field(env, id, "preserved", "break_glass")
+}
+
+/// `field` of the task's first `event`.
+fn event_field(env: &Env, id: u64, event: &str, field: &str) -> String {
+    let events = logs(env.any(0), id, "stream=events");
+    events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["event"] == event)
+        .and_then(|e| e[field].as_str().map(String::from))
+        .unwrap_or_else(|| panic!("no {event} event with {field}:\n{events}"))
+}
+
+/// The `ssh …` command of a break-glass line.
+fn ssh_command_of(line: &str) -> &str {
+    let start = line
+        .find("ssh -F none ")
+        .unwrap_or_else(|| panic!("no SSH line in: {line}"));
+    let line = &line[start..];
+    &line[..line
+        .find(" — or ")
+        .unwrap_or_else(|| panic!("the SSH line does not end: {line}"))]
+}
+
+/// Runs the SSH command of a kept guest's break-glass `line` with `remote` as its command (no
+/// prompts; `key` in place of the line's own): whether it succeeded, and what it printed.
+fn break_glass_ssh(line: &str, key: Option<&std::path::Path>, remote: &str) -> (bool, String) {
+    let ssh = ssh_command_of(line);
+    let (head, tail) = ssh.split_once(" -i ").expect("-i KEY");
+    let (own_key, rest) = tail.split_once(' ').expect("options after the key");
+    let key = key.map_or_else(|| own_key.to_string(), |k| k.display().to_string());
+    let command =
+        format!("{head} -o BatchMode=yes -o ConnectTimeout=60 -i {key} {rest} '{remote}'");
+    let out = std::process::Command::new("timeout")
+        .args(["120", "sh", "-c", &command])
+        .output()
+        .expect("ssh");
+    // The guest's console says what its SSH server and bridge did.
+    let console = line
+        .split_once("its console log is ")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .and_then(|(path, _)| std::fs::read_to_string(path).ok())
+        .unwrap_or_default();
+    (
+        out.status.success(),
+        format!(
+            "{command}\n{}\n{}\n--- the guest's console ---\n{console}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Starts the line's proxy as ssh would, waits for the guest's SSH server to greet through
+/// it, and kills it there: a session cut off by a dead client.
+fn cut_a_break_glass_session(line: &str) {
+    use std::io::Read;
+    let ssh = ssh_command_of(line);
+    let proxy = ssh
+        .split_once("ProxyCommand='")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command)
+        .unwrap_or_else(|| panic!("no ProxyCommand in: {ssh}"));
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &format!("exec {proxy}")])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("proxy");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("SSH-2.0-") {
+        let n = stdout.read(&mut buf).expect("read the proxy");
+        assert!(n > 0, "the proxy ended before a greeting: {seen:?}");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    child.kill().expect("kill the proxy");
+    child.wait().expect("reap the proxy");
+}
+
 fn virsh(args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new("virsh")
         .args(["-c", "qemu:///system"])
@@ -1654,13 +1766,7 @@ fn virsh(args: &[&str]) -> (bool, String) {
 
 /// The domain a KVM task ran in, from its `provisioned` event.
 fn domain_of(env: &Env, id: u64) -> String {
-    let events = logs(env.any(0), id, "stream=events");
-    events
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|e| e["event"] == "provisioned")
-        .and_then(|e| e["sandbox"].as_str().map(String::from))
-        .unwrap_or_else(|| panic!("no provisioned event:\n{events}"))
+    event_field(env, id, "provisioned", "sandbox")
 }
 
 /// A failed attempt with `destroy` leaves no domain, no files of the runtime's and no

@@ -9,6 +9,15 @@ pub const PORT_NAME: &str = "org.squadron.agent";
 pub const CONTROL_PORT_NAME: &str = "org.squadron.control";
 /// What the worker writes on the control port for a graceful stop.
 pub const STOP_LINE: &str = "stop";
+/// The port a guest kept for break-glass serves SSH on. Its bytes are one stream with no
+/// session boundaries, so each session starts with a handshake: the host's end writes
+/// `BREAK_GLASS_HELLO NONCE` on a line (again, now and then, until answered), the guest
+/// answers `BREAK_GLASS_READY NONCE` on a line, and what follows is the SSH session. The host's
+/// end drops whatever came before its own answer: the tail of an earlier session. `vm-init`
+/// spells both words out.
+pub const BREAK_GLASS_PORT_NAME: &str = "org.squadron.breakglass";
+pub const BREAK_GLASS_HELLO: &str = "squadron-break-glass";
+pub const BREAK_GLASS_READY: &str = "squadron-break-glass-ready";
 /// First byte of a stream to a control node's REST listener (enrollment).
 pub const TARGET_REST: u8 = b'R';
 /// First byte of a stream to the leader's gRPC listener.

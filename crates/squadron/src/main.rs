@@ -51,6 +51,15 @@ fn main() -> ExitCode {
     } else {
         logs.with_ansi(std::io::stderr().is_terminal()).init();
     }
+    if let Command::VmSshProxy(args) = cli.command {
+        return match cli::vm_ssh_proxy::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                report(&e);
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -98,7 +107,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Token(cmd) => cli::token::run(&ctx, cmd).await,
         Command::Credential(cmd) => cli::credential_store::run(&ctx, cmd).await,
         Command::Bench(top) => cli::bench::run(&ctx, top).await,
-        Command::Agent(_) => unreachable!("main runs the agent itself"),
+        Command::Agent(_) | Command::VmSshProxy(_) => unreachable!("main runs it itself"),
     }
 }
 

@@ -946,7 +946,7 @@ impl Runtime for DockerRuntime {
         Ok(names)
     }
 
-    fn break_glass(&self, handle: &SandboxHandle) -> String {
+    async fn break_glass(&self, handle: &SandboxHandle) -> String {
         let id = &handle.id;
         format!(
             "Direct access (dev/break-glass, bypasses the gateway's audit): docker exec -it {id} sh \

@@ -44,6 +44,7 @@
 //! data directory. Destroying a domain undefines it with its NVRAM, managed save and
 //! snapshot metadata and removes its files.
 
+mod break_glass;
 mod domain_xml;
 mod guest_network;
 mod hypervisor;
@@ -53,11 +54,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use squadron_api::agent_channel::{CONTROL_PORT_NAME, PORT_NAME, STOP_LINE};
+use squadron_api::agent_channel::{BREAK_GLASS_PORT_NAME, CONTROL_PORT_NAME, PORT_NAME, STOP_LINE};
 use squadron_core::ids::{TaskId, WorkerId};
 use squadron_core::manifest::RuntimeKind;
 use tokio::io::AsyncWriteExt;
 
+use self::break_glass::BreakGlassKey;
 use self::domain_xml::{
     channel_socket, memory_mib, path_text, AttemptMark, DomainSpec, DomainType, GuestNic, Share,
     PRESERVE_FLAG,
@@ -448,6 +450,7 @@ impl KvmRuntime {
         spec: &LaunchSpec,
         name: &str,
         nic: Option<GuestNic>,
+        break_glass_key: Option<String>,
     ) -> Result<DomainSpec, WorkerError> {
         let memory_mib = spec
             .limits
@@ -469,6 +472,7 @@ impl KvmRuntime {
             virtiofsd_read_only: self.files.virtiofsd_read_only(),
             shares: self.shares(spec),
             keep_after_exit: spec.keep_after_exit,
+            break_glass_key,
             test_boot_delay_ms: self.config.test_boot_delay_ms,
             nic,
             scratch: spec
@@ -479,7 +483,8 @@ impl KvmRuntime {
     }
 
     /// Writes the agent's start script (with the proxy variables of a `gateway` guest, whose
-    /// proxy is served from now on) and defines the domain.
+    /// proxy is served from now on), makes the break-glass key of a guest kept on failure,
+    /// and defines the domain.
     async fn define(
         &self,
         spec: &LaunchSpec,
@@ -495,7 +500,12 @@ impl KvmRuntime {
                 .await?;
         }
         sandbox_agent::write_start_script(agent_dir, &launch, self.sandbox_owner(spec)?)?;
-        let domain = self.domain_spec(spec, name, nic)?;
+        let break_glass_key = if spec.keep_after_exit {
+            Some(BreakGlassKey::of_domain(&self.files.domain_dir(name)).create()?)
+        } else {
+            None
+        };
+        let domain = self.domain_spec(spec, name, nic, break_glass_key)?;
         if let (Some(path), Some(bytes)) = (&domain.scratch, spec.limits.disk_bytes) {
             make_scratch(path, bytes.clamp(SCRATCH_BYTES_MIN, SCRATCH_BYTES_MAX))?;
         }
@@ -908,17 +918,37 @@ impl Runtime for KvmRuntime {
         self.on_domain(name, Hypervisor::resume).await
     }
 
-    fn break_glass(&self, handle: &SandboxHandle) -> String {
+    /// SSH with the guest's own key through its break-glass port where it has one (a guest
+    /// defined before break-glass SSH existed has not), else its console.
+    async fn break_glass(&self, handle: &SandboxHandle) -> String {
         let name = &handle.id;
-        format!(
-            "Direct access (dev/break-glass, bypasses the gateway's audit): virsh -c {uri} \
-             console {name} — the guest keeps a root shell on its console once the agent \
-             exited; its console log is {log}; remove it when done: virsh -c {uri} destroy \
-             {name}; virsh -c {uri} undefine --nvram {name} (the worker removes the guest's \
-             network, if it has one, at its next start)",
-            uri = self.hypervisor.uri(),
+        let uri = self.hypervisor.uri();
+        let removal = format!(
+            "remove it when done: virsh -c {uri} destroy {name}; virsh -c {uri} undefine \
+             --nvram {name} (the worker removes the guest's key and network at its next start)"
+        );
+        let console = format!(
+            "virsh -c {uri} console {name} (a root shell on its console; its console log is {log})",
             log = self.files.domain_dir(name).join(CONSOLE_LOG_NAME).display(),
-        )
+        );
+        let key = BreakGlassKey::of_domain(&self.files.domain_dir(name));
+        let socket = match self.lookup(name).await {
+            Ok(Some(found)) => channel_socket(&found.xml, BREAK_GLASS_PORT_NAME),
+            _ => None,
+        };
+        let squadron = self.files.bin_dir().join("squadron");
+        let ssh = socket
+            .filter(|_| key.exists())
+            .and_then(|socket| key.ssh_command(name, &socket, &squadron));
+        match ssh {
+            Some(ssh) => format!(
+                "Direct SSH (dev/break-glass, bypasses the gateway's audit): {ssh} — or {console}; \
+                 {removal}"
+            ),
+            None => format!(
+                "Direct access (dev/break-glass, bypasses the gateway's audit): {console}; {removal}"
+            ),
+        }
     }
 }
 

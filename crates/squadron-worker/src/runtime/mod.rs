@@ -187,7 +187,7 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<SandboxHandle>, WorkerError>;
 
     /// The break-glass line printed for FAILED_PRESERVED: how an operator gets inside.
-    fn break_glass(&self, handle: &SandboxHandle) -> String;
+    async fn break_glass(&self, handle: &SandboxHandle) -> String;
 
     /// Called once a failed attempt's sandbox is kept for break-glass and the worker is done
     /// reading it (outputs collected): a runtime that held it still meanwhile lets it run.

@@ -635,7 +635,7 @@ impl Runtime for ProcessRuntime {
             .collect())
     }
 
-    fn break_glass(&self, handle: &SandboxHandle) -> String {
+    async fn break_glass(&self, handle: &SandboxHandle) -> String {
         let leaf = match self.leaf(handle) {
             Ok(leaf) => leaf,
             Err(e) => return format!("no break-glass for {}: {e}", handle.id),

@@ -414,7 +414,7 @@ impl Runtime for ProjectRuntime {
         }
     }
 
-    fn break_glass(&self, handle: &SandboxHandle) -> String {
+    async fn break_glass(&self, handle: &SandboxHandle) -> String {
         format!(
             "the task ran as generation {} of profile {}: its worktree {} keeps its changes (leaf {})",
             self.generation,

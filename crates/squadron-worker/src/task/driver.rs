@@ -1244,7 +1244,7 @@ impl TaskDriver {
                         if let Err(e) = runtime.preserved(&h).await {
                             tracing::warn!(task = %self.task, error = %e, "the preserved sandbox could not be resumed");
                         }
-                        Some(runtime.break_glass(&h))
+                        Some(runtime.break_glass(&h).await)
                     }
                     _ => None,
                 },

@@ -22,6 +22,7 @@ pub mod serve;
 pub mod soak;
 pub mod task;
 pub mod token;
+pub mod vm_ssh_proxy;
 pub mod worker;
 
 use std::io::Read;
@@ -177,6 +178,9 @@ pub enum Command {
     /// The process inside a sandbox: enrolls, registers, heartbeats, runs the provider
     /// launcher once the task is RUNNING (the worker starts it; not for use by hand).
     Agent(agent::AgentArgs),
+    /// The ProxyCommand of a kept KVM guest's break-glass SSH line (the line names it): the
+    /// guest's break-glass port through its host socket.
+    VmSshProxy(vm_ssh_proxy::VmSshProxyArgs),
 }
 
 impl Command {
@@ -202,7 +206,11 @@ impl Command {
     pub fn is_client(&self) -> bool {
         !matches!(
             self,
-            Command::Server(_) | Command::Dev(_) | Command::Init(_) | Command::Agent(_)
+            Command::Server(_)
+                | Command::Dev(_)
+                | Command::Init(_)
+                | Command::Agent(_)
+                | Command::VmSshProxy(_)
         )
     }
 }

@@ -942,7 +942,7 @@ async fn a_restarted_worker_adopts_the_container_and_starts_nothing_twice() {
     assert_eq!(reborn.status(&handle).await.unwrap(), exited);
     assert_eq!(case.outbox_file("starts"), "started\n");
 
-    let line = reborn.break_glass(&handle);
+    let line = reborn.break_glass(&handle).await;
     assert!(
         line.contains(&format!("docker exec -it {} sh", handle.id)),
         "{line}"

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use quick_xml::escape::escape;
 use quick_xml::events::Event;
 use quick_xml::Reader;
-use squadron_api::agent_channel::{CONTROL_PORT_NAME, PORT_NAME};
+use squadron_api::agent_channel::{BREAK_GLASS_PORT_NAME, CONTROL_PORT_NAME, PORT_NAME};
 
 use crate::error::WorkerError;
 
@@ -91,6 +91,8 @@ pub(crate) struct GuestNic {
 
 /// The kernel argument that keeps a guest up after its agent exits (`vm-init` reads it).
 pub(crate) const PRESERVE_FLAG: &str = "squadron.preserve";
+/// The kernel argument carrying the break-glass key: an ed25519 public key's base64.
+const SSH_KEY_ARG: &str = "squadron.ssh_key";
 
 #[derive(Debug, Clone)]
 pub(crate) struct DomainSpec {
@@ -108,6 +110,9 @@ pub(crate) struct DomainSpec {
     pub(crate) shares: Vec<Share>,
     /// Keep the guest up after the agent exits (a preserved failure).
     pub(crate) keep_after_exit: bool,
+    /// The base64 of the ed25519 public key a kept guest lets in over SSH, on the
+    /// break-glass port (`break_glass`); only with `keep_after_exit`.
+    pub(crate) break_glass_key: Option<String>,
     /// Test hook: `vm-init` sleeps this long before it starts the agent.
     pub(crate) test_boot_delay_ms: Option<u64>,
     /// No NIC at all (`isolated`) or the `outbound` one.
@@ -138,6 +143,13 @@ impl DomainSpec {
         if self.keep_after_exit {
             line.push(' ');
             line.push_str(PRESERVE_FLAG);
+            if let Some(key) = &self.break_glass_key {
+                let base64 = |b: u8| b.is_ascii_alphanumeric() || b"+/=".contains(&b);
+                if key.is_empty() || !key.bytes().all(base64) {
+                    return Err(invalid("kvm.break_glass_key", "not base64".into()));
+                }
+                line.push_str(&format!(" {SSH_KEY_ARG}={key}"));
+            }
         }
         if let Some(ms) = self.test_boot_delay_ms {
             line.push_str(&format!(" squadron.test_boot_delay={}", ms.div_ceil(1000)));
@@ -184,7 +196,15 @@ impl DomainSpec {
                 path_text(scratch, "kvm.scratch")?
             ));
         }
-        for port in [PORT_NAME, CONTROL_PORT_NAME] {
+        let break_glass = self
+            .break_glass_key
+            .as_ref()
+            .filter(|_| self.keep_after_exit)
+            .map(|_| BREAK_GLASS_PORT_NAME);
+        for port in [PORT_NAME, CONTROL_PORT_NAME]
+            .into_iter()
+            .chain(break_glass)
+        {
             // No path: libvirt makes the socket under its own channel directory, which QEMU's
             // user may write, and reports it in the live XML (`channel_socket`).
             devices.push_str(&format!(

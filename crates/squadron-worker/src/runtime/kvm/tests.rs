@@ -40,6 +40,7 @@ fn spec(keep: bool) -> DomainSpec {
             },
         ],
         keep_after_exit: keep,
+        break_glass_key: None,
         test_boot_delay_ms: None,
         nic: None,
         scratch: None,
@@ -311,4 +312,83 @@ fn a_guest_s_memory_and_its_oom_kills_are_read_from_what_libvirt_and_the_guest_r
     assert_eq!(oom_kills("oom_kill 0\n"), None, "no kill, nothing to name");
     assert_eq!(oom_kills("oom_kill x\n"), None);
     assert_eq!(oom_kills(""), None);
+}
+
+#[test]
+fn only_a_kept_guest_gets_the_break_glass_port_and_key() {
+    let key = "AAAAC3NzaC1lZDI1NTE5AAAAIB+/x=".to_string();
+    let mut kept = spec(true);
+    kept.break_glass_key = Some(key.clone());
+    let cmdline = kept.cmdline().unwrap();
+    assert!(
+        cmdline.contains(&format!("squadron.preserve squadron.ssh_key={key}")),
+        "{cmdline}"
+    );
+    let xml = kept.to_xml().unwrap();
+    assert!(
+        xml.contains("<target type='virtio' name='org.squadron.breakglass'/>"),
+        "{xml}"
+    );
+    // A guest that is not kept never serves SSH, whatever the spec holds.
+    let mut gone = spec(false);
+    gone.break_glass_key = Some(key);
+    assert!(!gone.cmdline().unwrap().contains("ssh_key"));
+    assert!(!gone.to_xml().unwrap().contains("breakglass"));
+    assert!(!spec(true).to_xml().unwrap().contains("breakglass"));
+    // Anything but base64 would add kernel arguments of its own.
+    for bad in ["AAAA squadron.selftest", ""] {
+        kept.break_glass_key = Some(bad.into());
+        let e = kept.cmdline().unwrap_err().to_string();
+        assert!(e.contains("kvm.break_glass_key"), "{bad:?}: {e}");
+    }
+}
+
+#[test]
+fn a_break_glass_key_is_root_s_alone_and_the_line_names_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = break_glass::BreakGlassKey::of_domain(dir.path());
+    assert!(!key.exists());
+    let public = key.create().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&key.private_key()), 0o600);
+    assert_eq!(mode(key.private_key().parent().unwrap()), 0o700);
+    let private = ssh_key::PrivateKey::read_openssh_file(&key.private_key()).unwrap();
+    let openssh = private.public_key().to_openssh().unwrap();
+    assert_eq!(openssh, format!("ssh-ed25519 {public}"));
+    // A second provisioning of the attempt makes a new pair in place of the old.
+    let again = key.create().unwrap();
+    assert_ne!(again, public);
+    let socket = std::path::Path::new("/run/c/breakglass");
+    let line = key
+        .ssh_command(
+            "squadron-task-7-a2",
+            socket,
+            std::path::Path::new("/usr/bin/squadron"),
+        )
+        .unwrap();
+    assert!(line.starts_with("ssh -F none -a -x -i "), "{line}");
+    assert!(
+        line.contains(&format!(" -i {} ", key.private_key().display())),
+        "{line}"
+    );
+    assert!(line.contains("-o ClearAllForwardings=yes"), "{line}");
+    assert!(
+        line.ends_with(
+            "-o ProxyCommand='/usr/bin/squadron vm-ssh-proxy /run/c/breakglass' agent@squadron-task-7-a2"
+        ),
+        "{line}"
+    );
+    // A path a shell or ssh would read something into is never put in the line.
+    for odd in [
+        "/opt/my vm/squadron",
+        "/opt/it's/squadron",
+        "/opt/%h/squadron",
+    ] {
+        assert_eq!(
+            key.ssh_command("squadron-task-7-a2", socket, std::path::Path::new(odd)),
+            None,
+            "{odd}"
+        );
+    }
 }

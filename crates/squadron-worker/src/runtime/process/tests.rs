@@ -460,7 +460,7 @@ async fn destroy_proves_populated_0_and_leaves_no_process() {
         .filter_map(ProcessEntry::read)
         .collect();
     assert!(seen.len() >= 7, "shim, bwrap ×2, sh, 3 sleeps: {seen:?}");
-    let glass = fx.runtime.break_glass(&handle);
+    let glass = fx.runtime.break_glass(&handle).await;
     assert!(glass.starts_with("nsenter --target "), "{glass}");
     assert!(glass.contains(&handle.id), "{glass}");
     // The runtime lists the leaf among the sandboxes it holds until it is destroyed (the soak's
@@ -488,6 +488,7 @@ async fn destroy_proves_populated_0_and_leaves_no_process() {
     assert!(fx
         .runtime
         .break_glass(&handle)
+        .await
         .starts_with("nothing runs in"));
 }
 

@@ -117,7 +117,7 @@ mod tests {
         ) -> Result<Option<SandboxHandle>, WorkerError> {
             Ok(None)
         }
-        fn break_glass(&self, _: &SandboxHandle) -> String {
+        async fn break_glass(&self, _: &SandboxHandle) -> String {
             String::new()
         }
         fn sandbox_owner(&self, _: &LaunchSpec) -> Result<(u32, u32), WorkerError> {
