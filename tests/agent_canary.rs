@@ -1224,3 +1224,167 @@ fn a_provider_that_fills_its_project_sandbox_stops_at_the_quota_named() {
         .len();
     assert!(filled <= 16 << 20, "{filled} bytes beyond a 16 MiB quota");
 }
+
+/// A project's sandbox no longer attached to its worker does not stay there for good: with
+/// `--detached-sandbox-retention 0s` the worker's sweep removes it — directory, volume image
+/// and `{project}.run` — once the project is detached (never while attached), and the project
+/// can then be attached there again from another repository. With the default retention it
+/// stays; a launch from another repository is refused naming the field and changes nothing
+/// (its worktrees may hold unpushed work), and one from the same repository finds it again.
+#[test]
+fn a_detached_project_sandbox_is_removed_and_the_project_attached_again_from_another_repository() {
+    let (cluster, repo, swept) = agent_world(
+        1,
+        "detach",
+        &[
+            "--detached-sandbox-retention",
+            "0s",
+            "--detached-sweep-interval-ms",
+            "200",
+        ],
+    );
+    let url = cluster.url(1);
+    let dir = cluster.dir.path().to_path_buf();
+    let other = git_repo(&dir.join("other"));
+    let rt = rt();
+    let client = client_with_timeouts(
+        cluster.urls(),
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+    );
+
+    let id = project_with_a_profile(&url, "swept");
+    launch_from(&url, id, &swept.id, &repo);
+    let data = swept.data_dir.canonicalize().expect("data dir");
+    let sandbox = data.join("projects/acme/swept");
+    let image = data.join("volumes/projects/acme/swept.img");
+    let run = data.join("volumes/projects/acme/swept.run");
+    assert!(sandbox.join("sandbox.json").is_file() && image.is_file() && run.is_dir());
+    // Attached: sweeps come and go and it stays.
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert!(
+        sandbox.join("sandbox.json").is_file(),
+        "an attached sandbox was removed"
+    );
+    detach(&rt, &client, id, "swept");
+    let gone = wait_until(Duration::from_secs(30), || {
+        !sandbox.exists() && !image.exists() && !run.exists()
+    });
+    assert!(
+        gone.is_ok(),
+        "the detached sandbox is still at {} (or its image or run directory); worker log:\n{}",
+        sandbox.display(),
+        std::fs::read_to_string(&swept.log).unwrap_or_default()
+    );
+    assert!(!data.join("projects/acme/.swept.detached").exists());
+    launch_from(&url, id, &swept.id, &other);
+    let record = std::fs::read_to_string(sandbox.join("sandbox.json")).expect("record");
+    assert!(record.contains(&other.display().to_string()), "{record}");
+    rt.block_on(client.agent_stop(id, &StopAgent::default()))
+        .expect("stop");
+
+    // The default retention keeps a detached sandbox, sweeps or not.
+    let kept = WorkerProc::start_with(
+        &dir,
+        &unique_worker_id("keep"),
+        cluster.urls(),
+        "process",
+        vec![
+            "--provider-script".to_string(),
+            format!("codex={}", dir.join("provider.sh").display()),
+            "--agent-lease-ttl-ms".into(),
+            LEASE_TTL_MS.to_string(),
+            "--detached-sweep-interval-ms".into(),
+            "200".into(),
+        ],
+    );
+    let id = project_with_a_profile(&url, "kept");
+    launch_from(&url, id, &kept.id, &repo);
+    detach(&rt, &client, id, "kept");
+    let data = kept.data_dir.canonicalize().expect("data dir");
+    let sandbox = data.join("projects/acme/kept");
+    let marker = data.join("projects/acme/.kept.detached");
+    wait_until(Duration::from_secs(10), || marker.is_file()).expect("seen detached");
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert!(
+        sandbox.join("sandbox.json").is_file(),
+        "kept for its retention"
+    );
+    let r = post(
+        &format!("{url}/api/v1/profiles/{id}/agent/launch"),
+        json!({"worker": kept.id,
+               "repository": {"url": other.display().to_string(), "branch": "main"}}),
+    )
+    .expect("launch");
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(r.body["field"], "repository.url", "{r:?}");
+    let record = std::fs::read_to_string(sandbox.join("sandbox.json")).expect("record");
+    assert!(
+        record.contains(&repo.display().to_string()),
+        "unchanged: {record}"
+    );
+    launch_from(&url, id, &kept.id, &repo);
+    wait_until(Duration::from_secs(10), || !marker.exists()).expect("attached again");
+    rt.block_on(client.agent_stop(id, &StopAgent::default()))
+        .expect("stop");
+}
+
+/// Project `acme/{project}` with one profile, `mover`; its id.
+fn project_with_a_profile(url: &str, project: &str) -> ProfileId {
+    let r = post(
+        &format!("{url}/api/v1/projects"),
+        json!({"tenant": "acme", "project": project, "max_profiles": 1, "max_active": 1}),
+    )
+    .expect("project");
+    assert!(r.ok(), "{r:?}");
+    let r = post(
+        &format!("{url}/api/v1/projects/acme/{project}/profiles"),
+        json!({"key": "mover", "providers": ["codex"]}),
+    )
+    .expect("profile");
+    assert!(r.ok(), "{r:?}");
+    ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id")
+}
+
+/// Launches the profile on `worker`, its project's sandbox cloned from `repo` if it has none.
+fn launch_from(url: &str, profile: ProfileId, worker: &str, repo: &Path) {
+    let r = post(
+        &format!("{url}/api/v1/profiles/{profile}/agent/launch"),
+        json!({"worker": worker,
+               "repository": {"url": repo.display().to_string(), "branch": "main"}}),
+    )
+    .expect("launch");
+    assert_eq!(r.status, 201, "{r:?}");
+}
+
+/// Stops the profile's agent and detaches its project's sandbox.
+fn detach(
+    rt: &tokio::runtime::Runtime,
+    client: &squadron_client::SquadronClient,
+    profile: ProfileId,
+    project: &str,
+) {
+    rt.block_on(client.agent_stop(profile, &StopAgent::default()))
+        .expect("stop");
+    let (tenant, project) = (
+        "acme".parse().expect("tenant"),
+        project.parse().expect("project"),
+    );
+    let read = rt
+        .block_on(client.get_project(&tenant, &project, Consistency::Linearizable))
+        .expect("project");
+    let sandbox_ref = read.sandbox.expect("attached").sandbox_ref;
+    // The stopped generation's lease is released as the stop ends; a detach is refused
+    // while a slot is held.
+    let mut last = String::new();
+    let detached = wait_until(Duration::from_secs(30), || {
+        match rt.block_on(client.detach_sandbox(&tenant, &project, &sandbox_ref, None)) {
+            Ok(_) => true,
+            Err(e) => {
+                last = e.to_string();
+                false
+            }
+        }
+    });
+    assert!(detached.is_ok(), "detach: {last}");
+}

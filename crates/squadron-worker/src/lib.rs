@@ -50,7 +50,8 @@ pub(crate) mod worker_metrics;
 
 pub use agent::config::{
     AgentConfig, ProviderLauncher, AGENT_LEASE_TTL_MS_DEFAULT, AGENT_STOP_GRACE_MS_DEFAULT,
-    AGENT_STOP_GRACE_MS_MAX, SELF_FENCE_MARGIN_MS_DEFAULT,
+    AGENT_STOP_GRACE_MS_MAX, DETACHED_SANDBOX_RETENTION_MS_DEFAULT,
+    DETACHED_SWEEP_INTERVAL_MS_DEFAULT, SELF_FENCE_MARGIN_MS_DEFAULT,
 };
 pub use agent::fence::ControlFence;
 pub use agent::mcp_gateway::{parse_mcp_server, MCP_ANSWER_BYTES_MAX, MCP_MESSAGE_BYTES_MAX};

@@ -338,6 +338,8 @@ pub async fn worker(args: WorkerRunArgs, cacert: Option<PathBuf>) -> anyhow::Res
         let mut agents = squadron_worker::AgentConfig {
             lease_ttl_ms: args.agent_lease_ttl_ms,
             stop_grace_ms: args.agent_stop_grace_ms,
+            detached_sandbox_retention_ms: args.detached_sandbox_retention,
+            detached_sweep_interval_ms: args.detached_sweep_interval_ms,
             // A short TTL (tests) gets a proportionally short margin.
             self_fence_margin_ms: squadron_worker::SELF_FENCE_MARGIN_MS_DEFAULT
                 .min(args.agent_lease_ttl_ms / 4),

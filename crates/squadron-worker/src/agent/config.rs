@@ -21,6 +21,14 @@ pub const AGENT_STOP_GRACE_MS_DEFAULT: u64 = 5_000;
 pub const SELF_FENCE_MARGIN_MS_DEFAULT: u64 = 1_500;
 /// Most grace an operator may ask for.
 pub const AGENT_STOP_GRACE_MS_MAX: u64 = 120_000;
+/// How long a project sandbox no longer attached to this worker stays on its disk
+/// (`agent::detached`), and the bound an operator may set.
+pub const DETACHED_SANDBOX_RETENTION_MS_DEFAULT: u64 = 24 * 60 * 60 * 1000;
+pub const DETACHED_SANDBOX_RETENTION_MS_MAX: u64 = 365 * 24 * 60 * 60 * 1000;
+/// How often the worker reads whether its project sandboxes are still attached here.
+pub const DETACHED_SWEEP_INTERVAL_MS_DEFAULT: u64 = 60_000;
+pub const DETACHED_SWEEP_INTERVAL_MS_MIN: u64 = 100;
+pub const DETACHED_SWEEP_INTERVAL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 /// Largest provider script read from the host.
 pub(crate) const PROVIDER_SCRIPT_BYTES_MAX: u64 = 1 << 20;
 
@@ -60,6 +68,11 @@ pub struct AgentConfig {
     /// Trust anchors for egress injection's upstreams beyond the system's (`--egress-ca`),
     /// the same file the worker's tasks use. The worker sets it from its own configuration.
     pub egress_ca: Option<PathBuf>,
+    /// How long a project sandbox stays here once the project is no longer attached to this
+    /// worker (`--detached-sandbox-retention`).
+    pub detached_sandbox_retention_ms: u64,
+    /// How often that is looked at.
+    pub detached_sweep_interval_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -80,6 +93,8 @@ impl Default for AgentConfig {
             repository_sources: WorkerPolicy::default().repository_sources,
             project_disk_bytes: None,
             egress_ca: None,
+            detached_sandbox_retention_ms: DETACHED_SANDBOX_RETENTION_MS_DEFAULT,
+            detached_sweep_interval_ms: DETACHED_SWEEP_INTERVAL_MS_DEFAULT,
         }
     }
 }
@@ -109,6 +124,19 @@ impl AgentConfig {
                     self.lease_ttl_ms / 2,
                     self.self_fence_margin_ms
                 ),
+            );
+        }
+        if self.detached_sandbox_retention_ms > DETACHED_SANDBOX_RETENTION_MS_MAX {
+            return bad(
+                "detached_sandbox_retention",
+                format!("must be at most {DETACHED_SANDBOX_RETENTION_MS_MAX} ms (365 days)"),
+            );
+        }
+        let sweep = DETACHED_SWEEP_INTERVAL_MS_MIN..=DETACHED_SWEEP_INTERVAL_MS_MAX;
+        if !sweep.contains(&self.detached_sweep_interval_ms) {
+            return bad(
+                "detached_sweep_interval_ms",
+                format!("must be {}..={} ms", sweep.start(), sweep.end()),
             );
         }
         if self.stop_grace_ms > AGENT_STOP_GRACE_MS_MAX {
@@ -202,5 +230,29 @@ mod tests {
             ProviderLauncher::Script("/nonexistent/provider.sh".into()),
         );
         assert!(c.validate().unwrap_err().to_string().contains("not a file"));
+    }
+
+    #[test]
+    fn a_detached_sandbox_retention_or_sweep_out_of_bounds_is_refused_naming_it() {
+        let c = AgentConfig {
+            detached_sandbox_retention_ms: DETACHED_SANDBOX_RETENTION_MS_MAX + 1,
+            ..AgentConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("detached_sandbox_retention"), "{e}");
+        for interval in [0, DETACHED_SWEEP_INTERVAL_MS_MAX + 1] {
+            let c = AgentConfig {
+                detached_sweep_interval_ms: interval,
+                ..AgentConfig::default()
+            };
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("detached_sweep_interval_ms"), "{interval}: {e}");
+        }
+        let c = AgentConfig {
+            detached_sandbox_retention_ms: 0,
+            ..AgentConfig::default()
+        };
+        c.validate()
+            .expect("no retention: removed at the next sweep");
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod attempt;
 pub(crate) mod catch_up;
 pub(crate) mod config;
 pub(crate) mod credentials;
+pub(crate) mod detached;
 pub(crate) mod error;
 pub(crate) mod evidence;
 pub(crate) mod evidence_ledger;

@@ -340,6 +340,23 @@ impl Registry {
         self.sandboxes.insert(project, sandbox);
     }
 
+    /// Whether an attempt of the project is running or stopping here, or owes the control
+    /// plane its reap evidence: its sandbox must stay.
+    pub(crate) fn project_busy(&self, project: &ProjectKey) -> bool {
+        self.agents.values().any(|a| {
+            a.project() == *project
+                && (matches!(
+                    a.state.status,
+                    AttemptStatus::Running | AttemptStatus::Stopping
+                ) || a.pending_evidence.is_some())
+        })
+    }
+
+    /// The project's sandbox was removed from this worker: it is opened afresh next time.
+    pub(crate) fn forget_sandbox(&mut self, project: &ProjectKey) {
+        self.sandboxes.remove(project);
+    }
+
     /// The sandbox already opened for the project, else `sandbox`, kept.
     pub(crate) fn sandbox_or(
         &mut self,

@@ -200,7 +200,18 @@ impl AgentSupervisor {
                 me.save_evidence();
             }
         });
-        vec![renewals, ticks]
+        // Its own loop: a sweep reads the control plane once per local sandbox.
+        let sweeper = self.clone();
+        let sweeps = tokio::spawn(async move {
+            let every = Duration::from_millis(sweeper.inner.config.detached_sweep_interval_ms);
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                sweeper.sweep_detached().await;
+            }
+        });
+        vec![renewals, ticks, sweeps]
     }
 
     /// Saves the evidence counters when they changed since the last save; a failed save is

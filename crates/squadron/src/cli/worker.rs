@@ -24,6 +24,12 @@ pub struct WorkerArgs {
     pub run: WorkerRunArgs,
 }
 
+/// A duration (`30m`, `12h`, `7d`, `0s`) in ms.
+fn parse_duration_ms(s: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (say 30m, 12h, 7d)"))?;
+    u64::try_from(d.as_millis()).map_err(|_| format!("{s:?}: too long"))
+}
+
 /// `CLASS=DURATION` of `--output-retention`, the duration in ms; checked as the worker's
 /// configuration will check it, so a bad value stops the command before anything starts.
 fn parse_retention(s: &str) -> Result<(String, u64), String> {
@@ -190,6 +196,15 @@ pub struct WorkerRunArgs {
     /// Grace between SIGTERM and SIGKILL when a provider is stopped or taken over.
     #[arg(long, value_name = "MS", default_value_t = squadron_worker::AGENT_STOP_GRACE_MS_DEFAULT)]
     pub agent_stop_grace_ms: u64,
+    /// How long a project's sandbox (its clone, worktrees, state and volume) stays on this
+    /// worker once the project is no longer attached here (detached, or attached to another
+    /// worker), e.g. `12h`, `0s`; attaching it here again meanwhile from the same repository
+    /// finds it as it was.
+    #[arg(long, value_name = "DURATION", default_value = "1d", value_parser = parse_duration_ms)]
+    pub detached_sandbox_retention: u64,
+    /// How often the worker reads whether its project sandboxes are still attached here (ms).
+    #[arg(long, value_name = "MS", hide = true, default_value_t = squadron_worker::DETACHED_SWEEP_INTERVAL_MS_DEFAULT)]
+    pub detached_sweep_interval_ms: u64,
     /// Run a provider as a shell script from this host: `NAME=PATH` (codex, claude or
     /// script); repeat for several. Without it codex and claude run as the `codex` and
     /// `claude` commands.

@@ -26,6 +26,7 @@
 
 mod clone;
 mod records;
+mod removal;
 mod reset;
 mod volume;
 
@@ -45,6 +46,9 @@ use crate::error::WorkerError;
 use crate::support::{now_ms, remove_path, write_atomic};
 use clone::{clone_bare, open_bare, resolve_base};
 pub(crate) use records::{prune_launch_files, record_reap};
+pub(crate) use removal::{
+    delete_taken, detached_since, forget_detached, local_sandboxes, take_away, Taken,
+};
 pub(crate) use volume::ProjectVolume;
 
 /// Directory of `data_dir` holding every project sandbox.
@@ -354,11 +358,16 @@ impl SandboxOrigin<'_> {
                 ),
             ));
         }
+        // Only a sandbox the project left here when it was detached reaches this: its
+        // worktrees may hold unpushed work, so it is never replaced on a launch's word.
         if record.repo_url != self.repo_url {
             return Err(invalid(
                 "repository.url",
                 format!(
-                    "the sandbox at {} was cloned from another repository",
+                    "the sandbox at {} was cloned from another repository (left by the \
+                     project's earlier attachment to this worker): launch from that \
+                     repository to use it again, or after --detached-sandbox-retention it is \
+                     removed",
                     root.display()
                 ),
             ));

@@ -134,6 +134,27 @@ impl ProjectVolume {
     fn image(&self) -> PathBuf {
         self.quota.image().to_path_buf()
     }
+
+    /// The directory of the tenant's images (and `{project}.run` directories).
+    pub(crate) fn tenant_dir(&self) -> &Path {
+        self.run_outside.parent().unwrap_or(&self.run_outside)
+    }
+
+    /// Whether the volume's image or its `{project}.run` is on disk.
+    pub(crate) fn exists(&self) -> bool {
+        self.image().exists() || self.run_outside.exists()
+    }
+
+    /// The sandbox is gone: what is mounted beneath its root and beneath `{project}.run` is
+    /// unmounted, then the volume, and the image and `{project}.run` are removed.
+    pub(crate) fn remove(&self) -> Result<(), WorkerError> {
+        for dir in [self.quota.mount_point(), self.run_outside.as_path()] {
+            squadron_isolation::slot_mounts::unmount_beneath(dir).map_err(quota_error)?;
+        }
+        self.quota.unmount().map_err(quota_error)?;
+        self.quota.remove_image().map_err(quota_error)?;
+        crate::support::remove_path(&self.run_outside)
+    }
 }
 
 /// Whether `dir` exists and holds anything.
@@ -142,7 +163,7 @@ fn holds_entries(dir: &Path) -> bool {
 }
 
 /// The UTF-8 names in `dir`, at most [`REMOUNT_ENTRIES_MAX`]; none when it cannot be read.
-fn names(dir: &Path) -> Vec<String> {
+pub(super) fn names(dir: &Path) -> Vec<String> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
