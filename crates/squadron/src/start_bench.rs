@@ -2,7 +2,8 @@
 //! submitted one after the other (each waits for the last to end, so no start waits behind
 //! another) with a provider that does nothing; the figures are the leader's own stamps on each
 //! task — submitted, entered READY, entered RUNNING — so no client clock or poll interval is
-//! in them.
+//! in them. The same stamps split each start into its phases (queued, staging, provisioning,
+//! the start itself), so a slow tail shows where it is spent.
 
 use crate::progress::Progress;
 use std::time::{Duration, Instant};
@@ -39,7 +40,37 @@ pub struct RuntimeStarts {
     pub failed: usize,
     pub submit_to_ready: LatencySummary,
     pub submit_to_running: LatencySummary,
+    /// Each phase of a start, in the order a task passes them (`PHASES`).
+    #[serde(default)]
+    pub phases: Vec<PhaseStarts>,
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PhaseStarts {
+    pub phase: String,
+    pub latency: LatencySummary,
+}
+
+/// The phases of a start: from the stamp of the first state (`None`: the submission) to the
+/// entry into the second.
+const PHASES: [(&str, Option<TaskState>, TaskState); 4] = [
+    ("submitted → STAGING", None, TaskState::Staging),
+    (
+        "STAGING → PROVISIONING",
+        Some(TaskState::Staging),
+        TaskState::Provisioning,
+    ),
+    (
+        "PROVISIONING → READY",
+        Some(TaskState::Provisioning),
+        TaskState::Ready,
+    ),
+    (
+        "READY → RUNNING",
+        Some(TaskState::Ready),
+        TaskState::Running,
+    ),
+];
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StartBenchReport {
@@ -70,6 +101,8 @@ async fn one_runtime(
     progress: &Progress,
 ) -> anyhow::Result<RuntimeStarts> {
     let (mut ready, mut running) = (LatencyHistogram::new(), LatencyHistogram::new());
+    let mut phases: Vec<LatencyHistogram> =
+        PHASES.iter().map(|_| LatencyHistogram::new()).collect();
     let mut failed = 0;
     for i in 0..opts.tasks {
         progress.say(format!(
@@ -91,6 +124,11 @@ async fn one_runtime(
             (Some(r), Some(g), TaskState::Completed) => {
                 ready.record(r.saturating_sub(t.submitted_at_ms) * 1_000);
                 running.record(g.saturating_sub(t.submitted_at_ms) * 1_000);
+                for (ms, h) in phase_ms(t.submitted_at_ms, at).into_iter().zip(&mut phases) {
+                    if let Some(ms) = ms {
+                        h.record(ms * 1_000);
+                    }
+                }
             }
             _ => {
                 failed += 1;
@@ -108,7 +146,27 @@ async fn one_runtime(
         failed,
         submit_to_ready: ready.summary(),
         submit_to_running: running.summary(),
+        phases: PHASES
+            .iter()
+            .zip(phases)
+            .map(|((phase, _, _), h)| PhaseStarts {
+                phase: (*phase).to_string(),
+                latency: h.summary(),
+            })
+            .collect(),
     })
+}
+
+/// Each phase's length in ms (`PHASES`'s order), from the submission stamp and the stamp of
+/// each state a task entered; `None` for a phase whose ends were not both stamped.
+fn phase_ms(submitted_ms: u64, at: impl Fn(TaskState) -> Option<u64>) -> Vec<Option<u64>> {
+    PHASES
+        .iter()
+        .map(|(_, from, to)| {
+            let from = from.map_or(Some(submitted_ms), &at)?;
+            Some(at(*to)?.saturating_sub(from))
+        })
+        .collect()
 }
 
 /// `--network-mode`, refused naming the flag when it is not a mode.
@@ -163,10 +221,12 @@ pub fn render(r: &StartBenchReport) -> String {
         "runtime", "span", "tasks", "failed", "p50_ms", "p99_ms", "max_ms",
     ]);
     for rt in &r.runtimes {
-        for (span, s) in [
+        let spans = [
             ("submit → READY", &rt.submit_to_ready),
             ("submit → RUNNING", &rt.submit_to_running),
-        ] {
+        ];
+        let phases = rt.phases.iter().map(|p| (p.phase.as_str(), &p.latency));
+        for (span, s) in spans.into_iter().chain(phases) {
             t.row(vec![
                 rt.runtime.clone(),
                 span.into(),
@@ -218,5 +278,23 @@ mod tests {
         assert_eq!(network_mode(None).unwrap(), None);
         let e = network_mode(Some("bridged\nx: 1")).unwrap_err().to_string();
         assert!(e.contains("--network-mode"), "{e}");
+    }
+
+    #[test]
+    fn a_start_splits_into_its_phases_by_the_leader_s_stamps() {
+        let stamps = std::collections::BTreeMap::from([
+            (TaskState::Staging, 1_010),
+            (TaskState::Provisioning, 1_060),
+            (TaskState::Ready, 1_100),
+            (TaskState::Running, 1_130),
+        ]);
+        let at = |s: TaskState| stamps.get(&s).copied();
+        assert_eq!(
+            phase_ms(1_000, at),
+            vec![Some(10), Some(50), Some(40), Some(30)]
+        );
+        // A phase whose end was never stamped is left out, not counted as zero.
+        let partial = |s: TaskState| (s == TaskState::Staging).then_some(1_010);
+        assert_eq!(phase_ms(1_000, partial), vec![Some(10), None, None, None]);
     }
 }
