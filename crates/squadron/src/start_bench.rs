@@ -2,8 +2,9 @@
 //! submitted one after the other (each waits for the last to end, so no start waits behind
 //! another) with a provider that does nothing; the figures are the leader's own stamps on each
 //! task — submitted, entered READY, entered RUNNING — so no client clock or poll interval is
-//! in them. The same stamps split each start into its phases (queued, staging, provisioning,
-//! the start itself), so a slow tail shows where it is spent.
+//! in them. The stamps of the states between (STAGING, PROVISIONING) split each start into its
+//! phases (queued, staging, provisioning, the start itself), so a slow tail shows where it is
+//! spent.
 
 use crate::progress::Progress;
 use std::time::{Duration, Instant};

@@ -19,7 +19,8 @@ use squadron_core::ids::{ProjectId, TenantId};
 
 use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::{
-    delete_taken, detached_since, forget_detached, local_sandboxes, take_away,
+    delete_left_aside, delete_taken, detached_since, forget_detached, local_sandboxes, take_away,
+    Taken,
 };
 use crate::agent::runtime::leaf_populated;
 use crate::agent::supervisor::{blocking, AgentSupervisor};
@@ -35,7 +36,11 @@ impl AgentSupervisor {
     /// One sweep over this worker's project sandboxes.
     pub(super) async fn sweep_detached(&self) {
         let data_dir = self.inner.data_dir.clone();
-        let local = match blocking(move || Ok(local_sandboxes(&data_dir))).await {
+        let local = blocking(move || {
+            delete_left_aside(&data_dir)?;
+            Ok(local_sandboxes(&data_dir))
+        });
+        let local = match local.await {
             Ok(local) => local,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list the project sandboxes");
@@ -71,8 +76,7 @@ impl AgentSupervisor {
         let taken = self.take_away_detached(tenant, project).await?;
         drop(op);
         let existed = taken.existed;
-        let data_dir = self.inner.data_dir.clone();
-        blocking(move || delete_taken(&data_dir, &taken)).await?;
+        blocking(move || delete_taken(&taken)).await?;
         if existed {
             tracing::info!(%tenant, %project, "removed the project's sandbox: no longer attached to this worker");
         }
@@ -101,7 +105,7 @@ impl AgentSupervisor {
         &self,
         tenant: &TenantId,
         project: &ProjectId,
-    ) -> Result<crate::agent::project_sandbox::Taken, AgentError> {
+    ) -> Result<Taken, AgentError> {
         let key = (tenant.clone(), project.clone());
         let cgroup = self.inner.runtime.project_cgroup_path(tenant, project);
         let populated = blocking(move || leaf_populated(&cgroup)).await?;

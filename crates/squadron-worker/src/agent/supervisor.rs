@@ -28,6 +28,9 @@
 //!   included) to `/mnt/run/mailbox.jsonl` and acknowledges them under the lease. The run
 //!   directory is read-only inside, so what a provider reads there was written by the worker.
 //!
+//! - **Detached sandboxes** (`detached`): a loop of its own removes a project's sandbox once
+//!   the project has not been attached to this worker for `--detached-sandbox-retention`.
+//!
 //! A restarted worker adopts the attempts of the active leases it holds (`adoption`).
 //!
 //! The supervisor's state is its own ([`AgentState`] in a [`Registry`] behind one lock);
@@ -173,9 +176,9 @@ impl AgentSupervisor {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts the renewal loop and the tick loop (exits, mailboxes, evidence, releases) on
-    /// the current runtime. Renewals get their own task so a slow reap or mailbox read never
-    /// delays them past a deadline.
+    /// Starts the renewal loop, the tick loop (exits, mailboxes, evidence, releases) and the
+    /// detached sandboxes' sweep on the current runtime. Renewals get their own task so a
+    /// slow reap or mailbox read never delays them past a deadline.
     pub(crate) fn spawn_loops(&self) -> Vec<tokio::task::JoinHandle<()>> {
         let renewer = self.clone();
         let renewals = tokio::spawn(async move {

@@ -9,7 +9,8 @@
 //! mounts the task's directories as virtiofs shares, runs the agent's start script as the
 //! sandbox user (uid 65534), writes its kernel's out-of-memory kills to `agent/memory` and the
 //! agent's exit code to `agent/exit-code` and powers the
-//! guest off, or keeps it up with a console shell when the manifest preserves failures.
+//! guest off, or keeps it up when the manifest preserves failures: a console shell, and SSH
+//! for the guest's own break-glass key (`break_glass`).
 //!
 //! | host                              | guest                 | mode |
 //! |-----------------------------------|-----------------------|------|
@@ -34,7 +35,8 @@
 //! dropped). The agent reaches its relay over a virtio-serial port whose
 //! host end is a Unix socket libvirt places under its own channel directory; the port carries
 //! yamux streams (`task::agent_relay`, `squadron-agent`'s `channel_bridge`). A second port,
-//! the control port, carries the worker's `stop` for a graceful cancel.
+//! the control port, carries the worker's `stop` for a graceful cancel; a third, only in a
+//! guest kept on failure, carries break-glass SSH sessions.
 //!
 //! # Files of this runtime
 //!
@@ -184,6 +186,11 @@ impl RuntimeFiles {
     fn initrd(&self) -> PathBuf {
         self.root.join("image/initrd.img")
     }
+    /// The link to the worker's own binary: the guest's agent, the break-glass line's proxy.
+    fn squadron_binary(&self) -> PathBuf {
+        self.bin_dir().join("squadron")
+    }
+
     fn bin_dir(&self) -> PathBuf {
         self.root.join("bin")
     }
@@ -936,7 +943,7 @@ impl Runtime for KvmRuntime {
             Ok(Some(found)) => channel_socket(&found.xml, BREAK_GLASS_PORT_NAME),
             _ => None,
         };
-        let squadron = self.files.bin_dir().join("squadron");
+        let squadron = self.files.squadron_binary();
         let ssh = socket
             .filter(|_| key.exists())
             .and_then(|socket| key.ssh_command(name, &socket, &squadron));
@@ -1030,7 +1037,7 @@ fn lay_out(
         agent_libraries::replace_with_copy(&source, &dest)?;
     }
     create_dir(&files.bin_dir(), 0o755)?;
-    let linked = files.bin_dir().join("squadron");
+    let linked = files.squadron_binary();
     replace_with_link(binary, &linked)?;
     agent_libraries::prepare(binary, &files.lib_dir())?;
     let wrapper = format!(

@@ -99,7 +99,7 @@ fn handshake(port: &mut UnixStream, nonce: &str) -> anyhow::Result<Vec<u8>> {
             }
             Err(e) => return Err(e).context("read from the guest's port"),
         }
-        if let Some(at) = find(&seen, answer.as_bytes()) {
+        if let Some(at) = memchr::memmem::find(&seen, answer.as_bytes()) {
             port.set_read_timeout(None)?;
             return Ok(seen.split_off(at + answer.len()));
         }
@@ -108,10 +108,6 @@ fn handshake(port: &mut UnixStream, nonce: &str) -> anyhow::Result<Vec<u8>> {
             seen.drain(..seen.len() - answer.len());
         }
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 #[cfg(test)]

@@ -36,9 +36,7 @@ fn parse_retention(s: &str) -> Result<(String, u64), String> {
     let (class, age) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: say CLASS=DURATION, e.g. short=12h"))?;
-    let age =
-        humantime::parse_duration(age).map_err(|e| format!("{s:?}: {e} (say 30m, 12h, 7d)"))?;
-    let ms = u64::try_from(age.as_millis()).map_err(|_| format!("{s:?}: too long"))?;
+    let ms = parse_duration_ms(age).map_err(|e| format!("{s:?}: {e}"))?;
     squadron_worker::OutputRetention::default()
         .with_age(class, ms)
         .map_err(|e| e.to_string())?;

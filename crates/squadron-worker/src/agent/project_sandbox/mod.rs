@@ -47,7 +47,8 @@ use crate::support::{now_ms, remove_path, write_atomic};
 use clone::{clone_bare, open_bare, resolve_base};
 pub(crate) use records::{prune_launch_files, record_reap};
 pub(crate) use removal::{
-    delete_taken, detached_since, forget_detached, local_sandboxes, take_away, Taken,
+    delete_left_aside, delete_taken, detached_since, forget_detached, local_sandboxes, take_away,
+    Taken,
 };
 pub(crate) use volume::ProjectVolume;
 
@@ -358,8 +359,9 @@ impl SandboxOrigin<'_> {
                 ),
             ));
         }
-        // Only a sandbox the project left here when it was detached reaches this: its
-        // worktrees may hold unpushed work, so it is never replaced on a launch's word.
+        // A sandbox the project left here (detached, or an attach that failed after the
+        // clone): its worktrees may hold unpushed work, so it is never replaced on a launch's
+        // word.
         if record.repo_url != self.repo_url {
             return Err(invalid(
                 "repository.url",

@@ -3,8 +3,8 @@
 //! is mounted beneath it (the `run/` bind, credential tmpfs) and its volume, removes the image
 //! and `{project}.run`, and renames the directory into `projects.removing/`, so the project
 //! has no sandbox here from then on; `delete_taken` removes the renamed directory, which may
-//! take long for a big clone, without the lock. A worker killed in between leaves it there
-//! for the next sweep.
+//! take long for a big clone, without the lock. A worker killed in between leaves it there;
+//! every sweep first deletes what is left there (`delete_left_aside`).
 //!
 //! When a project was first seen detached is kept beside its sandbox, in the tenant's
 //! directory (`.{project}.detached`, root's), so a restart does not start the retention over.
@@ -17,7 +17,7 @@ use squadron_core::ids::{ProjectId, TenantId};
 use super::volume::names;
 use super::{ProjectVolume, PROJECTS_DIR, SANDBOX_DIR_ENTRIES_MAX};
 use crate::error::WorkerError;
-use crate::support::{now_ms, remove_path, write_atomic};
+use crate::support::{now_ms, read_bounded, remove_path, write_atomic};
 
 /// Beside `projects/`: sandboxes taken away and not yet deleted.
 const REMOVING_DIR: &str = "projects.removing";
@@ -40,8 +40,8 @@ pub(crate) fn take_away(
 ) -> Result<Taken, WorkerError> {
     let data_dir =
         fs::canonicalize(data_dir).map_err(|e| WorkerError::io("resolving", data_dir, e))?;
-    let root = sandbox_root(&data_dir, tenant, project);
     let volume = ProjectVolume::of(&data_dir, tenant, project);
+    let root = volume.root().to_path_buf();
     let existed = root.exists() || volume.exists();
     volume.remove()?;
     // Mounts beneath a root without a volume (a worker run with --no-disk-quota).
@@ -65,12 +65,16 @@ pub(crate) fn take_away(
     Ok(Taken { existed, aside })
 }
 
-/// Deletes what `take_away` moved aside, and whatever an earlier life left in
-/// `projects.removing/`.
-pub(crate) fn delete_taken(data_dir: &Path, taken: &Taken) -> Result<(), WorkerError> {
-    if let Some(aside) = &taken.aside {
-        remove_path(aside)?;
+/// Deletes what `take_away` moved aside.
+pub(crate) fn delete_taken(taken: &Taken) -> Result<(), WorkerError> {
+    match &taken.aside {
+        Some(aside) => remove_path(aside),
+        None => Ok(()),
     }
+}
+
+/// Deletes what an earlier life moved aside and was killed before deleting.
+pub(crate) fn delete_left_aside(data_dir: &Path) -> Result<(), WorkerError> {
     let removing = data_dir.join(REMOVING_DIR);
     for left in names(&removing) {
         remove_path(&removing.join(left))?;
@@ -87,12 +91,11 @@ pub(crate) fn detached_since(
     now: u64,
 ) -> Result<u64, WorkerError> {
     let marker = marker_path(data_dir, tenant, project);
-    let recorded = match fs::symlink_metadata(&marker) {
-        Ok(meta) if meta.is_file() && meta.len() <= MARKER_BYTES_MAX => fs::read_to_string(&marker)
-            .ok()
-            .and_then(|t| t.trim().parse::<u64>().ok()),
-        _ => None,
-    };
+    // Root's file in root's directory; whatever is unreadable there is recorded anew.
+    let recorded = read_bounded(&marker, MARKER_BYTES_MAX)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .and_then(|t| t.trim().parse::<u64>().ok());
     if let Some(since) = recorded {
         return Ok(since);
     }
@@ -132,13 +135,6 @@ pub(crate) fn local_sandboxes(data_dir: &Path) -> Vec<(TenantId, ProjectId)> {
         }
     }
     found
-}
-
-fn sandbox_root(data_dir: &Path, tenant: &TenantId, project: &ProjectId) -> PathBuf {
-    data_dir
-        .join(PROJECTS_DIR)
-        .join(tenant.as_str())
-        .join(project.as_str())
 }
 
 /// `.{project}.detached` in the tenant's directory: outside the sandbox, which agents write.

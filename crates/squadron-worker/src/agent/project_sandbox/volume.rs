@@ -26,7 +26,8 @@ use super::{PROJECTS_DIR, RUN_DIR};
 
 /// Beneath the worker's volumes directory: one image per project sandbox.
 const PROJECT_VOLUMES_DIR: &str = "projects";
-/// Most tenants and projects per tenant a start-up remount walks.
+/// Most entries read from one directory of images or sandboxes (a start-up remount, the
+/// detached sandboxes' sweep).
 const REMOUNT_ENTRIES_MAX: usize = 100_000;
 
 #[derive(Debug, Clone)]
@@ -133,6 +134,11 @@ impl ProjectVolume {
 
     fn image(&self) -> PathBuf {
         self.quota.image().to_path_buf()
+    }
+
+    /// The sandbox's root, which the volume is mounted on.
+    pub(crate) fn root(&self) -> &Path {
+        self.quota.mount_point()
     }
 
     /// The directory of the tenant's images (and `{project}.run` directories).

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use ssh_key::rand_core::OsRng;
 use ssh_key::{Algorithm, LineEnding, PrivateKey};
 
+use super::RUNTIME_NAME;
 use crate::error::WorkerError;
+use crate::support::remove_path;
 
 /// In a domain's directory: the key pair and the known host key, root's only.
 const BREAK_GLASS_DIR: &str = "break-glass";
@@ -43,25 +45,15 @@ impl BreakGlassKey {
     /// defined); returns the public key's base64, for the guest.
     pub(crate) fn create(&self) -> Result<String, WorkerError> {
         let key = PrivateKey::random(&mut OsRng, Algorithm::Ed25519)
-            .map_err(|e| WorkerError::runtime("kvm", format!("break-glass key: {e}")))?;
+            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}")))?;
         let private = key
             .to_openssh(LineEnding::LF)
-            .map_err(|e| WorkerError::runtime("kvm", format!("break-glass key: {e}")))?;
+            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}")))?;
         let public = key
             .public_key()
             .to_openssh()
-            .map_err(|e| WorkerError::runtime("kvm", format!("break-glass key: {e}")))?;
-        match std::fs::remove_dir_all(&self.dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(WorkerError::io(
-                    "remove an old break-glass key",
-                    &self.dir,
-                    e,
-                ))
-            }
-        }
+            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}")))?;
+        remove_path(&self.dir)?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&self.dir)
