@@ -747,20 +747,7 @@ fn a_provider_whose_worker_dies_fences_itself_and_the_restarted_worker_takes_ove
     let urls = cluster.urls();
     let url = cluster.url(1);
     let worker_id = worker.id.clone();
-    let r = post(
-        &format!("{url}/api/v1/projects"),
-        json!({"tenant": "acme", "project": "solo", "max_profiles": 1, "max_active": 1}),
-    )
-    .expect("project");
-    assert!(r.ok(), "{r:?}");
-    let r = post(
-        &format!("{url}/api/v1/projects/acme/solo/profiles"),
-        json!({"key": "lonely", "providers": ["codex"]}),
-    )
-    .expect("profile");
-    assert!(r.ok(), "{r:?}");
-    let id =
-        ProfileId::new(r.body["profile_created"]["profile"].as_u64().expect("id")).expect("id");
+    let id = project_with_a_profile(&url, "solo", "lonely");
     let rt = rt();
     let client = client_with_timeouts(urls, Duration::from_secs(120), Duration::from_secs(2));
     let launched = rt
@@ -1253,7 +1240,7 @@ fn a_detached_project_sandbox_is_removed_and_the_project_attached_again_from_ano
         Duration::from_secs(2),
     );
 
-    let id = project_with_a_profile(&url, "swept");
+    let id = project_with_a_profile(&url, "swept", "mover");
     launch_from(&url, id, &swept.id, &repo);
     let data = swept.data_dir.canonicalize().expect("data dir");
     let sandbox = data.join("projects/acme/swept");
@@ -1298,7 +1285,7 @@ fn a_detached_project_sandbox_is_removed_and_the_project_attached_again_from_ano
             "200".into(),
         ],
     );
-    let id = project_with_a_profile(&url, "kept");
+    let id = project_with_a_profile(&url, "kept", "mover");
     launch_from(&url, id, &kept.id, &repo);
     detach(&rt, &client, id, "kept");
     let data = kept.data_dir.canonicalize().expect("data dir");
@@ -1329,8 +1316,8 @@ fn a_detached_project_sandbox_is_removed_and_the_project_attached_again_from_ano
         .expect("stop");
 }
 
-/// Project `acme/{project}` with one profile, `mover`; its id.
-fn project_with_a_profile(url: &str, project: &str) -> ProfileId {
+/// Project `acme/{project}` with one slot and one profile, `key`, running Codex; its id.
+fn project_with_a_profile(url: &str, project: &str, key: &str) -> ProfileId {
     let r = post(
         &format!("{url}/api/v1/projects"),
         json!({"tenant": "acme", "project": project, "max_profiles": 1, "max_active": 1}),
@@ -1339,7 +1326,7 @@ fn project_with_a_profile(url: &str, project: &str) -> ProfileId {
     assert!(r.ok(), "{r:?}");
     let r = post(
         &format!("{url}/api/v1/projects/acme/{project}/profiles"),
-        json!({"key": "mover", "providers": ["codex"]}),
+        json!({"key": key, "providers": ["codex"]}),
     )
     .expect("profile");
     assert!(r.ok(), "{r:?}");

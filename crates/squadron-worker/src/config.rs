@@ -489,9 +489,6 @@ fn resolve_allowed_host(name: &str) -> Result<Vec<ipnet::Ipv4Net>, String> {
 mod tests {
     use super::*;
 
-    /// `--egress-allow` takes host names beside networks and addresses: a name is resolved
-    /// to its IPv4 addresses (`localhost` is in every Debian's /etc/hosts); a name that does
-    /// not resolve, a subdomain pattern or a malformed network is refused naming the field.
     /// `--docker-warm-pool` above its ceiling is refused naming the field; the ceiling itself
     /// and 0 (no pool) pass.
     #[test]
@@ -517,6 +514,9 @@ mod tests {
         );
     }
 
+    /// `--egress-allow` takes host names beside networks and addresses: a name is resolved
+    /// to its IPv4 addresses (`localhost` is in every Debian's /etc/hosts); a name that does
+    /// not resolve, a subdomain pattern or a malformed network is refused naming the field.
     #[test]
     fn egress_allow_resolves_host_names_and_names_the_field_when_bad() {
         let listen: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();

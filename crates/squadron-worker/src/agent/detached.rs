@@ -15,12 +15,13 @@
 //! without the lock. When the project was first seen detached is kept on disk, so a restart
 //! does not start the retention over.
 
+use std::path::PathBuf;
+
 use squadron_core::ids::{ProjectId, TenantId};
 
 use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::{
     delete_left_aside, delete_taken, detached_since, forget_detached, local_sandboxes, take_away,
-    Taken,
 };
 use crate::agent::runtime::leaf_populated;
 use crate::agent::supervisor::{blocking, AgentSupervisor};
@@ -73,13 +74,10 @@ impl AgentSupervisor {
         if self.attached_here(tenant, project).await? {
             return Ok(());
         }
-        let taken = self.take_away_detached(tenant, project).await?;
+        let aside = self.take_away_detached(tenant, project).await?;
         drop(op);
-        let existed = taken.existed;
-        blocking(move || delete_taken(&taken)).await?;
-        if existed {
-            tracing::info!(%tenant, %project, "removed the project's sandbox: no longer attached to this worker");
-        }
+        blocking(move || delete_taken(aside.as_deref())).await?;
+        tracing::info!(%tenant, %project, "removed the project's sandbox: no longer attached to this worker");
         Ok(())
     }
 
@@ -105,7 +103,7 @@ impl AgentSupervisor {
         &self,
         tenant: &TenantId,
         project: &ProjectId,
-    ) -> Result<Taken, AgentError> {
+    ) -> Result<Option<PathBuf>, AgentError> {
         let key = (tenant.clone(), project.clone());
         let cgroup = self.inner.runtime.project_cgroup_path(tenant, project);
         let populated = blocking(move || leaf_populated(&cgroup)).await?;
@@ -117,9 +115,9 @@ impl AgentSupervisor {
             )));
         }
         let (data_dir, t, p) = (self.inner.data_dir.clone(), tenant.clone(), project.clone());
-        let taken = blocking(move || take_away(&data_dir, &t, &p)).await?;
+        let aside = blocking(move || take_away(&data_dir, &t, &p)).await?;
         self.registry().forget_sandbox(&key);
-        Ok(taken)
+        Ok(aside)
     }
 }
 

@@ -180,41 +180,40 @@ impl AgentSupervisor {
     /// detached sandboxes' sweep on the current runtime. Renewals get their own task so a
     /// slow reap or mailbox read never delays them past a deadline.
     pub(crate) fn spawn_loops(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let renewer = self.clone();
-        let renewals = tokio::spawn(async move {
-            let every = Duration::from_millis(renewer.inner.config.renew_interval_ms());
-            let mut tick = tokio::time::interval(every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                renewer.renew_all().await;
-            }
+        let renewals = self.spawn_every(self.inner.config.renew_interval_ms(), |me| async move {
+            me.renew_all().await
         });
-        let me = self.clone();
-        let ticks = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(SUPERVISOR_TICK_MS));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                me.check_exits().await;
-                me.deliver_mailboxes().await;
-                me.retry_pending_evidence().await;
-                me.retry_pending_releases().await;
-                me.save_evidence();
-            }
+        let ticks = self.spawn_every(SUPERVISOR_TICK_MS, |me| async move {
+            me.check_exits().await;
+            me.deliver_mailboxes().await;
+            me.retry_pending_evidence().await;
+            me.retry_pending_releases().await;
+            me.save_evidence();
         });
         // Its own loop: a sweep reads the control plane once per local sandbox.
-        let sweeper = self.clone();
-        let sweeps = tokio::spawn(async move {
-            let every = Duration::from_millis(sweeper.inner.config.detached_sweep_interval_ms);
-            let mut tick = tokio::time::interval(every);
+        let sweeps = self.spawn_every(
+            self.inner.config.detached_sweep_interval_ms,
+            |me| async move { me.sweep_detached().await },
+        );
+        vec![renewals, ticks, sweeps]
+    }
+
+    /// A task running `round` every `every_ms`; a late round delays the next instead of
+    /// bunching them.
+    fn spawn_every<F, Fut>(&self, every_ms: u64, round: F) -> tokio::task::JoinHandle<()>
+    where
+        F: Fn(AgentSupervisor) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(every_ms));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                sweeper.sweep_detached().await;
+                round(me.clone()).await;
             }
-        });
-        vec![renewals, ticks, sweeps]
+        })
     }
 
     /// Saves the evidence counters when they changed since the last save; a failed save is

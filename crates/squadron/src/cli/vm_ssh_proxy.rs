@@ -62,13 +62,14 @@ fn handshake(port: &mut UnixStream, nonce: &str) -> anyhow::Result<Vec<u8>> {
     let hello = format!("{BREAK_GLASS_HELLO} {nonce}\n");
     let answer = format!("{BREAK_GLASS_READY} {nonce}\n");
     let started = Instant::now();
+    let deadline = started + Duration::from_millis(ANSWER_WAIT_MS_MAX);
     let mut resend = Duration::from_millis(HELLO_RESEND_MS_FIRST);
     let mut next_hello = started;
     let mut seen: Vec<u8> = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
         let now = Instant::now();
-        if now.duration_since(started) >= Duration::from_millis(ANSWER_WAIT_MS_MAX) {
+        if now >= deadline {
             bail!(
                 "the guest did not answer on its break-glass port within {} s (is it kept and \
                  running, or does another session hold the port? `virsh console` reaches it too)",
@@ -81,11 +82,9 @@ fn handshake(port: &mut UnixStream, nonce: &str) -> anyhow::Result<Vec<u8>> {
             next_hello = now + resend;
             resend *= 2;
         }
-        port.set_read_timeout(Some(
-            next_hello
-                .saturating_duration_since(now)
-                .max(Duration::from_millis(1)),
-        ))?;
+        // Until the next hello, and never past the deadline.
+        let wait = next_hello.min(deadline).saturating_duration_since(now);
+        port.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
         match port.read(&mut buf) {
             Ok(0) => bail!("the guest's break-glass port closed before the guest answered"),
             Ok(n) => seen.extend_from_slice(&buf[..n]),

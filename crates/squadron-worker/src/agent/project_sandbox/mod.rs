@@ -48,7 +48,6 @@ use clone::{clone_bare, open_bare, resolve_base};
 pub(crate) use records::{prune_launch_files, record_reap};
 pub(crate) use removal::{
     delete_left_aside, delete_taken, detached_since, forget_detached, local_sandboxes, take_away,
-    Taken,
 };
 pub(crate) use volume::ProjectVolume;
 

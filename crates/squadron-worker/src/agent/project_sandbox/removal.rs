@@ -24,29 +24,20 @@ const REMOVING_DIR: &str = "projects.removing";
 /// The largest detached-since marker read back.
 const MARKER_BYTES_MAX: u64 = 64;
 
-/// What `take_away` found, and the directory it moved aside for `delete_taken`.
-#[derive(Debug)]
-pub(crate) struct Taken {
-    pub(crate) existed: bool,
-    aside: Option<PathBuf>,
-}
-
 /// Takes the sandbox of (tenant, project) away from `data_dir`: afterwards the project has
-/// none here.
+/// none here. Returns the directory it moved aside, for `delete_taken`.
 pub(crate) fn take_away(
     data_dir: &Path,
     tenant: &TenantId,
     project: &ProjectId,
-) -> Result<Taken, WorkerError> {
+) -> Result<Option<PathBuf>, WorkerError> {
     let data_dir =
         fs::canonicalize(data_dir).map_err(|e| WorkerError::io("resolving", data_dir, e))?;
     let volume = ProjectVolume::of(&data_dir, tenant, project);
     let root = volume.root().to_path_buf();
-    let existed = root.exists() || volume.exists();
+    // Also what is mounted beneath a root without a volume (a worker run with
+    // --no-disk-quota).
     volume.remove()?;
-    // Mounts beneath a root without a volume (a worker run with --no-disk-quota).
-    squadron_isolation::slot_mounts::unmount_beneath(&root)
-        .map_err(|e| WorkerError::Project(e.to_string()))?;
     let mut aside = None;
     if root.exists() {
         let removing = data_dir.join(REMOVING_DIR);
@@ -62,15 +53,12 @@ pub(crate) fn take_away(
         let _ = fs::remove_dir(tenant_dir);
     }
     let _ = fs::remove_dir(volume.tenant_dir());
-    Ok(Taken { existed, aside })
+    Ok(aside)
 }
 
 /// Deletes what `take_away` moved aside.
-pub(crate) fn delete_taken(taken: &Taken) -> Result<(), WorkerError> {
-    match &taken.aside {
-        Some(aside) => remove_path(aside),
-        None => Ok(()),
-    }
+pub(crate) fn delete_taken(aside: Option<&Path>) -> Result<(), WorkerError> {
+    aside.map_or(Ok(()), remove_path)
 }
 
 /// Deletes what an earlier life moved aside and was killed before deleting.

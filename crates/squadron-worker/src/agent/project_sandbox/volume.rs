@@ -146,13 +146,9 @@ impl ProjectVolume {
         self.run_outside.parent().unwrap_or(&self.run_outside)
     }
 
-    /// Whether the volume's image or its `{project}.run` is on disk.
-    pub(crate) fn exists(&self) -> bool {
-        self.image().exists() || self.run_outside.exists()
-    }
-
     /// The sandbox is gone: what is mounted beneath its root and beneath `{project}.run` is
-    /// unmounted, then the volume, and the image and `{project}.run` are removed.
+    /// unmounted (with or without a volume), then the volume, and the image and
+    /// `{project}.run` are removed.
     pub(crate) fn remove(&self) -> Result<(), WorkerError> {
         for dir in [self.quota.mount_point(), self.run_outside.as_path()] {
             squadron_isolation::slot_mounts::unmount_beneath(dir).map_err(quota_error)?;

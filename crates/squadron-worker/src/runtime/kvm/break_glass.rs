@@ -44,15 +44,9 @@ impl BreakGlassKey {
     /// Makes a fresh key pair (replacing one an earlier life left before its domain was
     /// defined); returns the public key's base64, for the guest.
     pub(crate) fn create(&self) -> Result<String, WorkerError> {
-        let key = PrivateKey::random(&mut OsRng, Algorithm::Ed25519)
-            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}")))?;
-        let private = key
-            .to_openssh(LineEnding::LF)
-            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}")))?;
-        let public = key
-            .public_key()
-            .to_openssh()
-            .map_err(|e| WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}")))?;
+        let key = PrivateKey::random(&mut OsRng, Algorithm::Ed25519).map_err(key_error)?;
+        let private = key.to_openssh(LineEnding::LF).map_err(key_error)?;
+        let public = key.public_key().to_openssh().map_err(key_error)?;
         remove_path(&self.dir)?;
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -71,10 +65,9 @@ impl BreakGlassKey {
         // `ssh-ed25519 BASE64`: the guest gets the base64 alone, free of spaces.
         match public.split(' ').nth(1) {
             Some(base64) if !base64.is_empty() => Ok(base64.to_string()),
-            _ => Err(WorkerError::runtime(
-                "kvm",
-                format!("break-glass key: an unexpected public key encoding {public:?}"),
-            )),
+            _ => Err(key_error(format!(
+                "an unexpected public key encoding {public:?}"
+            ))),
         }
     }
 
@@ -108,6 +101,10 @@ impl BreakGlassKey {
              {GUEST_USER}@{name}"
         ))
     }
+}
+
+fn key_error(e: impl std::fmt::Display) -> WorkerError {
+    WorkerError::runtime(RUNTIME_NAME, format!("break-glass key: {e}"))
 }
 
 /// A path the line carries as it is: no byte a shell or ssh's `%` tokens would read.
