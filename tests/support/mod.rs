@@ -9,53 +9,24 @@ mod process_scan;
 mod tls;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
-pub use process_scan::{assert_placeholder_holders_lack, memchr_find, memory_holds, pids_with_env};
+pub use process_scan::{
+    assert_placeholder_holders_lack, memchr_find, memory_holds, memory_holds_within, pids_with_env,
+};
 use serde_json::{json, Value};
 #[allow(unused_imports)]
 pub use tls::{pki, presenting};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_squadron");
 
-/// Ports handed out below the kernel's ephemeral range, at most.
-const TEST_PORTS_SPAN: u32 = 10_000;
-
-/// A free loopback port for a node or worker to bind later. Taken below the kernel's
-/// ephemeral range: a port the kernel picked for `bind(0)` is one it may give the next
-/// outgoing connection of any test before the node binds it ("Address already in use").
-/// Each test binary starts at its own offset and counts up, so concurrent clusters in one
-/// binary never get the same port either.
+/// A free loopback port for a node or worker to bind later, below the kernel's ephemeral
+/// range, counting up from this binary's own offset (`squadron_bench::free_port` says why).
 pub fn free_port() -> u16 {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|t| {
-            t.split_whitespace()
-                .next()
-                .and_then(|p| p.parse::<u32>().ok())
-        })
-        .unwrap_or(32_768);
-    if low <= TEST_PORTS_SPAN + 1_024 {
-        return TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-    }
-    let first = low - TEST_PORTS_SPAN;
-    let offset = std::process::id().wrapping_mul(7_919) % TEST_PORTS_SPAN;
-    for _ in 0..TEST_PORTS_SPAN {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let port = u16::try_from(first + (offset + n) % TEST_PORTS_SPAN).expect("a port");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port in {first}..{low}")
+    squadron_bench::free_port().expect("a free loopback port")
 }
 
 #[derive(Debug, Clone)]
@@ -885,7 +856,7 @@ fn remove_kvm_files_of(data_dir: &Path) {
 }
 
 /// The KVM runtime's directories whose owner file names this data directory.
-fn kvm_dirs_of(data_dir: &Path) -> Vec<PathBuf> {
+pub fn kvm_dirs_of(data_dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir("/var/lib/squadron/vm/workers") else {
         return Vec::new();
     };
@@ -897,6 +868,31 @@ fn kvm_dirs_of(data_dir: &Path) -> Vec<PathBuf> {
                 == data_dir.as_os_str().as_encoded_bytes()
         })
         .collect()
+}
+
+/// The QEMU processes of this data directory's KVM runtime's guests (each one's command line
+/// names its console log, under the runtime's directory).
+pub fn qemu_pids_of(data_dir: &Path) -> Vec<u32> {
+    let dirs: Vec<String> = kvm_dirs_of(data_dir)
+        .iter()
+        .map(|d| format!("{}/", d.display()))
+        .collect();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        let qemu = cmdline
+            .split('\0')
+            .next()
+            .is_some_and(|program| program.contains("qemu-system"));
+        if qemu && dirs.iter().any(|d| cmdline.contains(d)) {
+            pids.push(pid);
+        }
+    }
+    pids
 }
 
 /// The last lines of each guest console of this data directory's KVM runtime.

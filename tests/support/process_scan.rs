@@ -29,6 +29,12 @@ const READ_CHUNK_BYTES: usize = 1 << 20;
 /// Whether any readable mapping of `pid`'s memory holds `needle`, read in chunks that overlap
 /// by the needle's length.
 pub fn memory_holds(pid: u32, needle: &[u8]) -> bool {
+    memory_holds_within(pid, needle, MAPPING_BYTES_MAX)
+}
+
+/// [`memory_holds`], reading up to `mapping_bytes_max` of each mapping (a guest's RAM is one
+/// mapping of QEMU's, as large as the guest's memory).
+pub fn memory_holds_within(pid: u32, needle: &[u8], mapping_bytes_max: u64) -> bool {
     use std::os::unix::fs::FileExt as _;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
     let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
@@ -49,7 +55,7 @@ pub fn memory_holds(pid: u32, needle: &[u8]) -> bool {
         let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
             continue;
         };
-        let end = b.min(a + MAPPING_BYTES_MAX);
+        let end = b.min(a + mapping_bytes_max);
         let mut at = a;
         while at < end {
             let want = ((end - at) as usize).min(buf.len());

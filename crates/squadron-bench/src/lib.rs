@@ -47,7 +47,7 @@ pub use options::{
     ClientRoute, CompareOptions, EtcdProtocol, System, Workload, CLIENTS_MAX, ETCD_BIN_DEFAULT,
     FAILOVER_CLIENTS_DEFAULT, NODES_MAX,
 };
-pub use process::{rss_kib, NodeMemory};
+pub use process::{free_port, rss_kib, NodeMemory};
 pub use report::{
     ComparePoint, CompareReport, FailoverComparison, FailoverResult, MemoryComparison, Ratios,
     SquadronInternals,

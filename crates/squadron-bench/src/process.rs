@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -12,8 +13,51 @@ use crate::error::BenchError;
 /// Lines of a node's log quoted in a startup error.
 const LOG_TAIL_LINES_MAX: usize = 30;
 
-/// A free loopback port (bound, then released: the window for a collision is tiny).
-pub(crate) fn free_port() -> Result<u16, BenchError> {
+/// The lowest port a node is given: above the well-known and most registered services.
+const NODE_PORT_MIN: u32 = 10_000;
+/// Where the kernel's ephemeral range is read (`low high`).
+const EPHEMERAL_RANGE_PATH: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+/// Ports at least between [`NODE_PORT_MIN`] and the ephemeral range for the count below to
+/// be worth it; with fewer, the kernel picks.
+const NODE_PORTS_MIN: u32 = 1_024;
+
+/// A free loopback port for a node to listen on, below the kernel's ephemeral range: a port
+/// the kernel handed out for `:0` could, in the moment between its release here and the
+/// node's bind, become the local end of any outgoing connection on the machine — a cluster's
+/// own members dial each other while the next node starts (CI saw etcd fail to start on
+/// exactly that). Below the range only an explicit bind takes a port. Each process starts at
+/// its own offset (from its pid) and counts up, so the clusters of one process never get the
+/// same port, and two processes only where their counts meet. The test clusters take theirs
+/// here too.
+pub fn free_port() -> Result<u16, BenchError> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = ephemeral_low().unwrap_or(0);
+    if low < NODE_PORT_MIN + NODE_PORTS_MIN {
+        return kernel_port();
+    }
+    let span = low - NODE_PORT_MIN;
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = NODE_PORT_MIN + (offset + n) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    kernel_port()
+}
+
+/// The first port of the kernel's ephemeral range, when it can be read.
+fn ephemeral_low() -> Option<u32> {
+    let range = std::fs::read_to_string(EPHEMERAL_RANGE_PATH).ok()?;
+    range.split_whitespace().next()?.parse().ok()
+}
+
+/// A port the kernel picks (bound, then released), where no span below its range is left.
+fn kernel_port() -> Result<u16, BenchError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -142,6 +186,22 @@ mod tests {
         assert_eq!(parse_vm_rss("Name:\tx\n"), None);
         let own = rss_kib(std::process::id()).expect("own RSS");
         assert!(own > 100, "{own}");
+    }
+
+    /// Ports below the ephemeral range, each one once. (Whether one stays free after the
+    /// check is every other process's to decide: not asserted here.)
+    #[test]
+    fn node_ports_are_below_the_ephemeral_range_and_never_repeat() {
+        let low = ephemeral_low().expect("the kernel's ephemeral range");
+        let ports: Vec<u16> = (0..50).map(|_| free_port().expect("a free port")).collect();
+        for port in &ports {
+            assert!(
+                (NODE_PORT_MIN..low).contains(&u32::from(*port)),
+                "{port} not below {low}"
+            );
+        }
+        let distinct: std::collections::BTreeSet<&u16> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
     }
 
     #[test]
