@@ -1,9 +1,9 @@
 //! Issue 14 item 8 end to end: a credential an admin binds to an upstream never enters the
 //! sandbox. A real node, real workers (bubblewrap, cgroups, an `isolated` namespace of
-//! loopback only; and dockerd, an `outbound` container), and a TLS stand-in for the upstream
-//! in a namespace of the test's own: the upstream gets the key, while no process of the
-//! sandbox has it in its environment, command line or memory, and no file in the sandbox
-//! holds it.
+//! loopback only; dockerd, an `outbound` container; libvirt, a guest without a NIC), and a TLS
+//! stand-in for the upstream in a namespace of the test's own: the upstream gets the key,
+//! while no process of the sandbox has it in its environment, command line or memory (a
+//! guest's: QEMU's, its RAM included), and no file in the sandbox holds it.
 
 mod egress_upstream;
 mod support;
@@ -135,7 +135,10 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
     // A sandbox that cannot take it is refused at submission, naming the field; nothing stored.
     let before = http_get(&format!("{url}/api/v1/tasks")).expect("tasks");
     for (vm, field) in [
-        ("  runtime: kvm\n  network_mode: isolated\n", "vm.runtime"),
+        (
+            "  runtime: docker\n  network_mode: full\n",
+            "vm.network_mode",
+        ),
         ("  network_mode: full\n", "vm.network_mode"),
     ] {
         let refused = submit_yaml(&url, &manifest(&repo, vm));
@@ -157,7 +160,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
         "docker",
         vec!["--egress-ca".into(), upstream.ca.display().to_string()],
     );
-    run_in_docker(&url, &repo, &docker_id, &secret);
+    run_in_docker(&url, &repo, &docker, &docker_id, &secret);
     let requests = upstream.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
     assert_eq!(requests[0]["headers"]["x-api-key"], secret, "{requests:?}");
@@ -186,21 +189,7 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
 
     // While it runs: its processes hold the placeholder, never the value.
     assert_placeholder_holders_lack(secret.as_bytes(), "the sandbox");
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let path = entry.path().join("cmdline");
-        let cmdline = std::fs::read(&path).unwrap_or_default();
-        assert!(
-            !memchr_find(&cmdline, secret.as_bytes()),
-            "{} holds the value",
-            path.display()
-        );
-        let env = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-        assert!(
-            !memchr_find(&env, secret.as_bytes()),
-            "{} holds the value in its environment",
-            entry.path().display()
-        );
-    }
+    assert_no_cmdline_or_environ_holds(&secret);
     // Revoking the credential ends the lease: the proxy refuses from then on.
     let revoke = cli(&url)
         .args(["--endpoint", &url, "credential", "revoke", "cred_up"])
@@ -250,23 +239,116 @@ fn a_credential_injected_at_egress_reaches_its_upstream_and_never_the_sandbox() 
     );
 }
 
+/// How long a guest task may take, booting under software emulation included.
+const GUEST_TASK_TIMEOUT: Duration = Duration::from_secs(300);
+/// A guest's memory in the KVM test, and so the size of QEMU's mapping of its RAM.
+const GUEST_MEMORY_BYTES: u64 = 512 << 20;
+
+/// A KVM guest (QEMU's software emulation here) in `isolated`, which has no NIC at all: the
+/// provider calls its own loopback, where the guest's agent accepts and carries each connection
+/// over its virtio-serial channel to the worker's proxy. The upstream gets the value; QEMU's
+/// memory, the guest's RAM included, holds the placeholder the provider has and never the
+/// value; the guest's files and the worker's neither.
+#[test]
+fn a_kvm_guest_reaches_its_upstream_over_the_agent_channel_and_never_holds_the_value() {
+    let cluster = Cluster::start(1);
+    let url = cluster.url(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let repo = git_repo(dir.path());
+    let upstream = Upstream::start(dir.path());
+    let mut args = kvm_worker_args(1);
+    args.extend(["--egress-ca".into(), upstream.ca.display().to_string()]);
+    let worker = WorkerProc::start_with(
+        dir.path(),
+        &unique_worker_id("egress-kvm"),
+        vec![url.clone()],
+        "kvm",
+        args,
+    );
+    let secret = format!("sk-egress-guest-{}", std::process::id() * 7919);
+    put_credential(&url, "cred_up", &secret);
+    bind(&url, &upstream.url());
+
+    let vm = format!(
+        "  runtime: kvm\n  network_mode: isolated\n  memory: {}Mi\n",
+        GUEST_MEMORY_BYTES >> 20
+    );
+    // The guest stays up for the memory scans after its calls.
+    let script = WGET_SCRIPT.replace("sleep 8", "sleep 40");
+    let (task, stdout_url) = submit_calling(&url, &manifest_with(&repo, &vm, &script), &worker);
+
+    // While it runs: the guest's memory holds the placeholder (the scan sees it), not the value.
+    let placeholder = placeholder_under(&worker.data_dir);
+    let qemu = qemu_pids_of(&worker.data_dir);
+    assert_eq!(qemu.len(), 1, "one guest: {qemu:?}");
+    let whole = GUEST_MEMORY_BYTES * 2;
+    assert!(
+        memory_holds_within(qemu[0], placeholder.as_bytes(), whole),
+        "the guest's memory does not hold the provider's placeholder: the scan misses it"
+    );
+    assert!(
+        !memory_holds_within(qemu[0], secret.as_bytes(), whole),
+        "the guest's memory holds the value"
+    );
+    assert_no_cmdline_or_environ_holds(&secret);
+
+    assert_wget_task_ended(&url, task, &stdout_url, &secret);
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["headers"]["x-api-key"], secret, "{requests:?}");
+    assert_eq!(requests[0]["path"], "/api/v1/messages?beta=true");
+    let log = std::fs::read_to_string(&worker.log).unwrap_or_default();
+    assert!(!log.contains(&secret), "the worker's log holds the value");
+    assert_no_bytes_below(&worker.data_dir, secret.as_bytes(), "worker data", "inbox");
+    for kvm_dir in kvm_dirs_of(&worker.data_dir) {
+        assert_no_bytes_below(&kvm_dir, secret.as_bytes(), "the KVM runtime's files", "");
+    }
+}
+
+/// The placeholder the worker wrote into the one `egress.env` below `data_dir`.
+fn placeholder_under(data_dir: &Path) -> String {
+    let tasks = data_dir.join("tasks");
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(&tasks).into_iter().flatten().flatten() {
+        let env = task.path().join("run").join("egress.env");
+        if let Ok(text) = std::fs::read_to_string(&env) {
+            found.extend(
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("export ANTHROPIC_API_KEY="))
+                    .map(|v| v.trim_matches('\'').to_string()),
+            );
+        }
+    }
+    assert_eq!(
+        found.len(),
+        1,
+        "one egress.env below {}: {found:?}",
+        tasks.display()
+    );
+    assert!(found[0].starts_with("sqd_egress_"), "{found:?}");
+    found.remove(0)
+}
+
+/// No host process has `secret` on its command line or in its environment.
+fn assert_no_cmdline_or_environ_holds(secret: &str) {
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        for file in ["cmdline", "environ"] {
+            let path = entry.path().join(file);
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            assert!(
+                !memchr_find(&bytes, secret.as_bytes()),
+                "{} holds the value",
+                path.display()
+            );
+        }
+    }
+}
+
 /// A task in an `outbound` container: it calls through the proxy, the forged placeholder is
 /// refused, and neither the container's configuration nor its output holds the value.
-fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
+fn run_in_docker(url: &str, repo: &Path, docker: &WorkerProc, worker: &str, secret: &str) {
     let vm = "  runtime: docker\n  network_mode: outbound\n";
-    let reply = submit_yaml(url, &manifest_with(repo, vm, WGET_SCRIPT));
-    assert!(reply.ok(), "{reply:?}");
-    let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
-    let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
-    wait_until(TASK_TIMEOUT, || {
-        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("forged"))
-    })
-    .unwrap_or_else(|_| {
-        panic!(
-            "no call: {:?}",
-            http_get(&format!("{url}/api/v1/tasks/{task}"))
-        )
-    });
+    let (task, stdout_url) = submit_calling(url, &manifest_with(repo, vm, WGET_SCRIPT), docker);
     // While it runs: the container's configuration has the placeholder's file, not the value.
     let ps = std::process::Command::new("docker")
         .args([
@@ -288,9 +370,35 @@ fn run_in_docker(url: &str, repo: &Path, worker: &str, secret: &str) {
     assert!(inspect.contains("/mnt/run"), "{inspect}");
     assert!(!inspect.contains(secret), "docker inspect holds the value");
     assert_placeholder_holders_lack(secret.as_bytes(), "the container");
+    assert_wget_task_ended(url, task, &stdout_url, secret);
+}
 
-    let t = wait_task_state(url, task, &["COMPLETED", "FAILED"], TASK_TIMEOUT);
-    let (_, stdout) = http_text(&stdout_url).expect("stdout");
+/// Submits `manifest` and waits until its provider made its calls (its stdout names the
+/// forged one), as long as a guest may take to boot; returns the task and its stdout's URL.
+fn submit_calling(url: &str, manifest: &str, worker: &WorkerProc) -> (u64, String) {
+    let reply = submit_yaml(url, manifest);
+    assert!(reply.ok(), "{reply:?}");
+    let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
+    let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
+    wait_until(GUEST_TASK_TIMEOUT, || {
+        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("forged"))
+    })
+    .unwrap_or_else(|_| {
+        panic!(
+            "no call: {:?}\n{}",
+            http_get(&format!("{url}/api/v1/tasks/{task}")),
+            tail(&worker.log)
+        )
+    });
+    (task, stdout_url)
+}
+
+/// The end of a task running `WGET_SCRIPT`: COMPLETED, the answer streamed back through the
+/// proxy, the forged placeholder refused, no file for the credential, the proxy closed, and
+/// the value in no event.
+fn assert_wget_task_ended(url: &str, task: u64, stdout_url: &str, secret: &str) {
+    let t = wait_task_state(url, task, &["COMPLETED", "FAILED"], GUEST_TASK_TIMEOUT);
+    let (_, stdout) = http_text(stdout_url).expect("stdout");
     assert_eq!(t["state"], "COMPLETED", "{t:#}\n{stdout}");
     assert!(stdout.contains("file=none"), "no file for it: {stdout}");
     assert!(

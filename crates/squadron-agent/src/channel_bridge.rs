@@ -2,23 +2,26 @@
 //! worker can bind into it, only a virtio-serial port that libvirt joins to a Unix socket on
 //! the worker. The bridge offers the agent the same two local sockets a container gets, and
 //! carries each connection to one of them as a yamux stream over the port whose first byte
-//! names the target (`squadron_api::agent_channel`). When the session ends (the worker
+//! names the target (`squadron_api::agent_channel`). It also accepts on the guest's loopback at
+//! the egress-injection port, for the worker's proxy of the sandbox's injected credentials: the
+//! provider calls its own loopback there, as in a container. When the session ends (the worker
 //! restarted, the port was reset), a new one is started on the same port.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use squadron_api::agent_channel::{TARGET_GRPC, TARGET_REST};
-use tokio::io::AsyncWriteExt;
-use tokio::net::{UnixListener, UnixStream};
+use squadron_api::agent_channel::{
+    CHANNEL_STREAMS_MAX, EGRESS_PORT, TARGET_EGRESS, TARGET_GRPC, TARGET_REST,
+};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
 use tokio_yamux::{Config, Control, Session};
 
 use crate::error::AgentError;
 use crate::virtio_port::VirtioPort;
 
-/// Streams open over the port at once (the relay's own bound is the same).
-pub const CHANNEL_STREAMS_MAX: usize = 8;
 /// The pause before a new session after one ended or the port could not be opened.
 const SESSION_RESTART_MS: u64 = 200;
 
@@ -30,10 +33,17 @@ pub struct ChannelBridge {
 }
 
 impl ChannelBridge {
-    /// Binds the two local sockets and serves them until the process ends.
+    /// Binds the two local sockets and the egress port and serves them until the process
+    /// ends. The egress port is best effort: a guest where it is taken still gets its agent,
+    /// and a provider with credentials injected at egress meets whatever holds the port.
     pub fn start(port: PathBuf, rest: &Path, grpc: &Path) -> Result<Self, AgentError> {
         let (rest_open, open) = tokio::sync::watch::channel(true);
-        let listeners = (bind(rest)?, bind(grpc)?);
+        let egress = bind_egress(SocketAddr::from((Ipv4Addr::LOCALHOST, EGRESS_PORT)));
+        let listeners = Listeners {
+            rest: Some(bind(rest)?),
+            grpc: bind(grpc)?,
+            egress,
+        };
         tokio::spawn(serve(port, listeners, open));
         Ok(Self {
             rest_path: rest.to_path_buf(),
@@ -62,12 +72,32 @@ fn bind(path: &Path) -> Result<UnixListener, AgentError> {
     UnixListener::bind(path).map_err(io)
 }
 
+/// What the bridge accepts on: REST until enrollment is over, gRPC, and the egress port.
+#[derive(Debug)]
+struct Listeners {
+    rest: Option<UnixListener>,
+    grpc: UnixListener,
+    egress: Option<TcpListener>,
+}
+
+fn bind_egress(address: SocketAddr) -> Option<TcpListener> {
+    let bound = std::net::TcpListener::bind(address)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .and_then(TcpListener::from_std);
+    match bound {
+        Ok(listener) => Some(listener),
+        Err(e) => {
+            tracing::warn!(%address, error = %e, "channel: cannot listen for egress injection");
+            None
+        }
+    }
+}
+
 async fn serve(
     port: PathBuf,
-    (rest, grpc): (UnixListener, UnixListener),
+    mut listeners: Listeners,
     mut rest_open: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut rest = Some(rest);
     let mut watching = true;
     loop {
         match VirtioPort::open(&port) {
@@ -79,24 +109,18 @@ async fn serve(
                 let mut driver =
                     tokio::spawn(async move { while session.next().await.is_some() {} });
                 loop {
-                    let (accepted, target) = tokio::select! {
-                        a = accept(&rest) => (a, TARGET_REST),
-                        a = grpc.accept() => (a, TARGET_GRPC),
+                    tokio::select! {
+                        a = accept_unix(&listeners.rest) => carry_accepted(&control, a, TARGET_REST),
+                        a = listeners.grpc.accept() => carry_accepted(&control, a.map(|(s, _)| s), TARGET_GRPC),
+                        a = accept_tcp(&listeners.egress) => carry_accepted(&control, a, TARGET_EGRESS),
                         changed = rest_open.changed(), if watching => {
                             match changed {
-                                Ok(()) if !*rest_open.borrow() => rest = None,
+                                Ok(()) if !*rest_open.borrow() => listeners.rest = None,
                                 Ok(()) => {}
                                 Err(_) => watching = false,
                             }
-                            continue;
                         }
                         _ = &mut driver => break,
-                    };
-                    match accepted {
-                        Ok((stream, _)) => {
-                            tokio::spawn(carry(control.clone(), stream, target));
-                        }
-                        Err(e) => tracing::warn!(error = %e, "channel: accept failed"),
                     }
                 }
                 tracing::info!("channel: the session over the port ended; starting another");
@@ -110,12 +134,30 @@ async fn serve(
 }
 
 /// Accepts on `listener`, or waits forever once it is closed.
-async fn accept(
-    listener: &Option<UnixListener>,
-) -> std::io::Result<(UnixStream, tokio::net::unix::SocketAddr)> {
+async fn accept_unix(listener: &Option<UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
     match listener {
-        Some(l) => l.accept().await,
+        Some(l) => l.accept().await.map(|(s, _)| s),
         None => std::future::pending().await,
+    }
+}
+
+/// Accepts on `listener`, or waits forever where there is none.
+async fn accept_tcp(listener: &Option<TcpListener>) -> std::io::Result<tokio::net::TcpStream> {
+    match listener {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+fn carry_accepted<S>(control: &Control, accepted: std::io::Result<S>, target: u8)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match accepted {
+        Ok(stream) => {
+            tokio::spawn(carry(control.clone(), stream, target));
+        }
+        Err(e) => tracing::warn!(error = %e, "channel: accept failed"),
     }
 }
 
@@ -126,7 +168,10 @@ pub(crate) fn config() -> Config {
     }
 }
 
-async fn carry(mut control: Control, mut local: UnixStream, target: u8) {
+async fn carry<S>(mut control: Control, mut local: S, target: u8)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut stream = match control.open_stream().await {
         Ok(s) => s,
         Err(e) => {

@@ -1,7 +1,7 @@
 //! What the worker and the agent in its sandboxes agree on. The wire of a VM's agent channel:
 //! the one virtio-serial port between the agent in the guest and its worker carries yamux
-//! streams, each opened by the agent and starting with one byte that names the control
-//! listener it leads to.
+//! streams, each opened by the agent and starting with one byte that names what it leads to: a
+//! control listener, or the worker's egress proxy for the sandbox.
 
 /// The name the host gives the port (`/dev/virtio-ports/<name>` in the guest).
 pub const PORT_NAME: &str = "org.squadron.agent";
@@ -22,6 +22,18 @@ pub const BREAK_GLASS_READY: &str = "squadron-break-glass-ready";
 pub const TARGET_REST: u8 = b'R';
 /// First byte of a stream to the leader's gRPC listener.
 pub const TARGET_GRPC: u8 = b'G';
+/// First byte of a stream to the worker's egress-injection proxy for the sandbox: a guest's
+/// provider calls its own loopback's [`EGRESS_PORT`], where the agent accepts for the worker,
+/// which cannot bind a socket inside another kernel.
+pub const TARGET_EGRESS: u8 = b'E';
+/// The port of egress injection's proxy on a sandbox's loopback (every runtime's).
+pub const EGRESS_PORT: u16 = 4180;
+/// Control streams (to REST or gRPC) one VM's channel carries at once.
+pub const CONTROL_STREAMS_MAX: usize = 8;
+/// Egress streams one VM's channel carries at once: the proxy's own connection bound.
+pub const EGRESS_STREAMS_MAX: usize = 32;
+/// Streams one VM's channel carries at once, both ends' yamux bound.
+pub const CHANNEL_STREAMS_MAX: usize = CONTROL_STREAMS_MAX + EGRESS_STREAMS_MAX;
 /// Where a sandbox finds the shared libraries of the worker's binary it runs as its agent
 /// (`LD_LIBRARY_PATH` for the agent, never for the provider it starts).
 pub const AGENT_LIBRARY_DIR: &str = "/usr/local/lib/squadron";

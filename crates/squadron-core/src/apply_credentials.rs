@@ -11,7 +11,7 @@ use crate::credential::{
 use crate::credential_egress::EgressBinding;
 use crate::ids::{CredentialId, TaskId};
 use crate::limits::{CREDENTIALS_MAX, CREDENTIAL_DESCRIPTION_BYTES_MAX, CREDENTIAL_LEASES_MAX};
-use crate::manifest::{CredentialRef, Keyword as _, NetworkMode, RuntimeKind, TaskSpec};
+use crate::manifest::{CredentialRef, NetworkMode, RuntimeKind, TaskSpec};
 use crate::rejection::{Entity, Rejection};
 use crate::response::{GrantedCredential, Outcome};
 use crate::state::State;
@@ -384,28 +384,19 @@ fn check_description(text: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// A credential injected at egress needs a sandbox with a network namespace of its own that
-/// the worker can reach into before its provider starts, for the proxy's listener on its
-/// loopback: the process and Docker runtimes' `isolated`, `outbound` and `gateway` networks
-/// (`full` is the host's; a KVM guest is another kernel).
+/// A credential injected at egress needs a place for the worker's proxy to listen before the
+/// provider starts: the loopback of a network namespace of the sandbox's own (the process and
+/// Docker runtimes' `isolated`, `outbound` and `gateway`; `full` is the host's), or a KVM
+/// guest's loopback, where its agent accepts for the proxy over the agent's channel in every
+/// network mode.
 pub fn check_egress_sandbox(spec: &TaskSpec, id: &CredentialId) -> Result<(), Rejection> {
     let sandbox = &spec.sandbox;
-    if !matches!(sandbox.runtime, RuntimeKind::Process | RuntimeKind::Docker) {
-        return Err(Rejection::invalid(
-            "vm.runtime",
-            format!(
-                "credential {id} is injected at egress, which the process and Docker runtimes \
-                 serve, not {}",
-                sandbox.runtime.as_str()
-            ),
-        ));
-    }
-    if sandbox.network_mode == NetworkMode::Full {
+    if sandbox.runtime != RuntimeKind::Kvm && sandbox.network_mode == NetworkMode::Full {
         return Err(Rejection::invalid(
             "vm.network_mode",
             format!(
                 "credential {id} is injected at egress, which needs a network of the sandbox's \
-                 own: isolated, outbound or gateway"
+                 own: isolated, outbound or gateway (or a KVM guest)"
             ),
         ));
     }

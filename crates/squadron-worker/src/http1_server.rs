@@ -1,6 +1,6 @@
 //! The small HTTP/1 servers the worker runs for sandboxes (the MCP gateway on a Unix socket,
-//! egress injection's proxy on a sandbox's loopback): one accept loop with a cap on
-//! connections and a bound on a request head's arrival, over either kind of listener.
+//! egress injection's proxy on a sandbox's loopback or a VM's channel): one accept loop with a
+//! cap on connections and a bound on a request head's arrival, over any kind of listener.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -13,6 +13,7 @@ use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// A listener the loop accepts from.
@@ -32,6 +33,31 @@ impl Acceptor for tokio::net::TcpListener {
     type Stream = tokio::net::TcpStream;
     async fn accept_one(&self) -> std::io::Result<Self::Stream> {
         self.accept().await.map(|(s, _)| s)
+    }
+}
+
+/// Streams handed over one by one through a channel (a VM's egress streams, which arrive over
+/// its agent channel, not on a listener of the worker's). Once every sender is gone it waits
+/// forever: the server ends when its task is aborted, as with a listener.
+#[derive(Debug)]
+pub(crate) struct StreamInbox<S>(tokio::sync::Mutex<mpsc::Receiver<S>>);
+
+impl<S> StreamInbox<S> {
+    pub(crate) fn new(inbox: mpsc::Receiver<S>) -> Self {
+        Self(tokio::sync::Mutex::new(inbox))
+    }
+}
+
+impl<S> Acceptor for StreamInbox<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    type Stream = S;
+    async fn accept_one(&self) -> std::io::Result<S> {
+        match self.0.lock().await.recv().await {
+            Some(stream) => Ok(stream),
+            None => std::future::pending().await,
+        }
     }
 }
 

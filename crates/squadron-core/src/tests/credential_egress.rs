@@ -114,7 +114,7 @@ fn inv_13_a_sandbox_that_cannot_take_an_injected_credential_is_refused_naming_th
     assert_eq!(fx.state.check_credential_refs(&outbound), Ok(()));
     fx.ok(set("cred_a", Some(binding())));
     assert_eq!(fx.state.check_credential_refs(&outbound), Ok(()));
-    for runtime in ["process", "docker"] {
+    for runtime in ["process", "docker", "kvm"] {
         for mode in ["gateway", "isolated", "outbound"] {
             let own = spec(&format!(
                 "{REFS}sandbox:\n  runtime: {runtime}\n  network_mode: {mode}\n"
@@ -123,8 +123,12 @@ fn inv_13_a_sandbox_that_cannot_take_an_injected_credential_is_refused_naming_th
             assert_eq!(checked, Ok(()), "{runtime} {mode}");
         }
     }
+    // A guest's proxy is reached over its agent's channel, whatever its network.
+    let kvm_full = spec(&format!(
+        "{REFS}sandbox:\n  runtime: kvm\n  network_mode: full\n"
+    ));
+    assert_eq!(fx.state.check_credential_refs(&kvm_full), Ok(()));
     for (sandbox, field) in [
-        ("sandbox:\n  runtime: kvm\n", "vm.runtime"),
         ("sandbox:\n  network_mode: full\n", "vm.network_mode"),
         (
             "sandbox:\n  runtime: docker\n  network_mode: full\n",
@@ -139,6 +143,6 @@ fn inv_13_a_sandbox_that_cannot_take_an_injected_credential_is_refused_naming_th
     }
     // Unbound again, the same manifests are fine: the file goes into any sandbox.
     fx.ok(set("cred_a", None));
-    let kvm = spec(&format!("{REFS}sandbox:\n  runtime: kvm\n"));
-    assert_eq!(fx.state.check_credential_refs(&kvm), Ok(()));
+    let full = spec(&format!("{REFS}sandbox:\n  network_mode: full\n"));
+    assert_eq!(fx.state.check_credential_refs(&full), Ok(()));
 }

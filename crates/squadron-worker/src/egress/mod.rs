@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use squadron_api::agent_channel::EGRESS_PORT;
 use squadron_client::CredentialLeaseGrant;
 use squadron_core::credential_egress::EgressBinding;
 use squadron_core::ids::{CredentialId, CredentialLeaseId, Generation, ProfileId, TaskId};
@@ -27,10 +28,9 @@ use zeroize::Zeroizing;
 
 use crate::control_link::ControlLink;
 use crate::error::WorkerError;
+use crate::http1_server::Acceptor;
 use crate::task::credential_session::file_variable;
 
-/// The proxy's port on the sandbox's loopback.
-pub(crate) const EGRESS_PORT: u16 = 4180;
 /// Largest request body a sandbox may send through the proxy.
 pub(crate) const EGRESS_REQUEST_BYTES_MAX: usize = 32 << 20;
 /// Longest the upstream may take to accept a connection.
@@ -39,8 +39,9 @@ pub(crate) const EGRESS_CONNECT_TIMEOUT_MS: u64 = 10_000;
 pub(crate) const EGRESS_READ_IDLE_MS_MAX: u64 = 300_000;
 /// Longest a connection may take to send a request's head (and idle between requests).
 pub(crate) const EGRESS_HEADER_READ_MS_MAX: u64 = 30_000;
-/// Connections one sandbox's proxy serves at once; more wait to be accepted.
-pub(crate) const EGRESS_CONNECTIONS_MAX: usize = 32;
+/// Connections one sandbox's proxy serves at once; more wait to be accepted (a VM's channel
+/// carries no more than that many egress streams).
+pub(crate) const EGRESS_CONNECTIONS_MAX: usize = squadron_api::agent_channel::EGRESS_STREAMS_MAX;
 /// Where upstreams' trust anchors are read from: Debian's bundle.
 pub(crate) const EGRESS_CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";
 
@@ -203,6 +204,12 @@ impl EgressSession {
     ) -> Result<(), WorkerError> {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|e| WorkerError::runtime("egress proxy", e.to_string()))?;
+        self.serve_on(listener)
+    }
+
+    /// Serves the proxy on the connections `listener` yields (a VM's arrive over its channel)
+    /// until closed; a proxy served again stops serving the last one.
+    pub(crate) fn serve_on<A: Acceptor>(self: &Arc<Self>, listener: A) -> Result<(), WorkerError> {
         let mut slot = self.serving_slot();
         let Ok(serving) = &mut *slot else {
             return Err(WorkerError::runtime(

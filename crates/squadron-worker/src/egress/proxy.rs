@@ -13,11 +13,10 @@ use hyper::body::{Frame, Incoming};
 use hyper::header::HeaderValue;
 use hyper::{Request, Response, StatusCode};
 use squadron_pki::{SecretToken, TokenKind};
-use tokio::net::TcpListener;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
 
-use crate::http1_server::{self, Http1Limits};
+use crate::http1_server::{self, Acceptor, Http1Limits};
 
 use super::echo_scrub::EchoScrub;
 use super::{
@@ -47,7 +46,7 @@ const ANSWER_CHUNKS_BUFFERED: usize = 16;
 type Answer = Response<BoxBody<Bytes, std::io::Error>>;
 
 /// Serves until aborted.
-pub(super) async fn accept_loop(listener: TcpListener, session: Arc<EgressSession>) {
+pub(super) async fn accept_loop<A: Acceptor>(listener: A, session: Arc<EgressSession>) {
     let limits = Http1Limits {
         connections_max: EGRESS_CONNECTIONS_MAX,
         header_read_ms_max: EGRESS_HEADER_READ_MS_MAX,

@@ -656,6 +656,12 @@ impl Runtime for KvmRuntime {
         true
     }
 
+    /// Over the agent's channel, whatever the guest's network: its agent accepts on the guest's
+    /// loopback and the relay hands each connection to the proxy (`AgentRelays::serve_egress`).
+    fn serves_egress(&self) -> bool {
+        true
+    }
+
     async fn agent_channel(&self, handle: &SandboxHandle) -> Result<Option<PathBuf>, WorkerError> {
         let name = kvm_name(handle)?;
         Ok(self

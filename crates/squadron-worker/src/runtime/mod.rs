@@ -235,7 +235,7 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
 
     /// Whether credentials injected at egress can reach this runtime's sandboxes: the worker's
     /// proxy needs a socket in the sandbox's own network namespace, made before the provider
-    /// starts.
+    /// starts, or (a runtime whose agent is over a channel) the agent's channel.
     fn serves_egress(&self) -> bool {
         false
     }
@@ -243,7 +243,8 @@ pub(crate) trait Runtime: Send + Sync + std::fmt::Debug {
     /// Serves egress injection's proxy on the loopback of a started sandbox: one whose agent
     /// has not started the provider yet, or one adopted after a restart, whose proxy went with
     /// the worker's last life. (The process runtime serves it as it starts the provider, in
-    /// `start`, and here only for an adopted sandbox.)
+    /// `start`, and here only for an adopted sandbox; a runtime whose agent is over a channel
+    /// never here: the relay serves it.)
     async fn serve_egress(
         &self,
         _handle: &SandboxHandle,

@@ -11,7 +11,10 @@
 //! A VM cannot be given sockets: its agent reaches the relay over one virtio-serial port whose
 //! host end is a Unix socket libvirt makes (`open_channel`). The port carries yamux streams the
 //! agent opens, each starting with a byte that names its target
-//! (`squadron_api::agent_channel`); closing REST refuses such streams from then on.
+//! (`squadron_api::agent_channel`); closing REST refuses such streams from then on. A guest's
+//! provider reaches the worker's egress-injection proxy the same way (`serve_egress`): the
+//! agent accepts on the guest's loopback and opens an egress stream per connection, which the
+//! relay hands to the attempt's proxy while it serves, and refuses otherwise.
 //!
 //! The relay only moves bytes: TLS runs between the agent and the node, so the worker sees
 //! neither the agent's token nor its calls. A sandbox holds at most
@@ -25,21 +28,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use squadron_api::agent_channel::{TARGET_GRPC, TARGET_REST};
+use squadron_api::agent_channel::{
+    CHANNEL_STREAMS_MAX, CONTROL_STREAMS_MAX, EGRESS_STREAMS_MAX, TARGET_EGRESS, TARGET_GRPC,
+    TARGET_REST,
+};
 use squadron_core::ids::TaskId;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpStream, UnixListener, UnixStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::control_link::ControlLink;
+use crate::egress::EgressSession;
 use crate::error::WorkerError;
+use crate::http1_server::StreamInbox;
 use crate::support::authority;
 
 pub(crate) const REST_SOCKET_NAME: &str = "rest.sock";
 pub(crate) const GRPC_SOCKET_NAME: &str = "grpc.sock";
 /// Connections one sandbox may hold through its relay at once.
-pub(crate) const RELAY_CONNECTIONS_PER_SANDBOX_MAX: usize = 8;
+pub(crate) const RELAY_CONNECTIONS_PER_SANDBOX_MAX: usize = CONTROL_STREAMS_MAX;
 /// How long dialing a control node may take.
 const DIAL_TIMEOUT_MS: u64 = 5_000;
 /// How long a channel stream may take to name its target.
@@ -47,13 +55,17 @@ const TARGET_BYTE_MS_MAX: u64 = 5_000;
 /// The pause before connecting to a channel's socket again.
 const CHANNEL_RECONNECT_MS: u64 = 200;
 
-/// The relay of one VM's channel: its socket, its session, the targets it may reach now.
+/// The relay of one VM's channel: its socket, its session, the targets it may reach now, and
+/// where its egress streams go while the attempt's proxy serves.
 #[derive(Debug)]
 struct ChannelRelay {
     socket: PathBuf,
     handle: AbortHandle,
-    allowed: Arc<Mutex<HashSet<Target>>>,
+    gates: Gates,
 }
+
+/// The sending end of the egress proxy's inbox, while one serves the channel.
+type EgressSink = Arc<Mutex<Option<mpsc::Sender<tokio_yamux::StreamHandle>>>>;
 
 /// Which listener a socket leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,26 +149,61 @@ impl AgentRelays {
     /// `targets`; one at another socket (the domain was started again) is replaced.
     pub(crate) fn open_channel(&self, task: TaskId, socket: PathBuf, targets: &[Target]) {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut egress = EgressSink::default();
         if let Some(open) = channels.get(&task) {
             if open.socket == socket {
-                let mut allowed = open.allowed.lock().unwrap_or_else(|p| p.into_inner());
+                let mut allowed = open.gates.allowed.lock().unwrap_or_else(|p| p.into_inner());
                 allowed.extend(targets.iter().copied());
                 return;
             }
             open.handle.abort();
+            // The attempt's proxy serves the domain started again as it served the last one.
+            egress = Arc::clone(&open.gates.egress);
         }
-        let allowed = Arc::new(Mutex::new(targets.iter().copied().collect()));
+        let gates = Gates {
+            allowed: Arc::new(Mutex::new(targets.iter().copied().collect())),
+            egress,
+        };
         let relay = self.clone();
-        let handle = tokio::spawn(relay.serve_channel(task, socket.clone(), Arc::clone(&allowed)))
-            .abort_handle();
+        let handle =
+            tokio::spawn(relay.serve_channel(task, socket.clone(), gates.clone())).abort_handle();
         channels.insert(
             task,
             ChannelRelay {
                 socket,
                 handle,
-                allowed,
+                gates,
             },
         );
+    }
+
+    /// Serves `egress` to `task`'s VM: each egress stream its agent opens from now on goes to
+    /// the proxy, until the proxy closes (the streams are then refused) or another one is
+    /// served. The channel must be open.
+    pub(crate) fn serve_egress(
+        &self,
+        task: TaskId,
+        egress: &Arc<EgressSession>,
+    ) -> Result<(), WorkerError> {
+        let inbox = self.egress_inbox(task)?;
+        egress.serve_on(StreamInbox::new(inbox))
+    }
+
+    /// Where `task`'s VM's egress streams arrive from now on (an earlier inbox gets no more).
+    fn egress_inbox(
+        &self,
+        task: TaskId,
+    ) -> Result<mpsc::Receiver<tokio_yamux::StreamHandle>, WorkerError> {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let open = channels.get(&task).ok_or_else(|| {
+            WorkerError::runtime(
+                "agent channel",
+                format!("task {task} has no open channel to serve egress injection on"),
+            )
+        })?;
+        let (sender, inbox) = mpsc::channel(EGRESS_STREAMS_MAX);
+        *open.gates.egress.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+        Ok(inbox)
     }
 
     /// Closes `task`'s socket to `target` (all of them: `None`) and every connection through
@@ -173,7 +220,8 @@ impl AgentRelays {
                 }
                 Some(t) => {
                     if let Some(open) = channels.get(&task) {
-                        open.allowed
+                        open.gates
+                            .allowed
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
                             .remove(&t);
@@ -224,16 +272,11 @@ impl AgentRelays {
         }
     }
 
-    async fn serve_channel(
-        self,
-        task: TaskId,
-        socket: PathBuf,
-        allowed: Arc<Mutex<HashSet<Target>>>,
-    ) {
+    async fn serve_channel(self, task: TaskId, socket: PathBuf, gates: Gates) {
         loop {
             match UnixStream::connect(&socket).await {
                 Ok(stream) => {
-                    self.carry_session(task, stream, &allowed).await;
+                    self.carry_session(task, stream, &gates).await;
                     tracing::info!(%task, "agent channel: the session ended; connecting again");
                 }
                 Err(e) => {
@@ -244,14 +287,9 @@ impl AgentRelays {
         }
     }
 
-    async fn carry_session(
-        &self,
-        task: TaskId,
-        port: UnixStream,
-        allowed: &Arc<Mutex<HashSet<Target>>>,
-    ) {
+    async fn carry_session(&self, task: TaskId, port: UnixStream, gates: &Gates) {
         let config = tokio_yamux::Config {
-            max_stream_count: RELAY_CONNECTIONS_PER_SANDBOX_MAX,
+            max_stream_count: CHANNEL_STREAMS_MAX,
             ..tokio_yamux::Config::default()
         };
         let mut session = tokio_yamux::Session::new_server(port, config);
@@ -274,9 +312,9 @@ impl AgentRelays {
                 tracing::warn!(%task, max = RELAY_CONNECTIONS_PER_SANDBOX_MAX, "agent channel: too many streams; closing one");
                 continue;
             }
-            let (relay, allowed) = (self.clone(), Arc::clone(allowed));
+            let (relay, gates) = (self.clone(), gates.clone());
             connections.spawn(async move {
-                if let Err(e) = relay.carry_stream(stream, &allowed).await {
+                if let Err(e) = relay.carry_stream(stream, &gates).await {
                     tracing::info!(%task, error = %e, "agent channel: stream ended");
                 }
             });
@@ -286,7 +324,7 @@ impl AgentRelays {
     async fn carry_stream(
         &self,
         mut stream: tokio_yamux::StreamHandle,
-        allowed: &Mutex<HashSet<Target>>,
+        gates: &Gates,
     ) -> Result<(), String> {
         let mut first = [0u8; 1];
         tokio::time::timeout(
@@ -299,9 +337,11 @@ impl AgentRelays {
         let target = match first[0] {
             TARGET_REST => Target::Rest,
             TARGET_GRPC => Target::Grpc,
+            TARGET_EGRESS => return gates.to_egress(stream),
             other => return Err(format!("unknown target byte {other:#04x}")),
         };
-        if !allowed
+        if !gates
+            .allowed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(&target)
@@ -344,6 +384,34 @@ impl AgentRelays {
             }
         }
         Err(last)
+    }
+}
+
+/// What a VM's channel lets its streams reach now.
+#[derive(Debug, Clone)]
+struct Gates {
+    allowed: Arc<Mutex<HashSet<Target>>>,
+    egress: EgressSink,
+}
+
+impl Gates {
+    /// Hands an egress stream to the proxy serving the channel, if one does.
+    fn to_egress(&self, stream: tokio_yamux::StreamHandle) -> Result<(), String> {
+        let sink = self
+            .egress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let Some(sink) = sink else {
+            return Err("egress injection is not served for this sandbox".to_string());
+        };
+        // Never waits: a handoff waiting here would hold one of the channel's control slots.
+        sink.try_send(stream).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => "the sandbox's egress proxy is busy".to_string(),
+            mpsc::error::TrySendError::Closed(_) => {
+                "the sandbox's egress proxy is closed".to_string()
+            }
+        })
     }
 }
 
@@ -586,14 +654,8 @@ mod tests {
         let qemu = tokio::net::UnixListener::bind(&socket).unwrap();
         let relays = relays(node("rest").await, node("grpc").await);
         let task = TaskId::new(10).unwrap();
-        relays.open_channel(task, socket.clone(), &[Target::Rest, Target::Grpc]);
-        let (port, _) = tokio::time::timeout(Duration::from_secs(5), qemu.accept())
-            .await
-            .expect("the relay connected to the channel's socket")
-            .unwrap();
-        let mut session = tokio_yamux::Session::new_client(port, tokio_yamux::Config::default());
-        let control = session.control();
-        tokio::spawn(async move { while session.next().await.is_some() {} });
+        let targets = [Target::Rest, Target::Grpc];
+        let control = guest(&relays, task, &socket, &qemu, &targets).await;
         let open = |target: u8| {
             let mut control = control.clone();
             async move {
@@ -643,6 +705,71 @@ mod tests {
         })
         .await;
         assert!(ended.unwrap_or(false), "the session outlived the attempt");
+    }
+
+    /// A guest's egress streams reach the proxy's inbox only while one is served: refused
+    /// before, carried both ways while it is, refused once it is gone (the attempt ended).
+    #[tokio::test]
+    async fn a_vm_channel_hands_egress_streams_to_the_served_proxy_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("org.squadron.agent");
+        let qemu = tokio::net::UnixListener::bind(&socket).unwrap();
+        let relays = relays(node("rest").await, node("grpc").await);
+        let task = TaskId::new(11).unwrap();
+        assert!(
+            relays.egress_inbox(task).is_err(),
+            "no channel open: nothing to serve on"
+        );
+        let control = guest(&relays, task, &socket, &qemu, &[Target::Grpc]).await;
+        let open = || {
+            let mut control = control.clone();
+            async move {
+                let mut s = control.open_stream().await.unwrap();
+                s.write_all(&[TARGET_EGRESS, b'h', b'i']).await.unwrap();
+                s
+            }
+        };
+        let mut early = open().await;
+        assert_eq!(read_some(&mut early).await, "", "no proxy served yet");
+
+        let mut inbox = relays.egress_inbox(task).expect("the channel is open");
+        let mut guest = open().await;
+        let mut proxy = tokio::time::timeout(Duration::from_secs(5), inbox.recv())
+            .await
+            .expect("the stream reached the inbox")
+            .expect("a stream");
+        assert_eq!(
+            read_some(&mut proxy).await,
+            "hi",
+            "the bytes after the target"
+        );
+        proxy.write_all(b"answer").await.unwrap();
+        assert_eq!(read_some(&mut guest).await, "answer");
+
+        drop(inbox);
+        let mut late = open().await;
+        assert_eq!(read_some(&mut late).await, "", "the proxy is gone");
+        relays.close(task, None, dir.path());
+    }
+
+    /// Opens `task`'s channel at `socket` for `targets` and plays its guest: the control of a
+    /// yamux client over the connection the relay made to `qemu`, the test's end of the socket.
+    async fn guest(
+        relays: &AgentRelays,
+        task: TaskId,
+        socket: &Path,
+        qemu: &tokio::net::UnixListener,
+        targets: &[Target],
+    ) -> tokio_yamux::Control {
+        relays.open_channel(task, socket.to_path_buf(), targets);
+        let (port, _) = tokio::time::timeout(Duration::from_secs(5), qemu.accept())
+            .await
+            .expect("the relay connected to the channel's socket")
+            .unwrap();
+        let mut session = tokio_yamux::Session::new_client(port, tokio_yamux::Config::default());
+        let control = session.control();
+        tokio::spawn(async move { while session.next().await.is_some() {} });
+        control
     }
 
     /// What arrives within a second, up to 16 bytes; empty once the stream is closed.

@@ -770,7 +770,7 @@ impl TaskDriver {
                     return Ok(self.fail(TaskState::Ready, None, why).await);
                 }
                 if let Some(egress) = &spec.egress {
-                    if let Err(e) = runtime.serve_egress(&handle, egress).await {
+                    if let Err(e) = self.serve_egress(runtime.as_ref(), &handle, egress).await {
                         let why = format!("credentials: serving egress injection: {e}");
                         return Ok(self.fail(TaskState::Ready, None, why).await);
                     }

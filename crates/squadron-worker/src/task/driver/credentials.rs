@@ -42,11 +42,12 @@ impl TaskDriver {
         if egress.is_some() {
             let injected = grant.credentials.iter().find(|c| c.egress.is_some());
             let id = injected.map(|c| c.id.to_string()).unwrap_or_default();
-            if !runtime.serves_egress() || spec.network == NetworkMode::Full {
+            let own_network = runtime.agent_over_channel() || spec.network != NetworkMode::Full;
+            if !runtime.serves_egress() || !own_network {
                 return Err(format!(
-                    "credentials: credential {id} is injected at egress, which needs the process \
-                     or Docker runtime with network_mode isolated, outbound or gateway (this \
-                     attempt: {} runtime, {} network)",
+                    "credentials: credential {id} is injected at egress, which needs a KVM guest, \
+                     or the process or Docker runtime with network_mode isolated, outbound or \
+                     gateway (this attempt: {} runtime, {} network)",
                     runtime.kind().as_str(),
                     spec.network.as_str()
                 ));
@@ -178,12 +179,26 @@ impl TaskDriver {
         let Some(egress) = egress else {
             return Ok(false);
         };
-        runtime
-            .serve_egress(handle, &egress)
+        self.serve_egress(runtime, handle, &egress)
             .await
             .map_err(|e| format!("credentials: serving egress injection again: {e}"))?;
         self.egress = Some(egress);
         Ok(true)
+    }
+
+    /// Serves `egress` to the started sandbox: a VM's over its agent channel (the worker
+    /// cannot listen inside another kernel; the guest's agent accepts there for it), every
+    /// other's on the sandbox's own loopback.
+    pub(super) async fn serve_egress(
+        &self,
+        runtime: &dyn Runtime,
+        handle: &SandboxHandle,
+        egress: &Arc<EgressSession>,
+    ) -> Result<(), WorkerError> {
+        if runtime.agent_over_channel() {
+            return self.ctx.relays.serve_egress(self.task, egress);
+        }
+        runtime.serve_egress(handle, egress).await
     }
 
     /// This attempt's credential lease, as the control plane grants it to this worker; with
