@@ -219,3 +219,55 @@ pub fn run_offline(out: OutputFormat, action: EvidenceAction) -> anyhow::Result<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use squadron_api::agents::ProjectEvidence;
+
+    use super::bundle::sign;
+    use super::verdicts::all_verdicts;
+    use super::*;
+
+    /// `evidence verify` of a bundle in `dir`, signed by a fresh key, whose report has
+    /// `evidence`'s figures and the verdicts they decide.
+    fn verify_signed(dir: &Path, evidence: ProjectEvidence) -> anyhow::Result<()> {
+        let (_, key) = SigningKey::generate()?;
+        let report = Report {
+            verdicts: all_verdicts(&evidence, None),
+            evidence,
+            soak: None,
+            binary_sha256: "cd".repeat(32),
+            created_at_ms: 1,
+        };
+        let bundle = dir.join("bundle.json");
+        let public = dir.join("key.pub");
+        std::fs::write(&bundle, serde_json::to_string(&sign(&report, &key)?)?)?;
+        std::fs::write(&public, format!("{}\n", key.public_key_text()))?;
+        run_offline(
+            OutputFormat::Json,
+            EvidenceAction::Verify {
+                bundle,
+                key: public,
+            },
+        )
+    }
+
+    /// A bundle whose signature holds but whose claims fail makes `verify` fail, naming them;
+    /// the same bundle with passing figures verifies.
+    #[test]
+    fn verify_fails_on_a_failed_claim_under_a_good_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        let passing = verdicts::tests::passing();
+        verify_signed(dir.path(), passing.clone()).expect("all claims hold");
+        let mut no_crash_takeover = passing;
+        no_crash_takeover.takeovers_crash = 0;
+        let e = verify_signed(dir.path(), no_crash_takeover).unwrap_err();
+        let text = format!("{e:#}");
+        assert!(
+            text.contains("the signature holds, but claims failed") && text.contains("takeover"),
+            "{text}"
+        );
+    }
+}
