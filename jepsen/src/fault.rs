@@ -17,6 +17,8 @@ pub enum Fault {
     OneWayToLeader,
     /// Every node drops a fifth of what every other node sends it.
     PacketLoss,
+    /// Every node gets what every other node sends it 50 ms late.
+    PacketDelay,
     KillOne,
     KillLeader,
     KillMajority,
@@ -44,7 +46,7 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in declaration order.
-    pub const ALL: [Fault; 24] = [
+    pub const ALL: [Fault; 25] = [
         Fault::IsolateOne,
         Fault::IsolateLeader,
         Fault::Halves,
@@ -54,6 +56,7 @@ impl Fault {
         Fault::OneWayFromLeader,
         Fault::OneWayToLeader,
         Fault::PacketLoss,
+        Fault::PacketDelay,
         Fault::KillOne,
         Fault::KillLeader,
         Fault::KillMajority,
@@ -87,6 +90,7 @@ impl Fault {
             Fault::OneWayFromLeader => "partition-one-way-from-leader",
             Fault::OneWayToLeader => "partition-one-way-to-leader",
             Fault::PacketLoss => "packet-loss",
+            Fault::PacketDelay => "packet-delay",
             Fault::KillOne => "kill-one",
             Fault::KillLeader => "kill-leader",
             Fault::KillMajority => "kill-majority",
@@ -133,6 +137,7 @@ impl Fault {
                 | Fault::OneWayFromLeader
                 | Fault::OneWayToLeader
                 | Fault::PacketLoss
+                | Fault::PacketDelay
                 | Fault::ClockSkewLeaderIsolated
         )
     }

@@ -32,6 +32,7 @@ pub mod node;
 pub mod node_final;
 pub mod operation;
 pub mod outcome;
+pub mod packet_delay;
 pub mod recorder;
 pub mod recovery;
 pub mod report;

@@ -27,6 +27,9 @@ pub const CLOCK_SKEW_S_MIN: i64 = 5;
 pub const CLOCK_SETTLE_MS: u64 = 2_500;
 /// The share of packets the packet-loss fault drops on every link.
 pub const PACKET_LOSS_PROBABILITY: f64 = 0.2;
+/// How late the packet-delay fault lets each packet through on every link: a round trip
+/// between two nodes takes twice that, a quarter of the smallest election timeout.
+pub const PACKET_DELAY_MS: u64 = 50;
 /// How long a heal keeps trying to re-add a removed voter.
 pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
 /// How long a heal of `partition-past-snapshot` waits for the leader to purge its log past
@@ -314,6 +317,19 @@ impl Nemesis {
                         message: e.to_string(),
                     })?;
                 json!({"probability": PACKET_LOSS_PROBABILITY})
+            }
+            Fault::PacketDelay => {
+                let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
+                    fault: fault.name(),
+                    message: "no network namespaces".into(),
+                })?;
+                self.damage.partitioned = true;
+                net.delay(Duration::from_millis(PACKET_DELAY_MS))
+                    .map_err(|e| NemesisError::Fault {
+                        fault: fault.name(),
+                        message: e.to_string(),
+                    })?;
+                json!({"delay_ms": PACKET_DELAY_MS})
             }
             Fault::ClockSkew | Fault::ClockSkewLeader => {
                 let v = if fault == Fault::ClockSkewLeader {

@@ -8,6 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::packet_delay::{Delayer, DELAY_QUEUE};
 
 /// Prefix of every namespace, link and iptables comment this suite creates.
 pub const NAME_PREFIX: &str = "sqj";
@@ -61,6 +65,8 @@ pub struct NamespaceNet {
     nodes: BTreeMap<u64, String>,
     forward_rule: bool,
     bridge_up: bool,
+    /// The delay threads of a `delay` fault, one per node, until the heal.
+    delayers: Mutex<Vec<Delayer>>,
 }
 
 impl NamespaceNet {
@@ -78,6 +84,7 @@ impl NamespaceNet {
             nodes: BTreeMap::new(),
             forward_rule: false,
             bridge_up: false,
+            delayers: Mutex::new(Vec::new()),
         };
         net.build(n)?;
         Ok(net)
@@ -180,40 +187,53 @@ impl NamespaceNet {
     }
 
     /// Every node drops `probability` of what each other node sends it (iptables'
-    /// `statistic` match: this kernel has no `netem` for delay or loss); `heal` removes it.
+    /// `statistic` match: this kernel has no `netem`); `heal` removes it.
     pub fn lose(&self, probability: f64) -> Result<(), NetError> {
         let p = format!("{probability:.3}");
         for (node, ns) in &self.nodes {
-            for peer in self.nodes.keys().filter(|p| *p != node) {
-                let src = self.address(*peer);
-                run(&[
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "iptables",
-                    "-A",
-                    "INPUT",
-                    "-s",
-                    &src,
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "random",
-                    "--probability",
-                    &p,
-                    "-j",
-                    "DROP",
-                ])?;
-            }
+            let drop = ["-m", "statistic", "--mode", "random", "--probability", &p];
+            self.rule_per_peer(*node, ns, &[&drop[..], &["-j", "DROP"]].concat())?;
         }
         Ok(())
     }
 
-    /// Removes every DROP rule.
+    /// Every node gets what each other node sends it `delay` late (NFQUEUE and a thread of
+    /// ours per namespace, `packet_delay`: this kernel has no `netem`); `heal` removes it.
+    /// Returns at once; what the harness sends the nodes is not delayed.
+    pub fn delay(&self, delay: Duration) -> Result<(), NetError> {
+        let queue = DELAY_QUEUE.to_string();
+        let mut delayers = self.delayers.lock().unwrap_or_else(|p| p.into_inner());
+        for (node, ns) in &self.nodes {
+            delayers.push(Delayer::start(ns, delay)?);
+            let to_queue = ["-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"];
+            self.rule_per_peer(*node, ns, &to_queue)?;
+        }
+        Ok(())
+    }
+
+    /// Appends to `node`'s INPUT chain, in its namespace `ns`, one rule per other node: its
+    /// packets (`-s` its address), then `rule`.
+    fn rule_per_peer(&self, node: u64, ns: &str, rule: &[&str]) -> Result<(), NetError> {
+        for peer in self.nodes.keys().filter(|p| **p != node) {
+            let src = self.address(*peer);
+            let head = [
+                "ip", "netns", "exec", ns, "iptables", "-A", "INPUT", "-s", &src,
+            ];
+            run(&[&head[..], rule].concat())?;
+        }
+        Ok(())
+    }
+
+    /// Removes every DROP and delay rule, then stops the delay threads, which let through what
+    /// they hold.
     pub fn heal(&self) -> Result<(), NetError> {
         for ns in self.nodes.values() {
             run(&["ip", "netns", "exec", ns, "iptables", "-F", "INPUT"])?;
+        }
+        let delayers =
+            std::mem::take(&mut *self.delayers.lock().unwrap_or_else(|p| p.into_inner()));
+        for delayer in delayers {
+            delayer.stop();
         }
         Ok(())
     }
@@ -221,6 +241,10 @@ impl NamespaceNet {
     /// Tears everything down; errors are collected, and every step is tried.
     pub fn teardown(&mut self) -> Vec<NetError> {
         let mut errors = Vec::new();
+        self.delayers
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         for ns in std::mem::take(&mut self.nodes).values() {
             // Deleting the namespace deletes the veth inside it, and with it its peer.
             if let Err(e) = run(&["ip", "netns", "del", ns]) {

@@ -1,5 +1,5 @@
 //! The faults issue 17 added, each injected once in one run (`--faults`, in order): one-way
-//! partitions both ways, packet loss, removal of the leader, a skewed follower then the
+//! partitions both ways, packet loss and delay, removal of the leader, a skewed follower then the
 //! leader killed, a skewed leader then isolated, a follower replaced by a node with an empty
 //! disk. The run must be valid, and each must appear in the history.
 
@@ -7,10 +7,11 @@ mod support;
 
 use serde_json::json;
 
-const FAULTS: [&str; 7] = [
+const FAULTS: [&str; 8] = [
     "partition-one-way-from-leader",
     "partition-one-way-to-leader",
     "packet-loss",
+    "packet-delay",
     "membership-remove-leader",
     "clock-skew-follower-kill-leader",
     "clock-skew-leader-isolated",
@@ -33,7 +34,7 @@ fn every_new_fault_once_and_the_run_is_valid() {
             "--faults",
             &faults,
             "--time-limit",
-            "48",
+            "54",
             "--rate",
             "20",
             "--seed",
