@@ -17,7 +17,7 @@ pub enum Fault {
     OneWayToLeader,
     /// Every node drops a fifth of what every other node sends it.
     PacketLoss,
-    /// Every node gets what every other node sends it 50 ms late.
+    /// Every node gets what every other node sends it 25 ms late.
     PacketDelay,
     KillOne,
     KillLeader,

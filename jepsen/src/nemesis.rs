@@ -28,8 +28,10 @@ pub const CLOCK_SETTLE_MS: u64 = 2_500;
 /// The share of packets the packet-loss fault drops on every link.
 pub const PACKET_LOSS_PROBABILITY: f64 = 0.2;
 /// How late the packet-delay fault lets each packet through on every link: a round trip
-/// between two nodes takes twice that, a quarter of the smallest election timeout.
-pub const PACKET_DELAY_MS: u64 = 50;
+/// between two nodes takes 50 ms, half the default heartbeat interval. openraft 0.9 times an
+/// append-entries call out after one heartbeat interval, so a round trip near it stops every
+/// write: at 50 ms each way no write committed in 15 s (`docs/operations.md`, `[raft]`).
+pub const PACKET_DELAY_MS: u64 = 25;
 /// How long a heal keeps trying to re-add a removed voter.
 pub const MEMBERSHIP_RETRY_MS_MAX: u64 = 30_000;
 /// How long a heal of `partition-past-snapshot` waits for the leader to purge its log past

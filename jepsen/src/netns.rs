@@ -225,17 +225,25 @@ impl NamespaceNet {
     }
 
     /// Removes every DROP and delay rule, then stops the delay threads, which let through what
-    /// they hold.
+    /// they hold. Every step is tried; the first failure is returned.
     pub fn heal(&self) -> Result<(), NetError> {
+        let mut first_error = None;
         for ns in self.nodes.values() {
-            run(&["ip", "netns", "exec", ns, "iptables", "-F", "INPUT"])?;
+            if let Err(e) = run(&["ip", "netns", "exec", ns, "iptables", "-F", "INPUT"]) {
+                first_error.get_or_insert(e);
+            }
         }
         let delayers =
             std::mem::take(&mut *self.delayers.lock().unwrap_or_else(|p| p.into_inner()));
         for delayer in delayers {
-            delayer.stop();
+            if let Err(message) = delayer.stop() {
+                first_error.get_or_insert(NetError::Command {
+                    command: "packet delay".into(),
+                    message,
+                });
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Tears everything down; errors are collected, and every step is tried.

@@ -9,6 +9,11 @@
 //! Written here on `nfq` (netlink, no C library): a userspace proxy between the nodes would
 //! need every node's peer addresses rewritten, where this delays the packets the nodes already
 //! exchange, TCP's own retransmissions and acknowledgements included.
+//!
+//! Limits: the thread looks at its queue every millisecond, through the netlink socket's
+//! default receive buffer (`nfq` does not let it be raised), each packet a message of its
+//! metadata only; a load that overflows the buffer or the kernel's queue between two looks is
+//! let through undelayed (fail open), not dropped. The chaos runs' loads are far below it.
 
 use std::collections::VecDeque;
 use std::os::fd::AsFd;
@@ -72,27 +77,36 @@ impl Delayer {
         match bound.recv_timeout(Duration::from_millis(START_TIMEOUT_MS)) {
             Ok(Ok(())) => Ok(delayer),
             Ok(Err(message)) => Err(failed(ns, &message)),
-            Err(_) => Err(failed(ns, "the queue was not bound in time")),
+            Err(_) => {
+                // Stuck entering the namespace or binding: left to itself, not waited for.
+                let mut delayer = delayer;
+                delayer.stop.store(true, Ordering::Release);
+                drop(delayer.thread.take());
+                Err(failed(ns, "the queue was not bound in time"))
+            }
         }
     }
 
-    /// Stops the thread, letting through what it holds; returns how many packets it delayed.
-    pub fn stop(mut self) -> u64 {
-        self.finish();
-        self.delayed.load(Ordering::Relaxed)
+    /// Stops the thread, letting through what it holds; returns how many packets it delayed,
+    /// or why it stopped before (a thread that panicked closed its queue, and the kernel
+    /// dropped what it held; `--queue-bypass` let the rest through undelayed).
+    pub fn stop(mut self) -> Result<u64, String> {
+        self.finish()?;
+        Ok(self.delayed.load(Ordering::Relaxed))
     }
 
-    fn finish(&mut self) {
+    fn finish(&mut self) -> Result<(), String> {
         self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(_)) => Err("the delay thread panicked".to_string()),
+            _ => Ok(()),
         }
     }
 }
 
 impl Drop for Delayer {
     fn drop(&mut self) {
-        self.finish();
+        let _ = self.finish();
     }
 }
 

@@ -24,6 +24,8 @@ use crate::virtio_port::VirtioPort;
 
 /// The pause before a new session after one ended or the port could not be opened.
 const SESSION_RESTART_MS: u64 = 200;
+/// The pause after a failed accept (out of file descriptors, say).
+const ACCEPT_RETRY_MS: u64 = 100;
 
 /// The running bridge.
 #[derive(Debug)]
@@ -109,7 +111,7 @@ async fn serve(
                 let mut driver =
                     tokio::spawn(async move { while session.next().await.is_some() {} });
                 loop {
-                    tokio::select! {
+                    let carried = tokio::select! {
                         a = accept_unix(&listeners.rest) => carry_accepted(&control, a, TARGET_REST),
                         a = listeners.grpc.accept() => carry_accepted(&control, a.map(|(s, _)| s), TARGET_GRPC),
                         a = accept_tcp(&listeners.egress) => carry_accepted(&control, a, TARGET_EGRESS),
@@ -119,8 +121,13 @@ async fn serve(
                                 Ok(()) => {}
                                 Err(_) => watching = false,
                             }
+                            true
                         }
                         _ = &mut driver => break,
+                    };
+                    if !carried {
+                        // Out of file descriptors and the like: do not spin.
+                        tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_MS)).await;
                     }
                 }
                 tracing::info!("channel: the session over the port ended; starting another");
@@ -149,15 +156,20 @@ async fn accept_tcp(listener: &Option<TcpListener>) -> std::io::Result<tokio::ne
     }
 }
 
-fn carry_accepted<S>(control: &Control, accepted: std::io::Result<S>, target: u8)
+/// Carries an accepted connection over the port; false when the accept failed.
+fn carry_accepted<S>(control: &Control, accepted: std::io::Result<S>, target: u8) -> bool
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     match accepted {
         Ok(stream) => {
             tokio::spawn(carry(control.clone(), stream, target));
+            true
         }
-        Err(e) => tracing::warn!(error = %e, "channel: accept failed"),
+        Err(e) => {
+            tracing::warn!(error = %e, "channel: accept failed");
+            false
+        }
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) const EGRESS_READ_IDLE_MS_MAX: u64 = 300_000;
 /// Longest a connection may take to send a request's head (and idle between requests).
 pub(crate) const EGRESS_HEADER_READ_MS_MAX: u64 = 30_000;
 /// Connections one sandbox's proxy serves at once; more wait to be accepted (a VM's channel
-/// carries no more than that many egress streams).
+/// hands it no more than that many: its egress share, `task::agent_relay`).
 pub(crate) const EGRESS_CONNECTIONS_MAX: usize = squadron_api::agent_channel::EGRESS_STREAMS_MAX;
 /// Where upstreams' trust anchors are read from: Debian's bundle.
 pub(crate) const EGRESS_CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";

@@ -33,9 +33,9 @@ use squadron_api::agent_channel::{
     TARGET_REST,
 };
 use squadron_core::ids::TaskId;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::control_link::ControlLink;
@@ -65,7 +65,7 @@ struct ChannelRelay {
 }
 
 /// The sending end of the egress proxy's inbox, while one serves the channel.
-type EgressSink = Arc<Mutex<Option<mpsc::Sender<tokio_yamux::StreamHandle>>>>;
+type EgressSink = Arc<Mutex<Option<mpsc::Sender<SlottedStream>>>>;
 
 /// Which listener a socket leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,6 +163,8 @@ impl AgentRelays {
         let gates = Gates {
             allowed: Arc::new(Mutex::new(targets.iter().copied().collect())),
             egress,
+            control_slots: Arc::new(Semaphore::new(CONTROL_STREAMS_MAX)),
+            egress_slots: Arc::new(Semaphore::new(EGRESS_STREAMS_MAX)),
         };
         let relay = self.clone();
         let handle =
@@ -190,10 +192,7 @@ impl AgentRelays {
     }
 
     /// Where `task`'s VM's egress streams arrive from now on (an earlier inbox gets no more).
-    fn egress_inbox(
-        &self,
-        task: TaskId,
-    ) -> Result<mpsc::Receiver<tokio_yamux::StreamHandle>, WorkerError> {
+    fn egress_inbox(&self, task: TaskId) -> Result<mpsc::Receiver<SlottedStream>, WorkerError> {
         let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         let open = channels.get(&task).ok_or_else(|| {
             WorkerError::runtime(
@@ -308,10 +307,8 @@ impl AgentRelays {
                 }
                 None => return,
             };
-            if connections.len() >= RELAY_CONNECTIONS_PER_SANDBOX_MAX {
-                tracing::warn!(%task, max = RELAY_CONNECTIONS_PER_SANDBOX_MAX, "agent channel: too many streams; closing one");
-                continue;
-            }
+            // yamux holds the session to CHANNEL_STREAMS_MAX streams; each kind to its share
+            // once the stream names its target (`Gates`).
             let (relay, gates) = (self.clone(), gates.clone());
             connections.spawn(async move {
                 if let Err(e) = relay.carry_stream(stream, &gates).await {
@@ -339,6 +336,11 @@ impl AgentRelays {
             TARGET_GRPC => Target::Grpc,
             TARGET_EGRESS => return gates.to_egress(stream),
             other => return Err(format!("unknown target byte {other:#04x}")),
+        };
+        let Ok(_slot) = gates.control_slots.clone().try_acquire_owned() else {
+            return Err(format!(
+                "more than {CONTROL_STREAMS_MAX} control streams at once; this one is closed"
+            ));
         };
         if !gates
             .allowed
@@ -387,15 +389,23 @@ impl AgentRelays {
     }
 }
 
-/// What a VM's channel lets its streams reach now.
+/// What a VM's channel lets its streams reach now, and how many of each kind it carries at
+/// once: control streams and egress streams have shares of their own, so neither kind starves
+/// the other of the session's streams.
 #[derive(Debug, Clone)]
 struct Gates {
     allowed: Arc<Mutex<HashSet<Target>>>,
     egress: EgressSink,
+    control_slots: Arc<Semaphore>,
+    egress_slots: Arc<Semaphore>,
 }
 
 impl Gates {
-    /// Hands an egress stream to the proxy serving the channel, if one does.
+    /// Hands an egress stream, with one of the channel's egress slots, to the proxy serving
+    /// the channel, if one does. Never queues one beyond the slots: a stream nobody reads
+    /// would fill its yamux buffer, and a full buffer stops the session reading the port —
+    /// every stream of the guest, its agent's gRPC included. The proxy serves as many
+    /// connections as there are slots, so each stream handed over is read at once.
     fn to_egress(&self, stream: tokio_yamux::StreamHandle) -> Result<(), String> {
         let sink = self
             .egress
@@ -405,13 +415,62 @@ impl Gates {
         let Some(sink) = sink else {
             return Err("egress injection is not served for this sandbox".to_string());
         };
-        // Never waits: a handoff waiting here would hold one of the channel's control slots.
-        sink.try_send(stream).map_err(|e| match e {
+        let Ok(slot) = self.egress_slots.clone().try_acquire_owned() else {
+            return Err(format!(
+                "more than {EGRESS_STREAMS_MAX} egress connections at once; this one is closed"
+            ));
+        };
+        sink.try_send(SlottedStream {
+            stream,
+            _slot: slot,
+        })
+        .map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => "the sandbox's egress proxy is busy".to_string(),
             mpsc::error::TrySendError::Closed(_) => {
                 "the sandbox's egress proxy is closed".to_string()
             }
         })
+    }
+}
+
+/// An egress stream with the channel slot it holds until the proxy's connection ends.
+#[derive(Debug)]
+pub(crate) struct SlottedStream {
+    stream: tokio_yamux::StreamHandle,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for SlottedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SlottedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -730,7 +789,7 @@ mod tests {
             }
         };
         let mut early = open().await;
-        assert_eq!(read_some(&mut early).await, "", "no proxy served yet");
+        assert!(closed(&mut early).await, "no proxy served yet");
 
         let mut inbox = relays.egress_inbox(task).expect("the channel is open");
         let mut guest = open().await;
@@ -746,9 +805,25 @@ mod tests {
         proxy.write_all(b"answer").await.unwrap();
         assert_eq!(read_some(&mut guest).await, "answer");
 
-        drop(inbox);
+        // The egress share is full: one more is closed at once, never left unread; a
+        // connection's end gives its slot back.
+        let mut held = vec![proxy];
+        let mut guests = vec![guest];
+        while held.len() < EGRESS_STREAMS_MAX {
+            guests.push(open().await);
+            let next = tokio::time::timeout(Duration::from_secs(5), inbox.recv()).await;
+            held.push(next.expect("within the share").expect("a stream"));
+        }
+        let mut over = open().await;
+        assert!(closed(&mut over).await, "beyond the egress share");
+        held.pop();
+        let _again = open().await;
+        let freed = tokio::time::timeout(Duration::from_secs(5), inbox.recv()).await;
+        assert!(freed.is_ok_and(|s| s.is_some()), "a slot given back");
+
+        drop((inbox, held));
         let mut late = open().await;
-        assert_eq!(read_some(&mut late).await, "", "the proxy is gone");
+        assert!(closed(&mut late).await, "the proxy is gone");
         relays.close(task, None, dir.path());
     }
 
@@ -772,8 +847,18 @@ mod tests {
         control
     }
 
+    /// Whether the far end closed `s` (end of stream, or reset) within two seconds, as
+    /// opposed to leaving it open.
+    async fn closed(s: &mut tokio_yamux::StreamHandle) -> bool {
+        let mut buf = [0u8; 16];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
     /// What arrives within a second, up to 16 bytes; empty once the stream is closed.
-    async fn read_some(s: &mut tokio_yamux::StreamHandle) -> String {
+    async fn read_some(s: &mut (impl AsyncRead + Unpin)) -> String {
         let mut buf = [0u8; 16];
         match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
             Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
