@@ -9,14 +9,16 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use squadron_api::agent_channel::{
-    CHANNEL_STREAMS_MAX, EGRESS_PORT, TARGET_EGRESS, TARGET_GRPC, TARGET_REST,
+    CHANNEL_STREAMS_MAX, EGRESS_PORT, EGRESS_STREAMS_MAX, TARGET_EGRESS, TARGET_GRPC, TARGET_REST,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_yamux::{Config, Control, Session};
 
 use crate::error::AgentError;
@@ -101,6 +103,7 @@ async fn serve(
     mut rest_open: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut watching = true;
+    let egress_slots = Arc::new(Semaphore::new(EGRESS_STREAMS_MAX));
     loop {
         match VirtioPort::open(&port) {
             Ok(opened) => {
@@ -112,9 +115,14 @@ async fn serve(
                     tokio::spawn(async move { while session.next().await.is_some() {} });
                 loop {
                     let carried = tokio::select! {
-                        a = accept_unix(&listeners.rest) => carry_accepted(&control, a, TARGET_REST),
-                        a = listeners.grpc.accept() => carry_accepted(&control, a.map(|(s, _)| s), TARGET_GRPC),
-                        a = accept_tcp(&listeners.egress) => carry_accepted(&control, a, TARGET_EGRESS),
+                        a = accept_unix(&listeners.rest) => carry_accepted(&control, a, TARGET_REST, None),
+                        a = listeners.grpc.accept() => carry_accepted(&control, a.map(|(s, _)| s), TARGET_GRPC, None),
+                        a = accept_tcp(&listeners.egress) => match egress_slots.clone().try_acquire_owned() {
+                            Ok(slot) => carry_accepted(&control, a, TARGET_EGRESS, Some(slot)),
+                            // Beyond the egress share the worker would refuse it anyway: closed
+                            // here, it never takes one of the session's streams from the agent.
+                            Err(_) => true,
+                        },
                         changed = rest_open.changed(), if watching => {
                             match changed {
                                 Ok(()) if !*rest_open.borrow() => listeners.rest = None,
@@ -156,14 +164,24 @@ async fn accept_tcp(listener: &Option<TcpListener>) -> std::io::Result<tokio::ne
     }
 }
 
-/// Carries an accepted connection over the port; false when the accept failed.
-fn carry_accepted<S>(control: &Control, accepted: std::io::Result<S>, target: u8) -> bool
+/// Carries an accepted connection over the port, holding `slot` until it ends; false when
+/// the accept failed.
+fn carry_accepted<S>(
+    control: &Control,
+    accepted: std::io::Result<S>,
+    target: u8,
+    slot: Option<OwnedSemaphorePermit>,
+) -> bool
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     match accepted {
         Ok(stream) => {
-            tokio::spawn(carry(control.clone(), stream, target));
+            let control = control.clone();
+            tokio::spawn(async move {
+                carry(control, stream, target).await;
+                drop(slot);
+            });
             true
         }
         Err(e) => {
