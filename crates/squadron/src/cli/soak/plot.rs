@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 
 use super::report::SoakReport;
 
-/// The most series one panel draws; a process that came and went is one more series.
+/// The most series one panel draws, the longest-seen first; a process that came and went is
+/// one more series.
 pub const PLOT_SERIES_MAX: usize = 12;
 /// The roles of the processes that live for the whole soak (a sandbox's agent does not).
 const LONG_LIVED_ROLES: [&str; 3] = ["server", "dev", "worker"];
@@ -67,11 +68,16 @@ pub fn panels(report: &SoakReport) -> [Panel; 3] {
                 .push((x, count.n as f64));
         }
     }
+    // The longest-seen first: where more than a panel's worth of processes came and went
+    // (other clusters on the host), those that lived through the soak are the ones drawn.
     let series = |m: BTreeMap<String, Vec<(f64, f64)>>| {
-        m.into_iter()
-            .take(PLOT_SERIES_MAX)
+        let mut all: Vec<Series> = m
+            .into_iter()
             .map(|(name, points)| Series { name, points })
-            .collect()
+            .collect();
+        all.sort_by_key(|s| std::cmp::Reverse(s.points.len()));
+        all.truncate(PLOT_SERIES_MAX);
+        all
     };
     [
         Panel {
@@ -271,14 +277,21 @@ mod tests {
     #[test]
     fn text_is_escaped_and_series_are_bounded() {
         assert_eq!(escape("a<b>&\"c\""), "a&lt;b&gt;&amp;&quot;c&quot;");
+        // One node through the whole soak, and twenty that each came for one sample (another
+        // cluster's on the same host): the bound keeps the one that lived through it.
         let samples = (0..20u32)
             .map(|i| {
                 let mut s = sample(1_000 + u64::from(i) * 1_000, i, 80, 0);
-                s.processes[0].pid = 100 + i;
+                let mut passing = s.processes[0].clone();
+                passing.pid = 100 + i;
+                s.processes[0].pid = 9;
+                s.processes.push(passing);
                 s
             })
             .collect();
         let [rss, _, _] = panels(&report(samples));
         assert_eq!(rss.series.len(), PLOT_SERIES_MAX);
+        assert_eq!(rss.series[0].name, "server (pid 9)");
+        assert_eq!(rss.series[0].points.len(), 20);
     }
 }
