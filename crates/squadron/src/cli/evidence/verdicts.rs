@@ -100,7 +100,9 @@ fn four_process_peak(e: &ProjectEvidence) -> Verdict {
         "four-process peak",
         e.max_active == PROCESS_PEAK_REQUIRED
             && e.peak_slots_held == PROCESS_PEAK_REQUIRED
-            && processes.is_some_and(|p| p <= PROCESS_PEAK_REQUIRED),
+            // Some provider seen running (the worker samples, so it may miss the moment all
+            // four ran: the slots are the exact figure), and never more than four.
+            && processes.is_some_and(|p| (1..=PROCESS_PEAK_REQUIRED).contains(&p)),
         format!(
             "max_active = {}, peak slots held = {}, peak processes = {}",
             e.max_active,
@@ -288,6 +290,11 @@ pub(crate) mod tests {
         let mut e = passing();
         e.peak_slots_held = 5;
         assert_eq!(failed(&e), ["four-process peak"]);
+        for processes in [0, 5] {
+            let mut e = passing();
+            e.worker.as_mut().unwrap().peak_concurrent_processes = processes;
+            assert_eq!(failed(&e), ["four-process peak"], "{processes} processes");
+        }
         let mut e = passing();
         e.takeovers_crash = 0;
         assert_eq!(failed(&e), ["both takeover kinds"]);
