@@ -376,16 +376,29 @@ fn run_in_docker(url: &str, repo: &Path, docker: &WorkerProc, worker: &str, secr
 /// Submits `manifest` and waits until its provider made its calls (its stdout names the
 /// forged one), as long as a guest may take to boot; returns the task and its stdout's URL.
 fn submit_calling(url: &str, manifest: &str, worker: &WorkerProc) -> (u64, String) {
+    submit_until(url, manifest, worker, "forged", GUEST_TASK_TIMEOUT)
+}
+
+/// Submits `manifest` and waits up to `timeout` until its stdout holds `seen`; returns the task
+/// and its stdout's URL.
+fn submit_until(
+    url: &str,
+    manifest: &str,
+    worker: &WorkerProc,
+    seen: &str,
+    timeout: Duration,
+) -> (u64, String) {
     let reply = submit_yaml(url, manifest);
     assert!(reply.ok(), "{reply:?}");
     let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
     let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
-    wait_until(GUEST_TASK_TIMEOUT, || {
-        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("forged"))
+    wait_until(timeout, || {
+        http_text(&stdout_url).is_ok_and(|(_, t)| t.contains(seen))
     })
     .unwrap_or_else(|_| {
         panic!(
-            "no call: {:?}\n{}",
+            "no {seen:?} on stdout: {:?}\n{:?}\n{}",
+            http_text(&stdout_url),
             http_get(&format!("{url}/api/v1/tasks/{task}")),
             tail(&worker.log)
         )
@@ -450,20 +463,8 @@ impl RestartCase {
         bind(&url, &upstream.url());
         let refs = "    - { id: cred_up, mount: anthropic_api_key }\n    - { id: cred_file, mount: gh_token }\n";
         let vm = "  runtime: process\n  network_mode: isolated\n";
-        let reply = submit_yaml(&url, &manifest_with_refs(&repo, vm, RESTART_SCRIPT, refs));
-        assert!(reply.ok(), "{reply:?}");
-        let task = reply.body["task_submitted"]["task"].as_u64().expect("id");
-        let stdout_url = format!("{url}/api/v1/tasks/{task}/logs?stream=stdout");
-        wait_until(TASK_TIMEOUT, || {
-            http_text(&stdout_url).is_ok_and(|(_, t)| t.contains("before"))
-        })
-        .unwrap_or_else(|_| {
-            panic!(
-                "no first call: {:?}\n{}",
-                http_text(&stdout_url),
-                tail(&worker.log)
-            )
-        });
+        let manifest = manifest_with_refs(&repo, vm, RESTART_SCRIPT, refs);
+        let (task, stdout_url) = submit_until(&url, &manifest, &worker, "before", TASK_TIMEOUT);
         RestartCase {
             _cluster: cluster,
             url,

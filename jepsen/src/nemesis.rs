@@ -15,6 +15,7 @@ use squadron_client::{AddLearner, SquadronClient};
 
 use crate::cluster::{Cluster, ClusterError};
 use crate::fault::Fault;
+use crate::netns::{NamespaceNet, NetError};
 
 /// The largest clock offset the clock nemesis applies by default, in seconds.
 pub const CLOCK_SKEW_S_MAX: i64 = 120;
@@ -308,29 +309,12 @@ impl Nemesis {
                 d
             }
             Fault::PacketLoss => {
-                let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
-                    fault: fault.name(),
-                    message: "no network namespaces".into(),
-                })?;
-                self.damage.partitioned = true;
-                net.lose(PACKET_LOSS_PROBABILITY)
-                    .map_err(|e| NemesisError::Fault {
-                        fault: fault.name(),
-                        message: e.to_string(),
-                    })?;
+                self.damage_network(cluster, fault, |net| net.lose(PACKET_LOSS_PROBABILITY))?;
                 json!({"probability": PACKET_LOSS_PROBABILITY})
             }
             Fault::PacketDelay => {
-                let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
-                    fault: fault.name(),
-                    message: "no network namespaces".into(),
-                })?;
-                self.damage.partitioned = true;
-                net.delay(Duration::from_millis(PACKET_DELAY_MS))
-                    .map_err(|e| NemesisError::Fault {
-                        fault: fault.name(),
-                        message: e.to_string(),
-                    })?;
+                let delay = Duration::from_millis(PACKET_DELAY_MS);
+                self.damage_network(cluster, fault, |net| net.delay(delay))?;
                 json!({"delay_ms": PACKET_DELAY_MS})
             }
             Fault::ClockSkew | Fault::ClockSkewLeader => {
@@ -481,16 +465,27 @@ impl Nemesis {
         fault: Fault,
         grudge: &BTreeMap<u64, BTreeSet<u64>>,
     ) -> Result<Value, NemesisError> {
+        self.damage_network(cluster, fault, |net| net.partition(grudge))?;
+        Ok(json!({ "grudge": grudge }))
+    }
+
+    /// Applies `fault` to the namespaces' network with `apply`, recorded first as damage the
+    /// heal undoes (a half-applied fault is undone too).
+    fn damage_network(
+        &mut self,
+        cluster: &Cluster,
+        fault: Fault,
+        apply: impl FnOnce(&NamespaceNet) -> Result<(), NetError>,
+    ) -> Result<(), NemesisError> {
         let net = cluster.net.as_ref().ok_or_else(|| NemesisError::Fault {
             fault: fault.name(),
             message: "no network namespaces".into(),
         })?;
         self.damage.partitioned = true;
-        net.partition(grudge).map_err(|e| NemesisError::Fault {
+        apply(net).map_err(|e| NemesisError::Fault {
             fault: fault.name(),
             message: e.to_string(),
-        })?;
-        Ok(json!({ "grudge": grudge }))
+        })
     }
 
     /// Undoes every fault: heals the network, resumes paused nodes, restarts killed ones and
