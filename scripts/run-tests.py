@@ -50,6 +50,7 @@ EXPECTED_S = {
     "deploy_compose": 61,
     "smoke": 53,
     "faults": 49,
+    "takeover": 50,
     "kvm_network": 48,
     "worker_recovery": 43,
     "credentials": 43,

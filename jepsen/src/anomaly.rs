@@ -14,6 +14,9 @@ pub enum AnomalyKind {
     Inv3DuplicateGeneration,
     /// INV-5: more slot holders than `max_active` at one instant of real time.
     Inv5OverCapacity,
+    /// INV-6: a generation that was replaced, or whose lease ran out while its worker was
+    /// paused, committed a capsule: two writers.
+    Inv6DualWriter,
     /// INV-7: two capsules at one sequence, or a capsule that does not extend its predecessor.
     Inv7Fork,
     /// INV-11: a keyed write sent again got another answer than its first, or its key was
@@ -30,6 +33,8 @@ pub enum AnomalyKind {
     /// The replicated clock ran further ahead of real time than the cluster clock's slew
     /// allows: a skewed wall clock reached the stamps.
     ClockJump,
+    /// Evidence a verdict needs (the worker's broker counters) could not be read.
+    EvidenceMissing,
     /// The history itself could not be read as the model expects.
     MalformedHistory,
 }

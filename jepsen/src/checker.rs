@@ -12,6 +12,7 @@ use crate::model_cas::CasRegister;
 use crate::model_expiry::ExpiringLease;
 use crate::model_lease::LeaseRegister;
 use crate::model_project::{ProjectCapacity, PROJECT_KEY};
+use crate::model_takeover::TakeoverRegister;
 use crate::model_task::TaskLifecycle;
 use crate::node_final::NodeFinal;
 use crate::operation::{Completion, Operation};
@@ -101,6 +102,7 @@ impl Checker {
                 "expiry" => self.check_key(&ExpiringLease, key, &key_ops, &mut anomalies),
                 "capsule" => self.check_key(&CapsuleChain, key, &key_ops, &mut anomalies),
                 "tasks" => self.check_key(&TaskLifecycle, key, &key_ops, &mut anomalies),
+                "takeover" => self.check_key(&TakeoverRegister, key, &key_ops, &mut anomalies),
                 _ => continue,
             };
             if verdict.verdict == "unknown" {
@@ -216,7 +218,14 @@ fn keys_without_final_read<'a>(keys: &BTreeMap<&'a str, Vec<&Operation>>) -> Vec
         .filter(|(key, _)| {
             matches!(
                 key_family(key),
-                "lease" | "capacity" | "cas" | "keyed" | "expiry" | "capsule" | "tasks"
+                "lease"
+                    | "capacity"
+                    | "cas"
+                    | "keyed"
+                    | "expiry"
+                    | "capsule"
+                    | "tasks"
+                    | "takeover"
             )
         })
         .filter(|(_, ops)| {

@@ -6,11 +6,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use squadron_client::{ClusterStatus, Consistency, Credentials, SquadronClient};
+use squadron_core::ids::WorkerId;
+use squadron_core::worker::WorkerStatus;
 
 use crate::lazyfs::LazyMount;
-use crate::netns::{NamespaceNet, NetError, NODE_GRPC_PORT, NODE_PEER_PORT, NODE_REST_PORT};
+use crate::netns::{
+    NamespaceNet, NetError, NODE_GRPC_PORT, NODE_PEER_PORT, NODE_REST_PORT, WORKER_PORT,
+};
 use crate::node::{NodeError, NodeProcess, NodeSpec};
 use crate::node_final::NodeFinal;
+use crate::worker_process::{WorkerError, WorkerProcess, WORKER_START_MS_MAX};
 
 /// How long a status request to one node may take.
 pub const STATUS_TIMEOUT_MS: u64 = 2_000;
@@ -51,6 +56,16 @@ pub enum ClusterError {
     Node(#[from] NodeError),
     #[error(transparent)]
     Net(#[from] NetError),
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    #[error("the worker did not come up alive within {waited_ms} ms ({last}); its log:\n{log}")]
+    WorkerNotAlive {
+        waited_ms: u64,
+        last: String,
+        log: String,
+    },
+    #[error("this run has no worker process (only the takeover workload starts one)")]
+    NoWorker,
     #[error("no free loopback port: {0}")]
     Port(std::io::Error),
     #[error("{what} within {waited_ms} ms; node logs:\n{logs}")]
@@ -144,6 +159,10 @@ fn free_port() -> Result<u16, ClusterError> {
 pub struct Cluster {
     pub bin: PathBuf,
     pub nodes: BTreeMap<u64, NodeProcess>,
+    /// The takeover workload's real worker; declared before `net` so it goes first.
+    pub worker: Option<WorkerProcess>,
+    /// Where the nodes' (and the worker's) files are.
+    dir: PathBuf,
     /// Each node's lazy filesystem over its data directory, when mounted; declared after
     /// `nodes` so nothing uses a mount when it goes.
     lazy: BTreeMap<u64, LazyMount>,
@@ -239,6 +258,8 @@ impl Cluster {
         Ok(Self {
             bin: bin.into(),
             nodes,
+            worker: None,
+            dir: dir.into(),
             lazy: BTreeMap::new(),
             net,
             net_note,
@@ -365,6 +386,65 @@ impl Cluster {
 
     pub fn resume(&mut self, id: u64) -> Result<(), ClusterError> {
         self.node_mut(id)?.resume()?;
+        Ok(())
+    }
+
+    /// Starts the takeover workload's worker (certificate `worker-pki`, files under
+    /// `worker/`) where every node reaches it, and waits until the cluster reports it alive.
+    pub async fn start_worker(&mut self) -> Result<(), ClusterError> {
+        let listen = match &self.net {
+            Some(net) => format!("{}:{WORKER_PORT}", net.gateway()),
+            None => format!("127.0.0.1:{}", free_port()?),
+        };
+        let mut worker = WorkerProcess::prepare(
+            &self.dir.join("worker"),
+            listen,
+            self.endpoints(),
+            &self.dir.join("worker-pki"),
+        )?;
+        worker.start(&self.bin)?;
+        self.worker = Some(worker);
+        let client = self.client(
+            self.endpoints(),
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+            Duration::from_millis(STATUS_TIMEOUT_MS),
+        )?;
+        let id = WorkerId::new(crate::workload::WORKER)
+            .map_err(|e| ClusterError::Init(e.to_string()))?;
+        let deadline = Instant::now() + Duration::from_millis(WORKER_START_MS_MAX);
+        let mut last = String::from("not asked yet");
+        while Instant::now() < deadline {
+            match client.get_worker(&id, Consistency::Linearizable).await {
+                Ok(w) if w.status == WorkerStatus::Alive => return Ok(()),
+                Ok(w) => last = format!("status {:?}", w.status),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+        }
+        Err(ClusterError::WorkerNotAlive {
+            waited_ms: WORKER_START_MS_MAX,
+            last,
+            log: self
+                .worker
+                .as_ref()
+                .map(|w| w.log_tail(30))
+                .unwrap_or_default(),
+        })
+    }
+
+    pub fn pause_worker(&mut self) -> Result<(), ClusterError> {
+        self.worker
+            .as_mut()
+            .ok_or(ClusterError::NoWorker)?
+            .pause()?;
+        Ok(())
+    }
+
+    pub fn resume_worker(&mut self) -> Result<(), ClusterError> {
+        self.worker
+            .as_mut()
+            .ok_or(ClusterError::NoWorker)?
+            .resume()?;
         Ok(())
     }
 
@@ -500,6 +580,9 @@ impl Cluster {
 
     /// Kills every node (and with the namespaces dropped later, the network goes too).
     pub fn stop_all(&mut self) {
+        if let Some(w) = self.worker.as_mut() {
+            w.stop();
+        }
         for n in self.nodes.values_mut() {
             let _ = n.resume();
             n.kill();

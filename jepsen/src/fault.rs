@@ -42,11 +42,15 @@ pub enum Fault {
     /// its data (not its certificates) deleted and its config made a joiner's; on heal it is
     /// started, added as a learner (it catches up by snapshot) and promoted.
     ReplaceWiped,
+    /// SIGSTOP of the takeover workload's worker until its agents' leases have run out; after
+    /// SIGCONT each of those generations tries to commit (a late writer, which must be
+    /// refused).
+    WorkerPause,
 }
 
 impl Fault {
     /// Every fault, in declaration order.
-    pub const ALL: [Fault; 25] = [
+    pub const ALL: [Fault; 26] = [
         Fault::IsolateOne,
         Fault::IsolateLeader,
         Fault::Halves,
@@ -72,6 +76,7 @@ impl Fault {
         Fault::CrashLeader,
         Fault::CrashAll,
         Fault::ReplaceWiped,
+        Fault::WorkerPause,
     ];
 
     /// The fault a name (`partition-one`, `packet-loss`, …) stands for.
@@ -106,6 +111,7 @@ impl Fault {
             Fault::CrashLeader => "crash-leader",
             Fault::CrashAll => "crash-all",
             Fault::ReplaceWiped => "replace-wiped",
+            Fault::WorkerPause => "worker-pause",
         }
     }
 

@@ -53,6 +53,7 @@ impl InvariantChecker {
         let mut out = Vec::new();
         out.extend(self.inv3_generations(ops));
         out.extend(self.inv5_capacity(ops));
+        out.extend(self.inv6_dual_writers(ops));
         out.extend(self.inv7_chain(ops));
         out.extend(self.lost_writes(ops));
         out.extend(self.inv11_replays(ops));
@@ -325,6 +326,35 @@ impl InvariantChecker {
         out
     }
 
+    /// INV-6: a commit under a fence that is no longer the profile's writer — the generation
+    /// a takeover replaced (`stale-commit`), or one whose lease ran out while its worker was
+    /// paused (`late-commit` to the control plane, `late-git-commit` through the worker's
+    /// broker) — never succeeds. An unknown outcome is no evidence either way.
+    pub fn inv6_dual_writers(&self, ops: &[Operation]) -> Vec<Anomaly> {
+        ops.iter()
+            .filter(|o| {
+                matches!(
+                    o.f.as_str(),
+                    "stale-commit" | "late-commit" | "late-git-commit"
+                ) && o.is_ok()
+            })
+            .map(|op| {
+                Anomaly::new(
+                    AnomalyKind::Inv6DualWriter,
+                    op.key.as_deref(),
+                    format!(
+                        "{} under generation {} (lease {}) was accepted: {}",
+                        op.f,
+                        u64_of(&op.input, "generation").unwrap_or(0),
+                        u64_of(&op.input, "lease").unwrap_or(0),
+                        op.output
+                    ),
+                    vec![op.invoke_index],
+                )
+            })
+            .collect()
+    }
+
     /// Every acknowledged write is visible to the final read of its key: the final generation,
     /// version or sequence is at least the highest acknowledged one.
     pub fn lost_writes(&self, ops: &[Operation]) -> Vec<Anomaly> {
@@ -335,6 +365,7 @@ impl InvariantChecker {
             };
             let field = match (key_family(key), op.f.as_str()) {
                 ("lease" | "capacity" | "expiry", "acquire") => "generation",
+                ("takeover", "launch" | "takeover") => "generation",
                 ("cas" | "keyed", "cas") => "version",
                 ("capsule", "append") => "sequence",
                 _ => continue,
@@ -355,7 +386,7 @@ impl InvariantChecker {
                 continue;
             };
             let field = match key_family(key) {
-                "lease" | "capacity" | "expiry" => "generation",
+                "lease" | "capacity" | "expiry" | "takeover" => "generation",
                 "cas" | "keyed" => "version",
                 "capsule" => "sequence",
                 _ => continue,

@@ -92,6 +92,8 @@ struct Damage {
     paused: BTreeSet<u64>,
     removed: BTreeSet<u64>,
     skewed: BTreeSet<u64>,
+    /// The takeover workload's worker is stopped (SIGSTOP).
+    worker_paused: bool,
     /// An isolated follower and the index it had applied: the heal waits until the leader
     /// purged past it.
     lagging: Option<(u64, u64)>,
@@ -368,6 +370,14 @@ impl Nemesis {
                 self.remove_member(cluster, fault, v).await?;
                 json!({"nodes": [v]})
             }
+            Fault::WorkerPause => {
+                cluster.pause_worker().map_err(|e| NemesisError::Fault {
+                    fault: fault.name(),
+                    message: e.to_string(),
+                })?;
+                self.damage.worker_paused = true;
+                json!({"worker": crate::workload::WORKER})
+            }
             Fault::ReplaceWiped => {
                 let v = ids
                     .iter()
@@ -522,6 +532,15 @@ impl Nemesis {
         let resumed = undo(&mut self.damage.paused, &mut failed, "resume", |v| {
             cluster.resume(v)
         });
+        if self.damage.worker_paused {
+            match cluster.resume_worker() {
+                Ok(()) => {
+                    self.damage.worker_paused = false;
+                    done.insert("worker".into(), json!("resumed"));
+                }
+                Err(e) => failed.push(format!("resuming the worker: {e}")),
+            }
+        }
         let restarted = undo(&mut self.damage.killed, &mut failed, "restart", |v| {
             cluster.start(v)
         });
@@ -605,6 +624,7 @@ impl Nemesis {
             || !self.damage.paused.is_empty()
             || !self.damage.removed.is_empty()
             || !self.damage.skewed.is_empty()
+            || self.damage.worker_paused
     }
 
     /// A duration drawn around `mean_ms` (between half and one and a half times it).

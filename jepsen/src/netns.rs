@@ -17,6 +17,8 @@ use crate::packet_delay::{Delayer, DELAY_QUEUE};
 pub const NAME_PREFIX: &str = "sqj";
 /// The port every node listens on for REST inside its namespace.
 pub const NODE_REST_PORT: u16 = 8120;
+/// The takeover workload's worker listens here on the bridge address.
+pub const WORKER_PORT: u16 = 8130;
 /// The port every node listens on for gRPC inside its namespace.
 pub const NODE_GRPC_PORT: u16 = 8320;
 /// The port every node listens on for its peers (Raft, the node-to-node protocol).
@@ -110,6 +112,13 @@ impl NamespaceNet {
         format!("{}n{id}", self.tag)
     }
 
+    /// The bridge's own address in the root namespace: where the harness sends from, and
+    /// where a process of the harness's (the takeover workload's worker) is reached by the
+    /// nodes. No fault blocks it.
+    pub fn gateway(&self) -> String {
+        format!("{}.254", self.subnet)
+    }
+
     /// The address node `id` listens on.
     pub fn address(&self, id: u64) -> String {
         format!("{}.{id}", self.subnet)
@@ -117,7 +126,7 @@ impl NamespaceNet {
 
     fn build(&mut self, n: u64) -> Result<(), NetError> {
         let bridge = self.bridge();
-        let gateway = format!("{}.254/24", self.subnet);
+        let gateway = format!("{}/24", self.gateway());
         run(&["ip", "link", "add", &bridge, "type", "bridge"])?;
         self.bridge_up = true;
         run(&["ip", "addr", "add", &gateway, "dev", &bridge])?;

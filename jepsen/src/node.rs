@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// How long a graceful stop may take before the process is killed.
 pub const STOP_WAIT_MS_MAX: u64 = 10_000;
@@ -219,22 +220,11 @@ impl NodeProcess {
         let Some(pid) = self.pid() else {
             return Ok(());
         };
-        let out = Command::new("kill")
-            .args([&format!("-{signal}"), &pid.to_string()])
-            .output()
-            .map_err(|e| NodeError::Signal {
-                id: self.spec.id,
-                signal,
-                message: e.to_string(),
-            })?;
-        if !out.status.success() {
-            return Err(NodeError::Signal {
-                id: self.spec.id,
-                signal,
-                message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(())
+        crate::child::signal(pid, signal).map_err(|message| NodeError::Signal {
+            id: self.spec.id,
+            signal,
+            message,
+        })
     }
 
     /// SIGKILL: no shutdown path runs. Waits for the process to be gone.
@@ -250,18 +240,7 @@ impl NodeProcess {
     pub fn stop(&mut self) -> Result<(), NodeError> {
         self.resume()?;
         self.signal("TERM")?;
-        let deadline =
-            std::time::Instant::now() + std::time::Duration::from_millis(STOP_WAIT_MS_MAX);
-        while std::time::Instant::now() < deadline {
-            match self.child.as_mut().map(Child::try_wait) {
-                Some(Ok(None)) => std::thread::sleep(std::time::Duration::from_millis(50)),
-                _ => {
-                    self.child = None;
-                    return Ok(());
-                }
-            }
-        }
-        self.kill();
+        crate::child::wait_or_kill(&mut self.child, Duration::from_millis(STOP_WAIT_MS_MAX));
         Ok(())
     }
 

@@ -19,6 +19,7 @@ use crate::client_capsule::CapsuleClient;
 use crate::client_cas::CasClient;
 use crate::client_expiry::ExpiryClient;
 use crate::client_lease::LeaseClient;
+use crate::client_takeover::TakeoverClient;
 use crate::client_task::TaskClient;
 use crate::cluster::{faketime_lib, Cluster, ClusterError, NetMode};
 use crate::digest_sampler::DigestSampler;
@@ -26,6 +27,7 @@ use crate::driver::Driver;
 use crate::fault::Fault;
 use crate::history::HistoryError;
 use crate::invariants::digest_divergence;
+use crate::late_writer::LateWriters;
 use crate::nemesis::{Nemesis, NemesisError, NemesisKind, CLOCK_SKEW_S_LIMIT, CLOCK_SKEW_S_MIN};
 use crate::recorder::Recorder;
 use crate::recovery::RecoveryCheck;
@@ -37,6 +39,9 @@ use crate::workload_context::WorkloadContext;
 /// How long one client request may take before its outcome is unknown. Longer than the
 /// nodes' own forward and read-index timeout (4 s), so a slow cluster answers for itself.
 pub const CLIENT_REQUEST_TIMEOUT_MS: u64 = 6_000;
+/// The takeover workload's requests: a launch clones and starts a provider, a crash takeover
+/// waits for the old lease's expiry.
+pub const TAKEOVER_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// How long connecting to one node may take before the next is tried.
 pub const CLIENT_CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// Tries of one heal before the run goes on with what is left broken (recorded).
@@ -151,6 +156,16 @@ impl RunConfig {
                 reason: format!("unknown fault {bad:?}; one of {}", known.join(", ")),
             });
         }
+        let pauses_worker = self.faults.iter().any(|f| f == Fault::WorkerPause.name());
+        if pauses_worker && self.workload != Workload::Takeover {
+            return Err(RunError::Invalid {
+                field: "faults",
+                reason: format!(
+                    "{} needs the takeover workload's worker (--workload takeover)",
+                    Fault::WorkerPause.name()
+                ),
+            });
+        }
         if !self.bin.is_file() {
             return Err(RunError::NoBinary(self.bin.clone()));
         }
@@ -213,7 +228,13 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         Duration::from_millis(CLIENT_REQUEST_TIMEOUT_MS),
         Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
     )?;
-    let mut ctx = setup(cfg.workload, &admin, &as_worker).await?;
+    let repository = if cfg.workload == Workload::Takeover {
+        cluster.start_worker().await?;
+        cluster.worker.as_ref().map(|w| w.repository.clone())
+    } else {
+        None
+    };
+    let mut ctx = setup(cfg.workload, &admin, &as_worker, repository.as_deref()).await?;
     ctx.reads = cfg.reads;
     let ctx = Arc::new(ctx);
     let renewals = spawn_renewals(ctx.clone(), admin.clone());
@@ -230,7 +251,16 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         let mut eps = endpoints.clone();
         let n = eps.len().max(1);
         eps.rotate_left(i % n);
-        let client = admin.with_endpoints(eps);
+        let client = if cfg.workload == Workload::Takeover {
+            // Launches clone and start a provider; a crash takeover waits for the expiry.
+            cluster.client(
+                eps,
+                Duration::from_millis(TAKEOVER_REQUEST_TIMEOUT_MS),
+                Duration::from_millis(CLIENT_CONNECT_TIMEOUT_MS),
+            )?
+        } else {
+            admin.with_endpoints(eps)
+        };
         let driver = Driver::new(
             i as u64,
             concurrency as u64,
@@ -239,7 +269,13 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
             deadline,
             StdRng::seed_from_u64(rand::Rng::gen(&mut rng)),
         );
-        clients.push(spawn_client(cfg.workload, ctx.clone(), client, driver));
+        clients.push(spawn_client(
+            cfg.workload,
+            ctx.clone(),
+            client,
+            driver,
+            concurrency,
+        ));
     }
 
     let sampler = DigestSampler::start(
@@ -262,10 +298,14 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
             break;
         }
         tokio::time::sleep(quiet).await;
+        let mut late = None;
         match nemesis.start(&mut cluster).await {
             Ok((fault, detail)) => {
                 last_fault = Some(fault.to_string());
-                recorder.nemesis("start", fault, detail)
+                recorder.nemesis("start", fault, detail);
+                if let (true, Some(w)) = (fault == Fault::WorkerPause.name(), &cluster.worker) {
+                    late = Some(LateWriters::capture(&admin, &ctx, &w.data_dir).await);
+                }
             }
             Err(e) => {
                 eprintln!("squadron-jepsen: nemesis: {e}");
@@ -275,7 +315,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         let fault = Duration::from_millis(nemesis.jitter_ms(cfg.fault.as_millis() as u64));
         let until = (Instant::now() + fault).min(deadline);
         tokio::time::sleep_until(until).await;
-        heal(&mut nemesis, &mut cluster, &recorder).await;
+        heal_with_late_writers(&mut nemesis, &mut cluster, &recorder, late, &admin).await;
         last_heal_ms = recorder.now_ms();
     }
     tokio::time::sleep_until(deadline).await;
@@ -317,6 +357,12 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
     // The quiet phase: a final read of every key, then the replicas' digests.
     final_reads(cfg.workload, &ctx, &admin, &recorder).await;
     renewals.abort();
+    let mut takeover_evidence = None;
+    if cfg.workload == Workload::Takeover {
+        let (evidence, found) = crate::takeover_evidence::check(&admin, &ctx).await;
+        harness_anomalies.extend(found);
+        takeover_evidence = Some(evidence);
+    }
     let nodes = cluster
         .final_views(Duration::from_millis(CONVERGENCE_TIMEOUT_MS))
         .await;
@@ -372,6 +418,7 @@ pub async fn run(cfg: &RunConfig) -> Result<Results, RunError> {
         ("lazyfs", json!(cluster.lazyfs_stats())),
         ("digest_samples", json!(samples.len())),
         ("digest_sampled_indexes", json!(sampled_indexes)),
+        ("takeover_evidence", json!(takeover_evidence)),
     ];
     for (k, v) in facts {
         results.run.insert(k.to_string(), v);
@@ -393,8 +440,24 @@ fn spawn_client(
     ctx: Arc<WorkloadContext>,
     client: SquadronClient,
     driver: Driver,
+    concurrency: usize,
 ) -> tokio::task::JoinHandle<()> {
     match workload {
+        Workload::Takeover => {
+            // The last client reads (when there are two or more); driver i owns profiles
+            // i, i + drivers, …: no two clients drive one agent.
+            let drivers = concurrency.saturating_sub(1).max(1);
+            let me = driver.process as usize;
+            let owned = ctx
+                .profiles
+                .iter()
+                .enumerate()
+                .filter(|(n, _)| me < drivers && n % drivers == me)
+                .map(|(_, p)| *p)
+                .collect();
+            let all = ctx.profiles.clone();
+            tokio::spawn(TakeoverClient::new(client, driver, owned, all).run())
+        }
         Workload::Lease | Workload::Capacity => {
             tokio::spawn(LeaseClient::new(ctx, client, driver).run())
         }
@@ -430,6 +493,27 @@ async fn heal(nemesis: &mut Nemesis, cluster: &mut Cluster, recorder: &Recorder)
         tokio::time::sleep(Duration::from_millis(HEAL_RETRY_MS)).await;
     }
     recorder.nemesis("stop", "heal", json!({ "errors": errors }));
+}
+
+/// A heal; after a `worker-pause`, first the wait (the worker still stopped) until the leader
+/// has fenced every lease the paused worker held, and after the heal those generations' late
+/// commits.
+async fn heal_with_late_writers(
+    nemesis: &mut Nemesis,
+    cluster: &mut Cluster,
+    recorder: &Recorder,
+    late: Option<LateWriters>,
+    admin: &SquadronClient,
+) {
+    let Some(late) = late else {
+        return heal(nemesis, cluster, recorder).await;
+    };
+    let unfenced = late.wait_fenced(admin).await;
+    let git = late.send_git_commits(recorder).await;
+    heal(nemesis, cluster, recorder).await;
+    let mut detail = late.commit(admin, recorder, git).await;
+    detail["not_fenced_in_time"] = json!(unfenced.iter().map(|l| l.get()).collect::<Vec<_>>());
+    recorder.nemesis("info", "late-commits", detail);
 }
 
 /// Writes (a worker heartbeat, keyed, so retrying it is safe) until one succeeds. Returns the
@@ -503,6 +587,15 @@ async fn final_reads(
             }
             // Its final reads are of tasks, above; it has no profiles.
             Workload::Tasks => {}
+            Workload::Takeover => {
+                let mut c = TakeoverClient::new(admin.clone(), driver, Vec::new(), Vec::new());
+                while attempts < FINAL_READ_ATTEMPTS_MAX
+                    && c.read(*profile, final_input()).await.is_none()
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
             Workload::Capsule => {
                 let mut c = CapsuleClient::new(ctx.clone(), admin.clone(), driver);
                 c.reads = Consistency::Linearizable;

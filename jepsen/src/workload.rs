@@ -11,6 +11,9 @@
 //! - `tasks`: dedicated tasks moved through their lifecycle by the harness's worker's reports
 //!   (`client_task.rs`, `model_task.rs`).
 //! - `capsule`: capsule appends on 2 profiles, each naming the head it extends (INV-7).
+//! - `takeover`: 8 profiles' provider processes on a real worker (`worker_process.rs`):
+//!   launches, graceful and crash takeovers, stops, and the replaced generations' commits,
+//!   which must be refused (INV-3, INV-6; `client_takeover.rs`, `model_takeover.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -58,6 +61,9 @@ pub enum Workload {
     /// The CAS register's writes under idempotency keys, retried on other nodes after an
     /// unknown outcome and replayed later: one effect and the same answer each time (INV-11).
     Keyed,
+    /// Provider processes on the harness's real worker, moved by launches, graceful and crash
+    /// takeovers and stops; every replaced generation then tries to commit (dual writers 0).
+    Takeover,
 }
 
 impl Workload {
@@ -70,13 +76,14 @@ impl Workload {
             Workload::Expiry => "expiry",
             Workload::Keyed => "keyed",
             Workload::Tasks => "tasks",
+            Workload::Takeover => "takeover",
         }
     }
 
     pub fn profiles(self) -> usize {
         match self {
             Workload::Lease | Workload::Cas | Workload::Keyed => 4,
-            Workload::Capacity | Workload::Expiry => 8,
+            Workload::Capacity | Workload::Expiry | Workload::Takeover => 8,
             Workload::Capsule => 2,
             Workload::Tasks => 0,
         }
@@ -86,6 +93,8 @@ impl Workload {
     pub fn default_concurrency(self, nodes: u64) -> usize {
         match self {
             Workload::Capacity | Workload::Expiry => 12,
+            // Four drivers of two profiles each (8 profiles for the 4 slots) and a reader.
+            Workload::Takeover => 5,
             _ => (2 * nodes as usize).max(6),
         }
     }
@@ -136,10 +145,13 @@ fn name<T>(r: Result<T, squadron_core::ValidationError>) -> Result<T, SetupError
 }
 
 /// Creates the worker, project, sandbox and profiles (and the capsule writers' leases).
+/// `repository`: the takeover workload's, which its real worker clones its project sandbox
+/// from (that worker registers itself).
 pub async fn setup(
     workload: Workload,
     client: &SquadronClient,
     as_worker: &SquadronClient,
+    repository: Option<&std::path::Path>,
 ) -> Result<WorkloadContext, SetupError> {
     let tenant = name(TenantId::new(TENANT))?;
     let project = name(ProjectId::new(workload.name()))?;
@@ -153,15 +165,19 @@ pub async fn setup(
         heartbeat_interval_ms: Some(600_000),
         policy: None,
     };
-    keyed("register worker", |k| {
-        let (c, r) = (as_worker.clone(), register.clone());
-        async move { c.register_worker(&r, Some(&k)).await }
-    })
-    .await?;
+    if workload != Workload::Takeover {
+        keyed("register worker", |k| {
+            let (c, r) = (as_worker.clone(), register.clone());
+            async move { c.register_worker(&r, Some(&k)).await }
+        })
+        .await?;
+    }
     let create = CreateProject {
         tenant: tenant.clone(),
         project: project.clone(),
-        max_profiles: Some(8),
+        // The takeover workload's ninth profile only makes the sandbox (below), so the
+        // generations of the eight the clients drive start at 0 in the history too.
+        max_profiles: Some(if workload == Workload::Takeover { 9 } else { 8 }),
         max_active: Some(4),
     };
     keyed("create project", |k| {
@@ -174,21 +190,28 @@ pub async fn setup(
         runtime: RuntimeKind::Process,
         sandbox_ref: format!("sb-{}", workload.name()),
     };
-    keyed("attach sandbox", |k| {
-        let (c, r, t, p) = (
-            client.clone(),
-            attach.clone(),
-            tenant.clone(),
-            project.clone(),
-        );
-        async move { c.attach_sandbox(&t, &p, &r, Some(&k)).await }
-    })
-    .await?;
+    if workload != Workload::Takeover {
+        keyed("attach sandbox", |k| {
+            let (c, r, t, p) = (
+                client.clone(),
+                attach.clone(),
+                tenant.clone(),
+                project.clone(),
+            );
+            async move { c.attach_sandbox(&t, &p, &r, Some(&k)).await }
+        })
+        .await?;
+    }
     let mut profiles = Vec::new();
     for i in 0..workload.profiles() {
         let req = CreateProfile {
             key: name(ProfileKey::new(format!("agent-{i}")))?,
-            providers: vec![Provider::Codex],
+            // A takeover swaps to the profile's other provider when it has one.
+            providers: if workload == Workload::Takeover {
+                vec![Provider::Codex, Provider::Claude]
+            } else {
+                vec![Provider::Codex]
+            },
             context_ref: None,
         };
         let step = format!("create profile {i}");
@@ -238,7 +261,76 @@ pub async fn setup(
             writers.insert(*p, (grant.lease, grant.generation));
         }
     }
+    if let (Workload::Takeover, Some(repository)) = (workload, repository) {
+        let req = CreateProfile {
+            key: name(ProfileKey::new("sandbox-maker"))?,
+            providers: vec![Provider::Codex],
+            context_ref: None,
+        };
+        let step = "create the sandbox maker's profile".to_string();
+        let outcome = keyed(&step, |k| {
+            let (c, r, t, p) = (
+                client.clone(),
+                req.clone(),
+                ctx.tenant.clone(),
+                ctx.project.clone(),
+            );
+            async move { c.create_profile(&t, &p, &r, Some(&k)).await }
+        })
+        .await?;
+        let maker = outcome.profile_id().ok_or_else(|| SetupError::Unexpected {
+            step,
+            answer: format!("{outcome:?}"),
+        })?;
+        make_sandbox(client, maker, &ctx.worker, repository).await?;
+    }
     Ok(WorkloadContext { writers, ..ctx })
+}
+
+/// The takeover workload's project sandbox, made on the real worker by a first launch (a
+/// clone of `repository`), which is then stopped. A launch is not keyed: after an error, the
+/// worker's view says whether it ran.
+async fn make_sandbox(
+    client: &SquadronClient,
+    profile: ProfileId,
+    worker: &WorkerId,
+    repository: &std::path::Path,
+) -> Result<(), SetupError> {
+    let launch = squadron_api::agents::LaunchAgent {
+        worker: Some(worker.clone()),
+        repository: Some(squadron_api::agents::SandboxRepository {
+            url: repository.display().to_string(),
+            branch: None,
+        }),
+        ..Default::default()
+    };
+    let mut last = String::new();
+    for _ in 0..SETUP_ATTEMPTS_MAX {
+        let running = match client.agent_launch(profile, &launch).await {
+            Ok(_) => true,
+            Err(e) => {
+                last = e.to_string();
+                client
+                    .agent_view(profile)
+                    .await
+                    .is_ok_and(|v| v.status == squadron_api::agents::AgentStatus::Running)
+            }
+        };
+        if running
+            && client
+                .agent_stop(profile, &squadron_api::agents::StopAgent::default())
+                .await
+                .is_ok()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(SETUP_RETRY_MS)).await;
+    }
+    Err(SetupError::Exhausted {
+        step: "make the project sandbox".into(),
+        attempts: SETUP_ATTEMPTS_MAX,
+        last,
+    })
 }
 
 /// Keeps the worker alive and the capsule writers' leases renewed for runs longer than their

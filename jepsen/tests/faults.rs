@@ -128,30 +128,19 @@ fn assert_wiped_node_rejoined(out: &std::path::Path, text: &str) {
 #[test]
 fn an_unknown_fault_name_is_refused_before_anything_starts() {
     let out = tempfile::tempdir().expect("tempdir");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_squadron-jepsen"))
-        .args([
-            "run",
+    let stderr = support::run_refused(
+        out.path(),
+        &[
             "--nemesis",
             "none",
             "--faults",
             "packet-loss,partition-sideways",
-        ])
-        .arg("--bin")
-        .arg(support::node_binary())
-        .arg("--out")
-        .arg(out.path())
-        .output()
-        .expect("run squadron-jepsen");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "stderr: {stderr}");
+        ],
+    );
     assert!(
         stderr.contains("invalid setting faults")
             && stderr.contains("\"partition-sideways\"")
             && stderr.contains("packet-loss"),
         "stderr: {stderr}"
-    );
-    assert!(
-        !out.path().join("history.jsonl").exists(),
-        "a run started despite the bad name"
     );
 }

@@ -849,3 +849,70 @@ fn a_cold_start_of_every_node_gets_its_start_added_to_the_read_bound() {
     );
     assert_eq!(late("partition-leader", 4_000.0).len(), 1);
 }
+
+/// INV-6: a replaced generation's commit, or a paused generation's late commit through the
+/// worker's broker, that succeeded is a dual writer, whatever the generations say.
+#[test]
+fn an_accepted_stale_or_late_commit_is_a_dual_writer() {
+    let k = "takeover/1";
+    for f in ["stale-commit", "late-commit", "late-git-commit"] {
+        let h = Builder::new()
+            .launch_then_take_over(k)
+            .invoke(4.0, 1, f, k, json!({"generation": 1, "lease": 3}))
+            .ok(5.0, 1, f, k, json!({"sequence": 4}))
+            .invoke(6.0, 2, "read", k, json!({"final": true}))
+            .ok(7.0, 2, "read", k, json!({"generation": 2, "live": true}))
+            .build();
+        let r = check(&h);
+        assert_eq!(r.valid, Validity::Invalid, "{f}: {}", r.summary());
+        assert_eq!(kinds(&r), vec![AnomalyKind::Inv6DualWriter], "{f}");
+    }
+}
+
+/// INV-3 through a worker: a takeover granted two generations above the last, and a read
+/// that missed an acknowledged grant, each break the takeover register.
+#[test]
+fn a_skipped_or_lost_takeover_generation_fails() {
+    let k = "takeover/2";
+    let skipped = Builder::new()
+        .invoke(0.0, 1, "launch", k, Value::Null)
+        .ok(1.0, 1, "launch", k, json!({"generation": 1, "lease": 3}))
+        .invoke(2.0, 1, "takeover", k, json!({"kind": "crash"}))
+        .ok(
+            3.0,
+            1,
+            "takeover",
+            k,
+            json!({"generation": 3, "replaced": 1}),
+        )
+        .invoke(6.0, 2, "read", k, json!({"final": true}))
+        .ok(7.0, 2, "read", k, json!({"generation": 3, "live": true}))
+        .build();
+    let lost = Builder::new()
+        .invoke(0.0, 1, "launch", k, Value::Null)
+        .ok(1.0, 1, "launch", k, json!({"generation": 1, "lease": 3}))
+        .invoke(6.0, 2, "read", k, json!({"final": true}))
+        .ok(7.0, 2, "read", k, json!({"generation": 0, "live": false}))
+        .build();
+    for (name, h) in [("skipped", skipped), ("lost", lost)] {
+        let r = check(&h);
+        assert_eq!(r.valid, Validity::Invalid, "{name}: {}", r.summary());
+        assert!(
+            kinds(&r).contains(&AnomalyKind::NonLinearizable),
+            "{name}: {}",
+            r.summary()
+        );
+    }
+}
+
+/// A takeover history whose profile has no final read is unknown, not valid.
+#[test]
+fn a_takeover_key_without_a_final_read_is_unknown() {
+    let k = "takeover/3";
+    let h = Builder::new()
+        .invoke(0.0, 1, "launch", k, Value::Null)
+        .ok(1.0, 1, "launch", k, json!({"generation": 1, "lease": 3}))
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Unknown, "{}", r.summary());
+}

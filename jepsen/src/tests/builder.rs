@@ -76,6 +76,21 @@ impl Builder {
         self
     }
 
+    /// On a takeover key: a launch granted generation 1 (lease 3), then a graceful takeover
+    /// granted 2, over t = 0..3.
+    pub fn launch_then_take_over(&mut self, key: &str) -> &mut Self {
+        self.invoke(0.0, 1, "launch", key, Value::Null)
+            .ok(1.0, 1, "launch", key, json!({"generation": 1, "lease": 3}))
+            .invoke(2.0, 1, "takeover", key, json!({"kind": "graceful"}))
+            .ok(
+                3.0,
+                1,
+                "takeover",
+                key,
+                json!({"generation": 2, "replaced": 1}),
+            )
+    }
+
     /// A complete keyed CAS on `key` (the `keyed` workload), sent `attempts` times.
     pub fn keyed_cas(
         &mut self,

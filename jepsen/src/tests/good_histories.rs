@@ -321,3 +321,48 @@ fn a_task_assigned_unseen_then_moved_through_its_lifecycle_passes() {
     let r = check(&b.build());
     assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
 }
+
+/// A launch, a graceful takeover whose replaced generation's commit is refused, a crash
+/// takeover whose outcome is unknown, a late commit refused, and final reads that saw the
+/// unknown grant take effect.
+#[test]
+fn takeovers_with_refused_stale_writers_are_valid() {
+    let k = "takeover/1";
+    let h = Builder::new()
+        .launch_then_take_over(k)
+        .invoke(
+            4.0,
+            1,
+            "stale-commit",
+            k,
+            json!({"generation": 1, "lease": 3}),
+        )
+        .fail(
+            5.0,
+            1,
+            "stale-commit",
+            k,
+            json!({"error": "fenced", "current": 2}),
+        )
+        .invoke(6.0, 1, "takeover", k, json!({"kind": "crash"}))
+        .info(7.0, 1, "takeover", k)
+        .invoke(
+            8.0,
+            5,
+            "late-git-commit",
+            k,
+            json!({"generation": 2, "lease": 4}),
+        )
+        .fail(
+            9.0,
+            5,
+            "late-git-commit",
+            k,
+            json!({"error": "stale_generation"}),
+        )
+        .invoke(10.0, 2, "read", k, json!({"final": true}))
+        .ok(11.0, 2, "read", k, json!({"generation": 3, "live": true}))
+        .build();
+    let r = check(&h);
+    assert_eq!(r.valid, Validity::Valid, "{}", r.summary());
+}

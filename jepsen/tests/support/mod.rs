@@ -25,6 +25,28 @@ pub fn node_binary() -> PathBuf {
     bin
 }
 
+/// Runs `squadron-jepsen run ARGS --bin … --out OUT`, which must be refused before anything
+/// starts (non-zero exit, no history); returns its stderr.
+#[allow(dead_code)]
+pub fn run_refused(out: &Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_squadron-jepsen"))
+        .arg("run")
+        .args(args)
+        .arg("--bin")
+        .arg(node_binary())
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run squadron-jepsen");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "stderr: {stderr}");
+    assert!(
+        !out.join("history.jsonl").exists(),
+        "a run started though it was refused; stderr: {stderr}"
+    );
+    stderr
+}
+
 /// Runs `squadron-jepsen run ARGS --bin … --out OUT`; returns its exit status and
 /// `results.json`.
 // Not every test binary that includes this module calls it.
