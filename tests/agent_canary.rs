@@ -1246,7 +1246,9 @@ fn a_detached_project_sandbox_is_removed_and_the_project_attached_again_from_ano
     let sandbox = data.join("projects/acme/swept");
     let image = data.join("volumes/projects/acme/swept.img");
     let run = data.join("volumes/projects/acme/swept.run");
+    let sockets = data.join(format!("agent-sockets/p{id}"));
     assert!(sandbox.join("sandbox.json").is_file() && image.is_file() && run.is_dir());
+    assert!(sockets.join("git.sock").exists(), "the broker's socket");
     // Attached: sweeps come and go and it stays.
     std::thread::sleep(Duration::from_millis(1_000));
     assert!(
@@ -1255,11 +1257,12 @@ fn a_detached_project_sandbox_is_removed_and_the_project_attached_again_from_ano
     );
     detach(&rt, &client, id, "swept");
     let gone = wait_until(Duration::from_secs(30), || {
-        !sandbox.exists() && !image.exists() && !run.exists()
+        !sandbox.exists() && !image.exists() && !run.exists() && !sockets.exists()
     });
     assert!(
         gone.is_ok(),
-        "the detached sandbox is still at {} (or its image or run directory); worker log:\n{}",
+        "the detached sandbox is still at {} (or its image, run or socket directory); worker \
+         log:\n{}",
         sandbox.display(),
         std::fs::read_to_string(&swept.log).unwrap_or_default()
     );

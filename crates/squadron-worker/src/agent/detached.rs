@@ -18,6 +18,7 @@
 use std::path::PathBuf;
 
 use squadron_core::ids::{ProjectId, TenantId};
+use squadron_core::project::Project;
 
 use crate::agent::error::AgentError;
 use crate::agent::project_sandbox::{
@@ -26,6 +27,7 @@ use crate::agent::project_sandbox::{
 use crate::agent::runtime::leaf_populated;
 use crate::agent::supervisor::{blocking, AgentSupervisor};
 use crate::control_link::CallError;
+use crate::error::WorkerError;
 use crate::support::now_ms;
 
 /// Whether a sandbox detached since `since` is due for removal at `now`.
@@ -59,7 +61,7 @@ impl AgentSupervisor {
     /// enough.
     async fn look_at(&self, tenant: &TenantId, project: &ProjectId) -> Result<(), AgentError> {
         let (data_dir, t, p) = (self.inner.data_dir.clone(), tenant.clone(), project.clone());
-        if self.attached_here(tenant, project).await? {
+        if self.is_here(&self.read_project(tenant, project).await?) {
             return blocking(move || forget_detached(&data_dir, &t, &p)).await;
         }
         let now = now_ms();
@@ -71,30 +73,48 @@ impl AgentSupervisor {
             return Ok(());
         };
         // Read again under the lock: a launch may have attached it meanwhile.
-        if self.attached_here(tenant, project).await? {
+        let read = self.read_project(tenant, project).await?;
+        if self.is_here(&read) {
             return Ok(());
         }
         let aside = self.take_away_detached(tenant, project).await?;
         drop(op);
-        blocking(move || delete_taken(aside.as_deref())).await?;
+        // The profiles' socket directories go with the sandbox: nothing of the project runs
+        // here, and a later launch makes them afresh.
+        let sockets: Vec<PathBuf> = read
+            .profiles
+            .iter()
+            .map(|id| self.broker_dir(*id))
+            .collect();
+        blocking(move || {
+            delete_taken(aside.as_deref())?;
+            delete_socket_dirs(&sockets)
+        })
+        .await?;
         tracing::info!(%tenant, %project, "removed the project's sandbox: no longer attached to this worker");
         Ok(())
     }
 
-    /// Whether the project's sandbox is attached to this worker. A refusal (a project the
-    /// control plane does not know) is an error like any other: the sandbox stays.
-    async fn attached_here(
+    /// The project as the control plane has it. A refusal (a project it does not know) is an
+    /// error like any other: the sandbox stays.
+    async fn read_project(
         &self,
         tenant: &TenantId,
         project: &ProjectId,
-    ) -> Result<bool, AgentError> {
-        let read = self
-            .inner
+    ) -> Result<Project, AgentError> {
+        self.inner
             .control
             .get_project(tenant, project)
             .await
-            .map_err(|e: CallError| AgentError::from(e).context("reading the project"))?;
-        Ok(read.sandbox.is_some_and(|s| s.worker == self.inner.worker))
+            .map_err(|e: CallError| AgentError::from(e).context("reading the project"))
+    }
+
+    /// Whether the project's sandbox is attached to this worker.
+    fn is_here(&self, project: &Project) -> bool {
+        project
+            .sandbox
+            .as_ref()
+            .is_some_and(|s| s.worker == self.inner.worker)
     }
 
     /// Takes the project's sandbox away here; the caller holds the operation lock and knows
@@ -119,6 +139,19 @@ impl AgentSupervisor {
         self.registry().forget_sandbox(&key);
         Ok(aside)
     }
+}
+
+/// Removes each profile's socket directory (`agent-sockets/p{id}`); one never made is fine.
+fn delete_socket_dirs(dirs: &[PathBuf]) -> Result<(), WorkerError> {
+    for dir in dirs {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(WorkerError::io("removing", dir, e))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
