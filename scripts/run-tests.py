@@ -46,7 +46,7 @@ EXPECTED_S = {
     "clock": 81,
     "squadron-worker lib": 78,
     "real_providers": 77,
-    "soak": 74,
+    "soak": 155,
     "deploy_compose": 61,
     "smoke": 53,
     "faults": 49,

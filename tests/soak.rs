@@ -1,8 +1,8 @@
 //! `squadron soak` against a real cluster and worker, one after the other: a clean soak whose
 //! every cycle goes as the ADR says (four of eight launched, a graceful and a crash takeover,
-//! the replaced generation's commit refused, a task completed) is leak-free; then a cgroup
-//! leaf and a lease leaked after a soak's first cycle are named in its report as leaks, with a
-//! non-zero exit. `SQUADRON_SOAK_S` sets the clean soak's length (25 s, three cycles or so; the proof run of
+//! the replaced generation's commit refused, a task completed) is leak-free; then, in a
+//! two-minute soak, a cgroup leaf and a lease leaked after its first cycle are named in its
+//! report as leaks, with a non-zero exit. `SQUADRON_SOAK_S` sets the clean soak's length (25 s, three cycles or so; the proof run of
 //! `docs/operations.md` gives 3600), `SQUADRON_SOAK_INTERVAL` its pause between cycles (0 s;
 //! the proof run's 60s) and `SQUADRON_SOAK_REPORT` keeps its report.
 
@@ -20,6 +20,8 @@ use support::*;
 const LEASE_TTL_MS: u64 = 3_000;
 /// The clean soak's length unless `SQUADRON_SOAK_S` says otherwise.
 const CLEAN_SOAK_S_DEFAULT: u64 = 25;
+/// The leaking soak's length: the two minutes issue 20 asks of the CI soak.
+const LEAKY_SOAK_S: u64 = 120;
 
 /// Works until stopped; on SIGTERM writes a capsule and exits.
 const PROVIDER: &str = r#"#!/bin/sh
@@ -62,7 +64,12 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
         ])
         .args(["--worker", &worker.id, "--repository"])
         .arg(&repo)
-        .args(["--duration", "40s", "--task-runtime", "process"])
+        .args([
+            "--duration",
+            &format!("{LEAKY_SOAK_S}s"),
+            "--task-runtime",
+            "process",
+        ])
         .args(["--interval", "0s", "--expiry-wait-ms", "20000", "--report"])
         .arg(&report)
         .stderr(Stdio::piped())
