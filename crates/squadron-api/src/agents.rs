@@ -152,6 +152,10 @@ pub struct BrokerEvidence {
     pub commits_accepted: u64,
     /// Commits accepted while the fence was no longer current: dual writers. Must be 0.
     pub accepted_from_non_current: u64,
+    /// Commits whose own lease ended (a stop, a fence) while they were written, with no newer
+    /// generation: a race with the lease's end, not a second writer.
+    #[serde(default)]
+    pub ended_during_commit: u64,
     pub refused_stale_generation: u64,
     pub refused_other: u64,
 }

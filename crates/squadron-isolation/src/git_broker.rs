@@ -40,9 +40,15 @@
 //!   (`expected_head`, re-checked by libgit2 when it moves the ref). A newer generation
 //!   starts from the HEAD it reads and cannot lose the older commit silently: if an old
 //!   commit did slip in, the newer generation's next commit is refused as `head_moved`.
-//! - After every commit the fence is checked a second time; if it is no longer current the
-//!   commit is counted in `accepted_from_non_current` and logged at error level. The
-//!   counter is the evidence for "zero dual writers"; by the argument above it stays 0.
+//! - After every commit the fence is checked a second time; if a newer generation was
+//!   granted meanwhile (or the control plane names none) the commit is counted in
+//!   `accepted_from_non_current` and logged at error level. The counter is the evidence for
+//!   "zero dual writers"; by the argument above it stays 0. A lease that ended (a stop's
+//!   release, a fence) while its commit was in flight, with no newer generation, is counted
+//!   apart (`ended_during_commit`): no second writer existed — generations only rise, so the
+//!   one the second check still finds was the current one when the commit was written. The
+//!   chaos suite's takeover workload met this race (a stop right after a launch, while the
+//!   provider's first commit was inside the broker).
 //!
 //! # What the broker never does
 //!
@@ -415,6 +421,24 @@ impl GitBroker {
         .await;
         match verdict {
             Ok(Ok(FenceVerdict::Current)) => {}
+            // Generations only rise: one still at the request's after the commit was the
+            // current one while it was written, with no successor to write beside it.
+            Ok(Ok(
+                ended @ FenceVerdict::Stale {
+                    current_generation: Some(g),
+                    ..
+                },
+            )) if g == request.generation => {
+                self.inner.counters.count_ended_during_commit();
+                tracing::warn!(
+                    profile = request.profile,
+                    lease = request.lease,
+                    generation = request.generation,
+                    commit = %oid,
+                    verdict = %ended,
+                    "git broker: the generation's lease ended while its commit was written (no newer generation)"
+                );
+            }
             Ok(Ok(stale @ FenceVerdict::Stale { .. })) => {
                 self.inner.counters.count_non_current();
                 tracing::error!(

@@ -27,9 +27,16 @@ pub struct BrokerStats {
     pub refused_forbidden: u64,
     /// Refused for any other reason (fence unavailable, busy, timeout, repository error).
     pub refused_other: u64,
-    /// Commits after which a second fence check said the lease was no longer current.
-    /// Zero by construction (see the module doc); measured so that evidence can show it.
+    /// Commits after which a second fence check found a newer generation granted (or could
+    /// not say which generation is current): a second writer may have existed when the commit
+    /// was written. Zero by construction (see the module doc); measured so that evidence can
+    /// show it.
     pub accepted_from_non_current: u64,
+    /// Commits after which the second check found the generation's own lease ended (released,
+    /// fenced, expired) and no newer generation granted: the lease ended while the commit was
+    /// in flight, with no second writer then or since. A race with a stop, not a dual writer.
+    #[serde(default)]
+    pub ended_during_commit: u64,
     /// Head requests answered.
     pub head_reads: u64,
 }
@@ -45,6 +52,7 @@ pub(crate) struct BrokerCounters {
     refused_forbidden: AtomicU64,
     refused_other: AtomicU64,
     accepted_from_non_current: AtomicU64,
+    ended_during_commit: AtomicU64,
     head_reads: AtomicU64,
 }
 
@@ -69,6 +77,10 @@ impl BrokerCounters {
     pub(crate) fn count_non_current(&self) {
         self.accepted_from_non_current
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_ended_during_commit(&self) {
+        self.ended_during_commit.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn count_head_read(&self) {
@@ -103,6 +115,7 @@ impl BrokerCounters {
             refused_forbidden: read(&self.refused_forbidden),
             refused_other: read(&self.refused_other),
             accepted_from_non_current: read(&self.accepted_from_non_current),
+            ended_during_commit: read(&self.ended_during_commit),
             head_reads: read(&self.head_reads),
         }
     }

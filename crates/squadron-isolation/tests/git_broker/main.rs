@@ -521,6 +521,20 @@ async fn a_takeover_during_a_commit_is_counted_as_non_current() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_ended_during_a_commit_without_a_successor_is_no_dual_writer() {
+    let f = Fixture::new().await;
+    fs::write(f.repo.join("a.txt"), "a2\n").unwrap();
+    // The fence answers Current once, then the lease is no longer the profile's, still at
+    // the same generation (a stop's release): no newer generation wrote beside the commit.
+    f.fence
+        .grant_after_next_check(PROFILE, LEASE + 1, GENERATION);
+    f.commit(&f.request(&["a.txt"], "k-ended")).await;
+    let stats = f.broker.stats();
+    assert_eq!(stats.accepted_from_non_current, 0);
+    assert_eq!(stats.ended_during_commit, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_match_a_mixed_run() {
     let f = Fixture::new().await;
     fs::write(f.repo.join("a.txt"), "a2\n").unwrap();
@@ -561,6 +575,7 @@ async fn counters_match_a_mixed_run() {
             refused_forbidden: 0,
             refused_other: 0,
             accepted_from_non_current: 0,
+            ended_during_commit: 0,
             head_reads: 0,
         }
     );

@@ -115,6 +115,7 @@ pub(crate) fn broker_evidence(base: &BrokerEvidence, live: &BrokerStats) -> Brok
     BrokerEvidence {
         commits_accepted: base.commits_accepted + live.accepted,
         accepted_from_non_current: base.accepted_from_non_current + live.accepted_from_non_current,
+        ended_during_commit: base.ended_during_commit + live.ended_during_commit,
         refused_stale_generation: base.refused_stale_generation + live.refused_stale,
         refused_other: base.refused_other
             + live.refused_head_moved
@@ -156,6 +157,7 @@ mod tests {
         let base = BrokerEvidence {
             commits_accepted: 3,
             accepted_from_non_current: 0,
+            ended_during_commit: 1,
             refused_stale_generation: 1,
             refused_other: 2,
         };

@@ -142,8 +142,11 @@ fn worker_claims(e: &ProjectEvidence) -> Vec<Verdict> {
             claims[1],
             w.broker.accepted_from_non_current == 0 && w.broker.commits_accepted >= 1,
             format!(
-                "commits accepted from a non-current writer = {} (of {})",
-                w.broker.accepted_from_non_current, w.broker.commits_accepted
+                "commits accepted from a non-current writer = {} (of {}; {} raced their own \
+                 lease's end with no newer generation)",
+                w.broker.accepted_from_non_current,
+                w.broker.commits_accepted,
+                w.broker.ended_during_commit
             ),
         ),
         roster_delivery(e, w),
