@@ -13,8 +13,10 @@ use squadron_api::agents::{
     AgentStatus, AgentView, LaunchAgent, StopAgent, TakeoverAgent, TakeoverKind,
 };
 use squadron_client::{ClientError, CommitCapsule, Consistency, SquadronClient};
-use squadron_core::capsule::{CapsuleDraft, CapsulePayload};
+use squadron_core::capsule::{CapsuleDigestInput, CapsuleDraft, CapsulePayload};
 use squadron_core::ids::{Generation, LeaseId, ProfileId};
+use squadron_core::limits::CAPSULE_SCHEMA_VERSION_CURRENT;
+use squadron_core::profile::CapsuleHead;
 use squadron_core::{Outcome, Rejection};
 
 use crate::driver::Driver;
@@ -34,7 +36,8 @@ pub fn takeover_key(profile: ProfileId) -> String {
 
 /// The completion of a launch or takeover that failed. Only a refusal of the acquisition
 /// itself says nothing happened; anything else may have come after the worker's grant (the
-/// worker acquires under its own, unkeyed compare-and-swap), so it is unknown.
+/// worker acquires the lease itself, and an error later in its launch or takeover does not
+/// say whether that grant was applied), so it is unknown.
 pub fn agent_failure(e: &ClientError) -> (EventType, Value) {
     let (kind, value) = write_failure(e);
     let refused_before_grant = matches!(e, ClientError::Api { status: 429, .. })
@@ -216,22 +219,36 @@ impl TakeoverClient {
 
     /// A capsule commit under a generation that is no longer the profile's writer: `f` is
     /// `stale-commit` (after a takeover) or `late-commit` (a paused worker's, past its lease).
-    /// Any success is a dual writer.
+    /// The capsule extends the chain's head as just read, so the fence is the only reason left
+    /// to refuse it: any success is a dual writer, and so is a `chain_broken` refusal (the
+    /// fence let it through). Nothing is sent when the head cannot be read.
     pub async fn stale_commit(
         &mut self,
         f: &str,
         profile: ProfileId,
         lease: LeaseId,
         generation: Generation,
-    ) -> EventType {
+    ) -> Option<EventType> {
+        let head = self
+            .client
+            .get_profile(profile, Consistency::Linearizable)
+            .await
+            .ok()?
+            .capsule_head;
         let client = self.client.clone();
+        let capsule = stale_draft(profile, generation, head.as_ref());
+        let input = json!({
+            "lease": lease.get(),
+            "generation": generation.get(),
+            "sequence": capsule.sequence,
+        });
         let req = CommitCapsule {
             lease,
             generation,
-            capsule: stale_draft(generation),
+            capsule,
         };
-        let input = json!({"lease": lease.get(), "generation": generation.get()});
-        self.driver
+        let (kind, _) = self
+            .driver
             .op(f, &takeover_key(profile), input, async {
                 match client.commit_capsule(profile, &req, None).await {
                     Ok(Outcome::CapsuleCommitted { sequence, .. }) => {
@@ -244,8 +261,8 @@ impl TakeoverClient {
                     Err(e) => Err(write_failure(&e)),
                 }
             })
-            .await
-            .0
+            .await;
+        Some(kind)
     }
 }
 
@@ -264,31 +281,52 @@ fn kind_name(kind: TakeoverKind) -> &'static str {
     }
 }
 
-/// What a fenced writer would write: the next sequence the head may have, never judged on its
-/// content because it must never be accepted.
-fn stale_draft(generation: Generation) -> CapsuleDraft {
+/// What a fenced writer would write: the capsule after `head`, well formed and with its
+/// digest, so that only the fence can refuse it.
+fn stale_draft(
+    profile: ProfileId,
+    generation: Generation,
+    head: Option<&CapsuleHead>,
+) -> CapsuleDraft {
+    let payload = CapsulePayload {
+        task_state: format!("written by replaced generation {}", generation.get()),
+        ..CapsulePayload::default()
+    };
+    let sequence = head.map_or(0, |h| h.sequence) + 1;
+    let previous = head.map(|h| h.digest);
+    let digest = CapsuleDigestInput {
+        schema_version: CAPSULE_SCHEMA_VERSION_CURRENT,
+        profile,
+        generation,
+        sequence,
+        previous: previous.as_ref(),
+        payload: &payload,
+    }
+    .digest();
     CapsuleDraft {
-        sequence: 0,
-        previous: None,
-        schema_version: 1,
-        payload: CapsulePayload {
-            task_state: format!("written by replaced generation {}", generation.get()),
-            ..CapsulePayload::default()
-        },
-        expected_digest: None,
+        sequence,
+        previous,
+        schema_version: CAPSULE_SCHEMA_VERSION_CURRENT,
+        payload,
+        expected_digest: Some(digest),
     }
 }
 
-/// SIGKILL to every process in a generation's cgroup leaf (this host is its worker's).
+/// Kills every process of a generation's cgroup leaf at once (`cgroup.kill`: none forked
+/// meanwhile escapes). The path comes from the worker's answer; only a leaf of the worker's
+/// own cgroup tree is touched.
 fn kill_cgroup(cgroup: &str) {
-    let procs = std::path::Path::new(cgroup).join("cgroup.procs");
-    let text = std::fs::read_to_string(procs).unwrap_or_default();
-    let pids: Vec<&str> = text.split_whitespace().collect();
-    if !pids.is_empty() {
-        let _ = std::process::Command::new("kill")
-            .arg("-9")
-            .args(&pids)
-            .stderr(std::process::Stdio::null())
-            .status();
+    let leaf = std::path::Path::new(cgroup);
+    let ours = crate::worker_process::cgroup_roots()
+        .iter()
+        .any(|root| leaf.starts_with(root) && leaf != root.as_path());
+    let plain = leaf.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    });
+    if ours && plain {
+        let _ = std::fs::write(leaf.join("cgroup.kill"), "1");
     }
 }

@@ -329,21 +329,29 @@ impl InvariantChecker {
     /// INV-6: a commit under a fence that is no longer the profile's writer — the generation
     /// a takeover replaced (`stale-commit`), or one whose lease ran out while its worker was
     /// paused (`late-commit` to the control plane, `late-git-commit` through the worker's
-    /// broker) — never succeeds. An unknown outcome is no evidence either way.
+    /// broker) — never gets past the fence: it neither succeeds nor meets a refusal that only
+    /// comes after the fence check (`chain_broken`; the broker's `head_moved`,
+    /// `nothing_to_commit`). An unknown outcome is no evidence either way.
     pub fn inv6_dual_writers(&self, ops: &[Operation]) -> Vec<Anomaly> {
+        const PAST_THE_FENCE: [&str; 3] = ["chain_broken", "head_moved", "nothing_to_commit"];
         ops.iter()
             .filter(|o| {
                 matches!(
                     o.f.as_str(),
                     "stale-commit" | "late-commit" | "late-git-commit"
-                ) && o.is_ok()
+                )
+            })
+            .filter(|o| {
+                o.is_ok()
+                    || (o.completion == Completion::Fail
+                        && o.error().is_some_and(|e| PAST_THE_FENCE.contains(&e)))
             })
             .map(|op| {
                 Anomaly::new(
                     AnomalyKind::Inv6DualWriter,
                     op.key.as_deref(),
                     format!(
-                        "{} under generation {} (lease {}) was accepted: {}",
+                        "{} under generation {} (lease {}) got past the fence: {}",
                         op.f,
                         u64_of(&op.input, "generation").unwrap_or(0),
                         u64_of(&op.input, "lease").unwrap_or(0),

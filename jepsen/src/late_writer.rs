@@ -28,8 +28,12 @@ use crate::recorder::Recorder;
 use crate::workload_context::WorkloadContext;
 
 /// Process ids of the late commits start here (clients use small ids, the final reads
-/// `FINAL_PROCESS_BASE`).
+/// `FINAL_PROCESS_BASE`); each heal's commits take ids from `now_ms × LATE_IDS_PER_HEAL`.
 pub const LATE_PROCESS_BASE: u64 = 2_000_000;
+/// Ids one heal's late commits may use: two per writer (Git, capsule).
+const LATE_IDS_PER_HEAL: u64 = 64;
+/// The most writers one heal captures, so their ids stay within `LATE_IDS_PER_HEAL`.
+const WRITERS_MAX: usize = (LATE_IDS_PER_HEAL / 2) as usize;
 /// Most time the pause is held past the fault's length for the leader to fence the leases.
 pub const FENCE_WAIT_MS_MAX: u64 = 30_000;
 /// Poll interval of that wait.
@@ -67,7 +71,7 @@ impl LateWriters {
         worker_data: &Path,
     ) -> Self {
         let mut writers = Vec::new();
-        for p in &ctx.profiles {
+        for p in ctx.profiles.iter().take(WRITERS_MAX) {
             if let Ok(profile) = client.get_profile(*p, Consistency::Linearizable).await {
                 if let Some(lease) = profile.live_lease {
                     writers.push(Writer {
@@ -98,22 +102,24 @@ impl LateWriters {
     }
 
     /// Waits until the leader has ended every captured lease (fenced for its expiry, or
-    /// reaped); returns those it has not within the bound.
-    pub async fn wait_fenced(&self, client: &SquadronClient) -> Vec<LeaseId> {
+    /// reaped), then keeps only those writers: a lease still active past the bound (a heal
+    /// that failed, a skewed clock) may rightly be renewed by the resumed worker, and its
+    /// commit would be no dual writer. Returns the leases left out.
+    pub async fn keep_fenced(&mut self, client: &SquadronClient) -> Vec<LeaseId> {
         let deadline = Instant::now() + Duration::from_millis(FENCE_WAIT_MS_MAX);
         loop {
             let mut active = Vec::new();
             for w in &self.writers {
-                let lease = w.lease;
                 let ended = client
-                    .get_lease(lease, Consistency::Linearizable)
+                    .get_lease(w.lease, Consistency::Linearizable)
                     .await
                     .is_ok_and(|l| l.state != LeaseState::Active);
                 if !ended {
-                    active.push(lease);
+                    active.push(w.lease);
                 }
             }
             if active.is_empty() || Instant::now() >= deadline {
+                self.writers.retain(|w| !active.contains(&w.lease));
                 return active;
             }
             tokio::time::sleep(Duration::from_millis(FENCE_POLL_MS)).await;
@@ -124,7 +130,7 @@ impl LateWriters {
     /// the worker is still stopped — as a provider's last request would sit in the socket's
     /// backlog — and answered once it runs again. Returns the requests' tasks.
     pub async fn send_git_commits(&self, recorder: &Recorder) -> Vec<JoinHandle<String>> {
-        let base = LATE_PROCESS_BASE + recorder.now_ms() as u64 * 16;
+        let base = LATE_PROCESS_BASE + recorder.now_ms() as u64 * LATE_IDS_PER_HEAL;
         let mut sent = Vec::new();
         let tasks = self
             .writers
@@ -159,7 +165,7 @@ impl LateWriters {
         recorder: &Recorder,
         git: Vec<JoinHandle<String>>,
     ) -> Value {
-        let base = LATE_PROCESS_BASE + recorder.now_ms() as u64 * 16 + 1;
+        let base = LATE_PROCESS_BASE + recorder.now_ms() as u64 * LATE_IDS_PER_HEAL + 1;
         let mut refused = 0;
         for (i, w) in self.writers.iter().enumerate() {
             let driver = late_driver(recorder, base + 2 * i as u64, i);
@@ -167,7 +173,7 @@ impl LateWriters {
             let kind = c
                 .stale_commit("late-commit", w.profile, w.lease, w.generation)
                 .await;
-            if kind == EventType::Fail {
+            if kind == Some(EventType::Fail) {
                 refused += 1;
             }
         }

@@ -505,10 +505,10 @@ async fn heal_with_late_writers(
     late: Option<LateWriters>,
     admin: &SquadronClient,
 ) {
-    let Some(late) = late else {
+    let Some(mut late) = late else {
         return heal(nemesis, cluster, recorder).await;
     };
-    let unfenced = late.wait_fenced(admin).await;
+    let unfenced = late.keep_fenced(admin).await;
     let git = late.send_git_commits(recorder).await;
     heal(nemesis, cluster, recorder).await;
     let mut detail = late.commit(admin, recorder, git).await;

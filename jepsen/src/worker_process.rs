@@ -16,6 +16,53 @@ pub const AGENT_LEASE_TTL_MS: u64 = 3_000;
 pub const WORKER_HEARTBEAT_MS: u64 = 1_000;
 /// How long the worker may take to start and register.
 pub const WORKER_START_MS_MAX: u64 = 30_000;
+/// How long a SIGTERMed worker may take to exit before it is killed.
+pub const WORKER_STOP_MS_MAX: u64 = 30_000;
+/// Where cgroup v2 is mounted: a hybrid host's unified hierarchy, else the pure v2 mount.
+const CGROUP_MOUNTS: [&str; 2] = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"];
+/// Tries of removing a killed tree's cgroup directories (its processes take a moment to go).
+const CGROUP_REMOVE_TRIES_MAX: u32 = 50;
+const CGROUP_REMOVE_RETRY_MS: u64 = 100;
+
+/// The worker's own cgroup directory under each possible mount (the process runtime's
+/// `{mount}/squadron/{worker}`); a provider's leaf is beneath one of these.
+pub fn cgroup_roots() -> Vec<PathBuf> {
+    CGROUP_MOUNTS
+        .iter()
+        .map(|m| Path::new(m).join("squadron").join(WORKER))
+        .collect()
+}
+
+/// Kills whatever an earlier run's worker left in its cgroup tree and removes the tree's
+/// directories: a run that died early leaves provider leaves whose names the next run's
+/// would reuse, and whose count its evidence would report. One takeover run per host at a
+/// time (the worker's id is fixed).
+fn clear_cgroups() {
+    for root in cgroup_roots().iter().filter(|r| r.is_dir()) {
+        let _ = std::fs::write(root.join("cgroup.kill"), "1");
+        for _ in 0..CGROUP_REMOVE_TRIES_MAX {
+            if remove_children(root) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(CGROUP_REMOVE_RETRY_MS));
+        }
+    }
+}
+
+/// Removes every cgroup directory beneath `dir`, deepest first; `true` when none is left.
+fn remove_children(dir: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return true;
+    };
+    let mut all_gone = true;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            all_gone &= remove_children(&path) && std::fs::remove_dir(&path).is_ok();
+        }
+    }
+    all_gone
+}
 
 /// What the provider does: commit once through the broker under its own fencing triple, then
 /// wait; on SIGTERM (a graceful takeover or a stop) it leaves a capsule and exits.
@@ -164,6 +211,7 @@ impl WorkerProcess {
         if self.child.is_some() {
             return Ok(());
         }
+        clear_cgroups();
         let open_log = || {
             std::fs::OpenOptions::new()
                 .create(true)
@@ -232,7 +280,12 @@ impl WorkerProcess {
     pub fn stop(&mut self) {
         let _ = self.resume();
         let _ = self.signal("TERM");
-        crate::child::wait_or_kill(&mut self.child, Duration::from_millis(WORKER_START_MS_MAX));
+        let running = self.child.is_some();
+        crate::child::wait_or_kill(&mut self.child, Duration::from_millis(WORKER_STOP_MS_MAX));
+        // A worker that stops keeps its sandboxes for its next life; this one has none.
+        if running {
+            clear_cgroups();
+        }
     }
 
     /// The last lines of the worker's log, for error messages.

@@ -262,29 +262,37 @@ pub async fn setup(
         }
     }
     if let (Workload::Takeover, Some(repository)) = (workload, repository) {
-        let req = CreateProfile {
-            key: name(ProfileKey::new("sandbox-maker"))?,
-            providers: vec![Provider::Codex],
-            context_ref: None,
-        };
-        let step = "create the sandbox maker's profile".to_string();
-        let outcome = keyed(&step, |k| {
-            let (c, r, t, p) = (
-                client.clone(),
-                req.clone(),
-                ctx.tenant.clone(),
-                ctx.project.clone(),
-            );
-            async move { c.create_profile(&t, &p, &r, Some(&k)).await }
-        })
-        .await?;
-        let maker = outcome.profile_id().ok_or_else(|| SetupError::Unexpected {
-            step,
-            answer: format!("{outcome:?}"),
-        })?;
+        let maker = create_sandbox_maker(client, &ctx).await?;
         make_sandbox(client, maker, &ctx.worker, repository).await?;
     }
     Ok(WorkloadContext { writers, ..ctx })
+}
+
+/// The takeover workload's ninth profile, which only makes the sandbox.
+async fn create_sandbox_maker(
+    client: &SquadronClient,
+    ctx: &WorkloadContext,
+) -> Result<ProfileId, SetupError> {
+    let req = CreateProfile {
+        key: name(ProfileKey::new("sandbox-maker"))?,
+        providers: vec![Provider::Codex],
+        context_ref: None,
+    };
+    let step = "create the sandbox maker's profile".to_string();
+    let outcome = keyed(&step, |k| {
+        let (c, r, t, p) = (
+            client.clone(),
+            req.clone(),
+            ctx.tenant.clone(),
+            ctx.project.clone(),
+        );
+        async move { c.create_profile(&t, &p, &r, Some(&k)).await }
+    })
+    .await?;
+    outcome.profile_id().ok_or_else(|| SetupError::Unexpected {
+        step,
+        answer: format!("{outcome:?}"),
+    })
 }
 
 /// The takeover workload's project sandbox, made on the real worker by a first launch (a
@@ -343,11 +351,15 @@ pub fn spawn_renewals(
         loop {
             tokio::time::sleep(Duration::from_millis(LEASE_RENEW_INTERVAL_MS)).await;
             // Heartbeats and renewals are not compare-and-swaps: resending them is harmless.
-            let key = new_idempotency_key();
-            let _ = ctx
-                .as_worker
-                .worker_heartbeat(&ctx.worker, Some(&key))
-                .await;
+            // The takeover workload's worker is a real one, which heartbeats for itself: the
+            // harness must not keep a lost worker alive.
+            if ctx.workload != Workload::Takeover {
+                let key = new_idempotency_key();
+                let _ = ctx
+                    .as_worker
+                    .worker_heartbeat(&ctx.worker, Some(&key))
+                    .await;
+            }
             for (profile, (lease, generation)) in &ctx.writers {
                 let req = RenewLease {
                     profile: *profile,

@@ -851,22 +851,58 @@ fn a_cold_start_of_every_node_gets_its_start_added_to_the_read_bound() {
 }
 
 /// INV-6: a replaced generation's commit, or a paused generation's late commit through the
-/// worker's broker, that succeeded is a dual writer, whatever the generations say.
+/// worker's broker, that succeeded — or met a refusal that only comes after the fence check —
+/// is a dual writer, whatever the generations say; refused by the fence it is fine.
 #[test]
 fn an_accepted_stale_or_late_commit_is_a_dual_writer() {
     let k = "takeover/1";
-    for f in ["stale-commit", "late-commit", "late-git-commit"] {
-        let h = Builder::new()
-            .launch_then_take_over(k)
-            .invoke(4.0, 1, f, k, json!({"generation": 1, "lease": 3}))
-            .ok(5.0, 1, f, k, json!({"sequence": 4}))
+    let ok = |f: &str| (f.to_string(), EventKind::Ok, json!({"sequence": 4}));
+    let past = |f: &str, e: &str| (f.to_string(), EventKind::Fail, json!({"error": e}));
+    let cases = [
+        ok("stale-commit"),
+        ok("late-commit"),
+        ok("late-git-commit"),
+        past("stale-commit", "chain_broken"),
+        past("late-commit", "chain_broken"),
+        past("late-git-commit", "head_moved"),
+        past("late-git-commit", "nothing_to_commit"),
+    ];
+    for (f, kind, out) in cases {
+        let mut b = Builder::new();
+        b.launch_then_take_over(k)
+            .invoke(4.0, 1, &f, k, json!({"generation": 1, "lease": 3}));
+        match kind {
+            EventKind::Ok => b.ok(5.0, 1, &f, k, out.clone()),
+            EventKind::Fail => b.fail(5.0, 1, &f, k, out.clone()),
+        };
+        let h = b
             .invoke(6.0, 2, "read", k, json!({"final": true}))
             .ok(7.0, 2, "read", k, json!({"generation": 2, "live": true}))
             .build();
         let r = check(&h);
-        assert_eq!(r.valid, Validity::Invalid, "{f}: {}", r.summary());
-        assert_eq!(kinds(&r), vec![AnomalyKind::Inv6DualWriter], "{f}");
+        assert_eq!(r.valid, Validity::Invalid, "{f} {out}: {}", r.summary());
+        assert_eq!(kinds(&r), vec![AnomalyKind::Inv6DualWriter], "{f} {out}");
     }
+    for (f, e) in [
+        ("stale-commit", "fenced"),
+        ("late-git-commit", "stale_generation"),
+    ] {
+        let h = Builder::new()
+            .launch_then_take_over(k)
+            .invoke(4.0, 1, f, k, json!({"generation": 1, "lease": 3}))
+            .fail(5.0, 1, f, k, json!({"error": e}))
+            .invoke(6.0, 2, "read", k, json!({"final": true}))
+            .ok(7.0, 2, "read", k, json!({"generation": 2, "live": true}))
+            .build();
+        let r = check(&h);
+        assert_eq!(r.valid, Validity::Valid, "{f} {e}: {}", r.summary());
+    }
+}
+
+/// How a hand-built commit ended.
+enum EventKind {
+    Ok,
+    Fail,
 }
 
 /// INV-3 through a worker: a takeover granted two generations above the last, and a read

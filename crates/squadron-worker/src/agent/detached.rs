@@ -78,19 +78,16 @@ impl AgentSupervisor {
             return Ok(());
         }
         let aside = self.take_away_detached(tenant, project).await?;
-        drop(op);
-        // The profiles' socket directories go with the sandbox: nothing of the project runs
-        // here, and a later launch makes them afresh.
+        // The profiles' socket directories go with the sandbox, while the lock still keeps a
+        // launch from making them afresh: nothing of the project runs here.
         let sockets: Vec<PathBuf> = read
             .profiles
             .iter()
             .map(|id| self.broker_dir(*id))
             .collect();
-        blocking(move || {
-            delete_taken(aside.as_deref())?;
-            delete_socket_dirs(&sockets)
-        })
-        .await?;
+        blocking(move || delete_socket_dirs(&sockets)).await?;
+        drop(op);
+        blocking(move || delete_taken(aside.as_deref())).await?;
         tracing::info!(%tenant, %project, "removed the project's sandbox: no longer attached to this worker");
         Ok(())
     }

@@ -109,8 +109,9 @@ impl AgentSupervisor {
             holder,
             ttl_ms: self.inner.config.lease_ttl_ms,
         };
-        // Unkeyed and never resent: a compare-and-swap on the generation is re-read and
-        // decided again by the operator, not repeated blindly (INV-11).
+        // The control link keys this call once (`call_key`), so a resend after a lost answer
+        // gets the first answer (INV-11); after an error the operator reads the generation
+        // again and decides, nothing here repeats the compare-and-swap blindly.
         let outcome = self
             .inner
             .control
