@@ -421,8 +421,9 @@ impl GitBroker {
         .await;
         match verdict {
             Ok(Ok(FenceVerdict::Current)) => {}
-            // Generations only rise: one still at the request's after the commit was the
-            // current one while it was written, with no successor to write beside it.
+            // Generations only rise, and each has one lease: one still at the request's
+            // after the commit was the current one while it was written, with no successor
+            // to write beside it.
             Ok(Ok(
                 ended @ FenceVerdict::Stale {
                     current_generation: Some(g),

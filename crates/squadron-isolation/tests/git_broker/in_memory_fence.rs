@@ -10,10 +10,13 @@ use squadron_isolation::{BrokerError, FenceCheck, FenceFuture, FenceVerdict};
 
 #[derive(Debug, Default)]
 pub struct InMemoryFence {
-    current: Mutex<HashMap<u64, (u64, u64)>>,
+    /// Per profile: its live lease (none once released) and its generation.
+    current: Mutex<HashMap<u64, (Option<u64>, u64)>>,
     /// Applied right after the next check is answered: a takeover that lands between the
-    /// broker's fence check and its commit.
+    /// broker's fence check and its commit…
     grant_after_next_check: Mutex<Option<(u64, u64, u64)>>,
+    /// …or the profile's lease released there (a stop), its generation kept.
+    release_after_next_check: Mutex<Option<u64>>,
     unavailable: AtomicBool,
     checks: AtomicU64,
 }
@@ -24,7 +27,11 @@ impl InMemoryFence {
         self.current
             .lock()
             .expect("fence state")
-            .insert(profile, (lease, generation));
+            .insert(profile, (Some(lease), generation));
+    }
+
+    pub fn release_after_next_check(&self, profile: u64) {
+        *self.release_after_next_check.lock().expect("fence state") = Some(profile);
     }
 
     pub fn grant_after_next_check(&self, profile: u64, lease: u64, generation: u64) {
@@ -54,7 +61,7 @@ impl InMemoryFence {
         }
         let mut current = self.current.lock().expect("fence state");
         let verdict = match current.get(&profile) {
-            Some(&(l, g)) if l == lease && g == generation => FenceVerdict::Current,
+            Some(&(Some(l), g)) if l == lease && g == generation => FenceVerdict::Current,
             Some(&(_, g)) => FenceVerdict::Stale {
                 current_generation: Some(g),
                 reason: format!("profile {profile} is at generation {g}"),
@@ -70,7 +77,17 @@ impl InMemoryFence {
             .expect("fence state")
             .take()
         {
-            current.insert(p, (l, g));
+            current.insert(p, (Some(l), g));
+        }
+        if let Some(p) = self
+            .release_after_next_check
+            .lock()
+            .expect("fence state")
+            .take()
+        {
+            if let Some(entry) = current.get_mut(&p) {
+                entry.0 = None;
+            }
         }
         Ok(verdict)
     }

@@ -524,10 +524,9 @@ async fn a_takeover_during_a_commit_is_counted_as_non_current() {
 async fn a_lease_ended_during_a_commit_without_a_successor_is_no_dual_writer() {
     let f = Fixture::new().await;
     fs::write(f.repo.join("a.txt"), "a2\n").unwrap();
-    // The fence answers Current once, then the lease is no longer the profile's, still at
-    // the same generation (a stop's release): no newer generation wrote beside the commit.
-    f.fence
-        .grant_after_next_check(PROFILE, LEASE + 1, GENERATION);
+    // The fence answers Current once, then the profile's lease is released (a stop), its
+    // generation kept: no newer generation wrote beside the commit.
+    f.fence.release_after_next_check(PROFILE);
     f.commit(&f.request(&["a.txt"], "k-ended")).await;
     let stats = f.broker.stats();
     assert_eq!(stats.accepted_from_non_current, 0);

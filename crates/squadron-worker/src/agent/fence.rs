@@ -50,7 +50,7 @@ impl ControlFence {
         };
         let writer = match self.control.check_fence(token).await {
             Ok(w) => w,
-            Err(CallError::Refused(body)) => return refused(body),
+            Err(CallError::Refused(body)) => return refused(body, generation),
             Err(e @ CallError::Unanswered(_)) => {
                 return Err(BrokerError::FenceUnavailable(e.to_string()))
             }
@@ -69,12 +69,15 @@ impl ControlFence {
 }
 
 /// The leader's refusal: stale with what it names (a fenced token, an expired lease, an
-/// unknown profile or lease); anything else leaves the question unanswered.
-fn refused(body: squadron_api::ErrorBody) -> Result<FenceVerdict, BrokerError> {
+/// unknown profile or lease); anything else leaves the question unanswered. An expired lease
+/// is refused only once its generation and lease were found the profile's current ones
+/// (`check_fence`), so its generation is the asked one, and no newer one exists yet.
+fn refused(body: squadron_api::ErrorBody, generation: u64) -> Result<FenceVerdict, BrokerError> {
     match body.rejection {
         Some(Rejection::Fenced {
             current_generation, ..
         }) => stale(Some(current_generation.get()), body.message),
+        Some(Rejection::LeaseExpired { .. }) => stale(Some(generation), body.message),
         Some(_) => stale(None, body.message),
         None if body.code == ErrorCode::NotFound => stale(None, body.message),
         None => Err(BrokerError::FenceUnavailable(body.message)),
@@ -91,5 +94,41 @@ fn stale(current_generation: Option<u64>, reason: String) -> Result<FenceVerdict
 impl FenceCheck for ControlFence {
     fn check(&self, profile: u64, lease: u64, generation: u64) -> FenceFuture<'_> {
         Box::pin(self.verdict(profile, lease, generation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use squadron_core::ids::LeaseId;
+
+    fn body(rejection: Rejection) -> squadron_api::ErrorBody {
+        squadron_api::ErrorBody {
+            code: ErrorCode::FailedPrecondition,
+            message: rejection.to_string(),
+            field: None,
+            rejection: Some(rejection),
+        }
+    }
+
+    fn generation_of(v: Result<FenceVerdict, BrokerError>) -> Option<u64> {
+        match v {
+            Ok(FenceVerdict::Stale {
+                current_generation, ..
+            }) => current_generation,
+            other => panic!("not stale: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_expired_lease_is_stale_at_its_own_generation_and_a_fenced_one_at_the_current() {
+        let expired = body(Rejection::LeaseExpired { expired_at_ms: 5 });
+        assert_eq!(generation_of(refused(expired, 3)), Some(3));
+        let fenced = body(Rejection::Fenced {
+            reason: "lease 7 is not the profile's active lease".into(),
+            current_lease: Some(LeaseId::new(9).expect("lease")),
+            current_generation: Generation::new(4),
+        });
+        assert_eq!(generation_of(refused(fenced, 3)), Some(4));
     }
 }
