@@ -18,18 +18,31 @@ pub const WORKER_HEARTBEAT_MS: u64 = 1_000;
 pub const WORKER_START_MS_MAX: u64 = 30_000;
 /// How long a SIGTERMed worker may take to exit before it is killed.
 pub const WORKER_STOP_MS_MAX: u64 = 30_000;
-/// Where cgroup v2 is mounted: a hybrid host's unified hierarchy, else the pure v2 mount.
-const CGROUP_MOUNTS: [&str; 2] = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"];
 /// Tries of removing a killed tree's cgroup directories (its processes take a moment to go).
 const CGROUP_REMOVE_TRIES_MAX: u32 = 50;
 const CGROUP_REMOVE_RETRY_MS: u64 = 100;
 
-/// The worker's own cgroup directory under each possible mount (the process runtime's
-/// `{mount}/squadron/{worker}`); a provider's leaf is beneath one of these.
+/// The host's first cgroup v2 mount (`/proc/self/mountinfo`), which the worker is told to
+/// use (`--cgroup-root`), so that the harness and the worker agree where its leaves are.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    cgroup2_mount_in(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
+}
+
+fn cgroup2_mount_in(mountinfo: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (fields, after) = line.split_once(" - ")?;
+        let fstype = after.split_whitespace().next()?;
+        let point = fields.split_whitespace().nth(4)?;
+        (fstype == "cgroup2").then(|| PathBuf::from(point))
+    })
+}
+
+/// The worker's own cgroup directory (the process runtime's `{mount}/squadron/{worker}`); a
+/// provider's leaf is beneath it.
 pub fn cgroup_roots() -> Vec<PathBuf> {
-    CGROUP_MOUNTS
-        .iter()
-        .map(|m| Path::new(m).join("squadron").join(WORKER))
+    cgroup2_mount()
+        .map(|m| m.join("squadron").join(WORKER))
+        .into_iter()
         .collect()
 }
 
@@ -223,6 +236,9 @@ impl WorkerProcess {
                 })
         };
         let script = self.dir.join("provider.sh");
+        let cgroup_root = cgroup2_mount()
+            .map(|m| vec!["--cgroup-root".into(), m.into_os_string()])
+            .unwrap_or_default();
         let provider = |name: &str| format!("{name}={}", script.display());
         let child = Command::new(bin)
             .args(["worker", "--id", WORKER, "--data-dir"])
@@ -233,6 +249,7 @@ impl WorkerProcess {
             .arg(&self.cert_dir)
             .args(["--heartbeat-interval-ms", &WORKER_HEARTBEAT_MS.to_string()])
             .args(["--agent-lease-ttl-ms", &AGENT_LEASE_TTL_MS.to_string()])
+            .args(cgroup_root)
             .args(["--provider-script", &provider("codex")])
             .args(["--provider-script", &provider("claude")])
             // The repository is a local one the harness made; quotas would loop-mount an
@@ -299,5 +316,30 @@ impl WorkerProcess {
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_cgroup2_mount_is_found_on_hybrid_and_pure_hosts() {
+        let hybrid = "25 30 0:23 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n\
+                      26 25 0:24 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw\n\
+                      27 25 0:25 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        assert_eq!(
+            cgroup2_mount_in(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let pure = "30 1 0:26 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup2_mount_in(pure),
+            Some(PathBuf::from("/sys/fs/cgroup"))
+        );
+        assert_eq!(
+            cgroup2_mount_in("27 25 0:25 / /x rw - cgroup cgroup rw\n"),
+            None
+        );
     }
 }
