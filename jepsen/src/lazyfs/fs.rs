@@ -156,7 +156,14 @@ impl State {
     /// The attributes of `ino` as a reader sees them: the disk's, with unsynced sizes.
     fn attr_of(&mut self, ino: u64) -> Result<FileAttr, c_int> {
         let path = self.path(ino)?;
-        let m = std::fs::symlink_metadata(&path).map_err(|e| errno(&e))?;
+        let m = match (std::fs::symlink_metadata(&path), self.inodes.get(ino)) {
+            (Ok(m), Some(n)) if !n.orphan => m,
+            (Ok(m), None) => m,
+            (found, node) => match node.and_then(|n| n.handle.as_ref()) {
+                Some(file) => file.metadata().map_err(|e| errno(&e))?,
+                None => found.map_err(|e| errno(&e))?,
+            },
+        };
         let size = match self.inodes.get(ino) {
             Some(n) if m.is_file() => n.pending.size(m.len()),
             _ => m.len(),
@@ -173,7 +180,14 @@ impl State {
 
     fn read(&self, ino: u64, offset: u64, size: usize) -> Result<Vec<u8>, c_int> {
         let node = self.inodes.get(ino).ok_or(libc::ENOENT)?;
-        let file = File::open(&node.path).map_err(|e| errno(&e))?;
+        let opened;
+        let file = match &node.handle {
+            Some(held) => held,
+            None => {
+                opened = File::open(&node.path).map_err(|e| errno(&e))?;
+                &opened
+            }
+        };
         let disk_size = file.metadata().map_err(|e| errno(&e))?.len();
         let mut buf = vec![0u8; size];
         let mut done = 0;
@@ -187,6 +201,27 @@ impl State {
         let n = node.pending.overlay(disk_size, offset, &mut buf);
         buf.truncate(n);
         Ok(buf)
+    }
+
+    /// The kernel opened `ino`: its disk file is held until the last release.
+    fn opened(&mut self, ino: u64) -> Result<(), c_int> {
+        let node = self.inodes.get_mut(ino).ok_or(libc::ENOENT)?;
+        if node.handle.is_none() {
+            let rw = OpenOptions::new().read(true).write(true).open(&node.path);
+            let file = match rw {
+                Ok(f) => f,
+                Err(_) => File::open(&node.path).map_err(|e| errno(&e))?,
+            };
+            node.handle = Some(file);
+        }
+        node.opens += 1;
+        Ok(())
+    }
+
+    fn released(&mut self, ino: u64) {
+        if let Some(gone) = self.inodes.released(ino) {
+            self.dirty_bytes = self.dirty_bytes.saturating_sub(gone.pending.bytes());
+        }
     }
 
     /// Between a crash and the restart, a change is refused (and counted), not kept.
@@ -223,11 +258,19 @@ impl State {
             return Ok(0);
         }
         let bytes = node.pending.bytes();
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&node.path)
-            .map_err(|e| errno(&e))?;
-        node.pending.apply(&file).map_err(|e| errno(&e))?;
+        // Through the held file when open (an orphan has no path left); else by path.
+        let by_path;
+        let file = match &node.handle {
+            Some(held) => held,
+            None => {
+                by_path = OpenOptions::new()
+                    .write(true)
+                    .open(&node.path)
+                    .map_err(|e| errno(&e))?;
+                &by_path
+            }
+        };
+        node.pending.apply(file).map_err(|e| errno(&e))?;
         self.dirty_bytes = self.dirty_bytes.saturating_sub(bytes);
         Ok(bytes as u64)
     }
@@ -465,10 +508,24 @@ impl Filesystem for LazyFs {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
         // Direct I/O: every read comes here, so the kernel never serves bytes a crash dropped.
-        match self.lock().path(ino) {
-            Ok(_) => reply.opened(0, fuser::consts::FOPEN_DIRECT_IO),
+        match self.lock().opened(ino) {
+            Ok(()) => reply.opened(0, fuser::consts::FOPEN_DIRECT_IO),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        _flags: i32,
+        _lock_owner: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.lock().released(ino);
+        reply.ok();
     }
 
     fn read(
@@ -597,6 +654,8 @@ impl Filesystem for LazyFs {
             }
             o.open(&path).map_err(|e| errno(&e))?;
             let a = s.entry(path)?;
+            // The kernel holds the created file open: released like an opened one.
+            s.opened(a.ino)?;
             if flags & libc::O_TRUNC != 0 && a.size > 0 {
                 s.resize(a.ino, 0)?;
                 return s.attr_of(a.ino);

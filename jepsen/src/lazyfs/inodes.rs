@@ -14,6 +14,26 @@ pub struct Inode {
     /// One of its paths on disk (any one will do for a hard-linked file).
     pub path: PathBuf,
     pub pending: Pending,
+    /// The disk file, held while the kernel has it open: a file unlinked or renamed over
+    /// while open stays readable through it, as on any disk (a reader of a snapshot that a
+    /// newer one replaced met ENOENT when reads went by path).
+    pub handle: Option<std::fs::File>,
+    /// The kernel's open handles on it.
+    pub opens: u32,
+    /// Its last link is gone while it was open: forgotten at the last release.
+    pub orphan: bool,
+}
+
+impl Inode {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            pending: Pending::default(),
+            handle: None,
+            opens: 0,
+            orphan: false,
+        }
+    }
 }
 
 /// Inode numbers keyed by the disk's (device, inode), so hard links share one.
@@ -27,13 +47,7 @@ pub struct Inodes {
 impl Inodes {
     pub fn new(root: PathBuf) -> Self {
         let mut by_ino = HashMap::new();
-        by_ino.insert(
-            ROOT,
-            Inode {
-                path: root,
-                pending: Pending::default(),
-            },
-        );
+        by_ino.insert(ROOT, Inode::new(root));
         Self {
             by_ino,
             by_disk: HashMap::new(),
@@ -73,20 +87,36 @@ impl Inodes {
         let ino = self.next;
         self.next += 1;
         self.by_disk.insert(disk, ino);
-        self.by_ino.insert(
-            ino,
-            Inode {
-                path: path.to_path_buf(),
-                pending: Pending::default(),
-            },
-        );
+        self.by_ino.insert(ino, Inode::new(path.to_path_buf()));
         ino
     }
 
-    /// Forgets a file whose last link is gone (its unsynced data with it).
+    /// Forgets a file whose last link is gone (its unsynced data with it) and returns it; one
+    /// still open stays, an orphan, until its last release ([`Self::released`]).
     pub fn remove(&mut self, disk: (u64, u64)) -> Option<Inode> {
         let ino = self.by_disk.remove(&disk)?;
-        self.by_ino.remove(&ino)
+        match self.by_ino.get_mut(&ino) {
+            Some(node) if node.opens > 0 => {
+                node.orphan = true;
+                None
+            }
+            _ => self.by_ino.remove(&ino),
+        }
+    }
+
+    /// One open handle of `ino` closed: the last one lets go of the disk file, and forgets an
+    /// orphan (returned, for its unsynced bytes).
+    pub fn released(&mut self, ino: u64) -> Option<Inode> {
+        let node = self.by_ino.get_mut(&ino)?;
+        node.opens = node.opens.saturating_sub(1);
+        if node.opens > 0 {
+            return None;
+        }
+        node.handle = None;
+        if node.orphan {
+            return self.by_ino.remove(&ino);
+        }
+        None
     }
 
     /// After `from` moved to `to`: every known path under `from` now lives under `to`.
