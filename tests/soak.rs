@@ -72,6 +72,8 @@ fn a_clean_soak_is_leak_free_and_a_leaked_leaf_and_lease_are_named() {
         ])
         .args(["--interval", "0s", "--expiry-wait-ms", "20000", "--report"])
         .arg(&report)
+        .arg("--processes-matching")
+        .arg(&dir)
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -267,6 +269,9 @@ fn clean_soak(url: &str, worker: &str, repo: &Path, dir: &Path) {
         .arg(&report)
         .arg("--plot")
         .arg(dir.join("clean-soak.svg"))
+        // Only this test's node and worker: other test binaries run beside it.
+        .arg("--processes-matching")
+        .arg(dir)
         .output()
         .expect("squadron soak");
     let progress = String::from_utf8_lossy(&out.stderr);

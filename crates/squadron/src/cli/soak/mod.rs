@@ -90,6 +90,11 @@ pub struct SoakArgs {
     /// directories); repeat.
     #[arg(long = "measure-dir", value_name = "DIR")]
     pub measure_dirs: Vec<PathBuf>,
+    /// Sample only the Squadron processes whose command line contains this text (a cluster's
+    /// directory, say) instead of every one on this host, so other clusters on the host are
+    /// neither measured nor taken for leaks.
+    #[arg(long, value_name = "TEXT")]
+    pub processes_matching: Option<String>,
     /// Where the JSON report goes (what `squadron evidence --soak-report` takes).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -322,7 +327,7 @@ async fn count_sample(client: &SquadronClient, args: &SoakArgs, cycle: u32) -> S
 
 /// This host's Squadron processes and the measured directories.
 fn add_host_figures(s: &mut Sample, args: &SoakArgs) {
-    s.processes = squadron_processes();
+    s.processes = squadron_processes(args.processes_matching.as_deref());
     s.dirs = args
         .measure_dirs
         .iter()

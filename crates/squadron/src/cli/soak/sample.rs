@@ -100,8 +100,9 @@ pub fn counts_of(evidence: &ProjectEvidence, counts: &mut BTreeMap<String, Count
     }
 }
 
-/// Every Squadron process on this host but this one.
-pub fn squadron_processes() -> Vec<ProcessFigures> {
+/// Every Squadron process on this host but this one, or those whose command line contains
+/// `matching`.
+pub fn squadron_processes(matching: Option<&str>) -> Vec<ProcessFigures> {
     let me = std::process::id();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -111,19 +112,25 @@ pub fn squadron_processes() -> Vec<ProcessFigures> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
-        .filter_map(process_figures)
+        .filter_map(|pid| process_figures(pid, matching))
         .collect();
     found.sort_by_key(|p| p.pid);
     found
 }
 
-fn process_figures(pid: u32) -> Option<ProcessFigures> {
+fn process_figures(pid: u32, matching: Option<&str>) -> Option<ProcessFigures> {
     let dir = PathBuf::from(format!("/proc/{pid}"));
     let comm = std::fs::read_to_string(dir.join("comm")).ok()?;
     if comm.trim() != PROCESS_NAME {
         return None;
     }
     let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+    if let Some(text) = matching {
+        let args = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !args.contains(text) {
+            return None;
+        }
+    }
     let role = role_of(&cmdline);
     let open_fds = std::fs::read_dir(dir.join("fd")).ok()?.count() as u64;
     Some(ProcessFigures {
