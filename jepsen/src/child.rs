@@ -1,5 +1,8 @@
-//! Signals to the harness's child processes (nodes, the takeover workload's worker).
+//! The harness's child processes (nodes, the takeover workload's worker): their logs,
+//! signals and stops.
 
+use std::fs::File;
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -32,4 +35,20 @@ pub fn wait_or_kill(child: &mut Option<Child>, wait: Duration) {
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// The child's log, opened for appending (created when missing): one handle for stdout,
+/// one for stderr.
+pub fn append_to(log: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+}
+
+/// The last `lines` lines of a log, for error messages (empty when it cannot be read).
+pub fn tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -180,15 +180,11 @@ impl NodeProcess {
             return Ok(());
         }
         let open_log = || {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.log)
-                .map_err(|source| NodeError::Write {
-                    id: self.spec.id,
-                    path: self.log.clone(),
-                    source,
-                })
+            crate::child::append_to(&self.log).map_err(|source| NodeError::Write {
+                id: self.spec.id,
+                path: self.log.clone(),
+                source,
+            })
         };
         let (stdout, stderr) = (open_log()?, open_log()?);
         let mut cmd = match self.exec_prefix.split_first() {
@@ -262,9 +258,7 @@ impl NodeProcess {
 
     /// The last lines of the node's log, for error messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        crate::child::tail(&self.log, lines)
     }
 }
 

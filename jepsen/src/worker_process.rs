@@ -226,14 +226,10 @@ impl WorkerProcess {
         }
         clear_cgroups();
         let open_log = || {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.log)
-                .map_err(|source| WorkerError::Write {
-                    path: self.log.clone(),
-                    source,
-                })
+            crate::child::append_to(&self.log).map_err(|source| WorkerError::Write {
+                path: self.log.clone(),
+                source,
+            })
         };
         let script = self.dir.join("provider.sh");
         let cgroup_root = cgroup2_mount()
@@ -307,9 +303,7 @@ impl WorkerProcess {
 
     /// The last lines of the worker's log, for error messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        crate::child::tail(&self.log, lines)
     }
 }
 
